@@ -1,0 +1,34 @@
+"""Shared pytest configuration: paths every tier uses.
+
+Tiers (one folder each, one marker each): unit (pure), chart (helm + schemas),
+integration (the real operator process against the EMULATED API server, real kubectl),
+prometheus and vllm (real Prometheus, real vLLM on the CPU).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    """The repository's top folder."""
+    return ROOT
+
+
+def vllm_python() -> Path:
+    """The Python that has vLLM (the CPU build in .venv-vllm, or LLMOP_VLLM_PYTHON)."""
+    return Path(os.environ.get("LLMOP_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with the tier its folder names, so `-m unit` etc. select tiers."""
+    for item in items:
+        tier = Path(str(item.fspath)).relative_to(ROOT / "tests").parts[0]
+        if tier in {"unit", "chart", "integration", "prometheus", "vllm"}:
+            item.add_marker(getattr(pytest.mark, tier))

