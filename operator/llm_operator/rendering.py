@@ -1,0 +1,646 @@
+"""Render (pure): an LLMService and its plan become the Kubernetes objects that serve it.
+
+Every builder here is a pure function of its arguments (the parsed service, the plan,
+the operator settings, tuned or adapted overrides): no API calls, no clock, no
+globals. Labels, annotations and owner references are set inside, so what
+``llm-operator render`` prints is exactly what the operator applies.
+
+Children:
+
+- :func:`build_deployment`: the vLLM server pods (image entrypoint ``vllm serve``,
+  arguments from :func:`build_vllm_args`).
+- :func:`build_service`: ClusterIP on port 8000 named ``http``.
+- :func:`build_pod_monitor`: a ``monitoring.coreos.com/v1`` PodMonitor, only when the
+  Prometheus Operator is there (see :func:`render_all`).
+
+The tuning Job (a later issue) runs the same image on the same GPUs with the same
+model source, so the pod-level pieces are separate builders it can reuse:
+:func:`model_source`, :func:`build_env`, :func:`build_volumes`,
+:func:`build_volume_mounts`, :func:`build_resources`, :func:`scheduling_fields`, with
+``labels_for(svc, COMPONENT_TUNING)``. A ``build_tuning_job`` belongs next to
+:func:`build_deployment` and should use them rather than re-derive them.
+
+Every child carries ``llmops.dev/spec-hash``: a stable hash of the rendered object
+itself, so the apply step can compare desired with observed by one annotation and
+write nothing when nothing changed.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from .catalog import lookup_gpu
+from .constants import (
+    ANNOTATION_SPEC_HASH,
+    API_VERSION,
+    APP_NAME,
+    KIND,
+    LABEL_COMPONENT,
+    LABEL_COMPONENT_K8S,
+    LABEL_INSTANCE,
+    LABEL_MANAGED_BY,
+    LABEL_NAME,
+    LABEL_PART_OF,
+    LABEL_SERVICE,
+    MANAGED_BY,
+    VLLM_PORT,
+)
+from .errors import SpecError, SpecErrors
+from .models import EngineSpec, LLMService, LLMServiceSpec, Quantization
+from .planning import Plan
+from .settings import Settings
+
+COMPONENT_SERVER = "server"
+COMPONENT_TUNING = "tuning"
+
+CONTAINER_NAME = "vllm"
+PORT_NAME = "http"
+HEALTH_PATH = "/health"
+METRICS_PATH = "/metrics"
+
+# Where volumes land inside the vLLM container.
+HF_CACHE_PATH = "/root/.cache/huggingface"  # HF_HOME of the vllm-openai image (runs as root)
+MODEL_MOUNT_PATH = "/mnt/models"  # a model from spec.model.volume
+SHM_PATH = "/dev/shm"
+
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"  # set on GPU nodes by GPU feature discovery
+
+VOLUME_SHM = "dshm"
+VOLUME_CACHE = "model-cache"
+VOLUME_MODEL = "model"
+
+# Startup budget: the startup probe must outlast model loading, or the kubelet kills
+# vLLM in the middle of reading its weights and the pod never becomes ready.
+#   budget_seconds  = STARTUP_BASE_SECONDS + ceil(weight_bytes / LOAD_BYTES_PER_SECOND)
+#   failureThreshold = ceil(budget_seconds / STARTUP_PERIOD_SECONDS)
+# The base (10 min) covers engine start, CUDA graph capture / torch.compile warm-up and
+# KV-cache allocation; the second term reads (or downloads) every weight byte at a
+# conservative 200 MB/s, slow network storage or a throttled hub download. Example:
+# Llama 3.1 70B in bf16 (141 GB) -> 600 + 706 s = 1306 s -> failureThreshold 131.
+STARTUP_BASE_SECONDS = 600
+LOAD_BYTES_PER_SECOND = 200 * 10**6
+STARTUP_PERIOD_SECONDS = 10
+# The Deployment reports ProgressDeadlineExceeded if a new pod is not available within
+# this margin beyond the startup budget (image pull of a ~10 GB vLLM image, scheduling).
+PROGRESS_MARGIN_SECONDS = 600
+# vLLM finishes in-flight requests on SIGTERM; a minute covers a long generation.
+TERMINATION_GRACE_SECONDS = 60
+
+# Engine settings that tuning (issue 3) and adaptation move, by their spec name.
+# They apply only where the user left the field to "auto": a pin always wins.
+OVERRIDABLE: dict[str, str] = {
+    "maxNumSeqs": "max_num_seqs",
+    "maxNumBatchedTokens": "max_num_batched_tokens",
+}
+
+# vLLM flags the operator manages, with the spec field to use instead. extraArgs that
+# set one of these are rejected: the flag would be passed twice (argparse keeps the
+# last), silently defeating the plan, a pin, tuning or adaptation.
+MANAGED_FLAGS: dict[str, str] = {
+    "--model": "spec.model.name (or spec.model.volume)",
+    "--served-model-name": "spec.model.name",
+    "--host": "nothing: the operator serves on 0.0.0.0",
+    "--port": "nothing: the operator serves on port 8000",
+    "--revision": "spec.model.revision",
+    "--tensor-parallel-size": "spec.engine.tensorParallelSize",
+    "-tp": "spec.engine.tensorParallelSize",
+    "--pipeline-parallel-size": "spec.engine.pipelineParallelSize",
+    "-pp": "spec.engine.pipelineParallelSize",
+    "--max-model-len": "spec.engine.maxModelLen",
+    "--gpu-memory-utilization": "spec.engine.gpuMemoryUtilization",
+    "--max-num-seqs": "spec.engine.maxNumSeqs",
+    "--max-num-batched-tokens": "spec.engine.maxNumBatchedTokens",
+    "--dtype": "spec.engine.dtype",
+    "--kv-cache-dtype": "spec.engine.kvCacheDtype",
+    "--quantization": "spec.model.quantization",
+    "-q": "spec.model.quantization",
+    "--enable-chunked-prefill": "spec.engine.enableChunkedPrefill",
+    "--no-enable-chunked-prefill": "spec.engine.enableChunkedPrefill",
+    "--enable-prefix-caching": "spec.engine.enablePrefixCaching",
+    "--no-enable-prefix-caching": "spec.engine.enablePrefixCaching",
+}
+
+
+# --- identity: labels, owner references, hashes -------------------------------------
+
+
+def labels_for(svc: LLMService, component: str) -> dict[str, str]:
+    """The labels of every child of ``svc`` for ``component`` (``server`` or ``tuning``).
+
+    ``llmops.dev/llmservice`` names the service (it also groups Prometheus series),
+    ``llmops.dev/component`` tells the server pods from a tuning Job's; the
+    ``app.kubernetes.io/*`` set is the recommended one.
+    """
+    name = svc.metadata.name
+    return {
+        LABEL_SERVICE: name,
+        LABEL_COMPONENT: component,
+        LABEL_NAME: APP_NAME,
+        LABEL_INSTANCE: name,
+        LABEL_COMPONENT_K8S: component,
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_PART_OF: MANAGED_BY,
+    }
+
+
+def selector_labels(svc: LLMService, component: str = COMPONENT_SERVER) -> dict[str, str]:
+    """The labels that select the pods of one component (immutable on a Deployment)."""
+    return {LABEL_SERVICE: svc.metadata.name, LABEL_COMPONENT: component}
+
+
+def owner_reference(svc: LLMService) -> dict[str, Any] | None:
+    """The controller owner reference to ``svc``, or None while its uid is unknown
+    (``llm-operator render`` on a file that was never applied)."""
+    if not svc.metadata.uid:
+        return None
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": svc.metadata.name,
+        "uid": svc.metadata.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def spec_hash(obj: Mapping[str, Any]) -> str:
+    """A stable hash of a rendered object, ignoring its own spec-hash annotation.
+
+    Stable across processes and dict orders (canonical JSON, sorted keys), so the same
+    LLMService always renders to the same hash and the apply step can skip unchanged
+    children.
+    """
+    body = copy.deepcopy(dict(obj))
+    metadata = body.get("metadata", {})
+    annotations = metadata.get("annotations")
+    if annotations is not None:
+        annotations.pop(ANNOTATION_SPEC_HASH, None)
+        if not annotations:
+            del metadata["annotations"]  # absent and empty hash the same
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def _metadata(svc: LLMService, component: str) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": svc.metadata.name,
+        "namespace": svc.metadata.namespace,
+        "labels": labels_for(svc, component),
+    }
+    owner = owner_reference(svc)
+    if owner is not None:
+        meta["ownerReferences"] = [owner]
+    return meta
+
+
+def _with_spec_hash(obj: dict[str, Any]) -> dict[str, Any]:
+    obj["metadata"].setdefault("annotations", {})[ANNOTATION_SPEC_HASH] = spec_hash(obj)
+    return obj
+
+
+# --- vLLM arguments -------------------------------------------------------------------
+
+
+def _flag_name(arg: str) -> str:
+    """``--max_num_seqs=8`` -> ``--max-num-seqs`` (vLLM's parser accepts underscores)."""
+    flag = arg.split("=", 1)[0]
+    stripped = flag.lstrip("-")
+    return flag[: len(flag) - len(stripped)] + stripped.replace("_", "-")
+
+
+def managed_flag_errors(engine: EngineSpec) -> list[SpecError]:
+    """One :class:`SpecError` per extraArgs entry that sets a flag the operator manages."""
+    errors: list[SpecError] = []
+    for i, arg in enumerate(engine.extra_args):
+        if not arg.startswith("-"):
+            continue  # a value of the previous flag
+        flag = _flag_name(arg)
+        if flag in MANAGED_FLAGS:
+            errors.append(
+                SpecError(
+                    f"spec.engine.extraArgs[{i}]",
+                    f"sets {flag}, which the operator manages",
+                    f"remove it from extraArgs and set {MANAGED_FLAGS[flag]} instead",
+                )
+            )
+    return errors
+
+
+def model_source(spec: LLMServiceSpec) -> tuple[str, bool]:
+    """What vLLM's ``--model`` gets, and whether the model comes from a volume.
+
+    A hub model is its id (downloaded into the cache volume); a model on a PVC is the
+    path it is mounted at, served under ``spec.model.name``.
+    """
+    if spec.model.volume is not None:
+        return MODEL_MOUNT_PATH, True
+    return spec.model.name, False
+
+
+def _check_overrides(overrides: Mapping[str, int]) -> None:
+    for key, value in overrides.items():
+        if key not in OVERRIDABLE:
+            raise ValueError(
+                f"override {key!r} is not an engine setting the operator tunes; "
+                f"known: {', '.join(sorted(OVERRIDABLE))}"
+            )
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"override {key!r} must be a positive integer, got {value!r}")
+
+
+def effective_engine_value(
+    engine: EngineSpec, key: str, planned: int | None, overrides: Mapping[str, int] | None
+) -> tuple[int | None, str]:
+    """The value of an overridable engine setting and where it came from.
+
+    Precedence: the user's pin (``pinned``), then a tuned/adapted override
+    (``override``), then the plan (``planned``; None leaves vLLM's default).
+    """
+    pinned = getattr(engine, OVERRIDABLE[key])
+    if isinstance(pinned, int):
+        return pinned, "pinned"
+    if overrides and key in overrides:
+        return int(overrides[key]), "override"
+    return planned, "planned"
+
+
+def build_vllm_args(
+    svc: LLMService, plan: Plan, overrides: Mapping[str, int] | None = None
+) -> list[str]:
+    """The arguments of ``vllm serve`` (the vllm-openai image's entrypoint).
+
+    Order is fixed: model and endpoint, parallelism, memory, batching, numerics,
+    switches the user set, revision, then ``spec.engine.extraArgs`` verbatim and last.
+    ``overrides`` (e.g. ``{"maxNumSeqs": 48}`` from tuning) apply only where the user
+    left the field to ``auto``. Raises :class:`SpecErrors` when extraArgs set a flag the
+    operator manages, and ``ValueError`` on an unknown override key.
+    """
+    spec = svc.spec
+    engine = spec.engine
+    errors = managed_flag_errors(engine)
+    if errors:
+        raise SpecErrors(errors)
+    if overrides:
+        _check_overrides(overrides)
+
+    model, from_volume = model_source(spec)
+    args = [
+        "--model", model,
+        "--served-model-name", spec.model.name,
+        "--host", "0.0.0.0",
+        "--port", str(VLLM_PORT),
+        "--tensor-parallel-size", str(plan.tensor_parallel_size),
+    ]  # fmt: skip
+    if plan.pipeline_parallel_size > 1:
+        args += ["--pipeline-parallel-size", str(plan.pipeline_parallel_size)]
+    args += [
+        "--max-model-len", str(plan.max_model_len),
+        "--gpu-memory-utilization", f"{engine.gpu_memory_utilization:g}",
+    ]  # fmt: skip
+    max_num_seqs, _ = effective_engine_value(engine, "maxNumSeqs", plan.max_num_seqs, overrides)
+    args += ["--max-num-seqs", str(max_num_seqs)]
+    batched, _ = effective_engine_value(
+        engine, "maxNumBatchedTokens", plan.max_num_batched_tokens, overrides
+    )
+    if batched is not None:
+        args += ["--max-num-batched-tokens", str(batched)]
+    if engine.dtype != "auto":
+        args += ["--dtype", str(engine.dtype)]
+    if engine.kv_cache_dtype != "auto":
+        args += ["--kv-cache-dtype", str(engine.kv_cache_dtype)]
+    # fp8 weights are quantized on load when the checkpoint is not already fp8; AWQ and
+    # GPTQ checkpoints carry their quantization_config and vLLM detects it.
+    if spec.model.quantization == Quantization.FP8:
+        args += ["--quantization", "fp8"]
+    if engine.enable_chunked_prefill is not None:
+        args.append(
+            "--enable-chunked-prefill"
+            if engine.enable_chunked_prefill
+            else "--no-enable-chunked-prefill"
+        )
+    if engine.enable_prefix_caching is not None:
+        args.append(
+            "--enable-prefix-caching" if engine.enable_prefix_caching
+            else "--no-enable-prefix-caching"
+        )
+    # A revision selects a hub commit; a model on a volume is whatever the volume holds.
+    if spec.model.revision and not from_volume:
+        args += ["--revision", spec.model.revision]
+    args += list(engine.extra_args)
+    return args
+
+
+# --- pod pieces (shared with the tuning Job) -------------------------------------------
+
+
+def image_for(svc: LLMService, settings: Settings) -> str:
+    """``spec.image`` when the user set it, else the operator's default vLLM image."""
+    if "image" in svc.spec.model_fields_set:
+        return svc.spec.image
+    return settings.default_image
+
+
+def build_env(spec: LLMServiceSpec) -> list[dict[str, Any]]:
+    """Container environment: the Hugging Face token from its Secret, offline mode for a
+    model on a volume (nothing to download; fail fast instead of reaching the hub)."""
+    env: list[dict[str, Any]] = []
+    ref = spec.model.token_secret_ref
+    if ref is not None:
+        env.append(
+            {
+                "name": "HF_TOKEN",
+                "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}},
+            }
+        )
+    if spec.model.volume is not None:
+        env.append({"name": "HF_HUB_OFFLINE", "value": "1"})
+    return env
+
+
+def build_volumes(spec: LLMServiceSpec) -> list[dict[str, Any]]:
+    """Pod volumes: /dev/shm in memory (NCCL and vLLM's workers need more than the
+    container runtime's 64 MiB), the model cache, and the model's PVC if any."""
+    volumes: list[dict[str, Any]] = [
+        {
+            "name": VOLUME_SHM,
+            "emptyDir": {"medium": "Memory", "sizeLimit": spec.resources.shm_size},
+        }
+    ]
+    if spec.cache.claim_name:
+        volumes.append(
+            {"name": VOLUME_CACHE, "persistentVolumeClaim": {"claimName": spec.cache.claim_name}}
+        )
+    else:
+        volumes.append({"name": VOLUME_CACHE, "emptyDir": {"sizeLimit": spec.cache.size_limit}})
+    if spec.model.volume is not None:
+        volumes.append(
+            {
+                "name": VOLUME_MODEL,
+                "persistentVolumeClaim": {
+                    "claimName": spec.model.volume.claim_name,
+                    "readOnly": True,
+                },
+            }
+        )
+    return volumes
+
+
+def build_volume_mounts(spec: LLMServiceSpec) -> list[dict[str, Any]]:
+    """The vLLM container's mounts of :func:`build_volumes`."""
+    mounts: list[dict[str, Any]] = [
+        {"name": VOLUME_SHM, "mountPath": SHM_PATH},
+        {"name": VOLUME_CACHE, "mountPath": HF_CACHE_PATH},
+    ]
+    if spec.model.volume is not None:
+        mount: dict[str, Any] = {
+            "name": VOLUME_MODEL,
+            "mountPath": MODEL_MOUNT_PATH,
+            "readOnly": True,
+        }
+        if spec.model.volume.sub_path:
+            mount["subPath"] = spec.model.volume.sub_path
+        mounts.append(mount)
+    return mounts
+
+
+def build_resources(spec: LLMServiceSpec, plan: Plan) -> dict[str, Any]:
+    """Container resources: ``TP x PP`` GPUs of ``spec.gpus.resourceName`` (requests =
+    limits, as extended resources require), CPU and memory from ``spec.resources``.
+
+    CPU has a request only (a CPU limit throttles the tokenizer and scheduler threads);
+    memory has request = limit. Note that /dev/shm (a memory emptyDir) counts against
+    the memory limit.
+    """
+    gpus = str(plan.gpus_per_replica)
+    requests: dict[str, str] = {}
+    limits: dict[str, str] = {}
+    if spec.resources.cpu:
+        requests["cpu"] = spec.resources.cpu
+    if spec.resources.memory:
+        requests["memory"] = spec.resources.memory
+        limits["memory"] = spec.resources.memory
+    requests[spec.gpus.resource_name] = gpus
+    limits[spec.gpus.resource_name] = gpus
+    return {"requests": requests, "limits": limits}
+
+
+def gpu_product_label(spec: LLMServiceSpec) -> str | None:
+    """The ``nvidia.com/gpu.product`` node-label value for ``spec.gpus.product``.
+
+    The spec may name a GPU by an alias (``H100-SXM``); nodes carry the label value
+    NVIDIA's GPU feature discovery sets (``NVIDIA-H100-80GB-HBM3``), so a known product
+    is translated through the GPU table and an unknown one is used verbatim.
+    """
+    if not spec.gpus.product:
+        return None
+    facts = lookup_gpu(spec.gpus.product)
+    return facts.product if facts is not None else spec.gpus.product
+
+
+def scheduling_fields(spec: LLMServiceSpec) -> dict[str, Any]:
+    """Pod-spec fields that place the pod: nodeSelector (plus the GPU product label, see
+    :func:`gpu_product_label`, when ``spec.gpus.product`` is set and the user's selector
+    does not name it already), tolerations, affinity, priorityClassName."""
+    fields: dict[str, Any] = {}
+    node_selector = dict(spec.scheduling.node_selector)
+    product_label = gpu_product_label(spec)
+    if product_label and GPU_PRODUCT_LABEL not in node_selector:
+        node_selector[GPU_PRODUCT_LABEL] = product_label
+    if node_selector:
+        fields["nodeSelector"] = dict(sorted(node_selector.items()))
+    if spec.scheduling.tolerations:
+        fields["tolerations"] = copy.deepcopy(spec.scheduling.tolerations)
+    if spec.scheduling.affinity:
+        fields["affinity"] = copy.deepcopy(spec.scheduling.affinity)
+    if spec.scheduling.priority_class_name:
+        fields["priorityClassName"] = spec.scheduling.priority_class_name
+    return fields
+
+
+def startup_budget_seconds(plan: Plan) -> int:
+    """Seconds the startup probe allows for loading: see ``STARTUP_BASE_SECONDS``."""
+    return STARTUP_BASE_SECONDS + math.ceil(plan.weight_bytes / LOAD_BYTES_PER_SECOND)
+
+
+def build_probes(plan: Plan) -> dict[str, dict[str, Any]]:
+    """startupProbe (budget grows with the weights), readinessProbe and livenessProbe,
+    all on vLLM's ``/health`` (503 once the engine is dead, so liveness restarts it)."""
+
+    def http(period: int, timeout: int, failures: int) -> dict[str, Any]:
+        return {
+            "httpGet": {"path": HEALTH_PATH, "port": PORT_NAME},
+            "periodSeconds": period,
+            "timeoutSeconds": timeout,
+            "failureThreshold": failures,
+        }
+
+    startup_failures = math.ceil(startup_budget_seconds(plan) / STARTUP_PERIOD_SECONDS)
+    return {
+        "startupProbe": http(STARTUP_PERIOD_SECONDS, 5, startup_failures),
+        "readinessProbe": http(10, 5, 3),
+        # Generous: a busy engine can answer /health slowly; restart only after ~1 min.
+        "livenessProbe": http(15, 10, 4),
+    }
+
+
+def build_server_container(
+    svc: LLMService, plan: Plan, settings: Settings, overrides: Mapping[str, int] | None = None
+) -> dict[str, Any]:
+    """The vLLM container of the server pods (no ``command``: the image's entrypoint is
+    ``vllm serve``; :func:`build_vllm_args` gives its arguments)."""
+    container: dict[str, Any] = {
+        "name": CONTAINER_NAME,
+        "image": image_for(svc, settings),
+        "imagePullPolicy": "IfNotPresent",
+        "args": build_vllm_args(svc, plan, overrides),
+        "ports": [{"name": PORT_NAME, "containerPort": VLLM_PORT, "protocol": "TCP"}],
+    }
+    env = build_env(svc.spec)
+    if env:
+        container["env"] = env
+    container["resources"] = build_resources(svc.spec, plan)
+    container["volumeMounts"] = build_volume_mounts(svc.spec)
+    container.update(build_probes(plan))
+    return container
+
+
+# --- children --------------------------------------------------------------------------
+
+
+def build_deployment(
+    svc: LLMService, plan: Plan, settings: Settings, overrides: Mapping[str, int] | None = None
+) -> dict[str, Any]:
+    """The vLLM server Deployment of ``svc`` (``apps/v1``), with its spec-hash annotation."""
+    labels = labels_for(svc, COMPONENT_SERVER)
+    pod_spec: dict[str, Any] = {
+        "containers": [build_server_container(svc, plan, settings, overrides)],
+        "volumes": build_volumes(svc.spec),
+        # vLLM reads VLLM_PORT etc. from its environment; service links would inject
+        # VLLM_PORT=tcp://... for any Service named "vllm" in the namespace and crash it.
+        "enableServiceLinks": False,
+        # vLLM never calls the Kubernetes API.
+        "automountServiceAccountToken": False,
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+    }
+    pod_spec.update(scheduling_fields(svc.spec))
+    deployment: dict[str, Any] = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _metadata(svc, COMPONENT_SERVER),
+        "spec": {
+            "replicas": svc.spec.replicas,
+            "selector": {"matchLabels": selector_labels(svc)},
+            # GPUs are scarce: with the default maxSurge (25%, at least 1) the new pod
+            # waits Pending for a GPU that only the old pod frees, and the old pod is
+            # never removed because the new one never becomes available: a deadlock.
+            # maxSurge 0 / maxUnavailable 1 replaces one pod at a time in place. For one
+            # replica this is equivalent to Recreate; using one strategy type for every
+            # replica count means scaling 1 <-> 2 never has to switch the type (which a
+            # patch cannot do while the other type's fields remain).
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
+            },
+            "progressDeadlineSeconds": startup_budget_seconds(plan) + PROGRESS_MARGIN_SECONDS,
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": pod_spec,
+            },
+        },
+    }
+    return _with_spec_hash(deployment)
+
+
+def build_service(svc: LLMService) -> dict[str, Any]:
+    """The ClusterIP Service in front of the server pods: port 8000 named ``http``."""
+    service: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(svc, COMPONENT_SERVER),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector_labels(svc),
+            "ports": [
+                {
+                    "name": PORT_NAME,
+                    "port": VLLM_PORT,
+                    "targetPort": PORT_NAME,
+                    "protocol": "TCP",
+                }
+            ],
+        },
+    }
+    return _with_spec_hash(service)
+
+
+def prometheus_pod_label(label: str) -> str:
+    """The meta label Prometheus' Kubernetes discovery gives a pod label
+    (``llmops.dev/llmservice`` -> ``__meta_kubernetes_pod_label_llmops_dev_llmservice``)."""
+    sanitized = "".join(c if c.isascii() and (c.isalnum() or c == "_") else "_" for c in label)
+    return f"__meta_kubernetes_pod_label_{sanitized}"
+
+
+def build_pod_monitor(svc: LLMService, settings: Settings) -> dict[str, Any]:
+    """A PodMonitor (``monitoring.coreos.com/v1``) scraping ``/metrics`` on the server
+    pods, relabelled so every vLLM series carries the service name and namespace under
+    the labels the adaptation queries group by (``settings.prometheus_*_label``)."""
+    monitor: dict[str, Any] = {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PodMonitor",
+        "metadata": _metadata(svc, COMPONENT_SERVER),
+        "spec": {
+            "selector": {"matchLabels": selector_labels(svc)},
+            "podMetricsEndpoints": [
+                {
+                    "port": PORT_NAME,
+                    "path": METRICS_PATH,
+                    "relabelings": [
+                        {
+                            "action": "replace",
+                            "sourceLabels": [prometheus_pod_label(LABEL_SERVICE)],
+                            "targetLabel": settings.prometheus_service_label,
+                        },
+                        {
+                            "action": "replace",
+                            "sourceLabels": ["__meta_kubernetes_namespace"],
+                            "targetLabel": settings.prometheus_namespace_label,
+                        },
+                    ],
+                }
+            ],
+        },
+    }
+    return _with_spec_hash(monitor)
+
+
+def wants_pod_monitor(settings: Settings, discovered: bool | None) -> bool:
+    """Whether to render a PodMonitor: ``LLMOP_POD_MONITOR=enabled`` / ``disabled`` decide;
+    ``auto`` follows what the caller discovered (the cluster serves
+    ``monitoring.coreos.com``); nothing discovered means no PodMonitor."""
+    if settings.pod_monitor == "enabled":
+        return True
+    if settings.pod_monitor == "disabled":
+        return False
+    return bool(discovered)
+
+
+def render_all(
+    svc: LLMService,
+    plan: Plan,
+    settings: Settings,
+    *,
+    overrides: Mapping[str, int] | None = None,
+    pod_monitor: bool | None = None,
+) -> list[dict[str, Any]]:
+    """Every child of ``svc``: Deployment, Service and, when wanted (see
+    :func:`wants_pod_monitor`; ``pod_monitor`` is the caller's discovery result), a
+    PodMonitor. Pure and deterministic: the same inputs give the same objects."""
+    children = [build_deployment(svc, plan, settings, overrides), build_service(svc)]
+    if wants_pod_monitor(settings, pod_monitor):
+        children.append(build_pod_monitor(svc, settings))
+    return children
