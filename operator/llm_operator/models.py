@@ -182,6 +182,13 @@ class AdaptationSpec(_Model):
     max_max_num_seqs: AutoInt = "auto"
     max_step_percent: int = Field(default=50, ge=1, le=100)
 
+    @field_validator("max_max_num_seqs")
+    @classmethod
+    def _positive(cls, v: AutoInt) -> AutoInt:
+        if isinstance(v, int) and v < 1:
+            raise ValueError("must be at least 1 or 'auto'")
+        return v
+
 
 class CacheSpec(_Model):
     """Where the model's files are cached between pod restarts."""
