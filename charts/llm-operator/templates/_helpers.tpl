@@ -1,0 +1,82 @@
+{{/* Chart name, truncated to the 63 characters a label value allows. */}}
+{{- define "llm-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Full name: release-chart, or the release name when it already contains the chart name. */}}
+{{- define "llm-operator.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "llm-operator.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Selector labels: stable across upgrades (never add the version here). */}}
+{{- define "llm-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "llm-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end -}}
+
+{{- define "llm-operator.labels" -}}
+helm.sh/chart: {{ include "llm-operator.chart" . }}
+{{ include "llm-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: llm-operator
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* metadata.annotations block at indent 2, with its own leading newline (empty when none). */}}
+{{- define "llm-operator.annotations" -}}
+{{- with .Values.commonAnnotations }}
+  annotations:
+    {{- toYaml . | nindent 4 }}
+{{- end }}
+{{- end -}}
+
+{{- define "llm-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "llm-operator.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The operator image reference: registry/repository@digest or :tag (appVersion by default). */}}
+{{- define "llm-operator.image" -}}
+{{- $repo := .Values.image.repository -}}
+{{- if .Values.image.registry -}}
+{{- $repo = printf "%s/%s" .Values.image.registry .Values.image.repository -}}
+{{- end -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" $repo .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $repo (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Cross-value checks the JSON schema cannot express; each names the values and the fix. */}}
+{{- define "llm-operator.validate" -}}
+{{- if and (gt (int .Values.replicaCount) 1) (not .Values.peering.enabled) -}}
+{{- fail (printf "replicaCount=%d needs peering.enabled=true: without kopf peering several operator pods would handle the same LLMServices at once; fix: set peering.enabled=true or replicaCount=1" (int .Values.replicaCount)) -}}
+{{- end -}}
+{{- if and .Values.metrics.enabled .Values.health.livenessProbe.enabled (eq (int .Values.metrics.port) (int .Values.health.port)) -}}
+{{- fail (printf "metrics.port and health.port are both %d: the metrics server and kopf's health endpoint cannot share a port; fix: give health.port another value" (int .Values.health.port)) -}}
+{{- end -}}
+{{- if and .Values.metrics.serviceMonitor.enabled (not .Values.metrics.enabled) -}}
+{{- fail "metrics.serviceMonitor.enabled=true needs metrics.enabled=true (there is no metrics Service to scrape); fix: set metrics.enabled=true or metrics.serviceMonitor.enabled=false" -}}
+{{- end -}}
+{{- end -}}
