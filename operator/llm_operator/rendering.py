@@ -8,8 +8,13 @@ globals. Labels, annotations and owner references are set inside, so what
 Children:
 
 - :func:`build_deployment`: the vLLM server pods (image entrypoint ``vllm serve``,
-  arguments from :func:`build_vllm_args`).
-- :func:`build_service`: ClusterIP on port 8000 named ``http``.
+  arguments from :func:`build_vllm_args`), when one replica fits one node.
+- :func:`build_leader_worker_set`: instead of the Deployment when the plan spreads one
+  replica over several nodes (pipeline stages across nodes): a
+  ``leaderworkerset.x-k8s.io/v1`` LeaderWorkerSet whose group is one replica, a leader
+  pod (Ray head + ``vllm serve``) and one worker pod (Ray worker) per further node.
+- :func:`build_service`: ClusterIP on port 8000 named ``http`` (leader pods only for a
+  LeaderWorkerSet: workers serve nothing).
 - :func:`build_pod_monitor`: a ``monitoring.coreos.com/v1`` PodMonitor, only when the
   Prometheus Operator is there (see :func:`render_all`).
 
@@ -39,6 +44,7 @@ from .constants import (
     ANNOTATION_SPEC_HASH,
     API_VERSION,
     APP_NAME,
+    GROUP,
     KIND,
     LABEL_COMPONENT,
     LABEL_COMPONENT_K8S,
@@ -90,6 +96,67 @@ STARTUP_PERIOD_SECONDS = 10
 PROGRESS_MARGIN_SECONDS = 600
 # vLLM finishes in-flight requests on SIGTERM; a minute covers a long generation.
 TERMINATION_GRACE_SECONDS = 60
+
+# --- multi-node replicas (LeaderWorkerSet) ---
+# One replica on several nodes runs as one LeaderWorkerSet group, the way vLLM documents
+# it (docs.vllm.ai deployment/frameworks/lws and examples/online_serving/
+# multi-node-serving.sh): the leader starts a Ray head and, once every node of the group
+# has joined, runs ``vllm serve`` with the Ray executor; each worker joins the head.
+LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
+LWS_KIND = "LeaderWorkerSet"
+# The LeaderWorkerSet may not share the Service's name: LWS creates a headless Service
+# named after the LeaderWorkerSet (pod DNS ``<lws>-<group>.<lws>.<namespace>``, the value
+# of LWS_LEADER_ADDRESS) only if no Service of that name exists, so the ClusterIP Service
+# named after the LLMService would silently take its place and workers could never
+# resolve the leader.
+LWS_NAME_SUFFIX = "-lws"
+# StatefulSet pods carry ``controller-revision-hash: <statefulset>-<hash of <= 10
+# chars>``, a label value of at most 63 characters; LWS names its worker StatefulSets
+# ``<lws>-<group index>``, so that name must fit 52 characters.
+STATEFULSET_NAME_MAX = 52
+# Our own role label (the Service and the PodMonitor select the leader by it). LWS itself
+# labels every pod ``leaderworkerset.sigs.k8s.io/worker-index`` ("0" on the leader), but
+# only at admission, so it is not on the templates we render and check.
+LABEL_ROLE = f"{GROUP}/role"
+ROLE_LEADER = "leader"
+ROLE_WORKER = "worker"
+LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+RAY_PORT = 6379  # the Ray head's GCS port (Ray's default)
+# How long the leader waits for every worker to join its Ray cluster before it gives up
+# (the container exits, and LWS recreates the whole group); the leader's startup probe
+# allows this on top of the loading budget. Workers may need an image pull on their node.
+RAY_JOIN_TIMEOUT_SECONDS = 600
+# Only shell variables (``${VAR}``) and ``"$@"``: Kubernetes rewrites ``$(VAR)`` and
+# ``$$`` in command and args, so neither may appear. LWS injects LWS_LEADER_ADDRESS and
+# LWS_GROUP_SIZE into every container; the leader's ``vllm serve`` arguments arrive as
+# the positional parameters (``sh -c SCRIPT NAME ARGS...``), so no argument is ever
+# re-parsed by the shell. ``exec`` makes vllm / ray PID 1, so they receive SIGTERM.
+RAY_WAIT_FOR_NODES = f"""import os, sys, time
+import ray
+want = int(os.environ["LWS_GROUP_SIZE"])
+ray.init(address="auto")
+deadline = time.monotonic() + {RAY_JOIN_TIMEOUT_SECONDS}
+while True:
+    alive = sum(1 for node in ray.nodes() if node["Alive"])
+    print(f"Ray nodes alive: {{alive}}/{{want}}", flush=True)
+    if alive >= want:
+        break
+    if time.monotonic() > deadline:
+        sys.exit(f"Gave up after {RAY_JOIN_TIMEOUT_SECONDS} s waiting for {{want}} Ray nodes")
+    time.sleep(5)
+"""
+LEADER_SCRIPT = f"""set -e
+ray start --head --port={RAY_PORT} --disable-usage-stats
+python3 -c '{RAY_WAIT_FOR_NODES}'
+exec vllm serve "$@"
+"""
+WORKER_SCRIPT = f"""head="${{LWS_LEADER_ADDRESS}}:{RAY_PORT}"
+until ray health-check --address="${{head}}" >/dev/null 2>&1; do
+  echo "Waiting for the Ray head at ${{head}}"
+  sleep 5
+done
+exec ray start --address="${{head}}" --block --disable-usage-stats
+"""
 
 # Engine settings that tuning (issue 3) and adaptation move, by their spec name.
 # They apply only where the user left the field to "auto": a pin always wins.
@@ -408,15 +475,19 @@ def build_volume_mounts(spec: LLMServiceSpec) -> list[dict[str, Any]]:
     return mounts
 
 
-def build_resources(spec: LLMServiceSpec, plan: Plan) -> dict[str, Any]:
+def build_resources(
+    spec: LLMServiceSpec, plan: Plan, gpus_per_pod: int | None = None
+) -> dict[str, Any]:
     """Container resources: ``TP x PP`` GPUs of ``spec.gpus.resourceName`` (requests =
     limits, as extended resources require), CPU and memory from ``spec.resources``.
+    ``gpus_per_pod`` replaces ``TP x PP`` for a pod holding one node's share of a
+    multi-node replica (see :func:`gpus_per_pod`).
 
     CPU has a request only (a CPU limit throttles the tokenizer and scheduler threads);
     memory has request = limit. Note that /dev/shm (a memory emptyDir) counts against
     the memory limit.
     """
-    gpus = str(plan.gpus_per_replica)
+    gpus = str(plan.gpus_per_replica if gpus_per_pod is None else gpus_per_pod)
     requests: dict[str, str] = {}
     limits: dict[str, str] = {}
     if spec.resources.cpu:
@@ -467,8 +538,9 @@ def startup_budget_seconds(plan: Plan) -> int:
     return STARTUP_BASE_SECONDS + math.ceil(plan.weight_bytes / LOAD_BYTES_PER_SECOND)
 
 
-def build_probes(plan: Plan) -> dict[str, dict[str, Any]]:
-    """startupProbe (budget grows with the weights), readinessProbe and livenessProbe,
+def build_probes(plan: Plan, extra_startup_seconds: int = 0) -> dict[str, dict[str, Any]]:
+    """startupProbe (budget grows with the weights, plus ``extra_startup_seconds`` for
+    anything the container does before vLLM starts), readinessProbe and livenessProbe,
     all on vLLM's ``/health`` (503 once the engine is dead, so liveness restarts it)."""
 
     def http(period: int, timeout: int, failures: int) -> dict[str, Any]:
@@ -479,7 +551,8 @@ def build_probes(plan: Plan) -> dict[str, dict[str, Any]]:
             "failureThreshold": failures,
         }
 
-    startup_failures = math.ceil(startup_budget_seconds(plan) / STARTUP_PERIOD_SECONDS)
+    startup_seconds = startup_budget_seconds(plan) + extra_startup_seconds
+    startup_failures = math.ceil(startup_seconds / STARTUP_PERIOD_SECONDS)
     return {
         "startupProbe": http(STARTUP_PERIOD_SECONDS, 5, startup_failures),
         "readinessProbe": http(10, 5, 3),
@@ -509,16 +582,10 @@ def build_server_container(
     return container
 
 
-# --- children --------------------------------------------------------------------------
-
-
-def build_deployment(
-    svc: LLMService, plan: Plan, settings: Settings, overrides: Mapping[str, int] | None = None
-) -> dict[str, Any]:
-    """The vLLM server Deployment of ``svc`` (``apps/v1``), with its spec-hash annotation."""
-    labels = labels_for(svc, COMPONENT_SERVER)
+def _server_pod_spec(svc: LLMService, container: dict[str, Any]) -> dict[str, Any]:
+    """The pod spec around one server container (Deployment pods, LWS leader and worker)."""
     pod_spec: dict[str, Any] = {
-        "containers": [build_server_container(svc, plan, settings, overrides)],
+        "containers": [container],
         "volumes": build_volumes(svc.spec),
         # vLLM reads VLLM_PORT etc. from its environment; service links would inject
         # VLLM_PORT=tcp://... for any Service named "vllm" in the namespace and crash it.
@@ -528,6 +595,18 @@ def build_deployment(
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
     }
     pod_spec.update(scheduling_fields(svc.spec))
+    return pod_spec
+
+
+# --- children --------------------------------------------------------------------------
+
+
+def build_deployment(
+    svc: LLMService, plan: Plan, settings: Settings, overrides: Mapping[str, int] | None = None
+) -> dict[str, Any]:
+    """The vLLM server Deployment of ``svc`` (``apps/v1``), with its spec-hash annotation."""
+    labels = labels_for(svc, COMPONENT_SERVER)
+    pod_spec = _server_pod_spec(svc, build_server_container(svc, plan, settings, overrides))
     deployment: dict[str, Any] = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -556,15 +635,148 @@ def build_deployment(
     return _with_spec_hash(deployment)
 
 
-def build_service(svc: LLMService) -> dict[str, Any]:
-    """The ClusterIP Service in front of the server pods: port 8000 named ``http``."""
+def is_multi_node(plan: Plan) -> bool:
+    """Whether one replica spans nodes (then it runs as a LeaderWorkerSet)."""
+    return plan.nodes_per_replica > 1
+
+
+def leader_worker_set_name(svc: LLMService) -> str:
+    """The LeaderWorkerSet's name: not the Service's (see ``LWS_NAME_SUFFIX``)."""
+    return f"{svc.metadata.name}{LWS_NAME_SUFFIX}"
+
+
+def gpus_per_pod(plan: Plan) -> int:
+    """GPUs each pod of a multi-node replica requests: the replica's ``TP x PP`` GPUs
+    shared over its nodes. Rounded up when they do not divide evenly (every pod of the
+    group has the same size, so Ray then leaves a GPU or so of the last node idle)."""
+    return math.ceil(plan.gpus_per_replica / plan.nodes_per_replica)
+
+
+def serving_selector(svc: LLMService, leaders_only: bool = False) -> dict[str, str]:
+    """The labels of the pods that serve HTTP on port 8000: every server pod of a
+    Deployment; only the leaders of a LeaderWorkerSet (``leaders_only``)."""
+    selector = selector_labels(svc)
+    if leaders_only:
+        selector[LABEL_ROLE] = ROLE_LEADER
+    return selector
+
+
+def _lws_name_errors(svc: LLMService) -> list[SpecError]:
+    name = leader_worker_set_name(svc)
+    last_group = f"-{max(svc.spec.replicas - 1, 0)}"
+    longest = len(name) + len(last_group)
+    if longest <= STATEFULSET_NAME_MAX:
+        return []
+    limit = len(svc.metadata.name) - (longest - STATEFULSET_NAME_MAX)
+    return [
+        SpecError(
+            "metadata.name",
+            f"is too long for a replica spread over nodes: it runs as LeaderWorkerSet "
+            f"{name!r}, whose worker StatefulSets ({name}{last_group}) must fit "
+            f"{STATEFULSET_NAME_MAX} characters",
+            f"use a name of at most {limit} characters",
+        )
+    ]
+
+
+def build_leader_worker_set(
+    svc: LLMService, plan: Plan, settings: Settings, overrides: Mapping[str, int] | None = None
+) -> dict[str, Any]:
+    """The vLLM server of ``svc`` as a LeaderWorkerSet (``leaderworkerset.x-k8s.io/v1``),
+    for a plan whose replica spans ``plan.nodes_per_replica`` nodes.
+
+    One group per replica (``replicas`` = ``spec.replicas``, ``size`` = nodes per replica).
+    The leader pod starts a Ray head, waits until all ``size`` nodes have joined (at most
+    ``RAY_JOIN_TIMEOUT_SECONDS``) and then runs ``vllm serve`` with the arguments of
+    :func:`build_vllm_args` plus ``--distributed-executor-backend ray``: vLLM places its
+    TP x PP workers over the Ray cluster. Each worker pod joins the head at
+    ``$LWS_LEADER_ADDRESS``. Every pod requests one node's share of the GPUs
+    (:func:`gpus_per_pod`) and holds the same model source, cache and scheduling as a
+    Deployment pod (each node loads its own pipeline stage's weights). Only the leader
+    serves port 8000 and has probes; it carries ``llmops.dev/role: leader``, which the
+    Service and the PodMonitor select.
+
+    Raises :class:`SpecErrors` when ``metadata.name`` is too long for the names LWS
+    derives from it, or (as :func:`build_vllm_args` does) for managed flags in extraArgs.
+    """
+    errors = _lws_name_errors(svc)
+    if errors:
+        raise SpecErrors(errors)
+    spec = svc.spec
+    image = image_for(svc, settings)
+    per_pod = gpus_per_pod(plan)
+    env = build_env(spec)
+
+    leader: dict[str, Any] = {
+        "name": CONTAINER_NAME,
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        # sh -c SCRIPT $0 "$@": the vLLM arguments stay a list, never re-split by a shell.
+        "command": ["/bin/sh", "-c", LEADER_SCRIPT, "vllm-leader"],
+        # Appended after extraArgs so that the Ray executor always wins (argparse keeps
+        # the last): the multiprocessing executor cannot reach other nodes.
+        "args": [*build_vllm_args(svc, plan, overrides), "--distributed-executor-backend", "ray"],
+        "ports": [{"name": PORT_NAME, "containerPort": VLLM_PORT, "protocol": "TCP"}],
+    }
+    worker: dict[str, Any] = {
+        "name": CONTAINER_NAME,
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["/bin/sh", "-c", WORKER_SCRIPT],
+    }
+    for container in (leader, worker):
+        if env:
+            container["env"] = copy.deepcopy(env)
+        container["resources"] = build_resources(spec, plan, per_pod)
+        container["volumeMounts"] = build_volume_mounts(spec)
+    # The leader's startup includes waiting for the workers to join.
+    leader.update(build_probes(plan, extra_startup_seconds=RAY_JOIN_TIMEOUT_SECONDS))
+
+    def template(role: str, container: dict[str, Any]) -> dict[str, Any]:
+        labels = {**labels_for(svc, COMPONENT_SERVER), LABEL_ROLE: role}
+        return {"metadata": {"labels": labels}, "spec": _server_pod_spec(svc, container)}
+
+    metadata = _metadata(svc, COMPONENT_SERVER)
+    metadata["name"] = leader_worker_set_name(svc)
+    lws: dict[str, Any] = {
+        "apiVersion": LWS_API_VERSION,
+        "kind": LWS_KIND,
+        "metadata": metadata,
+        "spec": {
+            "replicas": spec.replicas,
+            # LeaderCreated: the workers start with the leader. LeaderReady would wait for
+            # a leader that only becomes ready once the workers have joined: a deadlock.
+            "startupPolicy": "LeaderCreated",
+            # As for the Deployment: replace one group at a time in place, never needing
+            # a spare group's worth of GPUs (maxSurge 0; maxUnavailable may not be 0 too).
+            "rolloutStrategy": {
+                "type": "RollingUpdate",
+                "rollingUpdateConfiguration": {"maxUnavailable": 1, "maxSurge": 0},
+            },
+            "leaderWorkerTemplate": {
+                "size": plan.nodes_per_replica,
+                # A Ray cluster does not survive losing a member: if any pod or container
+                # of the group restarts, recreate the whole group.
+                "restartPolicy": "RecreateGroupOnPodRestart",
+                "leaderTemplate": template(ROLE_LEADER, leader),
+                "workerTemplate": template(ROLE_WORKER, worker),
+            },
+        },
+    }
+    return _with_spec_hash(lws)
+
+
+def build_service(svc: LLMService, *, leaders_only: bool = False) -> dict[str, Any]:
+    """The ClusterIP Service in front of the server pods: port 8000 named ``http``.
+    ``leaders_only`` for a LeaderWorkerSet: only its leaders serve (see
+    :func:`serving_selector`)."""
     service: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": _metadata(svc, COMPONENT_SERVER),
         "spec": {
             "type": "ClusterIP",
-            "selector": selector_labels(svc),
+            "selector": serving_selector(svc, leaders_only),
             "ports": [
                 {
                     "name": PORT_NAME,
@@ -585,16 +797,20 @@ def prometheus_pod_label(label: str) -> str:
     return f"__meta_kubernetes_pod_label_{sanitized}"
 
 
-def build_pod_monitor(svc: LLMService, settings: Settings) -> dict[str, Any]:
+def build_pod_monitor(
+    svc: LLMService, settings: Settings, *, leaders_only: bool = False
+) -> dict[str, Any]:
     """A PodMonitor (``monitoring.coreos.com/v1``) scraping ``/metrics`` on the server
     pods, relabelled so every vLLM series carries the service name and namespace under
-    the labels the adaptation queries group by (``settings.prometheus_*_label``)."""
+    the labels the adaptation queries group by (``settings.prometheus_*_label``).
+    ``leaders_only`` for a LeaderWorkerSet: its workers run only Ray, no vLLM server,
+    and serve no ``/metrics`` (the leader's engine reports for the whole replica)."""
     monitor: dict[str, Any] = {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PodMonitor",
         "metadata": _metadata(svc, COMPONENT_SERVER),
         "spec": {
-            "selector": {"matchLabels": selector_labels(svc)},
+            "selector": {"matchLabels": serving_selector(svc, leaders_only)},
             "podMetricsEndpoints": [
                 {
                     "port": PORT_NAME,
@@ -637,10 +853,21 @@ def render_all(
     overrides: Mapping[str, int] | None = None,
     pod_monitor: bool | None = None,
 ) -> list[dict[str, Any]]:
-    """Every child of ``svc``: Deployment, Service and, when wanted (see
+    """Every child of ``svc``: the server workload (a Deployment, or a LeaderWorkerSet when
+    one replica spans nodes: :func:`is_multi_node`), the Service and, when wanted (see
     :func:`wants_pod_monitor`; ``pod_monitor`` is the caller's discovery result), a
-    PodMonitor. Pure and deterministic: the same inputs give the same objects."""
-    children = [build_deployment(svc, plan, settings, overrides), build_service(svc)]
+    PodMonitor. Pure and deterministic: the same inputs give the same objects.
+
+    The workload kind follows the plan, so a plan that changes its node count switches
+    kind: the apply step must then delete the other kind's object (its name differs).
+    """
+    multi = is_multi_node(plan)
+    workload = (
+        build_leader_worker_set(svc, plan, settings, overrides)
+        if multi
+        else build_deployment(svc, plan, settings, overrides)
+    )
+    children = [workload, build_service(svc, leaders_only=multi)]
     if wants_pod_monitor(settings, pod_monitor):
-        children.append(build_pod_monitor(svc, settings))
+        children.append(build_pod_monitor(svc, settings, leaders_only=multi))
     return children
