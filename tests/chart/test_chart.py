@@ -72,6 +72,9 @@ OPERATOR_RULES: dict[tuple[str, str], set[str]] = {
     ("llmops.dev", "llmservices/finalizers"): {"update"},
     ("apps", "deployments"): {"create", "get", "list", "watch", "patch", "update", "delete"},
     ("", "services"): {"create", "get", "list", "watch", "patch", "update", "delete"},
+    ("leaderworkerset.x-k8s.io", "leaderworkersets"): {
+        "create", "get", "list", "watch", "patch", "update", "delete",
+    },
     ("batch", "jobs"): {"create", "get", "list", "watch", "patch", "update", "delete"},
     ("", "pods"): {"get", "list", "watch"},
     ("", "events"): {"create", "patch"},
