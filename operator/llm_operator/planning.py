@@ -3,17 +3,121 @@
 Every number carries the formula and inputs that produced it, so
 ``llm-operator plan`` can explain itself.
 
-STUB: the interface is fixed here; the body is being written (issue 2).
+How the plan is reached (one replica):
+
+1. **Facts.** The model from :mod:`~llm_operator.catalog` (or ``spec.model.architecture``),
+   the GPU from the product table (or ``spec.gpus.memoryGib``, which wins).
+2. **Bytes.** Weights = parameters x bytes per parameter (dtype; fp8 = 1 byte, AWQ/GPTQ
+   4-bit = 0.5 byte + group scales; embeddings stay in the activation dtype).
+   KV bytes per token per GPU = 2 (K and V) x ceil(layers / PP) x ceil(kv_heads / TP) x
+   head_dim x kv_bytes: vLLM shards KV heads over TP ranks and replicates them when TP
+   exceeds the KV heads; each pipeline stage holds only its layers.
+3. **Usable memory per GPU** = memory x gpuMemoryUtilization - a fixed overhead
+   (:data:`OVERHEAD_BYTES_PER_GPU`) for what vLLM's startup profile finds besides the
+   weights: activation peak, CUDA graphs, NCCL and cuBLAS buffers.
+4. **Parallelism.** Candidates (TP, PP) in order of GPUs: TP divides the attention heads
+   and (vLLM's rule) the KV heads divide TP or TP divides the KV heads; TP at most
+   ``spec.gpus.perNode``; beyond one node, pipeline stages across nodes. A candidate
+   *fits* when weights/(TP x PP) leave room for one full sequence of KV (the pinned
+   maxModelLen, else one request of the workload); it is *ideal* when the room holds the
+   workload's concurrency (per replica) x (input + output) tokens. The first ideal
+   candidate on no more nodes than the first fitting one wins, else the first fitting.
+5. **Capacity.** KV token capacity = whole 16-token blocks in (usable - weights per GPU),
+   as vLLM counts it; requests use all but one (vLLM's null block). max-num-seqs =
+   those blocks / blocks per request, capped by vLLM's own
+   default (see :func:`vllm_default_max_num_seqs`); maxModelLen = the model's context,
+   lowered (with a warning) when one such sequence would not fit.
+
+Sliding-window layers (Gemma 2, Mistral v0.1) are counted as full attention: the plan
+is conservative for them. User pins always win, but are validated.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
 
-from .models import LLMServiceSpec
+from .catalog import (
+    GPUFacts,
+    ModelFacts,
+    facts_from_architecture,
+    featured_models,
+    gpu_products,
+    lookup_gpu,
+    lookup_model,
+    model_names,
+)
+from .constants import GIB
+from .errors import SpecError, SpecErrors
+from .models import EngineSpec, LLMService, LLMServiceSpec, Quantization
 
+# --------------------------------------------------------------------------- constants
+
+BLOCK_SIZE = 16  # vLLM's default KV block (CacheConfig.DEFAULT_BLOCK_SIZE)
+# vLLM's BlockPool holds one "null" block back for good; requests use the rest
+# (vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory, vLLM 0.32.0).
+NULL_BLOCKS = 1
+
+# What vLLM's memory profile finds on each GPU besides the weights and the KV cache:
+# activation peak at the default max-num-batched-tokens, CUDA graphs, NCCL and cuBLAS
+# workspaces. vLLM logs 1-4 GiB for 1B-70B models; 3 GiB is a middle estimate.
+OVERHEAD_BYTES_PER_GPU = 3 * GIB
+
+DTYPE_BYTES: dict[str, int] = {
+    "float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2,
+}
+
+# Quantized linear weights, bytes per parameter. AWQ/GPTQ 4-bit: half a byte plus, per
+# group of 128 weights, a 16-bit scale and a 4-bit zero point (2.5 bytes / 128).
+QUANT_BYTES_PER_PARAM: dict[Quantization, float] = {
+    Quantization.FP8: 1.0,
+    Quantization.AWQ: 0.5 + 2.5 / 128,
+    Quantization.GPTQ: 0.5 + 2.5 / 128,
+}
+
+# vLLM flags the operator manages, with the spec field that sets them instead. One
+# place for the planner's checks and the renderer. Flags in UNPINNABLE_FLAGS are
+# always rejected in extraArgs (the operator owns them outright).
+MANAGED_FLAGS: dict[str, str] = {
+    "--model": "spec.model.name (or spec.model.volume)",
+    "--served-model-name": "spec.model.name",
+    "--host": "nothing: the operator serves on 0.0.0.0",
+    "--port": "nothing: the operator serves on port 8000",
+    "--revision": "spec.model.revision",
+    "--tensor-parallel-size": "spec.engine.tensorParallelSize",
+    "-tp": "spec.engine.tensorParallelSize",
+    "--pipeline-parallel-size": "spec.engine.pipelineParallelSize",
+    "-pp": "spec.engine.pipelineParallelSize",
+    "--max-model-len": "spec.engine.maxModelLen",
+    "--gpu-memory-utilization": "spec.engine.gpuMemoryUtilization",
+    "--max-num-seqs": "spec.engine.maxNumSeqs",
+    "--max-num-batched-tokens": "spec.engine.maxNumBatchedTokens",
+    "--dtype": "spec.engine.dtype",
+    "--kv-cache-dtype": "spec.engine.kvCacheDtype",
+    "--quantization": "spec.model.quantization",
+    "-q": "spec.model.quantization",
+    "--enable-chunked-prefill": "spec.engine.enableChunkedPrefill",
+    "--no-enable-chunked-prefill": "spec.engine.enableChunkedPrefill",
+    "--enable-prefix-caching": "spec.engine.enablePrefixCaching",
+    "--no-enable-prefix-caching": "spec.engine.enablePrefixCaching",
+}
+UNPINNABLE_FLAGS = frozenset({"--model", "--served-model-name", "--host", "--port"})
+
+VLLM_BATCH_DEFAULTS_SOURCE = (
+    "vLLM EngineArgs.get_batch_defaults (vllm/engine/arg_utils.py, read in vLLM 0.32.0): "
+    "OpenAI server default max_num_seqs = 1024 on GPUs with >= 160 GiB, or >= 70 GiB "
+    "and not an A100; 256 otherwise"
+)
+
+
+# --------------------------------------------------------------------------- types
 
 class Explained(BaseModel):
     """One planned number with how it was reached."""
@@ -24,6 +128,7 @@ class Explained(BaseModel):
     formula: str  # human-readable, e.g. "2 x layers x ceil(kv_heads/TP) x head_dim x bytes"
     inputs: dict[str, Any] = Field(default_factory=dict)
     source: str = "planned"  # "planned" | "pinned" (user) | "tuned" | "adapted"
+    unit: str = ""  # "bytes", "tokens", "GPUs", ... (for display)
 
 
 class Plan(BaseModel):
@@ -47,9 +152,695 @@ class Plan(BaseModel):
     max_num_batched_tokens: int | None  # None: leave vLLM's default
     explanations: list[Explained]
     warnings: list[str] = Field(default_factory=list)
+    # Added by the planner (all additive, with defaults):
+    kv_cache_dtype: str = "auto"  # vLLM --kv-cache-dtype value
+    usable_bytes_per_gpu: int = 0  # memory x utilization - overhead
+    kv_budget_bytes_per_gpu: int = 0  # usable - weights per GPU
+    block_size: int = BLOCK_SIZE
+    tokens_per_request: int = 0  # workload input + output
+    memory_max_num_seqs: int = 0  # what memory supports, before vLLM's cap
+    max_num_seqs_cap: int = 0  # vLLM's own default max_num_seqs for this GPU
 
+
+# --------------------------------------------------------------------------- pure formulas
+
+def kv_token_capacity(kv_budget_bytes: int, kv_bytes_per_token: int,
+                      block_size: int = BLOCK_SIZE) -> int:
+    """Tokens of KV cache that fit a byte budget, in whole blocks as vLLM allocates them.
+
+    ``floor(budget / (block_size x bytes_per_token)) x block_size``; this is the
+    "KV cache size: N tokens" vLLM logs (for a maxModelLen that is a multiple of the
+    block size). Example: the tiny test Llama (2 layers, 2 KV heads, head_dim 32, bf16:
+    512 bytes/token) with ``--kv-cache-memory-bytes 2097152`` holds 4,096 tokens.
+    """
+    if kv_budget_bytes <= 0 or kv_bytes_per_token <= 0:
+        return 0
+    return (kv_budget_bytes // (block_size * kv_bytes_per_token)) * block_size
+
+
+def kv_request_tokens(kv_budget_bytes: int, kv_bytes_per_token: int,
+                      block_size: int = BLOCK_SIZE) -> int:
+    """Tokens requests can actually use: the capacity less vLLM's null block.
+
+    This bounds the longest sequence (vLLM refuses a maxModelLen above it) and the
+    number of concurrent requests. The tiny test Llama with 2,097,152 bytes in 128-token
+    CPU blocks: 32 blocks, 31 usable = 3,968 tokens, the "estimated maximum model length"
+    vLLM reports when asked for 4,096.
+    """
+    capacity = kv_token_capacity(kv_budget_bytes, kv_bytes_per_token, block_size)
+    return max(0, capacity - NULL_BLOCKS * block_size)
+
+
+def kv_bytes_per_token(facts: ModelFacts, tp: int, pp: int, kv_dtype_bytes: int) -> int:
+    """KV bytes one token takes on one GPU:
+    2 x ceil(layers / PP) x ceil(kv_heads / TP) x head_dim x kv_dtype_bytes."""
+    return (2 * math.ceil(facts.num_layers / pp) * math.ceil(facts.num_key_value_heads / tp)
+            * facts.head_dim * kv_dtype_bytes)
+
+
+def serving_dtype(facts: ModelFacts, engine: EngineSpec) -> str:
+    """The dtype vLLM computes in: the pinned one, else the checkpoint's, with float32
+    checkpoints served in bfloat16 as vLLM does under ``--dtype auto``."""
+    if engine.dtype != "auto":
+        return str(engine.dtype)
+    return "bfloat16" if facts.dtype in ("float32", "float") else facts.dtype
+
+
+def kv_dtype_bytes(engine: EngineSpec, dtype_bytes: int) -> int:
+    """Bytes per KV element: 1 for an fp8 KV cache, else the serving dtype's."""
+    return 1 if str(engine.kv_cache_dtype).startswith("fp8") else dtype_bytes
+
+
+def weight_bytes(facts: ModelFacts, dtype_bytes: int, quantization: Quantization) -> int:
+    """Bytes of the whole model's weights. Quantized: linear layers at the quantized
+    size, embeddings and LM head kept in the serving dtype (as vLLM loads them)."""
+    if quantization == Quantization.NONE:
+        return math.ceil(facts.parameters * dtype_bytes)
+    embed = min(facts.embedding_parameters, int(facts.parameters))
+    linear = facts.parameters - embed
+    return math.ceil(linear * QUANT_BYTES_PER_PARAM[quantization] + embed * dtype_bytes)
+
+
+def valid_tensor_parallel_sizes(facts: ModelFacts, limit: int) -> list[int]:
+    """TP sizes vLLM accepts for this model, up to ``limit``: TP divides the attention
+    heads, and the KV heads divide TP or TP divides the KV heads."""
+    heads, kv = facts.num_attention_heads, facts.num_key_value_heads
+    return [t for t in range(1, limit + 1)
+            if heads % t == 0 and (kv % t == 0 or t % kv == 0)]
+
+
+def vllm_default_max_num_seqs(gpu: GPUFacts) -> int:
+    """vLLM's own default ``--max-num-seqs`` for the OpenAI server on this GPU (see
+    :data:`VLLM_BATCH_DEFAULTS_SOURCE`): the planner never goes above it."""
+    name = f"{gpu.product} {gpu.name}".lower()
+    if gpu.memory_bytes >= 160 * GIB or (gpu.memory_bytes >= 70 * GIB and "a100" not in name):
+        return 1024
+    return 256
+
+
+def usable_bytes_per_gpu(gpu: GPUFacts, utilization: float) -> int:
+    """memory x gpuMemoryUtilization - :data:`OVERHEAD_BYTES_PER_GPU`."""
+    return int(gpu.memory_bytes * utilization) - OVERHEAD_BYTES_PER_GPU
+
+
+def _flag(arg: str) -> str:
+    """``--max_num_seqs=8`` -> ``--max-num-seqs`` (vLLM's parser accepts underscores)."""
+    flag = arg.strip().split("=", 1)[0].split()[0] if arg.strip() else ""
+    stripped = flag.lstrip("-")
+    return flag[: len(flag) - len(stripped)] + stripped.replace("_", "-")
+
+
+def managed_flag_errors(engine: EngineSpec) -> list[SpecError]:
+    """One :class:`SpecError` per extraArgs entry that sets a flag the operator manages,
+    in ``--flag value`` or ``--flag=value`` form.
+
+    Rejected whether or not the matching field is pinned: the renderer passes the
+    field's value itself, and a second copy of the flag (argparse keeps the last)
+    would silently defeat the plan, a pin, tuning or adaptation.
+    """
+    errors: list[SpecError] = []
+    for i, arg in enumerate(engine.extra_args):
+        if not arg.startswith("-"):
+            continue  # a value of the previous flag
+        flag = _flag(arg)
+        if flag not in MANAGED_FLAGS:
+            continue
+        field = MANAGED_FLAGS[flag]
+        fix = (f"remove it: the operator sets {flag} itself ({field})"
+               if flag in UNPINNABLE_FLAGS else f"set {field} instead")
+        errors.append(SpecError(f"spec.engine.extraArgs[{i}]",
+                                f"sets {flag}, which the operator manages", fix))
+    return errors
+
+
+# --------------------------------------------------------------------------- facts
+
+def model_facts(spec: LLMServiceSpec) -> ModelFacts:
+    """The model's facts: ``spec.model.architecture`` if given, else the catalog."""
+    if spec.model.architecture is not None:
+        return facts_from_architecture(spec.model.architecture, spec.model.name)
+    facts = lookup_model(spec.model.name)
+    if facts is None:
+        raise SpecError(
+            "spec.model.architecture",
+            f"is required: model {spec.model.name!r} is not in the built-in catalog",
+            "set spec.model.architecture (parameters, numLayers, hiddenSize, "
+            "numAttentionHeads, numKeyValueHeads, headDim, maxContext) from the model's "
+            "config.json, or use a catalog model such as " + ", ".join(featured_models())
+            + f" ({len(model_names())} ids in all, base and instruct)",
+        )
+    return facts
+
+
+def gpu_facts(spec: LLMServiceSpec) -> GPUFacts:
+    """The GPU's facts: the product table, with ``spec.gpus.memoryGib`` winning for
+    memory; a product the table does not know needs memoryGib."""
+    gpus = spec.gpus
+    known = lookup_gpu(gpus.product) if gpus.product else None
+    if gpus.memory_gib is not None:
+        memory = int(gpus.memory_gib * GIB)
+        if known is not None:
+            return GPUFacts(known.product, known.name, memory, known.memory_bandwidth,
+                            known.bf16_flops, known.fp8_flops)
+        product = gpus.product or f"custom-{gpus.memory_gib:g}GiB"
+        return GPUFacts(product, product, memory)
+    if known is not None:
+        return known
+    if gpus.product:
+        raise SpecError("spec.gpus.product",
+                        f"GPU product {gpus.product!r} is not in the built-in table",
+                        "set spec.gpus.memoryGib or use one of: " + ", ".join(gpu_products()))
+    raise SpecError("spec.gpus.product", "neither a GPU product nor its memory is given",
+                    "set spec.gpus.product (the nodes' nvidia.com/gpu.product label), one of: "
+                    + ", ".join(gpu_products()) + "; or set spec.gpus.memoryGib")
+
+
+# --------------------------------------------------------------------------- fitting
+
+@dataclass(frozen=True)
+class _Need:
+    """What one replica must hold, and what it should."""
+
+    facts: ModelFacts
+    weights: int  # whole model, bytes
+    kv_bytes: int  # per element
+    usable: int  # per GPU
+    hard_tokens: int  # one full sequence
+    ideal_tokens: int  # the workload's concurrent requests, in whole blocks
+    per_node: int
+
+
+@dataclass(frozen=True)
+class _Fit:
+    tp: int
+    pp: int
+    weights_per_gpu: int
+    kv_per_token: int
+    kv_budget: int
+    capacity: int  # tokens, as vLLM logs it
+    usable_tokens: int  # what requests can use (capacity less the null block)
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp
+
+
+def _evaluate(need: _Need, tp: int, pp: int) -> _Fit:
+    per_gpu = math.ceil(need.weights / (tp * pp))
+    kv_tok = kv_bytes_per_token(need.facts, tp, pp, need.kv_bytes)
+    budget = need.usable - per_gpu
+    return _Fit(tp, pp, per_gpu, kv_tok, budget, kv_token_capacity(budget, kv_tok),
+                kv_request_tokens(budget, kv_tok))
+
+
+def _nodes(fit: _Fit, per_node: int) -> int:
+    return math.ceil(fit.gpus / per_node)
+
+
+def _choose(need: _Need, cands: Iterable[tuple[int, int]]) -> tuple[_Fit | None, bool, list[str]]:
+    """First ideal candidate on no more nodes than the first that fits, else the first
+    that fits; with one line per candidate passed over (why)."""
+    fits = [_evaluate(need, tp, pp) for tp, pp in cands]
+    first = next((i for i, f in enumerate(fits) if f.usable_tokens >= need.hard_tokens), None)
+    if first is None:
+        return None, False, [_why_not(need, f) for f in fits]
+    limit = _nodes(fits[first], need.per_node)
+    for i, f in enumerate(fits):
+        if _nodes(f, need.per_node) > limit:
+            break
+        if f.usable_tokens >= need.ideal_tokens:
+            return f, True, [_why_not(need, x) for x in fits[:i]]
+    return fits[first], False, [_why_not(need, x) for x in fits[:first]]
+
+
+def _why_not(need: _Need, f: _Fit) -> str:
+    label = f"TP={f.tp}" + (f" PP={f.pp}" if f.pp > 1 else "")
+    if f.kv_budget <= 0:
+        whole = f" (of {_gb(need.weights)})" if f.gpus > 1 else ""
+        return (f"{label}: weights {_gb(f.weights_per_gpu)} per GPU{whole} "
+                f"> usable {_gb(need.usable)}")
+    want = need.hard_tokens if f.usable_tokens < need.hard_tokens else need.ideal_tokens
+    return (f"{label}: weights {_gb(f.weights_per_gpu)} per GPU leave {_gb(f.kv_budget)} "
+            f"= {f.usable_tokens:,} KV tokens < {want:,} wanted")
+
+
+def _pinned(value: int | str) -> int | None:
+    return value if isinstance(value, int) else None
+
+
+def _candidates(need: _Need, facts: ModelFacts, engine: EngineSpec,
+                count: int | None) -> list[tuple[int, int]]:
+    """(TP, PP) pairs to try, in order of GPUs, honouring pins (already validated)."""
+    tp_pin = _pinned(engine.tensor_parallel_size)
+    pp_pin = _pinned(engine.pipeline_parallel_size)
+    tps = valid_tensor_parallel_sizes(facts, need.per_node)
+    pps = range(1, facts.num_layers + 1)
+    if tp_pin and pp_pin:
+        return [(tp_pin, pp_pin)]
+    if count is not None:
+        if tp_pin:
+            return [(tp_pin, count // tp_pin)]
+        if pp_pin:
+            return [(count // pp_pin, pp_pin)]
+        return [(t, count // t) for t in reversed(tps) if count % t == 0
+                and count // t <= facts.num_layers]
+    if tp_pin:
+        return [(tp_pin, p) for p in pps]
+    if pp_pin:
+        return [(t, pp_pin) for t in tps]
+    return [(t, 1) for t in tps] + [(tps[-1], p) for p in pps if p > 1]
+
+
+# --------------------------------------------------------------------------- validation
+
+def _pin_errors(spec: LLMServiceSpec, facts: ModelFacts,
+                tokens_per_request: int) -> list[SpecError]:
+    """Pins that cannot be served, whatever the GPUs."""
+    engine, errors = spec.engine, managed_flag_errors(spec.engine)
+    tp, pp, count = (engine.tensor_parallel_size, engine.pipeline_parallel_size, spec.gpus.count)
+    valid = valid_tensor_parallel_sizes(facts, facts.num_attention_heads)
+    if isinstance(tp, int) and tp not in valid:
+        errors.append(SpecError(
+            "spec.engine.tensorParallelSize",
+            f"{tp} does not divide the model's {facts.num_attention_heads} attention heads "
+            f"(with {facts.num_key_value_heads} KV heads, which vLLM needs to divide TP or "
+            "be divided by it)",
+            "use one of: " + ", ".join(map(str, valid)) + ", or leave it auto"))
+    if isinstance(pp, int) and pp > facts.num_layers:
+        errors.append(SpecError(
+            "spec.engine.pipelineParallelSize",
+            f"{pp} stages exceed the model's {facts.num_layers} layers",
+            f"use at most {facts.num_layers}, or leave it auto"))
+    if isinstance(count, int):
+        if isinstance(tp, int) and isinstance(pp, int) and tp * pp != count:
+            errors.append(SpecError(
+                "spec.gpus.count", f"{count} GPUs but tensorParallelSize x pipelineParallelSize "
+                f"= {tp} x {pp} = {tp * pp}",
+                f"set spec.gpus.count to {tp * pp} or auto (auto = TP x PP)"))
+        elif isinstance(tp, int) and count % tp:
+            errors.append(SpecError(
+                "spec.gpus.count", f"{count} GPUs is not a multiple of tensorParallelSize {tp}",
+                f"set spec.gpus.count to a multiple of {tp}, or auto"))
+        elif isinstance(pp, int) and (count % pp or count // pp not in valid):
+            errors.append(SpecError(
+                "spec.gpus.count",
+                f"{count} GPUs over {pp} pipeline stages gives no valid tensor-parallel size",
+                f"set spec.gpus.count to {pp} x one of {valid}, or auto"))
+        elif not isinstance(tp, int) and not isinstance(pp, int) and not any(
+                count % t == 0 and count // t <= facts.num_layers
+                for t in valid_tensor_parallel_sizes(facts, spec.gpus.per_node)):
+            errors.append(SpecError(
+                "spec.gpus.count",
+                f"{count} GPUs cannot be split into TP x PP for this model (TP in "
+                f"{valid_tensor_parallel_sizes(facts, spec.gpus.per_node)}, PP at most "
+                f"{facts.num_layers} layers)",
+                "set spec.gpus.count to TP x PP with such sizes, or auto"))
+    if isinstance(engine.max_model_len, int):
+        if engine.max_model_len > facts.max_context:
+            errors.append(SpecError(
+                "spec.engine.maxModelLen",
+                f"{engine.max_model_len:,} is beyond the model's context of "
+                f"{facts.max_context:,} tokens",
+                f"set it to at most {facts.max_context}, or leave it auto"))
+        elif engine.max_model_len < tokens_per_request:
+            errors.append(SpecError(
+                "spec.engine.maxModelLen",
+                f"{engine.max_model_len:,} is shorter than one request of the workload "
+                f"({tokens_per_request:,} = inputTokens + outputTokens)",
+                f"raise it to at least {tokens_per_request}, or lower "
+                "spec.workload.inputTokens/outputTokens"))
+    elif tokens_per_request > facts.max_context:
+        errors.append(SpecError(
+            "spec.workload.inputTokens",
+            f"inputTokens + outputTokens = {tokens_per_request:,} exceeds the model's context "
+            f"of {facts.max_context:,} tokens",
+            f"lower spec.workload.inputTokens/outputTokens to at most {facts.max_context} "
+            "together"))
+    return errors
+
+
+def _raise(errors: list[SpecError]) -> None:
+    if len(errors) == 1:
+        raise errors[0]
+    if errors:
+        raise SpecErrors(errors)
+
+
+def _too_small(spec: LLMServiceSpec, need: _Need, gpu: GPUFacts,
+               cands: list[tuple[int, int]], rejected: list[str]) -> SpecError:
+    """The error for GPUs that cannot hold the weights plus one sequence, with what would."""
+    engine = spec.engine
+    auto_need = _Need(need.facts, need.weights, need.kv_bytes, need.usable, need.hard_tokens,
+                      need.hard_tokens, need.per_node)
+    tps = valid_tensor_parallel_sizes(need.facts, need.per_node)
+    auto = _choose(auto_need, [(t, 1) for t in tps] + [(tps[-1], p) for p in
+                                                        range(2, need.facts.num_layers + 1)])[0]
+    gpus_hint = (f"{auto.gpus} GPUs of this product (TP={auto.tp}, PP={auto.pp})"
+                 if auto else "no count of this product")
+    bigger = []
+    for product in gpu_products():
+        other = lookup_gpu(product)
+        if other is None or other.memory_bytes <= gpu.memory_bytes:
+            continue
+        trial = _Need(need.facts, need.weights, need.kv_bytes,
+                      usable_bytes_per_gpu(other, engine.gpu_memory_utilization),
+                      need.hard_tokens, need.hard_tokens, need.per_node)
+        if _choose(trial, cands)[0] is not None:
+            bigger.append(product)
+    fits = [_evaluate(need, tp, pp) for tp, pp in cands]
+    best = max(fits, key=lambda f: f.usable_tokens, default=None)
+    if isinstance(engine.max_model_len, int) and best is not None and best.usable_tokens > 0:
+        return SpecError(
+            "spec.engine.maxModelLen",
+            f"one sequence of {need.hard_tokens:,} tokens needs "
+            f"{_gb(need.hard_tokens * best.kv_per_token)} of KV cache per GPU, but "
+            f"{_gb(best.kv_budget)} is left after the weights (TP={best.tp}, PP={best.pp})",
+            f"lower it to at most {best.usable_tokens}, or use {gpus_hint}"
+            + (" or a larger GPU: " + ", ".join(bigger) if bigger else ""))
+    if isinstance(spec.gpus.count, int):
+        field = "spec.gpus.count"
+    elif isinstance(engine.tensor_parallel_size, int):
+        field = "spec.engine.tensorParallelSize"
+    elif isinstance(engine.pipeline_parallel_size, int):
+        field = "spec.engine.pipelineParallelSize"
+    else:
+        field = "spec.gpus.memoryGib" if spec.gpus.memory_gib else "spec.gpus.product"
+    largest = max(cands, key=lambda c: c[0] * c[1]) if cands else (1, 1)
+    problem = (f"{gpu.name} GPUs are too small: weights {_gb(need.weights)} plus KV for one "
+               f"sequence of {need.hard_tokens:,} tokens do not fit even on "
+               f"{largest[0] * largest[1]} GPU(s) (usable {_gb(need.usable)} each: "
+               + "; ".join(rejected[-2:]) + ")")
+    fix = f"use {gpus_hint}"
+    if bigger:
+        fix += " or a larger GPU: " + ", ".join(bigger)
+    fix += "; or quantize (spec.model.quantization) or lower spec.engine.maxModelLen"
+    return SpecError(field, problem, fix)
+
+
+# --------------------------------------------------------------------------- the plan
 
 def make_plan(spec: LLMServiceSpec) -> Plan:
     """Plan one replica of ``spec``; raise :class:`~llm_operator.errors.SpecError` on
     a spec that cannot be served (naming the field and the fix)."""
-    raise NotImplementedError
+    errors: list[SpecError] = []
+    facts: ModelFacts | None = None
+    gpu: GPUFacts | None = None
+    try:
+        facts = model_facts(spec)
+    except SpecError as exc:
+        errors.append(exc)
+    try:
+        gpu = gpu_facts(spec)
+    except SpecError as exc:
+        errors.append(exc)
+    wl, engine = spec.workload, spec.engine
+    tokens_per_request = wl.input_tokens + wl.output_tokens
+    if facts is not None:
+        errors += _pin_errors(spec, facts, tokens_per_request)
+    else:
+        errors += managed_flag_errors(engine)
+    _raise(errors)
+    assert facts is not None and gpu is not None
+
+    dtype = serving_dtype(facts, engine)
+    dbytes = DTYPE_BYTES.get(dtype, 2)
+    kvb = kv_dtype_bytes(engine, dbytes)
+    weights = weight_bytes(facts, dbytes, spec.model.quantization)
+    usable = usable_bytes_per_gpu(gpu, engine.gpu_memory_utilization)
+    blocks_per_request = math.ceil(tokens_per_request / BLOCK_SIZE)
+    concurrency = math.ceil(wl.concurrency / max(spec.replicas, 1))
+    pinned_len = engine.max_model_len if isinstance(engine.max_model_len, int) else None
+    hard = pinned_len or tokens_per_request
+    need = _Need(facts, weights, kvb, usable, hard,
+                 max(hard, concurrency * blocks_per_request * BLOCK_SIZE), spec.gpus.per_node)
+    count = spec.gpus.count if isinstance(spec.gpus.count, int) else None
+    cands = _candidates(need, facts, engine, count)
+    fit, ideal, rejected = _choose(need, cands)
+    if fit is None:
+        raise _too_small(spec, need, gpu, cands, rejected)
+
+    warnings: list[str] = []
+    ex: list[Explained] = []
+    _explain_facts(ex, spec, facts, gpu, dtype, dbytes, kvb, weights, usable)
+    _explain_parallelism(ex, warnings, spec, need, fit, ideal, rejected, concurrency)
+
+    capacity = fit.capacity
+    ex.append(Explained(
+        name="kvTokenCapacity", value=capacity, unit="tokens",
+        formula="floor((usable - weights per GPU) / (16-token block x KV bytes per token)) x 16",
+        inputs={"usableBytesPerGpu": usable, "weightBytesPerGpu": fit.weights_per_gpu,
+                "kvBudgetBytesPerGpu": fit.kv_budget, "kvBytesPerToken": fit.kv_per_token,
+                "blockSize": BLOCK_SIZE}))
+    max_model_len = _plan_max_model_len(ex, warnings, facts, pinned_len, fit)
+    seqs, mem_seqs, cap = _plan_max_num_seqs(ex, warnings, spec, gpu, fit, concurrency,
+                                             blocks_per_request, tokens_per_request)
+    batched = _plan_batched_tokens(ex, spec, seqs, max_model_len)
+    if not ideal and fit.usable_tokens < need.ideal_tokens:
+        warnings.append(
+            f"KV cache holds {fit.usable_tokens:,} tokens for requests, less than the "
+            f"workload's {concurrency} concurrent requests x {tokens_per_request:,} tokens "
+            f"= {need.ideal_tokens:,}: "
+            "vLLM will queue or preempt requests; add replicas or GPUs")
+
+    return Plan(
+        model_name=facts.name, gpu_product=gpu.product, gpu_memory_bytes=gpu.memory_bytes,
+        tensor_parallel_size=fit.tp, pipeline_parallel_size=fit.pp, gpus_per_replica=fit.gpus,
+        nodes_per_replica=_nodes(fit, spec.gpus.per_node), max_model_len=max_model_len,
+        dtype=str(engine.dtype), weight_bytes=weights, weight_bytes_per_gpu=fit.weights_per_gpu,
+        kv_bytes_per_token=fit.kv_per_token, kv_token_capacity=capacity, max_num_seqs=seqs,
+        max_num_batched_tokens=batched, explanations=ex, warnings=warnings,
+        kv_cache_dtype=str(engine.kv_cache_dtype), usable_bytes_per_gpu=usable,
+        kv_budget_bytes_per_gpu=fit.kv_budget, tokens_per_request=tokens_per_request,
+        memory_max_num_seqs=mem_seqs, max_num_seqs_cap=cap,
+    )
+
+
+def _explain_facts(ex: list[Explained], spec: LLMServiceSpec, facts: ModelFacts,
+                   gpu: GPUFacts, dtype: str, dbytes: int, kvb: int, weights: int,
+                   usable: int) -> None:
+    engine = spec.engine
+    ex.append(Explained(
+        name="gpuMemoryBytes", value=gpu.memory_bytes, unit="bytes",
+        formula="spec.gpus.memoryGib x 2^30" if spec.gpus.memory_gib else
+        f"GPU table: {gpu.name} (nvidia-smi total)",
+        inputs={"product": gpu.product}, source="pinned" if spec.gpus.memory_gib else "planned"))
+    util_pinned = "gpu_memory_utilization" in engine.model_fields_set
+    ex.append(Explained(
+        name="usableBytesPerGpu", value=usable, unit="bytes",
+        formula="memory x gpuMemoryUtilization - overhead (activations, CUDA graphs, NCCL)",
+        inputs={"gpuMemoryBytes": gpu.memory_bytes,
+                "gpuMemoryUtilization": engine.gpu_memory_utilization,
+                "gpuMemoryUtilizationSource": "pinned" if util_pinned else "default",
+                "overheadBytes": OVERHEAD_BYTES_PER_GPU}))
+    quant = spec.model.quantization
+    if quant == Quantization.NONE:
+        formula = "parameters x dtype bytes"
+        inputs: dict[str, Any] = {"parameters": facts.parameters, "dtype": dtype,
+                                  "dtypeBytes": dbytes}
+    else:
+        formula = ("(parameters - embeddings) x quantized bytes/param + embeddings x "
+                   "dtype bytes")
+        inputs = {"parameters": facts.parameters, "embeddings": facts.embedding_parameters,
+                  "quantization": str(quant), "bytesPerParam": QUANT_BYTES_PER_PARAM[quant],
+                  "dtype": dtype, "dtypeBytes": dbytes}
+    inputs["modelFacts"] = facts.source
+    ex.append(Explained(name="weightBytes", value=weights, unit="bytes", formula=formula,
+                        inputs=inputs))
+    ex.append(Explained(
+        name="kvCacheDtypeBytes", value=kvb, unit="bytes",
+        formula="1 for an fp8 KV cache, else the serving dtype's bytes",
+        inputs={"kvCacheDtype": str(engine.kv_cache_dtype), "dtype": dtype},
+        source="pinned" if engine.kv_cache_dtype != "auto" else "planned"))
+
+
+def _explain_parallelism(ex: list[Explained], warnings: list[str], spec: LLMServiceSpec,
+                         need: _Need, fit: _Fit, ideal: bool, rejected: list[str],
+                         concurrency: int) -> None:
+    engine, facts = spec.engine, need.facts
+    tp_pinned = isinstance(engine.tensor_parallel_size, int)
+    pp_pinned = isinstance(engine.pipeline_parallel_size, int)
+    count_pinned = isinstance(spec.gpus.count, int)
+    aim = (f"holds the workload ({concurrency} requests, {need.ideal_tokens:,} KV tokens)"
+           if ideal else f"holds one sequence of {need.hard_tokens:,} tokens")
+    ex.append(Explained(
+        name="tensorParallelSize", value=fit.tp, source="pinned" if tp_pinned else "planned",
+        formula="pinned by the user" if tp_pinned else
+        f"smallest TP dividing the {facts.num_attention_heads} attention heads "
+        f"({facts.num_key_value_heads} KV heads), at most {need.per_node} per node, "
+        f"whose weights/(TP x PP) + KV reserve fit the usable memory: {aim}",
+        inputs={"weightBytes": need.weights, "usableBytesPerGpu": need.usable,
+                "reserveTokens": need.ideal_tokens if ideal else need.hard_tokens,
+                "validSizes": valid_tensor_parallel_sizes(facts, need.per_node),
+                "passedOver": rejected}))
+    ex.append(Explained(
+        name="pipelineParallelSize", value=fit.pp, source="pinned" if pp_pinned else "planned",
+        formula="pinned by the user" if pp_pinned else
+        "1 when one node's GPUs hold the model; else the fewest stages (across nodes) "
+        "that do",
+        inputs={"numLayers": facts.num_layers, "gpusPerNode": need.per_node}))
+    ex.append(Explained(
+        name="gpus.count", value=fit.gpus, unit="GPUs",
+        source="pinned" if count_pinned else "planned", formula="TP x PP",
+        inputs={"tensorParallelSize": fit.tp, "pipelineParallelSize": fit.pp}))
+    ex.append(Explained(
+        name="nodesPerReplica", value=_nodes(fit, need.per_node),
+        formula="ceil(TP x PP / gpus per node)",
+        inputs={"gpus": fit.gpus, "gpusPerNode": need.per_node}))
+    if fit.tp > need.per_node:
+        warnings.append(f"tensorParallelSize {fit.tp} spans nodes ({need.per_node} GPUs each): "
+                        "tensor parallelism over the network is slow; prefer pipeline stages")
+    ex.append(Explained(
+        name="weightBytesPerGpu", value=fit.weights_per_gpu, unit="bytes",
+        formula="weights / (TP x PP)",
+        inputs={"weightBytes": need.weights, "tensorParallelSize": fit.tp,
+                "pipelineParallelSize": fit.pp}))
+    ex.append(Explained(
+        name="kvBytesPerToken", value=fit.kv_per_token, unit="bytes",
+        formula="2 x ceil(layers / PP) x ceil(kv_heads / TP) x head_dim x kv bytes (per GPU)",
+        inputs={"numLayers": facts.num_layers, "pipelineParallelSize": fit.pp,
+                "numKeyValueHeads": facts.num_key_value_heads, "tensorParallelSize": fit.tp,
+                "headDim": facts.head_dim, "kvBytes": need.kv_bytes}))
+
+
+def _plan_max_model_len(ex: list[Explained], warnings: list[str], facts: ModelFacts,
+                        pinned: int | None, fit: _Fit) -> int:
+    inputs = {"maxContext": facts.max_context, "kvTokenCapacity": fit.capacity,
+              "nullBlockTokens": NULL_BLOCKS * BLOCK_SIZE, "requestTokens": fit.usable_tokens}
+    if pinned is not None:
+        ex.append(Explained(name="maxModelLen", value=pinned, unit="tokens", source="pinned",
+                            formula="pinned by the user (<= model context, fits the KV cache)",
+                            inputs=inputs))
+        return pinned
+    value = min(facts.max_context, fit.usable_tokens)
+    ex.append(Explained(name="maxModelLen", value=value, unit="tokens",
+                        formula="min(model context, KV token capacity - vLLM's null block)",
+                        inputs=inputs))
+    if value < facts.max_context:
+        warnings.append(
+            f"maxModelLen lowered from the model's context {facts.max_context:,} to "
+            f"{value:,}: one sequence of the full context needs "
+            f"{_gb(facts.max_context * fit.kv_per_token)} of KV cache per GPU, "
+            f"{_gb(fit.kv_budget)} is left after the weights; pin spec.engine.maxModelLen to "
+            "accept this, or give the replica more GPUs (spec.gpus.count) or a larger "
+            "spec.gpus.product for the full context")
+    return value
+
+
+def _plan_max_num_seqs(ex: list[Explained], warnings: list[str], spec: LLMServiceSpec,
+                       gpu: GPUFacts, fit: _Fit, concurrency: int, blocks_per_request: int,
+                       tokens_per_request: int) -> tuple[int, int, int]:
+    engine = spec.engine
+    blocks = fit.usable_tokens // BLOCK_SIZE
+    mem_seqs = max(1, blocks // blocks_per_request)
+    cap = vllm_default_max_num_seqs(gpu)
+    inputs: dict[str, Any] = {
+        "kvBlocksForRequests": blocks, "blocksPerRequest": blocks_per_request,
+        "tokensPerRequest": tokens_per_request, "memorySupports": mem_seqs,
+        "vllmDefaultCap": cap, "capSource": VLLM_BATCH_DEFAULTS_SOURCE,
+        "workloadConcurrencyPerReplica": concurrency}
+    if isinstance(engine.max_num_seqs, int):
+        if engine.max_num_seqs > mem_seqs:
+            warnings.append(
+                f"pinned maxNumSeqs {engine.max_num_seqs} exceeds the {mem_seqs} requests of "
+                f"{tokens_per_request:,} tokens the KV cache holds: expect preemptions")
+        ex.append(Explained(name="maxNumSeqs", value=engine.max_num_seqs, source="pinned",
+                            formula="pinned by the user", inputs=inputs))
+        return engine.max_num_seqs, mem_seqs, cap
+    value = min(mem_seqs, cap)
+    formula = ("min(max(1, floor((KV blocks - null block) / ceil((input + output) / 16))), "
+               "vLLM default cap)")
+    batched = engine.max_num_batched_tokens
+    if isinstance(batched, int) and batched < value:
+        value = batched  # vLLM refuses max_num_batched_tokens < max_num_seqs
+        formula += ", at most the pinned maxNumBatchedTokens"
+        inputs["maxNumBatchedTokens"] = batched
+    ex.append(Explained(name="maxNumSeqs", value=value, formula=formula, inputs=inputs))
+    return value, mem_seqs, cap
+
+
+def _plan_batched_tokens(ex: list[Explained], spec: LLMServiceSpec, seqs: int,
+                         max_model_len: int) -> int | None:
+    engine = spec.engine
+    batched = engine.max_num_batched_tokens
+    if not isinstance(batched, int):
+        ex.append(Explained(name="maxNumBatchedTokens", value="vLLM default",
+                            formula="left to vLLM (2048, or 8192 on >= 70 GiB GPUs other than "
+                            "A100; raised to maxModelLen without chunked prefill)",
+                            inputs={"source": "vllm/engine/arg_utils.py get_batch_defaults"}))
+        return None
+    errors = []
+    if batched < seqs:
+        errors.append(SpecError(
+            "spec.engine.maxNumBatchedTokens",
+            f"{batched} is smaller than maxNumSeqs {seqs} (vLLM refuses this)",
+            f"set it to at least {seqs}, or lower spec.engine.maxNumSeqs"))
+    if engine.enable_chunked_prefill is False and batched < max_model_len:
+        errors.append(SpecError(
+            "spec.engine.maxNumBatchedTokens",
+            f"{batched} is smaller than maxModelLen {max_model_len:,} with chunked prefill "
+            "off: a long prompt could never be scheduled (vLLM refuses this)",
+            f"set it to at least {max_model_len}, enable chunked prefill, or lower "
+            "spec.engine.maxModelLen"))
+    _raise(errors)
+    ex.append(Explained(name="maxNumBatchedTokens", value=batched, source="pinned",
+                        formula="pinned by the user (>= maxNumSeqs)",
+                        inputs={"maxNumSeqs": seqs}))
+    return batched
+
+
+# --------------------------------------------------------------------------- display
+
+def _gb(n: float) -> str:
+    """Bytes for people: decimal GB (as model sizes are quoted) and binary GiB."""
+    if abs(n) >= 1e9:
+        return f"{n / 1e9:.1f} GB ({n / GIB:.1f} GiB)"
+    if abs(n) >= 1e6:
+        return f"{n / 1e6:.1f} MB"
+    return f"{int(n):,} B"
+
+
+def _fmt(key: str, value: Any) -> str:
+    if isinstance(value, bool) or value is None:
+        return str(value)
+    if isinstance(value, int | float) and "bytes" in key.lower() and "per" not in key[:3] \
+            and key not in ("kvBytes", "dtypeBytes", "bytesPerParam") and value >= 1e6:
+        return _gb(value)
+    if isinstance(value, float) and value.is_integer() and value >= 1e6:
+        return f"{value:,.0f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, list):
+        return ", ".join(map(str, value)) if value else "-"
+    return str(value)
+
+
+def _value(item: Explained) -> str:
+    if item.unit == "bytes" and isinstance(item.value, int | float) and item.value >= 1e6:
+        return _gb(item.value)
+    text = _fmt("", item.value)
+    return f"{text} {item.unit}" if item.unit and item.unit != "bytes" else text
+
+
+def plan_table(svc: LLMService, plan: Plan) -> RenderableType:
+    """A table of each planned number: value, source, and the formula with its inputs;
+    the plan's warnings below it (what ``llm-operator plan`` prints)."""
+    title = (f"{svc.metadata.namespace}/{svc.metadata.name}: {plan.model_name} on "
+             f"{plan.gpus_per_replica} x {plan.gpu_product} (TP={plan.tensor_parallel_size}, "
+             f"PP={plan.pipeline_parallel_size})")
+    table = Table(title=title, show_lines=True, title_justify="left")
+    table.add_column("setting", style="bold", no_wrap=True)
+    table.add_column("value", justify="right", no_wrap=True)
+    table.add_column("source")
+    table.add_column("how (formula; inputs)")
+    for item in plan.explanations:
+        lines = [item.formula]
+        for key, value in item.inputs.items():
+            if key == "passedOver" and isinstance(value, list):
+                lines += [f"  not {v}" for v in value]
+            else:
+                lines.append(f"  {key} = {_fmt(key, value)}")
+        table.add_row(item.name, _value(item), item.source, "\n".join(lines))
+    parts: list[RenderableType] = [table]
+    for warning in plan.warnings:
+        parts.append(Text(f"warning: {warning}", style="yellow"))
+    return Group(*parts)

@@ -58,7 +58,7 @@ from .constants import (
 )
 from .errors import SpecError, SpecErrors
 from .models import EngineSpec, LLMService, LLMServiceSpec, Quantization
-from .planning import Plan
+from .planning import Plan, managed_flag_errors
 from .settings import Settings
 
 COMPONENT_SERVER = "server"
@@ -165,32 +165,6 @@ OVERRIDABLE: dict[str, str] = {
     "maxNumBatchedTokens": "max_num_batched_tokens",
 }
 
-# vLLM flags the operator manages, with the spec field to use instead. extraArgs that
-# set one of these are rejected: the flag would be passed twice (argparse keeps the
-# last), silently defeating the plan, a pin, tuning or adaptation.
-MANAGED_FLAGS: dict[str, str] = {
-    "--model": "spec.model.name (or spec.model.volume)",
-    "--served-model-name": "spec.model.name",
-    "--host": "nothing: the operator serves on 0.0.0.0",
-    "--port": "nothing: the operator serves on port 8000",
-    "--revision": "spec.model.revision",
-    "--tensor-parallel-size": "spec.engine.tensorParallelSize",
-    "-tp": "spec.engine.tensorParallelSize",
-    "--pipeline-parallel-size": "spec.engine.pipelineParallelSize",
-    "-pp": "spec.engine.pipelineParallelSize",
-    "--max-model-len": "spec.engine.maxModelLen",
-    "--gpu-memory-utilization": "spec.engine.gpuMemoryUtilization",
-    "--max-num-seqs": "spec.engine.maxNumSeqs",
-    "--max-num-batched-tokens": "spec.engine.maxNumBatchedTokens",
-    "--dtype": "spec.engine.dtype",
-    "--kv-cache-dtype": "spec.engine.kvCacheDtype",
-    "--quantization": "spec.model.quantization",
-    "-q": "spec.model.quantization",
-    "--enable-chunked-prefill": "spec.engine.enableChunkedPrefill",
-    "--no-enable-chunked-prefill": "spec.engine.enableChunkedPrefill",
-    "--enable-prefix-caching": "spec.engine.enablePrefixCaching",
-    "--no-enable-prefix-caching": "spec.engine.enablePrefixCaching",
-}
 
 
 # --- identity: labels, owner references, hashes -------------------------------------
@@ -273,29 +247,6 @@ def _with_spec_hash(obj: dict[str, Any]) -> dict[str, Any]:
 # --- vLLM arguments -------------------------------------------------------------------
 
 
-def _flag_name(arg: str) -> str:
-    """``--max_num_seqs=8`` -> ``--max-num-seqs`` (vLLM's parser accepts underscores)."""
-    flag = arg.split("=", 1)[0]
-    stripped = flag.lstrip("-")
-    return flag[: len(flag) - len(stripped)] + stripped.replace("_", "-")
-
-
-def managed_flag_errors(engine: EngineSpec) -> list[SpecError]:
-    """One :class:`SpecError` per extraArgs entry that sets a flag the operator manages."""
-    errors: list[SpecError] = []
-    for i, arg in enumerate(engine.extra_args):
-        if not arg.startswith("-"):
-            continue  # a value of the previous flag
-        flag = _flag_name(arg)
-        if flag in MANAGED_FLAGS:
-            errors.append(
-                SpecError(
-                    f"spec.engine.extraArgs[{i}]",
-                    f"sets {flag}, which the operator manages",
-                    f"remove it from extraArgs and set {MANAGED_FLAGS[flag]} instead",
-                )
-            )
-    return errors
 
 
 def model_source(spec: LLMServiceSpec) -> tuple[str, bool]:
