@@ -51,6 +51,8 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from .catalog import GPUFacts, ModelFacts
+    from .models import LLMServiceSpec
+    from .planning import Plan
 
 GIB = 1024**3
 
@@ -789,3 +791,53 @@ def predict_published(point: PublishedPoint, model: ModelShape, hw: Hardware,
     p = predict_point(model, hw, point.tp, point.workload, engine, point.concurrency)
     return (p.output_tps if point.output_tps is not None else None,
             p.tpot_s * 1e3 if point.tpot_ms is not None else None)
+
+
+# --------------------------------------------------------------------------- from a plan
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    """The performance model's inputs for one planned LLMService."""
+
+    model: ModelShape
+    hardware: Hardware
+    tp: int
+    workload: Workload
+    engine: EngineSettings
+    slo: SLO
+
+
+def inputs_for(spec: LLMServiceSpec, plan: Plan) -> PlanInputs:
+    """Build the model's inputs from a spec and its plan (facts from the planner's catalog,
+    batch limits and KV capacity from the plan)."""
+    from .planning import gpu_facts, model_facts
+
+    quant = spec.model.quantization.value
+    return PlanInputs(
+        model=ModelShape.from_facts(model_facts(spec), quantization=quant,
+                                    kv_cache_dtype=spec.engine.kv_cache_dtype.value),
+        hardware=Hardware.from_facts(gpu_facts(spec), fp8=quant == "fp8"),
+        tp=plan.tensor_parallel_size,
+        workload=Workload(spec.workload.input_tokens, spec.workload.output_tokens,
+                          spec.workload.concurrency),
+        engine=EngineSettings(max_num_seqs=plan.max_num_seqs,
+                              max_num_batched_tokens=plan.max_num_batched_tokens or 8192,
+                              kv_token_capacity=plan.kv_token_capacity),
+        slo=SLO(spec.workload.slo.ttft_p95_ms / 1e3, spec.workload.slo.itl_p95_ms / 1e3),
+    )
+
+
+def curve_for(spec: LLMServiceSpec, plan: Plan,
+              concurrencies: Iterable[int] = DEFAULT_CONCURRENCIES) -> tuple[list[Point], SLO]:
+    """The predicted curve of one planned replica, and the SLO to judge it by."""
+    i = inputs_for(spec, plan)
+    wanted = sorted({*concurrencies, spec.workload.concurrency})
+    return predict_curve(i.model, i.hardware, i.tp, i.workload, i.engine, wanted), i.slo
+
+
+def suggest_for(spec: LLMServiceSpec, plan: Plan) -> Suggestion:
+    """The tuner's starting max-num-seqs for a planned replica (at most the plan's cap)."""
+    i = inputs_for(spec, plan)
+    return suggest_start(i.model, i.hardware, i.tp, i.workload, i.engine, i.slo,
+                         upper=plan.max_num_seqs)
