@@ -45,6 +45,9 @@ class Settings(BaseSettings):
         "namespace", description="Label on vLLM series naming the namespace"
     )
     metrics_port: int = Field(8080, ge=0, description="Port of the operator's own /metrics; 0 off")
+    health_port: int = Field(
+        8081, ge=0, description="Port of the operator's liveness endpoint /healthz; 0 off"
+    )
     tuning_job_ttl_seconds: int = Field(
         3600, ge=0, description="ttlSecondsAfterFinished of finished tuning Jobs"
     )

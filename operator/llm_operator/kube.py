@@ -1,0 +1,480 @@
+"""Kubernetes I/O: the one module that calls the API server (besides kopf itself).
+
+Credentials come from the official ``kubernetes`` client's loaders; requests go through
+one wrapper, :meth:`KubeClient.request` (aiohttp in the event loop, see
+:class:`KubeClient` for why), which speaks raw JSON (any kind, including custom
+resources, with no model classes in between) and turns API errors into the few
+outcomes the callers handle: 404 is "absent" (``None``/``False``), 409 is
+:class:`ConflictError` (retry soon), a kind the cluster does not serve is
+:class:`MissingAPIError` (say so in the status, retry later); everything else
+propagates to kopf's backoff.
+
+Apply: :func:`apply_children` creates what is missing and replaces what differs,
+compared by the ``llmops.dev/spec-hash`` annotation the renderer puts on every child;
+an unchanged child is not written at all, so a restart of the operator writes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import logging
+import ssl
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, cast
+
+import aiohttp
+import kubernetes.client
+import kubernetes.config
+from kubernetes.config.config_exception import ConfigException
+
+from .constants import (
+    ANNOTATION_SPEC_HASH,
+    API_VERSION,
+    GROUP,
+    KIND,
+    LABEL_SERVICE,
+    MANAGED_BY,
+    PLURAL,
+)
+
+log = logging.getLogger(__name__)
+
+JSON = dict[str, Any]
+
+# Kind -> plural of every kind the operator writes (and a few it reads).
+PLURALS: dict[str, str] = {
+    "Deployment": "deployments",
+    "Service": "services",
+    "PodMonitor": "podmonitors",
+    "LeaderWorkerSet": "leaderworkersets",
+    "Job": "jobs",
+    "Event": "events",
+    "ConfigMap": "configmaps",
+    KIND: PLURAL,
+}
+MONITORING_GROUP = "monitoring.coreos.com"
+DISCOVERY_TTL_SECONDS = 60.0
+
+
+class ConflictError(Exception):
+    """The object changed (or appeared) between read and write: retry soon."""
+
+
+class MissingAPIError(Exception):
+    """The cluster does not serve this kind (e.g. the LeaderWorkerSet CRD is not installed)."""
+
+    def __init__(self, api_version: str, kind: str) -> None:
+        self.api_version, self.kind = api_version, kind
+        super().__init__(f"the cluster does not serve {kind} ({api_version})")
+
+
+def resource_path(
+    api_version: str, kind: str, namespace: str | None, name: str | None = None,
+    subresource: str | None = None,
+) -> str:
+    """The REST path of a kind (``/apis/apps/v1/namespaces/ns/deployments/name``)."""
+    base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+    path = base + (f"/namespaces/{namespace}" if namespace else "") + "/" + plural_of(kind)
+    if name:
+        path += f"/{name}"
+    if subresource:
+        path += f"/{subresource}"
+    return path
+
+
+def plural_of(kind: str) -> str:
+    """The resource name of a kind (the few the operator uses; else lowercase + s)."""
+    return PLURALS.get(kind) or kind.lower() + "s"
+
+
+def _status_of(exc: ApiError) -> int:
+    return exc.status
+
+
+class ApiError(Exception):
+    """A non-2xx answer of the API server (``status``: the HTTP code)."""
+
+    def __init__(self, status: int, body: str) -> None:
+        self.status, self.body = status, body
+        try:
+            message = json.loads(body).get("message", body)
+        except (ValueError, AttributeError):
+            message = body
+        super().__init__(f"({status}) {message}")
+
+
+class KubeClient:
+    """The operator's API access. Built once at startup (kopf's ``memo``), never at import.
+
+    Credentials come from the official client's loaders (in-cluster service account or
+    kubeconfig, with its token refresh); requests go out through aiohttp (kopf's own
+    HTTP client) inside the event loop, so nothing blocks the loop and concurrent calls
+    are not capped by the default thread pool (six threads on two cores) as the blocking
+    client in ``asyncio.to_thread`` would be. CPU per call measured about the same both
+    ways in ``benchmarks/scale.py``.
+    """
+
+    def __init__(self, config: kubernetes.client.Configuration, timeout: float = 30.0) -> None:
+        self._cfg = config
+        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._session: aiohttp.ClientSession | None = None
+        self._ssl: ssl.SSLContext | bool = self._ssl_context(config)
+        self._groups: set[str] | None = None
+        self._groups_at = 0.0
+
+    @classmethod
+    def from_environment(cls) -> KubeClient:
+        """In-cluster credentials in a pod, else the current kubeconfig (``$KUBECONFIG``)."""
+        cfg = kubernetes.client.Configuration()
+        try:
+            kubernetes.config.load_incluster_config(client_configuration=cfg)
+        except ConfigException:
+            kubernetes.config.load_kube_config(client_configuration=cfg)
+        return cls(cfg)
+
+    @staticmethod
+    def _ssl_context(cfg: kubernetes.client.Configuration) -> ssl.SSLContext | bool:
+        if not cfg.host.startswith("https"):
+            return False
+        ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert)
+        if cfg.cert_file:
+            ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
+        if not cfg.verify_ssl:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        return ctx
+
+    async def close(self) -> None:
+        """Release the connection pool."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def _auth_headers(self) -> dict[str, str]:
+        cfg = self._cfg
+        if cfg.refresh_api_key_hook is not None:  # may run an exec plugin: not in the loop
+            auth: Mapping[str, Any] = await asyncio.to_thread(cfg.auth_settings)
+        else:
+            auth = cast(Mapping[str, Any], cfg.auth_settings())
+        token = (auth.get("BearerToken") or {}).get("value")
+        if token:
+            return {"Authorization": str(token)}
+        if cfg.username and cfg.password:
+            return {"Authorization": str(cfg.get_basic_auth_token())}
+        return {}
+
+    # -- the one wrapper -----------------------------------------------------------------
+    async def request(
+        self, method: str, path: str, body: Any = None, content_type: str | None = None,
+        query: Sequence[tuple[str, str]] = (),
+    ) -> JSON | None:
+        """One API call with a JSON body; returns the decoded response or raises
+        :class:`ApiError`."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=32, ssl=self._ssl))
+        headers = {"Accept": "application/json", **await self._auth_headers()}
+        data = None
+        if body is not None:
+            headers["Content-Type"] = content_type or "application/json"
+            data = json.dumps(body)
+        async with self._session.request(
+            method, self._cfg.host.rstrip("/") + path, params=list(query) or None, data=data,
+            headers=headers, timeout=self._timeout, proxy=self._cfg.proxy or None,
+        ) as resp:
+            text = await resp.text()
+            if not 200 <= resp.status < 300:
+                raise ApiError(resp.status, text)
+        return json.loads(text) if text else None
+
+    # -- reads ---------------------------------------------------------------------------
+    async def get(
+        self, api_version: str, kind: str, namespace: str | None, name: str
+    ) -> JSON | None:
+        """The object, or None when it does not exist (or its kind is not served)."""
+        try:
+            return await self.request("GET", resource_path(api_version, kind, namespace, name))
+        except ApiError as exc:
+            if _status_of(exc) == 404:
+                return None
+            raise
+
+    async def list(
+        self, api_version: str, kind: str, namespace: str | None, label_selector: str = ""
+    ) -> list[JSON]:
+        """Objects of a kind (optionally by label selector); [] when the kind is not served."""
+        query = [("labelSelector", label_selector)] if label_selector else []
+        try:
+            result = await self.request("GET", resource_path(api_version, kind, namespace),
+                                        query=query)
+        except ApiError as exc:
+            if _status_of(exc) == 404:
+                return []
+            raise
+        return list((result or {}).get("items", []))
+
+    async def served_groups(self) -> set[str]:
+        """API groups the server serves (``/apis`` discovery), cached for a minute."""
+        now = time.monotonic()
+        if self._groups is None or now - self._groups_at > DISCOVERY_TTL_SECONDS:
+            doc = await self.request("GET", "/apis") or {}
+            self._groups = {g["name"] for g in doc.get("groups", [])}
+            self._groups_at = now
+        return self._groups
+
+    async def serves(self, api_version: str) -> bool:
+        """Whether the server serves the group of ``api_version`` (core: always)."""
+        if "/" not in api_version:
+            return True
+        return api_version.split("/")[0] in await self.served_groups()
+
+    # -- writes --------------------------------------------------------------------------
+    async def create(self, obj: Mapping[str, Any]) -> JSON:
+        """Create ``obj``; :class:`ConflictError` if it exists, :class:`MissingAPIError`
+        if its kind is not served."""
+        meta = obj["metadata"]
+        path = resource_path(obj["apiVersion"], obj["kind"], meta.get("namespace"))
+        try:
+            return await self.request("POST", path, dict(obj)) or {}
+        except ApiError as exc:
+            if _status_of(exc) == 409:
+                raise ConflictError(f"{obj['kind']} {meta['name']} already exists") from None
+            if _status_of(exc) == 404 and not await self._namespace_missing(meta):
+                raise MissingAPIError(obj["apiVersion"], obj["kind"]) from None
+            raise
+
+    async def _namespace_missing(self, meta: Mapping[str, Any]) -> bool:
+        ns = meta.get("namespace")
+        return bool(ns) and await self.get("v1", "Namespace", None, str(ns)) is None
+
+    async def replace(self, obj: Mapping[str, Any]) -> JSON:
+        """Replace (PUT) ``obj``; its ``metadata.resourceVersion`` is the precondition:
+        :class:`ConflictError` when somebody wrote in between."""
+        meta = obj["metadata"]
+        path = resource_path(obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"])
+        try:
+            return await self.request("PUT", path, dict(obj)) or {}
+        except ApiError as exc:
+            if _status_of(exc) == 409:
+                raise ConflictError(f"{obj['kind']} {meta['name']} changed meanwhile") from None
+            raise
+
+    async def patch_status(
+        self, api_version: str, kind: str, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> JSON | None:
+        """Merge-patch the status subresource; None when the object is gone."""
+        path = resource_path(api_version, kind, namespace, name, "status")
+        try:
+            return await self.request("PATCH", path, {"status": dict(status)},
+                                      "application/merge-patch+json")
+        except ApiError as exc:
+            if _status_of(exc) == 404:
+                return None
+            raise
+
+    async def delete(self, api_version: str, kind: str, namespace: str | None, name: str) -> bool:
+        """Delete (background propagation); False when it was already gone."""
+        path = resource_path(api_version, kind, namespace, name)
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
+        try:
+            await self.request("DELETE", path, body)
+        except ApiError as exc:
+            if _status_of(exc) == 404:
+                return False
+            raise
+        return True
+
+    async def post_event(
+        self, obj: Mapping[str, Any], *, type: str, reason: str, message: str
+    ) -> None:
+        """Record a ``v1`` Event about ``obj`` (failures are logged, never raised: an
+        Event is a notice, not part of the reconciliation)."""
+        meta = obj.get("metadata", {})
+        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta.get('name', 'llmservice')}.",
+                         "namespace": meta.get("namespace") or "default"},
+            "involvedObject": {
+                "apiVersion": obj.get("apiVersion", API_VERSION),
+                "kind": obj.get("kind", KIND),
+                "name": meta.get("name"),
+                "namespace": meta.get("namespace"),
+                "uid": meta.get("uid"),
+                "resourceVersion": meta.get("resourceVersion"),
+            },
+            "type": type,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": MANAGED_BY},
+            "reportingComponent": f"{GROUP}/{MANAGED_BY}",
+            "reportingInstance": MANAGED_BY,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            await self.create(event)
+        except Exception as exc:  # noqa: BLE001 - an Event must never fail a reconciliation
+            log.warning("Could not post Event %s for %s/%s: %s", reason,
+                        meta.get("namespace"), meta.get("name"), exc)
+
+
+# ---------------------------------------------------------------------------- apply
+class Action(StrEnum):
+    CREATED = "Created"
+    UPDATED = "Updated"
+    UNCHANGED = "Unchanged"
+    DELETED = "Deleted"
+
+
+@dataclass(frozen=True)
+class Change:
+    """What apply did to one child."""
+
+    kind: str
+    name: str
+    action: Action
+
+
+@dataclass
+class ApplyResult:
+    """What :func:`apply_children` did, and the children as the server now has them."""
+
+    changes: list[Change] = field(default_factory=list)
+    observed: dict[str, JSON] = field(default_factory=dict)  # kind -> object
+
+    @property
+    def changed(self) -> list[Change]:
+        """Only the children that were written."""
+        return [c for c in self.changes if c.action is not Action.UNCHANGED]
+
+
+def spec_hash_of(obj: Mapping[str, Any] | None) -> str | None:
+    """The ``llmops.dev/spec-hash`` annotation of a child (None if absent)."""
+    if not obj:
+        return None
+    return ((obj.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_SPEC_HASH)
+
+
+def owned_by(obj: Mapping[str, Any], owner_uid: str | None) -> bool:
+    """Whether ``obj`` has a controller owner reference to ``owner_uid``."""
+    if owner_uid is None:
+        return False
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return any(r.get("uid") == owner_uid for r in refs)
+
+
+def needs_write(desired: Mapping[str, Any], observed: Mapping[str, Any] | None) -> bool:
+    """Whether ``observed`` differs from ``desired`` (pure): absent, another spec hash, or
+    a label, annotation or owner reference of ours missing (somebody edited it)."""
+    if observed is None:
+        return True
+    if spec_hash_of(observed) != spec_hash_of(desired):
+        return True
+    dmeta, ometa = desired.get("metadata") or {}, observed.get("metadata") or {}
+    for key in ("labels", "annotations"):
+        want, have = dmeta.get(key) or {}, ometa.get(key) or {}
+        if any(have.get(k) != v for k, v in want.items()):
+            return True
+    have_refs = {r.get("uid") for r in ometa.get("ownerReferences") or []}
+    return any(r.get("uid") not in have_refs for r in dmeta.get("ownerReferences") or [])
+
+
+def replacement(desired: Mapping[str, Any], observed: Mapping[str, Any]) -> JSON:
+    """The body that replaces ``observed`` with ``desired`` (pure).
+
+    Our labels and annotations win, others' stay (e.g. ``kubectl rollout restart``),
+    as do finalizers; ``resourceVersion`` makes the write conditional. Fields the API
+    server fills in (a Service's clusterIP) are kept by the server on a replace.
+    """
+    body = json.loads(json.dumps(desired))
+    meta, ometa = body["metadata"], observed.get("metadata") or {}
+    meta["labels"] = {**(ometa.get("labels") or {}), **(meta.get("labels") or {})}
+    meta["annotations"] = {**(ometa.get("annotations") or {}), **(meta.get("annotations") or {})}
+    meta["resourceVersion"] = ometa.get("resourceVersion")
+    if ometa.get("finalizers"):
+        meta["finalizers"] = ometa["finalizers"]
+    if body["kind"] == "Service":
+        for kept in ("clusterIP", "clusterIPs"):
+            if kept in (observed.get("spec") or {}):
+                body["spec"][kept] = observed["spec"][kept]
+    return body
+
+
+async def apply_children(
+    kube: KubeClient, desired: Iterable[Mapping[str, Any]], *, expect_absent: bool = False
+) -> ApplyResult:
+    """Create or replace each desired child so that it matches; write nothing for a
+    child that already matches (same spec hash, our labels and owner reference there).
+
+    ``expect_absent`` (a service that was just created): try the create first and read
+    only if it already exists, which saves a read per child in the common case.
+
+    Raises :class:`ConflictError` when a child changed under us (the caller retries soon)
+    and :class:`MissingAPIError` when its kind is not served.
+    """
+    result = ApplyResult()
+    for want in desired:
+        kind, meta = want["kind"], want["metadata"]
+        have: JSON | None = None
+        if expect_absent:
+            try:
+                have = await kube.create(want)
+                result.changes.append(Change(kind, meta["name"], Action.CREATED))
+                result.observed[kind] = have
+                continue
+            except ConflictError:
+                pass  # it exists (a re-created service, a previous pass): compare below
+        have = await kube.get(want["apiVersion"], kind, meta.get("namespace"), meta["name"])
+        if have is None:
+            # ConflictError here: created meanwhile (a racing pass); the retry compares.
+            have = await kube.create(want)
+            result.changes.append(Change(kind, meta["name"], Action.CREATED))
+        elif needs_write(want, have):
+            have = await kube.replace(replacement(want, have))
+            result.changes.append(Change(kind, meta["name"], Action.UPDATED))
+        else:
+            result.changes.append(Change(kind, meta["name"], Action.UNCHANGED))
+        result.observed[kind] = have
+    return result
+
+
+async def delete_children(
+    kube: KubeClient, owner: Mapping[str, Any], kinds: Iterable[tuple[str, str, str]]
+) -> list[Change]:
+    """Delete the children ``(apiVersion, kind, name)`` of ``owner`` that it owns.
+
+    On a real cluster the garbage collector removes owned children by their owner
+    reference anyway; deleting them here as well makes removal explicit and prompt, and
+    is what cleans up where no garbage collector runs (the emulated API server).
+    Kinds the server does not serve are skipped.
+    """
+    meta = owner.get("metadata") or {}
+    uid, namespace = meta.get("uid"), meta.get("namespace")
+    changes: list[Change] = []
+    for api_version, kind, name in kinds:
+        if not await kube.serves(api_version):
+            continue
+        child = await kube.get(api_version, kind, namespace, name)
+        if child is None or not owned_by(child, uid):
+            continue
+        if await kube.delete(api_version, kind, namespace, name):
+            changes.append(Change(kind, name, Action.DELETED))
+    return changes
+
+
+def owner_name(obj: Mapping[str, Any]) -> str | None:
+    """The name of the LLMService that controls ``obj`` (by owner reference or label)."""
+    meta = obj.get("metadata") or {}
+    for ref in meta.get("ownerReferences") or []:
+        if ref.get("kind") == KIND and ref.get("apiVersion", "").startswith(GROUP + "/"):
+            return str(ref.get("name"))
+    label = (meta.get("labels") or {}).get(LABEL_SERVICE)
+    return str(label) if label else None

@@ -1,0 +1,317 @@
+"""Status (pure): conditions in the standard shape, the plan summary, the endpoint.
+
+The operator owns four keys of ``status``: ``observedGeneration``, ``conditions``,
+``plan`` and ``endpoint`` (``tuning`` and ``adaptation`` belong to later stages). Each
+pass builds them from what it learnt (:func:`build_status`) and writes them once, only
+when they differ from what is stored (:func:`status_patch`). No clock is read here: the
+caller passes ``now``.
+
+Conditions (one :class:`ConditionType` enum) follow the Kubernetes convention
+(``type``, ``status`` True/False/Unknown, ``reason`` in CamelCase, ``message``,
+``observedGeneration``, ``lastTransitionTime``); :func:`set_condition` moves
+``lastTransitionTime`` only when ``status`` changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from .constants import VLLM_PORT
+from .errors import SpecError
+from .planning import Plan
+
+JSON = dict[str, Any]
+OWNED_KEYS = ("observedGeneration", "conditions", "plan", "endpoint")
+
+
+class ConditionType(StrEnum):
+    """Every condition the operator sets on an LLMService."""
+
+    READY = "Ready"  # the vLLM workload serves every requested replica
+    SPEC_VALID = "SpecValid"  # the spec can be served as written
+    PLANNED = "Planned"  # a capacity and parallelism plan exists
+    PROGRESSING = "Progressing"  # a rollout of the workload is under way
+    AVAILABLE = "Available"  # at least one replica serves
+
+
+class Reason(StrEnum):
+    """The reasons of the conditions (CamelCase, for ``kubectl describe`` and alerts)."""
+
+    VALID = "Valid"
+    INVALID_SPEC = "InvalidSpec"
+    PLAN_COMPUTED = "PlanComputed"
+    NOT_PLANNED = "NotPlanned"
+    API_MISSING = "APINotServed"
+    WORKLOAD_MISSING = "WorkloadMissing"
+    ROLLOUT_PENDING = "RolloutPending"
+    ROLLING_OUT = "RollingOut"
+    ROLLOUT_COMPLETE = "RolloutComplete"
+    REPLICAS_AVAILABLE = "ReplicasAvailable"
+    NO_REPLICAS_AVAILABLE = "NoReplicasAvailable"
+    SERVING = "Serving"
+    WAITING_FOR_REPLICAS = "WaitingForReplicas"
+    SCALED_TO_ZERO = "ScaledToZero"
+
+
+def _bool(value: bool) -> str:
+    return "True" if value else "False"
+
+
+def get_condition(conditions: Sequence[Mapping[str, Any]], ctype: str) -> Mapping[str, Any] | None:
+    """The condition of type ``ctype`` or None."""
+    return next((c for c in conditions if c.get("type") == str(ctype)), None)
+
+
+def set_condition(
+    conditions: Sequence[Mapping[str, Any]],
+    ctype: ConditionType,
+    status: bool | str,
+    reason: str,
+    message: str,
+    *,
+    generation: int | None,
+    now: str,
+) -> list[JSON]:
+    """A new list of conditions with ``ctype`` set (others kept, order kept, new last).
+
+    ``lastTransitionTime`` moves to ``now`` only when ``status`` changes (or the
+    condition is new); reason, message and observedGeneration always update.
+    """
+    status_text = _bool(status) if isinstance(status, bool) else status
+    result: list[JSON] = []
+    found = False
+    for cond in conditions:
+        if cond.get("type") != str(ctype):
+            result.append(dict(cond))
+            continue
+        found = True
+        moved = cond.get("status") != status_text or not cond.get("lastTransitionTime")
+        result.append(_condition(ctype, status_text, reason, message, generation,
+                                 now if moved else str(cond["lastTransitionTime"])))
+    if not found:
+        result.append(_condition(ctype, status_text, reason, message, generation, now))
+    return result
+
+
+def _condition(
+    ctype: ConditionType, status: str, reason: str, message: str, generation: int | None,
+    when: str,
+) -> JSON:
+    cond: JSON = {"type": str(ctype), "status": status, "reason": str(reason),
+                  "message": message}
+    if generation is not None:
+        cond["observedGeneration"] = generation
+    cond["lastTransitionTime"] = when
+    return cond
+
+
+def endpoint(name: str, namespace: str) -> str:
+    """The OpenAI-compatible base URL of the service inside the cluster."""
+    return f"http://{name}.{namespace}.svc:{VLLM_PORT}/v1"
+
+
+def plan_summary(plan: Plan) -> JSON:
+    """``status.plan``: the chosen numbers (camelCase, for printer columns) and why."""
+    summary: JSON = {
+        "modelName": plan.model_name,
+        "gpuProduct": plan.gpu_product,
+        "gpuMemoryBytes": plan.gpu_memory_bytes,
+        "tensorParallelSize": plan.tensor_parallel_size,
+        "pipelineParallelSize": plan.pipeline_parallel_size,
+        "gpusPerReplica": plan.gpus_per_replica,
+        "nodesPerReplica": plan.nodes_per_replica,
+        "maxModelLen": plan.max_model_len,
+        "maxNumSeqs": plan.max_num_seqs,
+        "kvTokenCapacity": plan.kv_token_capacity,
+        "kvBytesPerToken": plan.kv_bytes_per_token,
+        "weightBytesPerGpu": plan.weight_bytes_per_gpu,
+        "explanations": [
+            {"name": e.name, "value": e.value, "source": e.source, "formula": e.formula}
+            for e in plan.explanations
+        ],
+    }
+    if plan.max_num_batched_tokens is not None:
+        summary["maxNumBatchedTokens"] = plan.max_num_batched_tokens
+    if plan.warnings:
+        summary["warnings"] = list(plan.warnings)
+    return summary
+
+
+def plan_message(plan: Plan) -> str:
+    """One line for the Planned condition and Event."""
+    return (
+        f"{plan.model_name} on {plan.gpus_per_replica} x {plan.gpu_product} per replica: "
+        f"tensor-parallel {plan.tensor_parallel_size}, pipeline-parallel "
+        f"{plan.pipeline_parallel_size}, max-model-len {plan.max_model_len}, "
+        f"max-num-seqs {plan.max_num_seqs}, KV capacity {plan.kv_token_capacity} tokens"
+    )
+
+
+def errors_message(errors: Sequence[SpecError]) -> str:
+    """All spec errors in one message: ``field: problem. Fix: fix`` joined by ``; ``."""
+    return "; ".join(str(e) for e in errors)
+
+
+@dataclass(frozen=True)
+class WorkloadState:
+    """What the workload's status says (Deployment or LeaderWorkerSet), reduced."""
+
+    exists: bool
+    desired: int
+    available: int = 0
+    updated: int | None = None
+    generation: int | None = None
+    observed_generation: int | None = None
+
+    @classmethod
+    def from_object(cls, obj: Mapping[str, Any] | None, desired: int) -> WorkloadState:
+        """Read a Deployment's or LeaderWorkerSet's status (pure)."""
+        if obj is None:
+            return cls(exists=False, desired=desired)
+        status = obj.get("status") or {}
+        available = status.get("availableReplicas")
+        if available is None:
+            available = status.get("readyReplicas", 0)  # LeaderWorkerSet reports groups ready
+        return cls(
+            exists=True,
+            desired=desired,
+            available=int(available or 0),
+            updated=status.get("updatedReplicas"),
+            generation=(obj.get("metadata") or {}).get("generation"),
+            observed_generation=status.get("observedGeneration"),
+        )
+
+    @property
+    def rollout_pending(self) -> bool:
+        """The workload's controller has not yet seen its latest spec."""
+        return (self.generation is not None and self.observed_generation is not None
+                and self.observed_generation < self.generation)
+
+    @property
+    def rolled_out(self) -> bool:
+        """Every desired replica runs the latest spec (as far as the status tells)."""
+        return not self.rollout_pending and (self.updated is None or self.updated >= self.desired)
+
+
+def workload_conditions(
+    conditions: Sequence[Mapping[str, Any]], state: WorkloadState, *, kind: str, name: str,
+    generation: int | None, now: str,
+) -> list[JSON]:
+    """Set Progressing, Available and Ready from the workload's state."""
+    what = f"{kind} {name}"
+    if not state.exists:
+        conds = set_condition(conditions, ConditionType.PROGRESSING, True,
+                              Reason.WORKLOAD_MISSING, f"{what} is being created",
+                              generation=generation, now=now)
+        conds = set_condition(conds, ConditionType.AVAILABLE, False, Reason.WORKLOAD_MISSING,
+                              f"{what} does not exist yet", generation=generation, now=now)
+        return set_condition(conds, ConditionType.READY, False, Reason.WORKLOAD_MISSING,
+                             f"{what} does not exist yet", generation=generation, now=now)
+    if state.rollout_pending:
+        prog = (True, Reason.ROLLOUT_PENDING, f"{what} has a new spec its controller has not "
+                "picked up yet")
+    elif not state.rolled_out or state.available < state.desired:
+        prog = (True, Reason.ROLLING_OUT, f"{what}: {state.updated or 0} of {state.desired} "
+                f"replicas updated, {state.available} available")
+    else:
+        prog = (False, Reason.ROLLOUT_COMPLETE, f"{what}: all {state.desired} replicas updated "
+                "and available")
+    conds = set_condition(conditions, ConditionType.PROGRESSING, prog[0], prog[1], prog[2],
+                          generation=generation, now=now)
+    if state.available > 0:
+        conds = set_condition(conds, ConditionType.AVAILABLE, True, Reason.REPLICAS_AVAILABLE,
+                              f"{state.available} of {state.desired} replicas available",
+                              generation=generation, now=now)
+    else:
+        conds = set_condition(conds, ConditionType.AVAILABLE, False,
+                              Reason.NO_REPLICAS_AVAILABLE, f"no replica of {what} is available",
+                              generation=generation, now=now)
+    if state.desired == 0:
+        ready = (False, Reason.SCALED_TO_ZERO, "spec.replicas is 0: nothing serves")
+    elif state.available >= state.desired and state.rolled_out:
+        ready = (True, Reason.SERVING, f"{state.available} of {state.desired} replicas serve")
+    else:
+        ready = (False, Reason.WAITING_FOR_REPLICAS,
+                 f"{state.available} of {state.desired} replicas available")
+    return set_condition(conds, ConditionType.READY, ready[0], ready[1], ready[2],
+                         generation=generation, now=now)
+
+
+def build_status(
+    current: Mapping[str, Any] | None,
+    *,
+    name: str,
+    namespace: str,
+    generation: int | None,
+    now: str,
+    plan: Plan | None = None,
+    errors: Sequence[SpecError] = (),
+    workload: WorkloadState | None = None,
+    workload_kind: str = "Deployment",
+    missing_api: str | None = None,
+) -> JSON:
+    """The operator's keys of ``status`` after one pass (pure).
+
+    ``errors``: the spec cannot be served (SpecValid False, Ready False, the old plan is
+    dropped). ``missing_api``: a kind the plan needs is not served by the cluster.
+    Otherwise the plan and the workload's state set the other conditions.
+    """
+    current = current or {}
+    conds: list[JSON] = [dict(c) for c in current.get("conditions") or []]
+    g = generation
+    status: JSON = {"observedGeneration": generation, "endpoint": endpoint(name, namespace)}
+    if errors:
+        msg = errors_message(errors)
+        conds = set_condition(conds, ConditionType.SPEC_VALID, False, Reason.INVALID_SPEC, msg,
+                              generation=g, now=now)
+        conds = set_condition(conds, ConditionType.PLANNED, False, Reason.INVALID_SPEC,
+                              "the spec must be fixed before a plan can be made",
+                              generation=g, now=now)
+        conds = set_condition(conds, ConditionType.READY, False, Reason.INVALID_SPEC, msg,
+                              generation=g, now=now)
+        status["conditions"] = conds
+        status["plan"] = None  # the last plan does not describe this spec
+        return status
+    conds = set_condition(conds, ConditionType.SPEC_VALID, True, Reason.VALID,
+                          "the spec can be served as written", generation=g, now=now)
+    if plan is not None:
+        conds = set_condition(conds, ConditionType.PLANNED, True, Reason.PLAN_COMPUTED,
+                              plan_message(plan), generation=g, now=now)
+        status["plan"] = plan_summary(plan)
+    if missing_api is not None:
+        conds = set_condition(conds, ConditionType.READY, False, Reason.API_MISSING,
+                              missing_api, generation=g, now=now)
+    elif workload is not None:
+        conds = workload_conditions(conds, workload, kind=workload_kind, name=name,
+                                    generation=g, now=now)
+    status["conditions"] = conds
+    return status
+
+
+def status_patch(current: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> JSON:
+    """The merge patch of ``status`` that turns ``current`` into ``desired`` for the keys
+    the operator owns; empty when nothing differs (then nothing is written).
+
+    Keys absent from ``desired`` are left alone; a key set to None in ``desired`` (the
+    ``plan`` of a spec that became invalid) is removed.
+    """
+    current = current or {}
+    patch: JSON = {}
+    for key in OWNED_KEYS:
+        if key not in desired:
+            continue
+        if desired[key] is None:
+            if current.get(key) is not None:
+                patch[key] = None
+        elif current.get(key) != desired[key]:
+            patch[key] = desired[key]
+    return patch
+
+
+def condition_status(status: Mapping[str, Any] | None, ctype: ConditionType) -> str | None:
+    """``"True"``/``"False"``/``"Unknown"`` of one condition in a status, or None."""
+    cond = get_condition((status or {}).get("conditions") or [], ctype)
+    return None if cond is None else str(cond.get("status"))

@@ -1,0 +1,130 @@
+"""Status (pure): conditions, transition times, the patch written only on change."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from llm_operator.errors import SpecError
+from llm_operator.models import LLMServiceSpec
+from llm_operator.planning import make_plan
+from llm_operator.status import (
+    ConditionType,
+    WorkloadState,
+    build_status,
+    get_condition,
+    set_condition,
+    status_patch,
+)
+
+T0, T1 = "2025-01-01T00:00:00Z", "2025-01-01T00:05:00Z"
+
+
+def spec(**engine: Any) -> LLMServiceSpec:
+    return LLMServiceSpec.model_validate({
+        "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
+        "gpus": {"product": "L4"}, "engine": engine,
+    })
+
+
+def test_transition_time_moves_only_when_status_changes() -> None:
+    conds = set_condition([], ConditionType.READY, False, "WaitingForReplicas", "0 of 1",
+                          generation=1, now=T0)
+    same = set_condition(conds, ConditionType.READY, False, "WaitingForReplicas", "still 0",
+                         generation=2, now=T1)
+    ready = get_condition(same, ConditionType.READY)
+    assert ready is not None
+    assert ready["lastTransitionTime"] == T0  # status unchanged: time kept
+    assert ready["message"] == "still 0" and ready["observedGeneration"] == 2
+    flipped = set_condition(same, ConditionType.READY, True, "Serving", "1 of 1",
+                            generation=2, now=T1)
+    assert get_condition(flipped, ConditionType.READY)["lastTransitionTime"] == T1  # type: ignore[index]
+
+
+def test_set_condition_keeps_the_others_and_their_order() -> None:
+    conds = set_condition([], ConditionType.SPEC_VALID, True, "Valid", "", generation=1, now=T0)
+    conds = set_condition(conds, ConditionType.READY, False, "X", "", generation=1, now=T0)
+    conds = set_condition(conds, ConditionType.SPEC_VALID, False, "InvalidSpec", "m",
+                          generation=2, now=T1)
+    assert [c["type"] for c in conds] == ["SpecValid", "Ready"]
+    assert set(conds[0]) == {"type", "status", "reason", "message", "observedGeneration",
+                             "lastTransitionTime"}
+
+
+def test_valid_status_has_plan_endpoint_and_generation() -> None:
+    plan = make_plan(spec())
+    status = build_status(None, name="llm", namespace="ml", generation=3, now=T0, plan=plan,
+                          workload=WorkloadState(exists=True, desired=1))
+    assert status["observedGeneration"] == 3
+    assert status["endpoint"] == "http://llm.ml.svc:8000/v1"
+    summary = status["plan"]
+    assert summary["gpusPerReplica"] == plan.tensor_parallel_size * plan.pipeline_parallel_size
+    assert summary["maxNumSeqs"] == plan.max_num_seqs
+    assert summary["kvTokenCapacity"] == plan.kv_token_capacity
+    assert {e["name"] for e in summary["explanations"]} >= {"tensorParallelSize", "maxNumSeqs"}
+    by_type = {c["type"]: c for c in status["conditions"]}
+    assert by_type["SpecValid"]["status"] == "True"
+    assert by_type["Planned"]["status"] == "True"
+    assert by_type["Ready"]["status"] == "False"
+    assert by_type["Ready"]["reason"] == "WaitingForReplicas"
+
+
+@pytest.mark.parametrize(
+    ("state", "ready", "reason", "progressing"),
+    [
+        (WorkloadState(exists=False, desired=1), "False", "WorkloadMissing", "True"),
+        (WorkloadState(exists=True, desired=2, available=1, updated=2), "False",
+         "WaitingForReplicas", "True"),
+        (WorkloadState(exists=True, desired=2, available=2, updated=2, generation=3,
+                       observed_generation=3), "True", "Serving", "False"),
+        (WorkloadState(exists=True, desired=2, available=2, updated=2, generation=4,
+                       observed_generation=3), "False", "WaitingForReplicas", "True"),
+        (WorkloadState(exists=True, desired=0), "False", "ScaledToZero", "False"),
+    ],
+)
+def test_workload_state_sets_ready(state: WorkloadState, ready: str, reason: str,
+                                   progressing: str) -> None:
+    status = build_status(None, name="llm", namespace="ml", generation=1, now=T0,
+                          plan=make_plan(spec()), workload=state)
+    by_type = {c["type"]: c for c in status["conditions"]}
+    assert (by_type["Ready"]["status"], by_type["Ready"]["reason"]) == (ready, reason)
+    assert by_type["Progressing"]["status"] == progressing
+
+
+def test_invalid_spec_drops_the_plan_and_names_the_field() -> None:
+    valid = build_status(None, name="llm", namespace="ml", generation=1, now=T0,
+                         plan=make_plan(spec()), workload=WorkloadState(True, 1, 1, 1))
+    err = SpecError("spec.engine.tensorParallelSize", "3 does not divide 32 heads",
+                    "use 1, 2, 4 or 8")
+    invalid = build_status(valid, name="llm", namespace="ml", generation=2, now=T1,
+                           errors=[err])
+    patch = status_patch(valid, invalid)
+    assert patch["plan"] is None  # removed: it described the old spec
+    cond = get_condition(patch["conditions"], ConditionType.SPEC_VALID)
+    assert cond is not None and cond["status"] == "False" and cond["reason"] == "InvalidSpec"
+    assert "spec.engine.tensorParallelSize" in cond["message"] and "Fix:" in cond["message"]
+    assert cond["lastTransitionTime"] == T1
+    ready = get_condition(patch["conditions"], ConditionType.READY)
+    assert ready is not None and ready["status"] == "False"
+
+
+def test_patch_is_empty_when_nothing_changed() -> None:
+    plan = make_plan(spec())
+    first = build_status(None, name="llm", namespace="ml", generation=1, now=T0, plan=plan,
+                         workload=WorkloadState(True, 1, 1, 1))
+    again = build_status(first, name="llm", namespace="ml", generation=1, now=T1, plan=plan,
+                         workload=WorkloadState(True, 1, 1, 1))
+    assert status_patch(first, again) == {}  # a later clock alone writes nothing
+    changed = build_status(first, name="llm", namespace="ml", generation=1, now=T1, plan=plan,
+                           workload=WorkloadState(True, 1, 0, 1))
+    patch = status_patch(first, changed)
+    assert set(patch) == {"conditions"}
+
+
+def test_pinned_value_reaches_the_summary() -> None:
+    status = build_status(None, name="llm", namespace="ml", generation=1, now=T0,
+                          plan=make_plan(spec(maxNumSeqs=7)))
+    assert status["plan"]["maxNumSeqs"] == 7
+    why = [e for e in status["plan"]["explanations"] if e["name"] == "maxNumSeqs"]
+    assert why and why[0]["source"] == "pinned"
