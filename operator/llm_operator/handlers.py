@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -151,7 +152,8 @@ async def reconcile(
         monitor = None
         if ctx.settings.pod_monitor == "auto":
             monitor = MONITORING_GROUP in await ctx.kube.served_groups()
-        desired = render_all(svc, plan, ctx.settings, pod_monitor=monitor)
+        desired = render_all(svc, plan, ctx.settings, pod_monitor=monitor,
+                             overrides=st.engine_overrides(current))
     except (SpecError, SpecErrors) as exc:
         errors = exc.errors if isinstance(exc, SpecErrors) else [exc]
         new = st.build_status(current, name=name, namespace=namespace, generation=generation,
@@ -313,7 +315,8 @@ async def leader_worker_set_event(
 
 
 # --------------------------------------------------------------------------- running
-def run_operator(namespaces: list[str], standalone: bool) -> int:
+def run_operator(namespaces: list[str], standalone: bool, peering: str | None = None,
+                 liveness: str | None = None) -> int:
     """Run the operator until interrupted (``llm-operator run``); returns the exit code.
 
     Watches ``namespaces`` (or ``LLMOP_NAMESPACES``; none: the whole cluster). The
@@ -323,12 +326,18 @@ def run_operator(namespaces: list[str], standalone: bool) -> int:
     watched = list(namespaces) or list(settings.namespaces)
     kopf.configure(verbose=False, log_format=kopf.LogFormat.PLAIN)
     port = settings.health_port
-    liveness = f"http://0.0.0.0:{port}/healthz" if port else None
+    if liveness is None and port:
+        liveness = f"http://0.0.0.0:{port}/healthz"
     memo = kopf.Memo(settings=settings)  # the API client is built in operator_startup
+    # With peering, every pod needs its own priority: with equal priorities kopf lets two
+    # operators act at once. A random one makes one pod active and the others standby.
+    priority = random.randint(1, 2**31 - 1) if peering else 0
     asyncio.run(kopf.operator(
         clusterwide=not watched,
         namespaces=watched,
-        standalone=standalone,
+        standalone=standalone and not peering,
+        peering_name=peering,
+        priority=priority,
         liveness_endpoint=liveness,
         memo=memo,
     ))

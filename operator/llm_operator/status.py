@@ -315,3 +315,24 @@ def condition_status(status: Mapping[str, Any] | None, ctype: ConditionType) -> 
     """``"True"``/``"False"``/``"Unknown"`` of one condition in a status, or None."""
     cond = get_condition((status or {}).get("conditions") or [], ctype)
     return None if cond is None else str(cond.get("status"))
+
+
+def engine_overrides(status: Mapping[str, Any] | None) -> dict[str, int]:
+    """The engine values tuning and adaptation have set, as render overrides.
+
+    ``status.tuning.applied`` holds what the last successful tuning run chose
+    (``maxNumSeqs``, ``maxNumBatchedTokens``); ``status.adaptation.maxNumSeqs`` is the cap
+    the online controller moved to in Apply mode, and wins for ``maxNumSeqs`` since it
+    acts on the live service after tuning. The renderer applies an override only where
+    the user left the field to ``auto``: a pin always wins.
+    """
+    status = status or {}
+    out: dict[str, int] = {}
+    applied = (status.get("tuning") or {}).get("applied") or {}
+    for key in ("maxNumSeqs", "maxNumBatchedTokens"):
+        if isinstance(applied.get(key), int) and applied[key] > 0:
+            out[key] = applied[key]
+    adapted = (status.get("adaptation") or {}).get("maxNumSeqs")
+    if isinstance(adapted, int) and adapted > 0:
+        out["maxNumSeqs"] = adapted
+    return out

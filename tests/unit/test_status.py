@@ -128,3 +128,15 @@ def test_pinned_value_reaches_the_summary() -> None:
     assert status["plan"]["maxNumSeqs"] == 7
     why = [e for e in status["plan"]["explanations"] if e["name"] == "maxNumSeqs"]
     assert why and why[0]["source"] == "pinned"
+
+
+def test_engine_overrides_take_tuning_then_adaptation() -> None:
+    from llm_operator.status import engine_overrides
+
+    assert engine_overrides(None) == {}
+    status = {"tuning": {"applied": {"maxNumSeqs": 24, "maxNumBatchedTokens": 4096}}}
+    assert engine_overrides(status) == {"maxNumSeqs": 24, "maxNumBatchedTokens": 4096}
+    status["adaptation"] = {"maxNumSeqs": 12}
+    assert engine_overrides(status) == {"maxNumSeqs": 12, "maxNumBatchedTokens": 4096}
+    # Garbage in status (a hand edit) is ignored rather than rendered.
+    assert engine_overrides({"adaptation": {"maxNumSeqs": "lots"}}) == {}
