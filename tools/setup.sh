@@ -16,8 +16,10 @@ if [ ! -x .venv/bin/python ]; then
   step "Creating .venv"
   "$PY" -m venv .venv
 fi
-step "Installing llm-operator into .venv"
-.venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
+extras=demo
+[ "$want_tests" = 1 ] && extras=test
+step "Installing llm-operator into .venv (extras: $extras)"
+.venv/bin/pip install -q --disable-pip-version-check -e ".[$extras]"
 
 [ "$want_tests" = 1 ] || exit 0
 
