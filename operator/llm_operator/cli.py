@@ -31,12 +31,21 @@ def load_services(paths: Sequence[str]) -> Iterator[tuple[str, LLMService]]:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
+    from .perfmodel import curve_table
     from .planning import make_plan, plan_table
 
     console = Console()
-    for path, svc in load_services(args.files):
+    for _path, svc in load_services(args.files):
         plan = make_plan(svc.spec)
         console.print(plan_table(svc, plan))
+        if not args.no_curve:
+            from .perfmodel import curve_for, suggest_for
+
+            points, slo = curve_for(svc.spec, plan)
+            console.print(curve_table(points, f"Predicted: {plan.model_name} on "
+                                      f"{plan.gpu_product}, TP {plan.tensor_parallel_size}", slo))
+            start = suggest_for(svc.spec, plan)
+            console.print(f"Suggested starting max-num-seqs: {start.max_num_seqs} ({start.reason})")
     return 0
 
 
@@ -56,7 +65,8 @@ def _cmd_render(args: argparse.Namespace) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     from .handlers import run_operator
 
-    return run_operator(namespaces=args.namespace, standalone=args.standalone)
+    return run_operator(namespaces=args.namespace, standalone=args.standalone,
+                        peering=args.peering, liveness=args.liveness)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -66,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("plan", help="print the capacity and parallelism plan, with reasons")
     p.add_argument("files", nargs="+", help="LLMService YAML files ('-' for stdin)")
+    p.add_argument("--no-curve", action="store_true", help="omit the predicted curve")
     p.set_defaults(func=_cmd_plan)
 
     p = sub.add_parser("render", help="print the manifests the operator would apply")
@@ -75,7 +86,24 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="run the operator against the current kubeconfig")
     p.add_argument("-n", "--namespace", action="append", default=[], help="watch (repeatable)")
     p.add_argument("--standalone", action="store_true", help="no peering with a standby")
+    p.add_argument("--peering", metavar="NAME", default=None,
+                   help="kopf peering object shared with standby replicas (one acts at a time)")
+    p.add_argument("--liveness", metavar="URL", default=None,
+                   help="kopf health endpoint, e.g. http://0.0.0.0:8081/healthz "
+                        "(default: LLMOP_HEALTH_PORT)")
     p.set_defaults(func=_cmd_run)
+
+    from .recommend import add_parser as add_recommend_parser
+
+    add_recommend_parser(sub)
+
+    from .sandbox.demo import add_parser as add_demo_parser
+
+    add_demo_parser(sub)
+
+    from .tuning.launch import add_parser as add_tune_parser
+
+    add_tune_parser(sub)
     return parser
 
 

@@ -1,0 +1,609 @@
+"""Adaptation benchmark: the online controller against static caps on a step-load trace.
+
+Two parts, reported in ``benchmarks/RESULTS.md`` ("Adaptation"):
+
+1. **Measured** on the real vLLM CPU engine (tiny generated Llama, a KV cache of 4,096
+   tokens from ``--kv-cache-memory-bytes 2097152``), scraped every second by a real
+   Prometheus, loaded by vLLM's own benchmark (``vllm.benchmarks.serve``) with a step
+   trace of client concurrency (4 → 48 → 8; each phase a few bounded segments).
+   Arms: vLLM's default cap (128 on the CPU), a few static caps, and the adaptive
+   controller, which after every segment observes through Prometheus, decides with
+   :func:`llm_operator.adaptation.decide` and applies a change by restarting the server
+   with the new ``--max-num-seqs`` (one rollout). "Best static in hindsight" is the
+   static arm with the highest goodput over the whole trace.
+2. **Simulated** on the project's performance model (:mod:`llm_operator.perfmodel`): a
+   day-long diurnal trace on a GPU model, one decision a minute: rollouts per day, flaps,
+   minutes with preemptions, goodput against the best static cap.
+
+Run (needs .venv-vllm and /usr/bin/prometheus; about 20-25 min for part 1)::
+
+    .venv/bin/python benchmarks/adapt_benchmark.py --out benchmarks/data/adapt_benchmark.json
+    .venv/bin/python benchmarks/adapt_benchmark.py --simulate-only
+
+Goodput: output tokens per second of requests that met the SLO (TTFT at most
+``--slo-ttft-ms`` and time per output token at most ``--slo-tpot-ms``), over the time
+the engine served load (restarts excluded; the restart downtime is reported apart: on a
+cluster a surge rollout keeps the old pod serving meanwhile, here there is one CPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.support.prometheus import Target, running_prometheus  # noqa: E402
+from tests.support.tiny_model import ensure_tiny_llama  # noqa: E402
+from tests.support.vllm_load import Load  # noqa: E402
+
+from llm_operator import prometheus  # noqa: E402
+from llm_operator.adaptation import (  # noqa: E402
+    AdaptationState,
+    CapLimits,
+    Decision,
+    Observation,
+    PolicySettings,
+    decide,
+    record,
+)
+from llm_operator.models import LLMServiceSpec  # noqa: E402
+from llm_operator.tuning.server import VLLMServer, free_port, vllm_lock  # noqa: E402
+
+VLLM_PY = Path(os.environ.get("LLMOP_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
+KEY = ("bench", "chat")
+BASE_FLAGS = ["--kv-cache-memory-bytes", "2097152", "--max-model-len", "1024"]
+DEFAULT_CAP = 128  # vLLM's default --max-num-seqs for the OpenAI server on the CPU
+
+_WORKER = r"""
+import contextlib, io, json, sys
+from vllm.benchmarks.serve import add_cli_args, main
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+KEEP = ("ttfts", "latencies", "output_lens", "errors")
+for line in sys.stdin:
+    argv = json.loads(line)
+    p = FlexibleArgumentParser(); add_cli_args(p)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            r = main(p.parse_args(argv))
+        out = {k: v for k, v in r.items() if isinstance(v, (int, float, str)) or v is None}
+        out.update({k: r.get(k) for k in KEEP})
+    except BaseException as exc:  # report, keep serving
+        out = {"error": repr(exc)}
+    sys.__stdout__.write(json.dumps(out) + "\n"); sys.__stdout__.flush()
+"""
+
+
+class BenchWorker:
+    """vLLM's benchmark in one long-lived child (imports once, runs segments on demand)."""
+
+    def __init__(self) -> None:
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        self.proc = subprocess.Popen([str(VLLM_PY), "-c", _WORKER], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     text=True, env=env)
+
+    def run(self, argv: list[str]) -> dict[str, Any]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(argv) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError("the benchmark worker died")
+        out: dict[str, Any] = json.loads(line)
+        if "error" in out:
+            raise RuntimeError(f"vllm bench serve failed: {out['error']}")
+        return out
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+@dataclass(frozen=True)
+class Phase:
+    concurrency: int
+    segments: int
+    prompts: int  # per segment
+
+
+@dataclass
+class Segment:
+    arm: str
+    phase: int
+    concurrency: int
+    cap: int
+    duration_s: float
+    completed: int
+    output_tokens: int
+    good_tokens: int
+    preemptions: float
+    ttfts_s: list[float] = field(repr=False)
+    tpots_s: list[float] = field(repr=False)
+    decision: dict[str, Any] | None = None
+    restart_s: float = 0.0
+
+
+def _preemptions(url: str) -> float:
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("vllm:num_preemptions_total"))
+
+
+def _p95(values: list[float]) -> float | None:
+    if not values:
+        return None
+    s = sorted(values)
+    return s[min(len(s) - 1, math.ceil(0.95 * len(s)) - 1)]
+
+
+@contextlib.contextmanager
+def _server(model: Path, cap: int, port: int, log: Path) -> Iterator[VLLMServer]:
+    server = VLLMServer(model=str(model), python=str(VLLM_PY), port=port, lock=False,
+                        flags=[*BASE_FLAGS, "--max-num-seqs", str(cap)], log_path=log,
+                        start_timeout_s=600)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def run_arm(name: str, initial_cap: int, adaptive: bool, phases: list[Phase], model: Path,
+            worker: BenchWorker, slo: tuple[float, float], spec: LLMServiceSpec,
+            policy: PolicySettings, logdir: Path) -> list[Segment]:
+    """One arm of the trace; the adaptive arm decides after each segment."""
+    port = free_port()
+    segments: list[Segment] = []
+    cap = initial_cap
+    state = AdaptationState(current=cap)
+    with running_prometheus([Target(f"127.0.0.1:{port}", {"llmservice": KEY[1],
+                                                          "namespace": KEY[0]})]) as prom:
+        client = prometheus.connect(prom.url)
+        server_cm = _server(model, cap, port, logdir / f"{name}.log")
+        server = server_cm.__enter__()
+        try:
+            for pi, phase in enumerate(phases):
+                for _ in range(phase.segments):
+                    load = Load(concurrency=phase.concurrency, num_prompts=phase.prompts,
+                                seed=len(segments))
+                    before = _preemptions(server.url)
+                    res = worker.run([*load.argv(server.url, str(model)), "--save-detailed"])
+                    end = time.time()
+                    seg = _segment(name, pi, phase, cap, res, _preemptions(server.url) - before,
+                                   slo)
+                    segments.append(seg)
+                    _say(f"{name}: phase {pi} c={phase.concurrency} cap={cap} "
+                         f"{seg.duration_s:.1f}s good={seg.good_tokens / seg.duration_s:.0f} tok/s "
+                         f"preempt={seg.preemptions:.0f}")
+                    if not adaptive:
+                        continue
+                    window = max(10.0, seg.duration_s)
+                    pol = policy.model_copy(update={"window_seconds": window})
+                    obs = prometheus.fetch_observations(client, [KEY], end, window).get(KEY)
+                    d = decide(obs, state, spec, end, limits=CapLimits(), settings=pol)
+                    seg.decision = _decision_doc(d, obs)
+                    _say(f"  decision: {d.reason}")
+                    if d.changed and d.value is not None:
+                        state = record(state, d, pol)
+                        t0 = time.monotonic()
+                        server_cm.__exit__(None, None, None)
+                        cap = d.value
+                        server_cm = _server(model, cap, port, logdir / f"{name}-{cap}.log")
+                        server = server_cm.__enter__()
+                        seg.restart_s = time.monotonic() - t0
+        finally:
+            server_cm.__exit__(None, None, None)
+    return segments
+
+
+def _segment(arm: str, pi: int, phase: Phase, cap: int, res: dict[str, Any], preempt: float,
+             slo: tuple[float, float]) -> Segment:
+    ttfts, tpots, good, out = [], [], 0, 0
+    for ttft, lat, n, err in zip(res["ttfts"], res["latencies"], res["output_lens"],
+                                 res["errors"], strict=False):
+        if err or not n:
+            continue
+        tpot = (lat - ttft) / (n - 1) if n > 1 else 0.0
+        ttfts.append(ttft)
+        tpots.append(tpot)
+        out += n
+        if ttft <= slo[0] and tpot <= slo[1]:
+            good += n
+    return Segment(arm=arm, phase=pi, concurrency=phase.concurrency, cap=cap,
+                   duration_s=float(res["duration"]), completed=int(res["completed"]),
+                   output_tokens=out, good_tokens=good, preemptions=preempt, ttfts_s=ttfts,
+                   tpots_s=tpots)
+
+
+def _decision_doc(d: Decision, obs: Observation | None) -> dict[str, Any]:
+    return {"action": d.action.value, "from": d.current, "to": d.value, "reason": d.reason,
+            "observation": None if obs is None else obs.summary()}
+
+
+def summarize(arm: str, segs: list[Segment], cooldown_s: float) -> dict[str, Any]:
+    """One row of the results table."""
+    t = sum(s.duration_s for s in segs)
+    ttfts = [x for s in segs for x in s.ttfts_s]
+    rollouts = sum(1 for s in segs if s.restart_s > 0)
+    high = [s for s in segs if s.phase == 1]
+    first_clean = next((i for i, s in enumerate(high) if s.preemptions == 0), None)
+    return {
+        "arm": arm,
+        "goodputTokS": round(sum(s.good_tokens for s in segs) / t, 1),
+        "outputTokS": round(sum(s.output_tokens for s in segs) / t, 1),
+        "preemptions": round(sum(s.preemptions for s in segs)),
+        "ttftP95Ms": round((_p95(ttfts) or 0) * 1000),
+        "rollouts": rollouts,
+        "restartSeconds": round(sum(s.restart_s for s in segs), 1),
+        "servingSeconds": round(t, 1),
+        "highLoadSegmentsWithPreemptions": sum(1 for s in high if s.preemptions > 0),
+        "firstCleanHighLoadSegment": first_clean,
+        "caps": [s.cap for s in segs],
+        "perPhase": [
+            {"phase": p, "concurrency": ss[0].concurrency,
+             "goodputTokS": round(sum(s.good_tokens for s in ss) /
+                                  sum(s.duration_s for s in ss), 1),
+             "preemptions": round(sum(s.preemptions for s in ss))}
+            for p in sorted({s.phase for s in segs})
+            for ss in [[s for s in segs if s.phase == p]]
+        ],
+        "cooldownSeconds": cooldown_s,
+    }
+
+
+def flaps(history: list[tuple[float, int, int]], window_s: float) -> int:
+    """A→B→A returns within ``window_s``: (time, from, to) changes."""
+    n = 0
+    for i, (t, a, _b) in enumerate(history):
+        for t2, _a2, b2 in history[i + 1:]:
+            if t2 - t <= window_s and b2 == a:
+                n += 1
+                break
+    return n
+
+
+# --- simulated diurnal day on the performance model -------------------------------------
+
+
+def simulate_day(seed_minutes: int = 24 * 60) -> dict[str, Any]:
+    """A day of diurnal load on a GPU model (perfmodel), one decision a minute."""
+    from llm_operator import perfmodel as pm
+
+    # Llama-3.1-8B-like shape on one A100 80 GB with a KV cache of 64k tokens (a
+    # deliberately tight cache so the day crosses the preemption line at its peak).
+    model = pm.ModelShape(name="Llama-3.1-8B (shape)", parameters=8.03e9, num_layers=32,
+                          hidden_size=4096, num_attention_heads=32, num_kv_heads=8,
+                          head_dim=128, vocab_size=128256)
+    hw = pm.Hardware(name="A100-80GB", memory_bytes=80 * pm.GIB, bandwidth=2.039e12,
+                     flops=312e12)
+    wl = pm.Workload(input_tokens=1024, output_tokens=512)
+    kv_tokens = 65536
+    slo = pm.SLO(ttft_s=2.0, itl_s=0.1)
+    spec = LLMServiceSpec.model_validate({
+        "model": {"name": "sim"},
+        "adaptation": {"mode": "Apply", "cooldownSeconds": 600, "maxStepPercent": 50,
+                       "intervalSeconds": 60},
+        "workload": {"slo": {"ttftP95Ms": 2000, "itlP95Ms": 100}},
+    })
+
+    def conc(minute: int) -> int:  # 8 at night, 160 at the afternoon peak
+        return max(1, round(84 - 76 * math.cos(2 * math.pi * (minute - 180) / 1440)))
+
+    cache: dict[tuple[int, int], Any] = {}
+
+    def point(cap: int, c: int) -> Any:
+        if (cap, c) not in cache:
+            eng = pm.EngineSettings(max_num_seqs=cap, kv_token_capacity=kv_tokens)
+            cache[(cap, c)] = pm.predict_point(model, hw, 1, wl, eng, c)
+        return cache[(cap, c)]
+
+    def observe(cap: int, c: int, t: float) -> Observation:
+        p = point(cap, c)
+        ctx = wl.input_tokens + wl.output_tokens / 2
+        kv = min(1.0, p.running * ctx / kv_tokens)
+        peak = p.running * (wl.input_tokens + wl.output_tokens)
+        share = max(0.0, (peak - kv_tokens) / peak) if p.preempting else 0.0
+        return Observation(
+            namespace="sim", name="day", evaluated_at=t, window_seconds=60, samples=60,
+            last_sample_at=t - 1, replicas=1, running_mean=p.running,
+            running_max=min(cap, c), waiting_mean=p.queued, waiting_max=p.queued,
+            kv_usage_mean=kv, kv_usage_max=min(1.0, kv * 1.1),
+            preemption_rate=p.requests_per_s * share, request_rate=p.requests_per_s,
+            ttft_p95_seconds=p.ttft_s, itl_p95_seconds=p.itl_p95_s,
+            mean_prompt_tokens=float(wl.input_tokens),
+            mean_generation_tokens=float(wl.output_tokens), kv_capacity_tokens=kv_tokens)
+
+    minutes = range(seed_minutes)
+    static_caps = [16, 32, 48, 64, 96, 128, 256]
+    static = {cap: sum(point(cap, conc(m)).goodput(slo) for m in minutes) / len(minutes)
+              for cap in static_caps}
+    state = AdaptationState(current=256)  # vLLM's GPU default
+    pol = PolicySettings(window_seconds=60)
+    good, preempt_minutes, history = 0.0, 0, []
+    for m in minutes:
+        t = 1_800_000_000.0 + 60 * m
+        c = conc(m)
+        p = point(state.current, c)
+        good += p.goodput(slo)
+        preempt_minutes += int(p.preempting)
+        d = decide(observe(state.current, c, t), state, spec, t, settings=pol)
+        if d.changed:
+            history.append((t, d.current or 0, d.value or 0))
+            state = record(state, d, pol)
+    best_cap = max(static, key=lambda k: static[k])
+    return {
+        "model": "Llama-3.1-8B shape, 1x A100-80GB, KV 65,536 tokens, 1024 in / 512 out",
+        "trace": "diurnal: 8 → 160 → 8 clients over 24 h, one decision a minute",
+        "adaptiveGoodputTokS": round(good / len(minutes), 1),
+        "staticGoodputTokS": {str(k): round(v, 1) for k, v in static.items()},
+        "bestStaticCap": best_cap,
+        "ratioToBestStatic": round(good / len(minutes) / static[best_cap], 3),
+        "rolloutsPerDay": len(history),
+        "flaps": flaps(history, 3600),
+        "minutesPreempting": preempt_minutes,
+        "changes": [{"minute": round((t - 1_800_000_000.0) / 60), "from": a, "to": b}
+                    for t, a, b in history],
+    }
+
+
+BEGIN, END = "<!-- adaptation:begin -->", "<!-- adaptation:end -->"
+
+
+def render_markdown(doc: dict[str, Any]) -> str:
+    """The "Adaptation" section of benchmarks/RESULTS.md from the benchmark's JSON."""
+    lines = [BEGIN, "## Adaptation", ""]
+    lines += [
+        "The online controller (`llm_operator.adaptation`, observations from a real "
+        "Prometheus through `llm_operator.prometheus`) against static `--max-num-seqs` "
+        "values. Regenerate: `.venv/bin/python benchmarks/adapt_benchmark.py "
+        "--write-results` (about 20-25 min: it starts vLLM once per arm and once per "
+        "rollout, holding the machine's vLLM lock).", ""]
+    m = doc.get("measured")
+    if m:
+        ph = " → ".join(f"{p['concurrency']}" for p in m["phases"])
+        segs = ", ".join(f"{p['segments']} x {p['prompts']}" for p in m["phases"])
+        lines += [
+            "### Measured: step load on the real vLLM CPU engine", "",
+            f"{m['engine']}; clients {ph} (segments x prompts per phase: {segs}); "
+            f"SLO TTFT ≤ {m['slo']['ttftMs']:g} ms and TPOT ≤ {m['slo']['tpotMs']:g} ms per "
+            "request; goodput = output tokens/s of requests meeting it, over the time the "
+            "engine served (restarts excluded, their downtime listed apart). The adaptive "
+            f"arm starts at vLLM's default cap and decides after every segment "
+            f"(cooldown {m['policy']['cooldownSeconds']:g} s, maxStepPercent "
+            f"{m['policy']['maxStepPercent']}); a change restarts the server (one rollout).",
+            "",
+            "| arm | goodput tok/s | output tok/s | preemptions | TTFT p95 ms | rollouts "
+            "| restart downtime s | high-load segments preempting | caps per segment |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        ]
+        for r in m["rows"]:
+            lines.append(
+                f"| {r['arm']} | {r['goodputTokS']:.0f} | {r['outputTokS']:.0f} | "
+                f"{r['preemptions']} | {r['ttftP95Ms']} | {r['rollouts']} | "
+                f"{r['restartSeconds']:.0f} | {r['highLoadSegmentsWithPreemptions']} of "
+                f"{m['phases'][1]['segments']} | {' '.join(str(c) for c in r['caps'])} |")
+        lines += ["", "Per phase (goodput tok/s / preemptions):", "",
+                  "| arm | " + " | ".join(f"{p['concurrency']} clients" for p in m["phases"])
+                  + " |", "|---|" + "---:|" * len(m["phases"])]
+        for r in m["rows"]:
+            lines.append(f"| {r['arm']} | " + " | ".join(
+                f"{p['goodputTokS']:.0f} / {p['preemptions']}" for p in r["perPhase"]) + " |")
+        ad = next(r for r in m["rows"] if r["arm"] == "adaptive")
+        decisions = [s["decision"] for s in m["segments"]["adaptive"] if s.get("decision")]
+        changes = [d for d in decisions if d["action"] != "hold"]
+        lines += ["", f"Best static in hindsight: **{m['bestStatic']}**; adaptive / best "
+                  f"static goodput = **{m['ratioToBestStatic']}**. Rollouts: {ad['rollouts']}; "
+                  f"flaps (A→B→A): {m['adaptiveFlaps']}. First high-load segment without "
+                  f"preemptions (0-based, one decision per segment): "
+                  f"{ad['firstCleanHighLoadSegment']}.", "", "The adaptive arm's changes:", ""]
+        lines += [f"- {d['from']} → {d['to']}: {d['reason']}" for d in changes] or ["- none"]
+        lines += ["", *_goal_lines(m, ad)]
+    s = doc.get("simulated")
+    if s:
+        lines += [
+            "", "### Simulated: a diurnal day on the performance model", "",
+            f"**Simulated** (`llm_operator.perfmodel`, not measured): {s['model']}; "
+            f"{s['trace']}. The policy sees observations the model predicts (running, "
+            "queued, KV usage, preemptions, TTFT, ITL p95) and its changes take effect at "
+            "once (cooldown 600 s, maxStepPercent 50, start at vLLM's GPU default 256).", "",
+            "| cap | " + " | ".join(s["staticGoodputTokS"]) + " | adaptive |",
+            "|---|" + "---:|" * (len(s["staticGoodputTokS"]) + 1),
+            "| goodput tok/s (day mean) | " + " | ".join(
+                f"{v:.0f}" for v in s["staticGoodputTokS"].values())
+            + f" | {s['adaptiveGoodputTokS']:.0f} |", "",
+            f"Rollouts per day: **{s['rolloutsPerDay']}**; flaps: {s['flaps']}; minutes with "
+            f"preemptions: {s['minutesPreempting']}; adaptive / best static (cap "
+            f"{s['bestStaticCap']}) = **{s['ratioToBestStatic']}**. Changes (minute: from → "
+            "to): " + ", ".join(f"{c['minute']}: {c['from']} → {c['to']}"
+                                for c in s["changes"]) + ".",
+            "",
+            "The gap to the best static cap has the same cause as in the measured run: the "
+            "model counts moderate preemption as cheap (a recompute term), so a cap above "
+            "the no-preemption fit serves the shoulders of the day (about 43-51 clients) "
+            "within the SLO, while the policy, which lowers on any preemption, settles at "
+            "the fit and queues them.",
+        ]
+    lines.append(END)
+    return "\n".join(lines) + "\n"
+
+
+def _goal_lines(m: dict[str, Any], ad: dict[str, Any]) -> list[str]:
+    """The issue's goals against the measured numbers, and how to read them."""
+    segs = m["segments"]["adaptive"]
+    gaps, last = [], None
+    for i, sg in enumerate(segs):
+        if sg["restart_s"] > 0:
+            if last is not None:
+                gaps.append(sum(x["duration_s"] + x["restart_s"] for x in segs[last + 1:i + 1]))
+            last = i
+    cool = m["policy"]["cooldownSeconds"]
+    n_pre = ad["highLoadSegmentsWithPreemptions"]
+    ratio = m["ratioToBestStatic"]
+    best = next(r for r in m["rows"] if r["arm"] == m["bestStatic"])
+    same = [r for r in m["rows"] if r["arm"] != "adaptive"]
+    phase0 = [r["perPhase"][0]["goodputTokS"] for r in m["rows"]]
+    lines = [
+        "| goal (issue 4) | measured | met |", "|---|---|---|",
+        f"| goodput ≥ 0.90 x best static | {ratio} x | {'yes' if (ratio or 0) >= 0.9 else 'no'} |",
+        f"| preemptions stop within 2 decision intervals of KV pressure | {n_pre} high-load "
+        f"segment(s) preempted (one decision after each) | {'yes' if n_pre <= 2 else 'no'} |",
+        f"| ≤ 1 rollout per cooldown ({cool:g} s) | {ad['rollouts']} rollouts, shortest gap "
+        f"{min(gaps):.0f} s |" if gaps else
+        f"| ≤ 1 rollout per cooldown ({cool:g} s) | {ad['rollouts']} rollout(s) |",
+        f"| no flaps | {m['adaptiveFlaps']} |" + (" yes |" if m["adaptiveFlaps"] == 0 else " no |"),
+    ]
+    if gaps:
+        lines[-2] += " yes |" if min(gaps) >= cool else " no |"
+    elif ad["rollouts"] <= 1:
+        lines[-2] += " yes |"
+    lines += [
+        "", "How to read this:", "",
+        f"- **Noise.** The 4-client phase runs the same configuration in every arm until a "
+        f"cap matters, yet its goodput ranges {min(phase0):.0f}-{max(phase0):.0f} tok/s: the "
+        "two cores are shared with the API server, the load generator and other jobs on "
+        "the machine. Differences below ~30% between arms are not significant here; one "
+        "run per arm, no interleaving.",
+    ]
+    if best["preemptions"] > 0 and ad["preemptions"] < best["preemptions"]:
+        lowest = min(same, key=lambda r: r["preemptions"])
+        lines.append(
+            f"- **Preemptions were cheap on this engine.** The best static arm "
+            f"({best['arm']}) preempted {best['preemptions']} times and still had the best "
+            f"goodput; the preemption-free {lowest['arm']} had {lowest['goodputTokS']:.0f} "
+            "tok/s. Recomputing a 128-token prompt on a 2-layer model costs almost nothing, "
+            "while a larger running batch raises throughput and shortens the queue (TTFT). "
+            "The policy lowers on preemptions as issue 4 specifies, so here it gave goodput "
+            "away; on GPUs with long prompts recompute is expensive and the trade differs "
+            "(see the performance-model section above, which finds preemption costing the "
+            "real engine throughput at 16-48 clients). A policy that lowers on preemptions "
+            "only when a latency SLO is missed because of them is the obvious next step; it "
+            "is not implemented.")
+    lines.append(
+        "- **Overload.** With 48 clients and a cache that holds about 8-16 sequences, no "
+        "cap meets a 2 s TTFT for most requests: queueing dominates TTFT p95 in every arm. "
+        "Some requests of the overloaded segments did not complete (see `completed` in "
+        "`benchmarks/data/adapt_benchmark.json`).")
+    return lines
+
+
+def write_results(doc: dict[str, Any], path: Path = ROOT / "benchmarks" / "RESULTS.md") -> None:
+    """Replace (or append) only the Adaptation section of RESULTS.md."""
+    text = path.read_text() if path.exists() else "# Benchmark results\n"
+    section = render_markdown(doc)
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        _old, tail = rest.split(END, 1)
+        text = head + section.rstrip("\n") + tail
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    path.write_text(text)
+
+
+def _say(text: str) -> None:
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("--out", default=str(ROOT / "benchmarks" / "data" / "adapt_benchmark.json"))
+    p.add_argument("--simulate-only", action="store_true")
+    p.add_argument("--static", default="8,16", help="static caps besides the default")
+    p.add_argument("--scale", type=float, default=1.0, help="scale prompts per segment")
+    p.add_argument("--slo-ttft-ms", type=float, default=2000)
+    p.add_argument("--slo-tpot-ms", type=float, default=100)
+    p.add_argument("--cooldown", type=float, default=30.0, help="adaptive arm cooldown (s)")
+    p.add_argument("--max-step-percent", type=int, default=90)
+    p.add_argument("--write-results", action="store_true",
+                   help="only render the JSON into RESULTS.md's Adaptation section")
+    a = p.parse_args(argv)
+    if a.write_results:
+        write_results(json.loads(Path(a.out).read_text()))
+        return 0
+
+    out_path = Path(a.out)
+    doc: dict[str, Any] = json.loads(out_path.read_text()) if out_path.exists() else {}
+    doc["simulated"] = simulate_day()
+    _say(json.dumps({k: v for k, v in doc["simulated"].items() if k != "changes"}))
+    if not a.simulate_only:
+        doc["measured"] = measure(a)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(json.dumps(doc, indent=1) + "\n")
+    _say(f"wrote {out_path}")
+    return 0
+
+
+def measure(a: argparse.Namespace) -> dict[str, Any]:
+    """Part 1: every arm on the real engine (holds the vLLM lock throughout)."""
+    s = a.scale
+    phases = [Phase(4, 2, round(120 * s)), Phase(48, 4, round(240 * s)),
+              Phase(8, 2, round(160 * s))]
+    slo = (a.slo_ttft_ms / 1000, a.slo_tpot_ms / 1000)
+    spec = LLMServiceSpec.model_validate({
+        "model": {"name": "tiny"},
+        "adaptation": {"mode": "Apply", "cooldownSeconds": int(a.cooldown),
+                       "maxStepPercent": a.max_step_percent},
+        "workload": {"slo": {"ttftP95Ms": a.slo_ttft_ms, "itlP95Ms": a.slo_tpot_ms}},
+    })
+    policy = PolicySettings()
+    model = ensure_tiny_llama(Path("/tmp/llmop-models"), VLLM_PY)
+    logdir = Path("/tmp/llmop-adapt-bench")
+    logdir.mkdir(exist_ok=True)
+    arms: list[tuple[str, int, bool]] = [("adaptive", DEFAULT_CAP, True),
+                                         (f"default {DEFAULT_CAP}", DEFAULT_CAP, False)]
+    arms += [(f"static {c}", int(c), False) for c in a.static.split(",") if c]
+    rows, segs_doc = [], {}
+    t0 = time.monotonic()
+    with vllm_lock():
+        worker = BenchWorker()
+        try:
+            for name, cap, adaptive in arms:
+                segs = run_arm(name, cap, adaptive, phases, model, worker, slo, spec, policy,
+                               logdir)
+                rows.append(summarize(name, segs, a.cooldown))
+                segs_doc[name] = [{k: v for k, v in asdict(x).items()
+                                   if k not in ("ttfts_s", "tpots_s")} for x in segs]
+        finally:
+            worker.close()
+    statics = [r for r in rows if r["arm"] != "adaptive"]
+    best = max(statics, key=lambda r: r["goodputTokS"])
+    adaptive_row = next(r for r in rows if r["arm"] == "adaptive")
+    changes = [(i, d["decision"]["from"], d["decision"]["to"])
+               for i, d in enumerate(segs_doc["adaptive"])
+               if d["decision"] and d["decision"]["action"] != "hold"]
+    return {
+        "engine": "vLLM CPU 0.32, tiny Llama, KV 4,096 tokens, 128 in / 256 out",
+        "phases": [asdict(ph) for ph in phases],
+        "slo": {"ttftMs": a.slo_ttft_ms, "tpotMs": a.slo_tpot_ms},
+        "policy": {"cooldownSeconds": a.cooldown, "maxStepPercent": a.max_step_percent,
+                   **policy.model_dump()},
+        "rows": rows,
+        "bestStatic": best["arm"],
+        "ratioToBestStatic": round(adaptive_row["goodputTokS"] / best["goodputTokS"], 3)
+        if best["goodputTokS"] else None,
+        "adaptiveFlaps": flaps([(float(i), f, t) for i, f, t in changes], 1e9),
+        "segments": segs_doc,
+        "wallSeconds": round(time.monotonic() - t0),
+    }
+
+
+if __name__ == "__main__":
+    sys.exit(main())

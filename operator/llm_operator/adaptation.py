@@ -1,0 +1,704 @@
+"""Online adaptation of ``--max-num-seqs`` (pure policy: no I/O, no clock).
+
+The controller keeps each LLMService's batch cap where the concurrency and KV-cache
+pressure that Prometheus observes say it belongs. This module only decides:
+``prometheus.py`` fetches the :class:`Observation` objects, the operator's timer calls
+:func:`adapt_all` with them and the current :class:`AdaptationState` of every service,
+then applies (``Apply`` mode) or only reports (``Recommend`` mode) each
+:class:`Decision`, and records applied changes with :func:`record`.
+
+Policy, in the order it is checked:
+
+1. A cap the user pinned (``spec.engine.maxNumSeqs``) or ``spec.adaptation.mode:
+   Disabled`` is never moved.
+2. A current cap outside its bounds is moved inside them at once. Bounds: lower
+   ``spec.adaptation.minMaxNumSeqs``; upper the smallest of the planner's memory limit,
+   the tuner's measured knee and ``spec.adaptation.maxMaxNumSeqs``.
+3. Missing, unavailable, stale or too little data, or a window that still holds samples
+   from before the last change: hold, and say which.
+4. Lower on preemptions, on mean KV-cache usage above the high watermark, or on an
+   inter-token latency p95 above the SLO while the batch is busy (batch interference).
+   The target is the number of sequences the KV cache holds for the observed request
+   size when that is known (else scaled from the observed usage).
+5. Raise when running sits at the cap with requests waiting, mean KV usage is below the
+   low watermark and the inter-token latency is within its SLO. The target is the
+   observed demand (running + waiting), limited by the KV room.
+6. Otherwise hold. The gap between the two watermarks (and between the "at the cap"
+   and "busy" fractions) is the hysteresis band in which nothing moves.
+7. A move waits out the cooldown after the last change, is limited to
+   ``spec.adaptation.maxStepPercent`` of the current cap (at least 1), and never returns
+   to a value left within the flap window unless the evidence is strong (then the
+   reason says so).
+
+All thresholds live in :class:`PolicySettings`, each documented with its default.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from .models import AdaptationMode, LLMServiceSpec
+
+ServiceKey = tuple[str, str]
+"""``(namespace, name)`` of one LLMService."""
+
+Evidence = dict[str, float | int | str | None]
+
+
+class PolicySettings(BaseModel):
+    """Thresholds of the adaptation policy (every one documented; defaults in brackets)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    window_seconds: float = Field(
+        120.0, gt=0, description="Length of the observation window the signals average over [120]"
+    )
+    min_samples: int = Field(
+        5, ge=1, description="Fewest scraped samples per window before any decision [5]"
+    )
+    max_staleness_seconds: float = Field(
+        90.0, gt=0, description="Newest sample older than this: the data is stale, hold [90]"
+    )
+    kv_high_watermark: float = Field(
+        0.90, gt=0, le=1, description="Mean KV-cache usage above this lowers the cap [0.90]"
+    )
+    kv_low_watermark: float = Field(
+        0.70, ge=0, lt=1, description="Mean KV-cache usage must be below this to raise [0.70]"
+    )
+    kv_target: float = Field(
+        0.80,
+        gt=0,
+        le=1,
+        description="KV usage a new cap aims at (between the watermarks) when a move is sized "
+        "from the observed usage [0.80]",
+    )
+    kv_fit_fraction: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="Share of the KV cache that sequences at their FULL length (prompt + "
+        "output, in whole blocks) may fill: the cap that never preempts is this x blocks / "
+        "blocks per sequence; usage averages well below (sequences are half-way on average) "
+        "[1.0]",
+    )
+    min_preemptions: float = Field(
+        1.0,
+        gt=0,
+        description="Preemptions in the window (rate x window) that count as KV exhaustion [1]",
+    )
+    at_cap_fraction: float = Field(
+        0.90,
+        gt=0,
+        le=1,
+        description="Mean running >= this x cap: running sits at the cap (raise side) [0.90]",
+    )
+    busy_fraction: float = Field(
+        0.50,
+        gt=0,
+        le=1,
+        description="Mean running >= this x cap: the batch is busy, so an ITL miss is blamed "
+        "on batch interference (lower side) [0.50]",
+    )
+    min_waiting: float = Field(
+        0.5, ge=0, description="Mean waiting requests above this count as queueing [0.5]"
+    )
+    flap_window_seconds: float = Field(
+        3600.0,
+        ge=0,
+        description="A value left less than this long ago is not returned to without strong "
+        "evidence [3600]",
+    )
+    strong_preemptions: float = Field(
+        10.0,
+        gt=0,
+        description="Strong evidence to lower back: at least this many preemptions in the "
+        "window [10]",
+    )
+    strong_itl_factor: float = Field(
+        1.5,
+        ge=1,
+        description="Strong evidence to lower back: ITL p95 at least this x the SLO [1.5]",
+    )
+    strong_waiting_fraction: float = Field(
+        0.5,
+        gt=0,
+        description="Strong evidence to raise back: mean waiting at least this x the cap, with "
+        "KV usage (max, not mean) below the low watermark and no preemptions [0.5]",
+    )
+    history_length: int = Field(10, ge=1, description="Changes kept in the state's history [10]")
+    default_upper_bound: int = Field(
+        1024, ge=1, description="Upper bound when no plan, knee or maxMaxNumSeqs is known [1024]"
+    )
+
+
+DEFAULT_POLICY = PolicySettings()
+
+
+class _Camel(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True)
+
+
+class Observation(_Camel):
+    """What Prometheus saw of one LLMService over a window (per replica where it matters).
+
+    ``None`` means the signal had no series (for latencies: no request finished in the
+    window). ``error`` set means Prometheus could not be read: every signal is then None.
+    """
+
+    namespace: str
+    name: str
+    evaluated_at: float = Field(description="Unix time the query was evaluated at")
+    window_seconds: float
+    samples: int = Field(0, description="Scraped samples of the running gauge in the window")
+    last_sample_at: float | None = Field(None, description="Unix time of the newest sample")
+    replicas: int | None = Field(None, description="Pods exporting vLLM series")
+    running_mean: float | None = None
+    running_max: float | None = None
+    waiting_mean: float | None = None
+    waiting_max: float | None = None
+    waiting_capacity_mean: float | None = Field(
+        None, description="Mean waiting for scheduling capacity (vLLM's reason label)"
+    )
+    kv_usage_mean: float | None = Field(None, description="Fraction 0..1")
+    kv_usage_max: float | None = None
+    preemption_rate: float | None = Field(None, description="Preemptions per second, all pods")
+    request_rate: float | None = Field(None, description="Finished requests per second")
+    ttft_p95_seconds: float | None = None
+    itl_p95_seconds: float | None = None
+    mean_prompt_tokens: float | None = None
+    mean_generation_tokens: float | None = None
+    kv_capacity_tokens: int | None = Field(
+        None, description="KV-cache size of one replica in tokens (blocks x block size)"
+    )
+    kv_block_size: int | None = Field(None, description="Tokens per KV block")
+    error: str | None = None
+
+    @property
+    def key(self) -> ServiceKey:
+        """``(namespace, name)``."""
+        return (self.namespace, self.name)
+
+    @property
+    def preemptions(self) -> float | None:
+        """Preemptions in the window (rate x window)."""
+        if self.preemption_rate is None:
+            return None
+        return self.preemption_rate * self.window_seconds
+
+    def summary(self) -> Evidence:
+        """The numbers a person reads (rounded), for status and Events."""
+        ms = 1000.0
+        return {
+            "samples": self.samples,
+            "runningMean": _r(self.running_mean),
+            "runningMax": _r(self.running_max),
+            "waitingMean": _r(self.waiting_mean),
+            "kvUsageMean": _r(self.kv_usage_mean, 3),
+            "kvUsageMax": _r(self.kv_usage_max, 3),
+            "preemptions": _r(self.preemptions, 1),
+            "ttftP95Ms": _r(None if self.ttft_p95_seconds is None else self.ttft_p95_seconds * ms),
+            "itlP95Ms": _r(None if self.itl_p95_seconds is None else self.itl_p95_seconds * ms),
+            "windowSeconds": self.window_seconds,
+        }
+
+
+def unavailable(namespace: str, name: str, now: float, window: float, why: str) -> Observation:
+    """An observation that says Prometheus could not be read (every signal missing)."""
+    return Observation(
+        namespace=namespace, name=name, evaluated_at=now, window_seconds=window, error=why
+    )
+
+
+class Change(_Camel):
+    """One applied change of the cap."""
+
+    at: float
+    from_value: int
+    to_value: int
+    reason: str
+
+    @property
+    def lowered(self) -> bool:
+        """True for a lower, False for a raise."""
+        return self.to_value < self.from_value
+
+
+class AdaptationState(_Camel):
+    """What the controller remembers of one service between ticks."""
+
+    current: int = Field(ge=1, description="The cap the Deployment runs with")
+    last_change_at: float | None = None
+    history: tuple[Change, ...] = ()
+
+    def to_status(self) -> dict[str, Any]:
+        """The state as ``status.adaptation`` fields (camelCase, RFC 3339 times)."""
+        return {
+            "currentMaxNumSeqs": self.current,
+            "lastChangeTime": _iso(self.last_change_at),
+            "history": [
+                {
+                    "time": _iso(c.at),
+                    "from": c.from_value,
+                    "to": c.to_value,
+                    "reason": c.reason,
+                }
+                for c in self.history
+            ],
+        }
+
+    @classmethod
+    def from_status(cls, status: Mapping[str, Any], current: int) -> AdaptationState:
+        """Rebuild the state from ``status.adaptation`` (``current`` when it has none)."""
+        history = tuple(
+            Change(
+                at=_parse_iso(h["time"]),
+                from_value=int(h["from"]),
+                to_value=int(h["to"]),
+                reason=str(h.get("reason", "")),
+            )
+            for h in status.get("history") or []
+            if h.get("time")
+        )
+        last = status.get("lastChangeTime")
+        return cls(
+            current=int(status.get("currentMaxNumSeqs") or current),
+            last_change_at=_parse_iso(last) if last else None,
+            history=history,
+        )
+
+
+class CapLimits(_Camel):
+    """Upper limits other parts of the operator found for the cap."""
+
+    plan_max_num_seqs: int | None = Field(
+        None, ge=1, description="The planner's memory limit (Plan.max_num_seqs)"
+    )
+    tuned_knee: int | None = Field(
+        None, ge=1, description="The tuner's measured knee (best max-num-seqs), when known"
+    )
+
+
+class Bounds(_Camel):
+    """The range the cap may move in, and what set each end."""
+
+    lower: int
+    upper: int
+    lower_source: str
+    upper_source: str
+
+
+class Action(StrEnum):
+    """What a decision does to the cap."""
+
+    RAISE = "raise"
+    LOWER = "lower"
+    HOLD = "hold"
+
+
+class Decision(_Camel):
+    """One decision for one service: the action, the new cap, why, and the numbers behind it."""
+
+    namespace: str
+    name: str
+    action: Action
+    current: int | None
+    value: int | None = Field(description="The cap after the decision (current on hold)")
+    reason: str
+    evidence: Evidence = Field(default_factory=dict)
+    at: float
+
+    @property
+    def changed(self) -> bool:
+        """True when the decision moves the cap."""
+        return self.action is not Action.HOLD
+
+
+def bounds_for(spec: LLMServiceSpec, limits: CapLimits | None = None,
+               settings: PolicySettings = DEFAULT_POLICY) -> Bounds:
+    """The bounds of the cap: ``minMaxNumSeqs`` up to the smallest known upper limit."""
+    limits = limits or CapLimits()
+    lower = spec.adaptation.min_max_num_seqs
+    uppers: list[tuple[int, str]] = []
+    if limits.plan_max_num_seqs is not None:
+        uppers.append((limits.plan_max_num_seqs, "the planner's memory limit"))
+    if limits.tuned_knee is not None:
+        uppers.append((limits.tuned_knee, "the tuner's measured knee"))
+    if isinstance(spec.adaptation.max_max_num_seqs, int):
+        uppers.append((spec.adaptation.max_max_num_seqs, "spec.adaptation.maxMaxNumSeqs"))
+    if uppers:
+        upper, source = min(uppers)
+    else:
+        upper, source = settings.default_upper_bound, (
+            "the default ceiling (no plan, knee or maxMaxNumSeqs known)")
+    if upper < lower:  # a conflicting spec: the user's lower bound wins, say so
+        upper, source = lower, f"spec.adaptation.minMaxNumSeqs (above {source}, {upper})"
+    return Bounds(lower=lower, upper=upper, lower_source="spec.adaptation.minMaxNumSeqs",
+                  upper_source=source)
+
+
+def decide(
+    observation: Observation | None,
+    state: AdaptationState | None,
+    spec: LLMServiceSpec,
+    now: float,
+    *,
+    namespace: str = "",
+    name: str = "",
+    limits: CapLimits | None = None,
+    settings: PolicySettings = DEFAULT_POLICY,
+) -> Decision:
+    """Decide whether to raise, lower or hold the cap of one service (pure).
+
+    ``now`` is Unix time; ``state`` None means the current cap is not known yet.
+    """
+    if observation is not None:
+        namespace, name = observation.namespace, observation.name
+    ev: Evidence = {} if observation is None else observation.summary()
+
+    def hold(current: int | None, reason: str) -> Decision:
+        return Decision(namespace=namespace, name=name, action=Action.HOLD, current=current,
+                        value=current, reason=reason, evidence=ev, at=now)
+
+    pinned = spec.engine.max_num_seqs
+    if isinstance(pinned, int):
+        return hold(pinned, f"Pinned by the user (spec.engine.maxNumSeqs={pinned}): never changed")
+    if spec.adaptation.mode is AdaptationMode.DISABLED:
+        cur = None if state is None else state.current
+        return hold(cur, "Adaptation is disabled (spec.adaptation.mode=Disabled)")
+    if state is None:
+        return hold(None, "The current max-num-seqs is not known yet (no plan or status)")
+
+    cap = state.current
+    bounds = bounds_for(spec, limits, settings)
+    ev.update({"cap": cap, "lowerBound": bounds.lower, "upperBound": bounds.upper})
+
+    def move(to: int, reason: str) -> Decision:
+        action = Action.RAISE if to > cap else Action.LOWER
+        return Decision(namespace=namespace, name=name, action=action, current=cap, value=to,
+                        reason=reason, evidence=ev, at=now)
+
+    # Bounds first: a cap outside them is wrong whatever the load (e.g. the user narrowed
+    # them); moving inside is not subject to data, cooldown or step limits.
+    if cap > bounds.upper:
+        return move(bounds.upper, f"Lower {cap} → {bounds.upper}: above the upper bound "
+                    f"{bounds.upper} set by {bounds.upper_source}")
+    if cap < bounds.lower:
+        return move(bounds.lower, f"Raise {cap} → {bounds.lower}: below the lower bound "
+                    f"{bounds.lower} set by {bounds.lower_source}")
+
+    problem = _data_problem(observation, state, now, settings)
+    if problem is not None:
+        return hold(cap, f"Hold at {cap}: {problem}")
+    assert observation is not None  # _data_problem returns a problem for None
+    obs = observation
+
+    want = _want(obs, cap, spec, settings)
+    if want is None:
+        return hold(cap, f"Hold at {cap}: {_calm_text(obs, cap, spec, settings)}")
+    direction, target, why = want
+
+    # Bounds, then step limit.
+    bounded = min(max(target, bounds.lower), bounds.upper)
+    step = max(1, math.floor(cap * spec.adaptation.max_step_percent / 100))
+    notes: list[str] = []
+    if direction is Action.LOWER:
+        new = max(bounded, cap - step)
+        if bounded != target:
+            notes.append(f"target {target} clamped to the lower bound {bounds.lower}")
+    else:
+        new = min(bounded, cap + step)
+        if bounded != target:
+            notes.append(f"target {target} clamped to the upper bound {bounds.upper} "
+                         f"({bounds.upper_source})")
+    if new != bounded:
+        notes.append(f"step limited to {spec.adaptation.max_step_percent}% of {cap} "
+                     "(spec.adaptation.maxStepPercent)")
+    ev["target"] = target
+    verb = "lower" if direction is Action.LOWER else "raise"
+    if new == cap:
+        end = "lower" if direction is Action.LOWER else "upper"
+        return hold(cap, f"Hold at {cap}: would {verb} ({why}) but the cap is at its {end} "
+                    f"bound ({bounds.lower if end == 'lower' else bounds.upper})")
+
+    if state.last_change_at is not None:
+        since = now - state.last_change_at
+        cooldown = spec.adaptation.cooldown_seconds
+        if since < cooldown:
+            ev["cooldownRemainingSeconds"] = round(cooldown - since)
+            return hold(cap, f"Hold at {cap}: would {verb} to {new} ({why}) but the last change "
+                        f"was {since:.0f} s ago, within the {cooldown} s cooldown "
+                        "(spec.adaptation.cooldownSeconds)")
+
+    flap = _flap(state, cap, new, now, settings)
+    if flap is not None:
+        strong = _strong(direction, obs, cap, spec, settings)
+        if strong is None:
+            return hold(cap, f"Hold at {cap}: would {verb} to {new} ({why}) but that returns to "
+                        f"{flap.from_value}, left {now - flap.at:.0f} s ago ({flap.reason}); "
+                        f"within the {settings.flap_window_seconds:.0f} s flap window only "
+                        "strong evidence may undo a change")
+        notes.append(f"returns to {flap.from_value} left {now - flap.at:.0f} s ago, allowed "
+                     f"on strong evidence: {strong}")
+
+    text = f"{verb.capitalize()} {cap} → {new}: {why}"
+    if notes:
+        text += "; " + "; ".join(notes)
+    return move(new, text)
+
+
+def record(state: AdaptationState, decision: Decision, settings: PolicySettings = DEFAULT_POLICY,
+           ) -> AdaptationState:
+    """The state after ``decision`` was applied (unchanged for a hold)."""
+    if not decision.changed or decision.value is None or decision.current is None:
+        return state
+    change = Change(at=decision.at, from_value=decision.current, to_value=decision.value,
+                    reason=decision.reason)
+    history = (*state.history, change)[-settings.history_length:]
+    return AdaptationState(current=decision.value, last_change_at=decision.at, history=history)
+
+
+def adaptation_status(
+    state: AdaptationState, decision: Decision, observation: Observation | None
+) -> dict[str, Any]:
+    """``status.adaptation`` after a tick (pure): the state (current cap, last change time,
+    history), the last observation summary and the last decision with its reason.
+
+    Pass the state AFTER :func:`record` in Apply mode; in Recommend mode the unchanged
+    state (the decision then reads as a recommendation).
+    """
+    return {
+        **state.to_status(),
+        "lastObservation": None if observation is None else {
+            **observation.summary(), "time": _iso(observation.evaluated_at),
+            "error": observation.error,
+        },
+        "lastDecision": {
+            "time": _iso(decision.at),
+            "action": decision.action.value,
+            "from": decision.current,
+            "to": decision.value,
+            "reason": decision.reason,
+        },
+    }
+
+
+def adapt_all(
+    observations: Mapping[ServiceKey, Observation],
+    states: Mapping[ServiceKey, AdaptationState],
+    specs: Mapping[ServiceKey, LLMServiceSpec],
+    now: float,
+    *,
+    limits: Mapping[ServiceKey, CapLimits] | None = None,
+    settings: PolicySettings = DEFAULT_POLICY,
+) -> dict[ServiceKey, Decision]:
+    """One decision for every service in ``specs`` (the timer's whole tick, pure).
+
+    A service with no observation holds ("no series"); one with no state holds too.
+    The caller applies the changes it may (``Apply`` mode, see ``spec.adaptation.mode``)
+    and records each applied one with :func:`record`; in ``Recommend`` mode nothing is
+    recorded, so the same recommendation stands until the evidence changes.
+    """
+    limits = limits or {}
+    out: dict[ServiceKey, Decision] = {}
+    for key, spec in specs.items():
+        ns, nm = key
+        obs = observations.get(key)
+        out[key] = decide(obs, states.get(key), spec, now, namespace=ns, name=nm,
+                          limits=limits.get(key), settings=settings)
+    return out
+
+
+# --- internals -------------------------------------------------------------------------
+
+
+def _data_problem(
+    obs: Observation | None, state: AdaptationState, now: float, s: PolicySettings
+) -> str | None:
+    if obs is None:
+        return "no vLLM series for this service in Prometheus (is it scraped, and does the " \
+               "service label match LLMOP_PROMETHEUS_SERVICE_LABEL?)"
+    if obs.error is not None:
+        return f"Prometheus is unavailable ({obs.error})"
+    if obs.samples == 0 or obs.running_mean is None or obs.last_sample_at is None:
+        return "no samples of vllm:num_requests_running in the window"
+    if obs.samples < s.min_samples:
+        return (f"too little data: {obs.samples} samples in {obs.window_seconds:.0f} s, "
+                f"need {s.min_samples}")
+    age = now - obs.last_sample_at
+    if age > s.max_staleness_seconds:
+        return (f"stale data: the newest sample is {age:.0f} s old "
+                f"(limit {s.max_staleness_seconds:.0f} s)")
+    if obs.waiting_mean is None or obs.kv_usage_mean is None:
+        missing = [n for n, v in (("vllm:num_requests_waiting", obs.waiting_mean),
+                                  ("vllm:kv_cache_usage_perc", obs.kv_usage_mean)) if v is None]
+        return "missing series: " + ", ".join(missing)
+    if state.last_change_at is not None and \
+            obs.evaluated_at - obs.window_seconds < state.last_change_at:
+        return (f"the {obs.window_seconds:.0f} s window still holds samples from before the last "
+                f"change ({obs.evaluated_at - state.last_change_at:.0f} s ago)")
+    return None
+
+
+def _kv_fit(obs: Observation, s: PolicySettings) -> tuple[int, str] | None:
+    """Sequences at their full observed length the KV cache holds without preempting."""
+    if obs.kv_capacity_tokens and obs.mean_prompt_tokens is not None \
+            and obs.mean_generation_tokens is not None:
+        per_seq = obs.mean_prompt_tokens + obs.mean_generation_tokens
+        if per_seq > 0:
+            block = obs.kv_block_size or 1
+            blocks = obs.kv_capacity_tokens // block
+            per_seq_blocks = math.ceil(per_seq / block)
+            n = math.floor(s.kv_fit_fraction * blocks / per_seq_blocks)
+            share = "" if s.kv_fit_fraction == 1 else f" in {s.kv_fit_fraction:.0%} of it"
+            unit = f" ({per_seq_blocks} blocks of {block})" if block > 1 else ""
+            return max(1, n), (f"the KV cache ({obs.kv_capacity_tokens} tokens) holds {n} "
+                               f"sequences of {per_seq:.0f} tokens{unit}{share}")
+    return None
+
+
+def _want(
+    obs: Observation, cap: int, spec: LLMServiceSpec, s: PolicySettings
+) -> tuple[Action, int, str] | None:
+    """The move the evidence asks for (before bounds, steps, cooldown and flapping)."""
+    assert obs.running_mean is not None and obs.kv_usage_mean is not None
+    running, kv = obs.running_mean, obs.kv_usage_mean
+    waiting = obs.waiting_mean or 0.0
+    preempt = obs.preemptions or 0.0
+    itl_slo = spec.workload.slo.itl_p95_ms / 1000.0
+    itl = obs.itl_p95_seconds
+    fit = _kv_fit(obs, s)
+
+    # Lower side.
+    reasons: list[str] = []
+    if preempt >= s.min_preemptions:
+        reasons.append(f"{preempt:.0f} preemptions in the last {obs.window_seconds:.0f} s")
+    if kv > s.kv_high_watermark:
+        reasons.append(f"KV cache {kv:.0%} used on average, above the "
+                       f"{s.kv_high_watermark:.0%} high watermark")
+    itl_miss = itl is not None and itl > itl_slo and running >= s.busy_fraction * cap
+    if itl_miss:
+        assert itl is not None
+        reasons.append(f"inter-token latency p95 {itl * 1000:.0f} ms above the "
+                       f"{itl_slo * 1000:.0f} ms SLO with the batch busy ({running:.1f} of {cap} "
+                       "running): batch interference")
+    if reasons:
+        targets: list[tuple[int, str]] = []
+        if preempt >= s.min_preemptions or kv > s.kv_high_watermark:
+            # The KV fit of full-length sequences when known; a fit at or above the cap
+            # while under pressure means the sizes are off: scale from usage instead.
+            if fit is not None and fit[0] < cap:
+                targets.append(fit)
+            else:
+                n = math.floor(max(running, 1.0) * s.kv_target / max(kv, 1e-6))
+                targets.append((n, f"{running:.1f} running used {kv:.0%} of the KV cache, so "
+                                   f"{n} fit at {s.kv_target:.0%}"))
+        if itl_miss:
+            assert itl is not None
+            n = math.floor(running * itl_slo / itl)
+            targets.append((n, f"{n} sequences would bring the latency within the SLO"))
+        target, how = min(targets)
+        target = min(max(target, 1), cap - 1)
+        return Action.LOWER, target, "; ".join(reasons) + f" ({how})"
+
+    # Raise side.
+    at_cap = running >= s.at_cap_fraction * cap
+    queued = waiting > s.min_waiting
+    kv_room = kv < s.kv_low_watermark
+    itl_ok = itl is None or itl <= itl_slo
+    if at_cap and queued and kv_room and itl_ok:
+        demand = math.ceil(running + waiting)
+        room = math.floor(running * s.kv_target / max(kv, 1e-6))
+        limit, how = (fit if fit is not None else
+                      (room, f"{running:.1f} running use {kv:.0%} of the KV cache, so {room} fit "
+                       f"at {s.kv_target:.0%}"))
+        target = min(demand, limit)
+        if target <= cap:
+            return None
+        itl_txt = "no latency samples" if itl is None else \
+            f"ITL p95 {itl * 1000:.0f} ms within the {itl_slo * 1000:.0f} ms SLO"
+        why = (f"running sits at the cap ({running:.1f} of {cap}) with {waiting:.1f} requests "
+               f"waiting, KV cache {kv:.0%} used (below the {s.kv_low_watermark:.0%} low "
+               f"watermark), {itl_txt}; demand {demand}")
+        if target < demand:
+            why += f", KV room for {limit} ({how})"
+        return Action.RAISE, target, why
+    return None
+
+
+def _calm_text(obs: Observation, cap: int, spec: LLMServiceSpec, s: PolicySettings) -> str:
+    assert obs.running_mean is not None and obs.kv_usage_mean is not None
+    running, kv, waiting = obs.running_mean, obs.kv_usage_mean, obs.waiting_mean or 0.0
+    itl = obs.itl_p95_seconds
+    itl_slo = spec.workload.slo.itl_p95_ms / 1000.0
+    facts = (f"running {running:.1f} of {cap}, waiting {waiting:.1f}, KV {kv:.0%}, "
+             f"{obs.preemptions or 0:.0f} preemptions")
+    if itl is not None:
+        facts += f", ITL p95 {itl * 1000:.0f} ms"
+    why: list[str] = []
+    if running >= s.at_cap_fraction * cap and waiting > s.min_waiting:
+        if kv >= s.kv_low_watermark:
+            why.append(f"queueing, but KV usage is not below the {s.kv_low_watermark:.0%} low "
+                       "watermark")
+        elif itl is not None and itl > itl_slo:
+            why.append("queueing, but the inter-token latency misses its SLO")
+        else:
+            why.append("queueing, but the KV cache has no room for more sequences")
+    elif itl is not None and itl > itl_slo:
+        why.append(f"ITL p95 misses the SLO, but the batch is not busy (running below "
+                   f"{s.busy_fraction:.0%} of the cap), so a smaller cap would not help")
+    return "no reason to move (" + facts + ")" + (": " + "; ".join(why) if why else "")
+
+
+def _flap(state: AdaptationState, cap: int, new: int, now: float,
+          s: PolicySettings) -> Change | None:
+    """The recent change whose starting value the move would reach or pass again."""
+    for change in reversed(state.history):
+        if now - change.at > s.flap_window_seconds:
+            break
+        left = change.from_value
+        if change.lowered and new > cap and cap < left <= new:  # A→B lowered, now back up
+            return change
+        if not change.lowered and new < cap and new <= left < cap:  # A→B raised, now back down
+            return change
+    return None
+
+
+def _strong(direction: Action, obs: Observation, cap: int, spec: LLMServiceSpec,
+            s: PolicySettings) -> str | None:
+    """Why the evidence is strong enough to undo a recent change, or None."""
+    preempt = obs.preemptions or 0.0
+    if direction is Action.LOWER:
+        if preempt >= s.strong_preemptions:
+            return f"{preempt:.0f} preemptions (≥ {s.strong_preemptions:.0f})"
+        itl, slo = obs.itl_p95_seconds, spec.workload.slo.itl_p95_ms / 1000.0
+        if itl is not None and itl >= s.strong_itl_factor * slo and \
+                (obs.running_mean or 0) >= s.busy_fraction * cap:
+            return f"ITL p95 {itl * 1000:.0f} ms ≥ {s.strong_itl_factor} x the SLO"
+        return None
+    waiting, kv_max = obs.waiting_mean or 0.0, obs.kv_usage_max
+    if waiting >= s.strong_waiting_fraction * cap and kv_max is not None \
+            and kv_max < s.kv_low_watermark and preempt < s.min_preemptions:
+        return (f"{waiting:.1f} waiting (≥ {s.strong_waiting_fraction:.0%} of the cap) with the "
+                f"KV cache never above {kv_max:.0%}")
+    return None
+
+
+def _r(v: float | None, nd: int = 2) -> float | None:
+    return None if v is None else round(v, nd)
+
+
+def _iso(t: float | None) -> str | None:
+    if t is None:
+        return None
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _parse_iso(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()

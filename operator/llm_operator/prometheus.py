@@ -1,0 +1,233 @@
+"""Prometheus I/O for online adaptation (the one module that talks to Prometheus).
+
+Every tick reads the signals of ALL LLMServices in one PromQL request: each signal is a
+query aggregated ``by (namespace, llmservice)`` and tagged with a ``llmop_signal`` label
+through ``label_replace``; the tagged vectors are joined with ``or`` (their label sets
+differ by the tag, so nothing is dropped). :func:`signal_queries` lists the parts, one
+line each, so they can be read, tested and pasted into Prometheus' console.
+
+Signals (vLLM V1 names, checked against vLLM 0.32's ``/metrics``; older names as
+fallbacks joined with ``or``):
+
+- ``vllm:num_requests_running`` / ``vllm:num_requests_waiting`` (gauges; mean per replica
+  and max), ``vllm:num_requests_waiting_by_reason{reason="capacity"}``
+- ``vllm:kv_cache_usage_perc`` (``vllm:gpu_cache_usage_perc`` before vLLM 0.10)
+- ``vllm:num_preemptions_total`` (counter; rate over the window, summed over replicas)
+- ``vllm:time_to_first_token_seconds`` and ``vllm:inter_token_latency_seconds``
+  (``vllm:time_per_output_token_seconds`` before) histograms: p95 over the window
+- ``vllm:request_prompt_tokens`` / ``vllm:request_generation_tokens`` histograms: mean
+  request size; ``vllm:cache_config_info`` labels ``num_gpu_blocks`` x ``block_size``: KV
+  cache size in tokens. Together they say how many sequences the KV cache holds.
+
+vLLM does not export its ``--max-num-seqs``: the current cap comes from the operator's
+status (or ``--current`` in the CLI).
+
+The service and namespace label names are settings (``LLMOP_PROMETHEUS_SERVICE_LABEL``,
+``LLMOP_PROMETHEUS_NAMESPACE_LABEL``) for clusters that relabel differently from the
+rendered PodMonitor. prometheus-api-client is blocking: async callers run
+:func:`fetch_observations` in a thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Protocol
+
+from .adaptation import Observation, ServiceKey, unavailable
+
+log = logging.getLogger(__name__)
+
+SIGNAL_LABEL = "llmop_signal"
+
+# Signal name -> Observation field for the plain numeric signals.
+_FIELDS = {
+    "running_mean": "running_mean",
+    "running_max": "running_max",
+    "waiting_mean": "waiting_mean",
+    "waiting_max": "waiting_max",
+    "waiting_capacity_mean": "waiting_capacity_mean",
+    "kv_usage_mean": "kv_usage_mean",
+    "kv_usage_max": "kv_usage_max",
+    "preemption_rate": "preemption_rate",
+    "request_rate": "request_rate",
+    "ttft_p95": "ttft_p95_seconds",
+    "itl_p95": "itl_p95_seconds",
+    "mean_prompt_tokens": "mean_prompt_tokens",
+    "mean_generation_tokens": "mean_generation_tokens",
+    "last_sample_at": "last_sample_at",
+}
+
+
+class QueryClient(Protocol):
+    """The part of ``prometheus_api_client.PrometheusConnect`` this module uses."""
+
+    def custom_query(self, query: str, params: dict[str, Any] | None = None) -> Any: ...
+
+
+def connect(url: str, timeout_seconds: float = 10.0, retries: int = 1) -> QueryClient:
+    """A ``PrometheusConnect`` for ``url`` (no request is made yet).
+
+    Queries go by POST (the batched expression is long), with a timeout and few retries:
+    the timer must not hang on a dead Prometheus; the next tick retries anyway.
+    """
+    from prometheus_api_client import PrometheusConnect
+    from urllib3.util.retry import Retry
+
+    return PrometheusConnect(
+        url=url,
+        disable_ssl=True,
+        timeout=timeout_seconds,
+        method="POST",
+        retry=Retry(total=retries, backoff_factor=0.2, status_forcelist=(502, 503, 504)),
+    )
+
+
+def signal_queries(
+    window_seconds: float, service_label: str = "llmservice", namespace_label: str = "namespace"
+) -> dict[str, str]:
+    """The PromQL of every signal, aggregated per service (namespace label, service label)."""
+    w = f"{max(1, round(window_seconds))}s"
+    by = f"{namespace_label}, {service_label}"
+    sel = f'{{{service_label}!=""}}'
+
+    def gauge(agg: str, inner: str, metric: str) -> str:
+        return f"{agg} by ({by}) ({inner}_over_time({metric}{sel}[{w}]))"
+
+    def p95(*metrics: str) -> str:
+        parts = [
+            f"histogram_quantile(0.95, sum by (le, {by}) (rate({m}_bucket{sel}[{w}])))"
+            for m in metrics
+        ]
+        return " or ".join(parts)
+
+    def mean_of(metric: str) -> str:
+        return (f"sum by ({by}) (rate({metric}_sum{sel}[{w}])) / "
+                f"sum by ({by}) (rate({metric}_count{sel}[{w}]))")
+
+    kv_new, kv_old = "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"
+    return {
+        "samples": f"max by ({by}) (count_over_time(vllm:num_requests_running{sel}[{w}]))",
+        "last_sample_at": f"max by ({by}) (timestamp(vllm:num_requests_running{sel}))",
+        "replicas": f"count by ({by}) (vllm:num_requests_running{sel})",
+        "running_mean": gauge("avg", "avg", "vllm:num_requests_running"),
+        "running_max": gauge("max", "max", "vllm:num_requests_running"),
+        "waiting_mean": gauge("avg", "avg", "vllm:num_requests_waiting"),
+        "waiting_max": gauge("max", "max", "vllm:num_requests_waiting"),
+        "waiting_capacity_mean": (
+            f"avg by ({by}) (avg_over_time("
+            f'vllm:num_requests_waiting_by_reason{{{service_label}!="",reason="capacity"}}[{w}]))'
+        ),
+        "kv_usage_mean": f"avg by ({by}) (avg_over_time({kv_new}{sel}[{w}]) "
+                         f"or avg_over_time({kv_old}{sel}[{w}]))",
+        "kv_usage_max": f"max by ({by}) (max_over_time({kv_new}{sel}[{w}]) "
+                        f"or max_over_time({kv_old}{sel}[{w}]))",
+        "preemption_rate": f"sum by ({by}) (rate(vllm:num_preemptions_total{sel}[{w}]))",
+        "request_rate": f"sum by ({by}) (rate(vllm:request_success_total{sel}[{w}]))",
+        "ttft_p95": p95("vllm:time_to_first_token_seconds"),
+        "itl_p95": p95("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+        "mean_prompt_tokens": mean_of("vllm:request_prompt_tokens"),
+        "mean_generation_tokens": mean_of("vllm:request_generation_tokens"),
+        "kv_config": f"max by ({by}, num_gpu_blocks, block_size) (vllm:cache_config_info{sel})",
+    }
+
+
+def batched_query(
+    window_seconds: float, service_label: str = "llmservice", namespace_label: str = "namespace"
+) -> str:
+    """One PromQL expression returning every signal of every service, each series tagged
+    with ``llmop_signal``."""
+    parts = [
+        f'label_replace({expr}, "{SIGNAL_LABEL}", "{name}", "", "")'
+        for name, expr in signal_queries(window_seconds, service_label, namespace_label).items()
+    ]
+    return "\n  or ".join(parts)
+
+
+def parse_result(
+    result: Iterable[Mapping[str, Any]],
+    evaluated_at: float,
+    window_seconds: float,
+    service_label: str = "llmservice",
+    namespace_label: str = "namespace",
+) -> dict[ServiceKey, Observation]:
+    """Turn the batched query's instant vector into one :class:`Observation` per service
+    (pure)."""
+    values: dict[ServiceKey, dict[str, Any]] = {}
+    for series in result:
+        metric = series.get("metric", {})
+        signal = metric.get(SIGNAL_LABEL)
+        name = metric.get(service_label)
+        if not signal or not name:
+            continue
+        key = (metric.get(namespace_label, ""), name)
+        fields = values.setdefault(key, {})
+        value = _number(series.get("value"))
+        if signal == "kv_config":
+            blocks, size = metric.get("num_gpu_blocks"), metric.get("block_size")
+            if blocks and size and blocks.isdigit() and size.isdigit():
+                fields["kv_capacity_tokens"] = int(blocks) * int(size)
+                fields["kv_block_size"] = int(size)
+        elif value is None:
+            continue
+        elif signal == "samples":
+            fields["samples"] = int(value)
+        elif signal == "replicas":
+            fields["replicas"] = int(value)
+        elif signal in _FIELDS and _FIELDS[signal] not in fields:
+            fields[_FIELDS[signal]] = value
+    return {
+        key: Observation(namespace=key[0], name=key[1], evaluated_at=evaluated_at,
+                         window_seconds=window_seconds, **fields)
+        for key, fields in values.items()
+    }
+
+
+def fetch_observations(
+    client: QueryClient,
+    services: Iterable[ServiceKey],
+    now: float,
+    window_seconds: float,
+    *,
+    service_label: str = "llmservice",
+    namespace_label: str = "namespace",
+    on_error: Callable[[Exception], None] | None = None,
+) -> dict[ServiceKey, Observation]:
+    """Observe ``services`` in one Prometheus request evaluated at ``now`` (blocking).
+
+    A failed request gives every service an "unavailable" observation (the policy then
+    holds and says why) and calls ``on_error`` (e.g. to count query errors). A service
+    with no series is absent from the result (the policy holds: "no vLLM series").
+    """
+    wanted = list(services)
+    query = batched_query(window_seconds, service_label, namespace_label)
+    try:
+        result = client.custom_query(query, params={"time": f"{now:.3f}"})
+    except Exception as exc:  # noqa: BLE001 - any failure of the client is "unavailable"
+        why = _describe(exc)
+        log.warning("Prometheus query failed: %s", why)
+        if on_error is not None:
+            on_error(exc)
+        return {k: unavailable(k[0], k[1], now, window_seconds, why) for k in wanted}
+    observed = parse_result(result, now, window_seconds, service_label, namespace_label)
+    return {k: observed[k] for k in wanted if k in observed}
+
+
+def _describe(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    name = type(exc).__name__
+    if "Connection refused" in str(exc) or name == "ConnectionError":
+        return f"cannot connect ({name})"
+    return f"{name}: {text[:200]}" if text else name
+
+
+def _number(value: Any) -> float | None:
+    """The float of a Prometheus ``[time, "value"]`` pair; None for NaN or Inf."""
+    if not isinstance(value, list | tuple) or len(value) != 2:
+        return None
+    try:
+        v = float(value[1])
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None

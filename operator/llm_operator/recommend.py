@@ -1,0 +1,199 @@
+"""``llm-operator recommend``: read Prometheus and print the decision the controller would take.
+
+The command runs the same code as the operator's timer (:mod:`.prometheus` to observe,
+:func:`.adaptation.decide` to decide) for one service, and prints the observations and
+the decision as tables (or JSON with ``-o json``). It changes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from .adaptation import (
+    DEFAULT_POLICY,
+    AdaptationState,
+    CapLimits,
+    Decision,
+    Observation,
+    PolicySettings,
+    bounds_for,
+    decide,
+)
+from .errors import SpecError, SpecErrors
+from .models import LLMServiceSpec, ModelSpec
+
+
+def add_parser(sub: Any) -> None:
+    """Register the ``recommend`` subcommand on an argparse subparsers object."""
+    p = sub.add_parser(
+        "recommend",
+        help="read Prometheus and print the max-num-seqs decision the controller would take",
+        description=__doc__.splitlines()[0] if __doc__ else None,
+    )
+    p.add_argument("--prometheus", help="Prometheus base URL (default: $LLMOP_PROMETHEUS_URL)")
+    p.add_argument("--service", required=True, metavar="NAMESPACE/NAME",
+                   help="the LLMService to observe")
+    p.add_argument("--current", type=int, metavar="N",
+                   help="the max-num-seqs the server runs with now (vLLM does not export it; "
+                        "default: spec.engine.maxNumSeqs when pinned)")
+    p.add_argument("-f", "--file", help="the LLMService YAML (SLO, adaptation bounds, pins)")
+    p.add_argument("--window", type=float, default=DEFAULT_POLICY.window_seconds,
+                   help="observation window in seconds (default %(default)s)")
+    p.add_argument("--plan-max", type=int, metavar="N",
+                   help="the planner's memory limit for the cap (default: from -f's plan)")
+    p.add_argument("--knee", type=int, metavar="N", help="the tuner's measured knee, if known")
+    p.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    p.set_defaults(func=cmd_recommend)
+
+
+def cmd_recommend(args: argparse.Namespace) -> int:
+    """Observe one service, decide, print. Exit 0 on any decision (hold included), 2 on
+    bad arguments."""
+    from . import prometheus
+    from .settings import Settings
+
+    settings = Settings()
+    err = Console(stderr=True)
+    url = args.prometheus or settings.prometheus_url
+    if not url:
+        err.print("[bold red]error[/] --prometheus: no Prometheus URL\n"
+                  "  fix: pass --prometheus http://HOST:9090 or set LLMOP_PROMETHEUS_URL")
+        return 2
+    namespace, sep, name = args.service.partition("/")
+    if not sep or not namespace or not name:
+        err.print(f"[bold red]error[/] --service: {args.service!r} is not NAMESPACE/NAME\n"
+                  "  fix: e.g. --service default/llama")
+        return 2
+
+    spec, plan_max, notes = _spec_and_plan(args, name)
+    current = args.current
+    if current is None and isinstance(spec.engine.max_num_seqs, int):
+        current = spec.engine.max_num_seqs
+    if current is None:
+        err.print("[bold red]error[/] --current: the server's max-num-seqs is not known\n"
+                  "  fix: pass --current N (vLLM does not export its cap), or -f with "
+                  "spec.engine.maxNumSeqs")
+        return 2
+    if current < 1:
+        err.print("[bold red]error[/] --current: must be at least 1\n  fix: pass --current N")
+        return 2
+
+    # The tables say when Prometheus is unavailable; no log line on top of them.
+    logging.getLogger(prometheus.__name__).setLevel(logging.ERROR)
+    now = time.time()
+    client = prometheus.connect(url)
+    observed = prometheus.fetch_observations(
+        client, [(namespace, name)], now, args.window,
+        service_label=settings.prometheus_service_label,
+        namespace_label=settings.prometheus_namespace_label,
+    )
+    obs = observed.get((namespace, name))
+    limits = CapLimits(plan_max_num_seqs=args.plan_max or plan_max, tuned_knee=args.knee)
+    policy = PolicySettings(window_seconds=args.window)
+    decision = decide(obs, AdaptationState(current=current), spec, now, namespace=namespace,
+                      name=name, limits=limits, settings=policy)
+
+    if args.output == "json":
+        sys.stdout.write(json.dumps({
+            "observation": None if obs is None else obs.model_dump(by_alias=True),
+            "decision": decision.model_dump(by_alias=True, mode="json"),
+            "notes": notes,
+        }, indent=2) + "\n")
+        return 0
+    console = Console()
+    for note in notes:
+        console.print(f"[yellow]note[/] {note}")
+    console.print(observation_table(obs, namespace, name, url))
+    console.print(decision_table(decision, spec, limits))
+    return 0
+
+
+def _spec_and_plan(args: argparse.Namespace, name: str) -> tuple[LLMServiceSpec, int | None,
+                                                                  list[str]]:
+    notes: list[str] = []
+    if not args.file:
+        return LLMServiceSpec(model=ModelSpec(name=name)), None, [
+            "no -f given: default SLO and adaptation bounds"]
+    from .cli import load_services
+
+    services = [svc for _p, svc in load_services([args.file])]
+    wanted = [s for s in services if s.metadata.name == name] or services
+    if not wanted:
+        raise SpecErrors([SpecError("kind", f"no LLMService in {args.file}",
+                                    "pass the file that holds the service")])
+    spec = wanted[0].spec
+    plan_max: int | None = None
+    try:
+        from .planning import make_plan
+
+        plan_max = make_plan(spec).max_num_seqs
+    except NotImplementedError:
+        notes.append("the planner is not available: no memory limit on the cap")
+    except (SpecError, SpecErrors) as exc:
+        notes.append(f"no plan ({exc}): no memory limit on the cap")
+    return spec, plan_max, notes
+
+
+def _fmt(v: float | int | None, unit: str = "", scale: float = 1.0, nd: int = 2) -> str:
+    if v is None:
+        return "-"
+    return f"{v * scale:.{nd}f}{unit}" if isinstance(v, float) else f"{v}{unit}"
+
+
+def observation_table(obs: Observation | None, namespace: str, name: str, url: str) -> Table:
+    """The observations of one service as a table."""
+    table = Table(title=f"Observations of {namespace}/{name} from {url}")
+    table.add_column("signal")
+    table.add_column("value", justify="right")
+    if obs is None:
+        table.add_row("series", "none found")
+        return table
+    if obs.error:
+        table.add_row("Prometheus", f"unavailable: {obs.error}")
+        return table
+    age = None if obs.last_sample_at is None else obs.evaluated_at - obs.last_sample_at
+    rows: list[tuple[str, str]] = [
+        ("window", f"{obs.window_seconds:.0f} s"),
+        ("samples", _fmt(obs.samples)),
+        ("newest sample age", _fmt(age, " s", nd=1)),
+        ("replicas", _fmt(obs.replicas)),
+        ("running (mean / max)", f"{_fmt(obs.running_mean)} / {_fmt(obs.running_max)}"),
+        ("waiting (mean / max)", f"{_fmt(obs.waiting_mean)} / {_fmt(obs.waiting_max)}"),
+        ("waiting for capacity (mean)", _fmt(obs.waiting_capacity_mean)),
+        ("KV cache usage (mean / max)",
+         f"{_fmt(obs.kv_usage_mean, '%', 100, 1)} / {_fmt(obs.kv_usage_max, '%', 100, 1)}"),
+        ("KV cache size", _fmt(obs.kv_capacity_tokens, " tokens")),
+        ("preemptions in window", _fmt(obs.preemptions, nd=1)),
+        ("finished requests", _fmt(obs.request_rate, " /s")),
+        ("TTFT p95", _fmt(obs.ttft_p95_seconds, " ms", 1000, 1)),
+        ("inter-token latency p95", _fmt(obs.itl_p95_seconds, " ms", 1000, 1)),
+        ("mean request (prompt + output)",
+         f"{_fmt(obs.mean_prompt_tokens, nd=0)} + {_fmt(obs.mean_generation_tokens, nd=0)}"),
+    ]
+    for k, v in rows:
+        table.add_row(k, v)
+    return table
+
+
+def decision_table(decision: Decision, spec: LLMServiceSpec, limits: CapLimits) -> Table:
+    """The decision as a table: action, cap before and after, bounds, reason."""
+    bounds = bounds_for(spec, limits)
+    colour = {"raise": "green", "lower": "yellow", "hold": "cyan"}[decision.action.value]
+    table = Table(title="Decision", show_header=False)
+    table.add_column("what")
+    table.add_column("value")
+    table.add_row("action", f"[bold {colour}]{decision.action.value}[/]")
+    table.add_row("max-num-seqs", f"{decision.current} → {decision.value}")
+    table.add_row("bounds", f"{bounds.lower} .. {bounds.upper} (upper: {bounds.upper_source})")
+    table.add_row("SLO", f"TTFT p95 {spec.workload.slo.ttft_p95_ms:g} ms, "
+                         f"ITL p95 {spec.workload.slo.itl_p95_ms:g} ms")
+    table.add_row("reason", decision.reason)
+    return table

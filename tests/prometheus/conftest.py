@@ -1,0 +1,126 @@
+"""Fixtures of the prometheus tier: a throwaway real Prometheus scraping a real vLLM.
+
+Each scenario module starts ONE vLLM server (CPU build, tiny generated model) with its
+own flags, holding the machine-wide vLLM lock for the server's lifetime, and one
+Prometheus whose static target carries the labels the rendered PodMonitor's relabelling
+would give the pod (``llmservice``, ``namespace``). Load comes from vLLM's own benchmark.
+
+Set ``LLMOP_RECORD_SERIES=DIR`` to write the observation sequences a test saw into
+``DIR/<scenario>.json`` (how ``tests/unit/data/*.json`` were recorded).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from llm_operator import prometheus
+from llm_operator.adaptation import Observation
+from llm_operator.tuning.server import VLLMServer
+from tests.conftest import vllm_python
+from tests.support.prometheus import (
+    PrometheusServer,
+    Target,
+    prometheus_available,
+    start_prometheus,
+)
+from tests.support.tiny_model import ensure_tiny_llama
+from tests.support.vllm_load import Load, LoadRun
+
+MODEL_CACHE = Path(os.environ.get("LLMOP_TEST_MODELS", "/tmp/llmop-models"))
+NAMESPACE = "team-a"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Skip the tier cleanly where its real parts are not installed."""
+    no_prom = not prometheus_available()
+    no_vllm = not vllm_python().exists()
+    for item in items:
+        if "tests/prometheus" not in str(item.fspath):
+            continue
+        if no_prom:
+            item.add_marker(pytest.mark.skip(reason="no /usr/bin/prometheus (apt install "
+                                                    "prometheus)"))
+        elif no_vllm and item.get_closest_marker("vllm") is not None:
+            item.add_marker(pytest.mark.skip(reason=f"no vLLM Python at {vllm_python()}"))
+
+
+@pytest.fixture(scope="session")
+def tiny_model() -> Path:
+    """The tiny Llama the vLLM CPU engine serves (generated once, cached)."""
+    return ensure_tiny_llama(MODEL_CACHE, vllm_python())
+
+
+@dataclass
+class Stack:
+    """A vLLM server and a Prometheus scraping it as LLMService ``namespace/name``."""
+
+    server: VLLMServer
+    prom: PrometheusServer
+    model: Path
+    namespace: str
+    name: str
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
+    def load(self, load: Load) -> LoadRun:
+        """Start a benchmark against the server (returns at once)."""
+        return LoadRun(vllm_python(), self.server.url, str(self.model), load)
+
+    def observe(self, window_s: float, now: float | None = None) -> Observation | None:
+        """The controller's observation of this service, evaluated now."""
+        client = prometheus.connect(self.prom.url)
+        obs = prometheus.fetch_observations(client, [self.key], now or time.time(), window_s)
+        return obs.get(self.key)
+
+
+def start_stack(model: Path, flags: list[str], name: str) -> Iterator[Stack]:
+    """Start vLLM with ``flags`` (under the vLLM lock) and a Prometheus scraping it."""
+    log = Path(os.environ.get("LLMOP_TEST_LOGS", "/tmp")) / f"llmop-adapt-{name}-vllm.log"
+    server = VLLMServer(model=str(model), python=str(vllm_python()), flags=flags,
+                        log_path=log, start_timeout_s=300)
+    server.start()
+    try:
+        prom = start_prometheus([Target(f"127.0.0.1:{server.port}",
+                                        {"llmservice": name, "namespace": NAMESPACE})])
+        try:
+            prom.wait_for_series(f'vllm:num_requests_running{{llmservice="{name}"}}', 30)
+            yield Stack(server, prom, model, NAMESPACE, name)
+        finally:
+            prom.stop()
+    finally:
+        server.stop()
+
+
+def observe_while(stack: Stack, run: LoadRun, window_s: float, every_s: float,
+                  max_s: float) -> list[Observation]:
+    """Observe every ``every_s`` while the load runs (at most ``max_s``); first wait for
+    the load to reach the server."""
+    stack.prom.wait_for_series(
+        f'vllm:num_requests_running{{llmservice="{stack.name}"}} > 0', 120)
+    seen: list[Observation] = []
+    t0 = time.monotonic()
+    while run.running() and time.monotonic() - t0 < max_s:
+        time.sleep(every_s)
+        obs = stack.observe(window_s)
+        if obs is not None:
+            seen.append(obs)
+    return seen
+
+
+def record(scenario: str, meta: dict[str, object], seen: list[Observation]) -> None:
+    """Write the sequence to ``$LLMOP_RECORD_SERIES/<scenario>.json`` when asked to."""
+    out = os.environ.get("LLMOP_RECORD_SERIES")
+    if not out:
+        return
+    Path(out).mkdir(parents=True, exist_ok=True)
+    doc = {**meta, "observations": [o.model_dump(by_alias=True) for o in seen]}
+    (Path(out) / f"{scenario}.json").write_text(json.dumps(doc, indent=1) + "\n")

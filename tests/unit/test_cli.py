@@ -1,0 +1,52 @@
+"""The command line as a user runs it: `llm-operator plan` and `render` on the examples."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run the installed CLI in a child process, wide enough that tables do not wrap."""
+    return subprocess.run(
+        [sys.executable, "-m", "llm_operator.cli", *args],
+        capture_output=True, text=True, timeout=120, env={"COLUMNS": "200", "PATH": "/usr/bin"},
+    )
+
+
+def test_plan_70b_on_h100_chooses_tp_above_one_and_says_why() -> None:
+    out = run_cli("plan", str(ROOT / "examples" / "llama-3.1-70b-h100.yaml"))
+    assert out.returncode == 0, out.stderr
+    tp = re.search(r"tensorParallelSize\s*│\s*(\d+)", out.stdout)
+    assert tp and int(tp.group(1)) >= 2, out.stdout
+    # The reason names the weights against one GPU's usable memory.
+    assert re.search(r"not TP=1: weights [\d.]+ GB", out.stdout), out.stdout
+    # The predicted curve and the tuner's starting point follow the plan.
+    assert "Predicted:" in out.stdout and "knee" in out.stdout
+    assert re.search(r"Suggested starting max-num-seqs: \d+", out.stdout)
+
+
+def test_plan_of_a_bad_spec_names_the_field_and_the_fix(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({
+        "apiVersion": "llmops.dev/v1alpha1", "kind": "LLMService", "metadata": {"name": "x"},
+        "spec": {"model": {"name": "acme/unknown-13b"}, "gpus": {"product": "H100"}},
+    }))
+    out = run_cli("plan", str(bad))
+    assert out.returncode == 2
+    assert "spec.model.architecture" in out.stderr and "fix:" in out.stderr
+
+
+def test_render_examples_gives_one_deployment_and_service_each() -> None:
+    examples = sorted(str(p) for p in (ROOT / "examples").glob("*.yaml"))
+    out = run_cli("render", *examples)
+    assert out.returncode == 0, out.stderr
+    kinds = [d["kind"] for d in yaml.safe_load_all(out.stdout) if d]
+    assert kinds.count("Deployment") + kinds.count("LeaderWorkerSet") == len(examples)
+    assert kinds.count("Service") == len(examples)
