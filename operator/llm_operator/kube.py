@@ -277,6 +277,19 @@ class KubeClient:
                 return None
             raise
 
+    async def merge_patch(
+        self, api_version: str, kind: str, namespace: str | None, name: str,
+        patch: Mapping[str, Any],
+    ) -> JSON | None:
+        """JSON-merge-patch an object (e.g. one key of a ConfigMap); None when it is gone."""
+        path = resource_path(api_version, kind, namespace, name)
+        try:
+            return await self.request("PATCH", path, dict(patch), "application/merge-patch+json")
+        except ApiError as exc:
+            if _status_of(exc) == 404:
+                return None
+            raise
+
     async def delete(self, api_version: str, kind: str, namespace: str | None, name: str) -> bool:
         """Delete (background propagation); False when it was already gone."""
         path = resource_path(api_version, kind, namespace, name)

@@ -35,6 +35,8 @@ class ConditionType(StrEnum):
     PLANNED = "Planned"  # a capacity and parallelism plan exists
     PROGRESSING = "Progressing"  # a rollout of the workload is under way
     AVAILABLE = "Available"  # at least one replica serves
+    METRICS_AVAILABLE = "MetricsAvailable"  # Prometheus has the signals online adaptation needs
+    TUNED = "Tuned"  # the batch settings come from a tuning run on this fingerprint
 
 
 class Reason(StrEnum):

@@ -77,6 +77,7 @@ OPERATOR_RULES: dict[tuple[str, str], set[str]] = {
     },
     ("batch", "jobs"): {"create", "get", "list", "watch", "patch", "update", "delete"},
     ("", "pods"): {"get", "list", "watch"},
+    ("", "configmaps"): {"get", "list", "watch", "create", "patch", "update"},
     ("", "events"): {"create", "patch"},
     ("monitoring.coreos.com", "podmonitors"): {
         "create", "get", "list", "watch", "patch", "delete",

@@ -1,0 +1,150 @@
+"""Load from vLLM's own benchmark (``vllm.benchmarks.serve``, what ``vllm bench serve``
+runs), in-process, turned into a :class:`~.search.Measurement`.
+
+Runs under the vLLM image's Python. The benchmark's own report (it prints) goes to a
+log file, not to stdout, so a pod log stays readable.
+
+Goodput here is output tokens per second of the requests that met the SLO: TTFT at most
+``slo.ttft_ms`` and the p95 of the request's own inter-token gaps at most ``slo.itl_ms``.
+vLLM's ``--goodput`` is passed too (``ttft`` and ``tpot``, the closest per-request
+objectives it has); its ``request_goodput`` (requests/s) is kept as a cross-check.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .search import SLO, Measurement, RequestSample, percentile, summarize
+from .server import MetricsSampler
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BenchTarget:
+    """Where and what to benchmark."""
+
+    base_url: str
+    model: str  # the served model name (what requests carry)
+    tokenizer: str  # a tokenizer folder or id (the model folder for a local model)
+    input_tokens: int
+    output_tokens: int
+    slo: SLO
+    waves: float = 2.0  # prompts = waves x concurrency (at least min_prompts)
+    min_prompts: int = 24
+    seed: int = 0
+    log_path: Path | None = None
+
+
+def bench_args(target: BenchTarget, concurrency: int) -> list[str]:
+    """The ``vllm bench serve`` arguments of one measurement (pure)."""
+    n = max(target.min_prompts, round(target.waves * concurrency))
+    return [
+        "--backend", "vllm",
+        "--base-url", target.base_url,
+        "--endpoint", "/v1/completions",
+        "--model", target.model,
+        "--tokenizer", target.tokenizer,
+        "--dataset-name", "random",
+        "--random-input-len", str(target.input_tokens),
+        "--random-output-len", str(target.output_tokens),
+        "--random-range-ratio", "0",
+        "--num-prompts", str(n),
+        "--max-concurrency", str(concurrency),
+        "--request-rate", "inf",
+        "--ignore-eos",
+        "--temperature", "0",
+        "--seed", str(target.seed),
+        "--disable-tqdm",
+        "--save-detailed",
+        "--num-warmups", "0",
+        "--percentile-metrics", "ttft,tpot,itl,e2el",
+        "--metric-percentiles", "50,95,99",
+        "--goodput", f"ttft:{target.slo.ttft_ms:g}", f"tpot:{target.slo.itl_ms:g}",
+        "--ready-check-timeout-sec", "120",
+    ]
+
+
+def requests_from_result(result: dict[str, Any]) -> list[RequestSample]:
+    """Per-request samples from the dict ``vllm.benchmarks.serve.main`` returns (needs
+    ``--save-detailed``)."""
+    ttfts = result.get("ttfts") or []
+    itls = result.get("itls") or []
+    outs = result.get("output_lens") or []
+    errors = result.get("errors") or [""] * len(ttfts)
+    samples = []
+    for ttft, gaps, n, err in zip(ttfts, itls, outs, errors, strict=False):
+        ok = not err and n > 0
+        samples.append(RequestSample(
+            ttft_s=float(ttft or 0.0),
+            itl_p95_s=percentile([float(g) for g in gaps], 95) if gaps else 0.0,
+            output_tokens=int(n),
+            ok=ok,
+        ))
+    return samples
+
+
+# Options this tuner can do without when an older vLLM's benchmark lacks them.
+_OPTIONAL = {"--ready-check-timeout-sec", "--num-warmups", "--random-range-ratio",
+             "--temperature", "--goodput", "--percentile-metrics", "--metric-percentiles"}
+
+
+def known_args(argv: list[str], accepted: set[str]) -> list[str]:
+    """``argv`` without the optional options (and their values) the installed benchmark
+    does not accept (pure)."""
+    out: list[str] = []
+    skipping = False
+    for a in argv:
+        if a.startswith("--"):
+            skipping = a in _OPTIONAL and a not in accepted
+            if skipping:
+                log.info("The installed vLLM benchmark has no %s; measuring without it", a)
+                continue
+        elif skipping:
+            continue
+        out.append(a)
+    return out
+
+
+def run_vllm_bench(argv: list[str], log_path: Path | None = None) -> dict[str, Any]:
+    """Run ``vllm.benchmarks.serve`` in this process; its printout goes to ``log_path``."""
+    from vllm.benchmarks import serve
+
+    try:
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+    except ImportError:  # vLLM before 0.11.1
+        from vllm.utils import FlexibleArgumentParser
+
+    parser = FlexibleArgumentParser()
+    serve.add_cli_args(parser)
+    args = parser.parse_args(known_args(argv, set(parser._option_string_actions)))
+    sink: Any = io.StringIO()
+    with contextlib.ExitStack() as stack:
+        if log_path is not None:
+            sink = stack.enter_context(open(log_path, "a", encoding="utf-8"))  # noqa: SIM115
+        stack.enter_context(contextlib.redirect_stdout(sink))
+        # Progress bars some vLLM versions draw while sampling prompts go to stderr.
+        stack.enter_context(contextlib.redirect_stderr(sink))
+        result: dict[str, Any] = serve.main(args)
+    return result
+
+
+def measure(target: BenchTarget, concurrency: int, sample_metrics: bool = True) -> Measurement:
+    """One benchmark run at ``concurrency`` clients, with the server's gauges sampled."""
+    argv = bench_args(target, concurrency)
+    sampler = MetricsSampler(target.base_url) if sample_metrics else None
+    with sampler if sampler is not None else contextlib.nullcontext():
+        result = run_vllm_bench(argv, target.log_path)
+    reqs = requests_from_result(result)
+    all_gaps = [float(g) for gaps in (result.get("itls") or []) for g in (gaps or [])]
+    m = summarize(
+        concurrency, reqs, float(result.get("duration") or 0.0), target.slo,
+        itls_s=all_gaps, server=sampler.summary() if sampler is not None else None,
+    )
+    log.debug("vLLM request_goodput %.2f req/s", result.get("request_goodput") or 0.0)
+    return m

@@ -1,0 +1,69 @@
+"""The tuning fingerprint (pure): what a tuning result depends on, hashed.
+
+When the fingerprint of a service changes (a rollout onto another model, image, GPU,
+parallelism, context length, dtype or workload), the operator tunes again; a service
+re-created with the same fingerprint reuses the cached result. Operator side only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from ..models import LLMService
+from ..planning import Plan
+
+# Bump when the tuner's method changes so much that old results should not be reused.
+FINGERPRINT_VERSION = 1
+
+
+def fingerprint_inputs(svc: LLMService, plan: Plan, image: str | None = None) -> dict[str, Any]:
+    """The facts a tuning result depends on (what :func:`tuning_fingerprint` hashes).
+
+    Model (name, revision, quantization), image, GPU product and count per replica,
+    tensor and pipeline parallelism, max model length, dtype and KV-cache dtype, GPU
+    memory share, the workload profile with its SLO, and the user's pins and extra
+    arguments (they fix the server the search runs against). Not: replicas, scheduling,
+    budgets, adaptation, names. ``image`` is the image actually run (pass
+    ``rendering.image_for(svc, settings)``; default ``spec.image``).
+    """
+    spec = svc.spec
+    engine = spec.engine
+    return {
+        "v": FINGERPRINT_VERSION,
+        "model": spec.model.name,
+        "revision": spec.model.revision,
+        "quantization": str(spec.model.quantization),
+        "image": image or spec.image,
+        "gpuProduct": plan.gpu_product,
+        "gpusPerReplica": plan.gpus_per_replica,
+        "tensorParallelSize": plan.tensor_parallel_size,
+        "pipelineParallelSize": plan.pipeline_parallel_size,
+        "maxModelLen": plan.max_model_len,
+        "dtype": plan.dtype,
+        "kvCacheDtype": str(engine.kv_cache_dtype),
+        "gpuMemoryUtilization": engine.gpu_memory_utilization,
+        "workload": {
+            "inputTokens": spec.workload.input_tokens,
+            "outputTokens": spec.workload.output_tokens,
+            "concurrency": spec.workload.concurrency,
+            "ttftP95Ms": spec.workload.slo.ttft_p95_ms,
+            "itlP95Ms": spec.workload.slo.itl_p95_ms,
+        },
+        "pins": {
+            "maxNumSeqs": engine.max_num_seqs,
+            "maxNumBatchedTokens": engine.max_num_batched_tokens,
+            "enableChunkedPrefill": engine.enable_chunked_prefill,
+            "enablePrefixCaching": engine.enable_prefix_caching,
+            "extraArgs": list(engine.extra_args),
+        },
+    }
+
+
+def tuning_fingerprint(svc: LLMService, plan: Plan, image: str | None = None) -> str:
+    """A stable 16-hex-digit hash of :func:`fingerprint_inputs` (same inputs, same hash,
+    in any process)."""
+    canonical = json.dumps(fingerprint_inputs(svc, plan, image), sort_keys=True,
+                           separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]

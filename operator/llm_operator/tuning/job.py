@@ -1,0 +1,222 @@
+"""The tuning Job (pure builder): the tuner on the same GPUs as one replica, in the vLLM
+image, with this project's tuner code copied in by an init container.
+
+Why this shape: the tuner must start vLLM servers with candidate settings on the very
+GPUs a replica gets, so it runs in the vLLM image; it needs no custom image because an
+init container from the operator's image copies the ``llm_operator`` package into a
+shared ``emptyDir`` that the tuner container puts on ``PYTHONPATH`` (the tuner imports
+only the standard library and what vLLM installs). The result comes back as the
+container's termination message (compact JSON, read from the pod status by the
+operator, no extra RBAC); the full trial table is the pod's log.
+
+Operator side only (it reuses the renderer's pod pieces, so the Job serves the model
+exactly as the Deployment would).
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from ..constants import ANNOTATION_FINGERPRINT
+from ..errors import SpecError
+from ..models import LLMService
+from ..planning import Plan
+from ..rendering import (
+    COMPONENT_TUNING,
+    PROGRESS_MARGIN_SECONDS,
+    build_env,
+    build_resources,
+    build_vllm_args,
+    build_volume_mounts,
+    build_volumes,
+    image_for,
+    is_multi_node,
+    labels_for,
+    model_source,
+    owner_reference,
+    scheduling_fields,
+    startup_budget_seconds,
+)
+from ..settings import Settings
+
+CODE_VOLUME = "tuner-code"
+CODE_PATH = "/opt/llmop"  # PYTHONPATH of the tuner container; holds llm_operator/
+TERMINATION_LOG = "/dev/termination-log"
+WORK_DIR = "/tmp/llmop-tuning"  # server logs, benchmark log, full result JSON
+TUNER_CONTAINER = "tuner"
+INIT_CONTAINER = "copy-tuner"
+JOB_NAME_MAX = 52  # pods are "<job>-<5 chars>" and carry job-name labels (<= 63)
+
+# Copies the installed package wherever the operator image has it (no assumption about
+# its site-packages path). No "$(" anywhere: Kubernetes would expand it in command/args.
+COPY_SCRIPT = (
+    "import llm_operator, os, shutil; "
+    "src = os.path.dirname(llm_operator.__file__); "
+    f"dst = os.path.join('{CODE_PATH}', 'llm_operator'); "
+    "shutil.copytree(src, dst, dirs_exist_ok=True, "
+    "ignore=shutil.ignore_patterns('__pycache__', '*.pyc')); "
+    "print('Copied', src, 'to', dst)"
+)
+
+# Flags the tuner sets itself for every server it starts (dropped from the Deployment's).
+_OWN_FLAGS = {"--model", "--served-model-name", "--host", "--port"}
+_SEARCHED = {"--max-num-seqs": "max_num_seqs",
+             "--max-num-batched-tokens": "max_num_batched_tokens"}
+
+
+def tuning_job_name(svc: LLMService, fingerprint: str) -> str:
+    """``<service>-tune-<fingerprint[:8]>``, the service part shortened to fit."""
+    suffix = f"-tune-{fingerprint[:8]}"
+    return svc.metadata.name[: JOB_NAME_MAX - len(suffix)].rstrip("-.") + suffix
+
+
+def fixed_server_args(svc: LLMService, plan: Plan) -> list[str]:
+    """The vLLM flags every candidate server gets: the Deployment's arguments without
+    the ones the tuner sets itself (model, name, host, port) and without the searched
+    settings the user left to ``auto`` (a pinned one stays, so it is never varied)."""
+    args = build_vllm_args(svc, plan)
+    out: list[str] = []
+    skip_value = False
+    for i, a in enumerate(args):
+        if skip_value:
+            skip_value = False
+            continue
+        flag = a.split("=", 1)[0]
+        takes_value = "=" not in a and i + 1 < len(args) and not args[i + 1].startswith("--")
+        if flag in _OWN_FLAGS:
+            skip_value = takes_value
+            continue
+        if flag in _SEARCHED and not isinstance(
+            getattr(svc.spec.engine, _SEARCHED[flag]), int
+        ):
+            skip_value = takes_value
+            continue
+        out.append(a)
+    return out
+
+
+def tuner_args(svc: LLMService, plan: Plan, fingerprint: str) -> list[str]:
+    """The arguments of ``python3 -m llm_operator.tuning`` for ``svc``."""
+    spec = svc.spec
+    wl = spec.workload
+    model, _ = model_source(spec)
+    args = [
+        "--model", model,
+        "--served-model-name", spec.model.name,
+        "--input-tokens", str(wl.input_tokens),
+        "--output-tokens", str(wl.output_tokens),
+        "--concurrency", str(wl.concurrency),
+        "--slo-ttft-ms", f"{wl.slo.ttft_p95_ms:g}",
+        "--slo-itl-ms", f"{wl.slo.itl_p95_ms:g}",
+        "--max-trials", str(spec.tuning.max_trials),
+        "--max-seconds", str(spec.tuning.max_duration_minutes * 60),
+        # "=": the value starts with "--", which argparse would take for an option.
+        f"--server-args={shlex.join(fixed_server_args(svc, plan))}",
+    ]  # fmt: skip
+    if not isinstance(spec.engine.max_num_seqs, int):
+        args += ["--hint-max-num-seqs", str(plan.max_num_seqs)]
+    args += [
+        "--fingerprint", fingerprint,
+        "--output", f"{WORK_DIR}/result.json",
+        "--log-dir", WORK_DIR,
+        "--progress", "log",
+    ]  # fmt: skip
+    return args
+
+
+def active_deadline_seconds(svc: LLMService, plan: Plan) -> int:
+    """The Job's hard deadline: the tuner's own wall budget (it stops starting trials
+    before that) plus one model load and the image-pull margin, so the tuner normally
+    finishes and reports before Kubernetes kills it."""
+    return (svc.spec.tuning.max_duration_minutes * 60 + startup_budget_seconds(plan)
+            + PROGRESS_MARGIN_SECONDS)
+
+
+def build_tuning_job(
+    svc: LLMService, plan: Plan, settings: Settings, fingerprint: str
+) -> dict[str, Any]:
+    """The ``batch/v1`` Job that tunes ``svc`` (pure: no API calls, no clock).
+
+    Same GPUs as one replica (``plan.gpus_per_replica`` of ``spec.gpus.resourceName``),
+    same placement, image, model source, cache, token and pins as the Deployment; labels
+    ``llmops.dev/llmservice`` and ``llmops.dev/component=tuning``; annotation
+    ``llmops.dev/tuning-fingerprint``; owned by the LLMService. Raises
+    :class:`~llm_operator.errors.SpecError` for a plan whose replica spans several nodes
+    (one pod cannot start such a server).
+    """
+    if is_multi_node(plan):
+        raise SpecError(
+            "spec.tuning.mode",
+            f"tuning runs in one pod, but one replica spans {plan.nodes_per_replica} nodes",
+            "set spec.tuning.mode to Disabled and pin spec.engine.maxNumSeqs",
+        )
+    spec = svc.spec
+    labels = labels_for(svc, COMPONENT_TUNING)
+    annotations = {ANNOTATION_FINGERPRINT: fingerprint}
+    metadata: dict[str, Any] = {
+        "name": tuning_job_name(svc, fingerprint),
+        "namespace": svc.metadata.namespace,
+        "labels": labels,
+        "annotations": annotations,
+    }
+    owner = owner_reference(svc)
+    if owner is not None:
+        metadata["ownerReferences"] = [owner]
+
+    env: list[dict[str, Any]] = [
+        {"name": "PYTHONPATH", "value": CODE_PATH},
+        {"name": "PYTHONUNBUFFERED", "value": "1"},
+        # Where the tuner writes its compact result: the kubelet's termination message.
+        {"name": "LLMOP_TERMINATION_LOG", "value": TERMINATION_LOG},
+        # Alone in its pod: no machine-wide lock between vLLM servers needed.
+        {"name": "LLMOP_VLLM_LOCK", "value": ""},
+        *build_env(spec),
+    ]
+    code_mount = {"name": CODE_VOLUME, "mountPath": CODE_PATH}
+    init = {
+        "name": INIT_CONTAINER,
+        "image": settings.operator_image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["python3", "-c", COPY_SCRIPT],
+        "volumeMounts": [code_mount],
+        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"},
+                      "limits": {"memory": "128Mi"}},
+    }
+    tuner = {
+        "name": TUNER_CONTAINER,
+        "image": image_for(svc, settings),
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["python3", "-m", "llm_operator.tuning"],
+        "args": tuner_args(svc, plan, fingerprint),
+        "env": env,
+        "resources": build_resources(spec, plan),
+        "volumeMounts": [*build_volume_mounts(spec), {**code_mount, "readOnly": True}],
+        "terminationMessagePath": TERMINATION_LOG,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "initContainers": [init],
+        "containers": [tuner],
+        "volumes": [*build_volumes(spec), {"name": CODE_VOLUME, "emptyDir": {}}],
+        # As for the server pods: a Service named "vllm" would inject VLLM_PORT=tcp://...
+        "enableServiceLinks": False,
+        "automountServiceAccountToken": False,
+        "terminationGracePeriodSeconds": 30,
+        **scheduling_fields(spec),
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": metadata,
+        "spec": {
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": active_deadline_seconds(svc, plan),
+            "ttlSecondsAfterFinished": settings.tuning_job_ttl_seconds,
+            "template": {
+                "metadata": {"labels": dict(labels), "annotations": dict(annotations)},
+                "spec": pod_spec,
+            },
+        },
+    }

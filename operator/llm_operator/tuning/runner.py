@@ -1,0 +1,192 @@
+"""Real evaluators for the search: vLLM servers this process starts, or one given by URL.
+
+The I/O edge of the tuner (the search itself is pure, in :mod:`.search`). Runs under the
+vLLM image's Python.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shlex
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .bench import BenchTarget, measure
+from .search import Config, Measurement, TrialFailed
+from .server import ServerStartError, VLLMServer
+
+log = logging.getLogger(__name__)
+
+SEARCHED_FLAGS = ("--max-num-seqs", "--max-num-batched-tokens")
+
+
+def accepted_flags(python: str = sys.executable) -> set[str] | None:
+    """The option strings the installed vLLM OpenAI server accepts, or None if unknown.
+
+    In-process when ``python`` is this interpreter (the parser module moved between vLLM
+    versions; both places are tried), else from ``--help=all`` of ``python``.
+    """
+    if python == sys.executable:
+        try:
+            try:
+                from vllm.utils.argparse_utils import FlexibleArgumentParser
+            except ImportError:  # older vLLM
+                from vllm.utils import FlexibleArgumentParser
+            for mod in ("vllm.entrypoints.launchers.cli_args", "vllm.entrypoints.openai.cli_args"):
+                try:
+                    m = __import__(mod, fromlist=["make_arg_parser"])
+                except ImportError:
+                    continue
+                parser = m.make_arg_parser(FlexibleArgumentParser())
+                return set(parser._option_string_actions)
+        except Exception as exc:  # noqa: BLE001 - fall back to --help
+            log.debug("In-process flag discovery failed: %s", exc)
+    for help_flag in ("--help=all", "--help"):
+        try:
+            out = subprocess.run(
+                [python, "-m", "vllm.entrypoints.openai.api_server", help_flag],
+                capture_output=True, text=True, timeout=120,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        if out.returncode == 0 and "--model" in out.stdout:
+            import re
+
+            return set(re.findall(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)", out.stdout))
+    return None
+
+
+def vllm_batch_defaults(world_size: int = 1) -> tuple[int | None, int | None]:
+    """vLLM's own defaults for (max-num-seqs, max-num-batched-tokens) of the OpenAI server
+    on this machine, as the installed vLLM computes them; (None, None) if it cannot say."""
+    try:
+        from vllm.engine.arg_utils import EngineArgs
+        from vllm.usage.usage_lib import UsageContext
+
+        mnbt, mns = EngineArgs.get_batch_defaults(world_size)
+        ctx = UsageContext.OPENAI_API_SERVER
+        return mns.get(ctx), mnbt.get(ctx)
+    except Exception as exc:  # noqa: BLE001 - any vLLM version drift: unknown defaults
+        log.info("Could not read vLLM's batch defaults (%s); treating them as unknown", exc)
+        return None, None
+
+
+def pinned_flags(server_args: Sequence[str]) -> set[str]:
+    """Which searched flags the fixed server arguments already set (user pins)."""
+    pins = set()
+    for a in server_args:
+        name = a.split("=", 1)[0]
+        if name in SEARCHED_FLAGS:
+            pins.add(name)
+    return pins
+
+
+@dataclass
+class _ServerSession:
+    server: VLLMServer
+    target: BenchTarget
+
+    @property
+    def startup_s(self) -> float:
+        return self.server.startup_s
+
+    @property
+    def waited_s(self) -> float:
+        """Time spent waiting for the machine-wide vLLM lock (not part of the trial)."""
+        return self.server.lock_wait_s
+
+    def measure(self, concurrency: int) -> Measurement:
+        try:
+            return measure(self.target, concurrency)
+        except Exception as exc:  # noqa: BLE001 - the benchmark failing fails one trial
+            raise TrialFailed(f"benchmark failed: {exc}") from exc
+
+    def close(self) -> None:
+        self.server.stop()
+
+
+@dataclass
+class ServerEvaluator:
+    """Starts a fresh vLLM server per configuration (``--model`` mode)."""
+
+    model: str
+    target_template: BenchTarget
+    server_args: list[str] = field(default_factory=list)  # fixed flags: pins, KV size, ...
+    python: str = sys.executable
+    log_dir: Path = Path("/tmp/llmop-tuning")
+    start_timeout_s: float = 900.0
+    starts: int = 0
+
+    def start(self, config: Config) -> _ServerSession:
+        """Start vLLM with the fixed arguments plus ``config``'s flags."""
+        self.starts += 1
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        server = VLLMServer(
+            model=self.model,
+            flags=[*self.server_args, *config.flags()],
+            python=self.python,
+            log_path=self.log_dir / f"server-{self.starts:02d}.log",
+            start_timeout_s=self.start_timeout_s,
+        )
+        try:
+            server.start()
+        except ServerStartError as exc:
+            raise TrialFailed(f"server did not start: {start_error_line(exc)}") from exc
+        target = BenchTarget(**{**self.target_template.__dict__, "base_url": server.url,
+                                "log_path": self.log_dir / "bench.log"})
+        return _ServerSession(server, target)
+
+
+def start_error_line(exc: ServerStartError) -> str:
+    """The most telling line of a failed start: the last ``...Error: ...`` of the log."""
+    lines = [ln for ln in exc.log_tail.splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if "Error:" in ln or "error:" in ln:
+            return ln.split("] ", 1)[-1].strip()[:300]
+    return (lines[-1][:300] if lines else str(exc).splitlines()[0])
+
+
+@dataclass
+class _UrlSession:
+    target: BenchTarget
+    startup_s: float = 0.0
+
+    def measure(self, concurrency: int) -> Measurement:
+        try:
+            return measure(self.target, concurrency)
+        except Exception as exc:  # noqa: BLE001
+            raise TrialFailed(f"benchmark failed: {exc}") from exc
+
+    def close(self) -> None:
+        return None
+
+
+@dataclass
+class UrlEvaluator:
+    """A server this process did not start (``--url`` mode): it cannot be restarted, so
+    only its current configuration can be measured."""
+
+    target: BenchTarget
+
+    def start(self, config: Config) -> _UrlSession:
+        """Measure the given server; any other configuration needs a restart."""
+        if config != Config():
+            raise TrialFailed("cannot restart a server given by --url")
+        return _UrlSession(self.target)
+
+
+def served_model(base_url: str) -> str:
+    """The first model id the server at ``base_url`` serves."""
+    with urllib.request.urlopen(f"{base_url}/v1/models", timeout=10) as r:
+        data = json.load(r)
+    return str(data["data"][0]["id"])
+
+
+def split_args(text: str | None) -> list[str]:
+    """Shell-split a string of server arguments (``None`` gives none)."""
+    return shlex.split(text) if text else []

@@ -1,0 +1,773 @@
+"""The search (pure): which engine settings to try next, and which one won.
+
+Standard library only. Nothing here starts a server or reads a clock: the caller passes
+an :class:`Evaluator` (real vLLM servers in :mod:`.runner`, a synthetic response surface
+in the unit tests) and a ``clock``.
+
+Why not a grid. A grid restarts the server for every cell, and on GPUs each start costs
+minutes of model loading. This search spends restarts only where they pay:
+
+1. **Baseline and knee, one start.** Start vLLM with its defaults (plus the user's pins)
+   and measure at the workload's concurrency ``C``: that is the baseline. On the same
+   server, measure again at lower client concurrencies ``c < C`` (``C/2``, ``C/4``, ...,
+   plus the KV-derived cap ``kv_tokens // (input + output)`` and the planner's hint).
+   ``max-num-seqs`` is only an upper bound on the running batch, so with the default
+   (high) cap, running at client concurrency ``c`` is what the server would do with
+   ``--max-num-seqs c`` under ``C`` clients, except that ``C - c`` requests would wait in
+   the server's queue: by Little's law each waits ``(C - c) / X(c)`` (``X`` = completed
+   requests per second). Shifting every request's TTFT by that wait predicts the goodput
+   of each cap without restarting.
+2. **Verify** the predicted best cap with one restart, measured at ``C``.
+3. **Refine** only next to the incumbent on the level ladder, only where the prediction
+   says it could win, and move only on a gain larger than the noise margin.
+4. **max-num-batched-tokens** by coordinate steps from vLLM's default, only in the
+   direction the binding SLO suggests (ITL-bound: smaller steps; TTFT-bound or neither:
+   more prefill per step), and on only while each step gains.
+
+Every configuration is measured ``repeats`` times at ``C``; the median counts, and a
+trial whose spread exceeds ``noise_threshold`` gets one extra repeat and, if still noisy,
+is scored by its worst repeat (it can win only if even that beats the others). When the
+budget (trials, wall time) runs out the best result so far is kept and marked partial.
+
+Pinned settings are never varied: a pinned knob has no levels in :class:`Space` and is
+passed to every server as a fixed flag by the caller.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Protocol
+
+# --- inputs -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The load the service is tuned for: a closed loop of ``concurrency`` clients."""
+
+    input_tokens: int
+    output_tokens: int
+    concurrency: int
+
+
+@dataclass(frozen=True)
+class SLO:
+    """Per-request latency objective: TTFT and the p95 of its inter-token latencies."""
+
+    ttft_ms: float
+    itl_ms: float
+
+
+@dataclass(frozen=True)
+class Config:
+    """Engine settings under search; ``None`` leaves vLLM's default."""
+
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+
+    def flags(self) -> list[str]:
+        """The vLLM command-line flags for this configuration."""
+        out: list[str] = []
+        if self.max_num_seqs is not None:
+            out += ["--max-num-seqs", str(self.max_num_seqs)]
+        if self.max_num_batched_tokens is not None:
+            out += ["--max-num-batched-tokens", str(self.max_num_batched_tokens)]
+        return out
+
+    def label(self) -> str:
+        """Short human label, e.g. ``mns=16 mnbt=default``."""
+        mns = "default" if self.max_num_seqs is None else str(self.max_num_seqs)
+        mnbt = "default" if self.max_num_batched_tokens is None else str(
+            self.max_num_batched_tokens
+        )
+        return f"mns={mns} mnbt={mnbt}"
+
+
+DEFAULT_MNS_LADDER = (1, 2, 3, 4, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 80, 96, 128, 160,
+                      192, 256, 384, 512, 768, 1024)
+DEFAULT_MNBT_LADDER = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+
+
+@dataclass(frozen=True)
+class Space:
+    """The levels each searchable knob may take; an empty tuple means pinned (not searched).
+
+    ``default_max_num_seqs`` / ``default_max_num_batched_tokens`` are the values vLLM uses
+    when the flag is absent (the baseline's effective values), used to place the baseline
+    on the ladders; ``None`` when unknown.
+    """
+
+    max_num_seqs: tuple[int, ...] = ()
+    max_num_batched_tokens: tuple[int, ...] = ()
+    default_max_num_seqs: int | None = None
+    default_max_num_batched_tokens: int | None = None
+
+    def valid(self, cfg: Config) -> bool:
+        """vLLM rejects ``max_num_batched_tokens < max_num_seqs``."""
+        mns = cfg.max_num_seqs if cfg.max_num_seqs is not None else self.default_max_num_seqs
+        mnbt = (cfg.max_num_batched_tokens if cfg.max_num_batched_tokens is not None
+                else self.default_max_num_batched_tokens)
+        return mns is None or mnbt is None or mnbt >= mns
+
+    def effective(self, cfg: Config) -> tuple[int | None, int | None]:
+        """The values the server actually runs with (a default spelled out equals absent)."""
+        return (
+            cfg.max_num_seqs if cfg.max_num_seqs is not None else self.default_max_num_seqs,
+            cfg.max_num_batched_tokens if cfg.max_num_batched_tokens is not None
+            else self.default_max_num_batched_tokens,
+        )
+
+    def grid(self) -> list[Config]:
+        """Every valid combination of levels (what an exhaustive grid would run)."""
+        mns_levels: Sequence[int | None] = self.max_num_seqs or (None,)
+        mnbt_levels: Sequence[int | None] = self.max_num_batched_tokens or (None,)
+        cells = [Config(a, b) for a in mns_levels for b in mnbt_levels]
+        return [c for c in cells if self.valid(c)]
+
+
+def ladder(lo: int, hi: int, base: Sequence[int] = DEFAULT_MNS_LADDER) -> tuple[int, ...]:
+    """The levels of ``base`` within ``[lo, hi]``, always including ``hi``."""
+    levels = sorted({v for v in base if lo <= v <= hi} | {hi})
+    return tuple(levels)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Bounds of one run: server starts (trials) and wall time."""
+
+    max_trials: int = 12
+    max_seconds: float = 3600.0
+
+
+@dataclass(frozen=True)
+class Options:
+    """How carefully to measure."""
+
+    repeats: int = 2  # measurements of each configuration at the workload concurrency
+    noise_threshold: float = 0.15  # (max - min) / median above which a trial is noisy
+    min_gain: float = 0.05  # a move must beat the incumbent by this fraction
+    sweep_min_concurrency: int = 2
+    sweep_points: int = 5  # client concurrencies below C on the baseline server, at most
+    refine_margin: float = 0.85  # refine a neighbour only if predicted >= margin x best
+    hint_max_num_seqs: int | None = None  # the planner's prediction, if any
+    can_restart: bool = True  # False: one given server, so predict only (no verification)
+
+
+# --- measurements -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RequestSample:
+    """One request of a benchmark: TTFT, the p95 of its inter-token gaps, tokens out."""
+
+    ttft_s: float
+    itl_p95_s: float
+    output_tokens: int
+    ok: bool = True
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One benchmark run at one client concurrency against one server."""
+
+    concurrency: int
+    duration_s: float
+    goodput_tps: float  # output tokens/s of requests meeting the SLO
+    output_tps: float  # all output tokens/s
+    request_rate: float  # completed requests/s
+    ttft_p95_ms: float
+    itl_p95_ms: float
+    completed: int
+    failed: int = 0
+    good_fraction: float = 1.0
+    ttft_miss: int = 0  # requests over the TTFT objective
+    itl_miss: int = 0  # requests over the ITL objective
+    running_max: float = 0.0  # peak running batch the server reported
+    running_mean: float = 0.0
+    preemptions: float = 0.0
+    kv_usage_max: float = 0.0
+    kv_tokens: float | None = None  # KV cache capacity the server reported
+    requests: tuple[RequestSample, ...] = ()
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    """Linear-interpolated percentile (numpy's default) of ``values``; 0 when empty."""
+    if not values:
+        return 0.0
+    xs = sorted(values)
+    k = (len(xs) - 1) * p / 100.0
+    lo, hi = math.floor(k), math.ceil(k)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def good(req: RequestSample, slo: SLO, extra_wait_s: float = 0.0) -> bool:
+    """Whether one request met the SLO (optionally after waiting ``extra_wait_s`` more)."""
+    return (
+        req.ok
+        and (req.ttft_s + extra_wait_s) * 1000.0 <= slo.ttft_ms
+        and req.itl_p95_s * 1000.0 <= slo.itl_ms
+    )
+
+
+def goodput(requests: Iterable[RequestSample], duration_s: float, slo: SLO,
+            extra_wait_s: float = 0.0) -> float:
+    """Output tokens per second of the requests that met the SLO."""
+    if duration_s <= 0:
+        return 0.0
+    return sum(r.output_tokens for r in requests if good(r, slo, extra_wait_s)) / duration_s
+
+
+def summarize(
+    concurrency: int,
+    requests: Sequence[RequestSample],
+    duration_s: float,
+    slo: SLO,
+    itls_s: Sequence[float] = (),
+    server: dict[str, float] | None = None,
+) -> Measurement:
+    """Build a :class:`Measurement` from per-request samples (and the server's gauges).
+
+    ``itls_s`` are all inter-token gaps of all requests (for the aggregate p95); when
+    empty, the per-request p95s stand in.
+    """
+    server = server or {}
+    done = [r for r in requests if r.ok]
+    n_good = sum(1 for r in done if good(r, slo))
+    out_tokens = sum(r.output_tokens for r in done)
+    dur = max(duration_s, 1e-9)
+    return Measurement(
+        concurrency=concurrency,
+        duration_s=duration_s,
+        goodput_tps=goodput(done, dur, slo),
+        output_tps=out_tokens / dur,
+        request_rate=len(done) / dur,
+        ttft_p95_ms=percentile([r.ttft_s for r in done], 95) * 1000.0,
+        itl_p95_ms=percentile(list(itls_s) or [r.itl_p95_s for r in done], 95) * 1000.0,
+        completed=len(done),
+        failed=len(requests) - len(done),
+        good_fraction=n_good / len(requests) if requests else 0.0,
+        ttft_miss=sum(1 for r in done if r.ttft_s * 1000.0 > slo.ttft_ms),
+        itl_miss=sum(1 for r in done if r.itl_p95_s * 1000.0 > slo.itl_ms),
+        running_max=server.get("running_max", 0.0),
+        running_mean=server.get("running_mean", 0.0),
+        preemptions=server.get("preemptions", 0.0),
+        kv_usage_max=server.get("kv_usage_max", 0.0),
+        kv_tokens=server.get("kv_tokens"),
+        requests=tuple(requests),
+    )
+
+
+# --- the evaluator the caller provides ---------------------------------------------------
+
+
+class Session(Protocol):
+    """A running server with one configuration."""
+
+    @property
+    def startup_s(self) -> float:
+        """Seconds the server took to become healthy."""
+        ...
+
+    def measure(self, concurrency: int) -> Measurement:
+        """Run the workload at ``concurrency`` clients and return what was measured."""
+        ...
+
+    def close(self) -> None:
+        """Stop the server."""
+        ...
+
+
+class Evaluator(Protocol):
+    """Starts servers. ``start`` raises :class:`TrialFailed` when a config cannot run."""
+
+    def start(self, config: Config) -> Session:
+        """Start a server with ``config`` (plus the fixed flags the evaluator owns)."""
+        ...
+
+
+class TrialFailed(Exception):
+    """A configuration could not be started or measured (the reason is the message)."""
+
+
+class Progress(Protocol):
+    """Where the search reports what it does (log lines, a progress bar)."""
+
+    def __call__(self, event: str, **info: object) -> None:
+        """``event``: trial-start, trial-done, probe, note, budget."""
+        ...
+
+
+def _no_progress(event: str, **info: object) -> None:
+    return None
+
+
+# --- the search's records -----------------------------------------------------------------
+
+
+@dataclass
+class Trial:
+    """One server start: a configuration, its repeats at ``C``, and its probes."""
+
+    index: int
+    config: Config
+    phase: str  # baseline | verify | refine | batched-tokens | grid
+    runs: list[Measurement] = field(default_factory=list)
+    probes: list[Measurement] = field(default_factory=list)  # other concurrencies
+    startup_s: float = 0.0
+    wall_s: float = 0.0
+    error: str | None = None
+    noise_threshold: float = 0.15
+
+    @property
+    def ok(self) -> bool:
+        """Measured at least once without error."""
+        return self.error is None and bool(self.runs)
+
+    @property
+    def median(self) -> float:
+        """Median goodput of the repeats (tokens/s)."""
+        return statistics.median(m.goodput_tps for m in self.runs) if self.runs else 0.0
+
+    @property
+    def spread(self) -> float:
+        """(max - min) / median of the repeats' goodput; 0 for a single run."""
+        if len(self.runs) < 2:
+            return 0.0
+        vals = [m.goodput_tps for m in self.runs]
+        med = statistics.median(vals)
+        return (max(vals) - min(vals)) / med if med > 0 else (0.0 if max(vals) == 0 else 1.0)
+
+    @property
+    def noisy(self) -> bool:
+        """Spread above the threshold even after the extra repeat."""
+        return self.spread > self.noise_threshold
+
+    @property
+    def score(self) -> float:
+        """What the search compares: the median, or the worst repeat when noisy."""
+        if not self.ok:
+            return -1.0
+        if self.noisy:
+            return min(m.goodput_tps for m in self.runs)
+        return self.median
+
+    def mean_of(self, attr: str) -> float:
+        """Mean of one Measurement attribute over the repeats."""
+        vals = [float(getattr(m, attr)) for m in self.runs]
+        return sum(vals) / len(vals) if vals else 0.0
+
+
+@dataclass
+class Outcome:
+    """What a search produced (partial when the budget ran out)."""
+
+    trials: list[Trial]
+    baseline: Trial | None
+    best: Trial | None
+    complete: bool
+    stop_reason: str
+    predictions: dict[int, float] = field(default_factory=dict)  # cap -> predicted goodput
+    wall_s: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def predicted_best(self) -> tuple[int, float] | None:
+        """The cap the concurrency sweep predicts best, with its predicted goodput."""
+        if not self.predictions:
+            return None
+        cap = max(self.predictions, key=lambda k: (self.predictions[k], k))
+        return cap, self.predictions[cap]
+
+    @property
+    def improvement(self) -> float | None:
+        """best / baseline goodput (None when the baseline has no goodput)."""
+        if self.best is None or self.baseline is None or self.baseline.score <= 0:
+            return None
+        return self.best.score / self.baseline.score
+
+
+# --- prediction (pure) --------------------------------------------------------------------
+
+
+def predict_cap_goodput(probe: Measurement, workload_concurrency: int, slo: SLO) -> float:
+    """Predicted goodput at ``workload_concurrency`` clients with ``--max-num-seqs`` equal to
+    the probe's client concurrency: the probe's requests, each waiting ``(C - c) / X``
+    more before its first token (Little's law for the server-side queue)."""
+    c = probe.concurrency
+    if c >= workload_concurrency or probe.request_rate <= 0:
+        return goodput(probe.requests, probe.duration_s, slo) if probe.requests else (
+            probe.goodput_tps)
+    wait = (workload_concurrency - c) / probe.request_rate
+    if not probe.requests:  # summary only: all-or-nothing on the p95s
+        ok = probe.ttft_p95_ms + wait * 1000 <= slo.ttft_ms and probe.itl_p95_ms <= slo.itl_ms
+        return probe.output_tps if ok else 0.0
+    return goodput(probe.requests, probe.duration_s, slo, extra_wait_s=wait)
+
+
+def interpolate(points: dict[int, float], x: int) -> float | None:
+    """Piecewise-linear interpolation in log(x) of ``points``; None outside their range."""
+    if x in points:
+        return points[x]
+    xs = sorted(points)
+    if not xs or x < xs[0] or x > xs[-1]:
+        return None
+    for a, b in zip(xs, xs[1:], strict=False):
+        if a < x < b:
+            t = (math.log(x) - math.log(a)) / (math.log(b) - math.log(a))
+            return points[a] + t * (points[b] - points[a])
+    return None
+
+
+def snap(levels: Sequence[int], value: float) -> int:
+    """The level nearest to ``value`` in log scale."""
+    return min(levels, key=lambda v: (abs(math.log(v) - math.log(max(value, 1e-9))), v))
+
+
+def sweep_concurrencies(
+    workload_concurrency: int,
+    levels: Sequence[int],
+    opts: Options,
+    kv_cap: int | None,
+    cap_limit: int | None,
+) -> list[int]:
+    """Client concurrencies to probe on the baseline server, highest first (without ``C``):
+    halvings of ``C`` down to ``sweep_min_concurrency``, the KV-derived cap and the hint,
+    each snapped to a ladder level, at most ``sweep_points``."""
+    C = workload_concurrency
+    lo = max(1, opts.sweep_min_concurrency)
+    picks: list[int] = []
+    for special in (kv_cap, opts.hint_max_num_seqs):
+        if special is not None and lo <= special < C:
+            picks.append(snap(levels, special))
+    c = C / 2
+    while c >= lo:
+        picks.append(snap(levels, c))
+        c /= 2
+    out: list[int] = []
+    for p in picks:
+        if p < C and p not in out and (cap_limit is None or p <= cap_limit):
+            out.append(p)
+    return sorted(out[: opts.sweep_points], reverse=True)
+
+
+# --- the search ---------------------------------------------------------------------------
+
+
+class _Run:
+    """One search in progress (state shared by the phases)."""
+
+    def __init__(self, evaluator: Evaluator, space: Space, workload: Workload, slo: SLO,
+                 budget: Budget, opts: Options, clock: Callable[[], float],
+                 progress: Progress) -> None:
+        self.ev = evaluator
+        self.space = space
+        self.wl = workload
+        self.slo = slo
+        self.budget = budget
+        self.opts = opts
+        self.clock = clock
+        self.progress = progress
+        self.t0 = clock()
+        self.trials: list[Trial] = []
+        self.stop_reason = ""
+        self.notes: list[str] = []
+        self.predictions: dict[int, float] = {}
+        self.waited_s = 0.0
+
+    # budget -----------------------------------------------------------------------
+    def elapsed(self) -> float:
+        return self.clock() - self.t0 - self.waited_s
+
+    def _est_trial_s(self) -> float:
+        done = [t for t in self.trials if t.wall_s > 0]
+        if not done:
+            return 0.0
+        # A later trial has no probes: estimate from startup + repeats of the ones seen.
+        per_run = [t.wall_s - t.startup_s - sum(p.duration_s for p in t.probes)
+                   for t in done]
+        per_run_each = [max(0.0, w) / max(1, len(t.runs)) for w, t in zip(per_run, done,
+                                                                           strict=True)]
+        start = max(t.startup_s for t in done)
+        return start + self.opts.repeats * max(per_run_each)
+
+    def can_afford(self) -> bool:
+        if len(self.trials) >= self.budget.max_trials:
+            self.stop_reason = f"trial budget reached ({self.budget.max_trials} server starts)"
+            return False
+        if self.elapsed() + self._est_trial_s() > self.budget.max_seconds:
+            self.stop_reason = (
+                f"time budget: {self.elapsed():.0f} s used, next trial needs "
+                f"~{self._est_trial_s():.0f} s of {self.budget.max_seconds:.0f} s"
+            )
+            return False
+        return True
+
+    def time_left(self, needed_s: float) -> bool:
+        return self.elapsed() + needed_s <= self.budget.max_seconds
+
+    # one trial --------------------------------------------------------------------
+    def tried(self, cfg: Config) -> Trial | None:
+        key = self.space.effective(cfg)
+        for t in self.trials:
+            if t.config == cfg or (None not in key and self.space.effective(t.config) == key):
+                return t
+        return None
+
+    def run_trial(self, cfg: Config, phase: str,
+                  probe_plan: Callable[[Trial], list[int]] | None = None) -> Trial:
+        trial = Trial(index=len(self.trials) + 1, config=cfg, phase=phase,
+                      noise_threshold=self.opts.noise_threshold)
+        self.trials.append(trial)
+        self.progress("trial-start", trial=trial)
+        t_start = self.clock()
+        session: Session | None = None
+        try:
+            session = self.ev.start(cfg)
+            trial.startup_s = session.startup_s
+            for _ in range(self.opts.repeats):
+                trial.runs.append(session.measure(self.wl.concurrency))
+                self.progress("run", trial=trial)
+            if (self.opts.repeats >= 2 and trial.spread > self.opts.noise_threshold
+                    and self.time_left(trial.runs[-1].duration_s)):
+                trial.runs.append(session.measure(self.wl.concurrency))
+                self.progress("run", trial=trial, note="extra repeat: noisy")
+            if probe_plan is not None:
+                for c in probe_plan(trial):
+                    if not self.time_left(2 * trial.runs[-1].duration_s):
+                        self.notes.append("concurrency sweep cut short by the time budget")
+                        break
+                    trial.probes.append(session.measure(c))
+                    self.progress("probe", trial=trial, concurrency=c)
+        except TrialFailed as exc:
+            trial.error = str(exc) or type(exc).__name__
+        finally:
+            waited = float(getattr(session, "waited_s", 0.0) or 0.0)
+            if session is not None:
+                session.close()
+            # Waiting for another user of a shared machine is not the trial's cost.
+            trial.wall_s = self.clock() - t_start - waited
+            self.waited_s += waited
+        self.progress("trial-done", trial=trial)
+        return trial
+
+    def incumbent(self) -> Trial | None:
+        ok = [t for t in self.trials if t.ok]
+        return max(ok, key=lambda t: t.score) if ok else None
+
+    def beats(self, cand: Trial, inc: Trial) -> bool:
+        return cand.ok and cand.score > inc.score * (1 + self.opts.min_gain)
+
+    # phases -----------------------------------------------------------------------
+    def baseline(self) -> Trial:
+        mns_levels = self.space.max_num_seqs
+
+        def plan(trial: Trial) -> list[int]:
+            if not mns_levels or not trial.runs:
+                return []
+            m = trial.runs[0]
+            kv_cap = (int(m.kv_tokens // (self.wl.input_tokens + self.wl.output_tokens))
+                      if m.kv_tokens else None)
+            limit = self.space.default_max_num_seqs
+            return sweep_concurrencies(self.wl.concurrency, mns_levels, self.opts,
+                                       kv_cap, limit)
+
+        return self.run_trial(Config(), "baseline", plan)
+
+    def predict(self, base: Trial) -> dict[int, float]:
+        """Predicted goodput by cap, from the baseline's repeats and probes."""
+        C = self.wl.concurrency
+        preds: dict[int, float] = {}
+        for p in base.probes:
+            preds[p.concurrency] = predict_cap_goodput(p, C, self.slo)
+        # Caps that never bind behave like the baseline: those at or above C, and those
+        # at or above the running batch the baseline actually reached (the KV cache, not
+        # the cap, limited it).
+        limit = self.never_binds_from(base)
+        for lvl in self.space.max_num_seqs:
+            if lvl >= limit:
+                preds[lvl] = base.score
+        return preds
+
+    def never_binds_from(self, base: Trial) -> int:
+        """The smallest cap that the baseline's load never reached (so it cannot bind)."""
+        limit = self.wl.concurrency
+        default = self.space.default_max_num_seqs
+        if default is not None:
+            limit = min(limit, default)
+        reached = max((m.running_max for m in base.runs), default=0.0)
+        if 0 < reached < limit:
+            limit = int(reached) + 1
+        return limit
+
+    def search_mns(self, base: Trial) -> None:
+        levels = self.space.max_num_seqs
+        preds = self.predict(base)
+        self.predictions = dict(sorted(preds.items()))
+        if not preds:
+            return
+        best_pred = max(preds.values())
+
+        def predicted(lvl: int) -> float | None:
+            return interpolate(preds, lvl)
+
+        # Start from the best prediction; on ties prefer the larger cap (more headroom).
+        start = max(preds, key=lambda k: (preds[k], k))
+        if start >= self.never_binds_from(base):
+            self.notes.append("the sweep predicts no cap below the workload concurrency helps")
+            # Caps >= C equal the default under this load: still verify the nearest one
+            # below only if the prediction there is within the refine margin.
+        else:
+            if not self.can_afford():
+                return
+            self.run_trial(Config(max_num_seqs=start), "verify")
+        # Hill-climb on the ladder from the incumbent among mns levels.
+        while True:
+            inc = self.incumbent()
+            if inc is None:
+                return
+            cur = inc.config.max_num_seqs
+            if cur is None:  # the baseline leads: look just below where a cap binds
+                cur = snap(levels, min(self.never_binds_from(base), max(levels)))
+            i = levels.index(cur) if cur in levels else levels.index(snap(levels, cur))
+            cands = []
+            for j in (i - 1, i + 1):
+                if 0 <= j < len(levels):
+                    lvl = levels[j]
+                    cfg = replace(inc.config, max_num_seqs=lvl)
+                    if self.tried(cfg) or not self.space.valid(cfg):
+                        continue
+                    if lvl >= self.never_binds_from(base) and inc.config.max_num_seqs is None:
+                        continue  # same as the baseline under this load
+                    pr = predicted(lvl)
+                    ref = predicted(cur)
+                    if pr is not None and pr < self.opts.refine_margin * (
+                            ref if ref is not None else best_pred):
+                        continue
+                    cands.append((pr if pr is not None else 0.0, lvl, cfg))
+            if not cands:
+                return
+            cands.sort(key=lambda x: (-x[0], -x[1]))
+            moved = False
+            for _pr, _lvl, cfg in cands:
+                if not self.can_afford():
+                    return
+                t = self.run_trial(cfg, "refine")
+                if self.beats(t, inc):
+                    moved = True
+                    break
+            if not moved:
+                return
+
+    def search_mnbt(self) -> None:
+        levels = self.space.max_num_batched_tokens
+        if not levels:
+            return
+        while True:
+            inc = self.incumbent()
+            if inc is None:
+                return
+            cur = inc.config.max_num_batched_tokens or self.space.default_max_num_batched_tokens
+            if cur is None:
+                cur = levels[len(levels) // 2]
+            i = levels.index(snap(levels, cur))
+            # The binding constraint decides the direction, and only that one is tried:
+            # ITL misses want smaller steps (less prefill mixed into each decode step);
+            # TTFT misses, or none (then throughput decides), want more prefill per step.
+            ttft_miss = inc.mean_of("ttft_miss")
+            itl_miss = inc.mean_of("itl_miss")
+            step = -1 if itl_miss > ttft_miss else 1
+            moved = False
+            for j in (i + step,):
+                if not 0 <= j < len(levels):
+                    continue
+                cfg = replace(inc.config, max_num_batched_tokens=levels[j])
+                if self.tried(cfg) or not self.space.valid(cfg):
+                    continue
+                if not self.can_afford():
+                    return
+                t = self.run_trial(cfg, "batched-tokens")
+                if self.beats(t, inc):
+                    moved = True
+                    break
+            if not moved:
+                return
+
+
+def search(
+    evaluator: Evaluator,
+    space: Space,
+    workload: Workload,
+    slo: SLO,
+    budget: Budget,
+    opts: Options | None = None,
+    clock: Callable[[], float] | None = None,
+    progress: Progress | None = None,
+) -> Outcome:
+    """Find the configuration in ``space`` with the most goodput under ``slo`` at
+    ``workload``, spending as few server starts as it can (see the module docstring).
+
+    Always returns: a failed or exhausted run keeps what it measured (``complete`` False).
+    """
+    import time
+
+    run = _Run(evaluator, space, workload, slo, budget, opts or Options(),
+               clock or time.monotonic, progress or _no_progress)
+    complete = False
+    base = run.baseline()
+    if not base.ok:
+        run.stop_reason = f"baseline failed: {base.error}"
+    elif not run.opts.can_restart:
+        run.predictions = dict(sorted(run.predict(base).items())) if space.max_num_seqs else {}
+        run.notes.append("one server given, no restarts: the best cap is predicted, not verified")
+        complete = True
+        run.stop_reason = "measured the given server only"
+    else:
+        if space.max_num_seqs:
+            run.search_mns(base)
+        if not run.stop_reason and space.max_num_batched_tokens:
+            run.search_mnbt()
+        if not run.stop_reason:
+            complete = True
+            run.stop_reason = "converged"
+    best = run.incumbent()
+    outcome = Outcome(trials=run.trials, baseline=base, best=best, complete=complete,
+                      stop_reason=run.stop_reason, predictions=run.predictions,
+                      wall_s=run.elapsed(), notes=run.notes)
+    run.progress("done", outcome=outcome)
+    return outcome
+
+
+def grid_search(
+    evaluator: Evaluator,
+    space: Space,
+    workload: Workload,
+    slo: SLO,
+    budget: Budget | None = None,
+    opts: Options | None = None,
+    clock: Callable[[], float] | None = None,
+    progress: Progress | None = None,
+) -> Outcome:
+    """The exhaustive grid over ``space`` (one server start per cell), measured the same
+    way as :func:`search`, for comparison. The first cell is vLLM's defaults."""
+    import time
+
+    budget = budget or Budget(max_trials=10_000, max_seconds=float("inf"))
+    run = _Run(evaluator, space, workload, slo, budget, opts or Options(),
+               clock or time.monotonic, progress or _no_progress)
+    base = run.run_trial(Config(), "baseline")
+    complete = True
+    for cfg in space.grid():
+        if run.tried(cfg):
+            continue
+        if not run.can_afford():
+            complete = False
+            break
+        run.run_trial(cfg, "grid")
+    outcome = Outcome(trials=run.trials, baseline=base, best=run.incumbent(),
+                      complete=complete, stop_reason=run.stop_reason or "grid done",
+                      wall_s=run.elapsed())
+    run.progress("done", outcome=outcome)
+    return outcome

@@ -1,0 +1,670 @@
+"""When to tune and what a tuning result changes (pure: no API calls, no clock).
+
+One function, :func:`decide`, turns what the operator knows about one LLMService into
+one decision: start a tuning Job, wait for it, accept its result, retry after a failure
+or give up, reuse a cached result, or do nothing. The handlers
+(:mod:`llm_operator.tuning_handlers`) fetch the inputs, call it and carry the decision
+out (create or delete the Job, write ``status.tuning``, the ``Tuned`` condition and
+the cache, post the Event, re-render the Deployment).
+
+When a run is wanted (``spec.tuning.mode``):
+
+- ``OnRollout`` (default): whenever the tuning fingerprint (see
+  :mod:`llm_operator.tuning.fingerprint`) has no settled result: on create and after a
+  rollout that changed model, image, GPUs, parallelism, context length, dtype or
+  workload. A result cached for the same fingerprint (a re-created service) is reused
+  without a Job.
+- ``Manual``: only when the ``llmops.dev/retune`` annotation carries a value not yet
+  handled (any new value asks for one more run; the cache is bypassed).
+- ``Disabled``: never; a running Job is cancelled.
+
+``status.tuning`` (camelCase; the CRD keeps unknown fields there):
+
+``state``
+    ``Running`` (a Job benchmarks), ``Retrying`` (the last attempt failed, another
+    starts), ``Succeeded`` (a result is applied; ``complete`` is false when the budget
+    ran out first and the result is partial), ``Failed`` (retries exhausted), ``Pending``
+    (Manual mode, waiting for the annotation), ``Skipped`` (nothing to tune: every tuned
+    field pinned, or a replica spans several nodes), ``Cancelled`` (mode Disabled).
+``fingerprint``, ``jobName``, ``jobUid``, ``attempts``, ``failures``, ``maxRetries``
+    the run and its bookkeeping (``jobUid`` tells a Job already accounted for).
+``tunable``
+    the engine fields the run may move: only those the user left to ``auto``.
+``best``, ``baseline``, ``improvement``, ``trials``, ``wallSeconds``, ``table``
+    the evidence: the best configuration and vLLM's defaults measured the same way
+    (goodput in output tokens/s within the SLO, spread over repeats, p95 latencies,
+    preemptions), their ratio, and the trial table (one record per server start).
+    The Job and its log are deleted once the result is recorded, so the table lives
+    here and in the cache.
+``applied``
+    the settings the Deployment runs with because of this result (``maxNumSeqs``,
+    ``maxNumBatchedTokens``), only the tunable ones, and nothing when the defaults were
+    best. The renderer reads it (:func:`llm_operator.status.engine_overrides`).
+
+Why ``applied`` is dropped when the fingerprint changes: settings measured for another
+model, GPU or context length are no evidence for the new one and can even be invalid
+(a ``maxNumBatchedTokens`` below a larger ``maxModelLen`` stops vLLM from starting), so
+the service runs on the plan's values until the new run reports. A failure keeps
+whatever ``applied`` was, so a failed run never changes what serves.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from . import status as st
+from .constants import ANNOTATION_FINGERPRINT, ANNOTATION_RETUNE
+from .models import LLMService, TuningMode
+from .planning import Plan
+from .rendering import OVERRIDABLE, is_multi_node
+from .tuning.result import TABLE_COLUMNS, ResultParseError, Score, TuningResult, parse_result
+
+JSON = dict[str, Any]
+
+CACHE_CONFIGMAP = "llm-operator-tuning-cache"
+CACHE_MAX_ENTRIES = 100  # ~4.5 KB each: far below a ConfigMap's 1 MiB
+TUNER_CONTAINER = "tuner"
+
+
+class State(StrEnum):
+    """``status.tuning.state``."""
+
+    RUNNING = "Running"
+    RETRYING = "Retrying"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    PENDING = "Pending"
+    SKIPPED = "Skipped"
+    CANCELLED = "Cancelled"
+
+
+SETTLED = {State.SUCCEEDED, State.FAILED, State.SKIPPED}
+IN_FLIGHT = {State.RUNNING, State.RETRYING}
+
+
+class Action(StrEnum):
+    """What :func:`decide` asks the handler to do."""
+
+    NONE = "None"  # nothing to do (status may still be brought up to date)
+    WAIT = "Wait"  # a Job runs (or is being deleted): wait for its next event
+    START = "Start"  # create the tuning Job
+    ADOPT = "Adopt"  # a Job for this fingerprint runs that status did not know
+    ACCEPT = "Accept"  # record the finished Job's result, roll onto it, cache it
+    USE_CACHE = "UseCache"  # the cache has a result for this fingerprint: no Job
+    RETRY = "Retry"  # the Job failed; another attempt follows once it is deleted
+    FAIL = "Fail"  # the Job failed and retries are exhausted: keep the settings
+    CANCEL = "Cancel"  # mode Disabled: stop a running Job
+    CLEANUP = "Cleanup"  # a finished Job already accounted for: delete it
+    SKIP = "Skip"  # nothing to tune here
+    PENDING = "Pending"  # Manual mode: wait for the annotation
+
+
+class JobPhase(StrEnum):
+    RUNNING = "Running"
+    COMPLETE = "Complete"
+    FAILED = "Failed"
+
+
+@dataclass(frozen=True)
+class ObservedJob:
+    """What the operator needs of a tuning Job, read from its object (pure)."""
+
+    name: str
+    uid: str | None
+    fingerprint: str | None
+    phase: JobPhase
+    reason: str = ""  # a failed Job's condition reason and message
+    deleting: bool = False
+
+    @property
+    def finished(self) -> bool:
+        """Complete or Failed."""
+        return self.phase is not JobPhase.RUNNING
+
+    @classmethod
+    def from_object(cls, job: Mapping[str, Any]) -> ObservedJob:
+        """Read a ``batch/v1`` Job: its finish from the ``Complete``/``Failed`` conditions
+        (what the Job controller sets), its fingerprint from our annotation."""
+        meta = job.get("metadata") or {}
+        phase, reason = JobPhase.RUNNING, ""
+        for cond in (job.get("status") or {}).get("conditions") or []:
+            if cond.get("status") != "True":
+                continue
+            if cond.get("type") == "Complete":
+                phase = JobPhase.COMPLETE
+            elif cond.get("type") == "Failed":
+                phase = JobPhase.FAILED
+                reason = ": ".join(x for x in (cond.get("reason"), cond.get("message")) if x)
+        return cls(
+            name=str(meta.get("name")),
+            uid=meta.get("uid"),
+            fingerprint=(meta.get("annotations") or {}).get(ANNOTATION_FINGERPRINT),
+            phase=phase,
+            reason=reason or ("the Job failed" if phase is JobPhase.FAILED else ""),
+            deleting=bool(meta.get("deletionTimestamp")),
+        )
+
+
+def termination_message(pods: Sequence[Mapping[str, Any]],
+                        container: str = TUNER_CONTAINER) -> str | None:
+    """The tuner container's termination message from the Job's pods (the newest pod
+    that has one): where the tuner leaves its compact result JSON."""
+    found: list[tuple[str, str]] = []
+    for pod in pods:
+        created = str((pod.get("metadata") or {}).get("creationTimestamp") or "")
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            if cs.get("name") != container:
+                continue
+            for key in ("state", "lastState"):
+                term = (cs.get(key) or {}).get("terminated") or {}
+                if term.get("message"):
+                    found.append((created, str(term["message"])))
+                    break
+    return max(found)[1] if found else None
+
+
+def tunable_fields(svc: LLMService) -> list[str]:
+    """The engine fields a tuning run may move: those the user left to ``auto``."""
+    engine = svc.spec.engine
+    return [key for key, attr in OVERRIDABLE.items()
+            if not isinstance(getattr(engine, attr), int)]
+
+
+def retune_request(svc: LLMService) -> str | None:
+    """The value of the ``llmops.dev/retune`` annotation (None when absent or empty)."""
+    value = svc.metadata.annotations.get(ANNOTATION_RETUNE)
+    return value or None
+
+
+def cache_lookup_needed(svc: LLMService, fingerprint: str, tuning: Mapping[str, Any]) -> bool:
+    """Whether :func:`decide` could use a cache entry now (saves a read otherwise):
+    mode OnRollout, no manual request pending, and no settled or running run for this
+    fingerprint."""
+    if svc.spec.tuning.mode is not TuningMode.ON_ROLLOUT or _new_request(svc, tuning):
+        return False
+    same = tuning.get("fingerprint") == fingerprint
+    return not (same and tuning.get("state") in SETTLED | IN_FLIGHT)
+
+
+@dataclass(frozen=True)
+class Notice:
+    """An Event to post on the LLMService."""
+
+    type: str  # Normal | Warning
+    reason: str  # TuningStarted | TuningSucceeded | TuningFailed
+    message: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to do, and ``status.tuning`` afterwards (None: leave it as it is)."""
+
+    action: Action
+    tuning: JSON | None = None
+    event: Notice | None = None
+    create_job: bool = False
+    delete_job: bool = False
+    cache_entry: JSON | None = None  # write this under the fingerprint
+    why: str = ""  # one line for the log
+
+    def status_after(self, current: Mapping[str, Any] | None) -> JSON:
+        """``status.tuning`` once the decision is carried out."""
+        return dict(current or {}) if self.tuning is None else dict(self.tuning)
+
+
+# --------------------------------------------------------------------------- decide
+def decide(
+    svc: LLMService,
+    plan: Plan,
+    fingerprint: str,
+    job_name: str,
+    tuning: Mapping[str, Any] | None,
+    job: ObservedJob | None,
+    message: str | None,
+    cached: Mapping[str, Any] | None,
+    now: str,
+) -> Decision:
+    """The tuning decision for one LLMService (pure).
+
+    ``tuning``: the current ``status.tuning``; ``job``: the Job named ``job_name`` (the
+    name is derived from the fingerprint, so an operator restarted mid-run finds it);
+    ``message``: its tuner's termination message once it finished; ``cached``: the
+    cache entry for ``fingerprint`` (see :func:`cache_entry`); ``now``: RFC 3339.
+    """
+    cur: JSON = dict(tuning or {})
+    spec = svc.spec.tuning
+    same = cur.get("fingerprint") == fingerprint
+    state = cur.get("state")
+
+    if job is not None and job.fingerprint not in (None, fingerprint):
+        # Another fingerprint whose hash prefix collides with ours: not our run.
+        return Decision(Action.CLEANUP if job.finished else Action.WAIT,
+                        delete_job=job.finished, why=f"Job {job.name} is for another "
+                        f"fingerprint ({job.fingerprint})")
+    if job is not None and job.deleting:
+        return Decision(Action.WAIT, why=f"Job {job.name} is being deleted")
+
+    if spec.mode is TuningMode.DISABLED:
+        return _disabled(cur, job, now)
+
+    if job is not None:
+        if job.uid and cur.get("jobUid") == job.uid and state != State.RUNNING:
+            # Its outcome is recorded (Succeeded, Retrying, Failed): only the Job is left.
+            return Decision(Action.CLEANUP if job.finished else Action.WAIT,
+                            delete_job=job.finished,
+                            why=f"Job {job.name} is already accounted for")
+        if not job.finished:
+            if same and state == State.RUNNING and cur.get("jobUid") == job.uid:
+                return Decision(Action.WAIT, why=f"Job {job.name} is running")
+            new = _running(svc, cur, fingerprint, job_name, now, same=same,
+                           attempts=max(1, int(cur.get("attempts") or 0) if same else 1))
+            new["jobUid"] = job.uid
+            return Decision(Action.ADOPT, new, why=f"Job {job.name} is running (adopted)")
+        return _finished(svc, cur, fingerprint, job, message, now, same=same)
+
+    # No Job for this fingerprint.
+    tunable = tunable_fields(svc)
+    if not tunable or is_multi_node(plan):
+        why = ("spec.engine.maxNumSeqs and spec.engine.maxNumBatchedTokens are pinned: "
+               "nothing to tune" if not tunable else
+               f"one replica spans {plan.nodes_per_replica} nodes and tuning runs in one "
+               "pod: set spec.tuning.mode to Disabled and pin spec.engine.maxNumSeqs")
+        new = {"state": State.SKIPPED.value, "fingerprint": fingerprint, "tunable": tunable,
+               "reason": why, "mode": spec.mode.value}
+        if cur.get("applied") and same:
+            new["applied"] = cur["applied"]
+        if _same_except_time(cur, new):
+            return Decision(Action.NONE, why=why)
+        return Decision(Action.SKIP, new, why=why)
+
+    request = _new_request(svc, cur)
+    if same and state in IN_FLIGHT and not request:
+        # A retry after a failure, or the Job vanished (deleted by hand): start again.
+        return _start(svc, cur, fingerprint, job_name, now, same=True, request=None)
+    if request:
+        return _start(svc, cur, fingerprint, job_name, now, same=same, request=request)
+    if same and state in SETTLED:
+        return Decision(Action.NONE, why=f"tuning is {state} for fingerprint {fingerprint}")
+    if spec.mode is TuningMode.MANUAL:
+        if same and state == State.PENDING:
+            return Decision(Action.NONE, why="waiting for the llmops.dev/retune annotation")
+        new = {"state": State.PENDING.value, "fingerprint": fingerprint, "tunable": tunable,
+               "mode": spec.mode.value,
+               "reason": "spec.tuning.mode is Manual: annotate the LLMService with "
+                         "llmops.dev/retune=<any new value> to run the tuner"}
+        _carry(cur, new, "retuneRequest")
+        if same:
+            _carry(cur, new, "applied", "best", "baseline", "improvement", "finishedAt")
+        return Decision(Action.PENDING, new, why="waiting for the llmops.dev/retune annotation")
+
+    result = _cached_result(cached, fingerprint)
+    if result is not None:
+        return _accept(svc, cur, fingerprint, result, now, same=same, job=None,
+                       source="cache", job_name=job_name, cached_at=(cached or {}).get("at"))
+    return _start(svc, cur, fingerprint, job_name, now, same=same, request=None)
+
+
+def _new_request(svc: LLMService, cur: Mapping[str, Any]) -> str | None:
+    request = retune_request(svc)
+    return request if request and request != cur.get("retuneRequest") else None
+
+
+def _carry(src: Mapping[str, Any], dst: JSON, *keys: str) -> None:
+    for key in keys:
+        if src.get(key) not in (None, {}, []):
+            dst[key] = src[key]
+
+
+def _same_except_time(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    return {k: v for k, v in a.items() if not k.endswith("At")} == {
+        k: v for k, v in b.items() if not k.endswith("At")}
+
+
+def _disabled(cur: JSON, job: ObservedJob | None, now: str) -> Decision:
+    running = job is not None and not job.finished
+    if cur.get("state") in IN_FLIGHT or running:
+        new = {k: v for k, v in cur.items() if k not in ("jobUid",)}
+        new.update(state=State.CANCELLED.value, finishedAt=now, mode=TuningMode.DISABLED.value,
+                   reason="spec.tuning.mode is Disabled: the run was cancelled; the service "
+                          "keeps its current settings")
+        return Decision(Action.CANCEL, new, delete_job=job is not None,
+                        event=Notice("Normal", "TuningCancelled", new["reason"]),
+                        why="spec.tuning.mode is Disabled")
+    if job is not None and job.finished:
+        return Decision(Action.CLEANUP, delete_job=True, why="spec.tuning.mode is Disabled")
+    return Decision(Action.NONE, why="spec.tuning.mode is Disabled")
+
+
+def _running(svc: LLMService, cur: Mapping[str, Any], fingerprint: str, job_name: str,
+             now: str, *, same: bool, attempts: int) -> JSON:
+    spec = svc.spec.tuning
+    new: JSON = {
+        "state": State.RUNNING.value,
+        "fingerprint": fingerprint,
+        "mode": spec.mode.value,
+        "tunable": tunable_fields(svc),
+        "jobName": job_name,
+        "startedAt": now,
+        "attempts": attempts,
+        "failures": int(cur.get("failures") or 0) if same else 0,
+        "maxRetries": spec.max_retries,
+        "budget": {"maxTrials": spec.max_trials,
+                   "maxDurationMinutes": spec.max_duration_minutes},
+    }
+    _carry(cur, new, "retuneRequest")
+    if same:
+        # The settings stay as they were while a new run of the same fingerprint goes on,
+        # with the evidence that chose them.
+        _carry(cur, new, "applied", "best", "baseline", "improvement", "finishedAt",
+               "lastFailure")
+    return new
+
+
+def _start(svc: LLMService, cur: JSON, fingerprint: str, job_name: str, now: str, *,
+           same: bool, request: str | None) -> Decision:
+    attempts = int(cur.get("attempts") or 0) + 1 if same and not request else 1
+    new = _running(svc, cur, fingerprint, job_name, now, same=same, attempts=attempts)
+    if request:
+        new["retuneRequest"] = request
+        new["failures"] = 0
+    spec = svc.spec.tuning
+    retry = f" (retry {attempts - 1} of {spec.max_retries})" if attempts > 1 else ""
+    last = (cur.get("lastFailure") or {}).get("reason")
+    why = (f"llmops.dev/retune={request}" if request else
+           "the tuning fingerprint changed" if cur.get("fingerprint") not in (None, fingerprint)
+           else f"the last attempt failed: {last}" if same and cur.get("state") == State.RETRYING
+           and last
+           else f"Job {job_name} disappeared" if same and cur.get("state") == State.RUNNING
+           else "no result for this fingerprint yet")
+    msg = (f"Started tuning Job {svc.metadata.namespace}/{job_name}{retry}: {why}; "
+           f"fingerprint {fingerprint}, tuning {', '.join(new['tunable'])}, budget "
+           f"{spec.max_trials} trials / {spec.max_duration_minutes} min")
+    return Decision(Action.START, new, create_job=True,
+                    event=Notice("Normal", "TuningStarted", msg), why=why + retry)
+
+
+def _finished(svc: LLMService, cur: JSON, fingerprint: str, job: ObservedJob,
+              message: str | None, now: str, *, same: bool) -> Decision:
+    result: TuningResult | None = None
+    problem = ""
+    if message:
+        try:
+            result = parse_result(message)
+        except ResultParseError as exc:
+            problem = str(exc)
+    if job.phase is JobPhase.COMPLETE:
+        if result is None:
+            problem = problem or "the Job completed without a result (no termination message)"
+        elif result.state == "Failed":
+            problem = f"the tuner reported failure: {result.reason or 'no reason given'}"
+        elif result.fingerprint not in (None, fingerprint):
+            problem = (f"the result is for fingerprint {result.fingerprint}, not "
+                       f"{fingerprint}")
+        elif result.best is None:
+            problem = "the result has no best configuration"
+        else:
+            return _accept(svc, cur, fingerprint, result, now, same=same, job=job,
+                           source="job", job_name=job.name)
+    else:
+        detail = (result.reason if result is not None and result.reason else problem)
+        problem = job.reason + (f" ({detail})" if detail else "")
+    return _failure(svc, cur, fingerprint, job, problem, now, same=same)
+
+
+def _failure(svc: LLMService, cur: JSON, fingerprint: str, job: ObservedJob, problem: str,
+             now: str, *, same: bool) -> Decision:
+    spec = svc.spec.tuning
+    failures = (int(cur.get("failures") or 0) if same else 0) + 1
+    new = dict(cur) if same else _running(svc, cur, fingerprint, job.name, now, same=False,
+                                          attempts=1)
+    new.update(fingerprint=fingerprint, jobName=job.name, jobUid=job.uid, failures=failures,
+               maxRetries=spec.max_retries,
+               lastFailure={"at": now, "jobName": job.name, "reason": problem[:500]})
+    new.setdefault("attempts", 1)
+    new.pop("reason", None)
+    keeps = ("the service keeps its current settings"
+             + (f" (max-num-seqs {new['applied'].get('maxNumSeqs')})"
+                if (new.get("applied") or {}).get("maxNumSeqs") else ""))
+    if failures <= spec.max_retries:
+        new["state"] = State.RETRYING.value
+        new["reason"] = (f"attempt {failures} failed: {problem}; retrying "
+                         f"({failures} of {spec.max_retries} retries)")
+        return Decision(Action.RETRY, new, delete_job=True,
+                        event=Notice("Warning", "TuningFailed",
+                                     f"Tuning Job {job.name} failed: {problem}; retry "
+                                     f"{failures} of {spec.max_retries} follows"),
+                        why=new["reason"])
+    new["state"] = State.FAILED.value
+    new["finishedAt"] = now
+    new["reason"] = (f"{failures} attempt(s) failed, the last: {problem}; {keeps}")
+    return Decision(Action.FAIL, new, delete_job=True,
+                    event=Notice("Warning", "TuningFailed",
+                                 f"Tuning Job {job.name} failed: {problem}; giving up after "
+                                 f"{failures} attempt(s), {keeps}"),
+                    why=new["reason"])
+
+
+# --------------------------------------------------------------------------- results
+def score_summary(score: Score | None) -> JSON | None:
+    """One configuration's evidence for ``status.tuning`` (settings absent = vLLM's
+    default)."""
+    if score is None:
+        return None
+    out: JSON = {}
+    if score.settings.max_num_seqs is not None:
+        out["maxNumSeqs"] = score.settings.max_num_seqs
+    if score.settings.max_num_batched_tokens is not None:
+        out["maxNumBatchedTokens"] = score.settings.max_num_batched_tokens
+    out.update(goodput=score.goodput, spread=score.spread, repeats=score.repeats,
+               throughput=score.throughput, ttftP95Ms=score.ttft_p95_ms,
+               itlP95Ms=score.itl_p95_ms, preemptions=score.preemptions)
+    return out
+
+
+def trial_table(rows: Sequence[Sequence[Any]]) -> list[JSON]:
+    """The result's compact trial rows as readable records (a setting absent: vLLM's
+    default; ``goodput`` absent: the trial failed, ``error`` says why)."""
+    return [{col: value for col, value in zip(TABLE_COLUMNS, row, strict=False)
+             if value is not None} for row in rows]
+
+
+def applied_settings(result: TuningResult, tunable: Sequence[str]) -> JSON:
+    """What the Deployment should run with: the best configuration's tunable settings,
+    or nothing when the best is the baseline or does not beat it (then vLLM's defaults
+    were as good as anything tried, and the service keeps its planned values)."""
+    best, base = result.best, result.baseline
+    if best is None:
+        return {}
+    if base is not None and (best.settings == base.settings or best.goodput <= base.goodput):
+        return {}
+    values = {"maxNumSeqs": best.settings.max_num_seqs,
+              "maxNumBatchedTokens": best.settings.max_num_batched_tokens}
+    return {k: v for k, v in values.items() if k in tunable and isinstance(v, int) and v > 0}
+
+
+def _accept(svc: LLMService, cur: JSON, fingerprint: str, result: TuningResult, now: str, *,
+            same: bool, job: ObservedJob | None, source: str, job_name: str,
+            cached_at: str | None = None) -> Decision:
+    tunable = tunable_fields(svc)
+    applied = applied_settings(result, tunable)
+    new: JSON = {
+        "state": State.SUCCEEDED.value,
+        "source": source,
+        "fingerprint": fingerprint,
+        "mode": svc.spec.tuning.mode.value,
+        "tunable": tunable,
+        "complete": result.state == "Succeeded",
+        "trials": result.trials,
+        "wallSeconds": result.wall_seconds,
+        "best": score_summary(result.best),
+        "baseline": score_summary(result.baseline),
+        "improvement": result.improvement,
+        "applied": applied,
+        "finishedAt": now,
+        "slo": dict(result.slo),
+        "workload": dict(result.workload),
+    }
+    if result.table:
+        new["table"] = trial_table(result.table)
+    if source == "job" and job is not None:
+        new.update(jobName=job.name, jobUid=job.uid,
+                   attempts=int(cur.get("attempts") or 1) if same else 1,
+                   failures=int(cur.get("failures") or 0) if same else 0)
+        _carry(cur, new, "startedAt")
+    else:
+        new["cachedAt"] = cached_at
+    _carry(cur, new, "retuneRequest")
+    new = {k: v for k, v in new.items() if v is not None}
+    new["reason"] = accepted_message(result, applied, source)
+    cache = cache_entry(result, svc, now) if source == "job" else None
+    return Decision(Action.ACCEPT if source == "job" else Action.USE_CACHE, new,
+                    delete_job=job is not None, cache_entry=cache,
+                    event=Notice("Normal", "TuningSucceeded", new["reason"]),
+                    why=new["reason"])
+
+
+def accepted_message(result: TuningResult, applied: Mapping[str, int], source: str) -> str:
+    """One line on what a result changed and why (condition message and Event)."""
+    best, base = result.best, result.baseline
+    where = "reused the cached result" if source == "cache" else (
+        f"{result.trials} trial(s) in {result.wall_seconds:.0f} s")
+    partial = "" if result.state == "Succeeded" else " (partial: the budget ran out)"
+    evidence = ""
+    if best is not None:
+        evidence = f"best goodput {best.goodput:g} tok/s"
+        if base is not None:
+            ratio = f"{result.improvement:g}x " if result.improvement is not None else ""
+            evidence += f", {ratio}vLLM's defaults ({base.goodput:g} tok/s)"
+    if applied:
+        change = "running with " + ", ".join(f"{_flag(k)} {v}" for k, v in applied.items())
+    else:
+        change = "the defaults were best: settings unchanged"
+    return f"Tuned{partial}: {change}; {evidence}; {where}"
+
+
+def _flag(key: str) -> str:
+    return {"maxNumSeqs": "--max-num-seqs",
+            "maxNumBatchedTokens": "--max-num-batched-tokens"}.get(key, key)
+
+
+# --------------------------------------------------------------------------- cache
+def cache_entry(result: TuningResult, svc: LLMService, now: str) -> JSON:
+    """The cache record of one result (compact JSON under its fingerprint)."""
+    return {"at": now, "service": f"{svc.metadata.namespace}/{svc.metadata.name}",
+            "result": json.loads(result.to_message())}
+
+
+def cache_text(entry: Mapping[str, Any]) -> str:
+    """A cache entry as the ConfigMap value (compact JSON)."""
+    return json.dumps(entry, separators=(",", ":"), sort_keys=True)
+
+
+def parse_cache_value(text: str | None) -> JSON | None:
+    """A ConfigMap value back into a cache entry (None when absent or unreadable)."""
+    if not text:
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _cached_result(cached: Mapping[str, Any] | None, fingerprint: str) -> TuningResult | None:
+    if not cached or not isinstance(cached.get("result"), dict):
+        return None
+    try:
+        result = parse_result(json.dumps(cached["result"]))
+    except ResultParseError:
+        return None
+    if result.state == "Failed" or result.best is None or result.fingerprint not in (
+            None, fingerprint):
+        return None
+    return result
+
+
+def cache_evictions(data: Mapping[str, str], keep: int = CACHE_MAX_ENTRIES) -> list[str]:
+    """Keys to drop so that at most ``keep - 1`` entries stay before one is added (the
+    oldest first, by their ``at``)."""
+    if len(data) < keep:
+        return []
+    def when(key: str) -> str:
+        return str((parse_cache_value(data[key]) or {}).get("at") or "")
+    ordered = sorted(data, key=lambda k: (when(k), k))
+    return ordered[: len(data) - keep + 1]
+
+
+# --------------------------------------------------------------------------- status
+TUNED_REASONS = {
+    State.RUNNING: ("Unknown", "TuningInProgress"),
+    State.RETRYING: ("False", "TuningRetrying"),
+    State.SUCCEEDED: ("True", "TuningSucceeded"),
+    State.FAILED: ("False", "TuningFailed"),
+    State.PENDING: ("False", "WaitingForRetuneRequest"),
+    State.SKIPPED: ("False", "NothingToTune"),
+    State.CANCELLED: ("False", "TuningDisabled"),
+}
+
+
+def tuned_condition(tuning: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """``(status, reason, message)`` of the ``Tuned`` condition for ``status.tuning``
+    (None when there is no tuning state to report)."""
+    try:
+        state = State(str(tuning.get("state")))
+    except ValueError:
+        return None
+    status, reason = TUNED_REASONS[state]
+    if state is State.SUCCEEDED and tuning.get("source") == "cache":
+        reason = "TuningCached"
+    if state is State.RUNNING:
+        retry = int(tuning.get("attempts") or 1) - 1
+        message = (f"Job {tuning.get('jobName')} is benchmarking "
+                   f"{', '.join(tuning.get('tunable') or [])}"
+                   + (f" (retry {retry} of {tuning.get('maxRetries')})" if retry > 0 else ""))
+    else:
+        message = str(tuning.get("reason") or state.value)
+    return status, reason, message
+
+
+def with_tuned_condition(conditions: Sequence[Mapping[str, Any]], tuning: Mapping[str, Any],
+                         *, generation: int | None, now: str) -> list[JSON]:
+    """``conditions`` with ``Tuned`` set from ``status.tuning`` (unchanged when there is
+    no tuning state)."""
+    cond = tuned_condition(tuning)
+    if cond is None:
+        return [dict(c) for c in conditions]
+    return st.set_condition(conditions, st.ConditionType.TUNED, cond[0], cond[1], cond[2],
+                            generation=generation, now=now)
+
+
+def overrides_changed(before: Mapping[str, Any] | None, tuning_after: Mapping[str, Any]) -> bool:
+    """Whether the engine overrides the renderer reads change when ``status.tuning``
+    becomes ``tuning_after`` (then the Deployment must be re-rendered)."""
+    before = dict(before or {})
+    after = {**before, "tuning": dict(tuning_after)}
+    return st.engine_overrides(before) != st.engine_overrides(after)
+
+
+def merge_patch(old: Any, new: Any) -> Any:
+    """The JSON merge patch (RFC 7386) that turns ``old`` into ``new``: keys that went
+    away become None; lists and scalars are replaced whole. ``{}`` when equal."""
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return new
+    patch: JSON = {}
+    for key in old.keys() - new.keys():
+        patch[key] = None
+    for key, value in new.items():
+        if key not in old:
+            patch[key] = value
+        elif old[key] != value:
+            if isinstance(old[key], dict) and isinstance(value, dict):
+                sub = merge_patch(old[key], value)
+                if sub:
+                    patch[key] = sub
+            else:
+                patch[key] = value
+    return patch

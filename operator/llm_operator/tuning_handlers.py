@@ -1,0 +1,288 @@
+"""The kopf handlers of tuning on rollout: thin. Each fetches what
+:func:`llm_operator.tuning_control.decide` needs, calls it, and carries the decision out.
+
+- ``tuning`` (create, update, resume of an LLMService; runs after ``reconcile``): one
+  tuning step for the service.
+- ``tuning-job`` (events of the operator's tuning Jobs, ``llmops.dev/component=tuning``):
+  when a Job finishes (``Complete`` or ``Failed`` condition) or disappears, one tuning
+  step for its LLMService, found through the ``llmservices_by_name`` index.
+- ``tuning-cleanup`` (delete of an LLMService): deletes its tuning Jobs (the garbage
+  collector would on a real cluster; deleting them here is prompt and works where none
+  runs, as on the emulated API server).
+
+One step (:func:`tuning_step`), under a per-service lock so that the LLMService's and
+its Job's events never act on the same run at once: read the LLMService afresh (a
+status written by the previous step is seen, whatever the watch streams delivered so
+far), the Job named after the fingerprint (so an operator restarted mid-run finds the
+Job it started instead of creating a second one), the Job's pods' termination message
+once it finished (the tuner's compact result; the message is on the Pod, not the Job),
+and the cache entry for the fingerprint (ConfigMap ``llm-operator-tuning-cache`` in the
+service's namespace, one key per fingerprint). Then, in this order, so that a crash
+anywhere leaves a state the next step completes: cache the result, create the Job
+(``409 AlreadyExists`` means it exists), write ``status.tuning`` with the ``Tuned``
+condition, re-render the workload when the applied settings changed
+(:func:`llm_operator.handlers.reconcile`), delete the finished Job, post the Event.
+
+Why no watch on the Job's pods: the Job controller sets ``Complete`` only after the pod
+terminated, so when the Job's event arrives the message is there to read; watching
+every pod of the namespace (kopf filters labels client-side) would cost memory on large
+clusters for nothing. ``ttlSecondsAfterFinished`` removes Jobs a stopped operator left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+
+from . import tuning_control as tc
+from .constants import (
+    API_VERSION,
+    GROUP,
+    KIND,
+    LABEL_COMPONENT,
+    LABEL_COMPONENT_K8S,
+    LABEL_MANAGED_BY,
+    LABEL_PART_OF,
+    LABEL_SERVICE,
+    MANAGED_BY,
+    PLURAL,
+    VERSION,
+)
+from .errors import SpecError, SpecErrors
+from .handlers import OperatorContext, reconcile
+from .kube import ConflictError, owned_by, owner_name
+from .models import LLMService, parse_llmservice
+from .planning import Plan, make_plan
+from .rendering import COMPONENT_TUNING, image_for
+from .tuning.fingerprint import tuning_fingerprint
+from .tuning.job import build_tuning_job, tuning_job_name
+
+JSON = dict[str, Any]
+JOB_API = "batch/v1"
+LOCKS = "tuning_locks"
+
+
+def _ctx(memo: Any) -> OperatorContext:
+    ctx = memo.get("ctx")
+    if not isinstance(ctx, OperatorContext):
+        raise kopf.TemporaryError("the operator is not initialised yet", delay=1)
+    return ctx
+
+
+def _lock(memo: Any, namespace: str, name: str) -> asyncio.Lock:
+    locks: dict[tuple[str, str], asyncio.Lock] = memo.setdefault(LOCKS, {})
+    return locks.setdefault((namespace, name), asyncio.Lock())
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# --------------------------------------------------------------------------- cache I/O
+async def read_cache(ctx: OperatorContext, namespace: str, fingerprint: str) -> JSON | None:
+    """The cache entry for ``fingerprint`` in ``namespace`` (None when there is none)."""
+    cm = await ctx.kube.get("v1", "ConfigMap", namespace, tc.CACHE_CONFIGMAP)
+    return tc.parse_cache_value(((cm or {}).get("data") or {}).get(fingerprint))
+
+
+async def write_cache(ctx: OperatorContext, namespace: str, fingerprint: str,
+                      entry: Mapping[str, Any]) -> None:
+    """Store ``entry`` under ``fingerprint`` (creating the ConfigMap, evicting the oldest
+    entries beyond :data:`~llm_operator.tuning_control.CACHE_MAX_ENTRIES`)."""
+    text = tc.cache_text(entry)
+    for _ in range(3):
+        cm = await ctx.kube.get("v1", "ConfigMap", namespace, tc.CACHE_CONFIGMAP)
+        if cm is None:
+            body = {
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": tc.CACHE_CONFIGMAP, "namespace": namespace, "labels": {
+                    LABEL_COMPONENT: "tuning-cache", LABEL_COMPONENT_K8S: "tuning-cache",
+                    LABEL_MANAGED_BY: MANAGED_BY, LABEL_PART_OF: MANAGED_BY}},
+                "data": {fingerprint: text},
+            }
+            try:
+                await ctx.kube.create(body)
+                return
+            except ConflictError:
+                continue  # created meanwhile: patch it
+        data = dict(cm.get("data") or {})
+        patch: JSON = {key: None for key in tc.cache_evictions(
+            {k: v for k, v in data.items() if k != fingerprint})}
+        patch[fingerprint] = text
+        if await ctx.kube.merge_patch("v1", "ConfigMap", namespace, tc.CACHE_CONFIGMAP,
+                                      {"data": patch}) is not None:
+            return
+
+
+# --------------------------------------------------------------------------- one step
+async def tuning_step(
+    ctx: OperatorContext, memo: Any, namespace: str, name: str, logger: Any,
+    pending: Any = None,
+) -> tc.Decision | None:
+    """One tuning step for the LLMService ``namespace/name`` (see the module docstring).
+
+    ``pending``: kopf's status patch of the current handler cycle (``patch.status``),
+    when called from the LLMService's own handler: its conditions are the newest, and the
+    ones this step writes replace them there too, so kopf's write does not undo ours.
+    Returns the decision (None when the service is gone or its spec is invalid).
+    """
+    async with _lock(memo, namespace, name):
+        obj = await ctx.kube.get(API_VERSION, KIND, namespace, name)
+        if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
+            return None
+        try:
+            svc = parse_llmservice(obj)
+            plan = make_plan(svc.spec)
+        except (SpecError, SpecErrors):
+            return None  # the reconcile handler reports it
+        status = dict(obj.get("status") or {})
+        if pending is not None and pending.get("conditions") is not None:
+            status["conditions"] = pending["conditions"]
+        current = dict(status.get("tuning") or {})
+
+        fingerprint = tuning_fingerprint(svc, plan, image_for(svc, ctx.settings))
+        job_name = tuning_job_name(svc, fingerprint)
+        job_obj = await ctx.kube.get(JOB_API, "Job", namespace, job_name)
+        job = tc.ObservedJob.from_object(job_obj) if job_obj is not None else None
+        message = None
+        if job is not None and job.finished:
+            pods = await ctx.kube.list("v1", "Pod", namespace, f"job-name={job_name}")
+            message = tc.termination_message(pods)
+        cached = None
+        if job is None and tc.cache_lookup_needed(svc, fingerprint, current):
+            cached = await read_cache(ctx, namespace, fingerprint)
+        now = _now()
+        decision = tc.decide(svc, plan, fingerprint, job_name, current, job, message, cached,
+                             now)
+        if decision.action not in (tc.Action.NONE, tc.Action.WAIT):
+            logger.info(f"Tuning {namespace}/{name}: {decision.action}: {decision.why}")
+        await _carry_out(ctx, obj, svc, plan, fingerprint, status, decision, job, now, logger,
+                         pending)
+        return decision
+
+
+async def _carry_out(
+    ctx: OperatorContext, obj: JSON, svc: LLMService, plan: Plan, fingerprint: str,
+    status: JSON, decision: tc.Decision, job: tc.ObservedJob | None, now: str, logger: Any,
+    pending: Any,
+) -> None:
+    namespace, name = svc.metadata.namespace, svc.metadata.name
+    current = dict(status.get("tuning") or {})
+    tuning = decision.status_after(current)
+
+    if decision.cache_entry is not None:
+        await write_cache(ctx, namespace, fingerprint, decision.cache_entry)
+    if decision.create_job:
+        job_body = build_tuning_job(svc, plan, ctx.settings, fingerprint)
+        job_name = job_body["metadata"]["name"]
+        try:
+            created = await ctx.kube.create(job_body)
+            logger.info(f"Created Job {namespace}/{job_name}")
+        except ConflictError:  # it exists (a racing step, a restart): follow that one
+            created = await ctx.kube.get(JOB_API, "Job", namespace, job_name) or {}
+        tuning["jobUid"] = (created.get("metadata") or {}).get("uid")
+        await _delete_tuning_jobs(ctx, obj, logger, keep=job_name)
+
+    # Status: status.tuning and the Tuned condition, written now (not through kopf's
+    # patch at the end of the cycle) so that the next step, maybe for the Job's event,
+    # reads it.
+    generation = (obj.get("metadata") or {}).get("generation")
+    conditions = tc.with_tuned_condition(status.get("conditions") or [], tuning,
+                                         generation=generation, now=now)
+    patch: JSON = {}
+    tuning_patch = tc.merge_patch(current, tuning)
+    if tuning_patch:
+        patch["tuning"] = tuning_patch
+    if conditions != (status.get("conditions") or []):
+        patch["conditions"] = conditions
+    if patch:
+        await ctx.kube.patch_status(API_VERSION, KIND, namespace, name, patch)
+    new_status = {**status, "tuning": tuning, "conditions": conditions}
+    if pending is not None and "conditions" in pending:
+        pending["conditions"] = conditions
+
+    if tc.overrides_changed(status, tuning):
+        # Roll the workload onto the new settings: the same reconciliation as the
+        # handler's, with the new status.tuning.applied as render overrides.
+        body = {**obj, "status": new_status}
+        outcome = await reconcile(body, ctx, logger)
+        if outcome.status_patch:
+            await ctx.kube.patch_status(API_VERSION, KIND, namespace, name,
+                                        outcome.status_patch)
+            if pending is not None:
+                for key, value in outcome.status_patch.items():
+                    if key in pending:
+                        pending[key] = value
+        if outcome.error is not None:
+            logger.warning(f"Re-rendering {namespace}/{name} with the tuned settings failed: "
+                           f"{outcome.error}")
+
+    if decision.delete_job and job is not None:
+        if await ctx.kube.delete(JOB_API, "Job", namespace, job.name):
+            logger.info(f"Deleted Job {namespace}/{job.name}")
+    if decision.event is not None:
+        ctx.post_event(obj, decision.event.type, decision.event.reason, decision.event.message)
+
+
+async def _delete_tuning_jobs(ctx: OperatorContext, obj: Mapping[str, Any], logger: Any,
+                             keep: str | None = None) -> None:
+    """Delete the service's tuning Jobs except ``keep``: on deletion of the service, and
+    on a new run, where a Job for a fingerprint the service no longer has (a rollout
+    while it tuned) would hold GPUs for nothing."""
+    meta = obj.get("metadata") or {}
+    namespace, name = meta.get("namespace") or "default", meta.get("name")
+    selector = f"{LABEL_SERVICE}={name},{LABEL_COMPONENT}={COMPONENT_TUNING}"
+    for other in await ctx.kube.list(JOB_API, "Job", namespace, selector):
+        other_name = str((other.get("metadata") or {}).get("name"))
+        if other_name != keep and owned_by(other, meta.get("uid")) and (
+                await ctx.kube.delete(JOB_API, "Job", namespace, other_name)):
+            why = f": superseded by {keep}" if keep else ""
+            logger.info(f"Deleted Job {namespace}/{other_name}{why}")
+
+
+# --------------------------------------------------------------------------- handlers
+@kopf.on.resume(GROUP, VERSION, PLURAL, id="tuning")
+@kopf.on.create(GROUP, VERSION, PLURAL, id="tuning")
+@kopf.on.update(GROUP, VERSION, PLURAL, id="tuning")
+async def llmservice_tuning(
+    body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: kopf.Logger, **_: Any,
+) -> None:
+    """Create, update and resume: one tuning step (after the ``reconcile`` handler)."""
+    if body.meta.get("deletionTimestamp"):
+        return
+    await tuning_step(_ctx(memo), memo, body.meta.namespace or "default", body.meta.name or "",
+                      logger, pending=patch.status)
+
+
+def _finished_or_gone(body: kopf.Body, type: str | None, **_: Any) -> bool:
+    if type == "DELETED":
+        return True
+    return tc.ObservedJob.from_object(body).finished
+
+
+@kopf.on.event("batch", "v1", "jobs",
+               labels={LABEL_COMPONENT: COMPONENT_TUNING, LABEL_MANAGED_BY: MANAGED_BY},
+               when=_finished_or_gone, id="tuning-job")
+async def tuning_job_event(
+    body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **kwargs: Any
+) -> None:
+    """A tuning Job finished or went away: one tuning step for its LLMService."""
+    namespace = body.meta.namespace or "default"
+    owner = owner_name(body)
+    index = kwargs["llmservices_by_name"]
+    if owner is None or not list(index.get((namespace, owner), [])):
+        return
+    await tuning_step(_ctx(memo), memo, namespace, owner, logger)
+
+
+@kopf.on.delete(GROUP, VERSION, PLURAL, id="tuning-cleanup")
+async def llmservice_tuning_cleanup(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger,
+                                    **_: Any) -> None:
+    """Delete the service's tuning Jobs (see the module docstring)."""
+    await _delete_tuning_jobs(_ctx(memo), body, logger)
+    namespace, name = body.meta.namespace or "default", body.meta.name or ""
+    memo.get(LOCKS, {}).pop((namespace, name), None)

@@ -1,0 +1,61 @@
+"""Tuning results built with the tuner's own code (``llm_operator.tuning.search`` records,
+``llm_operator.tuning.result.result_from_outcome`` and ``TuningResult.to_message``), so
+the operator-side tests read exactly the termination message a tuning Job writes.
+
+The measurements are shaped on what the real CPU engine showed (see TESTING.md): a
+KV-constrained server whose default max-num-seqs preempts heavily, and a lower cap that
+delivers more goodput. They are test inputs, not benchmark claims.
+"""
+
+from __future__ import annotations
+
+from llm_operator.tuning.result import TuningResult, result_from_outcome
+from llm_operator.tuning.search import Config, Measurement, Outcome, Trial
+
+SLO = {"ttftP95Ms": 15000.0, "itlP95Ms": 100.0}
+WORKLOAD = {"inputTokens": 128, "outputTokens": 256, "concurrency": 48}
+
+
+def _measurement(goodput: float, preemptions: float, ttft: float, itl: float) -> Measurement:
+    return Measurement(concurrency=48, duration_s=30.0, goodput_tps=goodput,
+                       output_tps=goodput * 1.05, request_rate=goodput / 256,
+                       ttft_p95_ms=ttft, itl_p95_ms=itl, completed=96,
+                       preemptions=preemptions)
+
+
+def _trial(index: int, cfg: Config, phase: str, goodputs: tuple[float, float],
+           preemptions: float = 0.0, ttft: float = 4000.0, itl: float = 40.0) -> Trial:
+    return Trial(index=index, config=cfg, phase=phase, startup_s=35.0, wall_s=95.0,
+                 runs=[_measurement(g, preemptions, ttft, itl) for g in goodputs])
+
+
+def kv_constrained_result(fingerprint: str | None, *, best_max_num_seqs: int = 24,
+                          best_batched_tokens: int | None = None,
+                          defaults_best: bool = False, complete: bool = True) -> TuningResult:
+    """A search over max-num-seqs where the defaults preempt and a lower cap wins
+    (``defaults_best``: every candidate is worse than vLLM's defaults)."""
+    base = _trial(0, Config(), "baseline", (820.0, 860.0), preemptions=87.0, ttft=9000.0)
+    better = 1.0 if not defaults_best else 0.0
+    trials = [
+        base,
+        _trial(1, Config(max_num_seqs=16), "verify",
+               (1150.0 * better + 700.0 * (1 - better), 1170.0 * better + 720.0 * (1 - better))),
+        _trial(2, Config(max_num_seqs=best_max_num_seqs,
+                         max_num_batched_tokens=best_batched_tokens), "refine",
+               (1310.0 * better + 760.0 * (1 - better), 1290.0 * better + 780.0 * (1 - better)),
+               preemptions=3.0),
+    ]
+    best = base if defaults_best else trials[2]
+    outcome = Outcome(trials=trials, baseline=base, best=best, complete=complete,
+                      stop_reason="converged" if complete else "budget: 3 of 3 trials",
+                      predictions={16: 1140.0, 24: 1280.0, 32: 1100.0}, wall_s=291.0)
+    return result_from_outcome(outcome, SLO, WORKLOAD, fingerprint=fingerprint)
+
+
+def failed_tuner_result(fingerprint: str | None) -> TuningResult:
+    """What the tuner reports when even vLLM's defaults could not be measured."""
+    base = Trial(index=0, config=Config(), phase="baseline",
+                 error="server exited during startup: CUDA out of memory")
+    outcome = Outcome(trials=[base], baseline=base, best=None, complete=False,
+                      stop_reason="baseline failed: server exited during startup")
+    return result_from_outcome(outcome, SLO, WORKLOAD, fingerprint=fingerprint)

@@ -1,0 +1,339 @@
+"""The tuner's search logic on synthetic response surfaces (pure, no vLLM).
+
+The surfaces model what the real CPU engine showed (tests/vllm): a KV cache that holds
+``K`` tokens, so a running batch above ``K / (input + output)`` preempts and wastes
+work; steps that get slower with the batch; and TTFT that grows with the queue in front
+of a capped server. The search must find the grid's best region with a fraction of the
+grid's server starts, never vary a pinned knob, keep partial results when the budget
+runs out and treat noisy measurements with suspicion.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+
+import pytest
+
+from llm_operator.tuning.result import (
+    TERMINATION_LIMIT,
+    ResultParseError,
+    parse_result,
+    result_from_outcome,
+)
+from llm_operator.tuning.search import (
+    SLO,
+    Budget,
+    Config,
+    Measurement,
+    Options,
+    RequestSample,
+    Space,
+    TrialFailed,
+    Workload,
+    goodput,
+    grid_search,
+    interpolate,
+    ladder,
+    percentile,
+    predict_cap_goodput,
+    search,
+    summarize,
+    sweep_concurrencies,
+)
+
+WL = Workload(input_tokens=128, output_tokens=256, concurrency=48)
+SLO_ = SLO(ttft_ms=15000, itl_ms=100)
+DEFAULT_MNS, DEFAULT_MNBT = 128, 2048
+
+
+@dataclass
+class Surface:
+    """A closed-loop serving model with a KV limit (all times in seconds).
+
+    The running batch is bounded by the cap and by what the KV cache admits (prompts
+    plus half their output on average); above what fits for a whole request the engine
+    preempts, and the recomputation wastes work. Clients beyond the running batch wait
+    in the server's queue, which the TTFT shows.
+    """
+
+    kv_tokens: int = 4096
+    step_base_s: float = 0.002
+    step_per_seq_s: float = 0.0003
+    prefill_s_per_token: float = 0.00002
+    thrash: float = 1.5  # throughput x (fit / running) ** thrash above the fit
+    mnbt_itl_gain: float = 0.0  # ITL growth per extra default-size of batched tokens
+    noise: float = 0.02
+    fail_configs: tuple[Config, ...] = ()
+
+    def measure(self, cfg: Config, clients: int, rng: random.Random) -> Measurement:
+        mns = cfg.max_num_seqs or DEFAULT_MNS
+        mnbt = cfg.max_num_batched_tokens or DEFAULT_MNBT
+        admitted = self.kv_tokens / (WL.input_tokens + WL.output_tokens / 2)
+        fit = self.kv_tokens / (WL.input_tokens + WL.output_tokens)
+        running = min(clients, mns, max(1, int(admitted)))
+        step = self.step_base_s + self.step_per_seq_s * running
+        step *= 1 + self.mnbt_itl_gain * max(0.0, (mnbt / DEFAULT_MNBT) - 1)
+        eff = 1.0 if running <= fit else (fit / running) ** self.thrash
+        tps = running / step * eff * (1 + rng.gauss(0, self.noise))
+        req_rate = tps / WL.output_tokens
+        queue_s = (clients - running) / req_rate
+        ttft = WL.input_tokens * self.prefill_s_per_token * running * (
+            DEFAULT_MNBT / mnbt) ** 0.5 + step + queue_s
+        itl95 = step * 1.2
+        n = max(8, 2 * clients)
+        duration = n / req_rate
+        reqs = [
+            RequestSample(
+                ttft_s=ttft * rng.uniform(0.8, 1.2),
+                itl_p95_s=itl95 * rng.uniform(0.9, 1.1),
+                output_tokens=WL.output_tokens,
+            )
+            for _ in range(n)
+        ]
+        return summarize(clients, reqs, duration, SLO_,
+                         server={"running_max": running, "preemptions": max(0, running - fit),
+                                 "kv_tokens": self.kv_tokens})
+
+
+@dataclass
+class FakeSession:
+    surface: Surface
+    cfg: Config
+    rng: random.Random
+    clock: list[float]
+    startup_s: float = 40.0
+
+    def measure(self, concurrency: int) -> Measurement:
+        m = self.surface.measure(self.cfg, concurrency, self.rng)
+        self.clock[0] += m.duration_s
+        return m
+
+    def close(self) -> None:
+        return None
+
+
+@dataclass
+class FakeEvaluator:
+    surface: Surface
+    seed: int = 1
+    clock: list[float] = field(default_factory=lambda: [0.0])
+    started: list[Config] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+
+    def start(self, config: Config) -> FakeSession:
+        self.started.append(config)
+        self.clock[0] += 40.0  # a server start
+        if config in self.surface.fail_configs:
+            raise TrialFailed("server did not start: out of memory")
+        return FakeSession(self.surface, config, self.rng, self.clock)
+
+    def now(self) -> float:
+        return self.clock[0]
+
+
+def kv_space() -> Space:
+    return Space(
+        max_num_seqs=ladder(1, WL.concurrency),
+        max_num_batched_tokens=(512, 1024, 2048, 4096, 8192),
+        default_max_num_seqs=DEFAULT_MNS,
+        default_max_num_batched_tokens=DEFAULT_MNBT,
+    )
+
+
+def run(surface: Surface, space: Space | None = None, budget: Budget | None = None,
+        opts: Options | None = None, seed: int = 1):
+    ev = FakeEvaluator(surface, seed=seed)
+    out = search(ev, space or kv_space(), WL, SLO_, budget or Budget(12, 1e9),
+                 opts or Options(), clock=ev.now)
+    return out, ev
+
+
+def run_grid(surface: Surface, space: Space | None = None, seed: int = 1):
+    ev = FakeEvaluator(surface, seed=seed)
+    return grid_search(ev, space or kv_space(), WL, SLO_, opts=Options(), clock=ev.now), ev
+
+
+# --- whole searches --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_finds_the_grids_best_region_with_a_fraction_of_its_starts(seed: int) -> None:
+    out, ev = run(Surface(), seed=seed)
+    grid, gev = run_grid(Surface(), seed=seed)
+    assert out.best is not None and grid.best is not None
+    fit = 4096 // (WL.input_tokens + WL.output_tokens)  # 10 sequences fit the KV cache
+    # The winner caps the batch near what the KV cache holds, far below the default.
+    assert out.best.config.max_num_seqs is not None
+    assert fit * 0.6 <= out.best.config.max_num_seqs <= fit * 1.6
+    assert out.best.score >= 0.95 * grid.best.score
+    assert out.improvement is not None and out.improvement > 1.5
+    # The baseline's running batch never passed what the KV cache admits (16): a cap at or
+    # above that cannot bind, so no start is spent on one.
+    assert all(c.max_num_seqs is None or c.max_num_seqs <= 16 for c in ev.started)
+    assert len(ev.started) <= 0.35 * len(gev.started)
+    assert out.wall_s <= 0.35 * grid.wall_s
+    assert out.complete
+
+
+def test_pinned_max_num_seqs_is_never_varied() -> None:
+    space = Space(max_num_seqs=(), max_num_batched_tokens=(512, 1024, 2048, 4096),
+                  default_max_num_seqs=16, default_max_num_batched_tokens=DEFAULT_MNBT)
+    out, ev = run(Surface(mnbt_itl_gain=0.5), space=space)
+    assert all(c.max_num_seqs is None for c in ev.started)
+    assert any(c.max_num_batched_tokens is not None for c in ev.started)
+    assert out.predictions == {}  # no concurrency sweep for a pinned cap
+    assert out.baseline is not None and out.baseline.probes == []
+
+
+def test_batched_tokens_move_toward_the_binding_constraint() -> None:
+    # ITL grows with bigger batched-token steps, so the search must not pick a larger one.
+    space = Space(max_num_seqs=(), max_num_batched_tokens=(512, 1024, 2048, 4096, 8192),
+                  default_max_num_seqs=8, default_max_num_batched_tokens=DEFAULT_MNBT)
+    out, _ = run(Surface(mnbt_itl_gain=3.0, kv_tokens=10**6, step_base_s=0.03), space=space)
+    assert out.best is not None
+    best = out.best.config.max_num_batched_tokens or DEFAULT_MNBT
+    assert best <= DEFAULT_MNBT
+
+
+def test_trial_budget_keeps_the_best_so_far_and_says_partial() -> None:
+    out, ev = run(Surface(), budget=Budget(max_trials=2, max_seconds=1e9))
+    assert len(ev.started) == 2
+    assert not out.complete and "trial budget" in out.stop_reason
+    assert out.best is not None and out.baseline is not None
+    assert out.best.score >= out.baseline.score
+    res = result_from_outcome(out, {}, {})
+    assert res.state == "Partial" and res.best is not None
+
+
+def test_time_budget_stops_before_a_trial_that_would_overrun() -> None:
+    full, _ = run(Surface())
+    base_wall = full.trials[0].wall_s
+    out, ev = run(Surface(), budget=Budget(max_trials=50, max_seconds=base_wall + 30))
+    assert len(ev.started) == 1  # the next start (40 s + runs) would not fit
+    assert not out.complete and "time budget" in out.stop_reason
+    assert out.best is out.baseline
+
+
+def test_a_config_that_cannot_start_is_recorded_and_the_search_goes_on() -> None:
+    full, _ = run(Surface())
+    assert full.best is not None
+    bad = full.best.config  # make the would-be winner fail to start
+    out, _ = run(Surface(fail_configs=(bad,)))
+    failed = [t for t in out.trials if t.error]
+    assert failed and "out of memory" in (failed[0].error or "")
+    assert out.best is not None and out.best.config != bad
+    assert out.best.score > out.baseline.score  # type: ignore[union-attr]
+
+
+def test_noisy_measurements_get_an_extra_repeat_and_a_conservative_score() -> None:
+    out, _ = run(Surface(noise=0.4), opts=Options(noise_threshold=0.1))
+    noisy = [t for t in out.trials if t.noisy]
+    assert noisy, "with 40% noise some trial must be flagged"
+    for t in noisy:
+        assert len(t.runs) == 3  # repeats + one extra
+        assert t.score == min(m.goodput_tps for m in t.runs) < t.median
+
+
+def test_flat_surface_reports_no_big_win() -> None:
+    # A KV cache large enough for every client: the default (no cap) is already best.
+    out, _ = run(Surface(kv_tokens=10**6, noise=0.01))
+    assert out.improvement is not None
+    assert out.improvement < 1.1  # nothing to gain: do not claim a win
+    assert len(out.trials) <= 4
+
+
+def test_given_server_mode_predicts_without_restarts() -> None:
+    out, ev = run(Surface(), opts=Options(can_restart=False))
+    assert len(ev.started) == 1 and ev.started[0] == Config()
+    assert out.predicted_best is not None
+    cap, pred = out.predicted_best
+    assert cap < WL.concurrency and pred > out.baseline.score  # type: ignore[union-attr]
+    res = result_from_outcome(out, {}, {})
+    assert res.predicted is not None and res.predicted.max_num_seqs == cap
+
+
+# --- pieces ----------------------------------------------------------------------------
+
+
+def test_predicted_goodput_adds_the_queue_wait_of_a_capped_server() -> None:
+    # 8 clients, 2 req/s, each request TTFT 0.5 s: with 48 clients and cap 8, 40 queue
+    # in the server and wait 40 / 2 = 20 s: nobody meets a 2 s TTFT objective.
+    reqs = tuple(RequestSample(0.5, 0.02, 100) for _ in range(16))
+    probe = Measurement(concurrency=8, duration_s=8.0, goodput_tps=200, output_tps=200,
+                        request_rate=2.0, ttft_p95_ms=500, itl_p95_ms=20, completed=16,
+                        requests=reqs)
+    assert predict_cap_goodput(probe, 8, SLO(2000, 100)) == pytest.approx(200)
+    assert predict_cap_goodput(probe, 48, SLO(2000, 100)) == 0
+    assert predict_cap_goodput(probe, 48, SLO(25000, 100)) == pytest.approx(200)
+    # 10 clients: 2 queue, 1 s wait: 1.5 s TTFT still meets 2 s.
+    assert predict_cap_goodput(probe, 10, SLO(2000, 100)) == pytest.approx(200)
+
+
+def test_goodput_counts_only_requests_within_both_objectives() -> None:
+    reqs = [RequestSample(0.1, 0.05, 10), RequestSample(3.0, 0.05, 10),
+            RequestSample(0.1, 0.2, 10), RequestSample(0.1, 0.05, 10, ok=False)]
+    assert goodput(reqs, 1.0, SLO(2000, 100)) == 10
+    m = summarize(4, reqs, 1.0, SLO(2000, 100))
+    assert m.completed == 3 and m.failed == 1
+    assert m.ttft_miss == 1 and m.itl_miss == 1
+    assert m.good_fraction == 0.25
+
+
+def test_sweep_covers_the_kv_cap_and_halvings_below_the_workload() -> None:
+    levels = ladder(1, 48)
+    pts = sweep_concurrencies(48, levels, Options(), kv_cap=10, cap_limit=128)
+    assert 10 in pts and 24 in pts and 12 in pts
+    assert all(p < 48 for p in pts) and pts == sorted(pts, reverse=True)
+    assert len(pts) <= Options().sweep_points
+    assert sweep_concurrencies(48, levels, Options(), kv_cap=None, cap_limit=16)[0] <= 16
+
+
+def test_interpolate_and_percentile() -> None:
+    assert interpolate({8: 100.0, 32: 200.0}, 16) == pytest.approx(150.0)
+    assert interpolate({8: 100.0}, 4) is None
+    assert percentile([1, 2, 3, 4, 5], 50) == 3
+    assert percentile([], 95) == 0.0
+
+
+def test_grid_lists_only_valid_cells() -> None:
+    space = Space(max_num_seqs=(8, 64, 512), max_num_batched_tokens=(256, 2048))
+    assert Config(512, 256) not in space.grid()
+    assert Config(8, 256) in space.grid()
+
+
+# --- the result ------------------------------------------------------------------------
+
+
+def test_termination_message_fits_and_round_trips() -> None:
+    out, _ = run(Surface(), budget=Budget(max_trials=60, max_seconds=1e9),
+                 opts=Options(min_gain=-1.0))  # keep moving: many trials
+    res = result_from_outcome(out, {"ttftMs": 2000, "itlP95Ms": 100},
+                              {"inputTokens": 128, "outputTokens": 256, "concurrency": 48},
+                              fingerprint="abc123")
+    msg = res.to_message()
+    assert len(msg.encode()) <= TERMINATION_LIMIT
+    back = parse_result(msg)
+    assert back.state == res.state and back.fingerprint == "abc123"
+    assert back.best == res.best and back.improvement == res.improvement
+    # A huge table is cut, never the verdict.
+    big = res.model_copy(update={"table": res.table * 50})
+    small = big.to_message(limit=1500)
+    assert len(small.encode()) <= 1500
+    assert parse_result(small).best == res.best
+
+
+def test_parse_result_reads_a_log_fallback_and_rejects_garbage() -> None:
+    out, _ = run(Surface(), budget=Budget(max_trials=2, max_seconds=1e9))
+    msg = result_from_outcome(out, {}, {}).to_message()
+    log = "INFO starting\nINFO trial 1\n" + msg  # FallbackToLogsOnError: log tail
+    assert parse_result(log).state == "Partial"
+    with pytest.raises(ResultParseError, match="Traceback|not a tuning result"):
+        parse_result("Traceback (most recent call last):\n  RuntimeError: boom")
+    with pytest.raises(ResultParseError):
+        parse_result(json.dumps({"kind": "something-else"}))
+    with pytest.raises(ResultParseError):
+        parse_result("")
