@@ -332,7 +332,14 @@ def run_operator(namespaces: list[str], standalone: bool, peering: str | None = 
     # With peering, every pod needs its own priority: with equal priorities kopf lets two
     # operators act at once. A random one makes one pod active and the others standby.
     priority = random.randint(1, 2**31 - 1) if peering else 0
+    # kopf's default lifecycle ("asap") runs one changing handler per processing cycle and
+    # stores the progress of the others in annotations in between: with several handlers
+    # on one object (reconcile, tuning) every create, update and resume would cost extra
+    # writes of the LLMService, and a restarted operator would no longer write nothing
+    # for an unchanged service. All at once: they run in one cycle, in registration order
+    # (reconcile first), and a handler that failed is retried alone.
     asyncio.run(kopf.operator(
+        lifecycle=kopf.lifecycles.all_at_once,
         clusterwide=not watched,
         namespaces=watched,
         standalone=standalone and not peering,
@@ -342,3 +349,6 @@ def run_operator(namespaces: list[str], standalone: bool, peering: str | None = 
         memo=memo,
     ))
     return 0
+
+from . import adaptation_handlers as _adaptation_handlers  # noqa: E402,F401  registers handlers
+from . import tuning_handlers as _tuning_handlers  # noqa: E402,F401  registers handlers

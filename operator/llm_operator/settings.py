@@ -45,6 +45,10 @@ class Settings(BaseSettings):
         "namespace", description="Label on vLLM series naming the namespace"
     )
     metrics_port: int = Field(8080, ge=0, description="Port of the operator's own /metrics; 0 off")
+    adaptation_window_seconds: float = Field(
+        120.0, gt=0,
+        description="Window the online adaptation's Prometheus signals average over (seconds)",
+    )
     health_port: int = Field(
         8081, ge=0, description="Port of the operator's liveness endpoint /healthz; 0 off"
     )
