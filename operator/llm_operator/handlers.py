@@ -196,7 +196,8 @@ async def reconcile(
     state = st.WorkloadState.from_object(applied.observed.get(workload["kind"]),
                                          svc.spec.replicas)
     new = st.build_status(current, name=name, namespace=namespace, generation=generation,
-                          now=now, plan=plan, workload=state, workload_kind=workload["kind"])
+                          now=now, plan=plan, workload=state, workload_kind=workload["kind"],
+                          engine=st.engine_in_effect(svc.spec.engine, plan, current))
     if (current.get("plan") or {}) != new.get("plan"):
         ctx.post_event(body, "Normal", "Planned", st.plan_message(plan))
     return Outcome(st.status_patch(current, new))

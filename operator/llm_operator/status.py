@@ -21,10 +21,12 @@ from typing import Any
 
 from .constants import VLLM_PORT
 from .errors import SpecError
+from .models import EngineSpec
 from .planning import Plan
+from .rendering import effective_engine_value
 
 JSON = dict[str, Any]
-OWNED_KEYS = ("observedGeneration", "conditions", "plan", "endpoint")
+OWNED_KEYS = ("observedGeneration", "conditions", "plan", "engine", "endpoint")
 
 
 class ConditionType(StrEnum):
@@ -254,8 +256,11 @@ def build_status(
     workload: WorkloadState | None = None,
     workload_kind: str = "Deployment",
     missing_api: str | None = None,
+    engine: JSON | None = None,
 ) -> JSON:
     """The operator's keys of ``status`` after one pass (pure).
+
+    ``engine``: the engine values in effect (see :func:`engine_in_effect`).
 
     ``errors``: the spec cannot be served (SpecValid False, Ready False, the old plan is
     dropped). ``missing_api``: a kind the plan needs is not served by the cluster.
@@ -276,6 +281,7 @@ def build_status(
                               generation=g, now=now)
         status["conditions"] = conds
         status["plan"] = None  # the last plan does not describe this spec
+        status["engine"] = None
         return status
     conds = set_condition(conds, ConditionType.SPEC_VALID, True, Reason.VALID,
                           "the spec can be served as written", generation=g, now=now)
@@ -283,6 +289,8 @@ def build_status(
         conds = set_condition(conds, ConditionType.PLANNED, True, Reason.PLAN_COMPUTED,
                               plan_message(plan), generation=g, now=now)
         status["plan"] = plan_summary(plan)
+    if engine is not None:
+        status["engine"] = engine
     if missing_api is not None:
         conds = set_condition(conds, ConditionType.READY, False, Reason.API_MISSING,
                               missing_api, generation=g, now=now)
@@ -337,4 +345,23 @@ def engine_overrides(status: Mapping[str, Any] | None) -> dict[str, int]:
     adapted = (status.get("adaptation") or {}).get("maxNumSeqs")
     if isinstance(adapted, int) and adapted > 0:
         out["maxNumSeqs"] = adapted
+    return out
+
+
+def engine_in_effect(engine: EngineSpec, plan: Plan, status: Mapping[str, Any] | None) -> JSON:
+    """The tunable engine values the rendered server runs with, and where each came
+    from: ``pinned`` (the user), ``adapted`` (online adaptation), ``tuned`` (the last
+    tuning run) or ``planned``. ``kubectl get llms`` shows ``maxNumSeqs`` from here.
+    A value of None means vLLM's own default.
+    """
+    overrides = engine_overrides(status)
+    adapted = (status or {}).get("adaptation") or {}
+    out: JSON = {}
+    for key, planned in (("maxNumSeqs", plan.max_num_seqs),
+                         ("maxNumBatchedTokens", plan.max_num_batched_tokens)):
+        value, origin = effective_engine_value(engine, key, planned, overrides)
+        if origin == "override":
+            origin = "adapted" if key == "maxNumSeqs" and adapted.get("maxNumSeqs") else "tuned"
+        out[key] = value
+        out[f"{key}Source"] = origin
     return out

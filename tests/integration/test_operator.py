@@ -53,13 +53,13 @@ def arg_value(args: list[str], flag: str) -> str | None:
     return args[args.index(flag) + 1] if flag in args else None
 
 
-def wait_deployment(kubectl: Kubectl, name: str = NAME, timeout: float = 30) -> dict[str, Any]:
+def wait_deployment(kubectl: Kubectl, name: str = NAME, timeout: float = 60) -> dict[str, Any]:
     return wait_for(lambda: kubectl.get("deployment", name, NAMESPACE), timeout,
                     f"Deployment {name}")
 
 
 def wait_condition(kubectl: Kubectl, ctype: str, status: str, name: str = NAME,
-                   generation: int | None = None, timeout: float = 30) -> dict[str, Any]:
+                   generation: int | None = None, timeout: float = 60) -> dict[str, Any]:
     def probe() -> dict[str, Any] | None:
         svc = kubectl.get("llms", name, NAMESPACE)
         cond = condition(svc, ctype)

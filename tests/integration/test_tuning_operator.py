@@ -51,7 +51,7 @@ def jobs(kubectl: Kubectl) -> list[dict[str, Any]]:
 
 
 def wait_job(kubectl: Kubectl, other_than: str | None = None,
-             timeout: float = 30) -> dict[str, Any]:
+             timeout: float = 60) -> dict[str, Any]:
     def probe() -> dict[str, Any] | None:
         found = [j for j in jobs(kubectl) if j["metadata"]["uid"] != other_than]
         return found[0] if found else None
@@ -63,7 +63,7 @@ def tuning(kubectl: Kubectl) -> dict[str, Any]:
     return dict((svc.get("status") or {}).get("tuning") or {})
 
 
-def wait_tuning(kubectl: Kubectl, state: str, timeout: float = 30) -> dict[str, Any]:
+def wait_tuning(kubectl: Kubectl, state: str, timeout: float = 60) -> dict[str, Any]:
     return wait_for(lambda: (t := tuning(kubectl)).get("state") == state and t, timeout,
                     f"status.tuning.state {state}")
 
@@ -173,6 +173,11 @@ def test_a_new_service_is_tuned_and_a_recreated_one_uses_the_cache(
     tuned = condition(kubectl, "Tuned")
     assert tuned is not None and tuned["status"] == "True"
     assert f"--max-num-seqs {TUNED_MAX_NUM_SEQS}" in tuned["message"]
+    # `kubectl get llms` shows the value the server runs with, and that it was tuned.
+    columns = kubectl.run("get", "llms", NAME, "-n", NAMESPACE, "--no-headers").stdout.split()
+    assert str(TUNED_MAX_NUM_SEQS) in columns, columns
+    engine = (kubectl.get("llms", NAME, NAMESPACE) or {})["status"]["engine"]
+    assert engine["maxNumSeqs"] == TUNED_MAX_NUM_SEQS and engine["maxNumSeqsSource"] == "tuned"
     # Only the tuned flag moved.
     after = server_args(kubectl)
     assert [a for a in after if a != str(TUNED_MAX_NUM_SEQS)] == [

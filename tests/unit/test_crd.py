@@ -503,7 +503,7 @@ def test_printer_columns_show_what_was_chosen() -> None:
     assert columns["Model"]["jsonPath"] == ".spec.model.name"
     assert columns["GPUs"]["jsonPath"] == ".status.plan.gpusPerReplica"
     assert columns["TP"]["jsonPath"] == ".status.plan.tensorParallelSize"
-    assert columns["MaxNumSeqs"]["jsonPath"] == ".status.plan.maxNumSeqs"
+    assert columns["MaxNumSeqs"]["jsonPath"] == ".status.engine.maxNumSeqs"
     assert columns["Ready"]["jsonPath"] == '.status.conditions[?(@.type=="Ready")].status'
     assert columns["Age"] == {"name": "Age", "type": "date",
                               "jsonPath": ".metadata.creationTimestamp"}

@@ -140,3 +140,24 @@ def test_engine_overrides_take_tuning_then_adaptation() -> None:
     assert engine_overrides(status) == {"maxNumSeqs": 12, "maxNumBatchedTokens": 4096}
     # Garbage in status (a hand edit) is ignored rather than rendered.
     assert engine_overrides({"adaptation": {"maxNumSeqs": "lots"}}) == {}
+
+
+def test_engine_in_effect_names_where_each_value_came_from() -> None:
+    from llm_operator.models import EngineSpec, LLMServiceSpec
+    from llm_operator.planning import make_plan
+    from llm_operator.status import engine_in_effect
+
+    spec = LLMServiceSpec.model_validate(
+        {"model": {"name": "meta-llama/Llama-3.1-8B-Instruct"}, "gpus": {"product": "H100"}})
+    plan = make_plan(spec)
+    planned = engine_in_effect(spec.engine, plan, None)
+    assert planned["maxNumSeqs"] == plan.max_num_seqs
+    assert planned["maxNumSeqsSource"] == "planned"
+    tuned = {"tuning": {"applied": {"maxNumSeqs": 24}}}
+    assert engine_in_effect(spec.engine, plan, tuned)["maxNumSeqs"] == 24
+    assert engine_in_effect(spec.engine, plan, tuned)["maxNumSeqsSource"] == "tuned"
+    adapted = {**tuned, "adaptation": {"maxNumSeqs": 12}}
+    assert engine_in_effect(spec.engine, plan, adapted)["maxNumSeqsSource"] == "adapted"
+    pinned = EngineSpec(max_num_seqs=64)
+    assert engine_in_effect(pinned, plan, adapted) | {} == {
+        **engine_in_effect(pinned, plan, adapted), "maxNumSeqs": 64, "maxNumSeqsSource": "pinned"}
