@@ -49,6 +49,7 @@ from .kube import (
     delete_children,
     owner_name,
 )
+from .metrics import metrics_of
 from .models import parse_llmservice
 from .planning import Plan, make_plan
 from .rendering import LWS_API_VERSION, LWS_KIND, LWS_NAME_SUFFIX, render_all
@@ -237,7 +238,8 @@ async def llmservice_reconcile(
     **_: Any,
 ) -> None:
     """Create, update and resume: one reconciliation (idempotent)."""
-    outcome = await reconcile(body, _ctx(memo), logger, created=reason == "create")
+    with metrics_of(memo).timed_reconcile("handler"):
+        outcome = await reconcile(body, _ctx(memo), logger, created=reason == "create")
     for key, value in outcome.status_patch.items():
         patch.status[key] = value  # kopf writes it once, with its own bookkeeping
     if outcome.error is not None:

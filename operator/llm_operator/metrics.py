@@ -84,6 +84,14 @@ class OperatorMetrics:
         if cap is not None:
             self.max_num_seqs.labels(namespace, name).set(cap)
 
+    def tuning_event(self, namespace: str, name: str, reason: str) -> None:
+        """Count a tuning milestone by its Event reason (TuningStarted, TuningSucceeded,
+        TuningFailed); other reasons are not counted."""
+        counter = {"TuningStarted": self.tuning_started, "TuningSucceeded": self.tuning_succeeded,
+                   "TuningFailed": self.tuning_failed}.get(reason)
+        if counter is not None:
+            counter.labels(namespace=namespace, llmservice=name).inc()
+
     def forget(self, namespace: str, name: str) -> None:
         """Drop the per-service gauge of a service that is gone or no longer adapted."""
         with contextlib.suppress(KeyError):

@@ -55,6 +55,7 @@ from .constants import (
 from .errors import SpecError, SpecErrors
 from .handlers import OperatorContext, reconcile
 from .kube import ConflictError, owned_by, owner_name
+from .metrics import OperatorMetrics, metrics_of
 from .models import LLMService, parse_llmservice
 from .planning import Plan, make_plan
 from .rendering import COMPONENT_TUNING, image_for
@@ -161,14 +162,14 @@ async def tuning_step(
         if decision.action not in (tc.Action.NONE, tc.Action.WAIT):
             logger.info(f"Tuning {namespace}/{name}: {decision.action}: {decision.why}")
         await _carry_out(ctx, obj, svc, plan, fingerprint, status, decision, job, now, logger,
-                         pending)
+                         pending, metrics_of(memo))
         return decision
 
 
 async def _carry_out(
     ctx: OperatorContext, obj: JSON, svc: LLMService, plan: Plan, fingerprint: str,
     status: JSON, decision: tc.Decision, job: tc.ObservedJob | None, now: str, logger: Any,
-    pending: Any,
+    pending: Any, metrics: OperatorMetrics,
 ) -> None:
     namespace, name = svc.metadata.namespace, svc.metadata.name
     current = dict(status.get("tuning") or {})
@@ -226,6 +227,7 @@ async def _carry_out(
             logger.info(f"Deleted Job {namespace}/{job.name}")
     if decision.event is not None:
         ctx.post_event(obj, decision.event.type, decision.event.reason, decision.event.message)
+        metrics.tuning_event(namespace, name, decision.event.reason)
 
 
 async def _delete_tuning_jobs(ctx: OperatorContext, obj: Mapping[str, Any], logger: Any,

@@ -303,3 +303,19 @@ def test_operator_metrics_count_decisions_by_direction_and_service() -> None:
     assert 'llmop_reconcile_duration_seconds_count{trigger="adaptation"} 1.0' in text
     m.forget(NS, "a")
     assert "llmop_adaptation_max_num_seqs{" not in generate_latest(m.registry).decode()
+
+
+def test_tuning_milestones_are_counted_by_event_reason() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from llm_operator.metrics import OperatorMetrics
+
+    reg = CollectorRegistry()
+    m = OperatorMetrics(registry=reg)
+    for reason in ("TuningStarted", "TuningFailed", "TuningStarted", "TuningSucceeded",
+                   "TuningCached"):
+        m.tuning_event("ml", "llama", reason)
+    labels = {"namespace": "ml", "llmservice": "llama"}
+    assert reg.get_sample_value("llmop_tuning_jobs_started_total", labels) == 2
+    assert reg.get_sample_value("llmop_tuning_jobs_failed_total", labels) == 1
+    assert reg.get_sample_value("llmop_tuning_jobs_succeeded_total", labels) == 1
