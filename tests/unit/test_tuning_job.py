@@ -172,3 +172,50 @@ def test_fingerprint_is_stable_and_ignores_what_does_not_change_the_result() -> 
 )
 def test_fingerprint_changes_with_what_the_result_depends_on(change: dict[str, Any]) -> None:
     assert _fp(_with(**change)) != _fp(BODY)
+
+
+# --- `llm-operator tune` hands its options to the tuner unchanged ------------------------
+
+
+def test_cli_tune_options_round_trip_to_the_tuner() -> None:
+    from llm_operator.cli import build_parser as cli_parser
+    from llm_operator.tuning.launch import namespace_to_argv
+
+    argv = ["--model", "/m", "--concurrency", "48", "--server-args=--kv-cache-memory-bytes 1",
+            "--grid", "--slo-itl-ms", "20", "--vllm-python", "/py"]
+    ns = cli_parser().parse_args(["tune", *argv])
+    passed = namespace_to_argv(build_parser(), ns)
+    back = build_parser().parse_args(passed)
+    assert back.model == "/m" and back.concurrency == 48 and back.grid
+    assert back.server_args == "--kv-cache-memory-bytes 1" and back.slo_itl_ms == 20
+    assert back.vllm_python == "/py"
+
+
+def test_cli_tune_without_a_vllm_python_says_how_to_get_one(tmp_path: Any) -> None:
+    from llm_operator.tuning.launch import NoVLLMPython, find_vllm_python
+
+    with pytest.raises(NoVLLMPython, match="--vllm-python"):
+        find_vllm_python(str(tmp_path / "no-such-python"))
+
+
+def test_search_starts_at_the_performance_models_knee() -> None:
+    """The hint is the model's knee under the SLO (perfmodel.suggest_for), not merely the
+    memory limit: the tuner starts where the prediction says the optimum is."""
+    from llm_operator.models import parse_llmservice
+    from llm_operator.perfmodel import suggest_for
+    from llm_operator.planning import make_plan
+    from llm_operator.settings import Settings
+    from llm_operator.tuning.job import build_tuning_job
+
+    svc = parse_llmservice({
+        "metadata": {"name": "l8", "namespace": "ml", "uid": "u-1"},
+        "spec": {"model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
+                 "gpus": {"product": "H100"},
+                 "workload": {"inputTokens": 512, "outputTokens": 256, "concurrency": 16}},
+    })
+    plan = make_plan(svc.spec)
+    job = build_tuning_job(svc, plan, Settings(), "f" * 64)
+    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    hint = int(args[args.index("--hint-max-num-seqs") + 1])
+    assert hint == suggest_for(svc.spec, plan).max_num_seqs
+    assert 1 <= hint < plan.max_num_seqs  # the knee lies well below the memory limit here

@@ -96,6 +96,18 @@ def fixed_server_args(svc: LLMService, plan: Plan) -> list[str]:
     return out
 
 
+def start_hint(svc: LLMService, plan: Plan) -> int:
+    """Where the search starts: the performance model's knee under the SLO for this
+    plan (``perfmodel.suggest_for``), at most the planner's memory limit. The planner's
+    limit itself when the model cannot say (a GPU or model it has no facts for)."""
+    from ..perfmodel import suggest_for  # operator side only: the pod never renders Jobs
+
+    try:
+        return max(1, min(plan.max_num_seqs, suggest_for(svc.spec, plan).max_num_seqs))
+    except (SpecError, ValueError, ZeroDivisionError):
+        return plan.max_num_seqs
+
+
 def tuner_args(svc: LLMService, plan: Plan, fingerprint: str) -> list[str]:
     """The arguments of ``python3 -m llm_operator.tuning`` for ``svc``."""
     spec = svc.spec
@@ -115,7 +127,7 @@ def tuner_args(svc: LLMService, plan: Plan, fingerprint: str) -> list[str]:
         f"--server-args={shlex.join(fixed_server_args(svc, plan))}",
     ]  # fmt: skip
     if not isinstance(spec.engine.max_num_seqs, int):
-        args += ["--hint-max-num-seqs", str(plan.max_num_seqs)]
+        args += ["--hint-max-num-seqs", str(start_hint(svc, plan))]
     args += [
         "--fingerprint", fingerprint,
         "--output", f"{WORK_DIR}/result.json",
