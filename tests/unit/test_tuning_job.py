@@ -219,3 +219,33 @@ def test_search_starts_at_the_performance_models_knee() -> None:
     hint = int(args[args.index("--hint-max-num-seqs") + 1])
     assert hint == suggest_for(svc.spec, plan).max_num_seqs
     assert 1 <= hint < plan.max_num_seqs  # the knee lies well below the memory limit here
+
+
+def test_the_code_the_job_runs_needs_only_what_a_vllm_image_has() -> None:
+    """The init container copies the package into the vLLM image: the modules the tuner
+    runs there may import the standard library, vLLM and vLLM's own dependencies, and
+    each other, never kopf, the Kubernetes client or the operator's other modules."""
+    import ast
+    import sys
+    from pathlib import Path
+
+    import llm_operator.tuning as pkg
+
+    allowed = set(sys.stdlib_module_names) | {"vllm", "pydantic", "prometheus_client", "rich"}
+    job_side = ["__init__", "__main__", "main", "search", "bench", "server", "runner",
+                "result", "report"]
+    folder = Path(pkg.__file__).parent
+    for name in job_side:
+        tree = ast.parse((folder / f"{name}.py").read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                if node.level == 1:
+                    assert node.module is None or node.module.split(".")[0] in job_side, (
+                        f"{name}.py imports .{node.module}, which the Job does not need")
+                    continue
+                assert node.level == 0, f"{name}.py imports from outside llm_operator.tuning"
+                top = (node.module or "").split(".")[0]
+                assert top in allowed, f"{name}.py imports {node.module}"
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    assert alias.name.split(".")[0] in allowed, f"{name}.py imports {alias.name}"

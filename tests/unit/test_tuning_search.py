@@ -93,7 +93,8 @@ class Surface:
             for _ in range(n)
         ]
         return summarize(clients, reqs, duration, SLO_,
-                         server={"running_max": running, "preemptions": max(0, running - fit),
+                         server={"running_max": running, "samples": 10,
+                                 "preemptions": max(0, running - fit),
                                  "kv_tokens": self.kv_tokens})
 
 

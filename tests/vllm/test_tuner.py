@@ -5,10 +5,12 @@
    args and env run under the vLLM interpreter against a real vLLM, and the termination
    message it writes is what the operator would read. The search must find the
    known-better region of a space where one exists: 48 clients on a KV cache that holds
-   them all run a batch of 48 whose decode steps are slow (per-request ITL p95 ~30 ms
-   here), so under a 20 ms ITL objective almost no request is good with vLLM's default
-   cap, while a cap of about 8-24 keeps steps fast at the price of queueing (which the
-   loose TTFT objective allows).
+   them all run a batch of 48 whose decode steps are slow (per-request ITL p95 ~20 ms
+   on an idle machine, ~30 ms under other jobs' load), so under a 12 ms ITL objective
+   almost no request is good with vLLM's default cap, while a cap of about 6-24 keeps
+   steps fast (7-10 ms at 24 when idle) at the price of queueing, which the loose TTFT
+   objective allows. The objective sits well clear of both sides, so that the load
+   other jobs put on this shared machine does not decide the outcome.
 2. ``llm-operator tune --url`` against a KV-constrained server the test started (4,096
    KV tokens, 128 in / 256 out: 10 requests fit): the one-server concurrency sweep shows
    the knee: the running batch saturates at what the KV cache admits, preemptions
@@ -58,7 +60,7 @@ IN_TOKENS, OUT_TOKENS, CLIENTS = 128, 256, 48
 KV_ROOMY = 96 * 1024 * 1024  # 24,576 tokens: all 48 requests (18,432 tokens) fit
 KV_TIGHT = 16 * 1024 * 1024  # 4,096 tokens: 10 whole requests fit
 FIT = 4096 // (IN_TOKENS + OUT_TOKENS)
-SLO_TTFT_MS, SLO_ITL_MS = 15000, 20
+SLO_TTFT_MS, SLO_ITL_MS = 30000, 12
 
 pytestmark = pytest.mark.skipif(not VLLM_PYTHON.exists(), reason=f"no vLLM at {VLLM_PYTHON}")
 
@@ -178,7 +180,7 @@ def test_rendered_job_runs_as_the_kubelet_would_and_finds_the_better_region(
     # defaults measured the same way (medians of repeats).
     cap = result.best.settings.max_num_seqs
     assert cap is not None and 4 <= cap <= 32, result.model_dump()
-    assert result.best.goodput > 2 * result.baseline.goodput, result.model_dump()
+    assert result.best.goodput > 1.5 * result.baseline.goodput, result.model_dump()
     assert result.best.itl_p95_ms < result.baseline.itl_p95_ms
     # A person can read the trial table in the pod log, and the full result file.
     assert "max-num-seqs" in proc.stdout and "baseline" in proc.stdout

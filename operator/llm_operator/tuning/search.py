@@ -152,6 +152,10 @@ class Options:
     sweep_min_concurrency: int = 2
     sweep_points: int = 5  # client concurrencies below C on the baseline server, at most
     refine_margin: float = 0.85  # refine a neighbour only if predicted >= margin x best
+    # Predictions come from one short probe each: a request counts as good in a
+    # prediction only within this fraction of the SLO, so the search does not aim at a
+    # cap that sits right on the SLO's edge (where a verification run flips either way).
+    predict_margin: float = 0.9
     hint_max_num_seqs: int | None = None  # the planner's prediction, if any
     can_restart: bool = True  # False: one given server, so predict only (no verification)
 
@@ -190,6 +194,7 @@ class Measurement:
     preemptions: float = 0.0
     kv_usage_max: float = 0.0
     kv_tokens: float | None = None  # KV cache capacity the server reported
+    metric_samples: int = 0  # /metrics samples behind running_max (few: do not trust it)
     requests: tuple[RequestSample, ...] = ()
 
 
@@ -256,6 +261,7 @@ def summarize(
         preemptions=server.get("preemptions", 0.0),
         kv_usage_max=server.get("kv_usage_max", 0.0),
         kv_tokens=server.get("kv_tokens"),
+        metric_samples=int(server.get("samples", 0)),
         requests=tuple(requests),
     )
 
@@ -392,10 +398,13 @@ class Outcome:
 # --- prediction (pure) --------------------------------------------------------------------
 
 
-def predict_cap_goodput(probe: Measurement, workload_concurrency: int, slo: SLO) -> float:
+def predict_cap_goodput(probe: Measurement, workload_concurrency: int, slo: SLO,
+                        margin: float = 1.0) -> float:
     """Predicted goodput at ``workload_concurrency`` clients with ``--max-num-seqs`` equal to
     the probe's client concurrency: the probe's requests, each waiting ``(C - c) / X``
-    more before its first token (Little's law for the server-side queue)."""
+    more before its first token (Little's law for the server-side queue), judged
+    against the SLO scaled by ``margin``."""
+    slo = SLO(slo.ttft_ms * margin, slo.itl_ms * margin)
     c = probe.concurrency
     if c >= workload_concurrency or probe.request_rate <= 0:
         return goodput(probe.requests, probe.duration_s, slo) if probe.requests else (
@@ -581,7 +590,7 @@ class _Run:
         C = self.wl.concurrency
         preds: dict[int, float] = {}
         for p in base.probes:
-            preds[p.concurrency] = predict_cap_goodput(p, C, self.slo)
+            preds[p.concurrency] = predict_cap_goodput(p, C, self.slo, self.opts.predict_margin)
         # Caps that never bind behave like the baseline: those at or above C, and those
         # at or above the running batch the baseline actually reached (the KV cache, not
         # the cap, limited it).
@@ -597,7 +606,9 @@ class _Run:
         default = self.space.default_max_num_seqs
         if default is not None:
             limit = min(limit, default)
-        reached = max((m.running_max for m in base.runs), default=0.0)
+        # Only from runs the sampler saw throughout (a lone sample may be the drain).
+        reached = max((m.running_max for m in base.runs if m.metric_samples >= 4),
+                      default=0.0)
         if 0 < reached < limit:
             limit = int(reached) + 1
         return limit

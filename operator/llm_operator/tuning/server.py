@@ -284,6 +284,7 @@ class MetricsSampler:
         running = [s.get("running", 0.0) for s in self.samples]
         busy = [r for r in running if r > 0] or [0.0]
         out = {
+            "samples": float(len(self.samples)),
             "running_max": max(running),
             "running_mean": sum(busy) / len(busy),
             "waiting_max": max(s.get("waiting", 0.0) for s in self.samples),
