@@ -22,6 +22,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "operator"))
+sys.path.insert(0, str(ROOT))
+
+from tests.support.tiny_model import tiny_shape  # noqa: E402
 
 from llm_operator.catalog import lookup_gpu, lookup_model  # noqa: E402
 from llm_operator.perfmodel import (  # noqa: E402
@@ -62,15 +65,6 @@ def gpu(name: str, eff: Efficiency | None = None) -> Hardware:
     hw = Hardware.from_facts(facts)
     return replace(hw, efficiency=eff) if eff else hw
 
-
-def tiny_shape(hidden: int = 128, layers: int = 2, heads: int = 4, kv_heads: int = 2,
-               intermediate: int = 256, vocab: int = 1000) -> ModelShape:
-    """The tiny Llama of tests/support/tiny_model.py."""
-    params = layers * (2 * hidden * hidden + 2 * hidden * (hidden // heads) * kv_heads
-                       + 3 * hidden * intermediate) + 2 * vocab * hidden
-    return ModelShape(name="tiny", parameters=params, num_layers=layers, hidden_size=hidden,
-                      num_attention_heads=heads, num_kv_heads=kv_heads,
-                      head_dim=hidden // heads, vocab_size=vocab)
 
 
 def pct(pred: float, ref: float) -> str:

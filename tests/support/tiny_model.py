@@ -36,6 +36,20 @@ _CORPUS_WORDS = (
 MARKER = "llmop-tiny-model.json"
 
 
+
+def tiny_shape(hidden: int = 128, layers: int = 2, heads: int = 4, kv_heads: int = 2,
+               intermediate: int = 256, vocab: int = 1000) -> Any:
+    """The performance model's ``ModelShape`` of the Llama :func:`make_tiny_llama` builds
+    with the same dimensions (imported lazily: this script also runs under vLLM's Python,
+    which need not have llm_operator)."""
+    from llm_operator.perfmodel import ModelShape
+
+    params = layers * (2 * hidden * hidden + 2 * hidden * (hidden // heads) * kv_heads
+                       + 3 * hidden * intermediate) + 2 * vocab * hidden
+    return ModelShape(name="tiny", parameters=params, num_layers=layers, hidden_size=hidden,
+                      num_attention_heads=heads, num_kv_heads=kv_heads,
+                      head_dim=hidden // heads, vocab_size=vocab)
+
 def _corpus(lines: int = 400) -> list[str]:
     """Deterministic generated text lines (no randomness from the clock)."""
     out = []

@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from tests.support.tiny_model import tiny_shape
 
 from llm_operator.catalog import lookup_gpu, lookup_model
 from llm_operator.perfmodel import (
@@ -56,15 +57,6 @@ MIXTRAL = "mistralai/Mixtral-8x7B-Instruct-v0.1"
 CASES = [(L8, "H100", 1), (L8, "A100-40GB", 1), (L8, "L4", 1), (L70, "H100", 4),
          (L70, "A100-80GB", 8), (MIXTRAL, "H100", 2)]
 
-
-def tiny_shape(hidden: int = 128, layers: int = 2, heads: int = 4, kv_heads: int = 2,
-               intermediate: int = 256, vocab: int = 1000) -> ModelShape:
-    """The tiny Llama of tests/support/tiny_model.py, described by hand."""
-    params = layers * (2 * hidden * hidden + 2 * hidden * (hidden // heads) * kv_heads
-                       + 3 * hidden * intermediate) + 2 * vocab * hidden
-    return ModelShape(name="tiny", parameters=params, num_layers=layers, hidden_size=hidden,
-                      num_attention_heads=heads, num_kv_heads=kv_heads,
-                      head_dim=hidden // heads, vocab_size=vocab)
 
 
 # --------------------------------------------------------------------------- physics
