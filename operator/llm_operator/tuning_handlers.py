@@ -140,9 +140,13 @@ async def tuning_step(
             plan = make_plan(svc.spec)
         except (SpecError, SpecErrors):
             return None  # the reconcile handler reports it
+        # What the reconcile handler staged in this cycle (kopf writes it at the end) is
+        # the status this step builds on, all of it: writing its conditions without its
+        # plan would show Planned=True before status.plan exists.
         status = dict(obj.get("status") or {})
-        if pending is not None and pending.get("conditions") is not None:
-            status["conditions"] = pending["conditions"]
+        for key, value in dict(pending or {}).items():
+            if value is not None:
+                status[key] = value
         current = dict(status.get("tuning") or {})
 
         fingerprint = tuning_fingerprint(svc, plan, image_for(svc, ctx.settings))
@@ -200,6 +204,10 @@ async def _carry_out(
         patch["tuning"] = tuning_patch
     if conditions != (status.get("conditions") or []):
         patch["conditions"] = conditions
+    if patch and pending is not None:
+        for key in ("observedGeneration", "endpoint", "plan", "engine"):
+            if pending.get(key) is not None:
+                patch.setdefault(key, pending[key])  # staged by reconcile: go out together
     if patch:
         await ctx.kube.patch_status(API_VERSION, KIND, namespace, name, patch)
     new_status = {**status, "tuning": tuning, "conditions": conditions}
