@@ -72,7 +72,7 @@ from .adaptation import (
     decide,
     record,
 )
-from .constants import API_VERSION, GROUP, KIND, PLURAL, VERSION
+from .constants import GROUP, PLURAL, VERSION
 from .metrics import OperatorMetrics, metrics_of
 from .models import AdaptationMode, LLMServiceSpec, parse_llmservice
 
@@ -445,7 +445,7 @@ class AdaptationLoop:
 
     async def adapt(self, ctx: Any, svc: Service, obs: Observation | None, now: float) -> None:
         """Decide for one service and write the outcome."""
-        from .handlers import reconcile
+        from .handlers import reconcile, write_status
 
         ns, name = svc.key
         status = fresher_status(svc.status, self.written.get(svc.key))
@@ -463,17 +463,15 @@ class AdaptationLoop:
         if decision.changed or update.events:
             log.info(f"Adaptation of {ns}/{name} ({mode}): {decision.reason}")
 
-        await ctx.kube.patch_status(API_VERSION, KIND, ns, name, update.status_patch)
+        written = await write_status(ctx, svc.body, update.status_patch)
+        if written is None:
+            return  # deleted meanwhile
         self.written[svc.key] = update.adaptation
-        new_status = {**status, "adaptation": update.adaptation}
-        if "conditions" in update.status_patch:
-            new_status["conditions"] = update.status_patch["conditions"]
 
         if update.rollout or svc.key in self.pending_rollout:
             with self.metrics.timed_reconcile("adaptation"):
-                outcome = await reconcile({**svc.body, "status": new_status}, ctx, log)
-            if outcome.status_patch:
-                await ctx.kube.patch_status(API_VERSION, KIND, ns, name, outcome.status_patch)
+                outcome = await reconcile(written, ctx, log)
+            await write_status(ctx, written, outcome.status_patch)
             if outcome.error is not None:
                 self.pending_rollout.add(svc.key)  # retried on the next tick
                 log.warning(f"Rolling {ns}/{name} onto max-num-seqs "

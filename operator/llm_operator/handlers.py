@@ -13,6 +13,11 @@ kopf's bookkeeping lives under ``llmops.dev`` (finalizer ``llmops.dev/finalizer`
 progress and last-handled-configuration annotations ``llmops.dev/...``), configured in
 the startup handler, which also builds the settings and the API client into ``memo``
 (nothing is built at import time).
+
+Status writers (these handlers, the tuning step, the adaptation loop) each own some keys
+and some conditions of one ``status``; every write goes through :func:`write_status`,
+which rebases the writer's patch onto the status stored now and sends it with the
+``resourceVersion`` as a precondition, so that no writer undoes another's conditions.
 """
 
 from __future__ import annotations
@@ -204,6 +209,24 @@ async def reconcile(
     return Outcome(st.status_patch(current, new))
 
 
+async def write_status(
+    ctx: OperatorContext, obj: Mapping[str, Any], patch: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """Write a status ``patch`` computed from ``obj`` (an LLMService as some handler read
+    it) over the status stored now: the conditions it changed go into the stored list,
+    with ``resourceVersion`` as the precondition (see :func:`~llm_operator.status.rebase_patch`
+    and :meth:`~llm_operator.kube.KubeClient.update_status`).
+    Returns the LLMService as written (None when it is gone)."""
+    if not patch:
+        return dict(obj)
+    meta = obj.get("metadata") or {}
+    base = obj.get("status") or {}
+    return await ctx.kube.update_status(
+        f"{GROUP}/{VERSION}", KIND, str(meta.get("namespace") or "default"),
+        str(meta.get("name")), lambda fresh: st.rebase_patch(patch, base, fresh.get("status")),
+        known=obj)
+
+
 def _args_summary(plan: Plan) -> str:
     return (f"{plan.gpus_per_replica} GPU(s) per replica, --tensor-parallel-size "
             f"{plan.tensor_parallel_size}, --max-num-seqs {plan.max_num_seqs}")
@@ -234,14 +257,15 @@ def _children_of(name: str) -> list[tuple[str, str, str]]:
 @kopf.on.create(GROUP, VERSION, PLURAL, id="reconcile")
 @kopf.on.update(GROUP, VERSION, PLURAL, id="reconcile")
 async def llmservice_reconcile(
-    body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: kopf.Logger, reason: str,
-    **_: Any,
+    body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, reason: str, **_: Any,
 ) -> None:
     """Create, update and resume: one reconciliation (idempotent)."""
+    ctx = _ctx(memo)
     with metrics_of(memo).timed_reconcile("handler"):
-        outcome = await reconcile(body, _ctx(memo), logger, created=reason == "create")
-    for key, value in outcome.status_patch.items():
-        patch.status[key] = value  # kopf writes it once, with its own bookkeeping
+        outcome = await reconcile(body, ctx, logger, created=reason == "create")
+    # Written now, not staged in kopf's patch: kopf sends that without a precondition at
+    # the end of the cycle, over whatever a workload event or the tuning step wrote since.
+    await write_status(ctx, body, outcome.status_patch)
     if outcome.error is not None:
         raise outcome.error
 
@@ -287,9 +311,7 @@ async def _workload_event(
             current.get("conditions") or [], state, kind=str(body.get("kind")), name=owner,
             generation=svc_meta.get("generation"), now=_now())
         outcome = Outcome(st.status_patch(current, {"conditions": conds}))
-    if outcome.status_patch:
-        await ctx.kube.patch_status(f"{GROUP}/{VERSION}", KIND, namespace, owner,
-                                    outcome.status_patch)
+    await write_status(ctx, svc_body, outcome.status_patch)
 
 
 def _changed_or_deleted(type: str, **_: Any) -> bool:

@@ -22,7 +22,7 @@ import json
 import logging
 import ssl
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, cast
@@ -264,18 +264,47 @@ class KubeClient:
                 raise ConflictError(f"{obj['kind']} {meta['name']} changed meanwhile") from None
             raise
 
-    async def patch_status(
-        self, api_version: str, kind: str, namespace: str, name: str, status: Mapping[str, Any]
+    async def update_status(
+        self, api_version: str, kind: str, namespace: str, name: str,
+        patch_for: Callable[[Mapping[str, Any]], Mapping[str, Any]],
+        known: Mapping[str, Any] | None = None, attempts: int = 8,
     ) -> JSON | None:
-        """Merge-patch the status subresource; None when the object is gone."""
+        """Write a status computed from the object it changes (optimistic concurrency).
+
+        ``patch_for(obj)`` returns the status merge patch to write over ``obj`` (empty:
+        nothing to write). It is sent with ``obj``'s ``resourceVersion`` as the
+        precondition; when somebody wrote in between (409) the object is read again and
+        the patch recomputed. Several writers own parts of one status (the conditions
+        list above all: a merge patch replaces a list whole), so a blind patch computed
+        from an older read would undo what another wrote meanwhile. ``known``: the
+        caller's copy of the object, tried first to save a read. Returns the written
+        object (``known`` or the read one when there was nothing to write), None when
+        the object is gone; :class:`ConflictError` after ``attempts`` conflicts.
+        """
         path = resource_path(api_version, kind, namespace, name, "status")
-        try:
-            return await self.request("PATCH", path, {"status": dict(status)},
-                                      "application/merge-patch+json")
-        except ApiError as exc:
-            if _status_of(exc) == 404:
-                return None
-            raise
+        obj = known
+        for _ in range(attempts):
+            if obj is None:
+                obj = await self.get(api_version, kind, namespace, name)
+                if obj is None:
+                    return None
+            patch = dict(patch_for(obj))
+            if not patch:
+                return dict(obj)
+            body: JSON = {"status": patch}
+            version = (obj.get("metadata") or {}).get("resourceVersion")
+            if version:
+                body["metadata"] = {"resourceVersion": version}
+            try:
+                return await self.request("PATCH", path, body, "application/merge-patch+json")
+            except ApiError as exc:
+                if _status_of(exc) == 404:
+                    return None
+                if _status_of(exc) != 409:
+                    raise
+            obj = None  # changed meanwhile: read it again and recompute
+        raise ConflictError(f"{kind} {namespace}/{name}: status changed under every one of "
+                            f"{attempts} writes")
 
     async def merge_patch(
         self, api_version: str, kind: str, namespace: str | None, name: str,

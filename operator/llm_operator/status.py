@@ -321,6 +321,55 @@ def status_patch(current: Mapping[str, Any] | None, desired: Mapping[str, Any]) 
     return patch
 
 
+def rebase_patch(
+    patch: Mapping[str, Any], base: Mapping[str, Any] | None, fresh: Mapping[str, Any] | None
+) -> JSON:
+    """A status ``patch`` computed against ``base``, made to apply to ``fresh`` (the
+    status as stored now, maybe written by another handler since ``base`` was read).
+
+    Conditions: only those the patch changed with respect to ``base`` are set, in
+    ``fresh``'s list (others' conditions are kept; ``lastTransitionTime`` stays ``fresh``'s
+    when the status did not change there). Other keys are taken from the patch. Keys that
+    already hold the patched value are left out; an empty result means nothing to write.
+    """
+    base, fresh = base or {}, fresh or {}
+    out: JSON = {}
+    for key, value in patch.items():
+        if key == "conditions":
+            conds = [dict(c) for c in fresh.get("conditions") or []]
+            before = base.get("conditions") or []
+            for cond in value or []:
+                if get_condition(before, str(cond.get("type"))) == cond:
+                    continue  # not this writer's change
+                conds = _put_condition(conds, cond)
+            if conds != list(fresh.get("conditions") or []):
+                out[key] = conds
+        elif value is None:
+            if fresh.get(key) is not None:
+                out[key] = None
+        elif fresh.get(key) != value:
+            out[key] = value
+    return out
+
+
+def _put_condition(conditions: Sequence[Mapping[str, Any]], cond: Mapping[str, Any]
+                   ) -> list[JSON]:
+    result: list[JSON] = []
+    found = False
+    for old in conditions:
+        if old.get("type") != cond.get("type"):
+            result.append(dict(old))
+            continue
+        found = True
+        new = dict(cond)
+        if old.get("status") == cond.get("status") and old.get("lastTransitionTime"):
+            new["lastTransitionTime"] = old["lastTransitionTime"]
+        result.append(new)
+    if not found:
+        result.append(dict(cond))
+    return result
+
+
 def condition_status(status: Mapping[str, Any] | None, ctype: ConditionType) -> str | None:
     """``"True"``/``"False"``/``"Unknown"`` of one condition in a status, or None."""
     cond = get_condition((status or {}).get("conditions") or [], ctype)

@@ -53,7 +53,7 @@ from .constants import (
     VERSION,
 )
 from .errors import SpecError, SpecErrors
-from .handlers import OperatorContext, reconcile
+from .handlers import OperatorContext, reconcile, write_status
 from .kube import ConflictError, owned_by, owner_name
 from .metrics import OperatorMetrics, metrics_of
 from .models import LLMService, parse_llmservice
@@ -122,13 +122,9 @@ async def write_cache(ctx: OperatorContext, namespace: str, fingerprint: str,
 # --------------------------------------------------------------------------- one step
 async def tuning_step(
     ctx: OperatorContext, memo: Any, namespace: str, name: str, logger: Any,
-    pending: Any = None,
 ) -> tc.Decision | None:
     """One tuning step for the LLMService ``namespace/name`` (see the module docstring).
 
-    ``pending``: kopf's status patch of the current handler cycle (``patch.status``),
-    when called from the LLMService's own handler: its conditions are the newest, and the
-    ones this step writes replace them there too, so kopf's write does not undo ours.
     Returns the decision (None when the service is gone or its spec is invalid).
     """
     async with _lock(memo, namespace, name):
@@ -140,13 +136,7 @@ async def tuning_step(
             plan = make_plan(svc.spec)
         except (SpecError, SpecErrors):
             return None  # the reconcile handler reports it
-        # What the reconcile handler staged in this cycle (kopf writes it at the end) is
-        # the status this step builds on, all of it: writing its conditions without its
-        # plan would show Planned=True before status.plan exists.
         status = dict(obj.get("status") or {})
-        for key, value in dict(pending or {}).items():
-            if value is not None:
-                status[key] = value
         current = dict(status.get("tuning") or {})
 
         fingerprint = tuning_fingerprint(svc, plan, image_for(svc, ctx.settings))
@@ -166,14 +156,14 @@ async def tuning_step(
         if decision.action not in (tc.Action.NONE, tc.Action.WAIT):
             logger.info(f"Tuning {namespace}/{name}: {decision.action}: {decision.why}")
         await _carry_out(ctx, obj, svc, plan, fingerprint, status, decision, job, now, logger,
-                         pending, metrics_of(memo))
+                         metrics_of(memo))
         return decision
 
 
 async def _carry_out(
     ctx: OperatorContext, obj: JSON, svc: LLMService, plan: Plan, fingerprint: str,
     status: JSON, decision: tc.Decision, job: tc.ObservedJob | None, now: str, logger: Any,
-    pending: Any, metrics: OperatorMetrics,
+    metrics: OperatorMetrics,
 ) -> None:
     namespace, name = svc.metadata.namespace, svc.metadata.name
     current = dict(status.get("tuning") or {})
@@ -192,9 +182,8 @@ async def _carry_out(
         tuning["jobUid"] = (created.get("metadata") or {}).get("uid")
         await _delete_tuning_jobs(ctx, obj, logger, keep=job_name)
 
-    # Status: status.tuning and the Tuned condition, written now (not through kopf's
-    # patch at the end of the cycle) so that the next step, maybe for the Job's event,
-    # reads it.
+    # Status: status.tuning and the Tuned condition, written now so that the next step,
+    # maybe for the Job's event, reads it.
     generation = (obj.get("metadata") or {}).get("generation")
     conditions = tc.with_tuned_condition(status.get("conditions") or [], tuning,
                                          generation=generation, now=now)
@@ -204,28 +193,15 @@ async def _carry_out(
         patch["tuning"] = tuning_patch
     if conditions != (status.get("conditions") or []):
         patch["conditions"] = conditions
-    if patch and pending is not None:
-        for key in ("observedGeneration", "endpoint", "plan", "engine"):
-            if pending.get(key) is not None:
-                patch.setdefault(key, pending[key])  # staged by reconcile: go out together
-    if patch:
-        await ctx.kube.patch_status(API_VERSION, KIND, namespace, name, patch)
-    new_status = {**status, "tuning": tuning, "conditions": conditions}
-    if pending is not None and "conditions" in pending:
-        pending["conditions"] = conditions
+    written = await write_status(ctx, obj, patch)
+    if written is None:
+        return  # deleted meanwhile
 
     if tc.overrides_changed(status, tuning):
         # Roll the workload onto the new settings: the same reconciliation as the
         # handler's, with the new status.tuning.applied as render overrides.
-        body = {**obj, "status": new_status}
-        outcome = await reconcile(body, ctx, logger)
-        if outcome.status_patch:
-            await ctx.kube.patch_status(API_VERSION, KIND, namespace, name,
-                                        outcome.status_patch)
-            if pending is not None:
-                for key, value in outcome.status_patch.items():
-                    if key in pending:
-                        pending[key] = value
+        outcome = await reconcile(written, ctx, logger)
+        await write_status(ctx, written, outcome.status_patch)
         if outcome.error is not None:
             logger.warning(f"Re-rendering {namespace}/{name} with the tuned settings failed: "
                            f"{outcome.error}")
@@ -259,13 +235,13 @@ async def _delete_tuning_jobs(ctx: OperatorContext, obj: Mapping[str, Any], logg
 @kopf.on.create(GROUP, VERSION, PLURAL, id="tuning")
 @kopf.on.update(GROUP, VERSION, PLURAL, id="tuning")
 async def llmservice_tuning(
-    body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: kopf.Logger, **_: Any,
+    body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: Any,
 ) -> None:
     """Create, update and resume: one tuning step (after the ``reconcile`` handler)."""
     if body.meta.get("deletionTimestamp"):
         return
     await tuning_step(_ctx(memo), memo, body.meta.namespace or "default", body.meta.name or "",
-                      logger, pending=patch.status)
+                      logger)
 
 
 def _finished_or_gone(body: kopf.Body, type: str | None, **_: Any) -> bool:

@@ -14,6 +14,7 @@ from llm_operator.status import (
     WorkloadState,
     build_status,
     get_condition,
+    rebase_patch,
     set_condition,
     status_patch,
 )
@@ -161,3 +162,37 @@ def test_engine_in_effect_names_where_each_value_came_from() -> None:
     pinned = EngineSpec(max_num_seqs=64)
     in_effect = engine_in_effect(pinned, plan, adapted)
     assert (in_effect["maxNumSeqs"], in_effect["maxNumSeqsSource"]) == (64, "pinned")
+
+
+def test_a_stale_writer_keeps_the_conditions_another_wrote_meanwhile() -> None:
+    """The reconcile handler read the status, then a workload event set Available; the
+    handler's patch (Planned for the new generation) must not bring Available back."""
+    planned_old = set_condition([], ConditionType.PLANNED, True, "PlanComputed", "p",
+                                generation=1, now=T0)
+    base = {"observedGeneration": 1,
+            "conditions": set_condition(planned_old, ConditionType.AVAILABLE, False,
+                                        "NoReplicasAvailable", "none", generation=1, now=T0)}
+    fresh = {**base, "conditions": set_condition(base["conditions"], ConditionType.AVAILABLE,
+                                                 True, "ReplicasAvailable", "1 of 1",
+                                                 generation=1, now=T1)}
+    mine = {"observedGeneration": 2,
+            "conditions": set_condition(base["conditions"], ConditionType.PLANNED, True,
+                                        "PlanComputed", "p2", generation=2, now=T1)}
+    patch = rebase_patch(mine, base, fresh)
+    assert patch["observedGeneration"] == 2
+    available = get_condition(patch["conditions"], ConditionType.AVAILABLE)
+    planned = get_condition(patch["conditions"], ConditionType.PLANNED)
+    assert available is not None and available["status"] == "True"  # the other writer's
+    assert planned is not None and planned["observedGeneration"] == 2  # mine
+    assert planned["lastTransitionTime"] == T0  # status did not change: time kept
+    # Against the status it was computed from, the patch is itself (no-ops dropped).
+    assert rebase_patch(mine, base, base) == {
+        "observedGeneration": 2, "conditions": mine["conditions"]}
+    # Already written: nothing to write.
+    assert rebase_patch(mine, base, {**fresh, **rebase_patch(mine, base, fresh)}) == {}
+
+
+def test_rebase_removes_a_key_only_where_it_still_exists() -> None:
+    assert rebase_patch({"plan": None}, {"plan": {"a": 1}}, {"plan": {"a": 1}}) == {
+        "plan": None}
+    assert rebase_patch({"plan": None}, {"plan": {"a": 1}}, {}) == {}
