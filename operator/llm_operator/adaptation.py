@@ -19,7 +19,10 @@ Policy, in the order it is checked:
 4. Lower on preemptions, on mean KV-cache usage above the high watermark, or on an
    inter-token latency p95 above the SLO while the batch is busy (batch interference).
    The target is the number of sequences the KV cache holds for the observed request
-   size when that is known (else scaled from the observed usage).
+   size when that is known (else scaled from the observed usage). With
+   ``spec.adaptation.preemptions: Tolerate`` the KV signals lower only together with a
+   TTFT p95 above its SLO and no queue (a queue explains a late first token, and a
+   smaller batch would lengthen it); the latency trigger is the same in both modes.
 5. Raise when running sits at the cap with requests waiting, mean KV usage is below the
    low watermark and the inter-token latency is within its SLO. The target is the
    observed demand (running + waiting), limited by the KV room.
@@ -44,7 +47,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from .models import AdaptationMode, LLMServiceSpec
+from .models import AdaptationMode, LLMServiceSpec, PreemptionPolicy
 
 ServiceKey = tuple[str, str]
 """``(namespace, name)`` of one LLMService."""
@@ -577,9 +580,19 @@ def _want(
 
     # Lower side.
     reasons: list[str] = []
-    if preempt >= s.min_preemptions:
+    pressure = preempt >= s.min_preemptions or kv > s.kv_high_watermark
+    if pressure and spec.adaptation.preemptions == PreemptionPolicy.TOLERATE:
+        # KV pressure counts only while it costs the SLO in a way a smaller batch fixes.
+        ttft_slo = spec.workload.slo.ttft_p95_ms / 1000.0
+        ttft = obs.ttft_p95_seconds
+        if ttft is not None and ttft > ttft_slo and waiting <= s.min_waiting:
+            reasons.append(f"TTFT p95 {ttft * 1000:.0f} ms above the {ttft_slo * 1000:.0f} ms "
+                           "SLO with no request queued")
+        else:
+            pressure = False
+    if pressure and preempt >= s.min_preemptions:
         reasons.append(f"{preempt:.0f} preemptions in the last {obs.window_seconds:.0f} s")
-    if kv > s.kv_high_watermark:
+    if pressure and kv > s.kv_high_watermark:
         reasons.append(f"KV cache {kv:.0%} used on average, above the "
                        f"{s.kv_high_watermark:.0%} high watermark")
     itl_miss = itl is not None and itl > itl_slo and running >= s.busy_fraction * cap
@@ -590,7 +603,7 @@ def _want(
                        "running): batch interference")
     if reasons:
         targets: list[tuple[int, str]] = []
-        if preempt >= s.min_preemptions or kv > s.kv_high_watermark:
+        if pressure:
             # The KV fit of full-length sequences when known; a fit at or above the cap
             # while under pressure means the sizes are off: scale from usage instead.
             if fit is not None and fit[0] < cap:
@@ -642,6 +655,10 @@ def _calm_text(obs: Observation, cap: int, spec: LLMServiceSpec, s: PolicySettin
     if itl is not None:
         facts += f", ITL p95 {itl * 1000:.0f} ms"
     why: list[str] = []
+    if spec.adaptation.preemptions == PreemptionPolicy.TOLERATE and (
+            (obs.preemptions or 0) >= s.min_preemptions or kv > s.kv_high_watermark):
+        why.append("KV pressure is tolerated (spec.adaptation.preemptions=Tolerate) while "
+                   "the latency SLO holds or a queue, not the batch, explains the TTFT")
     if running >= s.at_cap_fraction * cap and waiting > s.min_waiting:
         if kv >= s.kv_low_watermark:
             why.append(f"queueing, but KV usage is not below the {s.kv_low_watermark:.0%} low "

@@ -174,8 +174,14 @@ class AdaptationMode(StrEnum):
     DISABLED = "Disabled"
 
 
+class PreemptionPolicy(StrEnum):
+    AVOID = "Avoid"
+    TOLERATE = "Tolerate"
+
+
 class AdaptationSpec(_Model):
     mode: AdaptationMode = AdaptationMode.RECOMMEND
+    preemptions: PreemptionPolicy = PreemptionPolicy.AVOID
     interval_seconds: int = Field(default=60, ge=5)
     cooldown_seconds: int = Field(default=600, ge=0)
     min_max_num_seqs: int = Field(default=1, ge=1)

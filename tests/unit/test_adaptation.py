@@ -167,6 +167,34 @@ def test_itl_slo_miss_with_an_idle_batch_holds_and_explains() -> None:
     assert d.action is Action.HOLD and "batch is not busy" in d.reason
 
 
+def test_tolerate_holds_through_preemptions_while_the_slo_holds() -> None:
+    d = decide(obs(**PREEMPTING), state(16), spec(preemptions="Tolerate"), NOW)
+    assert d.action is Action.HOLD and d.value == 16
+    assert "preemptions=Tolerate" in d.reason and "60 preemptions" in d.reason
+
+
+def test_tolerate_holds_when_a_queue_explains_the_late_first_token() -> None:
+    # A smaller batch would lengthen the queue: the TTFT miss is no reason to lower.
+    o = obs(**{**PREEMPTING, "ttft_p95_seconds": 5.0, "waiting_mean": 12.0})
+    d = decide(o, state(16), spec(preemptions="Tolerate"), NOW)
+    assert d.action is Action.HOLD
+    assert decide(o, state(16), spec(), NOW).action is Action.LOWER  # Avoid lowers
+
+
+def test_tolerate_lowers_when_the_first_token_is_late_with_no_queue() -> None:
+    o = obs(**{**PREEMPTING, "ttft_p95_seconds": 5.0, "waiting_mean": 0.0})
+    d = decide(o, state(16), spec(preemptions="Tolerate", maxStepPercent=100), NOW)
+    assert d.action is Action.LOWER and d.value == 10  # to the KV fit, as Avoid would
+    assert "TTFT p95 5000 ms above the 2000 ms SLO with no request queued" in d.reason
+
+
+def test_tolerate_still_lowers_on_batch_interference() -> None:
+    o = obs(**{**PREEMPTING, "itl_p95_seconds": 0.2})
+    d = decide(o, state(16), spec(preemptions="Tolerate"), NOW)
+    assert d.action is Action.LOWER and "batch interference" in d.reason
+    assert "preemptions in the last" not in d.reason  # tolerated, not a reason
+
+
 def test_lower_stops_at_the_lower_bound() -> None:
     d = decide(obs(**PREEMPTING), state(4), spec(minMaxNumSeqs=4), NOW)
     assert d.action is Action.HOLD and "at its lower bound (4)" in d.reason
