@@ -124,3 +124,18 @@ def record(scenario: str, meta: dict[str, object], seen: list[Observation]) -> N
     Path(out).mkdir(parents=True, exist_ok=True)
     doc = {**meta, "observations": [o.model_dump(by_alias=True) for o in seen]}
     (Path(out) / f"{scenario}.json").write_text(json.dumps(doc, indent=1) + "\n")
+
+
+def observe_scenario(stack: Stack, scenario: str, load: Load, cap: int, flags: list[str],
+                     window_s: float) -> list[Observation]:
+    """Run ``load`` against the stack and observe every 3 s while it runs (at most 35 s),
+    then record the series (see :func:`record`)."""
+    run = stack.load(load)
+    try:
+        seen = observe_while(stack, run, window_s, every_s=3.0, max_s=35.0)
+    finally:
+        run.kill()
+    record(scenario, {"scenario": scenario, "cap": cap, "flags": flags,
+                      "load": load.__dict__, "windowSeconds": window_s}, seen)
+    return seen
+

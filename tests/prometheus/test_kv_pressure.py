@@ -18,7 +18,7 @@ import pytest
 
 from llm_operator.adaptation import Action, AdaptationState, decide
 from llm_operator.models import LLMServiceSpec
-from tests.prometheus.conftest import Stack, observe_while, record, start_stack
+from tests.prometheus.conftest import Stack, observe_scenario, start_stack
 from tests.support.vllm_load import Load
 
 # The timeout includes waiting for the machine-wide vLLM lock (other servers may hold it).
@@ -39,14 +39,7 @@ def stack(tiny_model) -> Iterator[Stack]:  # type: ignore[no-untyped-def]
 @pytest.fixture(scope="module")
 def observed(stack: Stack) -> list:  # type: ignore[type-arg]
     """Observations every 3 s while 48 clients load the server (about 35 s)."""
-    run = stack.load(LOAD)
-    try:
-        seen = observe_while(stack, run, WINDOW_S, every_s=3.0, max_s=35.0)
-    finally:
-        run.kill()
-    record("kv_pressure", {"scenario": "kv_pressure", "cap": CAP, "flags": FLAGS,
-                           "load": LOAD.__dict__, "windowSeconds": WINDOW_S}, seen)
-    return seen
+    return observe_scenario(stack, "kv_pressure", LOAD, CAP, FLAGS, WINDOW_S)
 
 
 def _spec(**adaptation: object) -> LLMServiceSpec:

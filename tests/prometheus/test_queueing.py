@@ -16,7 +16,7 @@ import pytest
 from llm_operator.adaptation import Action, AdaptationState, decide
 from llm_operator.models import LLMServiceSpec
 from tests.conftest import vllm_python
-from tests.prometheus.conftest import MODEL_CACHE, Stack, observe_while, record, start_stack
+from tests.prometheus.conftest import MODEL_CACHE, Stack, observe_scenario, start_stack
 from tests.support.tiny_model import ensure_tiny_llama
 from tests.support.vllm_load import Load
 
@@ -40,14 +40,7 @@ def stack() -> Iterator[Stack]:
 @pytest.fixture(scope="module")
 def observed(stack: Stack) -> list:  # type: ignore[type-arg]
     """Observations every 3 s while 8 clients load a server capped at 2 (about 35 s)."""
-    run = stack.load(LOAD)
-    try:
-        seen = observe_while(stack, run, WINDOW_S, every_s=3.0, max_s=35.0)
-    finally:
-        run.kill()
-    record("queueing", {"scenario": "queueing", "cap": CAP, "flags": FLAGS,
-                        "load": LOAD.__dict__, "windowSeconds": WINDOW_S}, seen)
-    return seen
+    return observe_scenario(stack, "queueing", LOAD, CAP, FLAGS, WINDOW_S)
 
 
 def test_queueing_with_free_kv_raises_the_cap(observed: list) -> None:
