@@ -45,6 +45,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from results_md import RESULTS, markers, replace_section  # noqa: E402
 from tests.support.prometheus import Target, running_prometheus  # noqa: E402
 from tests.support.tiny_model import ensure_tiny_llama  # noqa: E402
 from tests.support.vllm_load import Load  # noqa: E402
@@ -371,7 +372,7 @@ def simulate_day(seed_minutes: int = 24 * 60) -> dict[str, Any]:
     }
 
 
-BEGIN, END = "<!-- adaptation:begin -->", "<!-- adaptation:end -->"
+BEGIN, END = markers("adaptation")
 
 
 def render_markdown(doc: dict[str, Any]) -> str:
@@ -534,17 +535,9 @@ def _goal_lines(m: dict[str, Any]) -> list[str]:
     return lines
 
 
-def write_results(doc: dict[str, Any], path: Path = ROOT / "benchmarks" / "RESULTS.md") -> None:
+def write_results(doc: dict[str, Any], path: Path = RESULTS) -> None:
     """Replace (or append) only the Adaptation section of RESULTS.md."""
-    text = path.read_text() if path.exists() else "# Benchmark results\n"
-    section = render_markdown(doc)
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        _old, tail = rest.split(END, 1)
-        text = head + section.rstrip("\n") + tail
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    path.write_text(text)
+    replace_section("adaptation", render_markdown(doc), path)
 
 
 def _say(text: str) -> None:

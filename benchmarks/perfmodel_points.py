@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "operator"))
 sys.path.insert(0, str(ROOT))
 
+from results_md import markers, replace_section  # noqa: E402
 from tests.support.tiny_model import tiny_shape  # noqa: E402
 
 from llm_operator.catalog import lookup_gpu, lookup_model  # noqa: E402
@@ -46,9 +47,7 @@ from llm_operator.perfmodel import (  # noqa: E402
 )
 
 DATA = ROOT / "benchmarks" / "data" / "cpu_engine_profile.json"
-RESULTS = ROOT / "benchmarks" / "RESULTS.md"
-BEGIN = "<!-- perfmodel:begin -->"
-END = "<!-- perfmodel:end -->"
+BEGIN, END = markers("perfmodel")
 L8 = "meta-llama/Llama-3.1-8B-Instruct"
 SEED = {1: 95.0, 8: 620.0, 32: 2400.0}  # the seed's Llama 3.1 8B on vLLM, total tok/s
 
@@ -261,16 +260,8 @@ def section() -> str:
 
 
 def write(text: str) -> None:
-    """Replace this section in RESULTS.md (re-read just before writing; other sections
-    belong to others)."""
-    current = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n\n"
-    if BEGIN in current and END in current:
-        head, rest = current.split(BEGIN, 1)
-        _, tail = rest.split(END, 1)
-        new = head + text.rstrip("\n") + tail
-    else:
-        new = current.rstrip("\n") + "\n\n" + text
-    RESULTS.write_text(new)
+    """Replace this section in RESULTS.md."""
+    replace_section("perfmodel", text)
 
 
 def main(argv: list[str] | None = None) -> int:

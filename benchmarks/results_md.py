@@ -1,0 +1,27 @@
+"""``benchmarks/RESULTS.md`` is shared by every benchmark: each owns one section between
+``<!-- name:begin -->`` and ``<!-- name:end -->`` and replaces only that."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+
+
+def markers(name: str) -> tuple[str, str]:
+    """The begin and end markers of section ``name``."""
+    return f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+
+
+def replace_section(name: str, section: str, path: Path = RESULTS) -> None:
+    """Replace section ``name`` (``section`` includes its markers) in ``path``, re-read
+    just before writing since other sections belong to other benchmarks; append it when
+    the file does not have it yet."""
+    begin, end = markers(name)
+    text = path.read_text() if path.exists() else "# Benchmark results\n"
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        text = head + section.rstrip("\n") + rest.split(end, 1)[1]
+    else:
+        text = text.rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n"
+    path.write_text(text)
