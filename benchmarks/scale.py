@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -32,12 +31,14 @@ from typing import Any
 
 import requests
 import yaml
+from results_md import markers, replace_section
+
+from llm_operator.sandbox.processes import stop as stop_process
 
 ROOT = Path(__file__).resolve().parents[1]
 CRD = ROOT / "crds" / "llmservices.llmops.dev.yaml"
-RESULTS = ROOT / "benchmarks" / "RESULTS.md"
 NAMESPACE = "bench"
-BEGIN, END = "<!-- scale:begin -->", "<!-- scale:end -->"
+BEGIN, END = markers("scale")
 
 
 def service(i: int) -> dict[str, Any]:
@@ -171,12 +172,7 @@ def run_once(n: int, workdir: Path, timeout: float, rate: float | None = None) -
         }
     finally:
         for proc in (op, emu):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(20)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+            stop_process(proc, 20)
         log.close()
 
 
@@ -212,13 +208,7 @@ def write_results(rows: list[dict[str, Any]], notes: str) -> None:
         "rendered Deployment. Regenerate: `.venv/bin/python benchmarks/scale.py --n 100 "
         "--n 1000 --rate 0 --rate 50 --write`.\n\n"
         f"{table(rows)}\n\n{notes}\n{END}")
-    text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + section + rest.split(END, 1)[1]
-    else:
-        text = text.rstrip() + "\n\n" + section + "\n"
-    RESULTS.write_text(text)
+    replace_section("scale", section)
 
 
 def main() -> int:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -22,6 +21,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
+
+from llm_operator.sandbox.processes import stop as stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_PATH = ROOT / "crds" / "llmservices.llmops.dev.yaml"
@@ -96,13 +97,7 @@ class EmulatorProcess:
 
     def stop(self) -> None:
         """Terminate it (by its own pid) and wait."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        stop_process(self.proc, 10)
 
 
 class Kubectl:
@@ -188,10 +183,4 @@ class OperatorProcess:
 
     def stop(self, timeout: float = 15) -> None:
         """SIGTERM (kopf stops gracefully) and wait; SIGKILL if it hangs."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        stop_process(self.proc, timeout)

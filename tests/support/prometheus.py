@@ -12,7 +12,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -25,6 +24,7 @@ from pathlib import Path
 
 import yaml
 
+from llm_operator.sandbox.processes import stop as stop_process
 from llm_operator.tuning.server import free_port
 
 PROMETHEUS_BIN = os.environ.get("LLMOP_PROMETHEUS_BIN", "/usr/bin/prometheus")
@@ -91,13 +91,7 @@ class PrometheusServer:
 
     def stop(self) -> None:
         """Stop the server and delete its TSDB."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
+        stop_process(self.proc, 15)
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 

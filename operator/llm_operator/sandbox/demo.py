@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,8 @@ from typing import Any
 import yaml
 from rich.console import Console
 from rich.panel import Panel
+
+from .processes import stop as stop_process
 
 CRD_FILE = "llmservices.llmops.dev.yaml"
 NAMESPACE = "default"
@@ -213,12 +214,7 @@ def run_demo(console: Console | None = None, *, keep: bool = False,
                 except KeyboardInterrupt:
                     pass
         finally:
-            if operator.poll() is None:
-                operator.send_signal(signal.SIGTERM)
-                try:
-                    operator.wait(15)
-                except subprocess.TimeoutExpired:
-                    operator.kill()
+            stop_process(operator, 15)
     console.print(f"\nDone in {time.monotonic() - started:.0f} s. Everything above ran "
                   "against an emulated API server, not a cluster.")
     return 0
