@@ -566,6 +566,16 @@ class _Run:
         ok = [t for t in self.trials if t.ok]
         return max(ok, key=lambda t: t.score) if ok else None
 
+    def first_better(self, cfgs: Sequence[Config], phase: str, inc: Trial) -> bool:
+        """Run ``cfgs`` in order until one beats ``inc``; False when none did or the
+        budget ran out first."""
+        for cfg in cfgs:
+            if not self.can_afford():
+                return False
+            if self.beats(self.run_trial(cfg, phase), inc):
+                return True
+        return False
+
     def beats(self, cand: Trial, inc: Trial) -> bool:
         return cand.ok and cand.score > inc.score * (1 + self.opts.min_gain)
 
@@ -661,15 +671,7 @@ class _Run:
             if not cands:
                 return
             cands.sort(key=lambda x: (-x[0], -x[1]))
-            moved = False
-            for _pr, _lvl, cfg in cands:
-                if not self.can_afford():
-                    return
-                t = self.run_trial(cfg, "refine")
-                if self.beats(t, inc):
-                    moved = True
-                    break
-            if not moved:
+            if not self.first_better([cfg for _pr, _lvl, cfg in cands], "refine", inc):
                 return
 
     def search_mnbt(self) -> None:
@@ -689,21 +691,13 @@ class _Run:
             # TTFT misses, or none (then throughput decides), want more prefill per step.
             ttft_miss = inc.mean_of("ttft_miss")
             itl_miss = inc.mean_of("itl_miss")
-            step = -1 if itl_miss > ttft_miss else 1
-            moved = False
-            for j in (i + step,):
-                if not 0 <= j < len(levels):
-                    continue
-                cfg = replace(inc.config, max_num_batched_tokens=levels[j])
-                if self.tried(cfg) or not self.space.valid(cfg):
-                    continue
-                if not self.can_afford():
-                    return
-                t = self.run_trial(cfg, "batched-tokens")
-                if self.beats(t, inc):
-                    moved = True
-                    break
-            if not moved:
+            j = i + (-1 if itl_miss > ttft_miss else 1)
+            if not 0 <= j < len(levels):
+                return
+            cfg = replace(inc.config, max_num_batched_tokens=levels[j])
+            if self.tried(cfg) or not self.space.valid(cfg):
+                return
+            if not self.first_better([cfg], "batched-tokens", inc):
                 return
 
 
