@@ -716,21 +716,29 @@ class EmulatedAPIServer(kmock.KubernetesEmulator):
         meta["generation"] = 1
         if "status" in info.subresources:
             obj.pop("status", None)
-        ver = self._crd_version(t.group, t.plural, t.version)
-        if ver is not None:
-            schema = (ver.get("schema") or {}).get("openAPIV3Schema") or {}
-            apply_schema_defaults(obj, {"properties": {
-                k: v for k, v in (schema.get("properties") or {}).items() if k != "metadata"
-            }})
+        self._default_custom_resource(t, obj)
         if t.group == "" and t.plural == "namespaces":
             obj["status"] = {"phase": "Active"}
         if t.group == "" and t.plural == "services":
             self._allocate_cluster_ip(obj)
         if t.group == CRD_GROUP and t.plural == "customresourcedefinitions":
             obj["status"] = self._crd_status(obj)
-        obj = self._bump(obj)
+        return self._store(t, key, self._bump(obj), "ADDED")
+
+    def _default_custom_resource(self, t: Target, obj: JSON) -> None:
+        """Apply the CRD schema's defaults (metadata aside), as the API server does on a
+        write that changes the object."""
+        ver = self._crd_version(t.group, t.plural, t.version)
+        if ver is not None:
+            schema = (ver.get("schema") or {}).get("openAPIV3Schema") or {}
+            apply_schema_defaults(obj, {"properties": {
+                k: v for k, v in (schema.get("properties") or {}).items() if k != "metadata"
+            }})
+
+    def _store(self, t: Target, key: Key, obj: JSON, event: str) -> JSON:
+        """Keep ``obj``, tell the watchers, and serve the kind a stored CRD defines."""
         self.objects_by_key[key] = obj
-        self._emit(t.group, t.plural, "ADDED", obj)
+        self._emit(t.group, t.plural, event, obj)
         if t.group == CRD_GROUP and t.plural == "customresourcedefinitions":
             self._register_crd(obj)
         return obj
@@ -829,22 +837,13 @@ class EmulatedAPIServer(kmock.KubernetesEmulator):
             k: v for k, v in cur.items() if k not in ("metadata", "status")
         }:
             meta["generation"] = int(cur["metadata"].get("generation", 1)) + 1
-            ver = self._crd_version(t.group, t.plural, t.version)
-            if ver is not None:
-                schema = (ver.get("schema") or {}).get("openAPIV3Schema") or {}
-                apply_schema_defaults(result, {"properties": {
-                    k: v for k, v in (schema.get("properties") or {}).items() if k != "metadata"
-                }})
+            self._default_custom_resource(t, result)
         result = self._bump(result)
         if meta.get("deletionTimestamp") and not meta.get("finalizers"):
             del self.objects_by_key[key]
             self._emit(t.group, t.plural, "DELETED", result)
             return result
-        self.objects_by_key[key] = result
-        self._emit(t.group, t.plural, "MODIFIED", result)
-        if t.group == CRD_GROUP and t.plural == "customresourcedefinitions":
-            self._register_crd(result)
-        return result
+        return self._store(t, key, result, "MODIFIED")
 
     def _delete(self, t: Target) -> JSON:
         assert t.name is not None
