@@ -85,19 +85,8 @@ def set_condition(
     condition is new); reason, message and observedGeneration always update.
     """
     status_text = _bool(status) if isinstance(status, bool) else status
-    result: list[JSON] = []
-    found = False
-    for cond in conditions:
-        if cond.get("type") != str(ctype):
-            result.append(dict(cond))
-            continue
-        found = True
-        moved = cond.get("status") != status_text or not cond.get("lastTransitionTime")
-        result.append(_condition(ctype, status_text, reason, message, generation,
-                                 now if moved else str(cond["lastTransitionTime"])))
-    if not found:
-        result.append(_condition(ctype, status_text, reason, message, generation, now))
-    return result
+    return _put_condition(conditions,
+                          _condition(ctype, status_text, reason, message, generation, now))
 
 
 def _condition(
@@ -354,6 +343,8 @@ def rebase_patch(
 
 def _put_condition(conditions: Sequence[Mapping[str, Any]], cond: Mapping[str, Any]
                    ) -> list[JSON]:
+    """``conditions`` with ``cond`` in place of the one of its type (appended when new),
+    keeping the stored ``lastTransitionTime`` when the status did not change."""
     result: list[JSON] = []
     found = False
     for old in conditions:

@@ -80,8 +80,8 @@ def test_a_writer_that_always_loses_gives_up_with_a_conflict(server: EmulatorThr
             assert stale is not None
             await kube.update_status(API_VERSION, KIND, "default", NAME,
                                      lambda obj: {"endpoint": "http://changed"})
-            # A patch_for that never matches the object it is given: every write is sent
-            # with the stale resourceVersion, so every one conflicts.
+            # One attempt, from the stale copy: its resourceVersion no longer matches, so
+            # the only write conflicts and nothing is left to retry with.
             with pytest.raises(ConflictError):
                 await kube.update_status(API_VERSION, KIND, "default", NAME,
                                          lambda obj: {"endpoint": "http://mine"},
