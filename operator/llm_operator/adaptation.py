@@ -48,6 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from .models import AdaptationMode, LLMServiceSpec, PreemptionPolicy
+from .planning import NULL_BLOCKS
 
 ServiceKey = tuple[str, str]
 """``(namespace, name)`` of one LLMService."""
@@ -87,9 +88,9 @@ class PolicySettings(BaseModel):
         gt=0,
         le=1,
         description="Share of the KV cache that sequences at their FULL length (prompt + "
-        "output, in whole blocks) may fill: the cap that never preempts is this x blocks / "
-        "blocks per sequence; usage averages well below (sequences are half-way on average) "
-        "[1.0]",
+        "output, in whole blocks as vLLM allocates them) may fill: the cap that never "
+        "preempts is this x usable blocks / blocks per sequence; usage averages well below "
+        "(sequences are half-way on average) [1.0]",
     )
     min_preemptions: float = Field(
         1.0,
@@ -550,17 +551,26 @@ def _data_problem(
 
 
 def _kv_fit(obs: Observation, s: PolicySettings) -> tuple[int, str] | None:
-    """Sequences at their full observed length the KV cache holds without preempting."""
+    """Sequences at their full observed length the KV cache holds without preempting.
+
+    Counted as vLLM allocates (v1 scheduler and BlockPool, vLLM 0.32): a request's KV
+    holds its prompt and every output token but the last (the last sampled token is never
+    fed back), in whole blocks; one block of the pool is vLLM's null block, never given to
+    a request. Sequences of 128 + 256 tokens in 32 blocks of 128: 383 tokens = 3 blocks,
+    31 usable blocks, 10 fit.
+    """
     if obs.kv_capacity_tokens and obs.mean_prompt_tokens is not None \
             and obs.mean_generation_tokens is not None:
         per_seq = obs.mean_prompt_tokens + obs.mean_generation_tokens
         if per_seq > 0:
             block = obs.kv_block_size or 1
-            blocks = obs.kv_capacity_tokens // block
-            per_seq_blocks = math.ceil(per_seq / block)
-            n = math.floor(s.kv_fit_fraction * blocks / per_seq_blocks)
+            usable = obs.kv_capacity_tokens // block - (NULL_BLOCKS if block > 1 else 0)
+            kv_tokens = max(per_seq - 1, 1.0)
+            per_seq_blocks = math.ceil(kv_tokens / block)
+            n = math.floor(s.kv_fit_fraction * usable / per_seq_blocks)
             share = "" if s.kv_fit_fraction == 1 else f" in {s.kv_fit_fraction:.0%} of it"
-            unit = f" ({per_seq_blocks} blocks of {block})" if block > 1 else ""
+            unit = (f" ({per_seq_blocks} blocks of {block} each, {usable} blocks usable)"
+                    if block > 1 else "")
             return max(1, n), (f"the KV cache ({obs.kv_capacity_tokens} tokens) holds {n} "
                                f"sequences of {per_seq:.0f} tokens{unit}{share}")
     return None

@@ -73,7 +73,9 @@ def test_preemptions_are_observed_and_the_decision_lowers_the_cap(
     d = decide(obs, AdaptationState(current=CAP), _spec(maxStepPercent=100), obs.evaluated_at)
     per_seq = (obs.mean_prompt_tokens or 0) + (obs.mean_generation_tokens or 0)
     assert obs.kv_block_size == 128  # the CPU backend's block
-    assert d.value == (4096 // 128) // math.ceil(per_seq / 128), d.reason
+    # vLLM keeps one of the 32 blocks back (its null block) and never stores the KV of a
+    # request's last sampled token.
+    assert d.value == (4096 // 128 - 1) // math.ceil((per_seq - 1) / 128), d.reason
     assert "holds" in d.reason
 
 

@@ -129,11 +129,19 @@ def test_preemptions_lower_to_what_the_kv_cache_holds_when_the_step_allows() -> 
     assert "holds 10 sequences of 384 tokens" in d.reason
 
 
-def test_the_kv_fit_counts_whole_blocks() -> None:
-    # 32 blocks of 128; a 385-token sequence takes 4 blocks at its end: 8 fit, not 10.
-    o = obs(**{**PREEMPTING, "kv_block_size": 128, "mean_prompt_tokens": 129.0})
+@pytest.mark.parametrize(("prompt", "blocks", "fit"), [
+    # 129 + 256: the KV holds 384 tokens (never the last sampled one) = 3 blocks of 128.
+    (129.0, 3, 10),
+    # 130 + 256: 385 tokens = 4 blocks; 31 of the 32 blocks are usable (vLLM's null block).
+    (130.0, 4, 7),
+])
+def test_the_kv_fit_counts_blocks_as_vllm_allocates_them(prompt: float, blocks: int,
+                                                         fit: int) -> None:
+    o = obs(**{**PREEMPTING, "kv_block_size": 128, "mean_prompt_tokens": prompt})
     d = decide(o, state(16), spec(maxStepPercent=100), NOW)
-    assert d.value == 8 and "(4 blocks of 128)" in d.reason
+    assert d.value == fit
+    assert f"holds {fit} sequences" in d.reason
+    assert f"({blocks} blocks of 128 each, 31 blocks usable)" in d.reason
 
 
 def test_a_kv_fit_estimate_above_the_cap_while_preempting_yields_to_usage() -> None:
