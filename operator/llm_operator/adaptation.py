@@ -16,7 +16,8 @@ Policy, in the order it is checked:
    the tuner's measured knee and ``spec.adaptation.maxMaxNumSeqs``.
 3. Missing, unavailable, stale or too little data, or a window that still holds samples
    from before the last change: hold, and say which.
-4. Lower on preemptions, on mean KV-cache usage above the high watermark, or on an
+4. Lower on preemptions (at least one, and at least 1% of the requests finished in the
+   window), on mean KV-cache usage above the high watermark, or on an
    inter-token latency p95 above the SLO while the batch is busy (batch interference).
    The target is the number of sequences the KV cache holds for the observed request
    size when that is known (else scaled from the observed usage). With
@@ -96,6 +97,14 @@ class PolicySettings(BaseModel):
         1.0,
         gt=0,
         description="Preemptions in the window (rate x window) that count as KV exhaustion [1]",
+    )
+    min_preemption_share: float = Field(
+        0.01,
+        ge=0,
+        le=1,
+        description="Preemptions must also reach this share of the requests finished in the "
+        "window to count as KV exhaustion: at the KV fit a prompt a few tokens longer than "
+        "the mean can still preempt once, which is not worth a rollout [0.01]",
     )
     at_cap_fraction: float = Field(
         0.90,
@@ -590,7 +599,8 @@ def _want(
 
     # Lower side.
     reasons: list[str] = []
-    pressure = preempt >= s.min_preemptions or kv > s.kv_high_watermark
+    exhausting = _exhausting(obs, s)
+    pressure = exhausting or kv > s.kv_high_watermark
     if pressure and spec.adaptation.preemptions == PreemptionPolicy.TOLERATE:
         # KV pressure counts only while it costs the SLO in a way a smaller batch fixes.
         ttft_slo = spec.workload.slo.ttft_p95_ms / 1000.0
@@ -600,8 +610,8 @@ def _want(
                            "SLO with no request queued")
         else:
             pressure = False
-    if pressure and preempt >= s.min_preemptions:
-        reasons.append(f"{preempt:.0f} preemptions in the last {obs.window_seconds:.0f} s")
+    if pressure and exhausting:
+        reasons.append(f"{_preemptions_text(preempt)} in the last {obs.window_seconds:.0f} s")
     if pressure and kv > s.kv_high_watermark:
         reasons.append(f"KV cache {kv:.0%} used on average, above the "
                        f"{s.kv_high_watermark:.0%} high watermark")
@@ -660,13 +670,18 @@ def _calm_text(obs: Observation, cap: int, spec: LLMServiceSpec, s: PolicySettin
     running, kv, waiting = obs.running_mean, obs.kv_usage_mean, obs.waiting_mean or 0.0
     itl = obs.itl_p95_seconds
     itl_slo = spec.workload.slo.itl_p95_ms / 1000.0
+    preempt = obs.preemptions or 0.0
     facts = (f"running {running:.1f} of {cap}, waiting {waiting:.1f}, KV {kv:.0%}, "
-             f"{obs.preemptions or 0:.0f} preemptions")
+             f"{_preemptions_text(preempt)}")
     if itl is not None:
         facts += f", ITL p95 {itl * 1000:.0f} ms"
     why: list[str] = []
+    if preempt >= s.min_preemptions and not _exhausting(obs, s):
+        finished = (obs.request_rate or 0.0) * obs.window_seconds
+        why.append(f"{_preemptions_text(preempt)} in {finished:.0f} finished requests, below "
+                   f"the {s.min_preemption_share:.0%} share that counts as KV exhaustion")
     if spec.adaptation.preemptions == PreemptionPolicy.TOLERATE and (
-            (obs.preemptions or 0) >= s.min_preemptions or kv > s.kv_high_watermark):
+            _exhausting(obs, s) or kv > s.kv_high_watermark):
         why.append("KV pressure is tolerated (spec.adaptation.preemptions=Tolerate) while "
                    "the latency SLO holds or a queue, not the batch, explains the TTFT")
     if running >= s.at_cap_fraction * cap and waiting > s.min_waiting:
@@ -681,6 +696,18 @@ def _calm_text(obs: Observation, cap: int, spec: LLMServiceSpec, s: PolicySettin
         why.append(f"ITL p95 misses the SLO, but the batch is not busy (running below "
                    f"{s.busy_fraction:.0%} of the cap), so a smaller cap would not help")
     return "no reason to move (" + facts + ")" + (": " + "; ".join(why) if why else "")
+
+
+def _exhausting(obs: Observation, s: PolicySettings) -> bool:
+    """Preemptions enough to call the KV cache exhausted: at least ``min_preemptions`` and
+    ``min_preemption_share`` of the requests finished in the window."""
+    preempt = obs.preemptions or 0.0
+    finished = (obs.request_rate or 0.0) * obs.window_seconds
+    return preempt >= max(s.min_preemptions, s.min_preemption_share * finished)
+
+
+def _preemptions_text(n: float) -> str:
+    return f"{n:.0f} preemption" + ("" if round(n) == 1 else "s")
 
 
 def _flap(state: AdaptationState, cap: int, new: int, now: float,

@@ -156,6 +156,28 @@ def test_without_the_kv_size_the_target_scales_from_observed_usage() -> None:
     assert d.value == int(15.0 * 0.8 / 0.97)  # 12: running x target / usage
 
 
+def test_a_stray_preemption_among_many_requests_holds_and_says_so() -> None:
+    # At the KV fit a prompt a few tokens over the mean can still preempt once: 1 in 120
+    # finished requests is below the 1% share, and not worth a rollout.
+    o = obs(running_mean=9.5, running_max=10.0, waiting_mean=30.0, kv_usage_mean=0.7,
+            kv_usage_max=1.0, preemption_rate=1 / WINDOW, request_rate=120 / WINDOW,
+            kv_capacity_tokens=4096, kv_block_size=128)
+    d = decide(o, state(10), spec(), NOW)
+    assert d.action is Action.HOLD, d.reason
+    assert "1 preemption in 120 finished requests, below the 1% share" in d.reason
+
+
+@pytest.mark.parametrize(("preemptions", "finished"), [(2, 120), (1, 60), (1, 0)])
+def test_preemptions_at_one_percent_of_requests_or_more_lower(preemptions: int,
+                                                              finished: int) -> None:
+    o = obs(running_mean=9.5, running_max=10.0, waiting_mean=30.0, kv_usage_mean=0.7,
+            kv_usage_max=1.0, preemption_rate=preemptions / WINDOW,
+            request_rate=finished / WINDOW, kv_capacity_tokens=4096, kv_block_size=128)
+    d = decide(o, state(10), spec(), NOW)
+    assert d.action is Action.LOWER, d.reason
+    assert f"{preemptions} preemption" in d.reason
+
+
 def test_kv_above_the_high_watermark_lowers_without_preemptions() -> None:
     o = obs(running_mean=16, running_max=16, kv_usage_mean=0.95, kv_usage_max=0.99)
     d = decide(o, state(16), spec(), NOW)
