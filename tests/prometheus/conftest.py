@@ -75,6 +75,17 @@ class Stack:
         """Start a benchmark against the server (returns at once)."""
         return LoadRun(vllm_python(), self.server.url, str(self.model), load)
 
+    def restart(self, flags: list[str]) -> None:
+        """A rollout played by hand: the server stopped and started again on its port with
+        ``flags``, so Prometheus keeps scraping the same target. The stack's teardown stops
+        whichever server it holds."""
+        old = self.server
+        old.stop()
+        self.server = VLLMServer(model=old.model, python=old.python, flags=flags,
+                                 port=old.port, log_path=old.log_path,
+                                 start_timeout_s=old.start_timeout_s)
+        self.server.start()
+
     def observe(self, window_s: float, now: float | None = None) -> Observation | None:
         """The controller's observation of this service, evaluated now."""
         client = prometheus.connect(self.prom.url)
@@ -88,16 +99,19 @@ def start_stack(model: Path, flags: list[str], name: str) -> Iterator[Stack]:
     server = VLLMServer(model=str(model), python=str(vllm_python()), flags=flags,
                         log_path=log, start_timeout_s=300)
     server.start()
+    stack: Stack | None = None
     try:
         prom = start_prometheus([Target(f"127.0.0.1:{server.port}",
                                         {"llmservice": name, "namespace": NAMESPACE})])
         try:
             prom.wait_for_series(f'vllm:num_requests_running{{llmservice="{name}"}}', 30)
-            yield Stack(server, prom, model, NAMESPACE, name)
+            stack = Stack(server, prom, model, NAMESPACE, name)
+            yield stack
         finally:
             prom.stop()
     finally:
-        server.stop()
+        # A test may have restarted the server (Stack.restart): stop the one running.
+        (server if stack is None else stack.server).stop()
 
 
 def observe_while(stack: Stack, run: LoadRun, window_s: float, every_s: float,

@@ -18,8 +18,6 @@ import pytest
 
 from llm_operator.adaptation import Action, AdaptationState, decide
 from llm_operator.models import LLMServiceSpec
-from llm_operator.tuning.server import VLLMServer
-from tests.conftest import vllm_python
 from tests.prometheus.conftest import Stack, observe_scenario, start_stack
 from tests.support.vllm_load import Load
 
@@ -116,7 +114,7 @@ def test_recommend_cli_against_the_live_prometheus(stack: Stack, observed: list)
 def test_the_cap_it_lowers_to_stops_the_engine_preempting(stack: Stack, observed: list) -> None:
     """The rollout, played by hand: the same vLLM restarted on its port (Prometheus keeps
     scraping the same target) with the cap the decision chose, under the same 48 clients.
-    Last in the module: it replaces the module's server."""
+    Last in the module: it leaves the module's server at the new cap."""
     obs = [o for o in observed if o.samples >= WINDOW_S * 0.75][-1]
     d = decide(obs, AdaptationState(current=CAP), _spec(maxStepPercent=100), obs.evaluated_at)
     assert d.value is not None and d.value < CAP, d.reason
@@ -125,13 +123,8 @@ def test_the_cap_it_lowers_to_stops_the_engine_preempting(stack: Stack, observed
                           / max(1.0, _engine_counter(url, "vllm:request_success_total")))
     assert per_request_before > 0.1, per_request_before  # under pressure at the old cap
 
-    stack.server.stop()
-    flags = [*FLAGS[:FLAGS.index("--max-num-seqs")], "--max-num-seqs", str(d.value),
-             *FLAGS[FLAGS.index("--max-num-seqs") + 2:]]
-    stack.server = VLLMServer(model=str(stack.model), python=str(vllm_python()), flags=flags,
-                              port=stack.server.port, start_timeout_s=300,
-                              log_path=stack.server.log_path)
-    stack.server.start()  # the module fixture's teardown stops it
+    i = FLAGS.index("--max-num-seqs")
+    stack.restart([*FLAGS[:i], "--max-num-seqs", str(d.value), *FLAGS[i + 2:]])
     result = stack.load(Load(concurrency=48, num_prompts=240, input_len=128,
                              output_len=256)).wait(timeout_s=600)
     assert result["completed"] == 240
