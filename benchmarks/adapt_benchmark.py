@@ -44,7 +44,6 @@ import os
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -56,7 +55,7 @@ sys.path.insert(0, str(ROOT))
 from results_md import RESULTS, markers, replace_section  # noqa: E402
 from tests.support.prometheus import Target, running_prometheus  # noqa: E402
 from tests.support.tiny_model import ensure_tiny_llama  # noqa: E402
-from tests.support.vllm_load import Load  # noqa: E402
+from tests.support.vllm_load import Load, engine_metric  # noqa: E402
 
 from llm_operator import prometheus  # noqa: E402
 from llm_operator.adaptation import (  # noqa: E402
@@ -154,10 +153,7 @@ class Segment:
 
 
 def _preemptions(url: str) -> float:
-    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as r:
-        text = r.read().decode()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("vllm:num_preemptions_total"))
+    return engine_metric(url, "vllm:num_preemptions_total")
 
 
 def _p95(values: list[float]) -> float | None:

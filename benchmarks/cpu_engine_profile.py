@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.support.tiny_model import make_tiny_llama  # noqa: E402
+from tests.support.vllm_load import engine_metric  # noqa: E402
 
 LOCK_PATH = "/tmp/llmop-vllm.lock"
 OUT = ROOT / "benchmarks" / "data" / "cpu_engine_profile.json"
@@ -92,16 +93,6 @@ def logged_kv_tokens(log_path: Path) -> int:
     if not m:
         raise RuntimeError(f"no 'KV cache size' line in {log_path}")
     return int(m.group(1).replace(",", ""))
-
-
-def metric(base: str, name: str) -> float:
-    """Sum of a Prometheus metric's samples from vLLM's /metrics."""
-    text = urllib.request.urlopen(base + "/metrics", timeout=5).read().decode()
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
 
 
 def run_bench(base: str, model: Path, concurrency: int, prompts: int, input_len: int,
@@ -177,11 +168,11 @@ def measure_sweep(workdir: Path, quick: bool) -> list[dict[str, Any]]:
             # Warm-up run (first requests pay for lazy initialisation).
             run_bench(base, model, 4, 8, sw["input_len"], sw["output_len"])
             for c in sw["concurrencies"]:
-                pre0 = metric(base, "vllm:num_preemptions_total")
+                pre0 = engine_metric(base, "vllm:num_preemptions_total")
                 load = os.getloadavg()[0]
                 res = run_bench(base, model, c, max(16, 4 * c), sw["input_len"],
                                 sw["output_len"])
-                pre = metric(base, "vllm:num_preemptions_total") - pre0
+                pre = engine_metric(base, "vllm:num_preemptions_total") - pre0
                 rows.append({"sweep": sw["name"], "kv_cache_memory_bytes": sw["kv_bytes"],
                              "kv_tokens": kv_tokens, "max_num_seqs": sw["max_num_seqs"],
                              "input_len": sw["input_len"], "output_len": sw["output_len"],

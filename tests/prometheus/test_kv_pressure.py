@@ -11,7 +11,6 @@ import json
 import math
 import subprocess
 import sys
-import urllib.request
 from collections.abc import Iterator
 
 import pytest
@@ -19,7 +18,7 @@ import pytest
 from llm_operator.adaptation import Action, AdaptationState, decide
 from llm_operator.models import LLMServiceSpec
 from tests.prometheus.conftest import Stack, observe_scenario, start_stack
-from tests.support.vllm_load import Load
+from tests.support.vllm_load import Load, engine_metric
 
 # The timeout includes waiting for the machine-wide vLLM lock (other servers may hold it).
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1800)]
@@ -47,18 +46,10 @@ def _spec(**adaptation: object) -> LLMServiceSpec:
         {"model": {"name": "tiny"}, "adaptation": {"mode": "Apply", **adaptation}})
 
 
-def _engine_counter(url: str, name: str) -> float:
-    """A counter straight from the server's /metrics (summed over its label sets)."""
-    with urllib.request.urlopen(f"{url}/metrics") as r:
-        text = r.read().decode()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith(name + "{") or line.startswith(name + " "))
-
-
 def test_preemptions_are_observed_and_the_decision_lowers_the_cap(
     stack: Stack, observed: list
 ) -> None:
-    engine_preemptions = _engine_counter(stack.server.url, "vllm:num_preemptions_total")
+    engine_preemptions = engine_metric(stack.server.url, "vllm:num_preemptions_total")
     assert engine_preemptions > 0, "the engine itself did not preempt: no KV pressure"
 
     full = [o for o in observed if o.samples >= WINDOW_S * 0.75]
@@ -119,8 +110,8 @@ def test_the_cap_it_lowers_to_stops_the_engine_preempting(stack: Stack, observed
     d = decide(obs, AdaptationState(current=CAP), _spec(maxStepPercent=100), obs.evaluated_at)
     assert d.value is not None and d.value < CAP, d.reason
     url = stack.server.url
-    per_request_before = (_engine_counter(url, "vllm:num_preemptions_total")
-                          / max(1.0, _engine_counter(url, "vllm:request_success_total")))
+    per_request_before = (engine_metric(url, "vllm:num_preemptions_total")
+                          / max(1.0, engine_metric(url, "vllm:request_success_total")))
     assert per_request_before > 0.1, per_request_before  # under pressure at the old cap
 
     i = FLAGS.index("--max-num-seqs")
@@ -129,9 +120,9 @@ def test_the_cap_it_lowers_to_stops_the_engine_preempting(stack: Stack, observed
                              output_len=256)).wait(timeout_s=600)
     # On two busy cores the benchmark's client may lose a few requests (232 of 240 seen in
     # CI); the engine's own success counter is what preemptions are set against.
-    completed = _engine_counter(stack.server.url, "vllm:request_success_total")
+    completed = engine_metric(stack.server.url, "vllm:request_success_total")
     assert completed >= 200, (completed, result["completed"])
-    preempted = _engine_counter(stack.server.url, "vllm:num_preemptions_total")
+    preempted = engine_metric(stack.server.url, "vllm:num_preemptions_total")
     # At the fit, a preemption needs a prompt a token or two longer than the mean (the
     # benchmark's text re-tokenises to 128-130 tokens): rare, not the rule it was.
     assert preempted / completed <= per_request_before / 10, \

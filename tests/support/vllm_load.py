@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import tempfile
+import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +56,14 @@ class Load:
         if self.goodput:
             args += ["--goodput", *self.goodput]
         return args
+
+
+def engine_metric(base_url: str, name: str) -> float:
+    """A metric straight from a vLLM server's /metrics, summed over its label sets."""
+    with urllib.request.urlopen(f"{base_url}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name + "{") or line.startswith(name + " "))
 
 
 class LoadRun:
