@@ -507,10 +507,9 @@ def _measured_lines(m: dict[str, Any], heading: str) -> list[str]:
     for arm in m["adaptiveArms"]:
         ad = next(r for r in m["rows"] if r["arm"] == arm)
         decisions = [x["decision"] for x in m["segments"][arm] if x.get("decision")]
-        changes = [d for d in decisions if d["action"] != "hold"]
-        if m.get("repeats", 1) > 1:  # each run makes its own moves: list the first's
-            changes = [x["decision"] for x in _repeats(m, arm)[0]
-                       if x.get("decision") and x["decision"]["action"] != "hold"]
+        # Each run makes its own moves: list the first run's (a single run is its own).
+        changes = [x["decision"] for x in _repeats(m, arm)[0]
+                   if x.get("decision") and x["decision"]["action"] != "hold"]
         lines += [f"**{arm}** (spec.adaptation.preemptions="
                   f"{'Tolerate' if 'Tolerate' in arm else 'Avoid'}): goodput / best static "
                   f"= **{m['ratioToBestStatic'][arm]}**; rollouts {ad['rollouts']}; flaps "

@@ -205,6 +205,11 @@ class Observation(_Camel):
             return None
         return self.preemption_rate * self.window_seconds
 
+    @property
+    def finished_requests(self) -> float:
+        """Requests finished in the window (rate x window; 0 when not known)."""
+        return (self.request_rate or 0.0) * self.window_seconds
+
     def summary(self) -> Evidence:
         """The numbers a person reads (rounded), for status and Events."""
         ms = 1000.0
@@ -676,12 +681,13 @@ def _calm_text(obs: Observation, cap: int, spec: LLMServiceSpec, s: PolicySettin
     if itl is not None:
         facts += f", ITL p95 {itl * 1000:.0f} ms"
     why: list[str] = []
-    if preempt >= s.min_preemptions and not _exhausting(obs, s):
-        finished = (obs.request_rate or 0.0) * obs.window_seconds
-        why.append(f"{_preemptions_text(preempt)} in {finished:.0f} finished requests, below "
-                   f"the {s.min_preemption_share:.0%} share that counts as KV exhaustion")
+    exhausting = _exhausting(obs, s)
+    if preempt >= s.min_preemptions and not exhausting:
+        why.append(f"{_preemptions_text(preempt)} in {obs.finished_requests:.0f} finished "
+                   f"requests, below the {s.min_preemption_share:.0%} share that counts as KV "
+                   "exhaustion")
     if spec.adaptation.preemptions == PreemptionPolicy.TOLERATE and (
-            _exhausting(obs, s) or kv > s.kv_high_watermark):
+            exhausting or kv > s.kv_high_watermark):
         why.append("KV pressure is tolerated (spec.adaptation.preemptions=Tolerate) while "
                    "the latency SLO holds or a queue, not the batch, explains the TTFT")
     if running >= s.at_cap_fraction * cap and waiting > s.min_waiting:
@@ -701,9 +707,8 @@ def _calm_text(obs: Observation, cap: int, spec: LLMServiceSpec, s: PolicySettin
 def _exhausting(obs: Observation, s: PolicySettings) -> bool:
     """Preemptions enough to call the KV cache exhausted: at least ``min_preemptions`` and
     ``min_preemption_share`` of the requests finished in the window."""
-    preempt = obs.preemptions or 0.0
-    finished = (obs.request_rate or 0.0) * obs.window_seconds
-    return preempt >= max(s.min_preemptions, s.min_preemption_share * finished)
+    return (obs.preemptions or 0.0) >= max(s.min_preemptions,
+                                           s.min_preemption_share * obs.finished_requests)
 
 
 def _preemptions_text(n: float) -> str:
