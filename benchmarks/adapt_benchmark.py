@@ -23,7 +23,8 @@ goodput. The queue is allowed; a request whose stream runs slower than 15 ms a t
 (a preempted one stalls while it is recomputed) misses. The same requests are also
 scored against the README's chat objective (TTFT 2 s, TPOT 100 ms) and shown beside.
 
-Run (needs .venv-vllm and /usr/bin/prometheus; 30-45 min for part 1 on two cores)::
+Run (needs .venv-vllm and /usr/bin/prometheus; part 1 took 31 and 33 min for two
+interleaved runs of six arms on two cores: ``wallSeconds`` in the JSON)::
 
     .venv/bin/python benchmarks/adapt_benchmark.py --out benchmarks/data/adapt_benchmark.json
     .venv/bin/python benchmarks/adapt_benchmark.py --simulate-only
@@ -405,9 +406,9 @@ def render_markdown(doc: dict[str, Any]) -> str:
     lines += [
         "The online controller (`llm_operator.adaptation`, observations from a real "
         "Prometheus through `llm_operator.prometheus`) against static `--max-num-seqs` "
-        "values. Measure: `.venv/bin/python benchmarks/adapt_benchmark.py` (30-45 min on "
-        "two cores: it starts vLLM once per arm and once per rollout, holding the "
-        "machine's vLLM lock); render this section from its JSON: `--write-results`.", ""]
+        "values. Measure: `.venv/bin/python benchmarks/adapt_benchmark.py` (it starts vLLM "
+        "once per arm and once per rollout, holding the machine's vLLM lock; "
+        f"{_minutes(doc)}); render this section from its JSON: `--write-results`.", ""]
     runs = [("### Measured: step load on the real vLLM CPU engine", doc.get("measured"))]
     runs += [(f"### Measured earlier: {e['label']}", e) for e in doc.get("earlier", [])]
     for heading, m in runs:
@@ -524,6 +525,15 @@ def _measured_lines(m: dict[str, Any], heading: str) -> list[str]:
             lines += [f"- last decision: {last}"]
         lines.append("")
     return lines + _goal_lines(m)
+
+def _minutes(doc: dict[str, Any]) -> str:
+    """How long the measured run took, from its own record."""
+    m = doc.get("measured") or {}
+    if "wallSeconds" not in m:
+        return "its run time is in the JSON"
+    return (f"the run below took {m['wallSeconds'] / 60:.0f} min for {m.get('repeats', 1)} "
+            "interleaved run(s) of every arm on two cores")
+
 
 def _repeats(m: dict[str, Any], arm: str) -> list[list[dict[str, Any]]]:
     """An arm's segments, one list per repeat (a run without repeats is one)."""
