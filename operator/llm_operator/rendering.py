@@ -18,12 +18,11 @@ Children:
 - :func:`build_pod_monitor`: a ``monitoring.coreos.com/v1`` PodMonitor, only when the
   Prometheus Operator is there (see :func:`render_all`).
 
-The tuning Job (a later issue) runs the same image on the same GPUs with the same
-model source, so the pod-level pieces are separate builders it can reuse:
-:func:`model_source`, :func:`build_env`, :func:`build_volumes`,
+The tuning Job (:func:`llm_operator.tuning.job.build_tuning_job`) runs the same image on
+the same GPUs with the same model source, so the pod-level pieces are separate builders
+it reuses: :func:`model_source`, :func:`build_env`, :func:`build_volumes`,
 :func:`build_volume_mounts`, :func:`build_resources`, :func:`scheduling_fields`, with
-``labels_for(svc, COMPONENT_TUNING)``. A ``build_tuning_job`` belongs next to
-:func:`build_deployment` and should use them rather than re-derive them.
+``labels_for(svc, COMPONENT_TUNING)``.
 
 Every child carries ``llmops.dev/spec-hash``: a stable hash of the rendered object
 itself, so the apply step can compare desired with observed by one annotation and
@@ -158,7 +157,7 @@ done
 exec ray start --address="${{head}}" --block --disable-usage-stats
 """
 
-# Engine settings that tuning (issue 3) and adaptation move, by their spec name.
+# Engine settings that tuning and adaptation move, by their spec name.
 # They apply only where the user left the field to "auto": a pin always wins.
 OVERRIDABLE: dict[str, str] = {
     "maxNumSeqs": "max_num_seqs",

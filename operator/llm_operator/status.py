@@ -1,10 +1,11 @@
 """Status (pure): conditions in the standard shape, the plan summary, the endpoint.
 
-The operator owns four keys of ``status``: ``observedGeneration``, ``conditions``,
-``plan`` and ``endpoint`` (``tuning`` and ``adaptation`` belong to later stages). Each
+The reconciliation owns five keys of ``status`` (:data:`OWNED_KEYS`):
+``observedGeneration``, ``conditions``, ``plan``, ``engine`` and ``endpoint``; the tuning
+step owns ``tuning`` and the adaptation loop ``adaptation``. Each
 pass builds them from what it learnt (:func:`build_status`) and writes them once, only
 when they differ from what is stored (:func:`status_patch`). No clock is read here: the
-caller passes ``now``.
+caller passes ``now`` (seconds since the epoch).
 
 Conditions (one :class:`ConditionType` enum) follow the Kubernetes convention
 (``type``, ``status`` True/False/Unknown, ``reason`` in CamelCase, ``message``,
@@ -24,6 +25,7 @@ from .errors import SpecError
 from .models import EngineSpec
 from .planning import Plan
 from .rendering import effective_engine_value
+from .timestamps import rfc3339
 
 JSON = dict[str, Any]
 OWNED_KEYS = ("observedGeneration", "conditions", "plan", "engine", "endpoint")
@@ -60,6 +62,16 @@ class Reason(StrEnum):
     SCALED_TO_ZERO = "ScaledToZero"
 
 
+@dataclass(frozen=True)
+class Notice:
+    """An Event to post on the LLMService (``type`` Normal or Warning, a CamelCase
+    ``reason`` a user can act on, and the message)."""
+
+    type: str
+    reason: str
+    message: str
+
+
 def _bool(value: bool) -> str:
     return "True" if value else "False"
 
@@ -77,7 +89,7 @@ def set_condition(
     message: str,
     *,
     generation: int | None,
-    now: str,
+    now: float,
 ) -> list[JSON]:
     """A new list of conditions with ``ctype`` set (others kept, order kept, new last).
 
@@ -86,7 +98,8 @@ def set_condition(
     """
     status_text = _bool(status) if isinstance(status, bool) else status
     return _put_condition(conditions,
-                          _condition(ctype, status_text, reason, message, generation, now))
+                          _condition(ctype, status_text, reason, message, generation,
+                                     rfc3339(now)))
 
 
 def _condition(
@@ -191,7 +204,7 @@ class WorkloadState:
 
 def workload_conditions(
     conditions: Sequence[Mapping[str, Any]], state: WorkloadState, *, kind: str, name: str,
-    generation: int | None, now: str,
+    generation: int | None, now: float,
 ) -> list[JSON]:
     """Set Progressing, Available and Ready from the workload's state."""
     what = f"{kind} {name}"
@@ -239,7 +252,7 @@ def build_status(
     name: str,
     namespace: str,
     generation: int | None,
-    now: str,
+    now: float,
     plan: Plan | None = None,
     errors: Sequence[SpecError] = (),
     workload: WorkloadState | None = None,

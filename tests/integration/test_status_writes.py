@@ -13,13 +13,15 @@ import kubernetes.client
 import pytest
 
 from llm_operator.constants import API_VERSION, KIND
-from llm_operator.kube import ConflictError, KubeClient
+from llm_operator.controller.kube import ConflictError, KubeClient
 from llm_operator.sandbox.emulator import EmulatorThread
 from llm_operator.status import ConditionType, get_condition, rebase_patch, set_condition
+from llm_operator.timestamps import parse_rfc3339
 from tests.support.emulator import CRD_PATH, EXAMPLES_DIR, Kubectl
 
 NAME = "llama-3-1-8b"
 T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T00:01:00Z"
+AT1 = parse_rfc3339(T1)
 
 
 @pytest.fixture
@@ -40,7 +42,7 @@ def client(server: EmulatorThread) -> KubeClient:
 def conds_patch(status: dict[str, Any], ctype: ConditionType, ok: bool, reason: str,
                 generation: int) -> dict[str, Any]:
     return {"conditions": set_condition(status.get("conditions") or [], ctype, ok, reason,
-                                        reason, generation=generation, now=T1)}
+                                        reason, generation=generation, now=AT1)}
 
 
 def test_a_write_from_a_stale_read_keeps_the_other_writers_condition(

@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from llm_operator.timestamps import rfc3339
 from tests.integration.conftest import NAMESPACE
 from tests.support.emulator import EmulatorProcess, Kubectl, OperatorProcess, wait_for
 from tests.support.tuning_results import kv_constrained_result
@@ -117,7 +118,7 @@ def finish_job(kubectl: Kubectl, job: dict[str, Any], *, message: str | None,
          "imageID": "", "state": {"terminated": terminated}}]}
     kubectl.run("patch", "pod", pod["metadata"]["name"], "-n", NAMESPACE, "--subresource",
                 "status", "--type", "merge", "-p", json.dumps({"status": pod_status}))
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    now = rfc3339(time.time())
     cond = ({"type": "Failed", "status": "True", "reason": failed,
              "message": "Job has reached the specified backoff limit"
              if failed == "BackoffLimitExceeded" else "Job was active longer than specified "

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from llm_operator import prometheus
-from llm_operator.adaptation import Observation
-from llm_operator.tuning.server import VLLMServer
+from llm_operator.adaptation import prometheus
+from llm_operator.adaptation.policy import Observation
+from llm_operator.tuner.server import VLLMServer
 from tests.conftest import vllm_python
 from tests.support.prometheus import (
     PrometheusServer,

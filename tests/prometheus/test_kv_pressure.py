@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from llm_operator.adaptation import Action, AdaptationState, decide
+from llm_operator.adaptation.policy import AdaptationState, CapAction, decide
 from llm_operator.models import LLMServiceSpec
 from tests.prometheus.conftest import Stack, observe_scenario, start_stack
 from tests.support.vllm_load import Load, engine_metric
@@ -61,7 +61,7 @@ def test_preemptions_are_observed_and_the_decision_lowers_the_cap(
     assert obs.running_max is not None and obs.running_max <= CAP
 
     d = decide(obs, AdaptationState(current=CAP), _spec(), obs.evaluated_at)
-    assert d.action is Action.LOWER, d.reason
+    assert d.action is CapAction.LOWER, d.reason
     assert d.value is not None and CAP // 2 <= d.value < CAP  # the default step is 50 %
     assert "preemptions" in d.reason and "step limited" in d.reason
 
@@ -78,7 +78,7 @@ def test_preemptions_are_observed_and_the_decision_lowers_the_cap(
 def test_every_full_window_during_pressure_lowers(observed: list) -> None:
     decisions = [decide(o, AdaptationState(current=CAP), _spec(), o.evaluated_at)
                  for o in observed if o.samples >= WINDOW_S * 0.75]
-    assert decisions and all(d.action is Action.LOWER for d in decisions), \
+    assert decisions and all(d.action is CapAction.LOWER for d in decisions), \
         [d.reason for d in decisions]
 
 

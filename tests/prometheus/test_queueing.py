@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from llm_operator.adaptation import Action, AdaptationState, decide
+from llm_operator.adaptation.policy import AdaptationState, CapAction, decide
 from llm_operator.models import LLMServiceSpec
 from tests.conftest import vllm_python
 from tests.prometheus.conftest import MODEL_CACHE, Stack, observe_scenario, start_stack
@@ -54,7 +54,7 @@ def test_queueing_with_free_kv_raises_the_cap(observed: list) -> None:
 
     spec = LLMServiceSpec.model_validate({"model": {"name": "tiny"}})
     d = decide(obs, AdaptationState(current=CAP), spec, obs.evaluated_at)
-    assert d.action is Action.RAISE, d.reason
+    assert d.action is CapAction.RAISE, d.reason
     assert d.value == CAP + 1  # 50 % of 2 is 1: the step limit
     assert "waiting" in d.reason and "low watermark" in d.reason
 
@@ -62,7 +62,7 @@ def test_queueing_with_free_kv_raises_the_cap(observed: list) -> None:
     wide = LLMServiceSpec.model_validate({"model": {"name": "tiny"},
                                           "adaptation": {"maxStepPercent": 100}})
     d = decide(obs, AdaptationState(current=CAP), wide, obs.evaluated_at)
-    assert d.action is Action.RAISE and d.value == CAP * 2  # still one step: 100 % of 2
+    assert d.action is CapAction.RAISE and d.value == CAP * 2  # still one step: 100 % of 2
 
 
 def test_upper_bound_holds_the_raise(observed: list) -> None:
@@ -70,4 +70,4 @@ def test_upper_bound_holds_the_raise(observed: list) -> None:
     spec = LLMServiceSpec.model_validate({"model": {"name": "tiny"},
                                           "adaptation": {"maxMaxNumSeqs": CAP}})
     d = decide(obs, AdaptationState(current=CAP), spec, obs.evaluated_at)
-    assert d.action is Action.HOLD and "upper bound" in d.reason
+    assert d.action is CapAction.HOLD and "upper bound" in d.reason

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import time
 
-from llm_operator import prometheus
-from llm_operator.adaptation import Action, AdaptationState, decide
+from llm_operator.adaptation import prometheus
+from llm_operator.adaptation.policy import AdaptationState, CapAction, decide
 from llm_operator.models import LLMServiceSpec
-from llm_operator.tuning.server import free_port
+from llm_operator.tuner.server import free_port
 from tests.support.prometheus import Target, running_prometheus
 
 SPEC = LLMServiceSpec.model_validate({"model": {"name": "tiny"},
@@ -26,7 +26,7 @@ def test_prometheus_down_holds_with_the_reason() -> None:
     assert time.monotonic() - t0 < 10  # the timer must not hang on a dead Prometheus
     assert len(errors) == 1
     d = decide(obs[KEY], AdaptationState(current=16), SPEC, time.time())
-    assert d.action is Action.HOLD and d.value == 16
+    assert d.action is CapAction.HOLD and d.value == 16
     assert "Prometheus is unavailable" in d.reason and "cannot connect" in d.reason
 
 
@@ -42,7 +42,7 @@ def test_prometheus_without_vllm_series_holds_and_says_none_were_found() -> None
     assert errors == []  # the batched query is valid PromQL for a real Prometheus
     assert obs == {}
     d = decide(obs.get(KEY), AdaptationState(current=16), SPEC, time.time())
-    assert d.action is Action.HOLD and "no vLLM series" in d.reason
+    assert d.action is CapAction.HOLD and "no vLLM series" in d.reason
 
 
 def test_bad_promql_label_is_an_error_not_a_crash() -> None:
@@ -54,4 +54,4 @@ def test_bad_promql_label_is_an_error_not_a_crash() -> None:
                                             on_error=errors.append)
     assert len(errors) == 1
     d = decide(obs[KEY], AdaptationState(current=16), SPEC, time.time())
-    assert d.action is Action.HOLD and "Prometheus is unavailable" in d.reason
+    assert d.action is CapAction.HOLD and "Prometheus is unavailable" in d.reason

@@ -28,6 +28,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from llm_operator.timestamps import rfc3339
+
 DATA_DIR = Path(__file__).resolve().parents[1] / "integration" / "data"
 KV_PRESSURE = DATA_DIR / "vllm_kv_pressure_metrics.json.gz"
 
@@ -35,7 +37,7 @@ _SAMPLE = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?P<labels>\{.*\})?\s+
 _CUMULATIVE_SUFFIXES = ("_total", "_bucket", "_count", "_sum")
 
 
-# The vLLM families llm_operator.prometheus reads (prefixes; their _total, _bucket, _sum,
+# The vLLM families llm_operator.adaptation.prometheus reads (prefixes; their _total, _bucket, _sum,
 # _count and _created series included). Everything else vLLM exports is left out of the
 # recording to keep it small.
 READ_FAMILIES = (
@@ -190,7 +192,7 @@ def record(out: Path, seconds: float = 45.0, interval_s: float = 1.0,
     and a cap of 64, load it with vLLM's own benchmark (``concurrency`` clients, 128
     prompt / 256 output tokens), and record its ``/metrics`` every ``interval_s`` for
     ``seconds`` once requests run."""
-    from llm_operator.tuning.server import VLLMServer
+    from llm_operator.tuner.server import VLLMServer
     from tests.conftest import vllm_python
     from tests.support.tiny_model import ensure_tiny_llama
     from tests.support.vllm_load import Load, LoadRun
@@ -228,7 +230,7 @@ def record(out: Path, seconds: float = 45.0, interval_s: float = 1.0,
         "flags": list(flags),
         "load": {"concurrency": concurrency, "inputLen": 128, "outputLen": 256},
         "intervalSeconds": interval_s,
-        "recordedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "recordedAt": rfc3339(time.time()),
         "scrapes": scrapes,
     }
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -25,7 +25,7 @@ from pathlib import Path
 import yaml
 
 from llm_operator.sandbox.processes import stop as stop_process
-from llm_operator.tuning.server import free_port
+from llm_operator.tuner.server import free_port
 
 PROMETHEUS_BIN = os.environ.get("LLMOP_PROMETHEUS_BIN", "/usr/bin/prometheus")
 

@@ -10,14 +10,13 @@ from typing import Any
 
 import pytest
 
-from llm_operator.adaptation import (
-    Action,
+from llm_operator.adaptation.policy import (
     AdaptationState,
+    CapAction,
+    CapChange,
     CapLimits,
-    Change,
     Observation,
     PolicySettings,
-    adapt_all,
     adaptation_status,
     bounds_for,
     decide,
@@ -69,18 +68,18 @@ def state(current: int = 16, **kw: Any) -> AdaptationState:
 
 def test_pinned_cap_is_never_changed_even_under_preemptions() -> None:
     d = decide(obs(**PREEMPTING), state(16), spec(engine={"maxNumSeqs": 16}), NOW)
-    assert d.action is Action.HOLD and d.value == 16
+    assert d.action is CapAction.HOLD and d.value == 16
     assert "pinned by the user" in d.reason.lower()
 
 
 def test_disabled_mode_holds() -> None:
     d = decide(obs(**PREEMPTING), state(16), spec(mode="Disabled"), NOW)
-    assert d.action is Action.HOLD and "Disabled" in d.reason
+    assert d.action is CapAction.HOLD and "Disabled" in d.reason
 
 
 def test_unknown_current_cap_holds() -> None:
     d = decide(obs(**PREEMPTING), None, spec(), NOW)
-    assert d.action is Action.HOLD and d.value is None and "not known" in d.reason
+    assert d.action is CapAction.HOLD and d.value is None and "not known" in d.reason
 
 
 @pytest.mark.parametrize(
@@ -100,7 +99,7 @@ def test_missing_stale_or_too_little_data_holds_and_says_so(
     observation: Observation | None, words: str
 ) -> None:
     d = decide(observation, state(16), spec(), NOW, namespace="ns", name="svc")
-    assert d.action is Action.HOLD and d.value == 16
+    assert d.action is CapAction.HOLD and d.value == 16
     assert words in d.reason
     assert (d.namespace, d.name) == ("ns", "svc")
 
@@ -108,7 +107,7 @@ def test_missing_stale_or_too_little_data_holds_and_says_so(
 def test_window_that_straddles_the_last_change_holds() -> None:
     st = state(16, last_change_at=NOW - 60)
     d = decide(obs(**PREEMPTING), st, spec(cooldownSeconds=0), NOW)
-    assert d.action is Action.HOLD and "from before the last change" in d.reason
+    assert d.action is CapAction.HOLD and "from before the last change" in d.reason
 
 
 # --- lower ----------------------------------------------------------------------------
@@ -116,7 +115,7 @@ def test_window_that_straddles_the_last_change_holds() -> None:
 
 def test_preemptions_lower_by_at_most_the_step() -> None:
     d = decide(obs(**PREEMPTING), state(64), spec(), NOW)
-    assert d.action is Action.LOWER and d.value == 32  # 50 % of 64
+    assert d.action is CapAction.LOWER and d.value == 32  # 50 % of 64
     assert "60 preemptions in the last 120 s" in d.reason
     assert "step limited to 50%" in d.reason
     assert d.evidence["preemptions"] == 60.0 and d.evidence["cap"] == 64
@@ -125,7 +124,7 @@ def test_preemptions_lower_by_at_most_the_step() -> None:
 def test_preemptions_lower_to_what_the_kv_cache_holds_when_the_step_allows() -> None:
     # 4,096 tokens / (128 + 256) = 10.7: 10 sequences at full length fit.
     d = decide(obs(**PREEMPTING), state(16), spec(maxStepPercent=100), NOW)
-    assert d.action is Action.LOWER and d.value == 10
+    assert d.action is CapAction.LOWER and d.value == 10
     assert "holds 10 sequences of 384 tokens" in d.reason
 
 
@@ -163,7 +162,7 @@ def test_a_stray_preemption_among_many_requests_holds_and_says_so() -> None:
             kv_usage_max=1.0, preemption_rate=1 / WINDOW, request_rate=120 / WINDOW,
             kv_capacity_tokens=4096, kv_block_size=128)
     d = decide(o, state(10), spec(), NOW)
-    assert d.action is Action.HOLD, d.reason
+    assert d.action is CapAction.HOLD, d.reason
     assert "1 preemption in 120 finished requests, below the 1% share" in d.reason
 
 
@@ -174,32 +173,32 @@ def test_preemptions_at_one_percent_of_requests_or_more_lower(preemptions: int,
             kv_usage_max=1.0, preemption_rate=preemptions / WINDOW,
             request_rate=finished / WINDOW, kv_capacity_tokens=4096, kv_block_size=128)
     d = decide(o, state(10), spec(), NOW)
-    assert d.action is Action.LOWER, d.reason
+    assert d.action is CapAction.LOWER, d.reason
     assert f"{preemptions} preemption" in d.reason
 
 
 def test_kv_above_the_high_watermark_lowers_without_preemptions() -> None:
     o = obs(running_mean=16, running_max=16, kv_usage_mean=0.95, kv_usage_max=0.99)
     d = decide(o, state(16), spec(), NOW)
-    assert d.action is Action.LOWER and "above the 90% high watermark" in d.reason
+    assert d.action is CapAction.LOWER and "above the 90% high watermark" in d.reason
 
 
 def test_itl_slo_miss_with_a_busy_batch_lowers() -> None:
     o = obs(running_mean=14.0, running_max=16.0, itl_p95_seconds=0.2)
     d = decide(o, state(16), spec(), NOW)
-    assert d.action is Action.LOWER and "batch interference" in d.reason
+    assert d.action is CapAction.LOWER and "batch interference" in d.reason
     assert d.value == 8  # target 14 x 100/200 = 7, step-limited to 8
 
 
 def test_itl_slo_miss_with_an_idle_batch_holds_and_explains() -> None:
     o = obs(running_mean=2.0, running_max=3.0, itl_p95_seconds=0.2)
     d = decide(o, state(16), spec(), NOW)
-    assert d.action is Action.HOLD and "batch is not busy" in d.reason
+    assert d.action is CapAction.HOLD and "batch is not busy" in d.reason
 
 
 def test_tolerate_holds_through_preemptions_while_the_slo_holds() -> None:
     d = decide(obs(**PREEMPTING), state(16), spec(preemptions="Tolerate"), NOW)
-    assert d.action is Action.HOLD and d.value == 16
+    assert d.action is CapAction.HOLD and d.value == 16
     assert "preemptions=Tolerate" in d.reason and "60 preemptions" in d.reason
 
 
@@ -207,27 +206,27 @@ def test_tolerate_holds_when_a_queue_explains_the_late_first_token() -> None:
     # A smaller batch would lengthen the queue: the TTFT miss is no reason to lower.
     o = obs(**{**PREEMPTING, "ttft_p95_seconds": 5.0, "waiting_mean": 12.0})
     d = decide(o, state(16), spec(preemptions="Tolerate"), NOW)
-    assert d.action is Action.HOLD
-    assert decide(o, state(16), spec(), NOW).action is Action.LOWER  # Avoid lowers
+    assert d.action is CapAction.HOLD
+    assert decide(o, state(16), spec(), NOW).action is CapAction.LOWER  # Avoid lowers
 
 
 def test_tolerate_lowers_when_the_first_token_is_late_with_no_queue() -> None:
     o = obs(**{**PREEMPTING, "ttft_p95_seconds": 5.0, "waiting_mean": 0.0})
     d = decide(o, state(16), spec(preemptions="Tolerate", maxStepPercent=100), NOW)
-    assert d.action is Action.LOWER and d.value == 10  # to the KV fit, as Avoid would
+    assert d.action is CapAction.LOWER and d.value == 10  # to the KV fit, as Avoid would
     assert "TTFT p95 5000 ms above the 2000 ms SLO with no request queued" in d.reason
 
 
 def test_tolerate_still_lowers_on_batch_interference() -> None:
     o = obs(**{**PREEMPTING, "itl_p95_seconds": 0.2})
     d = decide(o, state(16), spec(preemptions="Tolerate"), NOW)
-    assert d.action is Action.LOWER and "batch interference" in d.reason
+    assert d.action is CapAction.LOWER and "batch interference" in d.reason
     assert "preemptions in the last" not in d.reason  # tolerated, not a reason
 
 
 def test_lower_stops_at_the_lower_bound() -> None:
     d = decide(obs(**PREEMPTING), state(4), spec(minMaxNumSeqs=4), NOW)
-    assert d.action is Action.HOLD and "at its lower bound (4)" in d.reason
+    assert d.action is CapAction.HOLD and "at its lower bound (4)" in d.reason
 
 
 # --- raise ----------------------------------------------------------------------------
@@ -235,7 +234,7 @@ def test_lower_stops_at_the_lower_bound() -> None:
 
 def test_queueing_at_the_cap_with_free_kv_raises() -> None:
     d = decide(obs(**QUEUEING), state(16), spec(), NOW)
-    assert d.action is Action.RAISE and d.value == 22  # demand 16 + 6, within one 50 % step
+    assert d.action is CapAction.RAISE and d.value == 22  # demand 16 + 6, within one 50 % step
     assert "6.0 requests waiting" in d.reason and "below the 70% low watermark" in d.reason
 
 
@@ -250,7 +249,7 @@ def test_raise_is_limited_by_kv_room() -> None:
     # disagrees (the request size shrank), and the smaller known limit wins.
     o = obs(**{**QUEUEING, "waiting_mean": 40.0, "kv_capacity_tokens": 2048})
     d = decide(o, state(16), spec(), NOW)
-    assert d.action is Action.HOLD  # no room beyond the cap
+    assert d.action is CapAction.HOLD  # no room beyond the cap
     o = obs(**{**QUEUEING, "waiting_mean": 40.0, "kv_capacity_tokens": None})
     d = decide(o, state(16), spec(maxStepPercent=100), NOW)
     assert d.evidence["target"] == int(16 * 0.8 / 0.30)  # 42: scaled from observed usage
@@ -270,34 +269,34 @@ def test_raise_stops_at_the_smallest_upper_bound(
     limits: CapLimits, adaptation: dict[str, Any], upper: int, source: str
 ) -> None:
     d = decide(obs(**QUEUEING), state(16), spec(**adaptation), NOW, limits=limits)
-    assert d.action is Action.RAISE and d.value == upper
+    assert d.action is CapAction.RAISE and d.value == upper
     assert f"clamped to the upper bound {upper} ({source})" in d.reason
     assert bounds_for(spec(**adaptation), limits).upper_source == source
 
 
 def test_cap_above_a_narrowed_upper_bound_moves_at_once_even_without_data() -> None:
     d = decide(None, state(64, last_change_at=NOW - 10), spec(maxMaxNumSeqs=32), NOW)
-    assert d.action is Action.LOWER and d.value == 32 and "above the upper bound" in d.reason
+    assert d.action is CapAction.LOWER and d.value == 32 and "above the upper bound" in d.reason
     d = decide(None, state(2), spec(minMaxNumSeqs=4), NOW)
-    assert d.action is Action.RAISE and d.value == 4
+    assert d.action is CapAction.RAISE and d.value == 4
 
 
 def test_queueing_with_kv_inside_the_hysteresis_band_holds() -> None:
     # KV between the low (70 %) and high (90 %) watermarks: neither raise nor lower.
     o = obs(**{**QUEUEING, "kv_usage_mean": 0.8, "kv_usage_max": 0.85})
     d = decide(o, state(16), spec(), NOW)
-    assert d.action is Action.HOLD and "not below the 70% low watermark" in d.reason
+    assert d.action is CapAction.HOLD and "not below the 70% low watermark" in d.reason
 
 
 def test_queueing_with_an_itl_miss_does_not_raise() -> None:
     o = obs(**{**QUEUEING, "itl_p95_seconds": 0.15})
     d = decide(o, state(16), spec(), NOW)
-    assert d.action is Action.LOWER  # a busy batch missing its ITL SLO: interference
+    assert d.action is CapAction.LOWER  # a busy batch missing its ITL SLO: interference
 
 
 def test_calm_service_holds_with_the_numbers() -> None:
     d = decide(obs(), state(16), spec(), NOW)
-    assert d.action is Action.HOLD and "no reason to move" in d.reason
+    assert d.action is CapAction.HOLD and "no reason to move" in d.reason
     assert "running 8.0 of 16" in d.reason
 
 
@@ -307,7 +306,7 @@ def test_calm_service_holds_with_the_numbers() -> None:
 def test_cooldown_holds_and_says_when() -> None:
     st = state(16, last_change_at=NOW - 300)
     d = decide(obs(evaluated_at=NOW, **PREEMPTING), st, spec(cooldownSeconds=600), NOW)
-    assert d.action is Action.HOLD and "within the 600 s cooldown" in d.reason
+    assert d.action is CapAction.HOLD and "within the 600 s cooldown" in d.reason
     assert "would lower to 10" in d.reason and d.evidence["cooldownRemainingSeconds"] == 300
     st = state(16, last_change_at=NOW - 601)
     assert decide(obs(**PREEMPTING), st, spec(cooldownSeconds=600), NOW).changed
@@ -315,7 +314,7 @@ def test_cooldown_holds_and_says_when() -> None:
 
 def _lowered_from(a: int, b: int, ago: float) -> AdaptationState:
     return AdaptationState(current=b, last_change_at=NOW - ago,
-                           history=(Change(at=NOW - ago, from_value=a, to_value=b,
+                           history=(CapChange(at=NOW - ago, from_value=a, to_value=b,
                                            reason="preemptions"),))
 
 
@@ -324,21 +323,21 @@ def test_no_return_to_a_value_left_within_the_flap_window() -> None:
     # Weak: the KV cache peaked at 75 % (above the low watermark) in the window.
     o = obs(**{**QUEUEING, "waiting_mean": 16.0, "kv_usage_max": 0.75})
     d = decide(o, st, spec(maxStepPercent=100), NOW)
-    assert d.action is Action.HOLD
+    assert d.action is CapAction.HOLD
     assert "returns to 32, left 900 s ago (preemptions)" in d.reason and "flap" in d.reason
 
 
 def test_a_partial_move_back_is_allowed() -> None:
     st = _lowered_from(32, 16, ago=900)
     d = decide(obs(**QUEUEING), st, spec(maxStepPercent=25), NOW)
-    assert d.action is Action.RAISE and d.value == 20  # does not reach 32
+    assert d.action is CapAction.RAISE and d.value == 20  # does not reach 32
 
 
 def test_strong_evidence_may_return_and_says_so() -> None:
     st = _lowered_from(32, 16, ago=900)
     o = obs(**{**QUEUEING, "waiting_mean": 20.0, "kv_usage_max": 0.35})
     d = decide(o, st, spec(maxStepPercent=100), NOW)
-    assert d.action is Action.RAISE and d.value == 32
+    assert d.action is CapAction.RAISE and d.value == 32
     assert "allowed on strong evidence: 20.0 waiting" in d.reason
 
 
@@ -346,18 +345,18 @@ def test_after_the_flap_window_the_old_value_is_allowed_again() -> None:
     st = _lowered_from(32, 16, ago=4000)
     o = obs(**{**QUEUEING, "waiting_mean": 16.0, "kv_usage_max": 0.75})
     d = decide(o, st, spec(maxStepPercent=100), NOW)
-    assert d.action is Action.RAISE and d.value == 32
+    assert d.action is CapAction.RAISE and d.value == 32
 
 
 def test_lowering_back_after_a_raise_needs_strong_evidence() -> None:
     st = AdaptationState(current=24, last_change_at=NOW - 900, history=(
-        Change(at=NOW - 900, from_value=16, to_value=24, reason="queueing"),))
+        CapChange(at=NOW - 900, from_value=16, to_value=24, reason="queueing"),))
     weak = obs(running_mean=18, running_max=24, kv_usage_mean=0.92, kv_usage_max=0.95)
     d = decide(weak, st, spec(maxStepPercent=100), NOW)
-    assert d.action is Action.HOLD and "returns to 16" in d.reason
+    assert d.action is CapAction.HOLD and "returns to 16" in d.reason
     strong = obs(**{**PREEMPTING, "running_mean": 22.0})
     d = decide(strong, st, spec(maxStepPercent=100), NOW)
-    assert d.action is Action.LOWER and "strong evidence: 60 preemptions" in d.reason
+    assert d.action is CapAction.LOWER and "strong evidence: 60 preemptions" in d.reason
 
 
 # --- state ----------------------------------------------------------------------------
@@ -394,18 +393,6 @@ def test_status_carries_the_decision_the_observation_and_the_history() -> None:
     assert "preemptions" in status["lastDecision"]["reason"]
     assert status["lastObservation"]["preemptions"] == 60.0
     assert [h["to"] for h in status["history"]] == [16, 10]
-
-
-def test_adapt_all_decides_every_service() -> None:
-    specs = {("ns", "a"): spec(), ("ns", "b"): spec(), ("ns", "c"): spec()}
-    observations = {("ns", "a"): obs(name="a", **PREEMPTING),
-                    ("ns", "b"): obs(name="b", **QUEUEING)}
-    states = {("ns", "a"): state(16), ("ns", "b"): state(16), ("ns", "c"): state(16)}
-    out = adapt_all(observations, states, specs, NOW)
-    assert out[("ns", "a")].action is Action.LOWER
-    assert out[("ns", "b")].action is Action.RAISE
-    assert out[("ns", "c")].action is Action.HOLD and "no vLLM series" in out[("ns", "c")].reason
-    assert (out[("ns", "c")].namespace, out[("ns", "c")].name) == ("ns", "c")
 
 
 # --- closed loop on a synthetic plant -------------------------------------------------
@@ -473,8 +460,8 @@ def test_recorded_kv_pressure_lowers_once_then_holds_through_the_cooldown() -> N
             window_seconds=o.window_seconds))
         actions.append(d.action)
         st = record(st, d)
-    assert actions[0] is Action.LOWER
-    assert actions.count(Action.LOWER) == 1 and Action.RAISE not in actions
+    assert actions[0] is CapAction.LOWER
+    assert actions.count(CapAction.LOWER) == 1 and CapAction.RAISE not in actions
     assert st.current == cap // 2
 
 
@@ -482,7 +469,7 @@ def test_recorded_kv_pressure_each_window_asks_to_lower() -> None:
     doc, series = _recorded("kv_pressure")
     for o in series:
         d = decide(o, state(doc["cap"]), spec(), o.evaluated_at)
-        assert d.action is Action.LOWER, d.reason
+        assert d.action is CapAction.LOWER, d.reason
 
 
 def test_recorded_queueing_raises_once_the_engine_sits_at_its_cap() -> None:
@@ -494,9 +481,9 @@ def test_recorded_queueing_raises_once_the_engine_sits_at_its_cap() -> None:
         assert o.running_mean is not None
         if o.running_mean >= 0.9 * cap:
             saturated += 1
-            assert d.action is Action.RAISE and d.value == cap + 1, d.reason
+            assert d.action is CapAction.RAISE and d.value == cap + 1, d.reason
         else:
-            assert d.action is Action.HOLD and "no reason to move" in d.reason, d.reason
+            assert d.action is CapAction.HOLD and "no reason to move" in d.reason, d.reason
     assert saturated >= 3
 
 
@@ -505,7 +492,7 @@ def test_recorded_series_go_stale() -> None:
         _doc, series = _recorded(name)
         o = series[-1]
         d = decide(o, state(16), spec(), o.evaluated_at + 600)
-        assert d.action is Action.HOLD and "stale data" in d.reason
+        assert d.action is CapAction.HOLD and "stale data" in d.reason
 
 
 def test_recorded_front_end_bound_engine_holds() -> None:
@@ -515,4 +502,4 @@ def test_recorded_front_end_bound_engine_holds() -> None:
     for o in series:
         assert (o.waiting_max or 0) > 0
         d = decide(o, state(doc["cap"]), spec(), o.evaluated_at)
-        assert d.action is Action.HOLD and "no reason to move" in d.reason, d.reason
+        assert d.action is CapAction.HOLD and "no reason to move" in d.reason, d.reason

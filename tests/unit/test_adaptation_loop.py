@@ -1,4 +1,4 @@
-"""The pure parts of the operator's adaptation loop (``llm_operator.adaptation_handlers``):
+"""The pure parts of the operator's adaptation loop (``llm_operator.adaptation.update``):
 which services are due, the cap they run with, and how a decision becomes a status patch
 and Events in Apply and Recommend mode. Decisions come from the real policy fed with
 observations recorded from a real vLLM under KV pressure (``tests/unit/data``)."""
@@ -13,8 +13,14 @@ from typing import Any
 import pytest
 
 from llm_operator import status as st
-from llm_operator.adaptation import Action, Observation, PolicySettings, decide, unavailable
-from llm_operator.adaptation_handlers import (
+from llm_operator.adaptation.policy import (
+    CapAction,
+    Observation,
+    PolicySettings,
+    decide,
+    unavailable,
+)
+from llm_operator.adaptation.update import (
     MIN_SLEEP_SECONDS,
     MetricsReason,
     cap_limits,
@@ -27,7 +33,7 @@ from llm_operator.adaptation_handlers import (
     running_cap,
     seconds_until_next,
 )
-from llm_operator.metrics import OperatorMetrics
+from llm_operator.controller.metrics import OperatorMetrics
 from llm_operator.models import parse_llmservice
 from llm_operator.planning import make_plan
 from llm_operator.rendering import render_all
@@ -148,7 +154,7 @@ def test_the_state_keeps_history_but_takes_the_cap_from_the_render() -> None:
 def test_apply_lowers_writes_the_override_and_rolls(pressure: Observation) -> None:
     now = pressure.evaluated_at
     svc, state, d = decision_for(body(mode="Apply"), pressure, now)
-    assert d.action is Action.LOWER and d.value is not None and d.value < PLAN_CAP, d.reason
+    assert d.action is CapAction.LOWER and d.value is not None and d.value < PLAN_CAP, d.reason
     up = plan_update(svc, d, pressure, state, now, policy=POLICY)
     ad = up.status_patch["adaptation"]
     assert up.rollout is True
@@ -172,7 +178,7 @@ def test_the_applied_status_renders_a_deployment_with_the_new_cap(
     plan = make_plan(svc_model.spec)
     b["status"] = {"plan": {"maxNumSeqs": plan.max_num_seqs}}
     svc, state, d = decision_for(b, pressure, now)
-    assert d.action is Action.LOWER, d.reason
+    assert d.action is CapAction.LOWER, d.reason
     up = plan_update(svc, d, pressure, state, now, policy=POLICY)
     after = {**svc.status, "adaptation": up.adaptation}
     docs = render_all(svc_model, plan, Settings(), pod_monitor=False,
@@ -194,7 +200,7 @@ def test_a_second_lower_within_the_cooldown_holds(pressure: Observation) -> None
     b2["status"] = {**b["status"], "adaptation": first.adaptation}
     svc2, state2, d2 = decision_for(b2, later, now + 30)
     assert state2 is not None and state2.current == d.value
-    assert d2.action is Action.HOLD and "cooldown" in d2.reason, d2.reason
+    assert d2.action is CapAction.HOLD and "cooldown" in d2.reason, d2.reason
     up2 = plan_update(svc2, d2, later, state2, now + 30, policy=POLICY)
     assert not up2.rollout and not [e for e in up2.events if e.reason.startswith("MaxNumSeqs")]
     assert "maxNumSeqs" not in up2.status_patch["adaptation"]  # the applied value stays
@@ -206,7 +212,7 @@ def test_a_second_lower_within_the_cooldown_holds(pressure: Observation) -> None
 def test_recommend_reports_without_touching_the_cap(pressure: Observation) -> None:
     now = pressure.evaluated_at
     svc, state, d = decision_for(body(mode="Recommend"), pressure, now)
-    assert d.action is Action.LOWER, d.reason
+    assert d.action is CapAction.LOWER, d.reason
     up = plan_update(svc, d, pressure, state, now, policy=POLICY)
     ad = up.status_patch["adaptation"]
     assert up.rollout is False
@@ -239,7 +245,7 @@ def test_prometheus_down_holds_with_a_condition_and_one_warning(pressure: Observ
     now = pressure.evaluated_at
     down = unavailable(NS, "kv-pressure", now, 20.0, "cannot connect (ConnectionError)")
     svc, state, d = decision_for(body(mode="Apply"), down, now)
-    assert d.action is Action.HOLD and "unavailable" in d.reason
+    assert d.action is CapAction.HOLD and "unavailable" in d.reason
     up = plan_update(svc, d, down, state, now, policy=POLICY)
     assert not up.rollout and "maxNumSeqs" not in up.status_patch["adaptation"]
     cond = st.get_condition(up.status_patch["conditions"], st.ConditionType.METRICS_AVAILABLE)
@@ -308,7 +314,7 @@ def test_operator_metrics_count_decisions_by_direction_and_service() -> None:
 def test_tuning_milestones_are_counted_by_event_reason() -> None:
     from prometheus_client import CollectorRegistry
 
-    from llm_operator.metrics import OperatorMetrics
+    from llm_operator.controller.metrics import OperatorMetrics
 
     reg = CollectorRegistry()
     m = OperatorMetrics(registry=reg)

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from llm_operator.kube import needs_write, owned_by, owner_name, replacement, resource_path
+from llm_operator.controller.kube import (
+    needs_write,
+    owned_by,
+    owner_name,
+    replacement,
+    resource_path,
+)
 
 
 def child(hash_: str = "h1", **labels: str) -> dict[str, Any]:

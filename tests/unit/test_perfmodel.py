@@ -8,31 +8,33 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from tests.support.perf_reference import (
+    CPU_EFFICIENCY,
+    PUBLISHED,
+    THIS_CPU,
+    PublishedPoint,
+    predict_published,
+)
 from tests.support.tiny_model import tiny_shape
 
 from llm_operator.catalog import lookup_gpu, lookup_model
+from llm_operator.cli.tables import curve_table
 from llm_operator.perfmodel import (
-    CPU_EFFICIENCY,
-    PUBLISHED,
-    SLO,
-    THIS_CPU,
     EngineSettings,
     Hardware,
     ModelShape,
-    PublishedPoint,
     Workload,
     batch_limit,
-    curve_table,
     knee,
     kv_capacity_from_bytes,
     kv_capacity_tokens,
     physical,
     predict_curve,
     predict_point,
-    predict_published,
     step_time,
     suggest_start,
 )
+from llm_operator.tuner.search import SLO
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU_DATA = ROOT / "benchmarks" / "data" / "cpu_engine_profile.json"
@@ -209,8 +211,8 @@ def test_bad_inputs_fail_with_a_message() -> None:
 def test_suggest_start_is_the_knee_under_the_slo() -> None:
     m, h = shape(L8), gpu("H100")
     wl = Workload(1024, 256)  # saturated: as many clients as max-num-seqs admits
-    loose = suggest_start(m, h, 1, wl, EngineSettings(), SLO(ttft_s=5.0, itl_s=0.2))
-    tight = suggest_start(m, h, 1, wl, EngineSettings(), SLO(ttft_s=5.0, itl_s=0.045))
+    loose = suggest_start(m, h, 1, wl, EngineSettings(), SLO(ttft_ms=5000, itl_ms=200))
+    tight = suggest_start(m, h, 1, wl, EngineSettings(), SLO(ttft_ms=5000, itl_ms=45))
     assert loose.meets_slo and tight.meets_slo
     assert tight.point.itl_p95_s <= 0.045 and tight.point.ttft_s <= 5.0
     assert tight.max_num_seqs < loose.max_num_seqs
@@ -218,10 +220,11 @@ def test_suggest_start_is_the_knee_under_the_slo() -> None:
     # 256 clients with a tight ITL: no batch cap meets both (small caps queue past the
     # TTFT objective); the suggestion is the closest and says so.
     crowded = suggest_start(m, h, 1, replace(wl, concurrency=256), EngineSettings(),
-                            SLO(ttft_s=5.0, itl_s=0.045))
+                            SLO(ttft_ms=5000, itl_ms=45))
     assert not crowded.meets_slo and "no max-num-seqs meets" in crowded.reason
     # With fewer clients than the knee, the knee under the SLO is the client count.
-    few = suggest_start(m, h, 1, replace(wl, concurrency=16), EngineSettings(), SLO())
+    few = suggest_start(m, h, 1, replace(wl, concurrency=16), EngineSettings(),
+                        SLO(ttft_ms=2000, itl_ms=100))
     assert few.meets_slo and few.max_num_seqs == 16
 
 
@@ -230,7 +233,7 @@ def test_curve_table_has_a_row_per_point_and_marks_the_knee() -> None:
 
     pts = predict_curve(shape(L8), gpu("H100"), 1, Workload(512, 256), EngineSettings(),
                         (1, 8, 64))
-    table = curve_table(pts, "Llama 3.1 8B on H100", SLO())
+    table = curve_table(pts, "Llama 3.1 8B on H100", SLO(ttft_ms=2000, itl_ms=100))
     assert table.row_count == 3
     console = Console(width=200, record=True)
     console.print(table)
@@ -262,7 +265,7 @@ def test_published_points_name_their_source() -> None:
 
 def cpu_data() -> dict:
     if not CPU_DATA.exists():
-        pytest.skip(f"{CPU_DATA} not recorded (run benchmarks/cpu_engine_profile.py)")
+        pytest.skip(f"{CPU_DATA} not recorded (run python -m benchmarks.cpu_engine_profile)")
     return json.loads(CPU_DATA.read_text())
 
 

@@ -20,6 +20,7 @@ from rich.console import Console
 
 from llm_operator import cli
 from llm_operator.catalog import architecture_from_hf_config, lookup_gpu, lookup_model
+from llm_operator.cli.tables import plan_table
 from llm_operator.errors import SpecError, SpecErrors
 from llm_operator.models import LLMServiceSpec, Quantization, parse_llmservice
 from llm_operator.planning import (
@@ -32,7 +33,6 @@ from llm_operator.planning import (
     kv_request_tokens,
     kv_token_capacity,
     make_plan,
-    plan_table,
     valid_tensor_parallel_sizes,
     vllm_default_max_num_seqs,
     weight_bytes,

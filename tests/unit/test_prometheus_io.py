@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llm_operator.prometheus import (
+from llm_operator.adaptation.prometheus import (
     SIGNAL_LABEL,
     batched_query,
     fetch_observations,

@@ -18,8 +18,10 @@ from llm_operator.status import (
     set_condition,
     status_patch,
 )
+from llm_operator.timestamps import parse_rfc3339
 
-T0, T1 = "2025-01-01T00:00:00Z", "2025-01-01T00:05:00Z"
+T0, T1 = "2025-01-01T00:00:00Z", "2025-01-01T00:05:00Z"  # as status shows them
+AT0, AT1 = parse_rfc3339(T0), parse_rfc3339(T1)  # as the caller passes them
 
 
 def spec(**engine: Any) -> LLMServiceSpec:
@@ -31,23 +33,23 @@ def spec(**engine: Any) -> LLMServiceSpec:
 
 def test_transition_time_moves_only_when_status_changes() -> None:
     conds = set_condition([], ConditionType.READY, False, "WaitingForReplicas", "0 of 1",
-                          generation=1, now=T0)
+                          generation=1, now=AT0)
     same = set_condition(conds, ConditionType.READY, False, "WaitingForReplicas", "still 0",
-                         generation=2, now=T1)
+                         generation=2, now=AT1)
     ready = get_condition(same, ConditionType.READY)
     assert ready is not None
     assert ready["lastTransitionTime"] == T0  # status unchanged: time kept
     assert ready["message"] == "still 0" and ready["observedGeneration"] == 2
     flipped = set_condition(same, ConditionType.READY, True, "Serving", "1 of 1",
-                            generation=2, now=T1)
+                            generation=2, now=AT1)
     assert get_condition(flipped, ConditionType.READY)["lastTransitionTime"] == T1  # type: ignore[index]
 
 
 def test_set_condition_keeps_the_others_and_their_order() -> None:
-    conds = set_condition([], ConditionType.SPEC_VALID, True, "Valid", "", generation=1, now=T0)
-    conds = set_condition(conds, ConditionType.READY, False, "X", "", generation=1, now=T0)
+    conds = set_condition([], ConditionType.SPEC_VALID, True, "Valid", "", generation=1, now=AT0)
+    conds = set_condition(conds, ConditionType.READY, False, "X", "", generation=1, now=AT0)
     conds = set_condition(conds, ConditionType.SPEC_VALID, False, "InvalidSpec", "m",
-                          generation=2, now=T1)
+                          generation=2, now=AT1)
     assert [c["type"] for c in conds] == ["SpecValid", "Ready"]
     assert set(conds[0]) == {"type", "status", "reason", "message", "observedGeneration",
                              "lastTransitionTime"}
@@ -55,7 +57,7 @@ def test_set_condition_keeps_the_others_and_their_order() -> None:
 
 def test_valid_status_has_plan_endpoint_and_generation() -> None:
     plan = make_plan(spec())
-    status = build_status(None, name="llm", namespace="ml", generation=3, now=T0, plan=plan,
+    status = build_status(None, name="llm", namespace="ml", generation=3, now=AT0, plan=plan,
                           workload=WorkloadState(exists=True, desired=1))
     assert status["observedGeneration"] == 3
     assert status["endpoint"] == "http://llm.ml.svc:8000/v1"
@@ -86,7 +88,7 @@ def test_valid_status_has_plan_endpoint_and_generation() -> None:
 )
 def test_workload_state_sets_ready(state: WorkloadState, ready: str, reason: str,
                                    progressing: str) -> None:
-    status = build_status(None, name="llm", namespace="ml", generation=1, now=T0,
+    status = build_status(None, name="llm", namespace="ml", generation=1, now=AT0,
                           plan=make_plan(spec()), workload=state)
     by_type = {c["type"]: c for c in status["conditions"]}
     assert (by_type["Ready"]["status"], by_type["Ready"]["reason"]) == (ready, reason)
@@ -94,11 +96,11 @@ def test_workload_state_sets_ready(state: WorkloadState, ready: str, reason: str
 
 
 def test_invalid_spec_drops_the_plan_and_names_the_field() -> None:
-    valid = build_status(None, name="llm", namespace="ml", generation=1, now=T0,
+    valid = build_status(None, name="llm", namespace="ml", generation=1, now=AT0,
                          plan=make_plan(spec()), workload=WorkloadState(True, 1, 1, 1))
     err = SpecError("spec.engine.tensorParallelSize", "3 does not divide 32 heads",
                     "use 1, 2, 4 or 8")
-    invalid = build_status(valid, name="llm", namespace="ml", generation=2, now=T1,
+    invalid = build_status(valid, name="llm", namespace="ml", generation=2, now=AT1,
                            errors=[err])
     patch = status_patch(valid, invalid)
     assert patch["plan"] is None  # removed: it described the old spec
@@ -112,19 +114,19 @@ def test_invalid_spec_drops_the_plan_and_names_the_field() -> None:
 
 def test_patch_is_empty_when_nothing_changed() -> None:
     plan = make_plan(spec())
-    first = build_status(None, name="llm", namespace="ml", generation=1, now=T0, plan=plan,
+    first = build_status(None, name="llm", namespace="ml", generation=1, now=AT0, plan=plan,
                          workload=WorkloadState(True, 1, 1, 1))
-    again = build_status(first, name="llm", namespace="ml", generation=1, now=T1, plan=plan,
+    again = build_status(first, name="llm", namespace="ml", generation=1, now=AT1, plan=plan,
                          workload=WorkloadState(True, 1, 1, 1))
     assert status_patch(first, again) == {}  # a later clock alone writes nothing
-    changed = build_status(first, name="llm", namespace="ml", generation=1, now=T1, plan=plan,
+    changed = build_status(first, name="llm", namespace="ml", generation=1, now=AT1, plan=plan,
                            workload=WorkloadState(True, 1, 0, 1))
     patch = status_patch(first, changed)
     assert set(patch) == {"conditions"}
 
 
 def test_pinned_value_reaches_the_summary() -> None:
-    status = build_status(None, name="llm", namespace="ml", generation=1, now=T0,
+    status = build_status(None, name="llm", namespace="ml", generation=1, now=AT0,
                           plan=make_plan(spec(maxNumSeqs=7)))
     assert status["plan"]["maxNumSeqs"] == 7
     why = [e for e in status["plan"]["explanations"] if e["name"] == "maxNumSeqs"]
@@ -168,16 +170,16 @@ def test_a_stale_writer_keeps_the_conditions_another_wrote_meanwhile() -> None:
     """The reconcile handler read the status, then a workload event set Available; the
     handler's patch (Planned for the new generation) must not bring Available back."""
     planned_old = set_condition([], ConditionType.PLANNED, True, "PlanComputed", "p",
-                                generation=1, now=T0)
+                                generation=1, now=AT0)
     base = {"observedGeneration": 1,
             "conditions": set_condition(planned_old, ConditionType.AVAILABLE, False,
-                                        "NoReplicasAvailable", "none", generation=1, now=T0)}
+                                        "NoReplicasAvailable", "none", generation=1, now=AT0)}
     fresh = {**base, "conditions": set_condition(base["conditions"], ConditionType.AVAILABLE,
                                                  True, "ReplicasAvailable", "1 of 1",
-                                                 generation=1, now=T1)}
+                                                 generation=1, now=AT1)}
     mine = {"observedGeneration": 2,
             "conditions": set_condition(base["conditions"], ConditionType.PLANNED, True,
-                                        "PlanComputed", "p2", generation=2, now=T1)}
+                                        "PlanComputed", "p2", generation=2, now=AT1)}
     patch = rebase_patch(mine, base, fresh)
     assert patch["observedGeneration"] == 2
     available = get_condition(patch["conditions"], ConditionType.AVAILABLE)

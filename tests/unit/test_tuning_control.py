@@ -12,15 +12,17 @@ import pytest
 from tests.support.tuning_results import failed_tuner_result, kv_constrained_result
 
 from llm_operator import status as st
-from llm_operator import tuning_control as tc
 from llm_operator.models import LLMService, parse_llmservice
 from llm_operator.planning import Plan, make_plan
 from llm_operator.rendering import build_vllm_args
+from llm_operator.timestamps import parse_rfc3339
+from llm_operator.tuning import control as tc
 from llm_operator.tuning.fingerprint import tuning_fingerprint
 from llm_operator.tuning.job import tuning_job_name
 
-NOW = "2025-01-01T00:00:00Z"
+NOW = "2025-01-01T00:00:00Z"  # as status shows the times
 LATER = "2025-01-01T01:00:00Z"
+AT_NOW, AT_LATER = parse_rfc3339(NOW), parse_rfc3339(LATER)  # as the caller passes them
 
 BODY: dict[str, Any] = {
     "apiVersion": "llmops.dev/v1alpha1",
@@ -65,7 +67,7 @@ def job(name: str, fp: str, phase: str | None = None, uid: str = "job-1",
 
 def decide(svc: LLMService, plan: Plan, fp: str, name: str, tuning: dict[str, Any] | None,
            observed: tc.ObservedJob | None = None, message: str | None = None,
-           cached: dict[str, Any] | None = None, now: str = NOW) -> tc.Decision:
+           cached: dict[str, Any] | None = None, now: float = AT_NOW) -> tc.TuningDecision:
     return tc.decide(svc, plan, fp, name, tuning, observed, message, cached, now)
 
 
@@ -78,7 +80,7 @@ def rendered_max_num_seqs(svc: LLMService, plan: Plan, tuning: dict[str, Any]) -
 def test_a_new_service_starts_a_job() -> None:
     svc, plan, fp, name = service()
     d = decide(svc, plan, fp, name, None)
-    assert d.action is tc.Action.START and d.create_job
+    assert d.action is tc.TuningAction.START and d.create_job
     assert d.tuning is not None
     assert d.tuning["state"] == "Running" and d.tuning["fingerprint"] == fp
     assert d.tuning["jobName"] == name and d.tuning["attempts"] == 1
@@ -92,41 +94,41 @@ def test_a_new_service_starts_a_job() -> None:
 def test_disabled_never_starts() -> None:
     svc, plan, fp, name = service(tuning={"mode": "Disabled"})
     d = decide(svc, plan, fp, name, None)
-    assert d.action is tc.Action.NONE and not d.create_job and d.tuning is None
+    assert d.action is tc.TuningAction.NONE and not d.create_job and d.tuning is None
 
 
 def test_disabled_cancels_a_running_job() -> None:
     svc, plan, fp, name = service(tuning={"mode": "Disabled"})
     running = {"state": "Running", "fingerprint": fp, "jobName": name, "jobUid": "job-1"}
     d = decide(svc, plan, fp, name, running, job(name, fp))
-    assert d.action is tc.Action.CANCEL and d.delete_job
+    assert d.action is tc.TuningAction.CANCEL and d.delete_job
     assert d.tuning is not None and d.tuning["state"] == "Cancelled"
 
 
 def test_manual_waits_for_the_annotation() -> None:
     svc, plan, fp, name = service(tuning={"mode": "Manual"})
     d = decide(svc, plan, fp, name, None)
-    assert d.action is tc.Action.PENDING and not d.create_job
+    assert d.action is tc.TuningAction.PENDING and not d.create_job
     assert d.tuning is not None and d.tuning["state"] == "Pending"
     assert "llmops.dev/retune" in d.tuning["reason"]
     # Nothing more happens while it waits.
-    assert decide(svc, plan, fp, name, d.tuning).action is tc.Action.NONE
+    assert decide(svc, plan, fp, name, d.tuning).action is tc.TuningAction.NONE
 
     svc, plan, fp, name = service(tuning={"mode": "Manual"},
                                   annotations={"llmops.dev/retune": "2025-01-01"})
     d = decide(svc, plan, fp, name, d.tuning)
-    assert d.action is tc.Action.START and d.create_job
+    assert d.action is tc.TuningAction.START and d.create_job
     assert d.tuning is not None and d.tuning["retuneRequest"] == "2025-01-01"
 
     # Once that request is handled, the same annotation value asks for nothing more...
     done = {**kv_done(svc, plan, fp, name), "retuneRequest": "2025-01-01"}
-    assert decide(svc, plan, fp, name, done).action is tc.Action.NONE
+    assert decide(svc, plan, fp, name, done).action is tc.TuningAction.NONE
     # ...and a new value runs again, bypassing the cache.
     svc, plan, fp, name = service(tuning={"mode": "Manual"},
                                   annotations={"llmops.dev/retune": "again"})
-    cached = tc.cache_entry(kv_constrained_result(fp), svc, NOW)
+    cached = tc.cache_entry(kv_constrained_result(fp), svc, AT_NOW)
     d = decide(svc, plan, fp, name, done, cached=cached)
-    assert d.action is tc.Action.START
+    assert d.action is tc.TuningAction.START
 
 
 def kv_done(svc: LLMService, plan: Plan, fp: str, name: str) -> dict[str, Any]:
@@ -135,7 +137,7 @@ def kv_done(svc: LLMService, plan: Plan, fp: str, name: str) -> dict[str, Any]:
     d = decide(svc, plan, fp, name, {"state": "Running", "fingerprint": fp, "jobName": name,
                                      "jobUid": "job-1", "attempts": 1},
                job(name, fp, "Complete"), result.to_message())
-    assert d.action is tc.Action.ACCEPT and d.tuning is not None
+    assert d.action is tc.TuningAction.ACCEPT and d.tuning is not None
     return d.tuning
 
 
@@ -146,8 +148,8 @@ def test_a_completed_job_is_accepted_with_its_evidence() -> None:
     running["jobUid"] = "job-1"
     result = kv_constrained_result(fp)
     d = decide(svc, plan, fp, name, running, job(name, fp, "Complete"), result.to_message(),
-               now=LATER)
-    assert d.action is tc.Action.ACCEPT and d.delete_job and not d.create_job
+               now=AT_LATER)
+    assert d.action is tc.TuningAction.ACCEPT and d.delete_job and not d.create_job
     t = d.tuning
     assert t is not None
     assert t["state"] == "Succeeded" and t["complete"] is True and t["source"] == "job"
@@ -167,8 +169,8 @@ def test_a_completed_job_is_accepted_with_its_evidence() -> None:
     assert tc.tuned_condition(t) == ("True", "TuningSucceeded", t["reason"])
     # Recorded: the finished Job is only cleaned up afterwards, nothing is re-read.
     again = decide(svc, plan, fp, name, t, job(name, fp, "Complete"), result.to_message())
-    assert again.action is tc.Action.CLEANUP and again.delete_job and again.tuning is None
-    assert decide(svc, plan, fp, name, t).action is tc.Action.NONE
+    assert again.action is tc.TuningAction.CLEANUP and again.delete_job and again.tuning is None
+    assert decide(svc, plan, fp, name, t).action is tc.TuningAction.NONE
 
 
 def test_best_equal_to_baseline_keeps_the_defaults() -> None:
@@ -176,7 +178,7 @@ def test_best_equal_to_baseline_keeps_the_defaults() -> None:
     running = {"state": "Running", "fingerprint": fp, "jobName": name, "jobUid": "job-1"}
     result = kv_constrained_result(fp, defaults_best=True)
     d = decide(svc, plan, fp, name, running, job(name, fp, "Complete"), result.to_message())
-    assert d.action is tc.Action.ACCEPT and d.tuning is not None
+    assert d.action is tc.TuningAction.ACCEPT and d.tuning is not None
     assert d.tuning["applied"] == {}
     assert not tc.overrides_changed({"tuning": running}, d.tuning)
     assert rendered_max_num_seqs(svc, plan, d.tuning) == str(plan.max_num_seqs)
@@ -189,7 +191,7 @@ def test_a_partial_result_is_kept() -> None:
     result = kv_constrained_result(fp, complete=False)
     assert result.state == "Partial"
     d = decide(svc, plan, fp, name, running, job(name, fp, "Complete"), result.to_message())
-    assert d.action is tc.Action.ACCEPT and d.tuning is not None
+    assert d.action is tc.TuningAction.ACCEPT and d.tuning is not None
     assert d.tuning["complete"] is False and d.tuning["applied"] == {"maxNumSeqs": 24}
     assert "partial" in d.tuning["reason"]
 
@@ -207,17 +209,17 @@ def test_pins_are_never_tunable() -> None:
 
     svc, plan, fp, name = service(engine={"maxNumSeqs": 32, "maxNumBatchedTokens": 8192})
     d = decide(svc, plan, fp, name, None)
-    assert d.action is tc.Action.SKIP and not d.create_job
+    assert d.action is tc.TuningAction.SKIP and not d.create_job
     assert d.tuning is not None and d.tuning["tunable"] == []
     assert tc.tuned_condition(d.tuning)[:2] == ("False", "NothingToTune")  # type: ignore[index]
-    assert decide(svc, plan, fp, name, d.tuning).action is tc.Action.NONE
+    assert decide(svc, plan, fp, name, d.tuning).action is tc.TuningAction.NONE
 
 
 def test_a_replica_over_several_nodes_is_not_tuned() -> None:
     svc, plan, fp, name = service()
     wide = plan.model_copy(update={"nodes_per_replica": 2})
     d = decide(svc, wide, fp, name, None)
-    assert d.action is tc.Action.SKIP and not d.create_job
+    assert d.action is tc.TuningAction.SKIP and not d.create_job
     assert d.tuning is not None and "spec.tuning.mode" in d.tuning["reason"]
 
 
@@ -228,7 +230,7 @@ def test_a_fingerprint_change_tunes_again_and_drops_the_old_settings() -> None:
     svc2, plan2, fp2, name2 = service(workload={"inputTokens": 2000})
     assert fp2 != fp and name2 != name
     d = decide(svc2, plan2, fp2, name2, done)
-    assert d.action is tc.Action.START and d.create_job
+    assert d.action is tc.TuningAction.START and d.create_job
     assert d.tuning is not None and d.tuning["fingerprint"] == fp2
     assert "applied" not in d.tuning and "best" not in d.tuning
     assert "fingerprint changed" in d.why
@@ -237,31 +239,31 @@ def test_a_fingerprint_change_tunes_again_and_drops_the_old_settings() -> None:
 
 def test_a_cached_result_is_used_without_a_job() -> None:
     svc, plan, fp, name = service()
-    cached = tc.cache_entry(kv_constrained_result(fp), svc, NOW)
+    cached = tc.cache_entry(kv_constrained_result(fp), svc, AT_NOW)
     cached = tc.parse_cache_value(tc.cache_text(cached))  # through the ConfigMap's text
     assert tc.cache_lookup_needed(svc, fp, {})
-    d = decide(svc, plan, fp, name, None, cached=cached, now=LATER)
-    assert d.action is tc.Action.USE_CACHE and not d.create_job and not d.delete_job
+    d = decide(svc, plan, fp, name, None, cached=cached, now=AT_LATER)
+    assert d.action is tc.TuningAction.USE_CACHE and not d.create_job and not d.delete_job
     assert d.tuning is not None and d.tuning["source"] == "cache"
     assert d.tuning["applied"] == {"maxNumSeqs": 24} and d.tuning["cachedAt"] == NOW
     assert tc.tuned_condition(d.tuning)[:2] == ("True", "TuningCached")  # type: ignore[index]
     assert d.cache_entry is None  # nothing new to store
     assert not tc.cache_lookup_needed(svc, fp, d.tuning)
     # An entry for another fingerprint, or a failed result, is not used.
-    other = tc.cache_entry(kv_constrained_result("0123456789abcdef"), svc, NOW)
-    assert decide(svc, plan, fp, name, None, cached=other).action is tc.Action.START
-    failed = tc.cache_entry(failed_tuner_result(fp), svc, NOW)
-    assert decide(svc, plan, fp, name, None, cached=failed).action is tc.Action.START
+    other = tc.cache_entry(kv_constrained_result("0123456789abcdef"), svc, AT_NOW)
+    assert decide(svc, plan, fp, name, None, cached=other).action is tc.TuningAction.START
+    failed = tc.cache_entry(failed_tuner_result(fp), svc, AT_NOW)
+    assert decide(svc, plan, fp, name, None, cached=failed).action is tc.TuningAction.START
 
 
 def test_restart_mid_run_follows_the_existing_job() -> None:
     svc, plan, fp, name = service()
     running = {**decide(svc, plan, fp, name, None).status_after(None), "jobUid": "job-1"}
     d = decide(svc, plan, fp, name, running, job(name, fp))
-    assert d.action is tc.Action.WAIT and not d.create_job and d.tuning is None
+    assert d.action is tc.TuningAction.WAIT and not d.create_job and d.tuning is None
     # Status lost (the write after the create failed): the Job is adopted, not doubled.
     d = decide(svc, plan, fp, name, None, job(name, fp))
-    assert d.action is tc.Action.ADOPT and not d.create_job and d.event is None
+    assert d.action is tc.TuningAction.ADOPT and not d.create_job and d.event is None
     assert d.tuning is not None and d.tuning["jobUid"] == "job-1"
 
 
@@ -271,13 +273,13 @@ def test_failures_are_retried_then_fail_with_settings_unchanged() -> None:
     svc, plan, fp, name = service(annotations={"llmops.dev/retune": "1"})
     done = kv_done(svc, plan, fp, name)
     start = decide(svc, plan, fp, name, done)
-    assert start.action is tc.Action.START and start.tuning is not None
+    assert start.action is tc.TuningAction.START and start.tuning is not None
     assert start.tuning["applied"] == {"maxNumSeqs": 24}  # kept while it runs
     first = {**start.tuning, "jobUid": "job-2"}
 
     d = decide(svc, plan, fp, name, first, job(name, fp, "Failed", uid="job-2"),
                failed_tuner_result(fp).to_message())
-    assert d.action is tc.Action.RETRY and d.delete_job and not d.create_job
+    assert d.action is tc.TuningAction.RETRY and d.delete_job and not d.create_job
     t = d.status_after(first)
     assert t["state"] == "Retrying" and t["failures"] == 1
     assert "baseline failed" in t["reason"] and "BackoffLimitExceeded" in t["reason"]
@@ -285,17 +287,17 @@ def test_failures_are_retried_then_fail_with_settings_unchanged() -> None:
     assert not tc.overrides_changed({"tuning": first}, t)
     # The failed Job is still there (deletion in progress): no new one yet.
     assert decide(svc, plan, fp, name, t, job(name, fp, "Failed", uid="job-2")).action in (
-        tc.Action.CLEANUP, tc.Action.WAIT)
+        tc.TuningAction.CLEANUP, tc.TuningAction.WAIT)
     # Gone: the retry starts (same deterministic name).
     retry = decide(svc, plan, fp, name, t)
-    assert retry.action is tc.Action.START and retry.tuning is not None
+    assert retry.action is tc.TuningAction.START and retry.tuning is not None
     assert retry.tuning["attempts"] == 2 and "retry 1 of 1" in retry.event.message  # type: ignore[union-attr]
     second = {**retry.tuning, "jobUid": "job-3"}
 
     # A timeout this time (the Job's activeDeadlineSeconds): retries are exhausted.
     d = decide(svc, plan, fp, name, second,
                job(name, fp, "Failed", uid="job-3", reason="DeadlineExceeded"), None)
-    assert d.action is tc.Action.FAIL and d.delete_job
+    assert d.action is tc.TuningAction.FAIL and d.delete_job
     t = d.status_after(second)
     assert t["state"] == "Failed" and t["failures"] == 2
     assert "DeadlineExceeded" in t["reason"] and "keeps its current settings" in t["reason"]
@@ -306,7 +308,7 @@ def test_failures_are_retried_then_fail_with_settings_unchanged() -> None:
     assert cond is not None and cond[:2] == ("False", "TuningFailed")
     assert "DeadlineExceeded" in cond[2]
     # Failed is final for this fingerprint: no third Job.
-    assert decide(svc, plan, fp, name, t).action is tc.Action.NONE
+    assert decide(svc, plan, fp, name, t).action is tc.TuningAction.NONE
 
 
 def test_a_fresh_service_that_fails_keeps_the_planned_settings() -> None:
@@ -314,7 +316,7 @@ def test_a_fresh_service_that_fails_keeps_the_planned_settings() -> None:
     running = {**decide(svc, plan, fp, name, None).status_after(None), "jobUid": "job-1"}
     d = decide(svc, plan, fp, name, running, job(name, fp, "Complete"),
                "Traceback (most recent call last):\nImportError: no module named vllm")
-    assert d.action is tc.Action.FAIL
+    assert d.action is tc.TuningAction.FAIL
     t = d.status_after(running)
     assert "not a tuning result" in t["reason"] and "ImportError" in t["reason"]
     assert "applied" not in t
@@ -356,5 +358,5 @@ def test_cache_keeps_a_bounded_number_of_entries() -> None:
 def test_every_state_has_a_tuned_condition(state: str) -> None:
     cond = tc.tuned_condition({"state": state, "reason": "why", "jobName": "j"})
     assert cond is not None and cond[0] in ("True", "False", "Unknown") and cond[2]
-    conds = tc.with_tuned_condition([], {"state": state}, generation=3, now=NOW)
+    conds = tc.with_tuned_condition([], {"state": state}, generation=3, now=AT_NOW)
     assert conds[0]["type"] == "Tuned" and conds[0]["observedGeneration"] == 3

@@ -37,6 +37,8 @@ from tests.support.tiny_model import ensure_tiny_llama
 from llm_operator.models import parse_llmservice
 from llm_operator.planning import make_plan
 from llm_operator.settings import Settings
+from llm_operator.tuner.result import TERMINATION_LIMIT, TuningResult, parse_result
+from llm_operator.tuner.server import VLLMServer
 from llm_operator.tuning.fingerprint import tuning_fingerprint
 from llm_operator.tuning.job import (
     CODE_PATH,
@@ -46,8 +48,6 @@ from llm_operator.tuning.job import (
     WORK_DIR,
     build_tuning_job,
 )
-from llm_operator.tuning.result import TERMINATION_LIMIT, TuningResult, parse_result
-from llm_operator.tuning.server import VLLMServer
 
 ROOT = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = Path(os.environ.get("LLMOP_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
@@ -139,7 +139,10 @@ def test_rendered_job_runs_as_the_kubelet_would_and_finds_the_better_region(
     init_cmd = [sys.executable, init["command"][1],
                 init["command"][2].replace(CODE_PATH, str(code_dir))]
     subprocess.run(init_cmd, check=True, timeout=60, cwd=tmp_path)
-    assert (code_dir / "llm_operator" / "tuning" / "__main__.py").exists()
+    assert (code_dir / "llm_operator" / "tuner" / "__main__.py").exists()
+    # Only the tuner is copied: nothing of the operator reaches the vLLM image.
+    assert sorted(p.name for p in (code_dir / "llm_operator").iterdir()) == [
+        "__init__.py", "tuner"]
 
     # 2. The tuner container (vLLM image): `python3` = the vLLM venv's Python; the model
     #    volume mounted at /mnt/models = the generated model folder; /opt/llmop = the

@@ -3,11 +3,11 @@ image, with this project's tuner code copied in by an init container.
 
 Why this shape: the tuner must start vLLM servers with candidate settings on the very
 GPUs a replica gets, so it runs in the vLLM image; it needs no custom image because an
-init container from the operator's image copies the ``llm_operator`` package into a
-shared ``emptyDir`` that the tuner container puts on ``PYTHONPATH`` (the tuner imports
-only the standard library and what vLLM installs). The result comes back as the
-container's termination message (compact JSON, read from the pod status by the
-operator, no extra RBAC); the full trial table is the pod's log.
+init container from the operator's image copies the tuner (``llm_operator.tuner``, which
+imports nothing of the operator) into a shared ``emptyDir`` that the tuner container puts
+on ``PYTHONPATH`` (the tuner imports only the standard library and what vLLM installs).
+The result comes back as the container's termination message (compact JSON, read from
+the pod status by the operator, no extra RBAC); the full trial table is the pod's log.
 
 Operator side only (it reuses the renderer's pod pieces, so the Job serves the model
 exactly as the Deployment would).
@@ -41,22 +41,24 @@ from ..rendering import (
 from ..settings import Settings
 
 CODE_VOLUME = "tuner-code"
-CODE_PATH = "/opt/llmop"  # PYTHONPATH of the tuner container; holds llm_operator/
+CODE_PATH = "/opt/llmop"  # PYTHONPATH of the tuner container; holds llm_operator/tuner/
 TERMINATION_LOG = "/dev/termination-log"
 WORK_DIR = "/tmp/llmop-tuning"  # server logs, benchmark log, full result JSON
 TUNER_CONTAINER = "tuner"
 INIT_CONTAINER = "copy-tuner"
 JOB_NAME_MAX = 52  # pods are "<job>-<5 chars>" and carry job-name labels (<= 63)
 
-# Copies the installed package wherever the operator image has it (no assumption about
-# its site-packages path). No "$(" anywhere: Kubernetes would expand it in command/args.
+# Copies the tuner (``llm_operator/tuner/`` and the package's empty ``__init__.py``, nothing
+# of the operator) from wherever the operator image installed it (no assumption about its
+# site-packages path). No "$(" anywhere: Kubernetes would expand it in command/args.
 COPY_SCRIPT = (
     "import llm_operator, os, shutil; "
     "src = os.path.dirname(llm_operator.__file__); "
     f"dst = os.path.join('{CODE_PATH}', 'llm_operator'); "
-    "shutil.copytree(src, dst, dirs_exist_ok=True, "
-    "ignore=shutil.ignore_patterns('__pycache__', '*.pyc')); "
-    "print('Copied', src, 'to', dst)"
+    "shutil.copytree(os.path.join(src, 'tuner'), os.path.join(dst, 'tuner'), "
+    "dirs_exist_ok=True, ignore=shutil.ignore_patterns('__pycache__', '*.pyc')); "
+    "shutil.copyfile(os.path.join(src, '__init__.py'), os.path.join(dst, '__init__.py')); "
+    "print('Copied the tuner from', src, 'to', dst)"
 )
 
 # Flags the tuner sets itself for every server it starts (dropped from the Deployment's).
@@ -109,7 +111,7 @@ def start_hint(svc: LLMService, plan: Plan) -> int:
 
 
 def tuner_args(svc: LLMService, plan: Plan, fingerprint: str) -> list[str]:
-    """The arguments of ``python3 -m llm_operator.tuning`` for ``svc``."""
+    """The arguments of ``python3 -m llm_operator.tuner`` for ``svc``."""
     spec = svc.spec
     wl = spec.workload
     model, _ = model_source(spec)
@@ -199,7 +201,7 @@ def build_tuning_job(
         "name": TUNER_CONTAINER,
         "image": image_for(svc, settings),
         "imagePullPolicy": "IfNotPresent",
-        "command": ["python3", "-m", "llm_operator.tuning"],
+        "command": ["python3", "-m", "llm_operator.tuner"],
         "args": tuner_args(svc, plan, fingerprint),
         "env": env,
         "resources": build_resources(spec, plan),

@@ -17,7 +17,6 @@ an unchanged child is not written at all, so a restart of the operator writes no
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import json
 import logging
 import ssl
@@ -32,7 +31,7 @@ import kubernetes.client
 import kubernetes.config
 from kubernetes.config.config_exception import ConfigException
 
-from .constants import (
+from ..constants import (
     ANNOTATION_SPEC_HASH,
     API_VERSION,
     GROUP,
@@ -41,6 +40,7 @@ from .constants import (
     MANAGED_BY,
     PLURAL,
 )
+from ..timestamps import rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -337,7 +337,7 @@ class KubeClient:
         """Record a ``v1`` Event about ``obj`` (failures are logged, never raised: an
         Event is a notice, not part of the reconciliation)."""
         meta = obj.get("metadata", {})
-        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = rfc3339(time.time())
         event = {
             "apiVersion": "v1",
             "kind": "Event",
@@ -369,7 +369,7 @@ class KubeClient:
 
 
 # ---------------------------------------------------------------------------- apply
-class Action(StrEnum):
+class WriteAction(StrEnum):
     CREATED = "Created"
     UPDATED = "Updated"
     UNCHANGED = "Unchanged"
@@ -377,25 +377,25 @@ class Action(StrEnum):
 
 
 @dataclass(frozen=True)
-class Change:
+class ChildChange:
     """What apply did to one child."""
 
     kind: str
     name: str
-    action: Action
+    action: WriteAction
 
 
 @dataclass
 class ApplyResult:
     """What :func:`apply_children` did, and the children as the server now has them."""
 
-    changes: list[Change] = field(default_factory=list)
+    changes: list[ChildChange] = field(default_factory=list)
     observed: dict[str, JSON] = field(default_factory=dict)  # kind -> object
 
     @property
-    def changed(self) -> list[Change]:
+    def changed(self) -> list[ChildChange]:
         """Only the children that were written."""
-        return [c for c in self.changes if c.action is not Action.UNCHANGED]
+        return [c for c in self.changes if c.action is not WriteAction.UNCHANGED]
 
 
 def spec_hash_of(obj: Mapping[str, Any] | None) -> str | None:
@@ -469,7 +469,7 @@ async def apply_children(
         if expect_absent:
             try:
                 have = await kube.create(want)
-                result.changes.append(Change(kind, meta["name"], Action.CREATED))
+                result.changes.append(ChildChange(kind, meta["name"], WriteAction.CREATED))
                 result.observed[kind] = have
                 continue
             except ConflictError:
@@ -478,19 +478,19 @@ async def apply_children(
         if have is None:
             # ConflictError here: created meanwhile (a racing pass); the retry compares.
             have = await kube.create(want)
-            result.changes.append(Change(kind, meta["name"], Action.CREATED))
+            result.changes.append(ChildChange(kind, meta["name"], WriteAction.CREATED))
         elif needs_write(want, have):
             have = await kube.replace(replacement(want, have))
-            result.changes.append(Change(kind, meta["name"], Action.UPDATED))
+            result.changes.append(ChildChange(kind, meta["name"], WriteAction.UPDATED))
         else:
-            result.changes.append(Change(kind, meta["name"], Action.UNCHANGED))
+            result.changes.append(ChildChange(kind, meta["name"], WriteAction.UNCHANGED))
         result.observed[kind] = have
     return result
 
 
 async def delete_children(
     kube: KubeClient, owner: Mapping[str, Any], kinds: Iterable[tuple[str, str, str]]
-) -> list[Change]:
+) -> list[ChildChange]:
     """Delete the children ``(apiVersion, kind, name)`` of ``owner`` that it owns.
 
     On a real cluster the garbage collector removes owned children by their owner
@@ -500,7 +500,7 @@ async def delete_children(
     """
     meta = owner.get("metadata") or {}
     uid, namespace = meta.get("uid"), meta.get("namespace")
-    changes: list[Change] = []
+    changes: list[ChildChange] = []
     for api_version, kind, name in kinds:
         if not await kube.serves(api_version):
             continue
@@ -508,7 +508,7 @@ async def delete_children(
         if child is None or not owned_by(child, uid):
             continue
         if await kube.delete(api_version, kind, namespace, name):
-            changes.append(Change(kind, name, Action.DELETED))
+            changes.append(ChildChange(kind, name, WriteAction.DELETED))
     return changes
 
 

@@ -1,4 +1,4 @@
-"""``python -m llm_operator.tuning``: the tuner's command line (what the tuning Job runs).
+"""``python -m llm_operator.tuner``: the tuner's command line (what the tuning Job runs).
 
 Runs under the vLLM image's Python with this package on ``PYTHONPATH``. Either starts
 its own vLLM servers (``--model``) or measures one it is given (``--url``; no restarts,
@@ -24,7 +24,7 @@ from pathlib import Path
 
 from .result import TuningResult, failed_result, result_from_outcome
 
-log = logging.getLogger("llm_operator.tuning")
+log = logging.getLogger("llm_operator.tuner")
 
 TERMINATION_ENV = "LLMOP_TERMINATION_LOG"
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
@@ -46,7 +46,7 @@ def _levels(text: str | None) -> tuple[int, ...] | None:
 def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
     """The tuner's arguments (``llm-operator tune`` takes the same ones)."""
     p = argparse.ArgumentParser(
-        prog="python -m llm_operator.tuning", add_help=add_help,
+        prog="python -m llm_operator.tuner", add_help=add_help,
         description="Search vLLM batch settings for the most goodput within a latency SLO.",
     )
     src = p.add_mutually_exclusive_group(required=True)

@@ -1,8 +1,9 @@
 """``llm-operator recommend``: read Prometheus and print the decision the controller would take.
 
-The command runs the same code as the operator's timer (:mod:`.prometheus` to observe,
-:func:`.adaptation.decide` to decide) for one service, and prints the observations and
-the decision as tables (or JSON with ``-o json``). It changes nothing.
+The command runs the same code as the operator's adaptation loop
+(:mod:`llm_operator.adaptation.prometheus` to observe,
+:func:`llm_operator.adaptation.policy.decide` to decide) for one service, and prints the
+observations and the decision as tables (or JSON with ``-o json``). It changes nothing.
 """
 
 from __future__ import annotations
@@ -17,18 +18,19 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from .adaptation import (
+from ..adaptation.policy import (
     DEFAULT_POLICY,
     AdaptationState,
+    CapDecision,
     CapLimits,
-    Decision,
     Observation,
     PolicySettings,
     bounds_for,
     decide,
 )
-from .errors import SpecError, SpecErrors
-from .models import LLMServiceSpec, ModelSpec
+from ..errors import SpecError, SpecErrors
+from ..models import LLMServiceSpec, ModelSpec, load_services
+from ..planning import make_plan
 
 
 def add_parser(sub: Any) -> None:
@@ -57,8 +59,8 @@ def add_parser(sub: Any) -> None:
 def cmd_recommend(args: argparse.Namespace) -> int:
     """Observe one service, decide, print. Exit 0 on any decision (hold included), 2 on
     bad arguments."""
-    from . import prometheus
-    from .settings import Settings
+    from ..adaptation import prometheus
+    from ..settings import Settings
 
     settings = Settings()
     err = Console(stderr=True)
@@ -122,8 +124,6 @@ def _spec_and_plan(args: argparse.Namespace, name: str) -> tuple[LLMServiceSpec,
     if not args.file:
         return LLMServiceSpec(model=ModelSpec(name=name)), None, [
             "no -f given: default SLO and adaptation bounds"]
-    from .cli import load_services
-
     services = [svc for _p, svc in load_services([args.file])]
     wanted = [s for s in services if s.metadata.name == name] or services
     if not wanted:
@@ -132,11 +132,7 @@ def _spec_and_plan(args: argparse.Namespace, name: str) -> tuple[LLMServiceSpec,
     spec = wanted[0].spec
     plan_max: int | None = None
     try:
-        from .planning import make_plan
-
         plan_max = make_plan(spec).max_num_seqs
-    except NotImplementedError:
-        notes.append("the planner is not available: no memory limit on the cap")
     except (SpecError, SpecErrors) as exc:
         notes.append(f"no plan ({exc}): no memory limit on the cap")
     return spec, plan_max, notes
@@ -183,11 +179,11 @@ def observation_table(obs: Observation | None, namespace: str, name: str, url: s
     return table
 
 
-def decision_table(decision: Decision, spec: LLMServiceSpec, limits: CapLimits) -> Table:
+def decision_table(decision: CapDecision, spec: LLMServiceSpec, limits: CapLimits) -> Table:
     """The decision as a table: action, cap before and after, bounds, reason."""
     bounds = bounds_for(spec, limits)
     colour = {"raise": "green", "lower": "yellow", "hold": "cyan"}[decision.action.value]
-    table = Table(title="Decision", show_header=False)
+    table = Table(title="CapDecision", show_header=False)
     table.add_column("what")
     table.add_column("value")
     table.add_row("action", f"[bold {colour}]{decision.action.value}[/]")

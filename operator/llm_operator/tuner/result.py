@@ -24,7 +24,7 @@ class _M(BaseModel):
     model_config = ConfigDict(populate_by_name=True, extra="ignore", frozen=True)
 
 
-class Settings(_M):
+class TrialSettings(_M):
     """Engine settings of one configuration; ``None`` = vLLM's default."""
 
     max_num_seqs: int | None = Field(None, alias="maxNumSeqs")
@@ -34,7 +34,7 @@ class Settings(_M):
 class Score(_M):
     """A configuration and what it achieved at the workload concurrency."""
 
-    settings: Settings
+    settings: TrialSettings
     goodput: float  # output tokens/s of requests meeting the SLO (median of repeats)
     spread: float = 0.0  # (max - min) / median over the repeats
     repeats: int = 0
@@ -94,7 +94,7 @@ TABLE_COLUMNS = ("trial", "phase", "maxNumSeqs", "maxNumBatchedTokens", "goodput
 
 def _score(trial: Trial) -> Score:
     return Score(
-        settings=Settings(max_num_seqs=trial.config.max_num_seqs,
+        settings=TrialSettings(max_num_seqs=trial.config.max_num_seqs,
                           max_num_batched_tokens=trial.config.max_num_batched_tokens),
         goodput=round(trial.score, 1),
         spread=round(trial.spread, 3),

@@ -35,7 +35,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
-from .adaptation import Observation, ServiceKey, unavailable
+from .policy import Observation, ServiceKey, unavailable
 
 log = logging.getLogger(__name__)
 

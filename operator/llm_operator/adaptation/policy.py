@@ -2,10 +2,11 @@
 
 The controller keeps each LLMService's batch cap where the concurrency and KV-cache
 pressure that Prometheus observes say it belongs. This module only decides:
-``prometheus.py`` fetches the :class:`Observation` objects, the operator's timer calls
-:func:`adapt_all` with them and the current :class:`AdaptationState` of every service,
-then applies (``Apply`` mode) or only reports (``Recommend`` mode) each
-:class:`Decision`, and records applied changes with :func:`record`.
+:mod:`.prometheus` fetches the :class:`Observation` objects, the operator's loop
+(:class:`llm_operator.controller.adaptation.AdaptationLoop`) calls :func:`decide` for each
+due service with its current :class:`AdaptationState`, then applies (``Apply`` mode) or
+only reports (``Recommend`` mode) each :class:`CapDecision` (the status patch and Events
+come from :mod:`.update`), and records applied changes with :func:`record`.
 
 Policy, in the order it is checked:
 
@@ -41,15 +42,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from .models import AdaptationMode, LLMServiceSpec, PreemptionPolicy
-from .planning import NULL_BLOCKS
+from ..models import AdaptationMode, LLMServiceSpec, PreemptionPolicy
+from ..planning import NULL_BLOCKS
+from ..timestamps import parse_rfc3339, rfc3339
 
 ServiceKey = tuple[str, str]
 """``(namespace, name)`` of one LLMService."""
@@ -234,7 +235,7 @@ def unavailable(namespace: str, name: str, now: float, window: float, why: str) 
     )
 
 
-class Change(_Camel):
+class CapChange(_Camel):
     """One applied change of the cap."""
 
     at: float
@@ -253,7 +254,7 @@ class AdaptationState(_Camel):
 
     current: int = Field(ge=1, description="The cap the Deployment runs with")
     last_change_at: float | None = None
-    history: tuple[Change, ...] = ()
+    history: tuple[CapChange, ...] = ()
 
     def to_status(self) -> dict[str, Any]:
         """The state as ``status.adaptation`` fields (camelCase, RFC 3339 times)."""
@@ -275,8 +276,8 @@ class AdaptationState(_Camel):
     def from_status(cls, status: Mapping[str, Any], current: int) -> AdaptationState:
         """Rebuild the state from ``status.adaptation`` (``current`` when it has none)."""
         history = tuple(
-            Change(
-                at=_parse_iso(h["time"]),
+            CapChange(
+                at=parse_rfc3339(h["time"]),
                 from_value=int(h["from"]),
                 to_value=int(h["to"]),
                 reason=str(h.get("reason", "")),
@@ -287,7 +288,7 @@ class AdaptationState(_Camel):
         last = status.get("lastChangeTime")
         return cls(
             current=int(status.get("currentMaxNumSeqs") or current),
-            last_change_at=_parse_iso(last) if last else None,
+            last_change_at=parse_rfc3339(last) if last else None,
             history=history,
         )
 
@@ -312,7 +313,7 @@ class Bounds(_Camel):
     upper_source: str
 
 
-class Action(StrEnum):
+class CapAction(StrEnum):
     """What a decision does to the cap."""
 
     RAISE = "raise"
@@ -320,12 +321,12 @@ class Action(StrEnum):
     HOLD = "hold"
 
 
-class Decision(_Camel):
+class CapDecision(_Camel):
     """One decision for one service: the action, the new cap, why, and the numbers behind it."""
 
     namespace: str
     name: str
-    action: Action
+    action: CapAction
     current: int | None
     value: int | None = Field(description="The cap after the decision (current on hold)")
     reason: str
@@ -335,7 +336,7 @@ class Decision(_Camel):
     @property
     def changed(self) -> bool:
         """True when the decision moves the cap."""
-        return self.action is not Action.HOLD
+        return self.action is not CapAction.HOLD
 
 
 def bounds_for(spec: LLMServiceSpec, limits: CapLimits | None = None,
@@ -371,7 +372,7 @@ def decide(
     name: str = "",
     limits: CapLimits | None = None,
     settings: PolicySettings = DEFAULT_POLICY,
-) -> Decision:
+) -> CapDecision:
     """Decide whether to raise, lower or hold the cap of one service (pure).
 
     ``now`` is Unix time; ``state`` None means the current cap is not known yet.
@@ -380,8 +381,8 @@ def decide(
         namespace, name = observation.namespace, observation.name
     ev: Evidence = {} if observation is None else observation.summary()
 
-    def hold(current: int | None, reason: str) -> Decision:
-        return Decision(namespace=namespace, name=name, action=Action.HOLD, current=current,
+    def hold(current: int | None, reason: str) -> CapDecision:
+        return CapDecision(namespace=namespace, name=name, action=CapAction.HOLD, current=current,
                         value=current, reason=reason, evidence=ev, at=now)
 
     pinned = spec.engine.max_num_seqs
@@ -397,9 +398,9 @@ def decide(
     bounds = bounds_for(spec, limits, settings)
     ev.update({"cap": cap, "lowerBound": bounds.lower, "upperBound": bounds.upper})
 
-    def move(to: int, reason: str) -> Decision:
-        action = Action.RAISE if to > cap else Action.LOWER
-        return Decision(namespace=namespace, name=name, action=action, current=cap, value=to,
+    def move(to: int, reason: str) -> CapDecision:
+        action = CapAction.RAISE if to > cap else CapAction.LOWER
+        return CapDecision(namespace=namespace, name=name, action=action, current=cap, value=to,
                         reason=reason, evidence=ev, at=now)
 
     # Bounds first: a cap outside them is wrong whatever the load (e.g. the user narrowed
@@ -426,7 +427,7 @@ def decide(
     bounded = min(max(target, bounds.lower), bounds.upper)
     step = max(1, math.floor(cap * spec.adaptation.max_step_percent / 100))
     notes: list[str] = []
-    if direction is Action.LOWER:
+    if direction is CapAction.LOWER:
         new = max(bounded, cap - step)
         if bounded != target:
             notes.append(f"target {target} clamped to the lower bound {bounds.lower}")
@@ -439,9 +440,9 @@ def decide(
         notes.append(f"step limited to {spec.adaptation.max_step_percent}% of {cap} "
                      "(spec.adaptation.maxStepPercent)")
     ev["target"] = target
-    verb = "lower" if direction is Action.LOWER else "raise"
+    verb = "lower" if direction is CapAction.LOWER else "raise"
     if new == cap:
-        end = "lower" if direction is Action.LOWER else "upper"
+        end = "lower" if direction is CapAction.LOWER else "upper"
         return hold(cap, f"Hold at {cap}: would {verb} ({why}) but the cap is at its {end} "
                     f"bound ({bounds.lower if end == 'lower' else bounds.upper})")
 
@@ -471,19 +472,19 @@ def decide(
     return move(new, text)
 
 
-def record(state: AdaptationState, decision: Decision, settings: PolicySettings = DEFAULT_POLICY,
+def record(state: AdaptationState, decision: CapDecision, settings: PolicySettings = DEFAULT_POLICY,
            ) -> AdaptationState:
     """The state after ``decision`` was applied (unchanged for a hold)."""
     if not decision.changed or decision.value is None or decision.current is None:
         return state
-    change = Change(at=decision.at, from_value=decision.current, to_value=decision.value,
+    change = CapChange(at=decision.at, from_value=decision.current, to_value=decision.value,
                     reason=decision.reason)
     history = (*state.history, change)[-settings.history_length:]
     return AdaptationState(current=decision.value, last_change_at=decision.at, history=history)
 
 
 def adaptation_status(
-    state: AdaptationState, decision: Decision, observation: Observation | None
+    state: AdaptationState, decision: CapDecision, observation: Observation | None
 ) -> dict[str, Any]:
     """``status.adaptation`` after a tick (pure): the state (current cap, last change time,
     history), the last observation summary and the last decision with its reason.
@@ -507,56 +508,64 @@ def adaptation_status(
     }
 
 
-def adapt_all(
-    observations: Mapping[ServiceKey, Observation],
-    states: Mapping[ServiceKey, AdaptationState],
-    specs: Mapping[ServiceKey, LLMServiceSpec],
-    now: float,
-    *,
-    limits: Mapping[ServiceKey, CapLimits] | None = None,
-    settings: PolicySettings = DEFAULT_POLICY,
-) -> dict[ServiceKey, Decision]:
-    """One decision for every service in ``specs`` (the timer's whole tick, pure).
-
-    A service with no observation holds ("no series"); one with no state holds too.
-    The caller applies the changes it may (``Apply`` mode, see ``spec.adaptation.mode``)
-    and records each applied one with :func:`record`; in ``Recommend`` mode nothing is
-    recorded, so the same recommendation stands until the evidence changes.
-    """
-    limits = limits or {}
-    out: dict[ServiceKey, Decision] = {}
-    for key, spec in specs.items():
-        ns, nm = key
-        obs = observations.get(key)
-        out[key] = decide(obs, states.get(key), spec, now, namespace=ns, name=nm,
-                          limits=limits.get(key), settings=settings)
-    return out
-
-
 # --- internals -------------------------------------------------------------------------
+
+
+class MetricsReason(StrEnum):
+    """Whether Prometheus gave the signals the policy needs (reasons of the
+    ``MetricsAvailable`` condition)."""
+
+    OBSERVED = "SeriesObserved"
+    UNAVAILABLE = "PrometheusUnavailable"
+    NO_SERIES = "NoSeries"
+    NO_SAMPLES = "NoSamples"
+    TOO_LITTLE = "TooLittleData"
+    STALE = "StaleData"
+    MISSING = "MissingSeries"
+
+
+def data_quality(
+    obs: Observation | None, now: float, s: PolicySettings = DEFAULT_POLICY
+) -> tuple[MetricsReason, str]:
+    """The one check of an observation's data (pure): the reason and a sentence saying
+    what was seen or, when the data cannot carry a decision, what is wrong and what to
+    check. Decisions hold on anything but :attr:`MetricsReason.OBSERVED`; the
+    ``MetricsAvailable`` condition reports the same reason."""
+    window = f"{s.window_seconds:.0f} s" if obs is None else f"{obs.window_seconds:.0f} s"
+    if obs is None:
+        return MetricsReason.NO_SERIES, (
+            "no vLLM series for this service in Prometheus: check that its pods are scraped "
+            "(PodMonitor) and that the series carry the service label "
+            "(LLMOP_PROMETHEUS_SERVICE_LABEL)")
+    if obs.error is not None:
+        return MetricsReason.UNAVAILABLE, f"Prometheus is unavailable ({obs.error})"
+    if obs.samples == 0 or obs.running_mean is None or obs.last_sample_at is None:
+        return MetricsReason.NO_SAMPLES, (
+            f"no samples of vllm:num_requests_running in the last {window}")
+    if obs.samples < s.min_samples:
+        return MetricsReason.TOO_LITTLE, (
+            f"too little data: {obs.samples} samples in the last {window}, "
+            f"{s.min_samples} needed")
+    age = now - obs.last_sample_at
+    if age > s.max_staleness_seconds:
+        return MetricsReason.STALE, (
+            f"stale data: the newest sample is {age:.0f} s old "
+            f"(limit {s.max_staleness_seconds:.0f} s): is the scrape failing?")
+    missing = [n for n, v in (("vllm:num_requests_waiting", obs.waiting_mean),
+                              ("vllm:kv_cache_usage_perc", obs.kv_usage_mean)) if v is None]
+    if missing:
+        return MetricsReason.MISSING, "missing series: " + ", ".join(missing)
+    return MetricsReason.OBSERVED, (
+        f"{obs.samples} samples of every signal in the last {window}, newest {age:.0f} s old")
 
 
 def _data_problem(
     obs: Observation | None, state: AdaptationState, now: float, s: PolicySettings
 ) -> str | None:
-    if obs is None:
-        return "no vLLM series for this service in Prometheus (is it scraped, and does the " \
-               "service label match LLMOP_PROMETHEUS_SERVICE_LABEL?)"
-    if obs.error is not None:
-        return f"Prometheus is unavailable ({obs.error})"
-    if obs.samples == 0 or obs.running_mean is None or obs.last_sample_at is None:
-        return "no samples of vllm:num_requests_running in the window"
-    if obs.samples < s.min_samples:
-        return (f"too little data: {obs.samples} samples in {obs.window_seconds:.0f} s, "
-                f"need {s.min_samples}")
-    age = now - obs.last_sample_at
-    if age > s.max_staleness_seconds:
-        return (f"stale data: the newest sample is {age:.0f} s old "
-                f"(limit {s.max_staleness_seconds:.0f} s)")
-    if obs.waiting_mean is None or obs.kv_usage_mean is None:
-        missing = [n for n, v in (("vllm:num_requests_waiting", obs.waiting_mean),
-                                  ("vllm:kv_cache_usage_perc", obs.kv_usage_mean)) if v is None]
-        return "missing series: " + ", ".join(missing)
+    reason, text = data_quality(obs, now, s)
+    if reason is not MetricsReason.OBSERVED:
+        return text
+    assert obs is not None  # data_quality reports NO_SERIES for None
     if state.last_change_at is not None and \
             obs.evaluated_at - obs.window_seconds < state.last_change_at:
         return (f"the {obs.window_seconds:.0f} s window still holds samples from before the last "
@@ -592,7 +601,7 @@ def _kv_fit(obs: Observation, s: PolicySettings) -> tuple[int, str] | None:
 
 def _want(
     obs: Observation, cap: int, spec: LLMServiceSpec, s: PolicySettings
-) -> tuple[Action, int, str] | None:
+) -> tuple[CapAction, int, str] | None:
     """The move the evidence asks for (before bounds, steps, cooldown and flapping)."""
     assert obs.running_mean is not None and obs.kv_usage_mean is not None
     running, kv = obs.running_mean, obs.kv_usage_mean
@@ -643,7 +652,7 @@ def _want(
             targets.append((n, f"{n} sequences would bring the latency within the SLO"))
         target, how = min(targets)
         target = min(max(target, 1), cap - 1)
-        return Action.LOWER, target, "; ".join(reasons) + f" ({how})"
+        return CapAction.LOWER, target, "; ".join(reasons) + f" ({how})"
 
     # Raise side.
     at_cap = running >= s.at_cap_fraction * cap
@@ -666,7 +675,7 @@ def _want(
                f"watermark), {itl_txt}; demand {demand}")
         if target < demand:
             why += f", KV room for {limit} ({how})"
-        return Action.RAISE, target, why
+        return CapAction.RAISE, target, why
     return None
 
 
@@ -716,7 +725,7 @@ def _preemptions_text(n: float) -> str:
 
 
 def _flap(state: AdaptationState, cap: int, new: int, now: float,
-          s: PolicySettings) -> Change | None:
+          s: PolicySettings) -> CapChange | None:
     """The recent change whose starting value the move would reach or pass again."""
     for change in reversed(state.history):
         if now - change.at > s.flap_window_seconds:
@@ -729,11 +738,11 @@ def _flap(state: AdaptationState, cap: int, new: int, now: float,
     return None
 
 
-def _strong(direction: Action, obs: Observation, cap: int, spec: LLMServiceSpec,
+def _strong(direction: CapAction, obs: Observation, cap: int, spec: LLMServiceSpec,
             s: PolicySettings) -> str | None:
     """Why the evidence is strong enough to undo a recent change, or None."""
     preempt = obs.preemptions or 0.0
-    if direction is Action.LOWER:
+    if direction is CapAction.LOWER:
         if preempt >= s.strong_preemptions:
             return f"{preempt:.0f} preemptions (≥ {s.strong_preemptions:.0f})"
         itl, slo = obs.itl_p95_seconds, spec.workload.slo.itl_p95_ms / 1000.0
@@ -754,10 +763,4 @@ def _r(v: float | None, nd: int = 2) -> float | None:
 
 
 def _iso(t: float | None) -> str | None:
-    if t is None:
-        return None
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _parse_iso(text: str) -> float:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    return None if t is None else rfc3339(t)

@@ -1,10 +1,11 @@
-"""When to tune and what a tuning result changes (pure: no API calls, no clock).
+"""When to tune and what a tuning result changes (pure: no API calls, no clock: the
+caller passes ``now``).
 
 One function, :func:`decide`, turns what the operator knows about one LLMService into
 one decision: start a tuning Job, wait for it, accept its result, retry after a failure
-or give up, reuse a cached result, or do nothing. The handlers
-(:mod:`llm_operator.tuning_handlers`) fetch the inputs, call it and carry the decision
-out (create or delete the Job, write ``status.tuning``, the ``Tuned`` condition and
+or give up, reuse a cached result, or do nothing. The tuning step
+(:mod:`llm_operator.controller.tuning`) fetches the inputs, calls it and carries the
+decision out (create or delete the Job, write ``status.tuning``, the ``Tuned`` condition and
 the cache, post the Event, re-render the Deployment).
 
 When a run is wanted (``spec.tuning.mode``):
@@ -56,12 +57,13 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from . import status as st
-from .constants import ANNOTATION_FINGERPRINT, ANNOTATION_RETUNE
-from .models import LLMService, TuningMode
-from .planning import Plan
-from .rendering import OVERRIDABLE, is_multi_node
-from .tuning.result import TABLE_COLUMNS, ResultParseError, Score, TuningResult, parse_result
+from .. import status as st
+from ..constants import ANNOTATION_FINGERPRINT, ANNOTATION_RETUNE
+from ..models import LLMService, TuningMode
+from ..planning import Plan
+from ..rendering import OVERRIDABLE, is_multi_node
+from ..timestamps import rfc3339
+from ..tuner.result import TABLE_COLUMNS, ResultParseError, Score, TuningResult, parse_result
 
 JSON = dict[str, Any]
 
@@ -86,7 +88,7 @@ SETTLED = {State.SUCCEEDED, State.FAILED, State.SKIPPED}
 IN_FLIGHT = {State.RUNNING, State.RETRYING}
 
 
-class Action(StrEnum):
+class TuningAction(StrEnum):
     """What :func:`decide` asks the handler to do."""
 
     NONE = "None"  # nothing to do (status may still be brought up to date)
@@ -191,21 +193,12 @@ def cache_lookup_needed(svc: LLMService, fingerprint: str, tuning: Mapping[str, 
 
 
 @dataclass(frozen=True)
-class Notice:
-    """An Event to post on the LLMService."""
-
-    type: str  # Normal | Warning
-    reason: str  # TuningStarted | TuningSucceeded | TuningFailed
-    message: str
-
-
-@dataclass(frozen=True)
-class Decision:
+class TuningDecision:
     """What to do, and ``status.tuning`` afterwards (None: leave it as it is)."""
 
-    action: Action
+    action: TuningAction
     tuning: JSON | None = None
-    event: Notice | None = None
+    event: st.Notice | None = None
     create_job: bool = False
     delete_job: bool = False
     cache_entry: JSON | None = None  # write this under the fingerprint
@@ -226,14 +219,14 @@ def decide(
     job: ObservedJob | None,
     message: str | None,
     cached: Mapping[str, Any] | None,
-    now: str,
-) -> Decision:
+    now: float,
+) -> TuningDecision:
     """The tuning decision for one LLMService (pure).
 
     ``tuning``: the current ``status.tuning``; ``job``: the Job named ``job_name`` (the
     name is derived from the fingerprint, so an operator restarted mid-run finds it);
     ``message``: its tuner's termination message once it finished; ``cached``: the
-    cache entry for ``fingerprint`` (see :func:`cache_entry`); ``now``: RFC 3339.
+    cache entry for ``fingerprint`` (see :func:`cache_entry`); ``now``: seconds since the epoch.
     """
     cur: JSON = dict(tuning or {})
     spec = svc.spec.tuning
@@ -242,11 +235,11 @@ def decide(
 
     if job is not None and job.fingerprint not in (None, fingerprint):
         # Another fingerprint whose hash prefix collides with ours: not our run.
-        return Decision(Action.CLEANUP if job.finished else Action.WAIT,
+        return TuningDecision(TuningAction.CLEANUP if job.finished else TuningAction.WAIT,
                         delete_job=job.finished, why=f"Job {job.name} is for another "
                         f"fingerprint ({job.fingerprint})")
     if job is not None and job.deleting:
-        return Decision(Action.WAIT, why=f"Job {job.name} is being deleted")
+        return TuningDecision(TuningAction.WAIT, why=f"Job {job.name} is being deleted")
 
     if spec.mode is TuningMode.DISABLED:
         return _disabled(cur, job, now)
@@ -254,16 +247,17 @@ def decide(
     if job is not None:
         if job.uid and cur.get("jobUid") == job.uid and state != State.RUNNING:
             # Its outcome is recorded (Succeeded, Retrying, Failed): only the Job is left.
-            return Decision(Action.CLEANUP if job.finished else Action.WAIT,
+            return TuningDecision(TuningAction.CLEANUP if job.finished else TuningAction.WAIT,
                             delete_job=job.finished,
                             why=f"Job {job.name} is already accounted for")
         if not job.finished:
             if same and state == State.RUNNING and cur.get("jobUid") == job.uid:
-                return Decision(Action.WAIT, why=f"Job {job.name} is running")
+                return TuningDecision(TuningAction.WAIT, why=f"Job {job.name} is running")
             new = _running(svc, cur, fingerprint, job_name, now, same=same,
                            attempts=max(1, int(cur.get("attempts") or 0) if same else 1))
             new["jobUid"] = job.uid
-            return Decision(Action.ADOPT, new, why=f"Job {job.name} is running (adopted)")
+            return TuningDecision(TuningAction.ADOPT, new,
+                                  why=f"Job {job.name} is running (adopted)")
         return _finished(svc, cur, fingerprint, job, message, now, same=same)
 
     # No Job for this fingerprint.
@@ -278,8 +272,8 @@ def decide(
         if cur.get("applied") and same:
             new["applied"] = cur["applied"]
         if _same_except_time(cur, new):
-            return Decision(Action.NONE, why=why)
-        return Decision(Action.SKIP, new, why=why)
+            return TuningDecision(TuningAction.NONE, why=why)
+        return TuningDecision(TuningAction.SKIP, new, why=why)
 
     request = _new_request(svc, cur)
     if same and state in IN_FLIGHT and not request:
@@ -288,10 +282,12 @@ def decide(
     if request:
         return _start(svc, cur, fingerprint, job_name, now, same=same, request=request)
     if same and state in SETTLED:
-        return Decision(Action.NONE, why=f"tuning is {state} for fingerprint {fingerprint}")
+        return TuningDecision(TuningAction.NONE,
+                              why=f"tuning is {state} for fingerprint {fingerprint}")
     if spec.mode is TuningMode.MANUAL:
         if same and state == State.PENDING:
-            return Decision(Action.NONE, why="waiting for the llmops.dev/retune annotation")
+            return TuningDecision(TuningAction.NONE,
+                                  why="waiting for the llmops.dev/retune annotation")
         new = {"state": State.PENDING.value, "fingerprint": fingerprint, "tunable": tunable,
                "mode": spec.mode.value,
                "reason": "spec.tuning.mode is Manual: annotate the LLMService with "
@@ -299,7 +295,8 @@ def decide(
         _carry(cur, new, "retuneRequest")
         if same:
             _carry(cur, new, "applied", "best", "baseline", "improvement", "finishedAt")
-        return Decision(Action.PENDING, new, why="waiting for the llmops.dev/retune annotation")
+        return TuningDecision(TuningAction.PENDING, new,
+                              why="waiting for the llmops.dev/retune annotation")
 
     result = _cached_result(cached, fingerprint)
     if result is not None:
@@ -324,23 +321,25 @@ def _same_except_time(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
         k: v for k, v in b.items() if not k.endswith("At")}
 
 
-def _disabled(cur: JSON, job: ObservedJob | None, now: str) -> Decision:
+def _disabled(cur: JSON, job: ObservedJob | None, now: float) -> TuningDecision:
     running = job is not None and not job.finished
     if cur.get("state") in IN_FLIGHT or running:
         new = {k: v for k, v in cur.items() if k not in ("jobUid",)}
-        new.update(state=State.CANCELLED.value, finishedAt=now, mode=TuningMode.DISABLED.value,
+        new.update(state=State.CANCELLED.value, finishedAt=rfc3339(now),
+                   mode=TuningMode.DISABLED.value,
                    reason="spec.tuning.mode is Disabled: the run was cancelled; the service "
                           "keeps its current settings")
-        return Decision(Action.CANCEL, new, delete_job=job is not None,
-                        event=Notice("Normal", "TuningCancelled", new["reason"]),
+        return TuningDecision(TuningAction.CANCEL, new, delete_job=job is not None,
+                        event=st.Notice("Normal", "TuningCancelled", new["reason"]),
                         why="spec.tuning.mode is Disabled")
     if job is not None and job.finished:
-        return Decision(Action.CLEANUP, delete_job=True, why="spec.tuning.mode is Disabled")
-    return Decision(Action.NONE, why="spec.tuning.mode is Disabled")
+        return TuningDecision(TuningAction.CLEANUP, delete_job=True,
+                              why="spec.tuning.mode is Disabled")
+    return TuningDecision(TuningAction.NONE, why="spec.tuning.mode is Disabled")
 
 
 def _running(svc: LLMService, cur: Mapping[str, Any], fingerprint: str, job_name: str,
-             now: str, *, same: bool, attempts: int) -> JSON:
+             now: float, *, same: bool, attempts: int) -> JSON:
     spec = svc.spec.tuning
     new: JSON = {
         "state": State.RUNNING.value,
@@ -348,7 +347,7 @@ def _running(svc: LLMService, cur: Mapping[str, Any], fingerprint: str, job_name
         "mode": spec.mode.value,
         "tunable": tunable_fields(svc),
         "jobName": job_name,
-        "startedAt": now,
+        "startedAt": rfc3339(now),
         "attempts": attempts,
         "failures": int(cur.get("failures") or 0) if same else 0,
         "maxRetries": spec.max_retries,
@@ -364,8 +363,8 @@ def _running(svc: LLMService, cur: Mapping[str, Any], fingerprint: str, job_name
     return new
 
 
-def _start(svc: LLMService, cur: JSON, fingerprint: str, job_name: str, now: str, *,
-           same: bool, request: str | None) -> Decision:
+def _start(svc: LLMService, cur: JSON, fingerprint: str, job_name: str, now: float, *,
+           same: bool, request: str | None) -> TuningDecision:
     attempts = int(cur.get("attempts") or 0) + 1 if same and not request else 1
     new = _running(svc, cur, fingerprint, job_name, now, same=same, attempts=attempts)
     if request:
@@ -383,12 +382,12 @@ def _start(svc: LLMService, cur: JSON, fingerprint: str, job_name: str, now: str
     msg = (f"Started tuning Job {svc.metadata.namespace}/{job_name}{retry}: {why}; "
            f"fingerprint {fingerprint}, tuning {', '.join(new['tunable'])}, budget "
            f"{spec.max_trials} trials / {spec.max_duration_minutes} min")
-    return Decision(Action.START, new, create_job=True,
-                    event=Notice("Normal", "TuningStarted", msg), why=why + retry)
+    return TuningDecision(TuningAction.START, new, create_job=True,
+                    event=st.Notice("Normal", "TuningStarted", msg), why=why + retry)
 
 
 def _finished(svc: LLMService, cur: JSON, fingerprint: str, job: ObservedJob,
-              message: str | None, now: str, *, same: bool) -> Decision:
+              message: str | None, now: float, *, same: bool) -> TuningDecision:
     result: TuningResult | None = None
     problem = ""
     if message:
@@ -416,14 +415,14 @@ def _finished(svc: LLMService, cur: JSON, fingerprint: str, job: ObservedJob,
 
 
 def _failure(svc: LLMService, cur: JSON, fingerprint: str, job: ObservedJob, problem: str,
-             now: str, *, same: bool) -> Decision:
+             now: float, *, same: bool) -> TuningDecision:
     spec = svc.spec.tuning
     failures = (int(cur.get("failures") or 0) if same else 0) + 1
     new = dict(cur) if same else _running(svc, cur, fingerprint, job.name, now, same=False,
                                           attempts=1)
     new.update(fingerprint=fingerprint, jobName=job.name, jobUid=job.uid, failures=failures,
                maxRetries=spec.max_retries,
-               lastFailure={"at": now, "jobName": job.name, "reason": problem[:500]})
+               lastFailure={"at": rfc3339(now), "jobName": job.name, "reason": problem[:500]})
     new.setdefault("attempts", 1)
     new.pop("reason", None)
     keeps = ("the service keeps its current settings"
@@ -433,16 +432,16 @@ def _failure(svc: LLMService, cur: JSON, fingerprint: str, job: ObservedJob, pro
         new["state"] = State.RETRYING.value
         new["reason"] = (f"attempt {failures} failed: {problem}; retrying "
                          f"({failures} of {spec.max_retries} retries)")
-        return Decision(Action.RETRY, new, delete_job=True,
-                        event=Notice("Warning", "TuningFailed",
+        return TuningDecision(TuningAction.RETRY, new, delete_job=True,
+                        event=st.Notice("Warning", "TuningFailed",
                                      f"Tuning Job {job.name} failed: {problem}; retry "
                                      f"{failures} of {spec.max_retries} follows"),
                         why=new["reason"])
     new["state"] = State.FAILED.value
-    new["finishedAt"] = now
+    new["finishedAt"] = rfc3339(now)
     new["reason"] = (f"{failures} attempt(s) failed, the last: {problem}; {keeps}")
-    return Decision(Action.FAIL, new, delete_job=True,
-                    event=Notice("Warning", "TuningFailed",
+    return TuningDecision(TuningAction.FAIL, new, delete_job=True,
+                    event=st.Notice("Warning", "TuningFailed",
                                  f"Tuning Job {job.name} failed: {problem}; giving up after "
                                  f"{failures} attempt(s), {keeps}"),
                     why=new["reason"])
@@ -486,9 +485,9 @@ def applied_settings(result: TuningResult, tunable: Sequence[str]) -> JSON:
     return {k: v for k, v in values.items() if k in tunable and isinstance(v, int) and v > 0}
 
 
-def _accept(svc: LLMService, cur: JSON, fingerprint: str, result: TuningResult, now: str, *,
+def _accept(svc: LLMService, cur: JSON, fingerprint: str, result: TuningResult, now: float, *,
             same: bool, job: ObservedJob | None, source: str, job_name: str,
-            cached_at: str | None = None) -> Decision:
+            cached_at: str | None = None) -> TuningDecision:
     tunable = tunable_fields(svc)
     applied = applied_settings(result, tunable)
     new: JSON = {
@@ -504,7 +503,7 @@ def _accept(svc: LLMService, cur: JSON, fingerprint: str, result: TuningResult, 
         "baseline": score_summary(result.baseline),
         "improvement": result.improvement,
         "applied": applied,
-        "finishedAt": now,
+        "finishedAt": rfc3339(now),
         "slo": dict(result.slo),
         "workload": dict(result.workload),
     }
@@ -521,9 +520,9 @@ def _accept(svc: LLMService, cur: JSON, fingerprint: str, result: TuningResult, 
     new = {k: v for k, v in new.items() if v is not None}
     new["reason"] = accepted_message(result, applied, source)
     cache = cache_entry(result, svc, now) if source == "job" else None
-    return Decision(Action.ACCEPT if source == "job" else Action.USE_CACHE, new,
+    return TuningDecision(TuningAction.ACCEPT if source == "job" else TuningAction.USE_CACHE, new,
                     delete_job=job is not None, cache_entry=cache,
-                    event=Notice("Normal", "TuningSucceeded", new["reason"]),
+                    event=st.Notice("Normal", "TuningSucceeded", new["reason"]),
                     why=new["reason"])
 
 
@@ -552,9 +551,9 @@ def _flag(key: str) -> str:
 
 
 # --------------------------------------------------------------------------- cache
-def cache_entry(result: TuningResult, svc: LLMService, now: str) -> JSON:
+def cache_entry(result: TuningResult, svc: LLMService, now: float) -> JSON:
     """The cache record of one result (compact JSON under its fingerprint)."""
-    return {"at": now, "service": f"{svc.metadata.namespace}/{svc.metadata.name}",
+    return {"at": rfc3339(now), "service": f"{svc.metadata.namespace}/{svc.metadata.name}",
             "result": json.loads(result.to_message())}
 
 
@@ -631,7 +630,7 @@ def tuned_condition(tuning: Mapping[str, Any]) -> tuple[str, str, str] | None:
 
 
 def with_tuned_condition(conditions: Sequence[Mapping[str, Any]], tuning: Mapping[str, Any],
-                         *, generation: int | None, now: str) -> list[JSON]:
+                         *, generation: int | None, now: float) -> list[JSON]:
     """``conditions`` with ``Tuned`` set from ``status.tuning`` (unchanged when there is
     no tuning state)."""
     cond = tuned_condition(tuning)

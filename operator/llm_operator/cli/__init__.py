@@ -1,46 +1,37 @@
 """The ``llm-operator`` command line.
 
 Subcommands: ``run`` (the operator), ``render`` (manifests for LLMService files, like
-``helm template``), ``plan`` (capacity and parallelism plan), ``tune`` and
-``recommend`` (later issues). Each subcommand parses its files at the boundary and
-calls one pure function.
+``helm template``), ``plan`` (capacity and parallelism plan, with the predicted curve),
+``tune`` (the benchmark search, :mod:`.tune`), ``recommend`` (what the online controller
+would decide now, :mod:`.recommend`) and ``demo`` (the operator against an emulated API
+server). Each subcommand parses its files at the boundary and calls one pure function;
+the tables it prints are in :mod:`.tables`.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterator, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import yaml
 from rich.console import Console
 
-from .errors import SpecError, SpecErrors
-from .models import LLMService, parse_llmservice
-
-
-def load_services(paths: Sequence[str]) -> Iterator[tuple[str, LLMService]]:
-    """Yield every LLMService document in the given YAML files (other kinds are skipped)."""
-    for path in paths:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text()
-        for doc in yaml.safe_load_all(text):
-            if isinstance(doc, dict) and doc.get("kind") == "LLMService":
-                yield path, parse_llmservice(doc)
+from ..errors import SpecError, SpecErrors
+from ..models import load_services
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from .perfmodel import curve_table
-    from .planning import make_plan, plan_table
+    from ..perfmodel import curve_for, suggest_for
+    from ..planning import make_plan
+    from .tables import curve_table, plan_table
 
     console = Console()
     for _path, svc in load_services(args.files):
         plan = make_plan(svc.spec)
         console.print(plan_table(svc, plan))
         if not args.no_curve:
-            from .perfmodel import curve_for, suggest_for
-
             points, slo = curve_for(svc.spec, plan)
             console.print(curve_table(points, f"Predicted: {plan.model_name} on "
                                       f"{plan.gpu_product}, TP {plan.tensor_parallel_size}", slo))
@@ -50,9 +41,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_render(args: argparse.Namespace) -> int:
-    from .planning import make_plan
-    from .rendering import render_all
-    from .settings import Settings
+    from ..planning import make_plan
+    from ..rendering import render_all
+    from ..settings import Settings
 
     settings = Settings()
     docs: list[dict[str, Any]] = []
@@ -63,7 +54,7 @@ def _cmd_render(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from .handlers import run_operator
+    from ..controller.run import run_operator
 
     return run_operator(namespaces=args.namespace, standalone=args.standalone,
                         peering=args.peering, liveness=args.liveness)
@@ -97,11 +88,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_recommend_parser(sub)
 
-    from .sandbox.demo import add_parser as add_demo_parser
+    from ..sandbox.demo import add_parser as add_demo_parser
 
     add_demo_parser(sub)
 
-    from .tuning.launch import add_parser as add_tune_parser
+    from .tune import add_parser as add_tune_parser
 
     add_tune_parser(sub)
     return parser
@@ -119,6 +110,3 @@ def main(argv: Sequence[str] | None = None) -> int:
             err.print(f"[bold red]error[/] {e.field}: {e.problem}\n  fix: {e.fix}")
         return 2
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,11 +1,10 @@
 """The operator's own Prometheus metrics (``prometheus_client``), served on
 ``LLMOP_METRICS_PORT`` (``/metrics``; 0 turns the server off).
 
-One :class:`OperatorMetrics` is built at startup into kopf's ``memo`` (``memo["metrics"]``)
-on its own registry, never at import time, so tests build as many as they like and two
-operators in one process would not collide. Handlers reach it with :func:`metrics_of`,
-which returns a registry-less instance when startup has not built one (the counters then
-count into nothing that is served).
+One :class:`OperatorMetrics` is built at startup into the operator's context
+(:class:`~llm_operator.controller.context.OperatorContext`) on its own registry, never at
+import time, so tests build as many as they like and two operators in one process would
+not collide.
 
 Series (all prefixed ``llmop_``):
 
@@ -135,14 +134,3 @@ class OperatorMetrics:
             self._thread.join(timeout=5)
             self._thread = None
 
-
-def metrics_of(memo: Any) -> OperatorMetrics:
-    """The operator's metrics from kopf's ``memo``; a fresh unserved instance when
-    startup has not built one (so callers never need to check)."""
-    found = memo.get("metrics") if hasattr(memo, "get") else None
-    if isinstance(found, OperatorMetrics):
-        return found
-    fresh = OperatorMetrics()
-    with contextlib.suppress(TypeError, AttributeError):
-        memo["metrics"] = fresh
-    return fresh

@@ -1,5 +1,6 @@
-"""The kopf handlers of tuning on rollout: thin. Each fetches what
-:func:`llm_operator.tuning_control.decide` needs, calls it, and carries the decision out.
+"""Tuning on rollout, operator side: each step fetches what
+:func:`llm_operator.tuning.control.decide` needs, calls it, and carries the decision out.
+The kopf handlers that call it are in :mod:`.handlers`:
 
 - ``tuning`` (create, update, resume of an LLMService; runs after ``reconcile``): one
   tuning step for the service.
@@ -21,7 +22,7 @@ service's namespace, one key per fingerprint). Then, in this order, so that a cr
 anywhere leaves a state the next step completes: cache the result, create the Job
 (``409 AlreadyExists`` means it exists), write ``status.tuning`` with the ``Tuned``
 condition, re-render the workload when the applied settings changed
-(:func:`llm_operator.handlers.reconcile`), delete the finished Job, post the Event.
+(:func:`.reconcile.reconcile`), delete the finished Job, post the Event.
 
 Why no watch on the Job's pods: the Job controller sets ``Complete`` only after the pod
 terminated, so when the Job's event arrives the message is there to read; watching
@@ -31,17 +32,11 @@ clusters for nothing. ``ttlSecondsAfterFinished`` removes Jobs a stopped operato
 
 from __future__ import annotations
 
-import asyncio
-import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
-import kopf
-
-from . import tuning_control as tc
-from .constants import (
+from ..constants import (
     API_VERSION,
-    GROUP,
     KIND,
     LABEL_COMPONENT,
     LABEL_COMPONENT_K8S,
@@ -49,38 +44,20 @@ from .constants import (
     LABEL_PART_OF,
     LABEL_SERVICE,
     MANAGED_BY,
-    PLURAL,
-    VERSION,
 )
-from .errors import SpecError, SpecErrors
-from .handlers import OperatorContext, reconcile, write_status
-from .kube import ConflictError, owned_by, owner_name
-from .metrics import OperatorMetrics, metrics_of
-from .models import LLMService, parse_llmservice
-from .planning import Plan, make_plan
-from .rendering import COMPONENT_TUNING, image_for
-from .tuning.fingerprint import tuning_fingerprint
-from .tuning.job import build_tuning_job, tuning_job_name
+from ..errors import SpecError, SpecErrors
+from ..models import LLMService, parse_llmservice
+from ..planning import Plan, make_plan
+from ..rendering import COMPONENT_TUNING, image_for
+from ..tuning import control as tc
+from ..tuning.fingerprint import tuning_fingerprint
+from ..tuning.job import build_tuning_job, tuning_job_name
+from .context import OperatorContext, clock
+from .kube import ConflictError, owned_by
+from .reconcile import reconcile, write_status
 
 JSON = dict[str, Any]
 JOB_API = "batch/v1"
-LOCKS = "tuning_locks"
-
-
-def _ctx(memo: Any) -> OperatorContext:
-    ctx = memo.get("ctx")
-    if not isinstance(ctx, OperatorContext):
-        raise kopf.TemporaryError("the operator is not initialised yet", delay=1)
-    return ctx
-
-
-def _lock(memo: Any, namespace: str, name: str) -> asyncio.Lock:
-    locks: dict[tuple[str, str], asyncio.Lock] = memo.setdefault(LOCKS, {})
-    return locks.setdefault((namespace, name), asyncio.Lock())
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # --------------------------------------------------------------------------- cache I/O
@@ -93,7 +70,7 @@ async def read_cache(ctx: OperatorContext, namespace: str, fingerprint: str) -> 
 async def write_cache(ctx: OperatorContext, namespace: str, fingerprint: str,
                       entry: Mapping[str, Any]) -> None:
     """Store ``entry`` under ``fingerprint`` (creating the ConfigMap, evicting the oldest
-    entries beyond :data:`~llm_operator.tuning_control.CACHE_MAX_ENTRIES`)."""
+    entries beyond :data:`~llm_operator.tuning.control.CACHE_MAX_ENTRIES`)."""
     text = tc.cache_text(entry)
     for _ in range(3):
         cm = await ctx.kube.get("v1", "ConfigMap", namespace, tc.CACHE_CONFIGMAP)
@@ -121,13 +98,13 @@ async def write_cache(ctx: OperatorContext, namespace: str, fingerprint: str,
 
 # --------------------------------------------------------------------------- one step
 async def tuning_step(
-    ctx: OperatorContext, memo: Any, namespace: str, name: str, logger: Any,
-) -> tc.Decision | None:
+    ctx: OperatorContext, namespace: str, name: str, logger: Any,
+) -> tc.TuningDecision | None:
     """One tuning step for the LLMService ``namespace/name`` (see the module docstring).
 
     Returns the decision (None when the service is gone or its spec is invalid).
     """
-    async with _lock(memo, namespace, name):
+    async with ctx.tuning_lock((namespace, name)):
         obj = await ctx.kube.get(API_VERSION, KIND, namespace, name)
         if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
             return None
@@ -150,20 +127,19 @@ async def tuning_step(
         cached = None
         if job is None and tc.cache_lookup_needed(svc, fingerprint, current):
             cached = await read_cache(ctx, namespace, fingerprint)
-        now = _now()
+        now = clock()
         decision = tc.decide(svc, plan, fingerprint, job_name, current, job, message, cached,
                              now)
-        if decision.action not in (tc.Action.NONE, tc.Action.WAIT):
+        if decision.action not in (tc.TuningAction.NONE, tc.TuningAction.WAIT):
             logger.info(f"Tuning {namespace}/{name}: {decision.action}: {decision.why}")
-        await _carry_out(ctx, obj, svc, plan, fingerprint, status, decision, job, now, logger,
-                         metrics_of(memo))
+        await _carry_out(ctx, obj, svc, plan, fingerprint, status, decision, job, now, logger)
         return decision
 
 
 async def _carry_out(
     ctx: OperatorContext, obj: JSON, svc: LLMService, plan: Plan, fingerprint: str,
-    status: JSON, decision: tc.Decision, job: tc.ObservedJob | None, now: str, logger: Any,
-    metrics: OperatorMetrics,
+    status: JSON, decision: tc.TuningDecision, job: tc.ObservedJob | None, now: float,
+    logger: Any,
 ) -> None:
     namespace, name = svc.metadata.namespace, svc.metadata.name
     current = dict(status.get("tuning") or {})
@@ -180,7 +156,7 @@ async def _carry_out(
         except ConflictError:  # it exists (a racing step, a restart): follow that one
             created = await ctx.kube.get(JOB_API, "Job", namespace, job_name) or {}
         tuning["jobUid"] = (created.get("metadata") or {}).get("uid")
-        await _delete_tuning_jobs(ctx, obj, logger, keep=job_name)
+        await delete_tuning_jobs(ctx, obj, logger, keep=job_name)
 
     # Status: status.tuning and the Tuned condition, written now so that the next step,
     # maybe for the Job's event, reads it.
@@ -211,10 +187,10 @@ async def _carry_out(
             logger.info(f"Deleted Job {namespace}/{job.name}")
     if decision.event is not None:
         ctx.post_event(obj, decision.event.type, decision.event.reason, decision.event.message)
-        metrics.tuning_event(namespace, name, decision.event.reason)
+        ctx.metrics.tuning_event(namespace, name, decision.event.reason)
 
 
-async def _delete_tuning_jobs(ctx: OperatorContext, obj: Mapping[str, Any], logger: Any,
+async def delete_tuning_jobs(ctx: OperatorContext, obj: Mapping[str, Any], logger: Any,
                              keep: str | None = None) -> None:
     """Delete the service's tuning Jobs except ``keep``: on deletion of the service, and
     on a new run, where a Job for a fingerprint the service no longer has (a rollout
@@ -228,47 +204,3 @@ async def _delete_tuning_jobs(ctx: OperatorContext, obj: Mapping[str, Any], logg
                 await ctx.kube.delete(JOB_API, "Job", namespace, other_name)):
             why = f": superseded by {keep}" if keep else ""
             logger.info(f"Deleted Job {namespace}/{other_name}{why}")
-
-
-# --------------------------------------------------------------------------- handlers
-@kopf.on.resume(GROUP, VERSION, PLURAL, id="tuning")
-@kopf.on.create(GROUP, VERSION, PLURAL, id="tuning")
-@kopf.on.update(GROUP, VERSION, PLURAL, id="tuning")
-async def llmservice_tuning(
-    body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: Any,
-) -> None:
-    """Create, update and resume: one tuning step (after the ``reconcile`` handler)."""
-    if body.meta.get("deletionTimestamp"):
-        return
-    await tuning_step(_ctx(memo), memo, body.meta.namespace or "default", body.meta.name or "",
-                      logger)
-
-
-def _finished_or_gone(body: kopf.Body, type: str | None, **_: Any) -> bool:
-    if type == "DELETED":
-        return True
-    return tc.ObservedJob.from_object(body).finished
-
-
-@kopf.on.event("batch", "v1", "jobs",
-               labels={LABEL_COMPONENT: COMPONENT_TUNING, LABEL_MANAGED_BY: MANAGED_BY},
-               when=_finished_or_gone, id="tuning-job")
-async def tuning_job_event(
-    body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **kwargs: Any
-) -> None:
-    """A tuning Job finished or went away: one tuning step for its LLMService."""
-    namespace = body.meta.namespace or "default"
-    owner = owner_name(body)
-    index = kwargs["llmservices_by_name"]
-    if owner is None or not list(index.get((namespace, owner), [])):
-        return
-    await tuning_step(_ctx(memo), memo, namespace, owner, logger)
-
-
-@kopf.on.delete(GROUP, VERSION, PLURAL, id="tuning-cleanup")
-async def llmservice_tuning_cleanup(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger,
-                                    **_: Any) -> None:
-    """Delete the service's tuning Jobs (see the module docstring)."""
-    await _delete_tuning_jobs(_ctx(memo), body, logger)
-    namespace, name = body.meta.namespace or "default", body.meta.name or ""
-    memo.get(LOCKS, {}).pop((namespace, name), None)

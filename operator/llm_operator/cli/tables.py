@@ -1,0 +1,91 @@
+"""What ``llm-operator plan`` prints: the plan with the formula behind each number, and the
+performance model's predicted curve (rich tables; presentation only, no logic)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from ..models import LLMService
+from ..perfmodel import Point, knee
+from ..planning import Explained, Plan, human_bytes
+from ..tuner.search import SLO
+
+
+def _fmt(key: str, value: Any) -> str:
+    if isinstance(value, bool) or value is None:
+        return str(value)
+    if isinstance(value, int | float) and "bytes" in key.lower() and "per" not in key[:3] \
+            and key not in ("kvBytes", "dtypeBytes", "bytesPerParam") and value >= 1e6:
+        return human_bytes(value)
+    if isinstance(value, float) and value.is_integer() and value >= 1e6:
+        return f"{value:,.0f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, list):
+        return ", ".join(map(str, value)) if value else "-"
+    return str(value)
+
+
+def _value(item: Explained) -> str:
+    if item.unit == "bytes" and isinstance(item.value, int | float) and item.value >= 1e6:
+        return human_bytes(item.value)
+    text = _fmt("", item.value)
+    return f"{text} {item.unit}" if item.unit and item.unit != "bytes" else text
+
+
+def plan_table(svc: LLMService, plan: Plan) -> RenderableType:
+    """A table of each planned number: value, source, and the formula with its inputs;
+    the plan's warnings below it (what ``llm-operator plan`` prints)."""
+    title = (f"{svc.metadata.namespace}/{svc.metadata.name}: {plan.model_name} on "
+             f"{plan.gpus_per_replica} x {plan.gpu_product} (TP={plan.tensor_parallel_size}, "
+             f"PP={plan.pipeline_parallel_size})")
+    table = Table(title=title, show_lines=True, title_justify="left")
+    table.add_column("setting", style="bold", no_wrap=True)
+    table.add_column("value", justify="right", no_wrap=True)
+    table.add_column("source")
+    table.add_column("how (formula; inputs)")
+    for item in plan.explanations:
+        lines = [item.formula]
+        for key, value in item.inputs.items():
+            if key == "passedOver" and isinstance(value, list):
+                lines += [f"  not {v}" for v in value]
+            else:
+                lines.append(f"  {key} = {_fmt(key, value)}")
+        table.add_row(item.name, _value(item), item.source, "\n".join(lines))
+    parts: list[RenderableType] = [table]
+    for warning in plan.warnings:
+        parts.append(Text(f"warning: {warning}", style="yellow"))
+    return Group(*parts)
+
+
+def curve_table(points: Sequence[Point], title: str = "Predicted curve",
+                slo: SLO | None = None) -> Table:
+    """The curve as a rich table (one row per concurrency; the knee marked, and the
+    goodput column when an SLO is given)."""
+    table = Table(title=title, caption="predicted by llm_operator.perfmodel (steady state)")
+    for col in ("clients", "running", "queued", "output tok/s", "tok/s per user", "TTFT ms",
+                "ITL ms", "ITL p95 ms", "bound"):
+        table.add_column(col, justify="right" if col != "bound" else "left")
+    if slo:
+        table.add_column("goodput tok/s", justify="right")
+    k = knee(points) if points else None
+    for p in points:
+        notes = [p.bound]
+        if p.limit != "clients":
+            notes.append(f"cap: {p.limit}")
+        if p.preempting:
+            notes.append("preempting")
+        if p is k:
+            notes.append("knee")
+        row = [str(p.concurrency), f"{p.running:.1f}", f"{p.queued:.1f}", f"{p.output_tps:,.0f}",
+               f"{p.user_tps:,.1f}", f"{p.ttft_s * 1e3:,.0f}", f"{p.itl_s * 1e3:,.2f}",
+               f"{p.itl_p95_s * 1e3:,.2f}", ", ".join(notes)]
+        if slo:
+            row.append(f"{p.goodput(slo):,.0f}")
+        table.add_row(*row, style="bold" if p is k else None)
+    return table

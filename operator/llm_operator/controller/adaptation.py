@@ -1,0 +1,204 @@
+"""Online adaptation, operator side: one background loop for all LLMServices.
+
+The policy is pure (:mod:`llm_operator.adaptation.policy`), Prometheus I/O lives in
+:mod:`llm_operator.adaptation.prometheus`; this module only schedules, fetches, calls the
+policy and writes. The pure parts (which services are due, the current cap, how a
+decision becomes a status patch and Events) are in :mod:`llm_operator.adaptation.update`;
+:class:`AdaptationLoop` carries them out.
+
+Why one loop rather than a kopf timer per service: every tick reads the signals of ALL
+due services in one batched PromQL request (:func:`prometheus.fetch_observations`), which
+per-object timers cannot share. The loop is an asyncio task started by the operator's startup
+handler and cancelled by its cleanup handler (both in :mod:`.handlers`); the bodies come
+from the ``llmservices_by_name`` index. A tiny kopf daemon per LLMService marks it present:
+kopf stops daemons when the object is being deleted and when the operator is paused by
+peering (a standby pod), so the loop acts only on the services this pod actively handles.
+
+Each tick (sleeping until the earliest service is due, at most :data:`IDLE_SECONDS`):
+
+1. Due: ``spec.adaptation.mode`` is not ``Disabled``, ``spec.engine.maxNumSeqs`` is left to
+   ``auto`` (a pinned value is never touched: nothing is read or written for it),
+   ``spec.adaptation.intervalSeconds`` have passed since its last decision, and the
+   reconcile handler has planned it (``status.plan``: the running cap is known).
+2. One Prometheus request (blocking client, in a thread) observes all due services over
+   ``LLMOP_ADAPTATION_WINDOW_SECONDS``.
+3. The policy decides per service (raise, lower, hold, with the reason).
+4. Writes per service: ``status.adaptation`` (current cap, last observation, last decision
+   and reason, last change time, short history, mode) and the ``MetricsAvailable``
+   condition when it changes. ``Apply`` with a change: ``status.adaptation.maxNumSeqs`` is
+   written first, then the same reconciliation as the kopf handler
+   (:func:`.reconcile.reconcile`) renders the Deployment with it (the renderer
+   applies the override only where the user left the field to ``auto``) and rolls it; an
+   Event ``MaxNumSeqsLowered`` or ``MaxNumSeqsRaised``. ``Recommend``: the decision goes to
+   ``status.adaptation.recommendedMaxNumSeqs`` and an Event
+   (``MaxNumSeqsLowerRecommended`` / ``MaxNumSeqsRaiseRecommended``, only when the
+   recommendation changes); the workload is never written.
+5. Prometheus unavailable or without data: hold, ``MetricsAvailable=False`` with the reason,
+   and a Warning Event (on the change of reason, and again at most every
+   :data:`WARNING_REPEAT_SECONDS` while Prometheus stays unreachable).
+
+Switching from ``Apply`` to ``Recommend`` or ``Disabled`` keeps the last applied cap (no
+rollout from the switch itself); pinning ``spec.engine.maxNumSeqs`` wins at once, as the
+renderer ignores overrides of pinned fields. ``LLMOP_PROMETHEUS_URL`` unset: the loop does
+not start, and says so once in the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from ..adaptation import prometheus
+from ..adaptation.policy import Observation, PolicySettings, ServiceKey, decide
+from ..adaptation.update import (
+    IDLE_SECONDS,
+    Service,
+    cap_limits,
+    current_state,
+    due_services,
+    fresher_status,
+    parse_services,
+    plan_update,
+    running_cap,
+    seconds_until_next,
+)
+from .context import OperatorContext, clock
+from .reconcile import reconcile, write_status
+
+log = logging.getLogger(__name__)
+
+WARNING_REPEAT_SECONDS = 600.0  # a still-unreachable Prometheus is repeated at most this often
+JSON = dict[str, Any]
+
+
+class AdaptationLoop:
+    """The background task: tick, fetch, decide, write (see the module docstring)."""
+
+    def __init__(
+        self,
+        ctx: OperatorContext,
+        index: Mapping[ServiceKey, Any],
+        url: str,
+        *,
+        window_seconds: float,
+        service_label: str = "llmservice",
+        namespace_label: str = "namespace",
+    ) -> None:
+        self.ctx = ctx
+        self.index = index
+        self.url = url
+        self.metrics = ctx.metrics
+        self.policy = PolicySettings(window_seconds=window_seconds)
+        self.service_label = service_label
+        self.namespace_label = namespace_label
+        self.last_run: dict[ServiceKey, float] = {}
+        self.written: dict[ServiceKey, JSON] = {}
+        self.last_warned: dict[ServiceKey, float] = {}
+        self.pending_rollout: set[ServiceKey] = set()
+        self._client: prometheus.QueryClient | None = None
+
+    def services(self) -> dict[ServiceKey, Service]:
+        """The present services' latest bodies from the index."""
+        bodies = []
+        for key in sorted(self.ctx.present):
+            found = list(self.index.get(key, []))
+            if found:
+                bodies.append(found[-1])
+        return parse_services(bodies)
+
+    async def run(self) -> None:
+        """Tick forever (until cancelled); a failing tick is logged and the loop goes on."""
+        log.info(f"Online adaptation started: Prometheus {self.url}, window "
+                 f"{self.policy.window_seconds:.0f} s")
+        while True:
+            try:
+                delay = await self.tick(clock())
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the loop must survive any one tick
+                log.exception(f"Adaptation tick failed: {exc}")
+                delay = IDLE_SECONDS
+            await asyncio.sleep(delay)
+
+    async def tick(self, now: float) -> float:
+        """One tick: decide for every due service; returns the seconds to sleep."""
+        services = self.services()
+        for key in [k for k in self.last_run if k not in services]:
+            self._forget(key)
+        # Not before the reconcile handler has planned it: the running cap is unknown and
+        # a status write now would race the handler's first one.
+        due = [k for k in due_services(services, self.last_run, now)
+               if running_cap(services[k].spec, services[k].status) is not None]
+        if due:
+            observed = await self.observe(due, now)
+            for key in due:
+                self.last_run[key] = now
+                try:
+                    await self.adapt(services[key], observed.get(key), now)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - one service must not stop the rest
+                    log.exception(f"Adapting {key[0]}/{key[1]} failed: {exc}")
+        return seconds_until_next(services, self.last_run, clock())
+
+    async def observe(self, keys: list[ServiceKey], now: float) -> dict[ServiceKey, Observation]:
+        """One batched Prometheus request for ``keys`` (in a thread: the client blocks)."""
+        if self._client is None:
+            self._client = prometheus.connect(self.url)
+        t0 = time.perf_counter()
+        try:
+            return await asyncio.to_thread(
+                prometheus.fetch_observations, self._client, keys, now,
+                self.policy.window_seconds, service_label=self.service_label,
+                namespace_label=self.namespace_label, on_error=self.metrics.query_error)
+        finally:
+            self.metrics.prometheus_seconds.observe(time.perf_counter() - t0)
+
+    async def adapt(self, svc: Service, obs: Observation | None, now: float) -> None:
+        """Decide for one service and write the outcome."""
+        ctx = self.ctx
+        ns, name = svc.key
+        status = fresher_status(svc.status, self.written.get(svc.key))
+        svc = Service(svc.key, {**svc.body, "status": status}, svc.spec)
+        state = current_state(svc.spec, status)
+        decision = decide(obs, state, svc.spec, now, namespace=ns, name=name,
+                          limits=cap_limits(status), settings=self.policy)
+        warn_again = now - self.last_warned.get(svc.key, 0.0) >= WARNING_REPEAT_SECONDS
+        update = plan_update(svc, decision, obs, state, now, policy=self.policy,
+                             warn_again=warn_again)
+        mode = svc.spec.adaptation.mode.value
+        self.metrics.decision(ns, name, decision.action.value, mode,
+                              decision.value if update.rollout else
+                              (state.current if state else None))
+        if decision.changed or update.events:
+            log.info(f"Adaptation of {ns}/{name} ({mode}): {decision.reason}")
+
+        written = await write_status(ctx, svc.body, update.status_patch)
+        if written is None:
+            return  # deleted meanwhile
+        self.written[svc.key] = update.adaptation
+
+        if update.rollout or svc.key in self.pending_rollout:
+            with self.metrics.timed_reconcile("adaptation"):
+                outcome = await reconcile(written, ctx, log)
+            await write_status(ctx, written, outcome.status_patch)
+            if outcome.error is not None:
+                self.pending_rollout.add(svc.key)  # retried on the next tick
+                log.warning(f"Rolling {ns}/{name} onto max-num-seqs "
+                            f"{update.adaptation.get('maxNumSeqs')} failed, retrying on the "
+                            f"next tick: {outcome.error}")
+            else:
+                self.pending_rollout.discard(svc.key)
+        for notice in update.events:
+            if notice.type == "Warning":
+                self.last_warned[svc.key] = now
+            ctx.post_event(svc.body, notice.type, notice.reason, notice.message)
+
+    def _forget(self, key: ServiceKey) -> None:
+        for memory in (self.last_run, self.written, self.last_warned):
+            memory.pop(key, None)
+        self.pending_rollout.discard(key)
+        self.metrics.forget(*key)

@@ -1,0 +1,47 @@
+"""Run the operator (``llm-operator run``): kopf's loop with every handler registered."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import kopf
+
+from ..settings import Settings
+from . import handlers as _handlers  # noqa: F401  importing registers the kopf handlers
+
+
+def run_operator(namespaces: list[str], standalone: bool, peering: str | None = None,
+                 liveness: str | None = None) -> int:
+    """Run the operator until interrupted (``llm-operator run``); returns the exit code.
+
+    Watches ``namespaces`` (or ``LLMOP_NAMESPACES``; none: the whole cluster). The
+    liveness endpoint listens on ``LLMOP_HEALTH_PORT`` (``/healthz``; 0 turns it off).
+    """
+    settings = Settings()
+    watched = list(namespaces) or list(settings.namespaces)
+    kopf.configure(verbose=False, log_format=kopf.LogFormat.PLAIN)
+    port = settings.health_port
+    if liveness is None and port:
+        liveness = f"http://0.0.0.0:{port}/healthz"
+    memo = kopf.Memo(settings=settings)  # the context is built in operator_startup
+    # With peering, every pod needs its own priority: with equal priorities kopf lets two
+    # operators act at once. A random one makes one pod active and the others standby.
+    priority = random.randint(1, 2**31 - 1) if peering else 0
+    # kopf's default lifecycle ("asap") runs one changing handler per processing cycle and
+    # stores the progress of the others in annotations in between: with several handlers
+    # on one object (reconcile, tuning) every create, update and resume would cost extra
+    # writes of the LLMService, and a restarted operator would no longer write nothing
+    # for an unchanged service. All at once: they run in one cycle, in registration order
+    # (reconcile first), and a handler that failed is retried alone.
+    asyncio.run(kopf.operator(
+        lifecycle=kopf.lifecycles.all_at_once,
+        clusterwide=not watched,
+        namespaces=watched,
+        standalone=standalone and not peering,
+        peering_name=peering,
+        priority=priority,
+        liveness_endpoint=liveness,
+        memo=memo,
+    ))
+    return 0

@@ -1,0 +1,21 @@
+"""Times as status and Events write them: RFC 3339 in UTC, whole seconds.
+
+Pure deciders take the time as ``now: float`` (seconds since the epoch) and format it
+here; only the I/O edge (:mod:`llm_operator.controller`) reads the clock.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+RFC3339 = "%Y-%m-%dT%H:%M:%SZ"
+
+
+def rfc3339(t: float) -> str:
+    """``t`` (seconds since the epoch) as ``2026-01-31T12:00:00Z``."""
+    return datetime.fromtimestamp(t, UTC).strftime(RFC3339)
+
+
+def parse_rfc3339(text: str) -> float:
+    """Seconds since the epoch of an RFC 3339 time (``Z`` or an offset)."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
