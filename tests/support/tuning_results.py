@@ -2,7 +2,7 @@
 ``llm_operator.tuner.result.result_from_outcome`` and ``TuningResult.to_message``), so
 the operator-side tests read exactly the termination message a tuning Job writes.
 
-The measurements are shaped on what the real CPU engine showed (see TESTING.md): a
+The measurements are shaped on what the real CPU engine showed (see docs/TESTING.md): a
 KV-constrained server whose default max-num-seqs preempts heavily, and a lower cap that
 delivers more goodput. They are test inputs, not benchmark claims.
 """

@@ -101,7 +101,7 @@ def test_kv_bytes_per_token_by_hand() -> None:
 
 
 def test_kv_capacity_of_the_tiny_cpu_model_matches_vllm() -> None:
-    # TESTING.md: vLLM CPU with --kv-cache-memory-bytes 2097152 gives the tiny Llama a
+    # docs/TESTING.md: vLLM CPU with --kv-cache-memory-bytes 2097152 gives the tiny Llama a
     # 4,096-token KV cache. Tiny Llama: 2 layers, 2 KV heads, head_dim 128/4 = 32, bf16:
     # 2 * 2 * 2 * 32 * 2 = 512 bytes/token; 2,097,152 / 512 = 4,096 tokens (256 blocks).
     tiny = architecture_from_hf_config({

@@ -3,8 +3,9 @@
 Golden files live in ``tests/unit/golden/``; ``UPDATE_GOLDEN=1 pytest tests/unit/
 test_rendering.py`` rewrites them (review the diff before committing). Every rendered
 Deployment and Service is validated strictly against the newest Kubernetes schema that
-kubernetes-validate ships; the PodMonitor (a CRD kind it cannot know) against a schema
-of the fields we emit, written here from the Prometheus Operator's CRD.
+kubernetes-validate ships; the PodMonitor and the LeaderWorkerSet (CRD kinds it cannot
+know) against schemas of the fields we emit, written from their projects' CRDs and kept
+in ``tests/unit/data/schemas/`` (read by ``tests.support.schemas.load_schema``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import kubernetes_validate
 import kubernetes_validate.utils
 import pytest
 import yaml
+from tests.support.schemas import load_schema
 
 from llm_operator import rendering
 from llm_operator.constants import ANNOTATION_SPEC_HASH, GIB, LABEL_SERVICE
@@ -103,147 +105,10 @@ def dump(docs: list[dict[str, Any]]) -> str:
     return yaml.safe_dump_all(docs, sort_keys=False, explicit_start=True)
 
 
-# The fields of monitoring.coreos.com/v1 PodMonitor that the renderer emits, typed as
-# the Prometheus Operator's CRD types them; anything else we emit is an error.
-_STR_LIST = {"type": "array", "items": {"type": "string", "minLength": 1}}
-_RELABEL = {
-    "type": "object",
-    "additionalProperties": False,
-    "properties": {
-        "action": {"enum": ["replace", "Replace", "keep", "drop", "labelmap"]},
-        "sourceLabels": {
-            "type": "array",
-            "items": {"type": "string", "pattern": "^[a-zA-Z_][a-zA-Z0-9_]*$"},
-        },
-        "targetLabel": {"type": "string", "pattern": "^[a-zA-Z_][a-zA-Z0-9_]*$"},
-        "regex": {"type": "string"},
-        "replacement": {"type": "string"},
-    },
-}
-POD_MONITOR_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["apiVersion", "kind", "metadata", "spec"],
-    "properties": {
-        "apiVersion": {"const": "monitoring.coreos.com/v1"},
-        "kind": {"const": "PodMonitor"},
-        "metadata": {"type": "object"},  # checked as ObjectMeta below
-        "spec": {
-            "type": "object",
-            "additionalProperties": False,
-            "required": ["selector", "podMetricsEndpoints"],
-            "properties": {
-                "selector": {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "required": ["matchLabels"],
-                    "properties": {
-                        "matchLabels": {
-                            "type": "object",
-                            "minProperties": 1,
-                            "additionalProperties": {"type": "string"},
-                        }
-                    },
-                },
-                "podMetricsEndpoints": {
-                    "type": "array",
-                    "minItems": 1,
-                    "items": {
-                        "type": "object",
-                        "additionalProperties": False,
-                        "required": ["port", "path"],
-                        "properties": {
-                            "port": {"type": "string", "minLength": 1},
-                            "path": {"type": "string", "pattern": "^/"},
-                            "interval": {"type": "string"},
-                            "relabelings": {"type": "array", "items": _RELABEL},
-                        },
-                    },
-                },
-                "podTargetLabels": _STR_LIST,
-            },
-        },
-    },
-}
-
-
-# The fields of leaderworkerset.x-k8s.io/v1 LeaderWorkerSet that the renderer emits (and
-# the other spec fields), typed, bounded and enumerated as LWS declares them: the Go
-# types in kubernetes-sigs/lws api/leaderworkerset/v1/leaderworkerset_types.go (commit
-# 024af084: kubebuilder enums for restartPolicy, startupPolicy, rolloutStrategy.type,
-# subdomainPolicy; replicas and size int32, default 1) and the generated CRD
-# config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml (commit 103a98aa:
-# required leaderWorkerTemplate, workerTemplate, rolloutStrategy.type,
-# networkConfig.subdomainPolicy; maxSurge/maxUnavailable int-or-string). Bounds from the
-# LWS webhook pkg/webhooks/leaderworkerset_webhook.go (commit 6263137f): replicas >= 0,
-# size >= 1, maxUnavailable and maxSurge not both 0. An unknown field here would be
-# pruned silently by the API server (structural schema), hence additionalProperties.
-_INT_OR_STRING = {"anyOf": [{"type": "integer", "minimum": 0},
-                            {"type": "string", "pattern": "^[0-9]+%$"}]}
-_INT32 = {"type": "integer", "maximum": 2**31 - 1}
-_POD_TEMPLATE = {  # the pod template itself is validated as a core/v1 PodTemplate
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["spec"],
-    "properties": {"metadata": {"type": "object"}, "spec": {"type": "object"}},
-}
-LWS_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["apiVersion", "kind", "metadata", "spec"],
-    "properties": {
-        "apiVersion": {"const": "leaderworkerset.x-k8s.io/v1"},
-        "kind": {"const": "LeaderWorkerSet"},
-        "metadata": {"type": "object"},  # checked as ObjectMeta below
-        "spec": {
-            "type": "object",
-            "additionalProperties": False,
-            "required": ["leaderWorkerTemplate"],
-            "properties": {
-                "replicas": {**_INT32, "minimum": 0},
-                "startupPolicy": {"enum": ["LeaderCreated", "LeaderReady"]},
-                "rolloutStrategy": {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "required": ["type"],
-                    "properties": {
-                        "type": {"enum": ["RollingUpdate"]},
-                        "rollingUpdateConfiguration": {
-                            "type": "object",
-                            "additionalProperties": False,
-                            "properties": {
-                                "partition": {**_INT32, "minimum": 0},
-                                "maxUnavailable": _INT_OR_STRING,
-                                "maxSurge": _INT_OR_STRING,
-                            },
-                        },
-                    },
-                },
-                "networkConfig": {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "required": ["subdomainPolicy"],
-                    "properties": {"subdomainPolicy": {"enum": ["Shared", "UniquePerReplica"]}},
-                },
-                "leaderWorkerTemplate": {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "required": ["workerTemplate"],
-                    "properties": {
-                        "leaderTemplate": _POD_TEMPLATE,
-                        "workerTemplate": _POD_TEMPLATE,
-                        "size": {**_INT32, "minimum": 1},
-                        "restartPolicy": {"enum": ["Default", "RecreateGroupOnPodRestart",
-                                                   "RecreateGroupAfterStart", "None"]},
-                        "subGroupPolicy": {"type": "object"},
-                        "volumeClaimTemplates": {"type": "array"},
-                        "persistentVolumeClaimRetentionPolicy": {"type": "object"},
-                    },
-                },
-            },
-        },
-    },
-}
+# Custom resources kubernetes-validate cannot know, validated against schemas of the
+# fields we emit (provenance in each file: tests/unit/data/schemas/).
+POD_MONITOR_SCHEMA: dict[str, Any] = load_schema("podmonitor")
+LWS_SCHEMA: dict[str, Any] = load_schema("leaderworkerset")
 
 
 def validate_leader_worker_set(obj: dict[str, Any]) -> None:
@@ -839,7 +704,7 @@ def test_installed_vllm_parses_the_rendered_args() -> None:
     starts) accepts every golden case and reads back the values we meant."""
     python = Path(os.environ.get("LLMOP_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
     if not python.exists():
-        pytest.skip(f"no vLLM interpreter at {python} (see shared TESTING.md)")
+        pytest.skip(f"no vLLM interpreter at {python} (see docs/TESTING.md)")
     rendered = {name: args_of(render_case(name)[0]) for name in CASES}
     proc = subprocess.run(
         [str(python), "-c", _PARSE_SCRIPT], input=json.dumps(rendered), capture_output=True,
@@ -1240,7 +1105,7 @@ def test_installed_vllm_parses_the_leader_args() -> None:
     """vLLM's own parser accepts the leader's arguments: Ray executor, TP 8, PP 2."""
     python = Path(os.environ.get("LLMOP_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
     if not python.exists():
-        pytest.skip(f"no vLLM interpreter at {python} (see shared TESTING.md)")
+        pytest.skip(f"no vLLM interpreter at {python} (see docs/TESTING.md)")
     script = _PARSE_SCRIPT.replace('"enable_log_requests")', '"enable_log_requests", '
                                    '"distributed_executor_backend")')
     lead, _ = containers_of(multi_node()[0])
