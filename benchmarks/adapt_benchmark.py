@@ -1,6 +1,7 @@
 """Adaptation benchmark: the online controller against static caps on a step-load trace.
 
-Two parts, reported in ``benchmarks/RESULTS.md`` ("Adaptation"):
+Two parts, reported in ``benchmarks/RESULTS.md`` ("Adaptation"; earlier runs, the JSON's
+``earlier`` list, are in ``benchmarks/HISTORY.md``):
 
 1. **Measured** on the real vLLM CPU engine (tiny generated Llama, a KV cache of 4,096
    tokens from ``--kv-cache-memory-bytes 2097152``), scraped every second by a real
@@ -8,7 +9,7 @@ Two parts, reported in ``benchmarks/RESULTS.md`` ("Adaptation"):
    trace of client concurrency (4 → 48 → 8; each phase a few bounded segments).
    Arms: vLLM's default cap (128 on the CPU), a few static caps, and the adaptive
    controller, which after every segment observes through Prometheus, decides with
-   :func:`llm_operator.adaptation.decide` and applies a change by restarting the server
+   :func:`llm_operator.adaptation.policy.decide` and applies a change by restarting the server
    with the new ``--max-num-seqs`` (one rollout). "Best static in hindsight" is the
    static arm with the highest goodput over the whole trace.
 2. **Simulated** on the project's performance model (:mod:`llm_operator.perfmodel`): a
@@ -26,8 +27,8 @@ scored against the README's chat objective (TTFT 2 s, TPOT 100 ms) and shown bes
 Run (needs .venv-vllm and /usr/bin/prometheus; part 1 took 31 and 33 min for two
 interleaved runs of six arms on two cores: ``wallSeconds`` in the JSON)::
 
-    .venv/bin/python benchmarks/adapt_benchmark.py --out benchmarks/data/adapt_benchmark.json
-    .venv/bin/python benchmarks/adapt_benchmark.py --simulate-only
+    .venv/bin/python -m benchmarks.adapt_benchmark --out benchmarks/data/adapt_benchmark.json
+    .venv/bin/python -m benchmarks.adapt_benchmark --simulate-only
 
 Goodput: output tokens per second of requests that met the SLO (TTFT at most
 ``--slo-ttft-ms`` and time per output token at most ``--slo-tpot-ms``), over the time
@@ -50,26 +51,25 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from tests.support.prometheus import Target, running_prometheus
+from tests.support.tiny_model import ensure_tiny_llama
+from tests.support.vllm_load import Load, engine_metric
 
-from results_md import RESULTS, markers, replace_section  # noqa: E402
-from tests.support.prometheus import Target, running_prometheus  # noqa: E402
-from tests.support.tiny_model import ensure_tiny_llama  # noqa: E402
-from tests.support.vllm_load import Load, engine_metric  # noqa: E402
-
-from llm_operator import prometheus  # noqa: E402
-from llm_operator.adaptation import (  # noqa: E402
+from benchmarks.results_md import RESULTS, markers, replace_section
+from llm_operator.adaptation import prometheus
+from llm_operator.adaptation.policy import (
     AdaptationState,
+    CapDecision,
     CapLimits,
-    Decision,
     Observation,
     PolicySettings,
     decide,
     record,
 )
-from llm_operator.models import LLMServiceSpec  # noqa: E402
-from llm_operator.tuning.server import VLLMServer, free_port, vllm_lock  # noqa: E402
+from llm_operator.models import LLMServiceSpec
+from llm_operator.tuner.server import VLLMServer, free_port, vllm_lock
+
+ROOT = Path(__file__).resolve().parent.parent
 
 VLLM_PY = Path(os.environ.get("LLMOP_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
 KEY = ("bench", "chat")
@@ -246,7 +246,7 @@ def _segment(arm: str, pi: int, phase: Phase, cap: int, res: dict[str, Any], pre
                    tpots_s=tpots)
 
 
-def _decision_doc(d: Decision, obs: Observation | None) -> dict[str, Any]:
+def _decision_doc(d: CapDecision, obs: Observation | None) -> dict[str, Any]:
     return {"action": d.action.value, "from": d.current, "to": d.value, "reason": d.reason,
             "observation": None if obs is None else obs.summary()}
 
@@ -309,9 +309,10 @@ def flaps(history: list[tuple[float, int, int]], window_s: float) -> int:
 # --- simulated diurnal day on the performance model -------------------------------------
 
 
-def simulate_day(seed_minutes: int = 24 * 60) -> dict[str, Any]:
+def simulate_day(day_minutes: int = 24 * 60) -> dict[str, Any]:
     """A day of diurnal load on a GPU model (perfmodel), one decision a minute."""
     from llm_operator import perfmodel as pm
+    from llm_operator.tuner.search import SLO
 
     # Llama-3.1-8B-like shape on one A100 80 GB with a KV cache of 64k tokens (a
     # deliberately tight cache so the day crosses the preemption line at its peak).
@@ -322,7 +323,7 @@ def simulate_day(seed_minutes: int = 24 * 60) -> dict[str, Any]:
                      flops=312e12)
     wl = pm.Workload(input_tokens=1024, output_tokens=512)
     kv_tokens = 65536
-    slo = pm.SLO(ttft_s=2.0, itl_s=0.1)
+    slo = SLO(ttft_ms=2000, itl_ms=100)
     spec = LLMServiceSpec.model_validate({
         "model": {"name": "sim"},
         "adaptation": {"mode": "Apply", "cooldownSeconds": 600, "maxStepPercent": 50,
@@ -357,7 +358,7 @@ def simulate_day(seed_minutes: int = 24 * 60) -> dict[str, Any]:
             mean_prompt_tokens=float(wl.input_tokens),
             mean_generation_tokens=float(wl.output_tokens), kv_capacity_tokens=kv_tokens)
 
-    minutes = range(seed_minutes)
+    minutes = range(day_minutes)
     static_caps = [16, 32, 48, 64, 96, 128, 256]
     static = {cap: sum(point(cap, conc(m)).goodput(slo) for m in minutes) / len(minutes)
               for cap in static_caps}
@@ -401,23 +402,24 @@ BEGIN, END = markers("adaptation")
 
 
 def render_markdown(doc: dict[str, Any]) -> str:
-    """The "Adaptation" section of benchmarks/RESULTS.md from the benchmark's JSON."""
+    """The "Adaptation" section of benchmarks/RESULTS.md from the benchmark's JSON: the
+    current measured run and the simulated day (earlier runs are in HISTORY.md)."""
     lines = [BEGIN, "## Adaptation", ""]
     lines += [
-        "The online controller (`llm_operator.adaptation`, observations from a real "
-        "Prometheus through `llm_operator.prometheus`) against static `--max-num-seqs` "
-        "values. Measure: `.venv/bin/python benchmarks/adapt_benchmark.py` (it starts vLLM "
-        "once per arm and once per rollout, holding the machine's vLLM lock; "
+        "The online controller (`llm_operator.adaptation.policy`, observations from a real "
+        "Prometheus through `llm_operator.adaptation.prometheus`) against static "
+        "`--max-num-seqs` values. Measure: `.venv/bin/python -m benchmarks.adapt_benchmark` "
+        "(it starts vLLM once per arm and once per rollout, holding the machine's vLLM lock; "
         f"{_minutes(doc)}); render this section from its JSON: `--write-results`.", ""]
-    runs = [("### Measured: step load on the real vLLM CPU engine", doc.get("measured"))]
-    runs += [(f"### Measured earlier: {e['label']}", e) for e in doc.get("earlier", [])]
-    for heading, m in runs:
-        if m:
-            lines += _measured_lines(m, heading)
+    # Only the current run: earlier ones (the JSON's "earlier" list) are kept, verbatim,
+    # in benchmarks/HISTORY.md.
+    m = doc.get("measured")
+    if m:
+        lines += _measured_lines(m, "### Measured: step load on the real vLLM CPU engine")
     s = doc.get("simulated")
     if s:
         lines += [
-            "", "### Simulated: a diurnal day on the performance model", "",
+            "### Simulated: a diurnal day on the performance model", "",
             f"**Simulated** (`llm_operator.perfmodel`, not measured): {s['model']}; "
             f"{s['trace']}. The policy sees observations the model predicts (running, "
             "queued, KV usage, preemptions, TTFT, ITL p95) and its changes take effect at "
@@ -554,8 +556,8 @@ def _caps_text(caps: list[Any]) -> str:
 
 
 def _goal_lines(m: dict[str, Any]) -> list[str]:
-    """The issue's goals against the measured numbers (one column per adaptive arm), and
-    how to read them."""
+    """The adaptive controller's goals against the measured numbers (one column per
+    adaptive arm), and how to read them."""
     arms = m["adaptiveArms"]
     cool = m["policy"]["cooldownSeconds"]
     rows = {r["arm"]: r for r in m["rows"]}
@@ -598,7 +600,7 @@ def _goal_lines(m: dict[str, Any]) -> list[str]:
              "preemptions stop within 2 decision intervals of KV pressure (at most the "
              "policy's min_preemption_share of requests after them)",
              f"≤ 1 rollout per cooldown ({cool:g} s)", "no flaps"]
-    lines = ["| goal (issue 4) | " + " | ".join(arms) + " |",
+    lines = ["| goal of the adaptive controller | " + " | ".join(arms) + " |",
              "|---|" + "---|" * len(arms)]
     lines += [f"| {goal} | " + " | ".join(cells[a][i] for a in arms) + " |"
               for i, goal in enumerate(goals)]

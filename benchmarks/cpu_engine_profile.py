@@ -10,7 +10,7 @@ Two measurements, written as JSON to ``benchmarks/data/cpu_engine_profile.json``
 
 Run with the vLLM venv's Python (it imports vLLM's benchmark in-process)::
 
-    .venv-vllm/bin/python benchmarks/cpu_engine_profile.py [--quick] [--only kv|sweep]
+    .venv-vllm/bin/python -m benchmarks.cpu_engine_profile [--quick] [--only kv|sweep]
 
 Holds the exclusive lock ``/tmp/llmop-vllm.lock`` while any server runs (one vLLM
 server at a time on this machine). ``benchmarks/perfmodel_points.py`` turns the JSON
@@ -35,11 +35,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from tests.support.tiny_model import make_tiny_llama
+from tests.support.vllm_load import engine_metric
 
-from tests.support.tiny_model import make_tiny_llama  # noqa: E402
-from tests.support.vllm_load import engine_metric  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 LOCK_PATH = "/tmp/llmop-vllm.lock"
 OUT = ROOT / "benchmarks" / "data" / "cpu_engine_profile.json"

@@ -1,9 +1,9 @@
 """Check the performance model against public figures and the real CPU engine, and
 write the "Performance model" section of ``benchmarks/RESULTS.md`` (not a unit test).
 
-    .venv/bin/python benchmarks/perfmodel_points.py            # print the section
-    .venv/bin/python benchmarks/perfmodel_points.py --write    # and replace it in RESULTS.md
-    .venv/bin/python benchmarks/perfmodel_points.py --fit-cpu  # refit CPU_EFFICIENCY
+    .venv/bin/python -m benchmarks.perfmodel_points            # print the section
+    .venv/bin/python -m benchmarks.perfmodel_points --write    # and replace it in RESULTS.md
+    .venv/bin/python -m benchmarks.perfmodel_points --fit-cpu  # refit CPU_EFFICIENCY
 
 The CPU figures come from ``benchmarks/data/cpu_engine_profile.json``, written by
 ``benchmarks/cpu_engine_profile.py`` (the real vLLM CPU engine on this machine).
@@ -20,18 +20,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "operator"))
-sys.path.insert(0, str(ROOT))
+from tests.support.perf_reference import CPU_EFFICIENCY, PUBLISHED, THIS_CPU, predict_published
+from tests.support.tiny_model import tiny_shape
 
-from results_md import markers, replace_section  # noqa: E402
-from tests.support.tiny_model import tiny_shape  # noqa: E402
-
-from llm_operator.catalog import lookup_gpu, lookup_model  # noqa: E402
-from llm_operator.perfmodel import (  # noqa: E402
-    CPU_EFFICIENCY,
-    PUBLISHED,
-    THIS_CPU,
+from benchmarks.results_md import markers, replace_section
+from llm_operator.catalog import lookup_gpu, lookup_model
+from llm_operator.perfmodel import (
     Efficiency,
     EngineSettings,
     Hardware,
@@ -43,13 +37,16 @@ from llm_operator.perfmodel import (  # noqa: E402
     kv_capacity_tokens,
     predict_curve,
     predict_point,
-    predict_published,
 )
+
+ROOT = Path(__file__).resolve().parent.parent
 
 DATA = ROOT / "benchmarks" / "data" / "cpu_engine_profile.json"
 BEGIN, END = markers("perfmodel")
 L8 = "meta-llama/Llama-3.1-8B-Instruct"
-SEED = {1: 95.0, 8: 620.0, 32: 2400.0}  # the seed's Llama 3.1 8B on vLLM, total tok/s
+# Figures quoted in the project's original brief for Llama 3.1 8B on vLLM: total tok/s
+# at batch 1 / 8 / 32 (with memory running out near 64 sequences).
+BRIEF_FIGURES = {1: 95.0, 8: 620.0, 32: 2400.0}
 
 
 def shape(name: str) -> ModelShape:
@@ -89,9 +86,10 @@ def published_table() -> list[str]:
     return rows
 
 
-def seed_table() -> tuple[list[str], str]:
-    """Which GPU matches the seed's ~95 / ~620 / ~2,400 tok/s at batch 1 / 8 / 32 and
-    memory running out near 64 (workload lengths unknown: two are tried)."""
+def brief_table() -> tuple[list[str], str]:
+    """Which GPU matches the figures quoted in the project's original brief (Llama 3.1 8B
+    on vLLM: ~95 / ~620 / ~2,400 tok/s at batch 1 / 8 / 32, memory running out near 64);
+    the brief gives no workload lengths: two are tried."""
     rows = ["| GPU | workload (in/out) | batch 1 | batch 8 | batch 32 | worst error | "
             "batch the KV cache holds |", "|---|---|---|---|---|---|---|"]
     best: tuple[float, str] = (math.inf, "")
@@ -99,13 +97,13 @@ def seed_table() -> tuple[list[str], str]:
     for g in ("A100-40GB", "A100-80GB", "H100-PCIe", "H100", "L40S", "A10G"):
         for wl in (Workload(512, 256), Workload(1024, 1024)):
             hw = gpu(g)
-            pts = {c: predict_point(m, hw, 1, wl, EngineSettings(), c) for c in SEED}
-            errs = [pts[c].output_tps / SEED[c] - 1 for c in SEED]
+            pts = {c: predict_point(m, hw, 1, wl, EngineSettings(), c) for c in BRIEF_FIGURES}
+            errs = [pts[c].output_tps / BRIEF_FIGURES[c] - 1 for c in BRIEF_FIGURES]
             worst = max(abs(e) for e in errs)
             cap = kv_capacity_tokens(m, hw, 1)
             lim = batch_limit(wl, EngineSettings(max_num_seqs=10**6), cap, hw.block_size)
             cells = [f"{pts[c].output_tps:,.0f} ({errs[i] * 100:+.0f}%)"
-                     for i, c in enumerate(SEED)]
+                     for i, c in enumerate(BRIEF_FIGURES)]
             rows.append(f"| {hw.name} | {wl.input_tokens}/{wl.output_tokens} | "
                         + " | ".join(cells) + f" | {worst * 100:.0f}% | {lim.running} "
                         f"({cap:,} tokens) |")
@@ -190,7 +188,7 @@ def example_curve() -> list[str]:
 
 def section() -> str:
     data = json.loads(DATA.read_text()) if DATA.exists() else None
-    seed_rows, seed_best = seed_table()
+    brief_rows, brief_best = brief_table()
     out = [BEGIN, "## Performance model", "",
            "`llm_operator.perfmodel` predicts vLLM's throughput and latency against "
            "concurrency from a roofline of each engine step (weights + KV bytes over achieved "
@@ -199,8 +197,8 @@ def section() -> str:
            "state (Little's law). GPU figures below are **predictions checked against published "
            "measurements**; CPU figures are **measured on the real vLLM CPU engine** on this "
            "machine (2 shared cores, other jobs running: expect noise of +-20%).", "",
-           "Regenerate: `.venv-vllm/bin/python benchmarks/cpu_engine_profile.py` (measures, "
-           "~10 min), then `.venv/bin/python benchmarks/perfmodel_points.py --write`.", "",
+           "Regenerate: `.venv-vllm/bin/python -m benchmarks.cpu_engine_profile` (measures, "
+           "~10 min), then `.venv/bin/python -m benchmarks.perfmodel_points --write`.", "",
            "### Published GPU points (predicted within +-25%; checked by "
            "`tests/unit/test_perfmodel.py`)", "", *published_table(), "",
            "Notes: the InferenceBench page gives no request lengths for `chatbot-short`; 50 "
@@ -214,14 +212,15 @@ def section() -> str:
            "article's prose (75 tok/s decode at 1 client, 6.6x that at 8). Lambda's figures are "
            "10 ShareGPT prompts at once with 10-step scheduling (vLLM 0.6): per-token time is the "
            "streamed 10-token chunk's ITL / 10, compared with one decode step of that batch.", "",
-           "### The seed's figures (~95 / ~620 / ~2,400 tok/s at batch 1 / 8 / 32, memory "
-           "out near 64)", "", *seed_rows, "",
-           f"Best match: **{seed_best}**. Batch 1 at ~95 tok/s needs ~2 TB/s of memory bandwidth "
+           "### The figures quoted in the project's original brief (Llama 3.1 8B on vLLM: "
+           "~95 / ~620 / ~2,400 tok/s at batch 1 / 8 / 32, memory out near 64)", "",
+           *brief_rows, "",
+           f"Best match: **{brief_best}**. Batch 1 at ~95 tok/s needs ~2 TB/s of memory bandwidth "
            "(16 GB of weights per token at ~80% efficiency): an A100 80GB (2.04 TB/s) or H100 "
            "PCIe (2.0 TB/s), not an A100 40GB (1.56 TB/s: ~72 tok/s) nor an H100 SXM (~150). "
            "Memory running out near 64 sequences does not fit an 80 GB card at these lengths "
            "(the KV cache holds ~450k tokens: 64 sequences would need ~7k tokens each); it fits "
-           "the A100 40GB (~160k tokens, ~2.5k per sequence at 64). So the seed's throughput "
+           "the A100 40GB (~160k tokens, ~2.5k per sequence at 64). So the brief's throughput "
            "figures match a 2 TB/s 80 GB card and its memory remark a 40 GB card: they are "
            "probably not from one measurement.", "",
            "### Example: Llama 3.1 8B on one H100 SXM, 512 in / 256 out, vLLM defaults", "",

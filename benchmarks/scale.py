@@ -11,7 +11,7 @@ For each service: latency = (the watch delivers the Deployment's ADDED event) mi
 ``kubectl apply -f`` of a folder of N manifests or a GitOps sync), from 8 client
 threads. The operator's peak RSS is its ``VmHWM`` from /proc.
 
-    .venv/bin/python benchmarks/scale.py --n 100 --n 1000 --write
+    .venv/bin/python -m benchmarks.scale --n 100 --n 1000 --write
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from typing import Any
 
 import requests
 import yaml
-from results_md import markers, replace_section
 
+from benchmarks.results_md import markers, replace_section
 from llm_operator.sandbox.processes import stop as stop_process
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -205,7 +205,7 @@ def write_results(rows: list[dict[str, Any]], notes: str) -> None:
         "which other jobs shared (the load column). `burst`: all N sent back to back from 8 "
         "client threads (a `kubectl apply` of a folder, a GitOps sync); `50/s`: a steady "
         "rate. Latency: from the client sending the create to the watch delivering the "
-        "rendered Deployment. Regenerate: `.venv/bin/python benchmarks/scale.py --n 100 "
+        "rendered Deployment. Regenerate: `.venv/bin/python -m benchmarks.scale --n 100 "
         "--n 1000 --rate 0 --rate 50 --write`.\n\n"
         f"{table(rows)}\n\n{notes}\n{END}")
     replace_section("scale", section)

@@ -17,7 +17,7 @@ users of that lock is not counted (``wall_s`` is the search's own clock minus lo
 
 Usage (from the repository root; the vLLM venv must exist)::
 
-    .venv/bin/python benchmarks/tune_benchmark.py --out benchmarks/data/tune_benchmark.json
+    .venv/bin/python -m benchmarks.tune_benchmark --out benchmarks/data/tune_benchmark.json
 
 Prints a Markdown table for benchmarks/RESULTS.md.
 """
@@ -34,13 +34,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tests.support.tiny_model import ensure_tiny_llama
+
+from llm_operator.cli.tune import tuner_command
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "operator"))
-sys.path.insert(0, str(ROOT))
-
-from tests.support.tiny_model import ensure_tiny_llama  # noqa: E402
-
-from llm_operator.tuning.launch import tuner_command  # noqa: E402
 
 VLLM_PYTHON = Path(os.environ.get("LLMOP_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
 
