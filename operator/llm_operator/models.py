@@ -21,7 +21,6 @@ from pydantic.alias_generators import to_camel
 from .constants import (
     DEFAULT_GPU_MEMORY_UTILIZATION,
     DEFAULT_GPU_RESOURCE,
-    DEFAULT_GPUS_PER_NODE,
     DEFAULT_IMAGE,
 )
 from .errors import SpecError, SpecErrors
@@ -88,7 +87,9 @@ class GPUSpec(_Model):
     product: str | None = None
     memory_gib: float | None = Field(default=None, gt=0)
     resource_name: str = DEFAULT_GPU_RESOURCE
-    per_node: int = Field(default=DEFAULT_GPUS_PER_NODE, ge=1)
+    # None: the operator's LLMOP_GPUS_PER_NODE (the CRD sets no default, so that an
+    # administrator's setting reaches every service that leaves it out).
+    per_node: int | None = Field(default=None, ge=1)
 
     @field_validator("count")
     @classmethod

@@ -51,7 +51,7 @@ from .catalog import (
     lookup_model,
     model_names,
 )
-from .constants import GIB
+from .constants import DEFAULT_GPUS_PER_NODE, GIB
 from .errors import SpecError, SpecErrors
 from .models import EngineSpec, LLMServiceSpec, Quantization
 
@@ -411,7 +411,7 @@ def _candidates(need: _Need, facts: ModelFacts, engine: EngineSpec,
 # --------------------------------------------------------------------------- validation
 
 def _pin_errors(spec: LLMServiceSpec, facts: ModelFacts,
-                tokens_per_request: int) -> list[SpecError]:
+                tokens_per_request: int, per_node: int) -> list[SpecError]:
     """Pins that cannot be served, whatever the GPUs."""
     engine, errors = spec.engine, managed_flag_errors(spec.engine)
     tp, pp, count = (engine.tensor_parallel_size, engine.pipeline_parallel_size, spec.gpus.count)
@@ -445,11 +445,11 @@ def _pin_errors(spec: LLMServiceSpec, facts: ModelFacts,
                 f"set spec.gpus.count to {pp} x one of {valid}, or auto"))
         elif not isinstance(tp, int) and not isinstance(pp, int) and not any(
                 count % t == 0 and count // t <= facts.num_layers
-                for t in valid_tensor_parallel_sizes(facts, spec.gpus.per_node)):
+                for t in valid_tensor_parallel_sizes(facts, per_node)):
             errors.append(SpecError(
                 "spec.gpus.count",
                 f"{count} GPUs cannot be split into TP x PP for this model (TP in "
-                f"{valid_tensor_parallel_sizes(facts, spec.gpus.per_node)}, PP at most "
+                f"{valid_tensor_parallel_sizes(facts, per_node)}, PP at most "
                 f"{facts.num_layers} layers)",
                 "set spec.gpus.count to TP x PP with such sizes, or auto"))
     if isinstance(engine.max_model_len, int):
@@ -536,9 +536,13 @@ def _too_small(spec: LLMServiceSpec, need: _Need, gpu: GPUFacts,
 
 # --------------------------------------------------------------------------- the plan
 
-def make_plan(spec: LLMServiceSpec) -> Plan:
+def make_plan(spec: LLMServiceSpec, *, gpus_per_node: int = DEFAULT_GPUS_PER_NODE) -> Plan:
     """Plan one replica of ``spec``; raise :class:`~llm_operator.errors.SpecError` on
-    a spec that cannot be served (naming the field and the fix)."""
+    a spec that cannot be served (naming the field and the fix).
+
+    ``gpus_per_node``: the GPUs of one node where ``spec.gpus.perNode`` is unset (the
+    operator's ``LLMOP_GPUS_PER_NODE``)."""
+    per_node = spec.gpus.per_node or gpus_per_node
     errors: list[SpecError] = []
     facts: ModelFacts | None = None
     gpu: GPUFacts | None = None
@@ -553,7 +557,7 @@ def make_plan(spec: LLMServiceSpec) -> Plan:
     wl, engine = spec.workload, spec.engine
     tokens_per_request = wl.input_tokens + wl.output_tokens
     if facts is not None:
-        errors += _pin_errors(spec, facts, tokens_per_request)
+        errors += _pin_errors(spec, facts, tokens_per_request, per_node)
     else:
         errors += managed_flag_errors(engine)
     _raise(errors)
@@ -569,7 +573,7 @@ def make_plan(spec: LLMServiceSpec) -> Plan:
     pinned_len = engine.max_model_len if isinstance(engine.max_model_len, int) else None
     hard = pinned_len or tokens_per_request
     need = _Need(facts, weights, kvb, usable, hard,
-                 max(hard, concurrency * blocks_per_request * BLOCK_SIZE), spec.gpus.per_node)
+                 max(hard, concurrency * blocks_per_request * BLOCK_SIZE), per_node)
     count = spec.gpus.count if isinstance(spec.gpus.count, int) else None
     cands = _candidates(need, facts, engine, count)
     fit, ideal, rejected = _choose(need, cands)
@@ -602,7 +606,7 @@ def make_plan(spec: LLMServiceSpec) -> Plan:
     return Plan(
         model_name=facts.name, gpu_product=gpu.product, gpu_memory_bytes=gpu.memory_bytes,
         tensor_parallel_size=fit.tp, pipeline_parallel_size=fit.pp, gpus_per_replica=fit.gpus,
-        nodes_per_replica=_nodes(fit, spec.gpus.per_node), max_model_len=max_model_len,
+        nodes_per_replica=_nodes(fit, per_node), max_model_len=max_model_len,
         dtype=str(engine.dtype), weight_bytes=weights, weight_bytes_per_gpu=fit.weights_per_gpu,
         kv_bytes_per_token=fit.kv_per_token, kv_token_capacity=capacity, max_num_seqs=seqs,
         max_num_batched_tokens=batched, explanations=ex, warnings=warnings,
@@ -682,7 +686,9 @@ def _explain_parallelism(ex: list[Explained], warnings: list[str], spec: LLMServ
     ex.append(Explained(
         name="nodesPerReplica", value=_nodes(fit, need.per_node),
         formula="ceil(TP x PP / gpus per node)",
-        inputs={"gpus": fit.gpus, "gpusPerNode": need.per_node}))
+        inputs={"gpus": fit.gpus, "gpusPerNode": need.per_node,
+                "gpusPerNodeFrom": "spec.gpus.perNode" if spec.gpus.per_node
+                else "LLMOP_GPUS_PER_NODE"}))
     if fit.tp > need.per_node:
         warnings.append(f"tensorParallelSize {fit.tp} spans nodes ({need.per_node} GPUs each): "
                         "tensor parallelism over the network is slow; prefer pipeline stages")

@@ -12,11 +12,11 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+def run_cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     """Run the installed CLI in a child process, wide enough that tables do not wrap."""
     return subprocess.run(
-        [sys.executable, "-m", "llm_operator.cli", *args],
-        capture_output=True, text=True, timeout=120, env={"COLUMNS": "200", "PATH": "/usr/bin"},
+        [sys.executable, "-m", "llm_operator.cli", *args], capture_output=True, text=True,
+        timeout=120, env={"COLUMNS": "200", "PATH": "/usr/bin", **env},
     )
 
 
@@ -50,3 +50,24 @@ def test_render_examples_gives_one_deployment_and_service_each() -> None:
     kinds = [d["kind"] for d in yaml.safe_load_all(out.stdout) if d]
     assert kinds.count("Deployment") + kinds.count("LeaderWorkerSet") == len(examples)
     assert kinds.count("Service") == len(examples)
+
+
+def test_render_asks_no_pod_for_more_gpus_than_llmop_gpus_per_node_gives(tmp_path: Path) -> None:
+    manifest = tmp_path / "big.yaml"
+    manifest.write_text(yaml.safe_dump({
+        "apiVersion": "llmops.dev/v1alpha1", "kind": "LLMService", "metadata": {"name": "big"},
+        "spec": {"model": {"name": "meta-llama/Llama-3.1-70B-Instruct"},
+                 "gpus": {"product": "A100-40GB"},
+                 "workload": {"inputTokens": 512, "outputTokens": 256, "concurrency": 8}},
+    }))
+
+    def gpus_per_pod(out: subprocess.CompletedProcess[str]) -> list[int]:
+        """The GPU limit of every container of the rendered workloads."""
+        assert out.returncode == 0, out.stderr
+        text = yaml.safe_dump_all(d for d in yaml.safe_load_all(out.stdout)
+                                  if d and d["kind"] in ("Deployment", "LeaderWorkerSet"))
+        return [int(n) for n in re.findall(r"nvidia.com/gpu: '(\d+)'", text)]
+
+    assert max(gpus_per_pod(run_cli("render", str(manifest)))) == 8
+    four = gpus_per_pod(run_cli("render", str(manifest), LLMOP_GPUS_PER_NODE="4"))
+    assert four and max(four) <= 4

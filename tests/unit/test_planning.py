@@ -225,6 +225,25 @@ def test_405b_on_h100_pipelines_across_nodes() -> None:
     assert plan.weight_bytes_per_gpu == math.ceil(405_853_388_800 * 2 / 16)
 
 
+def test_the_operators_gpus_per_node_applies_where_the_spec_leaves_it_unset() -> None:
+    """On 4-GPU nodes (LLMOP_GPUS_PER_NODE=4) no pod asks for 8 GPUs; a spec that says
+    perNode itself wins over the operator's setting."""
+    workload = {"inputTokens": 512, "outputTokens": 256, "concurrency": 8}
+    unset = spec(L70B, "A100-40GB", workload=workload)
+    assert make_plan(unset).tensor_parallel_size == 8  # 8-GPU nodes: one node, TP 8
+    small = make_plan(unset, gpus_per_node=4)
+    assert small.tensor_parallel_size <= 4 and small.gpus_per_replica // \
+        small.nodes_per_replica <= 4
+    nodes = explained(small, "nodesPerReplica")
+    assert nodes.inputs["gpusPerNode"] == 4
+    assert nodes.inputs["gpusPerNodeFrom"] == "LLMOP_GPUS_PER_NODE"
+    pinned = make_plan(spec(L70B, "A100-40GB", workload=workload, gpus={"perNode": 8}),
+                       gpus_per_node=4)
+    assert pinned.tensor_parallel_size == 8
+    assert explained(pinned, "nodesPerReplica").inputs["gpusPerNodeFrom"] == \
+        "spec.gpus.perNode"
+
+
 def test_405b_fp8_fits_one_h100_node() -> None:
     plan = make_plan(spec(L405B, "H100", model={"quantization": "fp8"}))
     assert (plan.tensor_parallel_size, plan.pipeline_parallel_size) == (8, 1)

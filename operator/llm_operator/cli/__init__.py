@@ -20,6 +20,7 @@ from rich.console import Console
 
 from ..errors import SpecError, SpecErrors
 from ..models import load_services
+from ..settings import Settings
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
@@ -29,7 +30,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
     console = Console()
     for _path, svc in load_services(args.files):
-        plan = make_plan(svc.spec)
+        plan = make_plan(svc.spec, gpus_per_node=Settings().gpus_per_node)
         console.print(plan_table(svc, plan))
         if not args.no_curve:
             points, slo = curve_for(svc.spec, plan)
@@ -43,12 +44,11 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 def _cmd_render(args: argparse.Namespace) -> int:
     from ..planning import make_plan
     from ..rendering import render_all
-    from ..settings import Settings
-
     settings = Settings()
     docs: list[dict[str, Any]] = []
     for _path, svc in load_services(args.files):
-        docs.extend(render_all(svc, make_plan(svc.spec), settings))
+        docs.extend(render_all(
+            svc, make_plan(svc.spec, gpus_per_node=settings.gpus_per_node), settings))
     sys.stdout.write(yaml.safe_dump_all(docs, sort_keys=False, explicit_start=True))
     return 0
 

@@ -31,6 +31,7 @@ from ..adaptation.policy import (
 from ..errors import SpecError, SpecErrors
 from ..models import LLMServiceSpec, ModelSpec, load_services
 from ..planning import make_plan
+from ..settings import Settings
 
 
 def add_parser(sub: Any) -> None:
@@ -60,7 +61,6 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     """Observe one service, decide, print. Exit 0 on any decision (hold included), 2 on
     bad arguments."""
     from ..adaptation import prometheus
-    from ..settings import Settings
 
     settings = Settings()
     err = Console(stderr=True)
@@ -132,7 +132,7 @@ def _spec_and_plan(args: argparse.Namespace, name: str) -> tuple[LLMServiceSpec,
     spec = wanted[0].spec
     plan_max: int | None = None
     try:
-        plan_max = make_plan(spec).max_num_seqs
+        plan_max = make_plan(spec, gpus_per_node=Settings().gpus_per_node).max_num_seqs
     except (SpecError, SpecErrors) as exc:
         notes.append(f"no plan ({exc}): no memory limit on the cap")
     return spec, plan_max, notes

@@ -70,7 +70,7 @@ async def reconcile(
     now = clock()
     try:
         svc = parse_llmservice(body)
-        plan = make_plan(svc.spec)
+        plan = make_plan(svc.spec, gpus_per_node=ctx.settings.gpus_per_node)
         monitor = None
         if ctx.settings.pod_monitor == "auto":
             monitor = MONITORING_GROUP in await ctx.kube.served_groups()

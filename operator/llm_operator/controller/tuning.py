@@ -110,7 +110,7 @@ async def tuning_step(
             return None
         try:
             svc = parse_llmservice(obj)
-            plan = make_plan(svc.spec)
+            plan = make_plan(svc.spec, gpus_per_node=ctx.settings.gpus_per_node)
         except (SpecError, SpecErrors):
             return None  # the reconcile handler reports it
         status = dict(obj.get("status") or {})
