@@ -32,7 +32,9 @@ FINALIZER = f"{GROUP}/finalizer"
 PROGRESS_PREFIX = GROUP
 
 # Defaults.
-DEFAULT_IMAGE = "vllm/vllm-openai:v0.11.0"
+# The vLLM release whose `vllm serve` parser the tests check the rendered arguments against
+# (tests/unit/test_rendering.py) and whose CPU build the engine tiers run (tools/setup.sh).
+DEFAULT_IMAGE = "vllm/vllm-openai:v0.32.0"
 DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.90
 DEFAULT_GPUS_PER_NODE = 8

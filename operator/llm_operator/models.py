@@ -21,7 +21,6 @@ from pydantic.alias_generators import to_camel
 from .constants import (
     DEFAULT_GPU_MEMORY_UTILIZATION,
     DEFAULT_GPU_RESOURCE,
-    DEFAULT_IMAGE,
 )
 from .errors import SpecError, SpecErrors
 
@@ -217,7 +216,9 @@ class ResourcesSpec(_Model):
 
 class LLMServiceSpec(_Model):
     model: ModelSpec
-    image: str = Field(default=DEFAULT_IMAGE, min_length=1)
+    # None: the operator's LLMOP_DEFAULT_IMAGE (the CRD sets no default, so that the
+    # administrator's choice reaches every service that leaves it out).
+    image: str | None = Field(default=None, min_length=1)
     replicas: int = Field(default=1, ge=0)
     gpus: GPUSpec = Field(default_factory=GPUSpec)
     scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec)

@@ -7,8 +7,9 @@ globals. Labels, annotations and owner references are set inside, so what
 
 Children:
 
-- :func:`build_deployment`: the vLLM server pods (image entrypoint ``vllm serve``,
-  arguments from :func:`build_vllm_args`), when one replica fits one node.
+- :func:`build_deployment`: the vLLM server pods (command ``vllm serve``, set
+  explicitly whatever the image's entrypoint; arguments from :func:`build_vllm_args`,
+  the model first and positional), when one replica fits one node.
 - :func:`build_leader_worker_set`: instead of the Deployment when the plan spreads one
   replica over several nodes (pipeline stages across nodes): a
   ``leaderworkerset.x-k8s.io/v1`` LeaderWorkerSet whose group is one replica, a leader
@@ -64,6 +65,7 @@ COMPONENT_SERVER = "server"
 COMPONENT_TUNING = "tuning"
 
 CONTAINER_NAME = "vllm"
+VLLM_COMMAND = ("vllm", "serve")  # the console script every vLLM image installs
 PORT_NAME = "http"
 HEALTH_PATH = "/health"
 METRICS_PATH = "/metrics"
@@ -147,7 +149,7 @@ while True:
 LEADER_SCRIPT = f"""set -e
 ray start --head --port={RAY_PORT} --disable-usage-stats
 python3 -c '{RAY_WAIT_FOR_NODES}'
-exec vllm serve "$@"
+exec {" ".join(VLLM_COMMAND)} "$@"
 """
 WORKER_SCRIPT = f"""head="${{LWS_LEADER_ADDRESS}}:{RAY_PORT}"
 until ray health-check --address="${{head}}" >/dev/null 2>&1; do
@@ -293,9 +295,19 @@ def effective_engine_value(
 def build_vllm_args(
     svc: LLMService, plan: Plan, overrides: Mapping[str, int] | None = None
 ) -> list[str]:
-    """The arguments of ``vllm serve`` (the vllm-openai image's entrypoint).
+    """The arguments of :data:`VLLM_COMMAND` (``vllm serve``): the model, positional and
+    first (``vllm serve`` rejected ``--model`` in 0.11 and deprecates it in 0.32), then
+    :func:`build_vllm_flags`."""
+    model, _ = model_source(svc.spec)
+    return [model, *build_vllm_flags(svc, plan, overrides)]
 
-    Order is fixed: model and endpoint, parallelism, memory, batching, numerics,
+
+def build_vllm_flags(
+    svc: LLMService, plan: Plan, overrides: Mapping[str, int] | None = None
+) -> list[str]:
+    """The flags of ``vllm serve`` after the model.
+
+    Order is fixed: endpoint, parallelism, memory, batching, numerics,
     switches the user set, revision, then ``spec.engine.extraArgs`` verbatim and last.
     ``overrides`` (e.g. ``{"maxNumSeqs": 48}`` from tuning) apply only where the user
     left the field to ``auto``. Raises :class:`SpecErrors` when extraArgs set a flag the
@@ -309,9 +321,8 @@ def build_vllm_args(
     if overrides:
         _check_overrides(overrides)
 
-    model, from_volume = model_source(spec)
+    _, from_volume = model_source(spec)
     args = [
-        "--model", model,
         "--served-model-name", spec.model.name,
         "--host", "0.0.0.0",
         "--port", str(VLLM_PORT),
@@ -361,9 +372,7 @@ def build_vllm_args(
 
 def image_for(svc: LLMService, settings: Settings) -> str:
     """``spec.image`` when the user set it, else the operator's default vLLM image."""
-    if "image" in svc.spec.model_fields_set:
-        return svc.spec.image
-    return settings.default_image
+    return svc.spec.image or settings.default_image
 
 
 def build_env(spec: LLMServiceSpec) -> list[dict[str, Any]]:
@@ -518,12 +527,13 @@ def build_probes(plan: Plan, extra_startup_seconds: int = 0) -> dict[str, dict[s
 def build_server_container(
     svc: LLMService, plan: Plan, settings: Settings, overrides: Mapping[str, int] | None = None
 ) -> dict[str, Any]:
-    """The vLLM container of the server pods (no ``command``: the image's entrypoint is
-    ``vllm serve``; :func:`build_vllm_args` gives its arguments)."""
+    """The vLLM container of the server pods: :data:`VLLM_COMMAND` with
+    :func:`build_vllm_args` (the command is explicit: images differ in their entrypoint)."""
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
         "image": image_for(svc, settings),
         "imagePullPolicy": "IfNotPresent",
+        "command": list(VLLM_COMMAND),
         "args": build_vllm_args(svc, plan, overrides),
         "ports": [{"name": PORT_NAME, "containerPort": VLLM_PORT, "protocol": "TCP"}],
     }

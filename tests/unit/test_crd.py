@@ -34,6 +34,9 @@ from tests.support.crd import (
 from llm_operator import constants
 from llm_operator.errors import SpecErrors
 from llm_operator.models import LLMServiceSpec, parse_llmservice
+from llm_operator.planning import make_plan
+from llm_operator.rendering import image_for
+from llm_operator.settings import Settings
 
 CRD = load_crd()
 SCHEMA = crd_schema(CRD)
@@ -94,6 +97,20 @@ def test_crd_defaults_fill_every_optional_section_like_the_model() -> None:
     assert parsed == parse_llmservice(_service(spec)).spec
     assert defaulted["spec"]["engine"]["maxNumSeqs"] == "auto"
     assert defaulted["spec"]["model"]["tokenSecretRef"]["key"] == parsed.model.token_secret_ref.key  # type: ignore[union-attr]
+
+
+def test_the_operators_defaults_reach_a_service_the_api_server_defaulted() -> None:
+    """A service that leaves spec.image and spec.gpus.perNode out gets the operator's
+    settings (LLMOP_DEFAULT_IMAGE, LLMOP_GPUS_PER_NODE): the CRD fills neither in."""
+    body = _service({"model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
+                     "gpus": {"product": "NVIDIA-L4"}})
+    svc = parse_llmservice(apply_defaults(SCHEMA, body))
+    settings = Settings(default_image="registry.local/vllm:1", gpus_per_node=4)
+    assert image_for(svc, settings) == "registry.local/vllm:1"
+    plan = make_plan(svc.spec, gpus_per_node=settings.gpus_per_node)
+    nodes = next(e for e in plan.explanations if e.name == "nodesPerReplica")
+    assert (nodes.inputs["gpusPerNode"], nodes.inputs["gpusPerNodeFrom"]) == (
+        4, "LLMOP_GPUS_PER_NODE")
 
 
 # --- 2. bad input ----------------------------------------------------------------------

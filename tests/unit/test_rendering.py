@@ -25,7 +25,7 @@ import yaml
 from tests.support.schemas import load_schema
 
 from llm_operator import rendering
-from llm_operator.constants import ANNOTATION_SPEC_HASH, GIB, LABEL_SERVICE
+from llm_operator.constants import ANNOTATION_SPEC_HASH, DEFAULT_IMAGE, GIB, LABEL_SERVICE
 from llm_operator.errors import SpecErrors
 from llm_operator.models import LLMService, parse_llmservice
 from llm_operator.planning import Plan
@@ -346,7 +346,7 @@ def test_extra_args_come_last_and_verbatim() -> None:
     )
     args = rendering.build_vllm_args(svc, hand_plan(), {"maxNumSeqs": 7})
     assert args[-len(extra):] == extra
-    assert args[:2] == ["--model", "m/x"]
+    assert args[0] == "m/x" and "--model" not in args  # the model is positional, first
     assert "--revision" in args[: -len(extra)]
 
 
@@ -434,7 +434,7 @@ def test_model_from_volume_is_mounted_read_only_and_offline() -> None:
     container = container_of(deployment)
     mounts = container["volumeMounts"]
     mount = next(m for m in mounts if m["mountPath"] == rendering.MODEL_MOUNT_PATH)
-    assert flag_value(args, "--model") == rendering.MODEL_MOUNT_PATH
+    assert args[0] == rendering.MODEL_MOUNT_PATH
     assert flag_value(args, "--served-model-name") == "my-model"
     assert "--revision" not in args  # a volume holds one revision already
     assert mount == {"name": "model", "mountPath": "/mnt/models", "readOnly": True,
@@ -448,7 +448,7 @@ def test_model_from_volume_is_mounted_read_only_and_offline() -> None:
 def test_hub_model_has_no_model_volume_and_stays_online() -> None:
     deployment = rendering.build_deployment(make_svc(), hand_plan(), Settings())
     container = container_of(deployment)
-    assert flag_value(args_of(deployment), "--model") == "meta-llama/Llama-3.1-8B-Instruct"
+    assert args_of(deployment)[0] == "meta-llama/Llama-3.1-8B-Instruct"
     assert all(m["mountPath"] != rendering.MODEL_MOUNT_PATH for m in container["volumeMounts"])
     assert "env" not in container  # no token, not offline
 
@@ -567,7 +567,8 @@ def test_image_from_spec_else_settings(spec_image: str | None, expected: str) ->
     settings = Settings(default_image="registry.local/vllm:1")
     container = container_of(rendering.build_deployment(make_svc(spec), hand_plan(), settings))
     assert container["image"] == expected
-    assert "command" not in container  # the image's entrypoint (vllm serve) runs
+    # Explicit, whatever the image's entrypoint: images differ (and 0.11 rejects --model).
+    assert container["command"] == ["vllm", "serve"]
 
 
 # --- identity: labels, selectors, owners, hashes ---------------------------------------
@@ -682,14 +683,21 @@ def test_pod_monitor_relabels_service_and_namespace() -> None:
 
 _PARSE_SCRIPT = """
 import json, sys
+import vllm
+from vllm.entrypoints.cli.serve import ServeSubcommand
 from vllm.utils.argparse_utils import FlexibleArgumentParser
-from vllm.entrypoints.launchers.cli_args import make_arg_parser
-parser = make_arg_parser(FlexibleArgumentParser())
-out = {}
-for name, args in json.load(sys.stdin).items():
-    ns = parser.parse_args(args)
+serve = ServeSubcommand()
+top = FlexibleArgumentParser(prog="vllm")
+serve.subparser_init(top.add_subparsers(dest="subparser")).set_defaults(
+    dispatch_function=serve.cmd)
+out = {"version": vllm.__version__}
+for name, argv in json.load(sys.stdin).items():
+    ns = top.parse_args(argv)  # exactly as `vllm serve ARGS` parses them
+    serve.validate(ns)
+    if ns.model_tag is not None:  # what `vllm serve` does before it starts the server
+        ns.model = ns.model_tag
     out[name] = {k: getattr(ns, k) for k in (
-        "model", "served_model_name", "port", "tensor_parallel_size",
+        "model_tag", "model", "served_model_name", "port", "tensor_parallel_size",
         "pipeline_parallel_size", "max_model_len", "gpu_memory_utilization", "max_num_seqs",
         "max_num_batched_tokens", "dtype", "kv_cache_dtype", "enable_chunked_prefill",
         "enable_prefix_caching", "revision", "quantization", "max_log_len",
@@ -700,18 +708,27 @@ print(json.dumps(out, default=str))
 
 @pytest.mark.vllm  # also in the vLLM tier: it imports vLLM (~10 s), though no server starts
 def test_installed_vllm_parses_the_rendered_args() -> None:
-    """vLLM's own argument parser (the CPU build in .venv-vllm: it parses, no server
-    starts) accepts every golden case and reads back the values we meant."""
+    """``vllm serve``'s own parser (the CPU build in .venv-vllm, the release the default
+    image is: it parses and validates, no server starts) accepts every golden case as the
+    container runs it and reads back the values we meant."""
     python = Path(os.environ.get("LLMOP_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
     if not python.exists():
         pytest.skip(f"no vLLM interpreter at {python} (see docs/TESTING.md)")
-    rendered = {name: args_of(render_case(name)[0]) for name in CASES}
+    rendered = {}
+    for name in CASES:
+        container = container_of(render_case(name)[0])
+        assert container["command"] == ["vllm", "serve"]
+        rendered[name] = [*container["command"][1:], *container["args"]]
     proc = subprocess.run(
         [str(python), "-c", _PARSE_SCRIPT], input=json.dumps(rendered), capture_output=True,
         text=True, timeout=120, check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     parsed = json.loads(proc.stdout.strip().splitlines()[-1])
+    # The default image is the release whose parser this is.
+    assert DEFAULT_IMAGE.rsplit(":v", 1)[1] == parsed["version"]
+    for name, argv in rendered.items():
+        assert parsed[name]["model_tag"] == argv[1]  # the positional model, taken as such
     big = parsed["llama70b-tp4-tuned-podmonitor"]
     assert big["tensor_parallel_size"] == 4 and big["max_num_seqs"] == 96
     assert big["max_num_batched_tokens"] == 8192 and big["enable_prefix_caching"] is True
@@ -1102,16 +1119,19 @@ def test_worker_waits_for_the_head_then_joins_it(tmp_path: Path) -> None:
 
 @pytest.mark.vllm  # imports vLLM (~10 s), though no server starts
 def test_installed_vllm_parses_the_leader_args() -> None:
-    """vLLM's own parser accepts the leader's arguments: Ray executor, TP 8, PP 2."""
+    """``vllm serve``'s own parser accepts the leader's arguments (its script execs
+    ``vllm serve "$@"`` with them): the positional model, Ray executor, TP 8, PP 2."""
     python = Path(os.environ.get("LLMOP_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
     if not python.exists():
         pytest.skip(f"no vLLM interpreter at {python} (see docs/TESTING.md)")
     script = _PARSE_SCRIPT.replace('"enable_log_requests")', '"enable_log_requests", '
                                    '"distributed_executor_backend")')
     lead, _ = containers_of(multi_node()[0])
-    proc = subprocess.run([str(python), "-c", script], input=json.dumps({"lws": lead["args"]}),
+    proc = subprocess.run([str(python), "-c", script],
+                          input=json.dumps({"lws": ["serve", *lead["args"]]}),
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     parsed = json.loads(proc.stdout.strip().splitlines()[-1])["lws"]
+    assert parsed["model_tag"] == lead["args"][0]
     assert parsed["distributed_executor_backend"] == "ray"
     assert parsed["tensor_parallel_size"] == 8 and parsed["pipeline_parallel_size"] == 2

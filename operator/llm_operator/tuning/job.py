@@ -27,7 +27,7 @@ from ..rendering import (
     PROGRESS_MARGIN_SECONDS,
     build_env,
     build_resources,
-    build_vllm_args,
+    build_vllm_flags,
     build_volume_mounts,
     build_volumes,
     image_for,
@@ -62,7 +62,7 @@ COPY_SCRIPT = (
 )
 
 # Flags the tuner sets itself for every server it starts (dropped from the Deployment's).
-_OWN_FLAGS = {"--model", "--served-model-name", "--host", "--port"}
+_OWN_FLAGS = {"--served-model-name", "--host", "--port"}
 _SEARCHED = {"--max-num-seqs": "max_num_seqs",
              "--max-num-batched-tokens": "max_num_batched_tokens"}
 
@@ -77,7 +77,7 @@ def fixed_server_args(svc: LLMService, plan: Plan) -> list[str]:
     """The vLLM flags every candidate server gets: the Deployment's arguments without
     the ones the tuner sets itself (model, name, host, port) and without the searched
     settings the user left to ``auto`` (a pinned one stays, so it is never varied)."""
-    args = build_vllm_args(svc, plan)
+    args = build_vllm_flags(svc, plan)
     out: list[str] = []
     skip_value = False
     for i, a in enumerate(args):
