@@ -10,5 +10,6 @@ export HF_HUB_OFFLINE=1
 printf '\n==> ruff\n';  .venv/bin/ruff check operator tests benchmarks tools
 printf '\n==> mypy\n';  .venv/bin/mypy
 printf '\n==> import-linter (layering contracts in .importlinter)\n';  .venv/bin/lint-imports
+printf '\n==> hadolint\n';  .venv/bin/hadolint Dockerfile
 printf '\n==> pytest\n'
 .venv/bin/python -m pytest -ra --durations=15 "$@"
