@@ -57,4 +57,4 @@ def test_a_forbidden_import_breaks_a_contract(tmp_path: Path, module: str, line:
                                               broken: str) -> None:
     proc = lint(copy_with(tmp_path, module, line))
     assert proc.returncode != 0
-    assert f"{broken}" in proc.stdout and "BROKEN" in proc.stdout, proc.stdout[-3000:]
+    assert broken in proc.stdout and "BROKEN" in proc.stdout, proc.stdout[-3000:]

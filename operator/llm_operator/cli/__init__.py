@@ -29,8 +29,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from .tables import curve_table, plan_table
 
     console = Console()
+    gpus_per_node = Settings().gpus_per_node
     for _path, svc in load_services(args.files):
-        plan = make_plan(svc.spec, gpus_per_node=Settings().gpus_per_node)
+        plan = make_plan(svc.spec, gpus_per_node=gpus_per_node)
         console.print(plan_table(svc, plan))
         if not args.no_curve:
             points, slo = curve_for(svc.spec, plan)
@@ -44,6 +45,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 def _cmd_render(args: argparse.Namespace) -> int:
     from ..planning import make_plan
     from ..rendering import render_all
+
     settings = Settings()
     docs: list[dict[str, Any]] = []
     for _path, svc in load_services(args.files):

@@ -75,7 +75,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
                   "  fix: e.g. --service default/llama")
         return 2
 
-    spec, plan_max, notes = _spec_and_plan(args, name)
+    spec, plan_max, notes = _spec_and_plan(args, name, settings)
     current = args.current
     if current is None and isinstance(spec.engine.max_num_seqs, int):
         current = spec.engine.max_num_seqs
@@ -118,8 +118,8 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     return 0
 
 
-def _spec_and_plan(args: argparse.Namespace, name: str) -> tuple[LLMServiceSpec, int | None,
-                                                                  list[str]]:
+def _spec_and_plan(args: argparse.Namespace, name: str, settings: Settings
+                   ) -> tuple[LLMServiceSpec, int | None, list[str]]:
     notes: list[str] = []
     if not args.file:
         return LLMServiceSpec(model=ModelSpec(name=name)), None, [
@@ -132,7 +132,7 @@ def _spec_and_plan(args: argparse.Namespace, name: str) -> tuple[LLMServiceSpec,
     spec = wanted[0].spec
     plan_max: int | None = None
     try:
-        plan_max = make_plan(spec, gpus_per_node=Settings().gpus_per_node).max_num_seqs
+        plan_max = make_plan(spec, gpus_per_node=settings.gpus_per_node).max_num_seqs
     except (SpecError, SpecErrors) as exc:
         notes.append(f"no plan ({exc}): no memory limit on the cap")
     return spec, plan_max, notes

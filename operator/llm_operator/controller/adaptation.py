@@ -81,19 +81,14 @@ class AdaptationLoop:
         self,
         ctx: OperatorContext,
         index: Mapping[ServiceKey, Any],
-        url: str,
-        *,
-        window_seconds: float,
-        service_label: str = "llmservice",
-        namespace_label: str = "namespace",
     ) -> None:
+        """``ctx.settings`` gives the Prometheus URL (set: the loop runs only then), the
+        window and the series labels; ``index`` the LLMService bodies."""
         self.ctx = ctx
         self.index = index
-        self.url = url
+        self.url = str(ctx.settings.prometheus_url)
         self.metrics = ctx.metrics
-        self.policy = PolicySettings(window_seconds=window_seconds)
-        self.service_label = service_label
-        self.namespace_label = namespace_label
+        self.policy = PolicySettings(window_seconds=ctx.settings.adaptation_window_seconds)
         self.last_run: dict[ServiceKey, float] = {}
         self.written: dict[ServiceKey, JSON] = {}
         self.last_warned: dict[ServiceKey, float] = {}
@@ -152,8 +147,10 @@ class AdaptationLoop:
         try:
             return await asyncio.to_thread(
                 prometheus.fetch_observations, self._client, keys, now,
-                self.policy.window_seconds, service_label=self.service_label,
-                namespace_label=self.namespace_label, on_error=self.metrics.query_error)
+                self.policy.window_seconds,
+                service_label=self.ctx.settings.prometheus_service_label,
+                namespace_label=self.ctx.settings.prometheus_namespace_label,
+                on_error=self.metrics.query_error)
         finally:
             self.metrics.prometheus_seconds.observe(time.perf_counter() - t0)
 

@@ -14,12 +14,12 @@ from typing import Any
 
 import kopf
 
+from ..adaptation.policy import ServiceKey
 from ..settings import Settings
 from .kube import KubeClient
 from .metrics import OperatorMetrics
 
 CONTEXT_KEY = "ctx"
-ServiceKey = tuple[str, str]
 
 
 @dataclass

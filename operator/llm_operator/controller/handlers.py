@@ -82,11 +82,7 @@ async def operator_startup(settings: kopf.OperatorSettings, memo: kopf.Memo,
     if index is None:
         logger.warning(f"Online adaptation is off: the {INDEX} index is missing")
         return
-    loop = AdaptationLoop(
-        ctx, index, ctx.settings.prometheus_url,
-        window_seconds=ctx.settings.adaptation_window_seconds,
-        service_label=ctx.settings.prometheus_service_label,
-        namespace_label=ctx.settings.prometheus_namespace_label)
+    loop = AdaptationLoop(ctx, index)
     ctx.adaptation_task = asyncio.create_task(loop.run(), name="llmop-adaptation")
 
 
