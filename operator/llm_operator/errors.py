@@ -24,6 +24,18 @@ class SpecError(ValueError):
 class SpecErrors(ValueError):
     """Several :class:`SpecError` at once, so the user sees them all in one pass."""
 
-    def __init__(self, errors: list[SpecError]) -> None:
+    def __init__(self, errors: list[SpecError], source: str | None = None) -> None:
         self.errors = errors
+        self.source = source  # the file they came from, when the command line read one
         super().__init__("; ".join(str(e) for e in errors))
+
+
+class InputError(ValueError):
+    """A file given to the command line cannot be read as LLMService manifests:
+    missing, not YAML, or holding no LLMService. ``source`` names the file."""
+
+    def __init__(self, source: str, problem: str, fix: str) -> None:
+        self.source = source
+        self.problem = problem
+        self.fix = fix
+        super().__init__(f"{source}: {problem}. Fix: {fix}")

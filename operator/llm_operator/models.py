@@ -19,10 +19,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.alias_generators import to_camel
 
 from .constants import (
+    API_VERSION,
     DEFAULT_GPU_MEMORY_UTILIZATION,
     DEFAULT_GPU_RESOURCE,
 )
-from .errors import SpecError, SpecErrors
+from .errors import InputError, SpecError, SpecErrors
 
 Auto = Literal["auto"]
 AutoInt = int | Auto
@@ -295,10 +296,61 @@ def parse_llmservice(body: Mapping[str, Any]) -> LLMService:
         raise SpecErrors(errors) from None
 
 
+def _read(path: str) -> str:
+    if path == "-":
+        return sys.stdin.read()
+    try:
+        return Path(path).read_text()
+    except FileNotFoundError:
+        raise InputError(path, "no such file", "check the path") from None
+    except IsADirectoryError:
+        raise InputError(path, "is a directory",
+                         "give the YAML files in it, e.g. DIR/*.yaml") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(path, f"cannot be read ({exc.__class__.__name__}: {exc})",
+                         "give a readable UTF-8 YAML file") from None
+
+
+def _documents(path: str, text: str) -> list[Any]:
+    try:
+        return list(yaml.safe_load_all(text))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise InputError(path, f"is not valid YAML{where}: {problem}",
+                         "correct the YAML (e.g. check indentation and brackets there)") from None
+
+
 def load_services(paths: Sequence[str]) -> Iterator[tuple[str, LLMService]]:
-    """Yield every LLMService document in the given YAML files (other kinds are skipped)."""
+    """Yield every LLMService document in the given YAML files (other kinds are skipped).
+
+    Raises :class:`InputError` for a file that is missing, is not YAML or holds no
+    LLMService at all (naming the kinds it does hold), and :class:`SpecErrors` with
+    ``source`` set to the file for an LLMService that does not parse.
+    """
     for path in paths:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text()
-        for doc in yaml.safe_load_all(text):
-            if isinstance(doc, dict) and doc.get("kind") == "LLMService":
-                yield path, parse_llmservice(doc)
+        kinds: list[str] = []
+        for doc in _documents(path, _read(path)):
+            if not isinstance(doc, dict):
+                continue
+            kind = doc.get("kind")
+            if kind != "LLMService":
+                kinds.append(str(kind) if kind else "(no kind)")
+                continue
+            if doc.get("apiVersion") != API_VERSION:
+                raise InputError(path, f"LLMService {(doc.get('metadata') or {}).get('name')!r} "
+                                 f"has apiVersion {doc.get('apiVersion')!r}",
+                                 f"set `apiVersion: {API_VERSION}`")
+            try:
+                svc = parse_llmservice(doc)
+            except SpecErrors as exc:
+                exc.source = path
+                raise
+            kinds.append("LLMService")
+            yield path, svc
+        if "LLMService" not in kinds:
+            found = f"found: {', '.join(sorted(set(kinds)))}" if kinds else "the file is empty"
+            raise InputError(path, f"holds no LLMService ({found})",
+                             "give a manifest with `apiVersion: llmops.dev/v1alpha1` and "
+                             "`kind: LLMService`")

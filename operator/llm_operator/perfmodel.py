@@ -214,6 +214,11 @@ _INTERCONNECT: dict[str, float] = {
 _PCIE_GEN4 = 32e9
 
 
+class NoPrediction(ValueError):
+    """The model lacks a figure it needs to predict speed (e.g. a GPU known only by its
+    memory size): the plan stands, the curve cannot be drawn."""
+
+
 @dataclass(frozen=True)
 class Hardware:
     """One accelerator (per GPU figures) and the efficiency an engine achieves on it."""
@@ -237,8 +242,9 @@ class Hardware:
         """From a catalog entry (:class:`llm_operator.catalog.GPUFacts`); ``fp8`` uses the
         FP8 tensor-core peak (for fp8-quantized weights on GPUs that have it)."""
         if gpu.memory_bandwidth is None or gpu.bf16_flops is None:
-            raise ValueError(f"GPU {gpu.product} has no bandwidth or FLOP/s figure; "
-                             "give spec.gpu.product a GPU the catalog knows")
+            raise NoPrediction(f"the GPU table has no memory bandwidth or FLOP/s figure for "
+                               f"{gpu.product!r} (a GPU given by spec.gpus.memoryGib); "
+                               "the plan stands, only the speed cannot be predicted")
         flops = gpu.fp8_flops if fp8 and gpu.fp8_flops else gpu.bf16_flops
         return cls(name=gpu.name, memory_bytes=gpu.memory_bytes, bandwidth=gpu.memory_bandwidth,
                    flops=flops, interconnect_bandwidth=_INTERCONNECT.get(gpu.product, _PCIE_GEN4),

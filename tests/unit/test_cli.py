@@ -71,3 +71,55 @@ def test_render_asks_no_pod_for_more_gpus_than_llmop_gpus_per_node_gives(tmp_pat
     assert max(gpus_per_pod(run_cli("render", str(manifest)))) == 8
     four = gpus_per_pod(run_cli("render", str(manifest), LLMOP_GPUS_PER_NODE="4"))
     assert four and max(four) <= 4
+
+
+# --- bad input: one message naming the file and the problem, a non-zero exit, no traceback
+
+
+def _manifest(tmp_path: Path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_plan_of_the_custom_gpu_example_prints_the_plan_and_says_why_there_is_no_curve() -> None:
+    # The GPU is given only by memoryGib: the planner can size it, the speed model cannot.
+    out = run_cli("plan", str(ROOT / "examples" / "custom-model-pvc.yaml"))
+    assert out.returncode == 0, out.stderr
+    assert "Traceback" not in out.stderr
+    assert re.search(r"tensorParallelSize\s*│\s*\d+", out.stdout), out.stdout
+    assert "No predicted curve" in out.stdout and "spec.gpus.memoryGib" in out.stdout
+
+
+def test_cli_errors_name_the_file_and_the_problem_and_exit_non_zero(tmp_path: Path) -> None:
+    svc = ("apiVersion: {api}\nkind: LLMService\nmetadata: {{name: x}}\n"
+           "spec: {{model: {{name: meta-llama/Llama-3.1-8B-Instruct}}, gpus: {{product: L4}}}}\n")
+    cases = {
+        # what the user gave -> what the one-line error must say
+        _manifest(tmp_path, "broken.yaml", "spec: [\n  model: x\n"): "is not valid YAML at line",
+        str(tmp_path / "missing.yaml"): "no such file",
+        _manifest(tmp_path, "cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n"):
+            "holds no LLMService (found: ConfigMap)",
+        _manifest(tmp_path, "empty.yaml", ""): "holds no LLMService (the file is empty)",
+        _manifest(tmp_path, "v1.yaml", svc.format(api="llmops.dev/v1")):
+            "has apiVersion 'llmops.dev/v1'",
+        str(tmp_path): "is a directory",
+    }
+    for command in ("plan", "render"):
+        for path, expected in cases.items():
+            out = run_cli(command, path)
+            assert out.returncode == 2, (command, path, out.stdout, out.stderr)
+            assert "Traceback" not in out.stderr, out.stderr
+            assert expected in " ".join(out.stderr.split()), (command, path, out.stderr)
+            assert Path(path).name in out.stderr
+            assert out.stdout == "", out.stdout  # nothing half-printed on stdout
+
+
+def test_a_bad_field_is_reported_with_its_file(tmp_path: Path) -> None:
+    path = _manifest(tmp_path, "bad-field.yaml", (
+        "apiVersion: llmops.dev/v1alpha1\nkind: LLMService\nmetadata: {name: x}\n"
+        "spec: {model: {name: meta-llama/Llama-3.1-8B-Instruct}, gpus: {product: L4},\n"
+        "       engine: {maxNumSeqs: -3}}\n"))
+    out = run_cli("render", path)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "bad-field.yaml: spec.engine.maxNumSeqs" in " ".join(out.stderr.split())

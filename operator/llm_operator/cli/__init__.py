@@ -11,6 +11,7 @@ the tables it prints are in :mod:`.tables`.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -18,13 +19,13 @@ from typing import Any
 import yaml
 from rich.console import Console
 
-from ..errors import SpecError, SpecErrors
+from ..errors import InputError, SpecError, SpecErrors
 from ..models import load_services
 from ..settings import Settings
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from ..perfmodel import curve_for, suggest_for
+    from ..perfmodel import NoPrediction, curve_for, suggest_for
     from ..planning import make_plan
     from .tables import curve_table, plan_table
 
@@ -34,10 +35,14 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         plan = make_plan(svc.spec, gpus_per_node=gpus_per_node)
         console.print(plan_table(svc, plan))
         if not args.no_curve:
-            points, slo = curve_for(svc.spec, plan)
+            try:
+                points, slo = curve_for(svc.spec, plan)
+                start = suggest_for(svc.spec, plan)
+            except NoPrediction as exc:
+                console.print(f"No predicted curve: {exc}.")
+                continue
             console.print(curve_table(points, f"Predicted: {plan.model_name} on "
                                       f"{plan.gpu_product}, TP {plan.tensor_parallel_size}", slo))
-            start = suggest_for(svc.spec, plan)
             console.print(f"Suggested starting max-num-seqs: {start.max_num_seqs} ({start.reason})")
     return 0
 
@@ -103,12 +108,25 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``llm-operator`` console script."""
     args = build_parser().parse_args(argv)
+    err = Console(stderr=True, highlight=False)
     try:
         return int(args.func(args))
     except (SpecError, SpecErrors) as exc:
         errs = exc.errors if isinstance(exc, SpecErrors) else [exc]
-        err = Console(stderr=True)
+        source = f"{exc.source}: " if isinstance(exc, SpecErrors) and exc.source else ""
         for e in errs:
-            err.print(f"[bold red]error[/] {e.field}: {e.problem}\n  fix: {e.fix}")
+            err.print(f"[bold red]error[/] {source}{e.field}: {e.problem}\n  fix: {e.fix}",
+                      markup=True)
         return 2
+    except InputError as exc:
+        err.print(f"[bold red]error[/] {exc.source}: {exc.problem}\n  fix: {exc.fix}")
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # one line, never a traceback, unless asked for
+        if os.environ.get("LLMOP_TRACEBACK"):
+            raise
+        err.print(f"[bold red]error[/] {exc.__class__.__name__}: {exc}\n"
+                  "  (a bug in llm-operator: set LLMOP_TRACEBACK=1 to see where, and report it)")
+        return 1
 
