@@ -53,6 +53,7 @@ from .catalog import (
 )
 from .constants import DEFAULT_GPUS_PER_NODE, GIB
 from .errors import SpecError, SpecErrors
+from .extra_args import check_extra_args
 from .models import EngineSpec, LLMServiceSpec, Quantization
 
 # --------------------------------------------------------------------------- constants
@@ -79,33 +80,6 @@ QUANT_BYTES_PER_PARAM: dict[Quantization, float] = {
     Quantization.GPTQ: 0.5 + 2.5 / 128,
 }
 
-# vLLM flags the operator manages, with the spec field that sets them instead. One
-# place for the planner's checks and the renderer. Flags in UNPINNABLE_FLAGS are
-# always rejected in extraArgs (the operator owns them outright).
-MANAGED_FLAGS: dict[str, str] = {
-    "--model": "spec.model.name (or spec.model.volume)",
-    "--served-model-name": "spec.model.name",
-    "--host": "nothing: the operator serves on 0.0.0.0",
-    "--port": "nothing: the operator serves on port 8000",
-    "--revision": "spec.model.revision",
-    "--tensor-parallel-size": "spec.engine.tensorParallelSize",
-    "-tp": "spec.engine.tensorParallelSize",
-    "--pipeline-parallel-size": "spec.engine.pipelineParallelSize",
-    "-pp": "spec.engine.pipelineParallelSize",
-    "--max-model-len": "spec.engine.maxModelLen",
-    "--gpu-memory-utilization": "spec.engine.gpuMemoryUtilization",
-    "--max-num-seqs": "spec.engine.maxNumSeqs",
-    "--max-num-batched-tokens": "spec.engine.maxNumBatchedTokens",
-    "--dtype": "spec.engine.dtype",
-    "--kv-cache-dtype": "spec.engine.kvCacheDtype",
-    "--quantization": "spec.model.quantization",
-    "-q": "spec.model.quantization",
-    "--enable-chunked-prefill": "spec.engine.enableChunkedPrefill",
-    "--no-enable-chunked-prefill": "spec.engine.enableChunkedPrefill",
-    "--enable-prefix-caching": "spec.engine.enablePrefixCaching",
-    "--no-enable-prefix-caching": "spec.engine.enablePrefixCaching",
-}
-UNPINNABLE_FLAGS = frozenset({"--model", "--served-model-name", "--host", "--port"})
 
 VLLM_BATCH_DEFAULTS_SOURCE = (
     "vLLM EngineArgs.get_batch_defaults (vllm/engine/arg_utils.py, read in vLLM 0.32.0): "
@@ -235,39 +209,34 @@ def vllm_default_max_num_seqs(gpu: GPUFacts) -> int:
     return 256
 
 
+def vllm_default_max_num_batched_tokens(gpu: GPUFacts) -> int:
+    """vLLM's own default ``--max-num-batched-tokens`` for the OpenAI server on this GPU
+    (see :data:`VLLM_BATCH_DEFAULTS_SOURCE`; before the raise to maxModelLen that vLLM
+    applies when chunked prefill is off)."""
+    name = f"{gpu.product} {gpu.name}".lower()
+    if gpu.memory_bytes >= 160 * GIB:
+        return 16384
+    if gpu.memory_bytes >= 70 * GIB and "a100" not in name:
+        return 8192
+    return 2048
+
+
 def usable_bytes_per_gpu(gpu: GPUFacts, utilization: float) -> int:
     """memory x gpuMemoryUtilization - :data:`OVERHEAD_BYTES_PER_GPU`."""
     return int(gpu.memory_bytes * utilization) - OVERHEAD_BYTES_PER_GPU
 
 
-def _flag(arg: str) -> str:
-    """``--max_num_seqs=8`` -> ``--max-num-seqs`` (vLLM's parser accepts underscores)."""
-    flag = arg.strip().split("=", 1)[0].split()[0] if arg.strip() else ""
-    stripped = flag.lstrip("-")
-    return flag[: len(flag) - len(stripped)] + stripped.replace("_", "-")
+def managed_flag_errors(spec: LLMServiceSpec) -> list[SpecError]:
+    """One :class:`SpecError` per ``spec.engine.extraArgs`` item that vLLM would read as a
+    flag the operator manages or one that invalidates the plan, or would refuse at start
+    (see :mod:`llm_operator.extra_args`: items are resolved as vLLM's parser resolves
+    them, prefixes and ``=`` forms included).
 
-
-def managed_flag_errors(engine: EngineSpec) -> list[SpecError]:
-    """One :class:`SpecError` per extraArgs entry that sets a flag the operator manages,
-    in ``--flag value`` or ``--flag=value`` form.
-
-    Rejected whether or not the matching field is pinned: the renderer passes the
-    field's value itself, and a second copy of the flag (argparse keeps the last)
-    would silently defeat the plan, a pin, tuning or adaptation.
+    A managed flag is rejected whether or not the matching field is pinned: the renderer
+    passes the field's value itself, and a second copy of the flag (argparse keeps the
+    last) would silently defeat the plan, a pin, tuning or adaptation.
     """
-    errors: list[SpecError] = []
-    for i, arg in enumerate(engine.extra_args):
-        if not arg.startswith("-"):
-            continue  # a value of the previous flag
-        flag = _flag(arg)
-        if flag not in MANAGED_FLAGS:
-            continue
-        field = MANAGED_FLAGS[flag]
-        fix = (f"remove it: the operator sets {flag} itself ({field})"
-               if flag in UNPINNABLE_FLAGS else f"set {field} instead")
-        errors.append(SpecError(f"spec.engine.extraArgs[{i}]",
-                                f"sets {flag}, which the operator manages", fix))
-    return errors
+    return check_extra_args(spec)[0]
 
 
 # --------------------------------------------------------------------------- facts
@@ -413,7 +382,7 @@ def _candidates(need: _Need, facts: ModelFacts, engine: EngineSpec,
 def _pin_errors(spec: LLMServiceSpec, facts: ModelFacts,
                 tokens_per_request: int, per_node: int) -> list[SpecError]:
     """Pins that cannot be served, whatever the GPUs."""
-    engine, errors = spec.engine, managed_flag_errors(spec.engine)
+    engine, errors = spec.engine, managed_flag_errors(spec)
     tp, pp, count = (engine.tensor_parallel_size, engine.pipeline_parallel_size, spec.gpus.count)
     valid = valid_tensor_parallel_sizes(facts, facts.num_attention_heads)
     if isinstance(tp, int) and tp not in valid:
@@ -559,7 +528,7 @@ def make_plan(spec: LLMServiceSpec, *, gpus_per_node: int = DEFAULT_GPUS_PER_NOD
     if facts is not None:
         errors += _pin_errors(spec, facts, tokens_per_request, per_node)
     else:
-        errors += managed_flag_errors(engine)
+        errors += managed_flag_errors(spec)
     _raise(errors)
     assert facts is not None and gpu is not None
 
@@ -580,7 +549,7 @@ def make_plan(spec: LLMServiceSpec, *, gpus_per_node: int = DEFAULT_GPUS_PER_NOD
     if fit is None:
         raise _too_small(spec, need, gpu, cands, rejected)
 
-    warnings: list[str] = []
+    warnings: list[str] = check_extra_args(spec)[1]
     ex: list[Explained] = []
     _explain_facts(ex, spec, facts, gpu, dtype, dbytes, kvb, weights, usable)
     _explain_parallelism(ex, warnings, spec, need, fit, ideal, rejected, concurrency)
@@ -766,10 +735,23 @@ def _plan_batched_tokens(ex: list[Explained], spec: LLMServiceSpec, seqs: int,
     engine = spec.engine
     batched = engine.max_num_batched_tokens
     if not isinstance(batched, int):
-        ex.append(Explained(name="maxNumBatchedTokens", value="vLLM default",
-                            formula="left to vLLM (2048, or 8192 on >= 70 GiB GPUs other than "
-                            "A100; raised to maxModelLen without chunked prefill)",
-                            inputs={"source": "vllm/engine/arg_utils.py get_batch_defaults"}))
+        default = vllm_default_max_num_batched_tokens(gpu_facts(spec))
+        if engine.enable_chunked_prefill is False:
+            default = max(default, max_model_len)
+        inputs: dict[str, Any] = {"vllmDefault": default, "maxNumSeqs": seqs,
+                                  "source": "vllm/engine/arg_utils.py get_batch_defaults"}
+        if seqs > default:
+            # vLLM refuses max_num_batched_tokens < max_num_seqs at start, and its default
+            # does not follow a large max_num_seqs: left alone, the engine would exit.
+            ex.append(Explained(name="maxNumBatchedTokens", value=seqs, inputs=inputs,
+                                formula="raised to maxNumSeqs: vLLM's default here is "
+                                f"{default}, and vLLM refuses fewer batched tokens than "
+                                "sequences"))
+            return seqs
+        ex.append(Explained(name="maxNumBatchedTokens", value="vLLM default", inputs=inputs,
+                            formula=f"left to vLLM ({default} here: 2048, 8192 on >= 70 GiB "
+                            "GPUs other than A100, 16384 on >= 160 GiB; raised to maxModelLen "
+                            "without chunked prefill)"))
         return None
     errors = []
     if batched < seqs:

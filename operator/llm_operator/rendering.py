@@ -315,7 +315,7 @@ def build_vllm_flags(
     """
     spec = svc.spec
     engine = spec.engine
-    errors = managed_flag_errors(engine)
+    errors = managed_flag_errors(spec)
     if errors:
         raise SpecErrors(errors)
     if overrides:

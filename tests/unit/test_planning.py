@@ -22,10 +22,10 @@ from llm_operator import cli
 from llm_operator.catalog import architecture_from_hf_config, lookup_gpu, lookup_model
 from llm_operator.cli.tables import plan_table
 from llm_operator.errors import SpecError, SpecErrors
+from llm_operator.extra_args import MANAGED_FLAGS
 from llm_operator.models import LLMServiceSpec, Quantization, parse_llmservice
 from llm_operator.planning import (
     BLOCK_SIZE,
-    MANAGED_FLAGS,
     NULL_BLOCKS,
     OVERHEAD_BYTES_PER_GPU,
     Plan,
@@ -481,7 +481,7 @@ def test_managed_flag_rejected_even_when_the_field_is_pinned() -> None:
 
 def test_unmanaged_extra_args_pass() -> None:
     plan = make_plan(spec(L8B, "H100", engine={"extraArgs": [
-        "--enforce-eager", "--swap-space", "4", "--disable-log-requests"]}))
+        "--enforce-eager", "--max-logprobs", "5", "--enable-log-requests"]}))
     assert plan.tensor_parallel_size == 1
 
 

@@ -362,7 +362,9 @@ def test_extra_args_come_last_and_verbatim() -> None:
     ],
 )
 def test_extra_args_may_not_set_managed_flags(arg: str, index: int) -> None:
-    svc = make_svc({"model": {"name": "m/x"}, "engine": {"extraArgs": [arg, "1"]}})
+    takes_value = "=" not in arg and "enable" not in arg  # else a "1" would be stray
+    svc = make_svc({"model": {"name": "m/x"},
+                    "engine": {"extraArgs": [arg, "1"] if takes_value else [arg]}})
     with pytest.raises(SpecErrors) as excinfo:
         rendering.build_vllm_args(svc, hand_plan())
     (error,) = excinfo.value.errors

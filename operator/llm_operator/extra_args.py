@@ -1,0 +1,231 @@
+"""spec.engine.extraArgs read the way ``vllm serve`` reads them (pure).
+
+vLLM's parser is more forgiving than a pattern: it accepts any unique prefix of a long
+option (``--max-num-seq=999`` sets ``--max-num-seqs``), underscores for dashes, the
+``=`` form, dotted keys of JSON options (``--compilation-config.mode 3``) and short
+aliases (``-tp``, ``-dp``). So each item is resolved against the option table of the
+vLLM release the default image runs (``data/vllm_serve_flags.json``, written by
+``tools/vllm_flags.py`` from vLLM's own parser and checked against it by the vLLM tier),
+with argparse's rules, and then judged by what it sets:
+
+- a flag a spec field owns, or the operator sets itself: refused, naming the field;
+- a flag that silently invalidates the plan (GPUs per replica, KV capacity, how the pod
+  is reached or measured): refused, saying what to do instead;
+- an item vLLM would refuse at start (ambiguous prefix, unknown flag, a flag and its
+  value in one item, whitespace or control characters): refused, or only a warning
+  for an unknown flag when ``spec.image`` names another image, whose vLLM may know it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from .errors import SpecError
+from .models import AdaptationMode, LLMServiceSpec
+
+# vLLM flags the operator manages, with the spec field that sets them instead. One
+# place for the planner's checks and the renderer. Flags in UNPINNABLE_FLAGS are
+# always rejected in extraArgs (the operator owns them outright).
+MANAGED_FLAGS: dict[str, str] = {
+    "--model": "spec.model.name (or spec.model.volume)",
+    "--served-model-name": "spec.model.name",
+    "--host": "nothing: the operator serves on 0.0.0.0",
+    "--port": "nothing: the operator serves on port 8000",
+    "--revision": "spec.model.revision",
+    "--tensor-parallel-size": "spec.engine.tensorParallelSize",
+    "-tp": "spec.engine.tensorParallelSize",
+    "--pipeline-parallel-size": "spec.engine.pipelineParallelSize",
+    "-pp": "spec.engine.pipelineParallelSize",
+    "--max-model-len": "spec.engine.maxModelLen",
+    "--gpu-memory-utilization": "spec.engine.gpuMemoryUtilization",
+    "--max-num-seqs": "spec.engine.maxNumSeqs",
+    "--max-num-batched-tokens": "spec.engine.maxNumBatchedTokens",
+    "--dtype": "spec.engine.dtype",
+    "--kv-cache-dtype": "spec.engine.kvCacheDtype",
+    "--quantization": "spec.model.quantization",
+    "-q": "spec.model.quantization",
+    "--enable-chunked-prefill": "spec.engine.enableChunkedPrefill",
+    "--no-enable-chunked-prefill": "spec.engine.enableChunkedPrefill",
+    "--enable-prefix-caching": "spec.engine.enablePrefixCaching",
+    "--no-enable-prefix-caching": "spec.engine.enablePrefixCaching",
+}
+UNPINNABLE_FLAGS = frozenset({"--model", "--served-model-name", "--host", "--port"})
+
+# Flags no field owns that would make the plan or the pod wrong without an error, by
+# the destination vLLM parses them into: what they break and what to do instead.
+_DP = ("runs several engines in the pod, each needing the plan's GPUs: the pod asks "
+       "for one engine's", "use spec.replicas for more engines")
+PLAN_BREAKING: dict[str, tuple[str, str]] = {
+    "data_parallel_size": _DP,
+    "data_parallel_size_local": _DP,
+    "data_parallel_rank": _DP,
+    "data_parallel_start_rank": _DP,
+    "data_parallel_address": _DP,
+    "data_parallel_rpc_port": _DP,
+    "data_parallel_backend": _DP,
+    "data_parallel_hybrid_lb": _DP,
+    "data_parallel_external_lb": _DP,
+    "kv_cache_memory_bytes": (
+        "fixes the KV cache size in bytes, so the planned KV capacity and max-num-seqs "
+        "no longer hold", "remove it and set spec.engine.gpuMemoryUtilization"),
+    "num_gpu_blocks_override": (
+        "overrides the KV cache size, so the planned KV capacity and max-num-seqs no "
+        "longer hold", "remove it and set spec.engine.gpuMemoryUtilization"),
+    "block_size": (
+        "changes the KV block size the plan counts blocks in (vLLM's default 16)",
+        "remove it"),
+    "cpu_offload_gb": (
+        "moves weights to host memory, which the plan (GPU count, KV capacity, pod "
+        "memory) does not model", "remove it; quantize (spec.model.quantization) or "
+        "let the plan add GPUs"),
+    "config": (
+        "reads further arguments from a file, which could set any managed flag",
+        "give those arguments as extraArgs items"),
+    "headless": (
+        "starts no API server, so the pod never passes its /health probes",
+        "remove it"),
+    "uds": (
+        "serves on a Unix socket instead of port 8000, so probes and the Service find "
+        "nothing", "remove it"),
+    "ssl_keyfile": (
+        "serves HTTPS, while the probes and the Prometheus scrape speak HTTP",
+        "remove it; terminate TLS in front of the Service (Ingress, Gateway or mesh)"),
+    "ssl_certfile": (
+        "serves HTTPS, while the probes and the Prometheus scrape speak HTTP",
+        "remove it; terminate TLS in front of the Service (Ingress, Gateway or mesh)"),
+}
+
+# argparse's test for an item that is a negative number (a value, not a flag).
+_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
+
+
+@dataclass(frozen=True)
+class FlagTable:
+    """The options of ``vllm serve``: option string -> (destination, takes a value)."""
+
+    vllm_version: str
+    options: dict[str, tuple[str, bool]]
+
+    def resolve(self, option: str) -> tuple[str | None, list[str]]:
+        """The option string argparse picks for ``option`` (exact, or the one option it
+        is a unique prefix of), else None with the candidates (several: ambiguous)."""
+        if option in self.options:
+            return option, []
+        if option.startswith("--"):
+            matches = [o for o in self.options if o.startswith(option)]
+        else:  # argparse: "-n5" is "-n" with the value 5; "-d" prefixes "-dp", "-dcp"...
+            if option[:2] in self.options and len(option) > 2:
+                return option[:2], []
+            matches = [o for o in self.options if o.startswith(option)]
+        if len(matches) == 1:
+            return matches[0], []
+        return None, matches
+
+
+@cache
+def flag_table() -> FlagTable:
+    """The committed option table of the default image's ``vllm serve``."""
+    raw: dict[str, Any] = json.loads(
+        resources.files("llm_operator").joinpath("data/vllm_serve_flags.json").read_text())
+    return FlagTable(
+        vllm_version=raw["vllm"],
+        options={k: (v["dest"], bool(v["takesValue"])) for k, v in raw["options"].items()})
+
+
+def _managed_dests(table: FlagTable) -> dict[str, tuple[str, str]]:
+    """destination -> (a managed flag that sets it, the field that owns it)."""
+    return {table.options[flag][0]: (flag, field)
+            for flag, field in MANAGED_FLAGS.items() if flag in table.options}
+
+
+def _normalize(key: str) -> str:
+    """vLLM's preprocessing of a ``--key``: underscores become dashes up to the first
+    dot; a dotted key (``--compilation-config.mode``) sets the option before the dot."""
+    if not key.startswith("--"):
+        return key
+    head = key[2:].split(".", 1)[0]
+    return "--" + head.replace("_", "-")
+
+
+def check_extra_args(spec: LLMServiceSpec) -> tuple[list[SpecError], list[str]]:
+    """Every problem with ``spec.engine.extraArgs``: errors (the spec cannot be served
+    as written) and warnings (it may be served, but the user should know)."""
+    table = flag_table()
+    managed = _managed_dests(table)
+    errors: list[SpecError] = []
+    warnings: list[str] = []
+    expects_value = False
+    for i, arg in enumerate(spec.engine.extra_args):
+        field = f"spec.engine.extraArgs[{i}]"
+        if arg != arg.strip() or any(c in arg for c in "\n\r\t\v\f") or not arg:
+            errors.append(SpecError(field, f"{arg!r} has surrounding whitespace, a control "
+                                    "character or is empty (vLLM receives it verbatim)",
+                                    "give one flag or one value per item, without whitespace "
+                                    "around it"))
+            expects_value = False
+            continue
+        is_flag = arg.startswith("-") and not _NEGATIVE_NUMBER.match(arg)
+        if not is_flag:
+            if not expects_value and i > 0:
+                errors.append(SpecError(field, f"{arg!r} follows a flag that takes no value "
+                                        "(vLLM refuses a stray positional argument)",
+                                        "remove it, or put the flag it belongs to before it"))
+            elif i == 0:
+                errors.append(SpecError(field, f"{arg!r} is a value with no flag before it "
+                                        "(vLLM refuses a stray positional argument)",
+                                        "put its flag first, e.g. \"--max-logprobs\", \"5\""))
+            expects_value = False
+            continue
+        key, has_inline_value = arg.split("=", 1)[0], "=" in arg
+        if " " in key:
+            errors.append(SpecError(field, f"{arg!r} holds a flag and its value in one item "
+                                    "(vLLM reads it as one unknown argument)",
+                                    f"split it into two items: {key.split(' ', 1)[0]!r}, "
+                                    f"{key.split(' ', 1)[1].strip()!r}, or use "
+                                    f"{key.split(' ', 1)[0]}=VALUE"))
+            expects_value = False
+            continue
+        option, candidates = table.resolve(_normalize(key))
+        if option is None:
+            expects_value = True  # unknown: assume it takes the next value
+            if candidates:
+                errors.append(SpecError(field, f"{key!r} is ambiguous for vLLM "
+                                        f"{table.vllm_version}: it abbreviates "
+                                        + ", ".join(candidates[:6])
+                                        + (" ..." if len(candidates) > 6 else ""),
+                                        "write the whole flag"))
+                continue
+            close = difflib.get_close_matches(_normalize(key), list(table.options), n=3)
+            hint = f" (did you mean {', '.join(close)}?)" if close else ""
+            problem = f"{key!r} is not an option of vllm serve {table.vllm_version}{hint}"
+            if spec.image is None:
+                errors.append(SpecError(field, problem + ", the default image's vLLM: it "
+                                        "would refuse to start", "correct or remove it"))
+            else:
+                warnings.append(f"{field}: {problem}; your image ({spec.image}) must know it, "
+                                "or vLLM will refuse to start")
+            continue
+        dest, takes_value = table.options[option]
+        # A dotted key always takes a value (vLLM folds it into its JSON option).
+        expects_value = not has_inline_value and (takes_value or "." in key)
+        spelled = "" if option == key else f" (vLLM reads {key!r} as {option})"
+        if dest in managed:
+            flag, owner = managed[dest]
+            fix = (f"remove it: the operator sets {flag} itself ({owner})"
+                   if flag in UNPINNABLE_FLAGS else f"set {owner} instead")
+            errors.append(SpecError(field, f"sets {option}, which the operator "
+                                    f"manages{spelled}", fix))
+        elif dest in PLAN_BREAKING:
+            why, fix = PLAN_BREAKING[dest]
+            errors.append(SpecError(field, f"sets {option}{spelled}, which {why}", fix))
+        elif dest == "disable_log_stats" and spec.adaptation.mode != AdaptationMode.DISABLED:
+            errors.append(SpecError(field, f"sets {option}{spelled}, which removes the engine "
+                                    "metrics the online adaptation reads",
+                                    "remove it, or set spec.adaptation.mode: Disabled"))
+    return errors, warnings
