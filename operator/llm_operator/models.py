@@ -231,11 +231,17 @@ class LLMServiceSpec(_Model):
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
 
 
+# metadata.name names the Service (an RFC 1035 label) and is a label value: the CRD's
+# schema says the same (metadata.name's pattern and maxLength).
+NAME_MAX = 63
+NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+
+
 class ObjectMeta(BaseModel):
     """The part of metadata the logic needs; the rest is ignored."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
-    name: str
+    name: str = Field(max_length=NAME_MAX, pattern=NAME_PATTERN)
     namespace: str = "default"
     uid: str | None = None
     generation: int | None = None
@@ -288,6 +294,12 @@ def parse_llmservice(body: Mapping[str, Any]) -> LLMService:
                 )
             elif err["type"] == "missing":
                 errors.append(SpecError(path, "is required", "set it"))
+            elif path == "metadata.name":
+                errors.append(SpecError(
+                    path, f"{err.get('input')!r} cannot name the service's Deployment, "
+                    "Service and labels", f"rename it: at most {NAME_MAX} characters, "
+                    "lowercase letters, digits and '-', starting with a letter and ending "
+                    "with a letter or digit"))
             else:
                 errors.append(
                     SpecError(path, f"{err['msg']} (got {err.get('input')!r})",

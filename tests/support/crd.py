@@ -172,7 +172,10 @@ def to_jsonschema(schema: Schema, *, strict: bool = True) -> dict[str, Any]:
         if key.startswith("x-kubernetes-") or key in ("description", "default"):
             continue
         if key == "properties":
-            out[key] = {k: to_jsonschema(v, strict=strict) for k, v in value.items()}
+            # ObjectMeta is validated by the API server itself, not pruned by the CRD
+            # schema (which may only restrict metadata.name and generateName).
+            out[key] = {k: to_jsonschema(v, strict=strict and k != "metadata")
+                        for k, v in value.items()}
         elif key in ("items", "additionalProperties", "not") and isinstance(value, Mapping):
             out[key] = to_jsonschema(value, strict=strict)
         elif key in ("anyOf", "allOf", "oneOf"):

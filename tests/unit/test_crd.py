@@ -549,3 +549,32 @@ def test_cel_rules_compile_and_are_well_formed() -> None:
         if rule.field_path:
             target = rule.schema_path + rule.field_path
             assert target in nodes, f"{rule.rule_id}: fieldPath {rule.field_path} not in schema"
+
+
+@pytest.mark.parametrize("name", ["a" * 64, "1st-model", "llama.3", "Llama", "llama-"])
+def test_a_name_no_service_could_have_is_refused_by_the_crd_and_the_parser(name: str) -> None:
+    # The name is also the Service's (an RFC 1035 label) and a label value (<= 63).
+    body = {**_service(BASE_SPEC), "metadata": {"name": name}}
+    assert [v.field for v in validate_resource(CRD, body)] == ["metadata.name"]
+    with pytest.raises(SpecErrors) as err:
+        parse_llmservice(body)
+    (error,) = err.value.errors
+    assert error.field == "metadata.name" and "at most 63 characters" in error.fix
+
+
+def test_the_longest_allowed_name_renders_valid_children() -> None:
+    from llm_operator.planning import make_plan
+    from llm_operator.rendering import render_all
+    from llm_operator.sandbox.k8s_rules import object_errors
+    from llm_operator.settings import Settings
+
+    svc = parse_llmservice({**_service({**BASE_SPEC, "gpus": {"product": "H100"}}),
+                            "metadata": {"name": "a" * 63}})
+    from llm_operator.tuning.job import build_tuning_job
+
+    plan = make_plan(svc.spec)
+    children = render_all(svc, plan, Settings(), pod_monitor=True)
+    children.append(build_tuning_job(svc, plan, Settings(), "f" * 64))
+    assert {c["kind"] for c in children} >= {"Deployment", "Service", "PodMonitor", "Job"}
+    for child in children:
+        assert object_errors(child) == [], child["kind"]

@@ -1,0 +1,101 @@
+"""The name, label and resource-name rules a real API server enforces (pure).
+
+The emulated API server (kmock) stores whatever it is given; a real one answers 422
+Unprocessable Entity for an object whose name, labels or resource names break these
+rules. :mod:`.emulator` applies them so that tests see the rejection a cluster would
+give. Rules as in Kubernetes' apimachinery validation (``IsDNS1123Subdomain``,
+``IsDNS1035Label``, ``IsQualifiedName``, ``IsValidLabelValue``) and the API server's
+per-kind name validation (Services take RFC 1035 labels; Jobs at most 63 characters,
+since the ``job-name`` label carries the name).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+_DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+DNS1123_SUBDOMAIN = re.compile(rf"^{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*$")
+DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+SUBDOMAIN_MAX = 253
+LABEL_MAX = 63
+
+# kind -> (pattern, max length) of metadata.name, where it differs from a subdomain.
+_NAME_RULES: dict[str, tuple[re.Pattern[str], int]] = {
+    "Service": (DNS1035_LABEL, LABEL_MAX),
+    "Job": (DNS1123_SUBDOMAIN, LABEL_MAX),
+    "Namespace": (re.compile(rf"^{_DNS1123_LABEL}$"), LABEL_MAX),
+}
+
+
+def qualified_name_errors(key: str) -> list[str]:
+    """Problems with a label or annotation key (``[prefix/]name``)."""
+    prefix, _, name = key.rpartition("/")
+    errors = []
+    if prefix and (len(prefix) > SUBDOMAIN_MAX or not DNS1123_SUBDOMAIN.match(prefix)):
+        errors.append(f"prefix {prefix!r} must be a DNS subdomain")
+    if not name or len(name) > LABEL_MAX or not _QUALIFIED_NAME.match(name):
+        errors.append(f"name part {name!r} must be at most {LABEL_MAX} characters of "
+                      "alphanumerics, '-', '_' or '.', starting and ending alphanumeric")
+    return errors
+
+
+def _pod_templates(obj: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """(path, {metadata, spec}) of the pod itself or every pod template in a workload."""
+    spec = obj.get("spec") or {}
+    if obj.get("kind") == "Pod":
+        yield "", obj
+    if isinstance(spec.get("template"), Mapping):
+        yield "spec.template.", spec["template"]
+    for role in ("leaderTemplate", "workerTemplate"):  # LeaderWorkerSet
+        t = (spec.get("leaderWorkerTemplate") or {}).get(role)
+        if isinstance(t, Mapping):
+            yield f"spec.leaderWorkerTemplate.{role}.", t
+
+
+def object_errors(obj: Mapping[str, Any]) -> list[str]:
+    """Every rule ``obj`` breaks, each as ``field: problem`` the way the API server's
+    422 message lists them; empty when a real API server would accept these parts."""
+    errors: list[str] = []
+    meta = obj.get("metadata") or {}
+    name = meta.get("name") or ""
+    pattern, limit = _NAME_RULES.get(str(obj.get("kind")), (DNS1123_SUBDOMAIN, SUBDOMAIN_MAX))
+    if name and (len(name) > limit or not pattern.match(name)):
+        errors.append(f"metadata.name: Invalid value: {name!r}: must be at most {limit} "
+                      f"characters matching {pattern.pattern}")
+    labels: list[tuple[str, Mapping[str, Any]]] = [("metadata.labels", meta.get("labels") or {})]
+    templates = list(_pod_templates(obj))
+    labels += [(f"{path}metadata.labels", (t.get("metadata") or {}).get("labels") or {})
+               for path, t in templates if path]
+    for path, mapping in labels:
+        for key, value in mapping.items():
+            errors += [f"{path}: Invalid value: {key!r}: {e}" for e in qualified_name_errors(key)]
+            if len(str(value)) > LABEL_MAX or not _LABEL_VALUE.match(str(value)):
+                errors.append(f"{path}: Invalid value: {value!r}: a label value must be at "
+                              f"most {LABEL_MAX} characters, alphanumerics, '-', '_' or '.'")
+    for key in meta.get("annotations") or {}:
+        errors += [f"metadata.annotations: Invalid value: {key!r}: {e}"
+                   for e in qualified_name_errors(key)]
+    for path, template in templates:
+        pod = template.get("spec") or {}
+        for kind in ("initContainers", "containers"):
+            for i, c in enumerate(pod.get(kind) or []):
+                cname = c.get("name") or ""
+                if len(cname) > LABEL_MAX or not re.match(rf"^{_DNS1123_LABEL}$", cname):
+                    errors.append(f"{path}spec.{kind}[{i}].name: Invalid value: {cname!r}: must "
+                                  "be a DNS label")
+                for section in ("requests", "limits"):
+                    for res in (c.get("resources") or {}).get(section) or {}:
+                        if "/" in res or res in ("cpu", "memory", "ephemeral-storage") \
+                                or res.startswith("hugepages-"):
+                            errs = qualified_name_errors(res)
+                        else:
+                            errs = [f"{res!r} is not a standard resource and has no "
+                                    "domain prefix (e.g. nvidia.com/gpu)"]
+                        errors += [f"{path}spec.{kind}[{i}].resources.{section}[{res}]: "
+                                   f"Invalid value: {e}" for e in errs]
+    return errors
