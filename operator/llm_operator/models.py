@@ -73,8 +73,13 @@ class Quantization(StrEnum):
     GPTQ = "gptq"
 
 
+# A Hugging Face repository id ("org/name" or a legacy "name"), as the CRD says too.
+MODEL_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$"
+
+
 class ModelSpec(_Model):
-    name: str = Field(min_length=1, description="Hugging Face id, or a served name with volume")
+    name: str = Field(min_length=1, max_length=256, pattern=MODEL_ID_PATTERN,
+                      description="Hugging Face id, or a served name with volume")
     revision: str | None = None
     volume: ModelVolume | None = None
     token_secret_ref: SecretKeyRef | None = None
@@ -85,7 +90,7 @@ class ModelSpec(_Model):
 class GPUSpec(_Model):
     count: AutoInt = "auto"
     product: str | None = None
-    memory_gib: float | None = Field(default=None, gt=0)
+    memory_gib: float | None = Field(default=None, gt=0, le=1024)
     resource_name: str = DEFAULT_GPU_RESOURCE
     # None: the operator's LLMOP_GPUS_PER_NODE (the CRD sets no default, so that an
     # administrator's setting reaches every service that leaves it out).
@@ -220,7 +225,7 @@ class LLMServiceSpec(_Model):
     # None: the operator's LLMOP_DEFAULT_IMAGE (the CRD sets no default, so that the
     # administrator's choice reaches every service that leaves it out).
     image: str | None = Field(default=None, min_length=1)
-    replicas: int = Field(default=1, ge=0)
+    replicas: int = Field(default=1, ge=0, le=1000)
     gpus: GPUSpec = Field(default_factory=GPUSpec)
     scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec)
     engine: EngineSpec = Field(default_factory=EngineSpec)
@@ -294,6 +299,11 @@ def parse_llmservice(body: Mapping[str, Any]) -> LLMService:
                 )
             elif err["type"] == "missing":
                 errors.append(SpecError(path, "is required", "set it"))
+            elif path == "spec.model.name" and err["type"] == "string_pattern_mismatch":
+                errors.append(SpecError(
+                    path, f"{err.get('input')!r} is not a Hugging Face model id",
+                    "give the id as on huggingface.co, e.g. meta-llama/Llama-3.1-8B-Instruct "
+                    "(letters, digits, '.', '_', '-', one '/')"))
             elif path == "metadata.name":
                 errors.append(SpecError(
                     path, f"{err.get('input')!r} cannot name the service's Deployment, "

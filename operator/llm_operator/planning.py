@@ -51,7 +51,7 @@ from .catalog import (
     lookup_model,
     model_names,
 )
-from .constants import DEFAULT_GPUS_PER_NODE, GIB
+from .constants import DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_GPUS_PER_NODE, GIB
 from .errors import SpecError, SpecErrors
 from .extra_args import check_extra_args
 from .models import EngineSpec, LLMServiceSpec, Quantization
@@ -525,6 +525,12 @@ def make_plan(spec: LLMServiceSpec, *, gpus_per_node: int = DEFAULT_GPUS_PER_NOD
         errors.append(exc)
     wl, engine = spec.workload, spec.engine
     tokens_per_request = wl.input_tokens + wl.output_tokens
+    if gpu is not None and usable_bytes_per_gpu(gpu, engine.gpu_memory_utilization) <= 0:
+        errors.append(SpecError(
+            "spec.engine.gpuMemoryUtilization",
+            f"{engine.gpu_memory_utilization:g} of {human_bytes(gpu.memory_bytes)} does not "
+            f"even cover vLLM's {human_bytes(OVERHEAD_BYTES_PER_GPU)} of runtime overhead per "
+            "GPU", f"raise it (default {DEFAULT_GPU_MEMORY_UTILIZATION:g})"))
     if facts is not None:
         errors += _pin_errors(spec, facts, tokens_per_request, per_node)
     else:
@@ -572,7 +578,7 @@ def make_plan(spec: LLMServiceSpec, *, gpus_per_node: int = DEFAULT_GPUS_PER_NOD
             f"= {need.ideal_tokens:,}: "
             "vLLM will queue or preempt requests; add replicas or GPUs")
 
-    return Plan(
+    plan = Plan(
         model_name=facts.name, gpu_product=gpu.product, gpu_memory_bytes=gpu.memory_bytes,
         tensor_parallel_size=fit.tp, pipeline_parallel_size=fit.pp, gpus_per_replica=fit.gpus,
         nodes_per_replica=_nodes(fit, per_node), max_model_len=max_model_len,
@@ -583,6 +589,33 @@ def make_plan(spec: LLMServiceSpec, *, gpus_per_node: int = DEFAULT_GPUS_PER_NOD
         kv_budget_bytes_per_gpu=fit.kv_budget, tokens_per_request=tokens_per_request,
         memory_max_num_seqs=mem_seqs, max_num_seqs_cap=cap,
     )
+    return _check_utilization(spec, plan, gpus_per_node)
+
+
+def _check_utilization(spec: LLMServiceSpec, plan: Plan, gpus_per_node: int) -> Plan:
+    """A gpuMemoryUtilization below the default that multiplies the GPUs: say so, and
+    refuse more than twice the GPUs unless the user pinned the count (a typo such as
+    0.09 for 0.9 must not silently turn one GPU into sixteen)."""
+    utilization = spec.engine.gpu_memory_utilization
+    if utilization >= DEFAULT_GPU_MEMORY_UTILIZATION:
+        return plan
+    default_spec = spec.model_copy(update={"engine": spec.engine.model_copy(
+        update={"gpu_memory_utilization": DEFAULT_GPU_MEMORY_UTILIZATION})})
+    try:
+        default_gpus = make_plan(default_spec, gpus_per_node=gpus_per_node).gpus_per_replica
+    except SpecError:
+        return plan
+    if plan.gpus_per_replica <= default_gpus:
+        return plan
+    said = (f"{utilization:g} leaves {human_bytes(plan.usable_bytes_per_gpu)} per GPU for "
+            f"weights and KV cache: the replica needs {plan.gpus_per_replica} GPUs where the "
+            f"default {DEFAULT_GPU_MEMORY_UTILIZATION:g} needs {default_gpus}")
+    if plan.gpus_per_replica > 2 * default_gpus and not isinstance(spec.gpus.count, int):
+        raise SpecError("spec.engine.gpuMemoryUtilization", said,
+                        f"raise it (default {DEFAULT_GPU_MEMORY_UTILIZATION:g}), or pin "
+                        f"spec.gpus.count: {plan.gpus_per_replica} to accept this")
+    return plan.model_copy(update={"warnings": [*plan.warnings,
+                                                f"gpuMemoryUtilization {said}"]})
 
 
 def _explain_facts(ex: list[Explained], spec: LLMServiceSpec, facts: ModelFacts,

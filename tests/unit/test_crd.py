@@ -316,6 +316,9 @@ CRD_ONLY_CONSTRAINTS = {
     ("spec.resources.memory", "pattern"): "must be a Kubernetes quantity",
     ("spec.resources.shmSize", "pattern"): "must be a Kubernetes quantity",
 }
+# Every free string has a maxLength in the CRD (a bound on what is stored in etcd and
+# on CEL costs); the parser does not need to repeat it unless it says more.
+CRD_ONLY_KEYWORDS = {"maxLength"}
 _BOUND_KEYWORDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
                    "minLength", "maxLength", "minItems", "maxItems", "pattern")
 _POSITIVE_OR_AUTO = "type(self) == string ? self == 'auto' : self >= 1"
@@ -348,6 +351,8 @@ def _expected_bounds(info: FieldInfo, integer: bool) -> dict[str, Any]:
             bounds["minLength"] = meta.min_length
         if getattr(meta, "max_length", None) is not None:
             bounds["maxLength"] = meta.max_length
+        if getattr(meta, "pattern", None) is not None:
+            bounds["pattern"] = meta.pattern
     return bounds
 
 
@@ -424,7 +429,8 @@ def _compare_field(info: FieldInfo, prop: dict[str, Any], path: str) -> list[str
             problems.append(f"{path}: {keyword} {expected[keyword]!r} in the model, "
                             f"{prop.get(keyword)!r} in the CRD")
         if keyword not in expected and keyword in prop and keyword != "exclusiveMinimum" \
-                and (path, keyword) not in CRD_ONLY_CONSTRAINTS:
+                and (path, keyword) not in CRD_ONLY_CONSTRAINTS \
+                and keyword not in CRD_ONLY_KEYWORDS:
             problems.append(f"{path}: {keyword} {prop[keyword]!r} in the CRD, not in the model")
         if (keyword == "exclusiveMinimum" and prop.get(keyword)
                 and not expected.get("exclusiveMinimum")):
@@ -578,3 +584,38 @@ def test_the_longest_allowed_name_renders_valid_children() -> None:
     assert {c["kind"] for c in children} >= {"Deployment", "Service", "PodMonitor", "Job"}
     for child in children:
         assert object_errors(child) == [], child["kind"]
+
+
+def test_every_free_string_in_the_crd_is_bounded() -> None:
+    """No string a user can make arbitrarily large: each has a maxLength, an enum, or is
+    an int-or-string whose CEL rule admits only "auto"."""
+    unbounded = []
+
+    def walk(node: dict[str, Any], path: str) -> None:
+        if node.get("type") == "string" and not ({"maxLength", "enum"} & set(node)):
+            unbounded.append(path)
+        for key, child in (node.get("properties") or {}).items():
+            walk(child, f"{path}.{key}")
+        for key, suffix in (("items", "[]"), ("additionalProperties", "{}")):
+            if isinstance(node.get(key), dict):
+                walk(node[key], path + suffix)
+
+    walk(SCHEMA["properties"]["spec"], "spec")
+    assert unbounded == []
+
+
+@pytest.mark.parametrize(("change", "field", "words"), [
+    ({"model": {"name": "https://huggingface.co/meta-llama/Llama-3.1-8B"}}, "spec.model.name",
+     "not a Hugging Face model id"),
+    ({"model": {"name": "meta llama/8b"}}, "spec.model.name", "not a Hugging Face model id"),
+    ({"replicas": 100000}, "spec.replicas", "less than or equal to 1000"),
+    ({"gpus": {"memoryGib": 80000}}, "spec.gpus.memoryGib", "less than or equal to 1024"),
+])
+def test_implausible_values_are_refused_by_the_crd_and_the_parser(
+        change: dict[str, Any], field: str, words: str) -> None:
+    body = _bad_service(change)
+    assert [v.field for v in validate_resource(CRD, body)] == [field]
+    with pytest.raises(SpecErrors) as err:
+        parse_llmservice(body)
+    (error,) = err.value.errors
+    assert error.field == field and words in error.problem, error

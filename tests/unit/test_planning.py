@@ -549,3 +549,27 @@ def test_cli_plan_reports_bad_input(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert cli.main(["plan", str(manifest)]) == 2
     err = capsys.readouterr().err
     assert "spec.model.architecture" in err and "fix:" in err
+
+
+# --- implausible values name their cause --------------------------------------------
+
+
+def test_a_tiny_gpu_memory_utilization_is_named_as_the_cause_not_a_call_for_gpus() -> None:
+    err = plan_error(spec(L8B, "H100", engine={"gpuMemoryUtilization": 0.05}),
+                     "spec.engine.gpuMemoryUtilization")
+    assert "needs 16 GPUs where the default 0.9 needs 1" in err.problem
+    assert "raise it" in err.fix and "spec.gpus.count: 16" in err.fix
+    # Pinning the count, as the fix says, accepts it.
+    plan = make_plan(spec(L8B, "H100", engine={"gpuMemoryUtilization": 0.05},
+                          gpus={"count": 16}))
+    assert plan.gpus_per_replica == 16
+    # A moderate reduction that costs one more GPU is a warning only.
+    plan = make_plan(spec(L8B, "H100", engine={"gpuMemoryUtilization": 0.2}))
+    assert plan.gpus_per_replica == 2
+    assert any("where the default 0.9 needs 1" in w for w in plan.warnings)
+
+
+def test_a_utilization_below_vllms_own_overhead_is_refused() -> None:
+    err = plan_error(spec(L8B, "NVIDIA-L4", engine={"gpuMemoryUtilization": 0.03}),
+                     "spec.engine.gpuMemoryUtilization")
+    assert "runtime overhead" in err.problem
