@@ -8,6 +8,7 @@ user, and a pinned value is never changed by tuning or adaptation.
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from enum import StrEnum
@@ -376,3 +377,35 @@ def load_services(paths: Sequence[str]) -> Iterator[tuple[str, LLMService]]:
             raise InputError(path, f"holds no LLMService ({found})",
                              "give a manifest with `apiVersion: llmops.dev/v1alpha1` and "
                              "`kind: LLMService`")
+
+
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+def _missing(given: Any, stored: Any, path: str) -> Iterator[str]:
+    if isinstance(given, Mapping) and isinstance(stored, Mapping):
+        for key, value in given.items():
+            sub = f"{path}.{key}"
+            if key not in stored:
+                yield sub
+            else:
+                yield from _missing(value, stored[key], sub)
+    elif isinstance(given, list) and isinstance(stored, list) and len(given) == len(stored):
+        for i, (g, s) in enumerate(zip(given, stored, strict=True)):
+            yield from _missing(g, s, f"{path}[{i}]")
+
+
+def dropped_fields(body: Mapping[str, Any]) -> list[str]:
+    """Fields of the spec the user applied that the API server dropped (pruned as
+    unknown, which clients without strict field validation do not report), found by
+    comparing the stored spec with kubectl's last-applied configuration (set by
+    ``kubectl apply`` and by tools that apply the same way, e.g. Argo CD's default).
+    Empty when there is no such annotation: Helm and server-side apply keep none."""
+    annotations = (body.get("metadata") or {}).get("annotations") or {}
+    try:
+        last = json.loads(annotations.get(LAST_APPLIED) or "{}")
+    except ValueError:
+        return []
+    if not isinstance(last, Mapping):
+        return []
+    return list(_missing(last.get("spec"), body.get("spec") or {}, "spec"))

@@ -8,6 +8,7 @@ tests/support/crd.py. The CRD object itself is checked with kubernetes-validate.
 from __future__ import annotations
 
 import copy
+import json
 import types
 import typing
 from enum import Enum
@@ -619,3 +620,21 @@ def test_implausible_values_are_refused_by_the_crd_and_the_parser(
         parse_llmservice(body)
     (error,) = err.value.errors
     assert error.field == field and words in error.problem, error
+
+
+def test_fields_the_api_server_dropped_are_found_from_the_last_applied_configuration() -> None:
+    from llm_operator.models import LAST_APPLIED, dropped_fields
+    from llm_operator.sandbox.k8s_rules import prune
+
+    given = _service(_merge(BASE_SPEC, {
+        "engine": {"maxNumSeq": 64},                       # a typo: pruned as unknown
+        "scheduling": {"tolerations": [{"key": "gpu", "operator": "Exists", "efect": "x"}]},
+        "replicas": 2}))
+    stored = prune(SCHEMA, given)  # what the API server keeps of it
+    stored["metadata"] = {"name": "svc", "annotations": {LAST_APPLIED: json.dumps(given)}}
+    assert dropped_fields(stored) == ["spec.engine.maxNumSeq",
+                                      "spec.scheduling.tolerations[0].efect"]
+    # Nothing was dropped; and no annotation (Helm, server-side apply) says nothing.
+    stored["metadata"]["annotations"][LAST_APPLIED] = json.dumps(stored)
+    assert dropped_fields(stored) == []
+    assert dropped_fields(given) == []

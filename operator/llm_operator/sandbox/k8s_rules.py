@@ -99,3 +99,28 @@ def object_errors(obj: Mapping[str, Any]) -> list[str]:
                         errors += [f"{path}spec.{kind}[{i}].resources.{section}[{res}]: "
                                    f"Invalid value: {e}" for e in errs]
     return errors
+
+
+def prune(schema: Mapping[str, Any], obj: Any) -> Any:
+    """``obj`` as the API server stores it under a structural ``schema``
+    (an openAPIV3Schema): every field the schema does not know is dropped, unless the
+    schema preserves unknown fields there. ``metadata`` is the server's own and kept."""
+    if isinstance(obj, Mapping):
+        if schema.get("x-kubernetes-preserve-unknown-fields"):
+            return dict(obj)
+        props = schema.get("properties")
+        extra = schema.get("additionalProperties")
+        if props is None and isinstance(extra, Mapping):
+            return {k: prune(extra, v) for k, v in obj.items()}
+        if props is None:
+            return dict(obj)
+        out = {}
+        for key, value in obj.items():
+            if key == "metadata" and "metadata" in props and "apiVersion" in props:
+                out[key] = value  # ObjectMeta at the root: not pruned by the CRD schema
+            elif key in props:
+                out[key] = prune(props[key], value)
+        return out
+    if isinstance(obj, list) and isinstance(schema.get("items"), Mapping):
+        return [prune(schema["items"], v) for v in obj]
+    return obj
