@@ -246,8 +246,7 @@ def placement(spec: LLMServiceSpec, class_name: str, gpu_class: GPUClass) -> Pla
     for tol in gpu_class.tolerations:
         if tol not in tolerations:
             tolerations.append(copy.deepcopy(tol))
-    resource = (spec.gpus.resource_name if "resource_name" in spec.gpus.model_fields_set
-                else gpu_class.resource_name)
+    resource = spec.gpus.resource_name or gpu_class.resource_name
     extra = ", ".join(f"{k}={v}" for k, v in sorted(gpu_class.node_selector.items()))
     explanation = f"GPU class {class_name!r}: {how}" + (f", plus {extra}" if extra else "")
     return Placement(class_name, dict(sorted(selector.items())), tolerations, resource,

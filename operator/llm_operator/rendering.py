@@ -43,6 +43,7 @@ from .constants import (
     ANNOTATION_SPEC_HASH,
     API_VERSION,
     APP_NAME,
+    DEFAULT_GPU_RESOURCE,
     GROUP,
     KIND,
     LABEL_COMPONENT,
@@ -458,8 +459,9 @@ def build_resources(
     if spec.resources.memory:
         requests["memory"] = spec.resources.memory
         limits["memory"] = spec.resources.memory
-    requests[spec.gpus.resource_name] = gpus
-    limits[spec.gpus.resource_name] = gpus
+    resource = spec.gpus.resource_name or DEFAULT_GPU_RESOURCE  # see with_gpu_class
+    requests[resource] = gpus
+    limits[resource] = gpus
     return {"requests": requests, "limits": limits}
 
 
