@@ -204,7 +204,8 @@ def placement(spec: LLMServiceSpec, class_name: str, gpu_class: GPUClass) -> Pla
     - The user's ``nodeSelector`` is kept as is; the class adds its own keys and the
       product label only where the user did not set that key.
     - ``spec.gpus.product`` the class does not know: when the user set the class's
-      product label in ``spec.scheduling.nodeSelector``, that value places the pod;
+      product label in ``spec.scheduling.nodeSelector`` (or in a required node affinity
+      term), the user's choice places the pod;
       otherwise a :class:`SpecError` names ``spec.gpus.product`` and the known values
       (a verbatim guess would leave the pod Pending with no hint).
     - Tolerations: the user's, then the class's that the user's do not already contain.
@@ -215,6 +216,7 @@ def placement(spec: LLMServiceSpec, class_name: str, gpu_class: GPUClass) -> Pla
     label = gpu_class.product_label
     warnings: list[str] = []
     user_set_label = label is not None and label in sched.node_selector
+    user_affinity = label is not None and label in _required_affinity_keys(sched.affinity)
     if not spec.gpus.product:
         how = "no spec.gpus.product: no product selector"
     elif label is None:
@@ -226,6 +228,8 @@ def placement(spec: LLMServiceSpec, class_name: str, gpu_class: GPUClass) -> Pla
                 f"size with spec.scheduling.nodeSelector {INSTANCE_TYPE_LABEL}")
     elif user_set_label:
         how = f"{label}={sched.node_selector[label]} from spec.scheduling.nodeSelector"
+    elif user_affinity:
+        how = f"{label} from spec.scheduling.affinity (required node affinity)"
     else:
         value = gpu_class.label_value(spec.gpus.product)
         if value is None:
@@ -251,6 +255,16 @@ def placement(spec: LLMServiceSpec, class_name: str, gpu_class: GPUClass) -> Pla
     explanation = f"GPU class {class_name!r}: {how}" + (f", plus {extra}" if extra else "")
     return Placement(class_name, dict(sorted(selector.items())), tolerations, resource,
                      explanation, warnings)
+
+
+def _required_affinity_keys(affinity: dict[str, Any] | None) -> set[str]:
+    """Label keys the user's required node affinity constrains in every term (terms are
+    alternatives: a key counts only when each of them names it)."""
+    required = (((affinity or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    terms = required.get("nodeSelectorTerms") or []
+    keys = [{str(e.get("key")) for e in (t.get("matchExpressions") or [])} for t in terms]
+    return set.intersection(*keys) if keys else set()
 
 
 def _user_pins_product(node_selector: dict[str, str]) -> bool:

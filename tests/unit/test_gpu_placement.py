@@ -121,6 +121,16 @@ def test_the_users_label_places_a_product_the_class_does_not_know() -> None:
     assert pod["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-rtx-pro-6000"}
 
 
+def test_a_required_node_affinity_on_the_label_is_the_users_choice() -> None:
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{
+            "key": "cloud.google.com/gke-accelerator", "operator": "In",
+            "values": ["nvidia-l4", "nvidia-rtx-pro-6000"]}]}]}}}
+    pod = pod_of({"model": {"name": "m/x"}, "gpus": {"product": "L40S"},
+                  "scheduling": {"affinity": affinity}}, Settings(gpu_class="gke"))
+    assert "nodeSelector" not in pod and pod["affinity"] == affinity
+
+
 # --- administrator's own classes -------------------------------------------------------
 
 
