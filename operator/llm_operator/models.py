@@ -22,7 +22,6 @@ from pydantic.alias_generators import to_camel
 from .constants import (
     API_VERSION,
     DEFAULT_GPU_MEMORY_UTILIZATION,
-    DEFAULT_GPU_RESOURCE,
 )
 from .errors import InputError, SpecError, SpecErrors
 
@@ -92,7 +91,9 @@ class GPUSpec(_Model):
     count: AutoInt = "auto"
     product: str | None = None
     memory_gib: float | None = Field(default=None, gt=0, le=1024)
-    resource_name: str = DEFAULT_GPU_RESOURCE
+    # None: the operator's GPU class gives it (LLMOP_GPU_CLASS; nvidia.com/gpu for every
+    # preset); the CRD sets no default, so that the class reaches every service.
+    resource_name: str | None = Field(default=None, min_length=1)
     # None: the operator's LLMOP_GPUS_PER_NODE (the CRD sets no default, so that an
     # administrator's setting reaches every service that leaves it out).
     per_node: int | None = Field(default=None, ge=1)

@@ -39,11 +39,11 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from .catalog import lookup_gpu
 from .constants import (
     ANNOTATION_SPEC_HASH,
     API_VERSION,
     APP_NAME,
+    DEFAULT_GPU_RESOURCE,
     GROUP,
     KIND,
     LABEL_COMPONENT,
@@ -57,8 +57,9 @@ from .constants import (
     VLLM_PORT,
 )
 from .errors import SpecError, SpecErrors
+from .gpuclass import GFD_PRODUCT_LABEL, Placement, placement
 from .models import EngineSpec, LLMService, LLMServiceSpec, Quantization
-from .planning import Plan, managed_flag_errors
+from .planning import Explained, Plan, managed_flag_errors
 from .settings import Settings
 
 COMPONENT_SERVER = "server"
@@ -75,7 +76,7 @@ HF_CACHE_PATH = "/root/.cache/huggingface"  # HF_HOME of the vllm-openai image (
 MODEL_MOUNT_PATH = "/mnt/models"  # a model from spec.model.volume
 SHM_PATH = "/dev/shm"
 
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"  # set on GPU nodes by GPU feature discovery
+GPU_PRODUCT_LABEL = GFD_PRODUCT_LABEL  # set on GPU nodes by GPU feature discovery
 
 VOLUME_SHM = "dshm"
 VOLUME_CACHE = "model-cache"
@@ -458,42 +459,74 @@ def build_resources(
     if spec.resources.memory:
         requests["memory"] = spec.resources.memory
         limits["memory"] = spec.resources.memory
-    requests[spec.gpus.resource_name] = gpus
-    limits[spec.gpus.resource_name] = gpus
+    resource = spec.gpus.resource_name or DEFAULT_GPU_RESOURCE  # see with_gpu_class
+    requests[resource] = gpus
+    limits[resource] = gpus
     return {"requests": requests, "limits": limits}
 
 
-def gpu_product_label(spec: LLMServiceSpec) -> str | None:
-    """The ``nvidia.com/gpu.product`` node-label value for ``spec.gpus.product``.
+def gpu_placement(spec: LLMServiceSpec, settings: Settings) -> Placement:
+    """Where the GPU pods of ``spec`` go under the operator's GPU class
+    (``settings.gpu_class``; see :mod:`llm_operator.gpuclass`). Raises
+    :class:`~llm_operator.errors.SpecError` for a product the class does not know."""
+    return placement(spec, settings.gpu_class, settings.selected_gpu_class())
 
-    The spec may name a GPU by an alias (``H100-SXM``); nodes carry the label value
-    NVIDIA's GPU feature discovery sets (``NVIDIA-H100-80GB-HBM3``), so a known product
-    is translated through the GPU table and an unknown one is used verbatim.
+
+def gpu_product_label(spec: LLMServiceSpec, settings: Settings) -> str | None:
+    """The node-label value that places ``spec.gpus.product`` under the operator's GPU
+    class (see :func:`gpu_placement`).
+
+    The spec may name a GPU by an alias (``H100-SXM``); the class translates it into its
+    label's value (``NVIDIA-H100-80GB-HBM3`` for GPU feature discovery,
+    ``nvidia-h100-80gb`` on GKE). None when no product is set or the class has no
+    per-product label; a product the class does not know raises a ``SpecError``.
     """
-    if not spec.gpus.product:
+    label = settings.selected_gpu_class().product_label
+    if not spec.gpus.product or label is None:
         return None
-    facts = lookup_gpu(spec.gpus.product)
-    return facts.product if facts is not None else spec.gpus.product
+    return gpu_placement(spec, settings).node_selector.get(label)
 
 
-def scheduling_fields(spec: LLMServiceSpec) -> dict[str, Any]:
-    """Pod-spec fields that place the pod: nodeSelector (plus the GPU product label, see
-    :func:`gpu_product_label`, when ``spec.gpus.product`` is set and the user's selector
-    does not name it already), tolerations, affinity, priorityClassName."""
+def scheduling_fields(spec: LLMServiceSpec, settings: Settings) -> dict[str, Any]:
+    """Pod-spec fields that place the pod: nodeSelector (the user's, plus what the GPU
+    class adds: the product label for ``spec.gpus.product`` where the user's selector
+    does not name it already, see :func:`gpu_placement`), tolerations (the user's, plus
+    the class's), affinity, priorityClassName."""
     fields: dict[str, Any] = {}
-    node_selector = dict(spec.scheduling.node_selector)
-    product_label = gpu_product_label(spec)
-    if product_label and GPU_PRODUCT_LABEL not in node_selector:
-        node_selector[GPU_PRODUCT_LABEL] = product_label
-    if node_selector:
-        fields["nodeSelector"] = dict(sorted(node_selector.items()))
-    if spec.scheduling.tolerations:
-        fields["tolerations"] = copy.deepcopy(spec.scheduling.tolerations)
+    placed = gpu_placement(spec, settings)
+    if placed.node_selector:
+        fields["nodeSelector"] = placed.node_selector
+    if placed.tolerations:
+        fields["tolerations"] = placed.tolerations
     if spec.scheduling.affinity:
         fields["affinity"] = copy.deepcopy(spec.scheduling.affinity)
     if spec.scheduling.priority_class_name:
         fields["priorityClassName"] = spec.scheduling.priority_class_name
     return fields
+
+
+def with_placement(plan: Plan, spec: LLMServiceSpec, settings: Settings) -> Plan:
+    """``plan`` with a ``placement`` explanation (which GPU class and node label place the
+    pods; ``status.plan`` and ``llm-operator plan`` show it) and the class's warnings."""
+    placed = gpu_placement(spec, settings)
+    label = settings.selected_gpu_class().product_label
+    value = (f"{label}={placed.node_selector[label]}"
+             if label and label in placed.node_selector else "any GPU node of the class")
+    explained = Explained(name="placement", value=value, formula=placed.explanation,
+                          source=f"GPU class {placed.class_name!r}")
+    return plan.model_copy(update={
+        "explanations": [*plan.explanations, explained],
+        "warnings": [*plan.warnings, *placed.warnings]})
+
+
+def with_gpu_class(svc: LLMService, settings: Settings) -> LLMService:
+    """``svc`` with ``spec.gpus.resourceName`` filled from the GPU class when the user
+    left it out (a value the user set is kept)."""
+    resource = gpu_placement(svc.spec, settings).resource_name
+    if resource == svc.spec.gpus.resource_name:
+        return svc
+    gpus = svc.spec.gpus.model_copy(update={"resource_name": resource})
+    return svc.model_copy(update={"spec": svc.spec.model_copy(update={"gpus": gpus})})
 
 
 def startup_budget_seconds(plan: Plan) -> int:
@@ -546,7 +579,9 @@ def build_server_container(
     return container
 
 
-def _server_pod_spec(svc: LLMService, container: dict[str, Any]) -> dict[str, Any]:
+def _server_pod_spec(
+    svc: LLMService, container: dict[str, Any], settings: Settings
+) -> dict[str, Any]:
     """The pod spec around one server container (Deployment pods, LWS leader and worker)."""
     pod_spec: dict[str, Any] = {
         "containers": [container],
@@ -558,7 +593,7 @@ def _server_pod_spec(svc: LLMService, container: dict[str, Any]) -> dict[str, An
         "automountServiceAccountToken": False,
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
     }
-    pod_spec.update(scheduling_fields(svc.spec))
+    pod_spec.update(scheduling_fields(svc.spec, settings))
     return pod_spec
 
 
@@ -570,7 +605,8 @@ def build_deployment(
 ) -> dict[str, Any]:
     """The vLLM server Deployment of ``svc`` (``apps/v1``), with its spec-hash annotation."""
     labels = labels_for(svc, COMPONENT_SERVER)
-    pod_spec = _server_pod_spec(svc, build_server_container(svc, plan, settings, overrides))
+    pod_spec = _server_pod_spec(svc, build_server_container(svc, plan, settings, overrides),
+                                settings)
     deployment: dict[str, Any] = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -698,7 +734,7 @@ def build_leader_worker_set(
 
     def template(role: str, container: dict[str, Any]) -> dict[str, Any]:
         labels = {**labels_for(svc, COMPONENT_SERVER), LABEL_ROLE: role}
-        return {"metadata": {"labels": labels}, "spec": _server_pod_spec(svc, container)}
+        return {"metadata": {"labels": labels}, "spec": _server_pod_spec(svc, container, settings)}
 
     metadata = _metadata(svc, COMPONENT_SERVER)
     metadata["name"] = leader_worker_set_name(svc)
@@ -769,16 +805,23 @@ def build_pod_monitor(
     the labels the adaptation queries group by (``settings.prometheus_*_label``).
     ``leaders_only`` for a LeaderWorkerSet: its workers run only Ray, no vLLM server,
     and serve no ``/metrics`` (the leader's engine reports for the whole replica)."""
+    metadata = _metadata(svc, COMPONENT_SERVER)
+    # The Prometheus selects PodMonitors by label (kube-prometheus-stack: release: <its
+    # release>); the operator's own labels are kept (settings refuse keys in their domains).
+    metadata["labels"] = {**settings.pod_monitor_labels, **metadata["labels"]}
     monitor: dict[str, Any] = {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PodMonitor",
-        "metadata": _metadata(svc, COMPONENT_SERVER),
+        "metadata": metadata,
         "spec": {
             "selector": {"matchLabels": serving_selector(svc, leaders_only)},
             "podMetricsEndpoints": [
                 {
                     "port": PORT_NAME,
                     "path": METRICS_PATH,
+                    # The adaptation's sample minimum follows this interval (see
+                    # llm_operator.adaptation.policy.policy_for_scrape).
+                    "interval": f"{settings.scrape_interval_seconds}s",
                     "relabelings": [
                         {
                             "action": "replace",
@@ -825,6 +868,7 @@ def render_all(
     The workload kind follows the plan, so a plan that changes its node count switches
     kind: the apply step must then delete the other kind's object (its name differs).
     """
+    svc = with_gpu_class(svc, settings)
     multi = is_multi_node(plan)
     workload = (
         build_leader_worker_set(svc, plan, settings, overrides)

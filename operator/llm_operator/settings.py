@@ -7,10 +7,16 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from .constants import DEFAULT_GPUS_PER_NODE, DEFAULT_IMAGE
+from .constants import DEFAULT_GPUS_PER_NODE, DEFAULT_IMAGE, GROUP
+from .gpuclass import DEFAULT_CLASS, GPUClass, resolve_class
+
+# The adaptation window must hold at least this many scrapes: the same number as
+# llm_operator.adaptation.policy.MIN_SCRAPES_PER_WINDOW (a test keeps them equal; the
+# settings sit below the adaptation package and cannot import it).
+MIN_SCRAPES_PER_WINDOW = 4
 
 
 class Settings(BaseSettings):
@@ -55,3 +61,48 @@ class Settings(BaseSettings):
     tuning_job_ttl_seconds: int = Field(
         3600, ge=0, description="ttlSecondsAfterFinished of finished tuning Jobs"
     )
+    gpu_class: str = Field(
+        DEFAULT_CLASS,
+        description="GPU class that places server and tuning pods: a preset (nvidia = GPU "
+        "feature discovery's nvidia.com/gpu.product, gke, eks = Karpenter, aks) or a name "
+        "defined in gpu_classes",
+    )
+    gpu_classes: dict[str, GPUClass] = Field(
+        default_factory=dict,
+        description="GPU classes of the administrator's own (JSON object: name -> "
+        "{productLabel, products, nodeSelector, tolerations, resourceName}); a preset's "
+        "name replaces that preset",
+    )
+    pod_monitor_labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra labels on the PodMonitor, for the Prometheus' podMonitorSelector "
+        "(kube-prometheus-stack selects release: <its Helm release name>)",
+    )
+    scrape_interval_seconds: int = Field(
+        30, ge=1,
+        description="Scrape interval the PodMonitor asks for, and the interval the online "
+        "adaptation assumes its series are scraped at (it sizes the sample minimum)",
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Settings:
+        """Refuse at start what cannot work: an unknown GPU class, PodMonitor labels in the
+        operator's own label domains, a window too short for the scrape interval."""
+        resolve_class(self.gpu_class, self.gpu_classes)
+        own = [k for k in self.pod_monitor_labels
+               if k.split("/")[0] in (GROUP, "app.kubernetes.io")]
+        if own:
+            raise ValueError(f"LLMOP_POD_MONITOR_LABELS: {', '.join(own)} are the operator's "
+                             "own labels; use other keys")
+        if self.adaptation_window_seconds < MIN_SCRAPES_PER_WINDOW * self.scrape_interval_seconds:
+            raise ValueError(
+                f"LLMOP_ADAPTATION_WINDOW_SECONDS ({self.adaptation_window_seconds:g}) must "
+                f"hold at least {MIN_SCRAPES_PER_WINDOW} scrapes of "
+                f"LLMOP_SCRAPE_INTERVAL_SECONDS ({self.scrape_interval_seconds}): set the "
+                f"window to at least {MIN_SCRAPES_PER_WINDOW * self.scrape_interval_seconds} "
+                "or scrape more often")
+        return self
+
+    def selected_gpu_class(self) -> GPUClass:
+        """The GPU class named by ``gpu_class`` (validated at start)."""
+        return resolve_class(self.gpu_class, self.gpu_classes)

@@ -41,6 +41,7 @@ class ConditionType(StrEnum):
     AVAILABLE = "Available"  # at least one replica serves
     METRICS_AVAILABLE = "MetricsAvailable"  # Prometheus has the signals online adaptation needs
     TUNED = "Tuned"  # the batch settings come from a tuning run on this fingerprint
+    PODS_SCHEDULED = "PodsScheduled"  # no server pod is Unschedulable (see podscheduling.py)
 
 
 class Reason(StrEnum):

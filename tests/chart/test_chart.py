@@ -615,3 +615,23 @@ def test_release_name_prefixes_every_object(render: Render) -> None:
     for doc in render(VALUE_SETS["namespaced"]).docs:
         if doc["kind"] != "CustomResourceDefinition":
             assert doc["metadata"]["name"].startswith(RELEASE), doc["metadata"]["name"]
+
+
+def test_gpu_class_and_pod_monitor_values_reach_the_operator(
+    render: Render, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A GKE cluster with kube-prometheus-stack: the chart values become the GPU class, the
+    PodMonitor's labels and its scrape interval (issue 13, items 4 and 5)."""
+    values = {"settings": {
+        "gpuClass": "lab", "scrapeIntervalSeconds": 15,
+        "podMonitorLabels": {"release": "kube-prometheus-stack"},
+        "gpuClasses": {"lab": {"productLabel": "example.com/gpu", "products": {"L4": "l4"},
+                               "tolerations": [{"key": "gpu", "operator": "Exists"}]}}}}
+    settings = settings_from_env(env_of(deployment_container(render(values).docs)), monkeypatch)
+    assert settings.gpu_class == "lab"
+    assert settings.selected_gpu_class().label_value("NVIDIA-L4") == "l4"
+    assert settings.pod_monitor_labels == {"release": "kube-prometheus-stack"}
+    assert settings.scrape_interval_seconds == 15
+    defaults = settings_from_env(env_of(deployment_container(render().docs)), monkeypatch)
+    assert defaults.gpu_class == "nvidia" and defaults.gpu_classes == {}
+    assert defaults.scrape_interval_seconds == 30 and defaults.pod_monitor_labels == {}

@@ -89,6 +89,8 @@ def start_operator(kubectl: Kubectl, tmp_path: Path, prometheus_url: str,
         Path(kubectl.env["KUBECONFIG"]), tmp_path / "operator.log", [NAMESPACE],
         env={"LLMOP_PROMETHEUS_URL": prometheus_url,
              "LLMOP_ADAPTATION_WINDOW_SECONDS": str(WINDOW_S),
+             # The replayed series are scraped every second (tests/support/prometheus.py).
+             "LLMOP_SCRAPE_INTERVAL_SECONDS": "1",
              "LLMOP_METRICS_PORT": str(metrics_port)}).start()
     proc.wait_log("Initial authentication has finished", timeout=60)
     return proc

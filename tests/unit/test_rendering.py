@@ -532,8 +532,9 @@ def test_rollout_never_needs_a_spare_gpu(replicas: int) -> None:
         ({}, "NVIDIA-L4", {"nvidia.com/gpu.product": "NVIDIA-L4"}),
         # An alias becomes the label value GPU feature discovery puts on the node ...
         ({}, "H100-SXM", {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}),
-        # ... and a product the GPU table does not know is taken verbatim.
-        ({}, "RTX-6000-Ada", {"nvidia.com/gpu.product": "RTX-6000-Ada"}),
+        # ... and for a product the GPU class does not know, the user's own label wins.
+        ({"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-RTX-6000-Ada-Generation"}},
+         "RTX-6000-Ada", {"nvidia.com/gpu.product": "NVIDIA-RTX-6000-Ada-Generation"}),
         ({"nodeSelector": {"pool": "gpu"}}, "NVIDIA-L4",
          {"nvidia.com/gpu.product": "NVIDIA-L4", "pool": "gpu"}),
         ({"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-L4-24GB"}}, "NVIDIA-L4",

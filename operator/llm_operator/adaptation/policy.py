@@ -154,6 +154,37 @@ class PolicySettings(BaseModel):
 
 DEFAULT_POLICY = PolicySettings()
 
+MIN_SCRAPES_PER_WINDOW = 4
+"""A window shorter than this many scrape intervals is refused at start (the settings
+check it); a decision needs at least :data:`MIN_SCRAPES_PER_WINDOW` - 1 samples."""
+
+
+def min_samples_for_scrape(window_seconds: float, scrape_interval_seconds: float) -> int:
+    """The sample minimum a window of ``window_seconds`` can meet when Prometheus scrapes
+    every ``scrape_interval_seconds``: the scrapes the window surely holds
+    (``floor(window / interval)``), less one for a missed scrape or a window edge that
+    falls just after a scrape, at most the default minimum (5) and at least 2. At a 30 s
+    scrape a 120 s window holds 4 or 5 samples: the minimum is 3 (a fixed 5 never acts)."""
+    surely = math.floor(window_seconds / scrape_interval_seconds)
+    return max(2, min(DEFAULT_POLICY.min_samples, surely - 1))
+
+
+def policy_for_scrape(window_seconds: float, scrape_interval_seconds: float) -> PolicySettings:
+    """:class:`PolicySettings` for an observation window and the scrape interval of the
+    series (``LLMOP_ADAPTATION_WINDOW_SECONDS``, ``LLMOP_SCRAPE_INTERVAL_SECONDS``): the
+    sample minimum from :func:`min_samples_for_scrape`. Raises ``ValueError`` naming both
+    settings when the window holds fewer than :data:`MIN_SCRAPES_PER_WINDOW` scrapes."""
+    if window_seconds < MIN_SCRAPES_PER_WINDOW * scrape_interval_seconds:
+        raise ValueError(
+            f"the adaptation window (LLMOP_ADAPTATION_WINDOW_SECONDS, {window_seconds:g} s) "
+            f"must hold at least {MIN_SCRAPES_PER_WINDOW} scrapes of "
+            f"LLMOP_SCRAPE_INTERVAL_SECONDS ({scrape_interval_seconds:g} s): set the window "
+            f"to at least {MIN_SCRAPES_PER_WINDOW * scrape_interval_seconds:g} s or scrape "
+            "more often")
+    return PolicySettings(window_seconds=window_seconds,
+                          min_samples=min_samples_for_scrape(window_seconds,
+                                                             scrape_interval_seconds))
+
 
 class _Camel(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True)

@@ -27,12 +27,14 @@ from ..settings import Settings
 def _cmd_plan(args: argparse.Namespace) -> int:
     from ..perfmodel import NoPrediction, curve_for, suggest_for
     from ..planning import make_plan
+    from ..rendering import with_placement
     from .tables import curve_table, plan_table
 
     console = Console()
-    gpus_per_node = Settings().gpus_per_node
+    settings = Settings()
     for _path, svc in load_services(args.files):
-        plan = make_plan(svc.spec, gpus_per_node=gpus_per_node)
+        plan = with_placement(make_plan(svc.spec, gpus_per_node=settings.gpus_per_node),
+                              svc.spec, settings)
         console.print(plan_table(svc, plan))
         if not args.no_curve:
             try:

@@ -24,9 +24,9 @@ from ..adaptation.policy import (
     CapDecision,
     CapLimits,
     Observation,
-    PolicySettings,
     bounds_for,
     decide,
+    policy_for_scrape,
 )
 from ..errors import SpecError, SpecErrors
 from ..models import LLMServiceSpec, ModelSpec, load_services
@@ -50,6 +50,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("-f", "--file", help="the LLMService YAML (SLO, adaptation bounds, pins)")
     p.add_argument("--window", type=float, default=DEFAULT_POLICY.window_seconds,
                    help="observation window in seconds (default %(default)s)")
+    p.add_argument("--scrape-interval", type=float, metavar="SECONDS",
+                   help="how often Prometheus scrapes the vLLM pods; sizes the sample minimum "
+                        "(default: $LLMOP_SCRAPE_INTERVAL_SECONDS, 30)")
     p.add_argument("--plan-max", type=int, metavar="N",
                    help="the planner's memory limit for the cap (default: from -f's plan)")
     p.add_argument("--knee", type=int, metavar="N", help="the tuner's measured knee, if known")
@@ -73,6 +76,13 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     if not sep or not namespace or not name:
         err.print(f"[bold red]error[/] --service: {args.service!r} is not NAMESPACE/NAME\n"
                   "  fix: e.g. --service default/llama")
+        return 2
+
+    try:
+        policy = policy_for_scrape(args.window,
+                                   args.scrape_interval or settings.scrape_interval_seconds)
+    except ValueError as exc:
+        err.print(f"[bold red]error[/] --window/--scrape-interval: {exc}")
         return 2
 
     spec, plan_max, notes = _spec_and_plan(args, name, settings)
@@ -99,7 +109,6 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     )
     obs = observed.get((namespace, name))
     limits = CapLimits(plan_max_num_seqs=args.plan_max or plan_max, tuned_knee=args.knee)
-    policy = PolicySettings(window_seconds=args.window)
     decision = decide(obs, AdaptationState(current=current), spec, now, namespace=namespace,
                       name=name, limits=limits, settings=policy)
 

@@ -52,7 +52,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..adaptation import prometheus
-from ..adaptation.policy import Observation, PolicySettings, ServiceKey, decide
+from ..adaptation.policy import Observation, ServiceKey, decide, policy_for_scrape
 from ..adaptation.update import (
     IDLE_SECONDS,
     Service,
@@ -88,7 +88,8 @@ class AdaptationLoop:
         self.index = index
         self.url = str(ctx.settings.prometheus_url)
         self.metrics = ctx.metrics
-        self.policy = PolicySettings(window_seconds=ctx.settings.adaptation_window_seconds)
+        self.policy = policy_for_scrape(ctx.settings.adaptation_window_seconds,
+                                        ctx.settings.scrape_interval_seconds)
         self.last_run: dict[ServiceKey, float] = {}
         self.written: dict[ServiceKey, JSON] = {}
         self.last_warned: dict[ServiceKey, float] = {}

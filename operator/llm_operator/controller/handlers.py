@@ -16,6 +16,9 @@ and renaming a function must not change them.
 - ``workload-status``/``workload-status-lws``: a managed workload changed.
 - ``tuning`` (create, update, resume; after ``reconcile``), ``tuning-job`` (a tuning Job
   finished or went away) and ``tuning-cleanup`` (delete): :mod:`.tuning`.
+- index ``server_pods_by_service`` and ``pod-scheduling``: the server pods of each
+  LLMService; a pod the scheduler cannot place sets ``PodsScheduled=False``
+  (:mod:`.pods`).
 - ``adaptation-presence``: a daemon per LLMService that marks it as handled by this pod
   for the adaptation loop (:mod:`.adaptation`); kopf stops it on deletion and when
   peering pauses this operator.
@@ -40,16 +43,20 @@ from ..constants import (
     PROGRESS_PREFIX,
     VERSION,
 )
-from ..rendering import COMPONENT_TUNING
+from ..podscheduling import PodScheduling
+from ..rendering import COMPONENT_SERVER, COMPONENT_TUNING
 from ..settings import Settings
 from ..tuning.control import ObservedJob
 from .adaptation import AdaptationLoop
 from .context import CONTEXT_KEY, OperatorContext, operator_context
 from .kube import KubeClient, owner_name
+from .pods import pod_service_key, pods_changed
 from .reconcile import delete_owned, reconcile, workload_changed, write_status
 from .tuning import delete_tuning_jobs, tuning_step
 
 INDEX = "llmservices_by_name"
+POD_INDEX = "server_pods_by_service"
+SERVER_POD_LABELS = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: COMPONENT_SERVER}
 
 
 # --------------------------------------------------------------------------- operator
@@ -157,6 +164,28 @@ async def leader_worker_set_event(
 ) -> None:
     """A managed LeaderWorkerSet changed (clusters that serve LWS only)."""
     await workload_changed(operator_context(memo), body, type, logger, kwargs[INDEX])
+
+
+# --------------------------------------------------------------------------- pods
+@kopf.index("", "v1", "pods", labels=SERVER_POD_LABELS)
+def server_pods_by_service(
+    namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
+) -> dict[tuple[str, str], PodScheduling]:
+    """Each server pod's scheduling state, by its LLMService."""
+    key = pod_service_key(namespace, labels)
+    return {} if key is None else {key: PodScheduling.from_pod(body)}
+
+
+@kopf.on.event("", "v1", "pods", labels=SERVER_POD_LABELS, id="pod-scheduling")
+async def server_pod_event(
+    namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, logger: kopf.Logger,
+    **kwargs: Any,
+) -> None:
+    """A server pod appeared, changed or went: set its LLMService's PodsScheduled."""
+    key = pod_service_key(namespace, labels)
+    if key is not None:
+        await pods_changed(operator_context(memo), key, kwargs[INDEX], kwargs[POD_INDEX],
+                           logger)
 
 
 # --------------------------------------------------------------------------- tuning

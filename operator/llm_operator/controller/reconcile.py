@@ -28,7 +28,7 @@ from ..constants import GROUP, KIND, VERSION
 from ..errors import SpecError, SpecErrors
 from ..models import parse_llmservice
 from ..planning import Plan, make_plan
-from ..rendering import LWS_API_VERSION, LWS_KIND, LWS_NAME_SUFFIX, render_all
+from ..rendering import LWS_API_VERSION, LWS_KIND, LWS_NAME_SUFFIX, render_all, with_placement
 from .context import OperatorContext, clock
 from .kube import (
     MONITORING_GROUP,
@@ -70,7 +70,8 @@ async def reconcile(
     now = clock()
     try:
         svc = parse_llmservice(body)
-        plan = make_plan(svc.spec, gpus_per_node=ctx.settings.gpus_per_node)
+        plan = with_placement(make_plan(svc.spec, gpus_per_node=ctx.settings.gpus_per_node),
+                              svc.spec, ctx.settings)
         monitor = None
         if ctx.settings.pod_monitor == "auto":
             monitor = MONITORING_GROUP in await ctx.kube.served_groups()

@@ -37,6 +37,7 @@ from ..rendering import (
     owner_reference,
     scheduling_fields,
     startup_budget_seconds,
+    with_gpu_class,
 )
 from ..settings import Settings
 
@@ -165,6 +166,7 @@ def build_tuning_job(
             f"tuning runs in one pod, but one replica spans {plan.nodes_per_replica} nodes",
             "set spec.tuning.mode to Disabled and pin spec.engine.maxNumSeqs",
         )
+    svc = with_gpu_class(svc, settings)  # the resource name the GPU class gives
     spec = svc.spec
     labels = labels_for(svc, COMPONENT_TUNING)
     annotations = {ANNOTATION_FINGERPRINT: fingerprint}
@@ -218,7 +220,7 @@ def build_tuning_job(
         "enableServiceLinks": False,
         "automountServiceAccountToken": False,
         "terminationGracePeriodSeconds": 30,
-        **scheduling_fields(spec),
+        **scheduling_fields(spec, settings),
     }
     return {
         "apiVersion": "batch/v1",

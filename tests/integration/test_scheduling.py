@@ -1,0 +1,93 @@
+"""A server pod the scheduler cannot place is reported on its LLMService within a minute
+(issue 13, item 4), with the operator process against the EMULATED API server.
+
+The emulator has no scheduler and no ReplicaSet controller: the test plays both. It
+creates the pod the ReplicaSet would create from the Deployment's template, then writes
+the status the real kube-scheduler writes when no node fits (``PodScheduled=False``,
+reason ``Unschedulable``, its "0/N nodes are available" message). What is tested is the
+operator's side: watching its server pods and turning that into a condition and Event.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import yaml
+
+from tests.integration.conftest import NAMESPACE
+from tests.integration.test_operator import (
+    EXAMPLE,
+    NAME,
+    condition,
+    wait_condition,
+    wait_deployment,
+)
+from tests.support.emulator import Kubectl, OperatorProcess, wait_for
+
+POD = f"{NAME}-7d9f8b6c5-x2x4q"  # a ReplicaSet pod's name shape
+SCHEDULER_MESSAGE = ("0/3 nodes are available: 3 node(s) didn't match Pod's node "
+                     "affinity/selector. preemption: 0/3 nodes are available: 3 Preemption "
+                     "is not helpful for scheduling.")
+
+
+def create_server_pod(kubectl: Kubectl, deployment: dict[str, Any]) -> None:
+    """Play the ReplicaSet controller: a pod from the Deployment's template."""
+    template = deployment["spec"]["template"]
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": POD, "namespace": NAMESPACE,
+                        "labels": dict(template["metadata"]["labels"])},
+           "spec": template["spec"]}
+    kubectl.run("apply", "--validate=false", "-f", "-", stdin=yaml.safe_dump(pod))
+
+
+def mark_unschedulable(kubectl: Kubectl) -> None:
+    """Play the scheduler: no node fits, so the pod stays Pending with this condition."""
+    status = {"phase": "Pending", "conditions": [{
+        "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+        "message": SCHEDULER_MESSAGE, "lastProbeTime": None,
+        "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}]}
+    kubectl.run("patch", "pod", POD, "-n", NAMESPACE, "--subresource", "status",
+                "--type", "merge", "-p", json.dumps({"status": status}))
+
+
+def test_an_unschedulable_server_pod_is_reported_within_a_minute(
+    kubectl: Kubectl, operator: OperatorProcess
+) -> None:
+    kubectl.apply(EXAMPLE, NAMESPACE)
+    deployment = wait_deployment(kubectl)
+    wait_condition(kubectl, "Planned", "True", generation=1)
+    create_server_pod(kubectl, deployment)
+    mark_unschedulable(kubectl)
+    started = time.monotonic()
+
+    svc = wait_condition(kubectl, "PodsScheduled", "False", timeout=60)
+    elapsed = time.monotonic() - started
+    assert elapsed < 60
+    cond = condition(svc, "PodsScheduled")
+    assert cond is not None and cond["reason"] == "Unschedulable"
+    # The scheduler's words, the pod, and which GPU class and label placed it.
+    assert SCHEDULER_MESSAGE in cond["message"] and POD in cond["message"]
+    assert "GPU class 'nvidia'" in cond["message"]
+    assert "nvidia.com/gpu.product=NVIDIA-L4" in cond["message"]
+    # The plan says the same (kubectl get llms -o yaml: status.plan.explanations).
+    placement = [e for e in svc["status"]["plan"]["explanations"] if e["name"] == "placement"]
+    assert placement and placement[0]["value"] == "nvidia.com/gpu.product=NVIDIA-L4"
+
+    def warning() -> dict[str, Any] | None:
+        events = kubectl.get("events", namespace=NAMESPACE) or {}
+        return next((e for e in events.get("items", [])
+                     if e["involvedObject"].get("name") == NAME
+                     and e["reason"] == "Unschedulable"), None)
+
+    event = wait_for(warning, 30, "the Unschedulable Event")
+    assert event["type"] == "Warning" and SCHEDULER_MESSAGE in event["message"]
+
+    # The pod goes (say the user fixed the selector and the ReplicaSet replaced it):
+    # nothing waits for a node any more.
+    kubectl.run("delete", "pod", POD, "-n", NAMESPACE)
+    svc = wait_condition(kubectl, "PodsScheduled", "True", timeout=60)
+    assert condition(svc, "PodsScheduled")["reason"] == "Scheduled"  # type: ignore[index]
+    # The other writers' conditions were not undone by this one.
+    assert condition(svc, "Planned")["status"] == "True"  # type: ignore[index]

@@ -1,0 +1,62 @@
+"""The PodsScheduled condition from server pods (pure)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llm_operator.podscheduling import PodScheduling, placement_note, scheduling_condition
+from llm_operator.status import get_condition
+
+NOW = 1_800_000_000.0
+MSG = "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector."
+
+
+def pod(name: str, *, status: str = "False", reason: str = "Unschedulable",
+        node: str | None = None, **meta: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name, **meta}, "spec": {"nodeName": node} if node else {},
+            "status": {"phase": "Pending", "conditions": [
+                {"type": "PodScheduled", "status": status, "reason": reason,
+                 "message": MSG}]}}
+
+
+def test_only_an_unbound_pod_the_scheduler_refused_is_unschedulable() -> None:
+    assert PodScheduling.from_pod(pod("a")).unschedulable
+    assert not PodScheduling.from_pod(pod("a", status="True", reason="")).unschedulable
+    assert not PodScheduling.from_pod(pod("a", node="gpu-1")).unschedulable
+    assert not PodScheduling.from_pod(pod("a", reason="SchedulingGated")).unschedulable
+    assert not PodScheduling.from_pod(pod("a", deletionTimestamp="2026-01-01T00:00:00Z")
+                                      ).unschedulable
+    assert not PodScheduling.from_pod({"metadata": {"name": "new"}}).unschedulable
+
+
+def test_unschedulable_sets_false_with_the_schedulers_words_and_warns_once() -> None:
+    pods = [PodScheduling.from_pod(pod("b")), PodScheduling("a", False)]
+    conds, notice = scheduling_condition(
+        [], pods, placement="GPU class 'gke': nodeSelector cloud.google.com/gke-accelerator"
+        "=nvidia-l4", generation=3, now=NOW)
+    cond = get_condition(conds, "PodsScheduled")
+    assert cond is not None and cond["status"] == "False"
+    assert cond["reason"] == "Unschedulable" and cond["observedGeneration"] == 3
+    assert cond["message"].startswith("1 of 2 server pods cannot be scheduled; pod b: " + MSG)
+    assert "cloud.google.com/gke-accelerator=nvidia-l4" in cond["message"]
+    assert notice is not None and notice.type == "Warning" and notice.reason == "Unschedulable"
+    # Still unschedulable on the next event: the condition stays, no second Event.
+    again, notice2 = scheduling_condition(conds, pods, placement=None, generation=3, now=NOW + 5)
+    assert notice2 is None
+    assert get_condition(again, "PodsScheduled")["lastTransitionTime"] == cond[  # type: ignore[index]
+        "lastTransitionTime"]
+
+
+def test_no_waiting_pod_sets_true() -> None:
+    conds, notice = scheduling_condition([], [PodScheduling("a", False)], placement=None,
+                                         generation=1, now=NOW)
+    cond = get_condition(conds, "PodsScheduled")
+    assert cond is not None and cond["status"] == "True" and cond["reason"] == "Scheduled"
+    assert notice is None
+
+
+def test_placement_note_reads_the_plan() -> None:
+    status = {"plan": {"explanations": [{"name": "maxNumSeqs", "formula": "x"},
+                                        {"name": "placement", "formula": "GPU class 'eks': y"}]}}
+    assert placement_note(status) == "GPU class 'eks': y"
+    assert placement_note({}) is None
