@@ -228,6 +228,14 @@ BAD_CASES: list[tuple[str, dict[str, Any], str, str, str | None]] = [
      "spec.scheduling.nodeSelector.gpu"),
     ("bad-toleration-operator", {"scheduling": {"tolerations": [{"operator": "Maybe"}]}},
      "spec.scheduling.tolerations[0].operator", "is not one of", None),
+    ("env-value-and-value-from",
+     {"pod": {"env": [{"name": "KEY", "value": "x",
+                       "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]}},
+     "spec.pod.env[0]", "exactly one of value and valueFrom", None),
+    ("env-without-name", {"pod": {"env": [{"value": "x"}]}}, "spec.pod.env[0].name",
+     "required", "spec.pod.env[0].name"),
+    ("bad-cache-size", {"cache": {"sizeLimit": "lots"}}, "spec.cache.sizeLimit",
+     "does not match", "spec.cache.sizeLimit"),
 ]
 
 
@@ -286,6 +294,12 @@ GOOD_EDGE_CASES: list[tuple[str, dict[str, Any]]] = [
     ("integer-parameters", {"model": {"architecture": {**ARCH, "parameters": 13000000000,
                                                        "activeParameters": 2600000000}}}),
     ("free-form-affinity", {"scheduling": {"affinity": {"nodeAffinity": {"x": [1]}}}}),
+    ("pod-customisation", {"pod": {
+        "env": [{"name": "HTTPS_PROXY", "value": "http://proxy:3128"},
+                {"name": "API_KEY", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}],
+        "imagePullSecrets": [{"name": "registry"}], "serviceAccountName": "vllm",
+        "labels": {"kueue.x-k8s.io/queue-name": "gpu"},
+        "annotations": {"example.com/team": "search"}}}),
 ]
 
 
