@@ -15,6 +15,7 @@ exactly as the Deployment would).
 
 from __future__ import annotations
 
+import copy
 import shlex
 from typing import Any
 
@@ -216,7 +217,7 @@ def build_tuning_job(
         "volumeMounts": [*build_volume_mounts(spec), {**code_mount, "readOnly": True}],
         "terminationMessagePath": TERMINATION_LOG,
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        "securityContext": dict(CONTAINER_SECURITY_CONTEXT),
+        "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT),
     }
     # The model is downloaded before the tuner starts, as for the server pods.
     download = build_download_container(svc, plan, settings)
@@ -229,7 +230,7 @@ def build_tuning_job(
         "enableServiceLinks": False,
         "automountServiceAccountToken": False,
         "terminationGracePeriodSeconds": 30,
-        "securityContext": dict(POD_SECURITY_CONTEXT),
+        "securityContext": copy.deepcopy(POD_SECURITY_CONTEXT),
         **pod_identity_fields(spec),
         **scheduling_fields(spec),
     }
