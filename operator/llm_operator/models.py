@@ -17,7 +17,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from .constants import (
@@ -258,12 +265,48 @@ def _check_keys(values: dict[str, str], what: str, check_values: bool) -> dict[s
     return values
 
 
+class KeySelector(_Model):
+    """A key of a Secret or ConfigMap in the service's namespace."""
+
+    name: str = Field(min_length=1)
+    key: str = Field(min_length=1)
+    optional: bool | None = None
+
+
+class ObjectFieldSelector(_Model):
+    field_path: str = Field(min_length=1)
+    api_version: str | None = None
+
+
+class ResourceFieldSelector(_Model):
+    resource: str = Field(min_length=1)
+    container_name: str | None = None
+    divisor: str | None = None
+
+
+class EnvVarSource(_Model):
+    """Where an environment variable's value comes from (one source)."""
+
+    secret_key_ref: KeySelector | None = None
+    config_map_key_ref: KeySelector | None = None
+    field_ref: ObjectFieldSelector | None = None
+    resource_field_ref: ResourceFieldSelector | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> EnvVarSource:
+        if sum(x is not None for x in (self.secret_key_ref, self.config_map_key_ref,
+                                      self.field_ref, self.resource_field_ref)) != 1:
+            raise ValueError("set exactly one of secretKeyRef, configMapKeyRef, fieldRef, "
+                             "resourceFieldRef")
+        return self
+
+
 class EnvVar(_Model):
     """One environment variable, as in a container spec: a value or a valueFrom."""
 
     name: str = Field(min_length=1)
     value: str | None = None
-    value_from: dict[str, Any] | None = None
+    value_from: EnvVarSource | None = None
 
     @field_validator("name")
     @classmethod
@@ -279,7 +322,7 @@ class EnvVar(_Model):
         if self.value is not None:
             out["value"] = self.value
         if self.value_from is not None:
-            out["valueFrom"] = dict(self.value_from)
+            out["valueFrom"] = self.value_from.model_dump(by_alias=True, exclude_none=True)
         return out
 
 

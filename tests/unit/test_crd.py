@@ -232,6 +232,9 @@ BAD_CASES: list[tuple[str, dict[str, Any], str, str, str | None]] = [
      {"pod": {"env": [{"name": "KEY", "value": "x",
                        "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]}},
      "spec.pod.env[0]", "exactly one of value and valueFrom", None),
+    ("env-two-sources", {"pod": {"env": [{"name": "K", "valueFrom": {
+        "secretKeyRef": {"name": "s", "key": "k"}, "fieldRef": {"fieldPath": "metadata.name"}}}]}},
+     "spec.pod.env[0].valueFrom", "exactly one of secretKeyRef", "spec.pod.env[0].valueFrom"),
     ("env-without-name", {"pod": {"env": [{"value": "x"}]}}, "spec.pod.env[0].name",
      "required", "spec.pod.env[0].name"),
     ("bad-cache-size", {"cache": {"sizeLimit": "lots"}}, "spec.cache.sizeLimit",

@@ -327,7 +327,8 @@ POD = {
     "env": [{"name": "HTTPS_PROXY", "value": "http://proxy:3128"},
             {"name": "NCCL_DEBUG", "value": "INFO"},
             {"name": "VLLM_API_KEY",
-             "valueFrom": {"secretKeyRef": {"name": "vllm-api", "key": "key"}}}],
+             "valueFrom": {"secretKeyRef": {"name": "vllm-api", "key": "key"}}},
+            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
     "imagePullSecrets": [{"name": "registry"}],
     "serviceAccountName": "vllm",
     "labels": {"kueue.x-k8s.io/queue-name": "gpu-queue", "team": "search"},
@@ -340,8 +341,8 @@ def test_pod_settings_reach_the_deployment() -> None:
     template = deployment["spec"]["template"]
     pod = template["spec"]
     env = container_of(deployment)["env"]
-    assert env[-3:] == POD["env"]
-    assert pod["initContainers"][0]["env"][-3:] == POD["env"]
+    assert env[-4:] == POD["env"]
+    assert pod["initContainers"][0]["env"][-4:] == POD["env"]
     assert pod["imagePullSecrets"] == [{"name": "registry"}]
     assert pod["serviceAccountName"] == "vllm"
     assert pod["automountServiceAccountToken"] is False  # still: vLLM never calls the API
@@ -361,7 +362,7 @@ def test_pod_settings_reach_every_pod_of_a_leader_worker_set() -> None:
     for role in ("leaderTemplate", "workerTemplate"):
         template = lws["spec"]["leaderWorkerTemplate"][role]
         assert template["spec"]["serviceAccountName"] == "vllm"
-        assert template["spec"]["containers"][0]["env"][-3:] == POD["env"]
+        assert template["spec"]["containers"][0]["env"][-4:] == POD["env"]
         assert template["metadata"]["labels"]["team"] == "search"
         assert template["metadata"]["annotations"] == POD["annotations"]
     validate_manifest(lws)
@@ -381,7 +382,7 @@ def test_the_tuning_job_pod_downloads_first_and_carries_the_pod_settings() -> No
     pod = template["spec"]
     assert [c["name"] for c in pod["initContainers"]] == ["copy-tuner", "download-model"]
     (tuner,) = pod["containers"]
-    assert tuner["env"][-3:] == POD["env"]
+    assert tuner["env"][-4:] == POD["env"]
     assert pod["serviceAccountName"] == "vllm" and pod["imagePullSecrets"] == [{"name": "registry"}]
     assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpu-queue"
     assert template["metadata"]["annotations"]["example.com/owner"] == "search-team"
