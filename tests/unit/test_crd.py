@@ -324,6 +324,7 @@ CRD_ONLY_CONSTRAINTS = {
     ("spec.cache.claimName", "minLength"): "an empty claim name is not a claim",
     ("spec.engine.extraArgs", "maxItems"): "bounds the CEL rules' cost in the API server",
     ("spec.engine.extraArgs[]", "maxLength"): "bounds the CEL rules' cost in the API server",
+    ("spec.pod.env", "maxItems"): "bounds the CEL rules' cost in the API server",
     ("spec.cache.sizeLimit", "pattern"): "must be a Kubernetes quantity",
     ("spec.resources.cpu", "pattern"): "must be a Kubernetes quantity",
     ("spec.resources.memory", "pattern"): "must be a Kubernetes quantity",
