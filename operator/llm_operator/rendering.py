@@ -221,7 +221,9 @@ print(f"Downloaded {repo} to {path}", flush=True)
 # download, the tuner), and prefixes it or LeaderWorkerSet own: spec.pod.env may not set
 # them (one owner per name; a duplicate name also breaks server-side apply).
 USAGE_STATS_ENV = (("VLLM_NO_USAGE_STATS", "1"), ("DO_NOT_TRACK", "1"))
-RESERVED_ENV = frozenset({"HF_TOKEN", "HF_HUB_OFFLINE", "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK",
+# HF_HUB_OFFLINE only where the operator sets it (a model on a volume): with a hub model
+# and a pre-filled cache claim, the user may set it (the download step then does nothing).
+RESERVED_ENV = frozenset({"HF_TOKEN", "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK",
                           "PYTHONPATH", "PYTHONUNBUFFERED"})
 RESERVED_ENV_PREFIXES = ("LLMOP_", "LWS_")
 # Label and annotation keys the operator or the controllers of its children own.
@@ -453,7 +455,8 @@ def pod_spec_errors(spec: LLMServiceSpec) -> list[SpecError]:
     seen: set[str] = set()
     for i, var in enumerate(spec.pod.env):
         field = f"spec.pod.env[{i}].name"
-        if var.name in RESERVED_ENV or var.name.startswith(RESERVED_ENV_PREFIXES):
+        offline = var.name == "HF_HUB_OFFLINE" and spec.model.volume is not None
+        if var.name in RESERVED_ENV or var.name.startswith(RESERVED_ENV_PREFIXES) or offline:
             what = {"HF_TOKEN": "spec.model.tokenSecretRef sets it",
                     "HF_HUB_OFFLINE": "the operator sets it for a model on a volume"}
             errors.append(SpecError(

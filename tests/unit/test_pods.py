@@ -426,6 +426,18 @@ def test_pod_settings_that_collide_with_the_operators_are_refused(
     assert text in str(err.value)
 
 
+def test_offline_mode_is_the_users_for_a_hub_model_and_the_operators_for_a_volume() -> None:
+    """A pre-filled cache claim with HF_HUB_OFFLINE=1 serves a hub model air-gapped."""
+    offline = {"env": [{"name": "HF_HUB_OFFLINE", "value": "1"}]}
+    deployment = render({"model": {"name": "m/x"}, "cache": {"claimName": "hf"}, "pod": offline})
+    assert {"name": "HF_HUB_OFFLINE", "value": "1"} in container_of(deployment)["env"]
+    volume_model = {"model": {"name": "mine", "volume": {"claimName": "models"}}, "pod": offline}
+    with pytest.raises(SpecErrors) as err:
+        render(volume_model)
+    assert [e.field for e in err.value.errors] == ["spec.pod.env[0].name"]
+    assert "model on a volume" in str(err.value)
+
+
 @pytest.mark.parametrize(("pod", "field"), [
     ({"labels": {"team": "has space"}}, "spec.pod.labels"),
     ({"labels": {"-bad/key": "x"}}, "spec.pod.labels"),
