@@ -9,14 +9,23 @@ user, and a pinned value is never changed by tuning or adaptation.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Iterator, Mapping, Sequence
+from decimal import Decimal, InvalidOperation
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from .constants import (
@@ -210,16 +219,144 @@ class AdaptationSpec(_Model):
 
 
 class CacheSpec(_Model):
-    """Where the model's files are cached between pod restarts."""
+    """Where the model's files are cached between pod restarts.
+
+    ``size_limit`` None: an emptyDir sized from the plan (the checkpoint plus a margin,
+    see :func:`llm_operator.planning.model_cache_bytes`)."""
 
     claim_name: str | None = None
-    size_limit: str = "100Gi"
+    size_limit: str | None = None
+
+    @field_validator("size_limit")
+    @classmethod
+    def _quantity(cls, v: str | None) -> str | None:
+        if v is not None:
+            parse_quantity(v)
+        return v
 
 
 class ResourcesSpec(_Model):
+    """CPU and memory of the vLLM container; unset: derived from the plan (see
+    :func:`llm_operator.planning.pod_cpu` and :func:`~llm_operator.planning.pod_memory_bytes`)."""
+
     cpu: str | None = None
     memory: str | None = None
     shm_size: str = "16Gi"
+
+    @field_validator("cpu", "memory", "shm_size")
+    @classmethod
+    def _quantity(cls, v: str | None) -> str | None:
+        if v is not None:
+            parse_quantity(v)
+        return v
+
+
+# Kubernetes label keys, label values and annotation keys (apimachinery validation):
+# a qualified name is an optional DNS-subdomain prefix and "/", then 1-63 characters of
+# alphanumerics, "-", "_", "." that begin and end with an alphanumeric.
+_NAME_PART = r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)"
+_PREFIX = r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)"
+QUALIFIED_NAME = re.compile(rf"^({_PREFIX}/)?{_NAME_PART}$")
+LABEL_VALUE = re.compile(rf"^({_NAME_PART})?$")
+ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")  # what the API server accepts
+
+
+def _check_keys(values: dict[str, str], what: str, check_values: bool) -> dict[str, str]:
+    for key, value in values.items():
+        prefix = key.rpartition("/")[0]
+        if not QUALIFIED_NAME.match(key) or len(prefix) > 253:
+            raise ValueError(f"{what} key {key!r} is not a Kubernetes qualified name "
+                             "([prefix/]name, name at most 63 alphanumerics, '-', '_', '.')")
+        if check_values and (len(value) > 63 or not LABEL_VALUE.match(value)):
+            raise ValueError(f"label value {value!r} of {key!r} is not a valid label value "
+                             "(at most 63 alphanumerics, '-', '_', '.')")
+    return values
+
+
+class KeySelector(_Model):
+    """A key of a Secret or ConfigMap in the service's namespace."""
+
+    name: str = Field(min_length=1)
+    key: str = Field(min_length=1)
+    optional: bool | None = None
+
+
+class ObjectFieldSelector(_Model):
+    field_path: str = Field(min_length=1)
+    api_version: str | None = None
+
+
+class ResourceFieldSelector(_Model):
+    resource: str = Field(min_length=1)
+    container_name: str | None = None
+    divisor: str | None = None
+
+
+class EnvVarSource(_Model):
+    """Where an environment variable's value comes from (one source)."""
+
+    secret_key_ref: KeySelector | None = None
+    config_map_key_ref: KeySelector | None = None
+    field_ref: ObjectFieldSelector | None = None
+    resource_field_ref: ResourceFieldSelector | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> EnvVarSource:
+        if sum(x is not None for x in (self.secret_key_ref, self.config_map_key_ref,
+                                      self.field_ref, self.resource_field_ref)) != 1:
+            raise ValueError("set exactly one of secretKeyRef, configMapKeyRef, fieldRef, "
+                             "resourceFieldRef")
+        return self
+
+
+class EnvVar(_Model):
+    """One environment variable, as in a container spec: a value or a valueFrom."""
+
+    name: str = Field(min_length=1)
+    value: str | None = None
+    value_from: EnvVarSource | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not ENV_NAME.match(v):
+            raise ValueError("must consist of letters, digits, '_', '-' or '.' and not "
+                             "start with a digit")
+        return v
+
+    def rendered(self) -> dict[str, Any]:
+        """The container-spec form (camelCase, only the fields set)."""
+        out: dict[str, Any] = {"name": self.name}
+        if self.value is not None:
+            out["value"] = self.value
+        if self.value_from is not None:
+            out["valueFrom"] = self.value_from.model_dump(by_alias=True, exclude_none=True)
+        return out
+
+
+class LocalObjectReference(_Model):
+    name: str = Field(min_length=1)
+
+
+class PodSpec(_Model):
+    """What the vLLM pods (and the tuning Job's pod) carry besides what the operator
+    sets: environment, pull secrets, service account, labels and annotations."""
+
+    env: list[EnvVar] = Field(default_factory=list)
+    image_pull_secrets: list[LocalObjectReference] = Field(default_factory=list)
+    service_account_name: str | None = Field(default=None, min_length=1)
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, v: dict[str, str]) -> dict[str, str]:
+        return _check_keys(v, "label", check_values=True)
+
+    @field_validator("annotations")
+    @classmethod
+    def _annotations(cls, v: dict[str, str]) -> dict[str, str]:
+        return _check_keys(v, "annotation", check_values=False)
 
 
 class LLMServiceSpec(_Model):
@@ -236,6 +373,7 @@ class LLMServiceSpec(_Model):
     adaptation: AdaptationSpec = Field(default_factory=AdaptationSpec)
     cache: CacheSpec = Field(default_factory=CacheSpec)
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
+    pod: PodSpec = Field(default_factory=PodSpec)
 
 
 # metadata.name names the Service (an RFC 1035 label) and is a label value: the CRD's
@@ -262,6 +400,33 @@ class LLMService(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
     metadata: ObjectMeta
     spec: LLMServiceSpec
+
+
+# Kubernetes quantity suffixes (apimachinery resource.Quantity).
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),
+            "k": Decimal("1e3"), "M": Decimal("1e6"), "G": Decimal("1e9"),
+            "T": Decimal("1e12"), "P": Decimal("1e15"), "E": Decimal("1e18")}
+_QUANTITY = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
+                       r"((?:[KMGTPE]i)|[numkMGTPE]|(?:[eE][+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)))?$")
+
+
+def parse_quantity(text: str) -> Decimal:
+    """A Kubernetes quantity (``100Gi``, ``1.5T``, ``500m``, ``1e9``) as a number of base
+    units (bytes, cores). The grammar is the CRD's pattern; raises ``ValueError``."""
+    match = _QUANTITY.match(str(text).strip())
+    if not match:
+        raise ValueError(f"{text!r} is not a Kubernetes quantity (e.g. 100Gi, 500G, 8, 500m)")
+    number, suffix = match.group(1), match.group(2) or ""
+    try:
+        value = Decimal(number)
+        if suffix in _BINARY:
+            return value * _BINARY[suffix]
+        if suffix in _DECIMAL:
+            return value * _DECIMAL[suffix]
+        return value * (Decimal(10) ** Decimal(suffix[1:]))  # an exponent: 1e9
+    except InvalidOperation as exc:
+        raise ValueError(f"{text!r} is not a Kubernetes quantity") from exc
 
 
 def _loc_to_path(loc: tuple[int | str, ...]) -> str:

@@ -54,7 +54,7 @@ from .catalog import (
 from .constants import DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_GPUS_PER_NODE, GIB
 from .errors import SpecError, SpecErrors
 from .extra_args import check_extra_args
-from .models import EngineSpec, LLMServiceSpec, Quantization
+from .models import EngineSpec, LLMServiceSpec, Quantization, parse_quantity
 
 # --------------------------------------------------------------------------- constants
 
@@ -131,6 +131,9 @@ class Plan(BaseModel):
     tokens_per_request: int = 0  # workload input + output
     memory_max_num_seqs: int = 0  # what memory supports, before vLLM's cap
     max_num_seqs_cap: int = 0  # vLLM's own default max_num_seqs for this GPU
+    # Bytes the checkpoint takes on disk (what is downloaded); 0: weight_bytes (a plan
+    # written by hand). Differs from weight_bytes for fp8 quantized on load.
+    download_bytes: int = 0
 
 
 # --------------------------------------------------------------------------- pure formulas
@@ -588,8 +591,9 @@ def make_plan(spec: LLMServiceSpec, *, gpus_per_node: int = DEFAULT_GPUS_PER_NOD
         kv_cache_dtype=str(engine.kv_cache_dtype), usable_bytes_per_gpu=usable,
         kv_budget_bytes_per_gpu=fit.kv_budget, tokens_per_request=tokens_per_request,
         memory_max_num_seqs=mem_seqs, max_num_seqs_cap=cap,
+        download_bytes=download_bytes(facts, dbytes, spec.model.quantization),
     )
-    return _check_utilization(spec, plan, gpus_per_node)
+    return with_pod_sizing(spec, _check_utilization(spec, plan, gpus_per_node))
 
 
 def _check_utilization(spec: LLMServiceSpec, plan: Plan, gpus_per_node: int) -> Plan:
@@ -804,6 +808,186 @@ def _plan_batched_tokens(ex: list[Explained], spec: LLMServiceSpec, seqs: int,
                         formula="pinned by the user (>= maxNumSeqs)",
                         inputs={"maxNumSeqs": seqs}))
     return batched
+
+
+# --------------------------------------------------------------------------- pod sizing
+# What the pods need besides GPUs: the model cache on disk, CPU and host memory. Pure
+# functions of the spec and the plan, shared by the planner (which explains them and
+# refuses what cannot work) and the renderer (which renders them).
+
+# The emptyDir cache holds the checkpoint plus 10% and 5 GiB: tokenizer and config files,
+# the hub's metadata, a file vLLM fetches that the prefetch did not (a newer vLLM may
+# choose other weight files), rounded up to whole GiB.
+CACHE_MARGIN_FRACTION = 0.10
+CACHE_EXTRA_BYTES = 5 * GIB
+# Above this an emptyDir cache is refused unless the user sizes it explicitly: every new
+# pod (restart, rollout, rescheduling, each replica and each node of a replica)
+# downloads it again (300 GiB is ~27 min at 200 MB/s), and common GPU node boot disks
+# (GKE's 100 GB default, EKS AMIs' 20-100 GB) hold less, so the pod would stay Pending on
+# ephemeral storage. It admits 70B-class models in bf16 (Llama 3.1 70B: 131 GiB ->
+# 150 GiB with the margin) and refuses 405B (756 GiB in bf16).
+EMPTYDIR_CACHE_MAX_BYTES = 300 * GIB
+# Host memory of one vLLM pod = the weights its GPUs load (safetensors are read through
+# the page cache, which counts against the pod's memory) + 4 GiB for the API server and
+# engine-core processes (Python, tokenizer, scheduler) + 2 GiB per GPU worker process
+# (CUDA context, torch and NCCL host buffers) + /dev/shm (a memory emptyDir: its pages
+# count against the pod's memory).
+HOST_BASE_BYTES = 4 * GIB
+HOST_BYTES_PER_GPU = 2 * GIB
+# CPU: vLLM (V1) runs an API-server process, an engine-core process that busy-loops the
+# scheduler, and one worker process per GPU: one core each, 2 + GPUs of the pod. A request
+# only (no limit: a CPU limit throttles the tokenizer and scheduler threads).
+CPU_BASE = 2
+
+
+def download_bytes(facts: ModelFacts, dtype_bytes: int, quantization: Quantization) -> int:
+    """Bytes of the checkpoint on disk: the weights, except for fp8 quantized on load,
+    whose checkpoint may hold the unquantized weights (parameters x dtype bytes)."""
+    if quantization == Quantization.FP8:
+        return weight_bytes(facts, dtype_bytes, Quantization.NONE)
+    return weight_bytes(facts, dtype_bytes, quantization)
+
+
+def checkpoint_bytes(plan: Plan) -> int:
+    """The bytes a pod downloads into its cache (see :attr:`Plan.download_bytes`)."""
+    return plan.download_bytes or plan.weight_bytes
+
+
+def gpus_in_pod(plan: Plan) -> int:
+    """GPUs one pod holds: the replica's, shared over its nodes (one pod per node)."""
+    return math.ceil(plan.gpus_per_replica / max(plan.nodes_per_replica, 1))
+
+
+def model_cache_bytes(spec: LLMServiceSpec, plan: Plan) -> int:
+    """The emptyDir cache the plan needs: ``checkpoint x 1.1 + 5 GiB`` in whole GiB; only
+    the 5 GiB for a model on a volume (nothing is downloaded)."""
+    if spec.model.volume is not None:
+        return CACHE_EXTRA_BYTES
+    need = checkpoint_bytes(plan) * (1 + CACHE_MARGIN_FRACTION) + CACHE_EXTRA_BYTES
+    return math.ceil(need / GIB) * GIB
+
+
+def cache_size_limit(spec: LLMServiceSpec, plan: Plan) -> str | None:
+    """The ``sizeLimit`` of the emptyDir cache (None: the cache is ``spec.cache.claimName``).
+
+    The user's ``spec.cache.sizeLimit`` when set, else :func:`model_cache_bytes`.
+    Raises :class:`SpecError` when the user's size cannot hold the checkpoint (the kubelet
+    would evict the pod mid-download, again and again), and when the plan's size exceeds
+    :data:`EMPTYDIR_CACHE_MAX_BYTES` (give a PersistentVolumeClaim instead)."""
+    if spec.cache.claim_name:
+        return None
+    need = model_cache_bytes(spec, plan)
+    if spec.cache.size_limit is not None:
+        if spec.model.volume is None and parse_quantity(spec.cache.size_limit) < (
+                checkpoint_bytes(plan)):
+            raise SpecError(
+                "spec.cache.sizeLimit",
+                f"{spec.cache.size_limit} cannot hold the model's checkpoint "
+                f"({human_bytes(checkpoint_bytes(plan))}): the kubelet would evict the pod "
+                "in the middle of the download, and again after every restart",
+                f"set it to at least {need // GIB}Gi, remove it (the operator sizes the "
+                "cache from the plan), or give a PersistentVolumeClaim in "
+                "spec.cache.claimName")
+        return spec.cache.size_limit
+    if need > EMPTYDIR_CACHE_MAX_BYTES:
+        raise SpecError(
+            "spec.cache.claimName",
+            f"is not set, and the model's checkpoint ({human_bytes(checkpoint_bytes(plan))}) "
+            f"needs a {need // GIB}Gi cache, more than the {EMPTYDIR_CACHE_MAX_BYTES // GIB}Gi "
+            "the operator puts in an emptyDir (every new pod would download it again, onto "
+            "the node's boot disk)",
+            f"give a PersistentVolumeClaim of at least {need // GIB}Gi in "
+            "spec.cache.claimName (ReadWriteMany when replicas > 1 or one replica spans "
+            f"nodes), or set spec.cache.sizeLimit to {need // GIB}Gi if your GPU nodes have "
+            "that much local disk for ephemeral storage")
+    return f"{need // GIB}Gi"
+
+
+def pod_cpu(spec: LLMServiceSpec, plan: Plan) -> str:
+    """The CPU request of one vLLM pod: ``spec.resources.cpu``, else 2 + its GPUs."""
+    return spec.resources.cpu or str(CPU_BASE + gpus_in_pod(plan))
+
+
+def pod_memory_bytes(spec: LLMServiceSpec, plan: Plan) -> int:
+    """Host memory one vLLM pod needs, in whole GiB (see :data:`HOST_BASE_BYTES`): the
+    weights of its GPUs + 4 GiB + 2 GiB per GPU + ``spec.resources.shmSize``."""
+    gpus = gpus_in_pod(plan)
+    need = (plan.weight_bytes_per_gpu * gpus + HOST_BASE_BYTES + HOST_BYTES_PER_GPU * gpus
+            + parse_quantity(spec.resources.shm_size))
+    return math.ceil(need / GIB) * GIB
+
+
+def pod_memory(spec: LLMServiceSpec, plan: Plan) -> str:
+    """The memory request of one vLLM pod: ``spec.resources.memory``, else
+    :func:`pod_memory_bytes` in Gi."""
+    return spec.resources.memory or f"{pod_memory_bytes(spec, plan) // GIB}Gi"
+
+
+def with_pod_sizing(spec: LLMServiceSpec, plan: Plan) -> Plan:
+    """``plan`` with the pods' cache, CPU and memory explained, and warnings about them
+    (a cache :func:`cache_size_limit` refuses is a warning here: the renderer refuses it,
+    which reports the spec invalid; the plan of GPUs and batch stays useful)."""
+    ex = list(plan.explanations)
+    warnings = list(plan.warnings)
+    gpus = gpus_in_pod(plan)
+    pods = "each pod of a replica" if plan.nodes_per_replica > 1 else "each pod"
+    try:
+        size = cache_size_limit(spec, plan)
+    except SpecError as exc:
+        # The renderer refuses it (an invalid spec); the plan itself still holds.
+        size = "refused"
+        warnings.append(f"the pods cannot be rendered: {exc}")
+        ex.append(Explained(
+            name="modelCacheSize", value=size, formula=exc.problem,
+            inputs={"checkpointBytes": checkpoint_bytes(plan),
+                    "emptyDirMaxBytes": EMPTYDIR_CACHE_MAX_BYTES}))
+    if size == "refused":
+        pass
+    elif size is None:
+        ex.append(Explained(
+            name="modelCache", value=f"PersistentVolumeClaim {spec.cache.claim_name}",
+            source="pinned", formula="spec.cache.claimName",
+            inputs={"checkpointBytes": checkpoint_bytes(plan)}))
+        if spec.replicas > 1 or plan.nodes_per_replica > 1:
+            warnings.append(
+                f"spec.cache.claimName {spec.cache.claim_name!r} is mounted by "
+                f"{'every replica' if spec.replicas > 1 else 'every node of a replica'}, "
+                "on different nodes: the claim must be ReadWriteMany (e.g. NFS, Filestore, "
+                "EFS, Azure Files), or the pods after the first stay Pending")
+    elif spec.cache.size_limit is not None:
+        ex.append(Explained(
+            name="modelCacheSize", value=size, source="pinned",
+            formula=f"spec.cache.sizeLimit (an emptyDir per pod; {pods} downloads the model)",
+            inputs={"checkpointBytes": checkpoint_bytes(plan)}))
+        if spec.model.volume is None and parse_quantity(size) < model_cache_bytes(spec, plan):
+            warnings.append(
+                f"spec.cache.sizeLimit {size} leaves little room beside the checkpoint "
+                f"({human_bytes(checkpoint_bytes(plan))}); the operator would size it "
+                f"{model_cache_bytes(spec, plan) // GIB}Gi")
+    else:
+        formula = ("5 GiB (the model is on a volume: nothing is downloaded)"
+                   if spec.model.volume is not None else
+                   "ceil_GiB(checkpoint bytes x 1.1 + 5 GiB) (an emptyDir per pod; "
+                   f"{pods} downloads the model)")
+        ex.append(Explained(
+            name="modelCacheSize", value=size, formula=formula,
+            inputs={"checkpointBytes": checkpoint_bytes(plan),
+                    "emptyDirMaxBytes": EMPTYDIR_CACHE_MAX_BYTES}))
+    ex.append(Explained(
+        name="cpuRequest", value=pod_cpu(spec, plan),
+        source="pinned" if spec.resources.cpu else "planned",
+        formula=("spec.resources.cpu" if spec.resources.cpu else
+                 "2 (API server, engine core) + 1 per GPU worker of the pod; no limit"),
+        inputs={"gpusPerPod": gpus}))
+    ex.append(Explained(
+        name="memoryRequest", value=pod_memory(spec, plan),
+        source="pinned" if spec.resources.memory else "planned",
+        formula=("spec.resources.memory (request = limit)" if spec.resources.memory else
+                 "ceil_GiB(weights per GPU x GPUs of the pod + 4 GiB + 2 GiB per GPU "
+                 "+ shmSize); request only, no limit"),
+        inputs={"weightBytesPerGpu": plan.weight_bytes_per_gpu, "gpusPerPod": gpus,
+                "shmSize": spec.resources.shm_size}))
+    return plan.model_copy(update={"explanations": ex, "warnings": warnings})
 
 
 # --------------------------------------------------------------------------- display

@@ -59,7 +59,15 @@ from .constants import (
 from .errors import SpecError, SpecErrors
 from .gpuclass import GFD_PRODUCT_LABEL, Placement, placement
 from .models import EngineSpec, LLMService, LLMServiceSpec, Quantization
-from .planning import Explained, Plan, managed_flag_errors
+from .planning import (
+    Explained,
+    Plan,
+    cache_size_limit,
+    checkpoint_bytes,
+    managed_flag_errors,
+    pod_cpu,
+    pod_memory,
+)
 from .settings import Settings
 
 COMPONENT_SERVER = "server"
@@ -87,14 +95,25 @@ VOLUME_MODEL = "model"
 #   budget_seconds  = STARTUP_BASE_SECONDS + ceil(weight_bytes / LOAD_BYTES_PER_SECOND)
 #   failureThreshold = ceil(budget_seconds / STARTUP_PERIOD_SECONDS)
 # The base (10 min) covers engine start, CUDA graph capture / torch.compile warm-up and
-# KV-cache allocation; the second term reads (or downloads) every weight byte at a
-# conservative 200 MB/s, slow network storage or a throttled hub download. Example:
-# Llama 3.1 70B in bf16 (141 GB) -> 600 + 706 s = 1306 s -> failureThreshold 131.
+# KV-cache allocation; the second term reads every weight byte at a conservative
+# 200 MB/s (slow network storage: a cache or model PVC). The download from the hub is not
+# in it: the init container DOWNLOAD_CONTAINER fetches the model before vLLM starts, within
+# its own budget (below). Example: Llama 3.1 70B in bf16 (141 GB) -> 600 + 706 s = 1306 s
+# -> failureThreshold 131.
 STARTUP_BASE_SECONDS = 600
 LOAD_BYTES_PER_SECOND = 200 * 10**6
 STARTUP_PERIOD_SECONDS = 10
+# Download budget: the init container gives up (exit 1) after
+#   DOWNLOAD_BASE_SECONDS + ceil(checkpoint bytes / DOWNLOAD_BYTES_PER_SECOND),
+# 10 min plus the checkpoint at 50 MB/s (a slow or throttled link), so a hung download
+# shows as a failing init container instead of a pod Pending in Init forever. The kubelet
+# restarts it with back-off and the hub client resumes the files already on disk.
+# Llama 3.1 70B (141 GB): 600 + 2823 s = 57 min.
+DOWNLOAD_BASE_SECONDS = 600
+DOWNLOAD_BYTES_PER_SECOND = 50 * 10**6
 # The Deployment reports ProgressDeadlineExceeded if a new pod is not available within
-# this margin beyond the startup budget (image pull of a ~10 GB vLLM image, scheduling).
+# the download and startup budgets plus this margin (image pull of a ~10 GB vLLM image,
+# scheduling).
 PROGRESS_MARGIN_SECONDS = 600
 # vLLM finishes in-flight requests on SIGTERM; a minute covers a long generation.
 TERMINATION_GRACE_SECONDS = 60
@@ -159,6 +178,60 @@ until ray health-check --address="${{head}}" >/dev/null 2>&1; do
 done
 exec ray start --address="${{head}}" --block --disable-usage-stats
 """
+
+# --- the model download (init container) ---
+DOWNLOAD_CONTAINER = "download-model"
+# Fetches what ``vllm serve`` would fetch, with the Hugging Face client the vLLM image
+# ships (huggingface_hub; the pattern of KServe's storage initializer), into the cache
+# volume, so that the startup probe counts loading only. The weight files are chosen as
+# vLLM 0.32 chooses them (model_executor/model_loader: Mistral's consolidated*.safetensors
+# if present, else the files of model.safetensors.index.json, else the first of
+# *.safetensors, *.bin, *.pt at the top of the repository; never original/), plus the
+# small files the tokenizer and config need. A file vLLM wants that this missed is still
+# fetched by vLLM itself, only then inside the startup budget. Arguments: repository,
+# revision ("" for the default branch), budget in seconds. No "$(" anywhere: Kubernetes
+# would expand it in command and args.
+DOWNLOAD_SCRIPT = """import fnmatch, json, os, sys, threading
+from huggingface_hub import HfApi, constants, hf_hub_download, snapshot_download
+repo, revision, budget = sys.argv[1], sys.argv[2] or None, int(sys.argv[3])
+def give_up():
+    print(f"Gave up downloading {repo} after {budget} s; the next attempt resumes", flush=True)
+    os._exit(1)
+timer = threading.Timer(budget, give_up)
+timer.daemon = True
+timer.start()
+if constants.HF_HUB_OFFLINE:
+    print("HF_HUB_OFFLINE is set: vLLM uses the cache as it is", flush=True)
+    sys.exit(0)
+top = [f for f in HfApi().list_repo_files(repo, revision=revision) if "/" not in f]
+weights = fnmatch.filter(top, "consolidated*.safetensors")
+if not weights and "model.safetensors.index.json" in top:
+    index = hf_hub_download(repo, "model.safetensors.index.json", revision=revision)
+    with open(index) as f:
+        weights = sorted(set(json.load(f)["weight_map"].values()))
+if not weights:
+    weights = next(([p] for p in ("*.safetensors", "*.bin", "*.pt") if fnmatch.filter(top, p)), [])
+small = ["*.json", "*.model", "*.tiktoken", "*.txt", "*.jinja", "*.py"]
+print(f"Downloading {repo} ({revision or 'default branch'}): {weights}", flush=True)
+path = snapshot_download(repo, revision=revision, allow_patterns=weights + small,
+                         ignore_patterns=["original/**/*"])
+print(f"Downloaded {repo} to {path}", flush=True)
+"""
+
+# --- pod customisation (spec.pod) ---
+# Environment variables the operator sets in some container it renders (vLLM, the
+# download, the tuner), and prefixes it or LeaderWorkerSet own: spec.pod.env may not set
+# them (one owner per name; a duplicate name also breaks server-side apply).
+USAGE_STATS_ENV = (("VLLM_NO_USAGE_STATS", "1"), ("DO_NOT_TRACK", "1"))
+# HF_HUB_OFFLINE only where the operator sets it (a model on a volume): with a hub model
+# and a pre-filled cache claim, the user may set it (the download step then does nothing).
+RESERVED_ENV = frozenset({"HF_TOKEN", "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK",
+                          "PYTHONPATH", "PYTHONUNBUFFERED"})
+RESERVED_ENV_PREFIXES = ("LLMOP_", "LWS_")
+# Label and annotation keys the operator or the controllers of its children own.
+RESERVED_KEY_PREFIXES = (f"{GROUP}/", "app.kubernetes.io/", "leaderworkerset.sigs.k8s.io/",
+                         "batch.kubernetes.io/", "kopf.zalando.org/")
+RESERVED_LABELS = frozenset({"pod-template-hash", "controller-uid", "job-name"})
 
 # Engine settings that tuning and adaptation move, by their spec name.
 # They apply only where the user left the field to "auto": a pin always wins.
@@ -376,10 +449,51 @@ def image_for(svc: LLMService, settings: Settings) -> str:
     return svc.spec.image or settings.default_image
 
 
+def pod_spec_errors(spec: LLMServiceSpec) -> list[SpecError]:
+    """What ``spec.pod`` may not set: environment names, labels and annotations the
+    operator (or LeaderWorkerSet, the Job and Deployment controllers) owns, and an
+    environment name given twice."""
+    errors: list[SpecError] = []
+    seen: set[str] = set()
+    for i, var in enumerate(spec.pod.env):
+        field = f"spec.pod.env[{i}].name"
+        offline = var.name == "HF_HUB_OFFLINE" and spec.model.volume is not None
+        if var.name in RESERVED_ENV or var.name.startswith(RESERVED_ENV_PREFIXES) or offline:
+            what = {"HF_TOKEN": "spec.model.tokenSecretRef sets it",
+                    "HF_HUB_OFFLINE": "the operator sets it for a model on a volume"}
+            errors.append(SpecError(
+                field, f"{var.name!r} is set by the operator "
+                f"({what.get(var.name, 'it manages this variable')})",
+                "remove it" + (" and use spec.model.tokenSecretRef"
+                               if var.name == "HF_TOKEN" else "")))
+        elif var.name in seen:
+            errors.append(SpecError(field, f"{var.name!r} is given twice", "keep one"))
+        elif (var.value is None) == (var.value_from is None):
+            errors.append(SpecError(f"spec.pod.env[{i}]", "needs exactly one of value and "
+                                    "valueFrom", "set value, or valueFrom"))
+        seen.add(var.name)
+    for kind, keys in (("labels", spec.pod.labels), ("annotations", spec.pod.annotations)):
+        for key in keys:
+            if key.startswith(RESERVED_KEY_PREFIXES) or key in RESERVED_LABELS:
+                errors.append(SpecError(
+                    f"spec.pod.{kind}[{key}]",
+                    "is owned by the operator or the controller of its pods (prefixes "
+                    f"{', '.join(RESERVED_KEY_PREFIXES)}; {', '.join(sorted(RESERVED_LABELS))})",
+                    "use a key of your own domain"))
+    return errors
+
+
 def build_env(spec: LLMServiceSpec) -> list[dict[str, Any]]:
-    """Container environment: the Hugging Face token from its Secret, offline mode for a
-    model on a volume (nothing to download; fail fast instead of reaching the hub)."""
-    env: list[dict[str, Any]] = []
+    """Container environment: vLLM's usage statistics off, the Hugging Face token from its
+    Secret, offline mode for a model on a volume (nothing to download; fail fast instead
+    of reaching the hub), then ``spec.pod.env`` as given. Raises :class:`SpecErrors` for a
+    ``spec.pod`` that collides with what the operator sets (:func:`pod_spec_errors`)."""
+    errors = pod_spec_errors(spec)
+    if errors:
+        raise SpecErrors(errors)
+    # vLLM reports usage to its maintainers unless told not to (vllm/usage/usage_lib.py
+    # reads both variables).
+    env: list[dict[str, Any]] = [{"name": n, "value": v} for n, v in USAGE_STATS_ENV]
     ref = spec.model.token_secret_ref
     if ref is not None:
         env.append(
@@ -390,12 +504,15 @@ def build_env(spec: LLMServiceSpec) -> list[dict[str, Any]]:
         )
     if spec.model.volume is not None:
         env.append({"name": "HF_HUB_OFFLINE", "value": "1"})
+    env += [var.rendered() for var in spec.pod.env]
     return env
 
 
-def build_volumes(spec: LLMServiceSpec) -> list[dict[str, Any]]:
+def build_volumes(spec: LLMServiceSpec, plan: Plan) -> list[dict[str, Any]]:
     """Pod volumes: /dev/shm in memory (NCCL and vLLM's workers need more than the
-    container runtime's 64 MiB), the model cache, and the model's PVC if any."""
+    container runtime's 64 MiB), the model cache (``spec.cache.claimName``, else an
+    emptyDir sized by :func:`~llm_operator.planning.cache_size_limit`, which raises
+    :class:`SpecError` for a cache that cannot hold the model), and the model's PVC if any."""
     volumes: list[dict[str, Any]] = [
         {
             "name": VOLUME_SHM,
@@ -407,7 +524,8 @@ def build_volumes(spec: LLMServiceSpec) -> list[dict[str, Any]]:
             {"name": VOLUME_CACHE, "persistentVolumeClaim": {"claimName": spec.cache.claim_name}}
         )
     else:
-        volumes.append({"name": VOLUME_CACHE, "emptyDir": {"sizeLimit": spec.cache.size_limit}})
+        size = cache_size_limit(spec, plan)
+        volumes.append({"name": VOLUME_CACHE, "emptyDir": {"sizeLimit": size}})
     if spec.model.volume is not None:
         volumes.append(
             {
@@ -443,22 +561,29 @@ def build_resources(
     spec: LLMServiceSpec, plan: Plan, gpus_per_pod: int | None = None
 ) -> dict[str, Any]:
     """Container resources: ``TP x PP`` GPUs of ``spec.gpus.resourceName`` (requests =
-    limits, as extended resources require), CPU and memory from ``spec.resources``.
-    ``gpus_per_pod`` replaces ``TP x PP`` for a pod holding one node's share of a
-    multi-node replica (see :func:`gpus_per_pod`).
+    limits, as extended resources require), CPU and memory, and the emptyDir cache as
+    ``ephemeral-storage``. ``gpus_per_pod`` replaces ``TP x PP`` for a pod holding one
+    node's share of a multi-node replica (see :func:`gpus_per_pod`).
 
-    CPU has a request only (a CPU limit throttles the tokenizer and scheduler threads);
-    memory has request = limit. Note that /dev/shm (a memory emptyDir) counts against
-    the memory limit.
+    CPU: ``spec.resources.cpu``, else 2 + the pod's GPUs (:func:`~llm_operator.planning.
+    pod_cpu`); a request only (a CPU limit throttles the tokenizer and scheduler threads).
+    Memory: ``spec.resources.memory`` as request = limit; else the plan's estimate
+    (:func:`~llm_operator.planning.pod_memory_bytes`, which counts /dev/shm: a memory
+    emptyDir counts against the pod's memory) as a request only, so an estimate on the low
+    side costs no OOM kill. Ephemeral storage: the emptyDir cache's size as a request (so
+    the scheduler picks a node whose disk holds the model), no limit (vLLM's compile
+    caches in the container's writable layer must not get the pod evicted).
     """
     gpus = str(plan.gpus_per_replica if gpus_per_pod is None else gpus_per_pod)
-    requests: dict[str, str] = {}
+    sized = plan if gpus_per_pod is None else plan.model_copy(
+        update={"gpus_per_replica": gpus_per_pod, "nodes_per_replica": 1})
+    requests: dict[str, str] = {"cpu": pod_cpu(spec, sized), "memory": pod_memory(spec, sized)}
     limits: dict[str, str] = {}
-    if spec.resources.cpu:
-        requests["cpu"] = spec.resources.cpu
     if spec.resources.memory:
-        requests["memory"] = spec.resources.memory
         limits["memory"] = spec.resources.memory
+    cache = cache_size_limit(spec, plan)
+    if cache is not None:
+        requests["ephemeral-storage"] = cache
     resource = spec.gpus.resource_name or DEFAULT_GPU_RESOURCE  # see with_gpu_class
     requests[resource] = gpus
     limits[resource] = gpus
@@ -534,6 +659,74 @@ def startup_budget_seconds(plan: Plan) -> int:
     return STARTUP_BASE_SECONDS + math.ceil(plan.weight_bytes / LOAD_BYTES_PER_SECOND)
 
 
+def download_budget_seconds(spec: LLMServiceSpec, plan: Plan) -> int:
+    """Seconds the download init container may take (see ``DOWNLOAD_BASE_SECONDS``);
+    0 for a model on a volume (no download)."""
+    if spec.model.volume is not None:
+        return 0
+    return DOWNLOAD_BASE_SECONDS + math.ceil(checkpoint_bytes(plan) / DOWNLOAD_BYTES_PER_SECOND)
+
+
+# What the vLLM containers may do. The vllm-openai image runs as root, with HF_HOME under
+# /root; what is safe without that changing: no privilege escalation (no setuid binary is
+# needed), the runtime's default seccomp profile (what `docker run` applies, vLLM's
+# documented way to run), and of the runtime's default capabilities only the three a root
+# process needs to read and write caches and volumes written by another user (CHOWN,
+# DAC_OVERRIDE, FOWNER); NET_RAW, MKNOD, SETUID/SETGID, KILL etc. are dropped. Not set:
+# runAsNonRoot / runAsUser (the image's HF_HOME and caches are root's), and
+# readOnlyRootFilesystem (vLLM, torch.compile and Triton write caches under /root/.cache
+# and /tmp).
+CONTAINER_SECURITY_CONTEXT: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"], "add": ["CHOWN", "DAC_OVERRIDE", "FOWNER"]},
+}
+POD_SECURITY_CONTEXT: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def build_download_container(svc: LLMService, plan: Plan, settings: Settings,
+                             ) -> dict[str, Any] | None:
+    """The init container that downloads the model into the cache before vLLM starts
+    (:data:`DOWNLOAD_SCRIPT`), or None for a model on a volume. Same image, environment
+    (token, proxies from ``spec.pod.env``) and cache mount as the vLLM container."""
+    spec = svc.spec
+    if spec.model.volume is not None:
+        return None
+    container: dict[str, Any] = {
+        "name": DOWNLOAD_CONTAINER,
+        "image": image_for(svc, settings),
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["python3", "-c", DOWNLOAD_SCRIPT],
+        "args": [spec.model.name, spec.model.revision or "",
+                 str(download_budget_seconds(spec, plan))],
+        "env": build_env(spec),
+        # The cache's disk is requested by the vLLM container; a download needs a core
+        # and a little memory (the files stream to disk).
+        "resources": {"requests": {"cpu": "1", "memory": "1Gi"}},
+        "volumeMounts": [{"name": VOLUME_CACHE, "mountPath": HF_CACHE_PATH}],
+        "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT),
+    }
+    return container
+
+
+def pod_template_metadata(svc: LLMService, labels: Mapping[str, str]) -> dict[str, Any]:
+    """A pod template's metadata: the operator's ``labels`` plus ``spec.pod.labels`` and
+    ``spec.pod.annotations`` (colliding keys are refused by :func:`build_env`)."""
+    meta: dict[str, Any] = {"labels": {**svc.spec.pod.labels, **labels}}
+    if svc.spec.pod.annotations:
+        meta["annotations"] = dict(svc.spec.pod.annotations)
+    return meta
+
+
+def pod_identity_fields(spec: LLMServiceSpec) -> dict[str, Any]:
+    """Pod-spec fields from ``spec.pod``: serviceAccountName, imagePullSecrets."""
+    fields: dict[str, Any] = {}
+    if spec.pod.service_account_name:
+        fields["serviceAccountName"] = spec.pod.service_account_name
+    if spec.pod.image_pull_secrets:
+        fields["imagePullSecrets"] = [{"name": s.name} for s in spec.pod.image_pull_secrets]
+    return fields
+
+
 def build_probes(plan: Plan, extra_startup_seconds: int = 0) -> dict[str, dict[str, Any]]:
     """startupProbe (budget grows with the weights, plus ``extra_startup_seconds`` for
     anything the container does before vLLM starts), readinessProbe and livenessProbe,
@@ -576,25 +769,40 @@ def build_server_container(
     container["resources"] = build_resources(svc.spec, plan)
     container["volumeMounts"] = build_volume_mounts(svc.spec)
     container.update(build_probes(plan))
+    container["securityContext"] = copy.deepcopy(CONTAINER_SECURITY_CONTEXT)
     return container
 
 
-def _server_pod_spec(
-    svc: LLMService, container: dict[str, Any], settings: Settings
-) -> dict[str, Any]:
-    """The pod spec around one server container (Deployment pods, LWS leader and worker)."""
-    pod_spec: dict[str, Any] = {
+def _server_pod_spec(svc: LLMService, container: dict[str, Any], plan: Plan,
+                     settings: Settings) -> dict[str, Any]:
+    """The pod spec around one server container (Deployment pods, LWS leader and worker):
+    the download init container first (a hub model), then the container."""
+    pod_spec: dict[str, Any] = {}
+    download = build_download_container(svc, plan, settings)
+    if download is not None:
+        pod_spec["initContainers"] = [download]
+    pod_spec |= {
         "containers": [container],
-        "volumes": build_volumes(svc.spec),
+        "volumes": build_volumes(svc.spec, plan),
         # vLLM reads VLLM_PORT etc. from its environment; service links would inject
         # VLLM_PORT=tcp://... for any Service named "vllm" in the namespace and crash it.
         "enableServiceLinks": False,
         # vLLM never calls the Kubernetes API.
         "automountServiceAccountToken": False,
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+        "securityContext": copy.deepcopy(POD_SECURITY_CONTEXT),
     }
+    pod_spec.update(pod_identity_fields(svc.spec))
     pod_spec.update(scheduling_fields(svc.spec, settings))
     return pod_spec
+
+
+def _workload_metadata(svc: LLMService) -> dict[str, Any]:
+    """The server workload's metadata: :func:`_metadata` plus ``spec.pod.labels`` (a
+    queue label such as Kueue's ``kueue.x-k8s.io/queue-name`` is read from the workload)."""
+    meta = _metadata(svc, COMPONENT_SERVER)
+    meta["labels"] = {**svc.spec.pod.labels, **meta["labels"]}
+    return meta
 
 
 # --- children --------------------------------------------------------------------------
@@ -606,11 +814,11 @@ def build_deployment(
     """The vLLM server Deployment of ``svc`` (``apps/v1``), with its spec-hash annotation."""
     labels = labels_for(svc, COMPONENT_SERVER)
     pod_spec = _server_pod_spec(svc, build_server_container(svc, plan, settings, overrides),
-                                settings)
+                                plan, settings)
     deployment: dict[str, Any] = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _metadata(svc, COMPONENT_SERVER),
+        "metadata": _workload_metadata(svc),
         "spec": {
             "replicas": svc.spec.replicas,
             "selector": {"matchLabels": selector_labels(svc)},
@@ -625,9 +833,11 @@ def build_deployment(
                 "type": "RollingUpdate",
                 "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
             },
-            "progressDeadlineSeconds": startup_budget_seconds(plan) + PROGRESS_MARGIN_SECONDS,
+            "progressDeadlineSeconds": (download_budget_seconds(svc.spec, plan)
+                                        + startup_budget_seconds(plan)
+                                        + PROGRESS_MARGIN_SECONDS),
             "template": {
-                "metadata": {"labels": labels},
+                "metadata": pod_template_metadata(svc, labels),
                 "spec": pod_spec,
             },
         },
@@ -731,12 +941,15 @@ def build_leader_worker_set(
         container["volumeMounts"] = build_volume_mounts(spec)
     # The leader's startup includes waiting for the workers to join.
     leader.update(build_probes(plan, extra_startup_seconds=RAY_JOIN_TIMEOUT_SECONDS))
+    for container in (leader, worker):
+        container["securityContext"] = copy.deepcopy(CONTAINER_SECURITY_CONTEXT)
 
     def template(role: str, container: dict[str, Any]) -> dict[str, Any]:
         labels = {**labels_for(svc, COMPONENT_SERVER), LABEL_ROLE: role}
-        return {"metadata": {"labels": labels}, "spec": _server_pod_spec(svc, container, settings)}
+        return {"metadata": pod_template_metadata(svc, labels),
+                "spec": _server_pod_spec(svc, container, plan, settings)}
 
-    metadata = _metadata(svc, COMPONENT_SERVER)
+    metadata = _workload_metadata(svc)
     metadata["name"] = leader_worker_set_name(svc)
     lws: dict[str, Any] = {
         "apiVersion": LWS_API_VERSION,

@@ -233,6 +233,17 @@ BAD_CASES: list[tuple[str, dict[str, Any], str, str, str | None]] = [
      "spec.scheduling.nodeSelector.gpu"),
     ("bad-toleration-operator", {"scheduling": {"tolerations": [{"operator": "Maybe"}]}},
      "spec.scheduling.tolerations[0].operator", "is not one of", None),
+    ("env-value-and-value-from",
+     {"pod": {"env": [{"name": "KEY", "value": "x",
+                       "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]}},
+     "spec.pod.env[0]", "exactly one of value and valueFrom", None),
+    ("env-two-sources", {"pod": {"env": [{"name": "K", "valueFrom": {
+        "secretKeyRef": {"name": "s", "key": "k"}, "fieldRef": {"fieldPath": "metadata.name"}}}]}},
+     "spec.pod.env[0].valueFrom", "exactly one of secretKeyRef", "spec.pod.env[0].valueFrom"),
+    ("env-without-name", {"pod": {"env": [{"value": "x"}]}}, "spec.pod.env[0].name",
+     "required", "spec.pod.env[0].name"),
+    ("bad-cache-size", {"cache": {"sizeLimit": "lots"}}, "spec.cache.sizeLimit",
+     "does not match", "spec.cache.sizeLimit"),
 ]
 
 
@@ -291,6 +302,12 @@ GOOD_EDGE_CASES: list[tuple[str, dict[str, Any]]] = [
     ("integer-parameters", {"model": {"architecture": {**ARCH, "parameters": 13000000000,
                                                        "activeParameters": 2600000000}}}),
     ("free-form-affinity", {"scheduling": {"affinity": {"nodeAffinity": {"x": [1]}}}}),
+    ("pod-customisation", {"pod": {
+        "env": [{"name": "HTTPS_PROXY", "value": "http://proxy:3128"},
+                {"name": "API_KEY", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}],
+        "imagePullSecrets": [{"name": "registry"}], "serviceAccountName": "vllm",
+        "labels": {"kueue.x-k8s.io/queue-name": "gpu"},
+        "annotations": {"example.com/team": "search"}}}),
 ]
 
 
@@ -312,6 +329,7 @@ CRD_ONLY_CONSTRAINTS = {
     ("spec.cache.claimName", "minLength"): "an empty claim name is not a claim",
     ("spec.engine.extraArgs", "maxItems"): "bounds the CEL rules' cost in the API server",
     ("spec.engine.extraArgs[]", "maxLength"): "bounds the CEL rules' cost in the API server",
+    ("spec.pod.env", "maxItems"): "bounds the CEL rules' cost in the API server",
     ("spec.cache.sizeLimit", "pattern"): "must be a Kubernetes quantity",
     ("spec.resources.cpu", "pattern"): "must be a Kubernetes quantity",
     ("spec.resources.memory", "pattern"): "must be a Kubernetes quantity",

@@ -452,7 +452,9 @@ def test_hub_model_has_no_model_volume_and_stays_online() -> None:
     container = container_of(deployment)
     assert args_of(deployment)[0] == "meta-llama/Llama-3.1-8B-Instruct"
     assert all(m["mountPath"] != rendering.MODEL_MOUNT_PATH for m in container["volumeMounts"])
-    assert "env" not in container  # no token, not offline
+    # No token, not offline: only vLLM's usage statistics switched off.
+    assert container["env"] == [{"name": "VLLM_NO_USAGE_STATS", "value": "1"},
+                                {"name": "DO_NOT_TRACK", "value": "1"}]
 
 
 @pytest.mark.parametrize(("ref", "key"), [({"name": "hf"}, "token"),
@@ -460,14 +462,15 @@ def test_hub_model_has_no_model_volume_and_stays_online() -> None:
 def test_token_comes_from_the_secret_reference(ref: dict[str, str], key: str) -> None:
     svc = make_svc({"model": {"name": "meta-llama/Llama-3.1-8B", "tokenSecretRef": ref}})
     env = container_of(rendering.build_deployment(svc, hand_plan(), Settings()))["env"]
-    assert env == [{"name": "HF_TOKEN",
-                    "valueFrom": {"secretKeyRef": {"name": "hf", "key": key}}}]
+    assert [e for e in env if e["name"] == "HF_TOKEN"] == [
+        {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": key}}}]
 
 
 @pytest.mark.parametrize(
     ("cache", "expected"),
     [
-        ({}, {"name": "model-cache", "emptyDir": {"sizeLimit": "100Gi"}}),
+        # Sized from the plan: 16.06 GB of weights x 1.1 + 5 GiB = 21.5 GiB -> 22Gi.
+        ({}, {"name": "model-cache", "emptyDir": {"sizeLimit": "22Gi"}}),
         ({"sizeLimit": "500Gi"}, {"name": "model-cache", "emptyDir": {"sizeLimit": "500Gi"}}),
         ({"claimName": "hf"}, {"name": "model-cache",
                                "persistentVolumeClaim": {"claimName": "hf"}}),
@@ -489,8 +492,8 @@ def test_cache_volume_and_shm(cache: dict[str, str], expected: dict[str, Any]) -
 @pytest.mark.parametrize("weight_gb", [1, 16, 141, 810])
 def test_startup_budget_fits_loading_at_200_mb_per_second(weight_gb: int) -> None:
     weight = weight_gb * 10**9
-    deployment = rendering.build_deployment(make_svc(), hand_plan(weight_bytes=weight),
-                                            Settings())
+    svc = make_svc({"model": {"name": "m/x"}, "cache": {"claimName": "hf"}})
+    deployment = rendering.build_deployment(svc, hand_plan(weight_bytes=weight), Settings())
     probe = container_of(deployment)["startupProbe"]
     allowed = probe["periodSeconds"] * probe["failureThreshold"]
     needed = 600 + weight / (200 * 10**6)
@@ -550,13 +553,12 @@ def test_node_selector(
     assert pod.get("nodeSelector") == expected
 
 
-def test_cpu_and_memory_only_when_set() -> None:
-    bare = container_of(rendering.build_deployment(make_svc(), hand_plan(), Settings()))
-    assert bare["resources"] == {"requests": {"nvidia.com/gpu": "1"},
-                                 "limits": {"nvidia.com/gpu": "1"}}
+def test_user_cpu_and_memory_win_over_the_derived_ones() -> None:
     svc = make_svc({"model": {"name": "m/x"}, "resources": {"cpu": "8", "memory": "64Gi"}})
     sized = container_of(rendering.build_deployment(svc, hand_plan(), Settings()))
-    assert sized["resources"]["requests"] == {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "1"}
+    assert sized["resources"]["requests"] == {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "1",
+                                              "ephemeral-storage": "22Gi"}
+    # No CPU limit ever; the user's memory is request = limit.
     assert sized["resources"]["limits"] == {"memory": "64Gi", "nvidia.com/gpu": "1"}
 
 

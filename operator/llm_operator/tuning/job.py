@@ -15,6 +15,7 @@ exactly as the Deployment would).
 
 from __future__ import annotations
 
+import copy
 import shlex
 from typing import Any
 
@@ -24,17 +25,23 @@ from ..models import LLMService
 from ..planning import Plan
 from ..rendering import (
     COMPONENT_TUNING,
+    CONTAINER_SECURITY_CONTEXT,
+    POD_SECURITY_CONTEXT,
     PROGRESS_MARGIN_SECONDS,
+    build_download_container,
     build_env,
     build_resources,
     build_vllm_flags,
     build_volume_mounts,
     build_volumes,
+    download_budget_seconds,
     image_for,
     is_multi_node,
     labels_for,
     model_source,
     owner_reference,
+    pod_identity_fields,
+    pod_template_metadata,
     scheduling_fields,
     startup_budget_seconds,
     with_gpu_class,
@@ -142,10 +149,11 @@ def tuner_args(svc: LLMService, plan: Plan, fingerprint: str) -> list[str]:
 
 def active_deadline_seconds(svc: LLMService, plan: Plan) -> int:
     """The Job's hard deadline: the tuner's own wall budget (it stops starting trials
-    before that) plus one model load and the image-pull margin, so the tuner normally
-    finishes and reports before Kubernetes kills it."""
+    before that) plus the model download (the init container's budget), one model load
+    and the image-pull margin, so the tuner normally finishes and reports before
+    Kubernetes kills it."""
     return (svc.spec.tuning.max_duration_minutes * 60 + startup_budget_seconds(plan)
-            + PROGRESS_MARGIN_SECONDS)
+            + download_budget_seconds(svc.spec, plan) + PROGRESS_MARGIN_SECONDS)
 
 
 def build_tuning_job(
@@ -173,7 +181,8 @@ def build_tuning_job(
     metadata: dict[str, Any] = {
         "name": tuning_job_name(svc, fingerprint),
         "namespace": svc.metadata.namespace,
-        "labels": labels,
+        # spec.pod.labels too: a queue label (Kueue) is read from the Job.
+        "labels": {**spec.pod.labels, **labels},
         "annotations": annotations,
     }
     owner = owner_reference(svc)
@@ -210,16 +219,21 @@ def build_tuning_job(
         "volumeMounts": [*build_volume_mounts(spec), {**code_mount, "readOnly": True}],
         "terminationMessagePath": TERMINATION_LOG,
         "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT),
     }
+    # The model is downloaded before the tuner starts, as for the server pods.
+    download = build_download_container(svc, plan, settings)
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
-        "initContainers": [init],
+        "initContainers": [init, *([download] if download is not None else [])],
         "containers": [tuner],
-        "volumes": [*build_volumes(spec), {"name": CODE_VOLUME, "emptyDir": {}}],
+        "volumes": [*build_volumes(spec, plan), {"name": CODE_VOLUME, "emptyDir": {}}],
         # As for the server pods: a Service named "vllm" would inject VLLM_PORT=tcp://...
         "enableServiceLinks": False,
         "automountServiceAccountToken": False,
         "terminationGracePeriodSeconds": 30,
+        "securityContext": copy.deepcopy(POD_SECURITY_CONTEXT),
+        **pod_identity_fields(spec),
         **scheduling_fields(spec, settings),
     }
     return {
@@ -231,8 +245,17 @@ def build_tuning_job(
             "activeDeadlineSeconds": active_deadline_seconds(svc, plan),
             "ttlSecondsAfterFinished": settings.tuning_job_ttl_seconds,
             "template": {
-                "metadata": {"labels": dict(labels), "annotations": dict(annotations)},
+                "metadata": _template_metadata(svc, labels, annotations),
                 "spec": pod_spec,
             },
         },
     }
+
+
+def _template_metadata(svc: LLMService, labels: dict[str, str],
+                       annotations: dict[str, str]) -> dict[str, Any]:
+    """The Job pod's metadata: the operator's labels and fingerprint annotation plus
+    ``spec.pod.labels`` and ``spec.pod.annotations`` (the renderer refuses colliding keys)."""
+    meta = pod_template_metadata(svc, labels)
+    meta["annotations"] = {**meta.get("annotations", {}), **annotations}
+    return meta
