@@ -260,11 +260,16 @@ def apply_patch(current: JSON, applied: JSON, previous: set[FieldPath]) -> JSON:
     fields somebody else set stays."""
     result: JSON = strategic_merge_patch(copy.deepcopy(current), applied)
     for path in sorted(previous - field_paths(applied), key=len, reverse=True):
+        if path[-1] == "name" and len(path) > 1 and isinstance(path[-2], tuple):
+            continue  # an item's key goes with its item
         parent, key = _lookup(result, path)
         if parent is None:
             continue
         value = parent[key]
-        if isinstance(value, (dict, list)) and value and any(
+        rest = value
+        if isinstance(path[-1], tuple) and isinstance(value, dict):
+            rest = {k: v for k, v in value.items() if k != "name"}
+        if isinstance(rest, (dict, list)) and rest and any(
                 len(p) > len(path) and p[:len(path)] == path for p in previous):
             continue  # what is left in it was set by others (ours went just before): keep
         if isinstance(parent, list):
