@@ -1,7 +1,8 @@
 """Status (pure): conditions in the standard shape, the plan summary, the endpoint.
 
-The reconciliation owns five keys of ``status`` (:data:`OWNED_KEYS`):
-``observedGeneration``, ``conditions``, ``plan``, ``engine`` and ``endpoint``; the tuning
+The reconciliation owns seven keys of ``status`` (:data:`OWNED_KEYS`):
+``observedGeneration``, ``conditions``, ``plan``, ``engine``, ``endpoint``, and
+``replicas`` and ``selector`` (what the scale subresource reports); the tuning
 step owns ``tuning`` and the adaptation loop ``adaptation``. Each
 pass builds them from what it learnt (:func:`build_status`) and writes them once, only
 when they differ from what is stored (:func:`status_patch`). No clock is read here: the

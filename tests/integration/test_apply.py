@@ -227,3 +227,19 @@ def test_failed_create_of_the_new_workload_keeps_the_old_one(
     wait_condition(kubectl, "ChildrenApplied", "True", name="big", generation=2, timeout=90)
     assert kubectl.get("leaderworkerset", "big-lws", NAMESPACE) is not None
     assert kubectl.get("deployment", "big", NAMESPACE) is None
+
+
+def test_children_are_watched_with_a_server_side_label_selector(
+    api: EmulatorProcess, operator: OperatorProcess
+) -> None:
+    """kopf asks the API server only for the operator's Deployments and Jobs (a label
+    selector on its watch requests), not for every one of the cluster."""
+    def watches() -> list[dict[str, Any]] | None:
+        with urllib.request.urlopen(api.url + "/emulator/watches", timeout=10) as resp:
+            found = json.loads(resp.read())["watches"]
+        kinds = {w["plural"] for w in found}
+        return found if {"deployments", "jobs", "llmservices"} <= kinds else None
+
+    for watch in wait_for(watches, 30, "the operator's watches"):
+        if watch["plural"] in ("deployments", "jobs"):
+            assert watch["labelSelector"] == "app.kubernetes.io/managed-by=llm-operator"

@@ -41,7 +41,8 @@ too simple for kopf and kubectl, so this subclass serves resource paths itself:
   foreground deletion, no orphaning);
 - fault injection for tests: ``POST /emulator/faults`` with ``{"method", "plural",
   "name" (optional), "code", "times"}`` makes the next ``times`` matching requests fail
-  with ``code`` (e.g. a 403 as missing RBAC gives); ``GET`` lists what is left.
+  with ``code`` (e.g. a 403 as missing RBAC gives); ``GET`` lists what is left;
+  ``GET /emulator/watches`` lists the open watches with their selectors.
 
 Still NOT emulated (tests play these parts or do without): scheduler, kubelet and every
 controller (a Deployment gets no status unless somebody writes it), admission, schema
@@ -88,6 +89,7 @@ CONTENT_MERGE_PATCH = "application/merge-patch+json"
 CONTENT_STRATEGIC = "application/strategic-merge-patch+json"
 CONTENT_APPLY = "application/apply-patch+yaml"
 FAULTS_PATH = "/emulator/faults"
+WATCHES_PATH = "/emulator/watches"
 # The scale subresource of the built-in kinds that have one (spec, status, selector).
 _BUILTIN_SCALE: dict[tuple[str, str], tuple[str, str, str]] = {
     ("apps", "deployments"): (".spec.replicas", ".status.replicas", ".spec.selector"),
@@ -481,6 +483,11 @@ class EmulatedAPIServer(kmock.KubernetesEmulator):
     async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
         if raw_request.path == FAULTS_PATH:
             return await self._serve_faults(raw_request)
+        if raw_request.path == WATCHES_PATH:  # who watches what, with which selectors
+            return aiohttp.web.json_response({"watches": [
+                {"group": w.group, "plural": w.plural, "namespace": w.namespace,
+                 "labelSelector": w.labels, "fieldSelector": w.fields}
+                for w in self._watchers]})
         target = parse_target(raw_request.path)
         if target is None:
             return await super().__call__(raw_request)  # discovery & co: kmock serves them
