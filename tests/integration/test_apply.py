@@ -243,3 +243,18 @@ def test_children_are_watched_with_a_server_side_label_selector(
     for watch in wait_for(watches, 30, "the operator's watches"):
         if watch["plural"] in ("deployments", "jobs"):
             assert watch["labelSelector"] == "app.kubernetes.io/managed-by=llm-operator"
+
+
+def test_finalizer_of_an_older_release_is_removed(
+    kubectl: Kubectl, operator: OperatorProcess, tmp_path: Path
+) -> None:
+    """An LLMService that an older release marked with kopf's finalizer loses it (nothing
+    needs it with adaptation off), and is then reconciled as usual."""
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc["metadata"]["finalizers"] = ["llmops.dev/finalizer"]
+    manifest = tmp_path / "old.yaml"
+    manifest.write_text(yaml.safe_dump(doc))
+    kubectl.apply(manifest, NAMESPACE)
+    wait_for(lambda: not ((kubectl.get("llms", NAME, NAMESPACE) or {}).get("metadata", {})
+                          .get("finalizers")), 30, "the finalizer to be removed")
+    wait_deployment(kubectl)
