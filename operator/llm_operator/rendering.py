@@ -18,6 +18,8 @@ Children:
   LeaderWorkerSet: workers serve nothing).
 - :func:`build_pod_monitor`: a ``monitoring.coreos.com/v1`` PodMonitor, only when the
   Prometheus Operator is there (see :func:`render_all`).
+- :func:`build_pod_disruption_budget`: a ``policy/v1`` PodDisruptionBudget
+  (``maxUnavailable: 1``), only for more than one replica.
 
 The tuning Job (:func:`llm_operator.tuning.job.build_tuning_job`) runs the same image on
 the same GPUs with the same model source, so the pod-level pieces are separate builders
@@ -1054,6 +1056,26 @@ def build_pod_monitor(
     return _with_spec_hash(monitor)
 
 
+def build_pod_disruption_budget(svc: LLMService) -> dict[str, Any] | None:
+    """A PodDisruptionBudget (``policy/v1``) for the server pods when there are several
+    replicas: ``maxUnavailable: 1``, so a node drain evicts one serving pod at a time
+    (for a LeaderWorkerSet: one pod of one group, which restarts that group). None for
+    one replica (or none): a budget that allowed no eviction would block every drain of
+    the node, and one that allows it protects nothing."""
+    if svc.spec.replicas <= 1:
+        return None
+    pdb: dict[str, Any] = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _metadata(svc, COMPONENT_SERVER),
+        "spec": {
+            "maxUnavailable": 1,
+            "selector": {"matchLabels": selector_labels(svc)},
+        },
+    }
+    return _with_spec_hash(pdb)
+
+
 def wants_pod_monitor(settings: Settings, discovered: bool | None) -> bool:
     """Whether to render a PodMonitor: ``LLMOP_POD_MONITOR=enabled`` / ``disabled`` decide;
     ``auto`` follows what the caller discovered (the cluster serves
@@ -1091,4 +1113,7 @@ def render_all(
     children = [workload, build_service(svc, leaders_only=multi)]
     if wants_pod_monitor(settings, pod_monitor):
         children.append(build_pod_monitor(svc, settings, leaders_only=multi))
+    pdb = build_pod_disruption_budget(svc)
+    if pdb is not None:
+        children.append(pdb)
     return children

@@ -1,7 +1,8 @@
 """Status (pure): conditions in the standard shape, the plan summary, the endpoint.
 
-The reconciliation owns five keys of ``status`` (:data:`OWNED_KEYS`):
-``observedGeneration``, ``conditions``, ``plan``, ``engine`` and ``endpoint``; the tuning
+The reconciliation owns seven keys of ``status`` (:data:`OWNED_KEYS`):
+``observedGeneration``, ``conditions``, ``plan``, ``engine``, ``endpoint``, and
+``replicas`` and ``selector`` (what the scale subresource reports); the tuning
 step owns ``tuning`` and the adaptation loop ``adaptation``. Each
 pass builds them from what it learnt (:func:`build_status`) and writes them once, only
 when they differ from what is stored (:func:`status_patch`). No clock is read here: the
@@ -28,7 +29,9 @@ from .rendering import effective_engine_value
 from .timestamps import rfc3339
 
 JSON = dict[str, Any]
-OWNED_KEYS = ("observedGeneration", "conditions", "plan", "engine", "endpoint")
+# replicas and selector: what the LLMService's scale subresource reports (an HPA reads them).
+OWNED_KEYS = ("observedGeneration", "conditions", "plan", "engine", "endpoint", "replicas",
+              "selector")
 
 
 class ConditionType(StrEnum):
@@ -42,6 +45,8 @@ class ConditionType(StrEnum):
     METRICS_AVAILABLE = "MetricsAvailable"  # Prometheus has the signals online adaptation needs
     TUNED = "Tuned"  # the batch settings come from a tuning run on this fingerprint
     PODS_SCHEDULED = "PodsScheduled"  # no server pod is Unschedulable (see podscheduling.py)
+    # every child the plan needs is written and every child it no longer needs deleted
+    CHILDREN_APPLIED = "ChildrenApplied"
 
 
 class Reason(StrEnum):
@@ -61,6 +66,9 @@ class Reason(StrEnum):
     SERVING = "Serving"
     WAITING_FOR_REPLICAS = "WaitingForReplicas"
     SCALED_TO_ZERO = "ScaledToZero"
+    CHILDREN_APPLIED = "ChildrenApplied"
+    APPLY_FAILED = "ApplyFailed"
+    SWITCH_INCOMPLETE = "WorkloadSwitchIncomplete"
 
 
 @dataclass(frozen=True)
@@ -172,6 +180,7 @@ class WorkloadState:
     updated: int | None = None
     generation: int | None = None
     observed_generation: int | None = None
+    replicas: int = 0  # pods (groups for a LeaderWorkerSet) its controller runs now
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any] | None, desired: int) -> WorkloadState:
@@ -189,6 +198,7 @@ class WorkloadState:
             updated=status.get("updatedReplicas"),
             generation=(obj.get("metadata") or {}).get("generation"),
             observed_generation=status.get("observedGeneration"),
+            replicas=int(status.get("replicas") or 0),
         )
 
     @property
@@ -260,10 +270,18 @@ def build_status(
     workload_kind: str = "Deployment",
     missing_api: str | None = None,
     engine: JSON | None = None,
+    selector: str | None = None,
+    apply_failures: Sequence[str] = (),
+    switch_incomplete: str | None = None,
 ) -> JSON:
     """The operator's keys of ``status`` after one pass (pure).
 
     ``engine``: the engine values in effect (see :func:`engine_in_effect`).
+    ``selector``: the label selector of the serving pods (``status.selector``, for the
+    scale subresource); ``status.replicas`` comes from ``workload``.
+    ``apply_failures`` (children that could not be written or deleted) and
+    ``switch_incomplete`` (the workload kind changed and the old one still exists) set
+    ChildrenApplied False; a pass with neither sets it True.
 
     ``errors``: the spec cannot be served (SpecValid False, Ready False, the old plan is
     dropped). ``missing_api``: a kind the plan needs is not served by the cluster.
@@ -294,6 +312,22 @@ def build_status(
         status["plan"] = plan_summary(plan)
     if engine is not None:
         status["engine"] = engine
+    if selector is not None:
+        status["selector"] = selector
+    if workload is not None and workload.exists:
+        status["replicas"] = workload.replicas
+    if switch_incomplete is not None:
+        conds = set_condition(conds, ConditionType.CHILDREN_APPLIED, False,
+                              Reason.SWITCH_INCOMPLETE, switch_incomplete, generation=g,
+                              now=now)
+    elif apply_failures:
+        conds = set_condition(conds, ConditionType.CHILDREN_APPLIED, False,
+                              Reason.APPLY_FAILED, "; ".join(apply_failures), generation=g,
+                              now=now)
+    elif plan is not None and missing_api is None:
+        conds = set_condition(conds, ConditionType.CHILDREN_APPLIED, True,
+                              Reason.CHILDREN_APPLIED, "every child matches the plan",
+                              generation=g, now=now)
     if missing_api is not None:
         conds = set_condition(conds, ConditionType.READY, False, Reason.API_MISSING,
                               missing_api, generation=g, now=now)

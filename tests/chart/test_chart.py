@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from .conftest import CHART, NAMESPACE, RELEASE, ROOT, Render, run_helm
+from .test_rbac import operator_access
 
 K8S_VERSION = kubernetes_validate.latest_version()
 CANONICAL_CRD = ROOT / "crds" / "llmservices.llmops.dev.yaml"
@@ -65,24 +66,12 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
 # Kinds no Kubernetes release defines. Each is checked another way (see the tests below).
 CUSTOM_KINDS = {"ServiceMonitor", "ClusterKopfPeering", "KopfPeering"}
 
-# What the operator does with each resource, so exactly these verbs (namespaced part).
+# What the operator does with each resource, so exactly these verbs (namespaced part):
+# derived from the code (see tests/chart/test_rbac.py, which also checks resourceNames).
 OPERATOR_RULES: dict[tuple[str, str], set[str]] = {
-    ("llmops.dev", "llmservices"): {"get", "list", "watch", "patch", "update"},
-    ("llmops.dev", "llmservices/status"): {"get", "patch", "update"},
-    ("llmops.dev", "llmservices/finalizers"): {"update"},
-    ("apps", "deployments"): {"create", "get", "list", "watch", "patch", "update", "delete"},
-    ("", "services"): {"create", "get", "list", "watch", "patch", "update", "delete"},
-    ("leaderworkerset.x-k8s.io", "leaderworkersets"): {
-        "create", "get", "list", "watch", "patch", "update", "delete",
-    },
-    ("batch", "jobs"): {"create", "get", "list", "watch", "patch", "update", "delete"},
-    ("", "pods"): {"get", "list", "watch"},
-    ("", "configmaps"): {"get", "list", "watch", "create", "patch", "update"},
-    ("", "events"): {"create", "patch"},
-    ("monitoring.coreos.com", "podmonitors"): {
-        "create", "get", "list", "watch", "patch", "delete",
-    },
-}  # fmt: skip
+    key: set().union(*slots.values()) for key, slots in operator_access().items()
+    if key != ("apiextensions.k8s.io", "customresourcedefinitions")
+}
 KOPF_CRD_RULE = {("apiextensions.k8s.io", "customresourcedefinitions"): {"get", "list", "watch"}}
 PEERING_VERBS = {"get", "list", "watch", "patch"}
 
@@ -91,7 +80,6 @@ def rule_table(role: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
     """(apiGroup, resource) -> verbs, merged over the role's rules."""
     table: dict[tuple[str, str], set[str]] = {}
     for rule in role["rules"]:
-        assert not rule.get("resourceNames"), "the operator's rules never narrow by name"
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
                 table.setdefault((group, resource), set()).update(rule["verbs"])

@@ -15,6 +15,8 @@ import pytest
 
 from llm_operator.sandbox.emulator import (
     EmulatorThread,
+    apply_patch,
+    field_paths,
     jsonpath_value,
     match_labels,
     strategic_merge_patch,
@@ -190,3 +192,72 @@ def test_helpers() -> None:
         {"$setElementOrder/containers": [{"name": "a"}, {"name": "b"}],
          "containers": [{"name": "a", "image": "2"}]})
     assert merged == {"containers": [{"name": "a", "image": "2", "args": ["x"]}, {"name": "b"}]}
+
+
+APPLY = "application/apply-patch+yaml"
+DEPLOYMENTS = "/apis/apps/v1/namespaces/default/deployments"
+
+
+def deployment(image: str, env: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": "c", "image": image}
+    if env is not None:
+        container["env"] = env
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"a": "1"}},
+                     "template": {"metadata": {"labels": {"a": "1"}},
+                                  "spec": {"containers": [container]}}}}
+
+
+def test_server_side_apply_keeps_others_fields_and_drops_its_own(
+        server: EmulatorThread) -> None:
+    path = DEPLOYMENTS + "/d?fieldManager=op&force=true"
+    code, created = http(server, "PATCH", path, deployment("i1", [{"name": "X", "value": "1"}]),
+                         APPLY)
+    assert code == 201 and created["metadata"]["generation"] == 1
+    assert http(server, "PATCH", DEPLOYMENTS + "/d", deployment("i1"), APPLY)[0] == 400
+    # Another manager (kubectl rollout restart) annotates the pod template.
+    http(server, "PATCH", DEPLOYMENTS + "/d", {"spec": {"template": {"metadata": {
+        "annotations": {"kubectl.kubernetes.io/restartedAt": "t"}}}}},
+         "application/strategic-merge-patch+json")
+    code, obj = http(server, "PATCH", path, deployment("i2"), APPLY)  # env no longer sent
+    assert code == 200
+    template = obj["spec"]["template"]
+    assert template["metadata"]["annotations"] == {"kubectl.kubernetes.io/restartedAt": "t"}
+    assert template["spec"]["containers"] == [{"name": "c", "image": "i2"}]
+    # Applying the same again is a no-op: no new resourceVersion.
+    assert http(server, "PATCH", path, deployment("i2"), APPLY)[1]["metadata"][
+        "resourceVersion"] == obj["metadata"]["resourceVersion"]
+
+
+def test_apply_patch_removes_only_what_the_manager_dropped() -> None:
+    before = deployment("i", [{"name": "X", "value": "1"}, {"name": "Y", "value": "2"}])
+    current = apply_patch({}, before, set())
+    current["spec"]["template"]["spec"]["containers"][0]["env"].append({"name": "Z",
+                                                                        "value": "3"})
+    after = apply_patch(current, deployment("i", [{"name": "X", "value": "1"}]),
+                        field_paths(before))
+    assert after["spec"]["template"]["spec"]["containers"][0]["env"] == [
+        {"name": "X", "value": "1"}, {"name": "Z", "value": "3"}]  # Y was ours, Z is not
+
+
+def test_scale_subresource_and_garbage_collection(server: EmulatorThread) -> None:
+    http(server, "PATCH", DEPLOYMENTS + "/d?fieldManager=op", deployment("i"), APPLY)
+    code, scale = http(server, "PATCH", DEPLOYMENTS + "/d/scale", {"spec": {"replicas": 3}},
+                       "application/merge-patch+json")
+    assert code == 200 and scale["kind"] == "Scale" and scale["status"]["selector"] == "a=1"
+    _, owner = http(server, "GET", DEPLOYMENTS + "/d")
+    assert owner["spec"]["replicas"] == 3
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+        "name": "dep", "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment",
+                                            "name": "d", "uid": owner["metadata"]["uid"]}]}}
+    assert http(server, "POST", "/api/v1/namespaces/default/configmaps", cm)[0] == 201
+    http(server, "DELETE", DEPLOYMENTS + "/d")
+    assert http(server, "GET", "/api/v1/namespaces/default/configmaps/dep")[0] == 404
+
+
+def test_injected_faults(server: EmulatorThread) -> None:
+    http(server, "POST", "/emulator/faults",
+         {"method": "GET", "plural": "namespaces", "name": "default", "code": 403})
+    code, body = http(server, "GET", "/api/v1/namespaces/default")
+    assert code == 403 and body["reason"] == "Forbidden"
+    assert http(server, "GET", "/api/v1/namespaces/default")[0] == 200  # once only

@@ -159,21 +159,41 @@ def test_spec_change_rerenders_the_deployment(
     assert "Updated Deployment" in operator.log()
 
 
-def test_delete_removes_children_and_finalizer(
+def test_delete_needs_no_operator_and_leaves_no_children(
     kubectl: Kubectl, operator: OperatorProcess
 ) -> None:
+    """No finalizer holds an LLMService: deleting it (or its namespace) after the operator
+    is gone (uninstalled) does not hang, and the children go by their owner references
+    (here the EMULATED API server's garbage collector; on a cluster kube-controller-manager's)."""
     kubectl.apply(EXAMPLE, NAMESPACE)
     wait_deployment(kubectl)
-    svc = wait_for(lambda: kubectl.get("llms", NAME, NAMESPACE), 10, "the LLMService")
-    assert "llmops.dev/finalizer" in svc["metadata"]["finalizers"]
+    wait_condition(kubectl, "Planned", "True", generation=1)
+    operator.wait_log("Creation is processed")
+    svc = kubectl.get("llms", NAME, NAMESPACE)
+    assert svc is not None and not svc["metadata"].get("finalizers")
 
+    operator.stop()  # as after `helm uninstall`
     kubectl.run("delete", "llms", NAME, "-n", NAMESPACE, "--wait=false")
 
-    wait_for(lambda: kubectl.get("llms", NAME, NAMESPACE) is None, 30,
-             "the LLMService to be gone (finalizer removed)")
+    wait_for(lambda: kubectl.get("llms", NAME, NAMESPACE) is None, 10,
+             "the LLMService to be gone with no operator running")
     assert kubectl.get("deployment", NAME, NAMESPACE) is None
     assert kubectl.get("service", NAME, NAMESPACE) is None
-    assert "Deleted Deployment" in operator.log()
+
+
+def test_deleted_service_is_not_recreated_by_the_operator(
+    kubectl: Kubectl, operator: OperatorProcess
+) -> None:
+    """With the operator running: the garbage collector deletes the Deployment, and the
+    operator does not re-create it for an owner that is gone."""
+    kubectl.apply(EXAMPLE, NAMESPACE)
+    wait_deployment(kubectl)
+    wait_condition(kubectl, "Planned", "True", generation=1)
+    kubectl.run("delete", "llms", NAME, "-n", NAMESPACE)
+    wait_for(lambda: kubectl.get("llms", NAME, NAMESPACE) is None, 10, "the LLMService gone")
+    time.sleep(3)  # a workload event handled with a stale index would re-create it by now
+    assert kubectl.get("deployment", NAME, NAMESPACE) is None
+    assert "re-creating it" not in operator.log()
 
 
 BAD_SPEC = """

@@ -523,7 +523,14 @@ def test_crd_names_match_the_constants() -> None:
     [version] = spec["versions"]
     assert (version["name"], version["served"], version["storage"]) == (
         constants.VERSION, True, True)
-    assert version["subresources"] == {"status": {}}
+    # The scale subresource points at real fields (kubectl scale, HPA, KEDA).
+    assert version["subresources"] == {"status": {}, "scale": {
+        "specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas",
+        "labelSelectorPath": ".status.selector"}}
+    props = version["schema"]["openAPIV3Schema"]["properties"]
+    assert props["spec"]["properties"]["replicas"]["type"] == "integer"
+    assert props["status"]["properties"]["replicas"]["type"] == "integer"
+    assert props["status"]["properties"]["selector"]["type"] == "string"
 
 
 def _schema_has_path(json_path: str) -> bool:

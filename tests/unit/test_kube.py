@@ -1,14 +1,18 @@
-"""The pure parts of the apply step: what differs, and the body that replaces it."""
+"""The pure parts of the apply step: what differs, and which calls the client may make."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from llm_operator.controller.kube import (
+    UndeclaredAccessError,
+    access_of,
+    check_access,
     needs_write,
     owned_by,
     owner_name,
-    replacement,
     resource_path,
 )
 
@@ -53,22 +57,23 @@ def test_changes_that_need_a_write() -> None:
     assert needs_write(child(), orphan)
 
 
-def test_replacement_keeps_what_others_own() -> None:
-    observed = child("h1", team="ml")
-    observed["metadata"]["resourceVersion"] = "7"
-    observed["metadata"]["annotations"]["kubectl.kubernetes.io/restartedAt"] = "now"
-    observed["metadata"]["finalizers"] = ["x/y"]
-    body = replacement(child("h2"), observed)
-    meta = body["metadata"]
-    assert meta["resourceVersion"] == "7"  # the write is conditional
-    assert meta["labels"]["team"] == "ml"
-    assert meta["annotations"]["kubectl.kubernetes.io/restartedAt"] == "now"
-    assert meta["annotations"]["llmops.dev/spec-hash"] == "h2"
-    assert meta["finalizers"] == ["x/y"]
-    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "llm"},
-               "spec": {"ports": []}}
-    kept = replacement(service, {"metadata": {}, "spec": {"clusterIP": "10.0.0.1"}})
-    assert kept["spec"]["clusterIP"] == "10.0.0.1"
+def test_every_client_call_is_declared_for_rbac() -> None:
+    # What the chart's RBAC is tested against (tests/chart/test_rbac.py): a call outside
+    # CLIENT_ACCESS fails before it reaches a cluster that would answer 403.
+    check_access("PATCH", "/apis/apps/v1/namespaces/ml/deployments/x")
+    check_access("GET", "/api/v1/namespaces/ml/configmaps/llm-operator-tuning-cache")
+    check_access("POST", "/api/v1/namespaces/ml/configmaps")
+    check_access("GET", "/apis")  # discovery: no resource
+    for method, path in (("PUT", "/apis/apps/v1/namespaces/ml/deployments/x"),
+                         ("GET", "/api/v1/namespaces/ml/configmaps/other"),
+                         ("GET", "/api/v1/namespaces/ml/secrets/token"),
+                         ("GET", "/api/v1/namespaces/ml")):
+        with pytest.raises(UndeclaredAccessError, match="CLIENT_ACCESS"):
+            check_access(method, path)
+    assert access_of("GET", "/apis/batch/v1/namespaces/ml/jobs", [("watch", "true")]) == (
+        "watch", "batch", "jobs", None)
+    assert access_of("PATCH", "/apis/llmops.dev/v1alpha1/namespaces/ml/llmservices/x/status"
+                     ) == ("patch", "llmops.dev", "llmservices/status", "x")
 
 
 def test_ownership() -> None:

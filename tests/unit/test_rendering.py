@@ -580,7 +580,7 @@ def test_image_from_spec_else_settings(spec_image: str | None, expected: str) ->
 
 
 def test_labels_and_selectors_agree() -> None:
-    deployment, service, monitor = render_case("llama70b-tp4-tuned-podmonitor")
+    deployment, service, monitor = render_case("llama70b-tp4-tuned-podmonitor")[:3]
     pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
     assert pod_labels == {
         "llmops.dev/llmservice": "llama",
@@ -851,7 +851,8 @@ def test_planner_spreads_405b_over_two_nodes_and_renders_a_leader_worker_set() -
     assert (plan.tensor_parallel_size, plan.pipeline_parallel_size) == (8, 2)
     assert (plan.gpus_per_replica, plan.nodes_per_replica) == (16, 2)
     docs = rendering.render_all(svc, plan, Settings(), pod_monitor=True)
-    assert [d["kind"] for d in docs] == ["LeaderWorkerSet", "Service", "PodMonitor"]
+    assert [d["kind"] for d in docs] == ["LeaderWorkerSet", "Service", "PodMonitor",
+                                         "PodDisruptionBudget"]  # 2 replicas
     for doc in docs:
         validate_manifest(doc)
     lws = docs[0]
@@ -866,7 +867,7 @@ def test_planner_spreads_405b_over_two_nodes_and_renders_a_leader_worker_set() -
 def test_workload_kind_follows_nodes_per_replica(nodes: int, kind: str) -> None:
     docs = multi_node(nodes_per_replica=nodes, gpus_per_replica=8 * nodes,
                       pipeline_parallel_size=nodes)
-    assert [d["kind"] for d in docs] == [kind, "Service", "PodMonitor"]
+    assert [d["kind"] for d in docs] == [kind, "Service", "PodMonitor", "PodDisruptionBudget"]
     for doc in docs:
         validate_manifest(doc)
 
@@ -938,7 +939,7 @@ def test_probes_only_on_the_leader_and_its_budget_covers_the_workers_joining() -
 
 
 def test_only_leaders_receive_traffic_and_are_scraped() -> None:
-    lws, service, monitor = multi_node()
+    lws, service, monitor = multi_node()[:3]
     leader, worker = templates_of(lws)
     leader_labels = leader["metadata"]["labels"]
     worker_labels = worker["metadata"]["labels"]
@@ -955,7 +956,7 @@ def test_only_leaders_receive_traffic_and_are_scraped() -> None:
 def test_leader_worker_set_is_not_named_like_the_service() -> None:
     """LWS creates its headless Service (the leader's DNS name) only if no Service of the
     LeaderWorkerSet's name exists: sharing the ClusterIP Service's name would break it."""
-    lws, service, _ = multi_node()
+    lws, service, _ = multi_node()[:3]
     assert service["metadata"]["name"] == "llama"
     assert lws["metadata"]["name"] == "llama-lws" != service["metadata"]["name"]
 
@@ -1140,3 +1141,26 @@ def test_installed_vllm_parses_the_leader_args() -> None:
     assert parsed["model_tag"] == lead["args"][0]
     assert parsed["distributed_executor_backend"] == "ray"
     assert parsed["tensor_parallel_size"] == 8 and parsed["pipeline_parallel_size"] == 2
+
+
+# --- PodDisruptionBudget ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("replicas", [0, 1, 2, 5])
+def test_pod_disruption_budget_only_for_several_replicas(replicas: int) -> None:
+    """One replica gets none (a budget allowing no eviction would block every node drain);
+    several get maxUnavailable 1 over the server pods, so a drain takes one at a time."""
+    spec = {"model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
+            "gpus": {"product": "H100-SXM"}, "replicas": replicas}
+    docs = rendering.render_all(make_svc(spec), hand_plan(), Settings(), pod_monitor=False)
+    pdbs = [d for d in docs if d["kind"] == "PodDisruptionBudget"]
+    if replicas <= 1:
+        assert pdbs == []
+        return
+    [pdb] = pdbs
+    validate_manifest(pdb)
+    assert pdb["spec"]["maxUnavailable"] == 1
+    deployment = docs[0]
+    assert pdb["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"][
+        "matchLabels"]
+    assert pdb["metadata"]["ownerReferences"][0]["uid"] == UID

@@ -198,3 +198,23 @@ def test_rebase_removes_a_key_only_where_it_still_exists() -> None:
     assert rebase_patch({"plan": None}, {"plan": {"a": 1}}, {"plan": {"a": 1}}) == {
         "plan": None}
     assert rebase_patch({"plan": None}, {"plan": {"a": 1}}, {}) == {}
+
+
+def test_children_applied_says_what_failed_and_the_scale_fields() -> None:
+    plan = make_plan(spec())
+    state = WorkloadState(exists=True, desired=2, available=1, updated=2, replicas=2)
+    ok = build_status(None, name="llm", namespace="ml", generation=1, now=AT0, plan=plan,
+                      workload=state, selector="a=b")
+    assert ok["replicas"] == 2 and ok["selector"] == "a=b"  # the scale subresource reads them
+    cond = next(c for c in ok["conditions"] if c["type"] == "ChildrenApplied")
+    assert (cond["status"], cond["reason"]) == ("True", "ChildrenApplied")
+    failed = build_status(ok, name="llm", namespace="ml", generation=1, now=AT1, plan=plan,
+                          workload=state, apply_failures=["apply PodMonitor llm: (403) no"])
+    cond = next(c for c in failed["conditions"] if c["type"] == "ChildrenApplied")
+    assert (cond["status"], cond["reason"]) == ("False", "ApplyFailed")
+    assert "PodMonitor" in cond["message"]
+    half = build_status(ok, name="llm", namespace="ml", generation=1, now=AT1, plan=plan,
+                        workload=state, apply_failures=["delete Deployment llm: (403)"],
+                        switch_incomplete="Deployment ml/llm keeps its GPUs")
+    cond = next(c for c in half["conditions"] if c["type"] == "ChildrenApplied")
+    assert (cond["status"], cond["reason"]) == ("False", "WorkloadSwitchIncomplete")

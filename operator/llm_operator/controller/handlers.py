@@ -12,7 +12,7 @@ and renaming a function must not change them.
   events, and the adaptation loop, need no API call to find it.
 - ``reconcile`` (create, update, resume): :func:`.reconcile.reconcile`, then one status
   write; an unservable spec raises a permanent error.
-- ``cleanup`` (delete): the children it owns.
+- ``cleanup`` (delete, optional): the children it owns.
 - ``workload-status``/``workload-status-lws``: a managed workload changed.
 - ``tuning`` (create, update, resume; after ``reconcile``), ``tuning-job`` (a tuning Job
   finished or went away) and ``tuning-cleanup`` (delete): :mod:`.tuning`.
@@ -21,7 +21,24 @@ and renaming a function must not change them.
   (:mod:`.pods`).
 - ``adaptation-presence``: a daemon per LLMService that marks it as handled by this pod
   for the adaptation loop (:mod:`.adaptation`); kopf stops it on deletion and when
-  peering pauses this operator.
+  peering pauses this operator. Only while adaptation is on (``LLMOP_PROMETHEUS_URL``).
+
+No finalizer unless adaptation is on. kopf puts its finalizer on a resource that has a
+non-optional ``on.delete`` handler or a daemon; a finalizer whose operator is gone
+(uninstalled, scaled to zero) blocks the deletion of the LLMService and so of its
+namespace forever. The children need no handler: they carry owner references to the
+LLMService, and the garbage collector deletes them with it. So both delete handlers are
+``optional`` (they run when the operator sees a deletion that something else holds up,
+and clean up promptly then), and the daemon, which kopf must stop before the resource
+goes (hence its finalizer), only matches while adaptation is on. kopf removes its
+finalizer from resources that no longer need it. With adaptation on, uninstall the
+operator only after deleting the LLMServices (see the chart README).
+
+Watches are filtered on the server: kopf sends ``settings.watching.label_selectors`` as
+the ``labelSelector`` of its list and watch requests, so the operator lists and watches
+only the Deployments, LeaderWorkerSets, Jobs and pods labelled
+``app.kubernetes.io/managed-by=llm-operator``, not every one of the cluster. (The
+``labels=`` filters of the handlers are client-side only; they stay as a second check.)
 """
 
 from __future__ import annotations
@@ -57,6 +74,10 @@ from .tuning import delete_tuning_jobs, tuning_step
 INDEX = "llmservices_by_name"
 POD_INDEX = "server_pods_by_service"
 SERVER_POD_LABELS = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: COMPONENT_SERVER}
+# The children the operator watches: listed and watched with a server-side label selector.
+MANAGED_WATCHES = (("apps", "v1", "deployments"), ("leaderworkerset.x-k8s.io", "v1",
+                                                   "leaderworkersets"), ("batch", "v1", "jobs"),
+                   ("", "v1", "pods"))
 
 
 # --------------------------------------------------------------------------- operator
@@ -66,6 +87,8 @@ async def operator_startup(settings: kopf.OperatorSettings, memo: kopf.Memo,
     """kopf settings (bookkeeping under llmops.dev), the operator's context, its metrics
     server and, when ``LLMOP_PROMETHEUS_URL`` is set, the adaptation loop."""
     settings.persistence.finalizer = FINALIZER
+    for resource in MANAGED_WATCHES:
+        settings.watching.label_selectors[resource] = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
         prefix=PROGRESS_PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
@@ -133,7 +156,7 @@ async def llmservice_reconcile(
         raise outcome.error
 
 
-@kopf.on.delete(GROUP, VERSION, PLURAL, id="cleanup")
+@kopf.on.delete(GROUP, VERSION, PLURAL, id="cleanup", optional=True)
 async def llmservice_delete(
     body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: Any
 ) -> None:
@@ -222,7 +245,7 @@ async def tuning_job_event(
     await tuning_step(operator_context(memo), namespace, owner, logger)
 
 
-@kopf.on.delete(GROUP, VERSION, PLURAL, id="tuning-cleanup")
+@kopf.on.delete(GROUP, VERSION, PLURAL, id="tuning-cleanup", optional=True)
 async def llmservice_tuning_cleanup(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger,
                                     **_: Any) -> None:
     """Delete the service's tuning Jobs and forget its lock."""
@@ -232,7 +255,13 @@ async def llmservice_tuning_cleanup(body: kopf.Body, memo: kopf.Memo, logger: ko
 
 
 # --------------------------------------------------------------------------- adaptation
-@kopf.daemon(GROUP, VERSION, PLURAL, id="adaptation-presence", cancellation_timeout=5)
+def _adaptation_on(memo: kopf.Memo, **_: Any) -> bool:
+    ctx = memo.get(CONTEXT_KEY)
+    return isinstance(ctx, OperatorContext) and ctx.adaptation_task is not None
+
+
+@kopf.daemon(GROUP, VERSION, PLURAL, id="adaptation-presence", cancellation_timeout=5,
+             when=_adaptation_on)
 async def llmservice_adaptation_presence(
     stopped: kopf.DaemonStopped, memo: kopf.Memo, namespace: str | None, name: str | None,
     **_: Any,

@@ -9,9 +9,18 @@ outcomes the callers handle: 404 is "absent" (``None``/``False``), 409 is
 :class:`MissingAPIError` (say so in the status, retry later); everything else
 propagates to kopf's backoff.
 
-Apply: :func:`apply_children` creates what is missing and replaces what differs,
-compared by the ``llmops.dev/spec-hash`` annotation the renderer puts on every child;
-an unchanged child is not written at all, so a restart of the operator writes nothing.
+Apply: :func:`apply_children` writes each child by server-side apply (``PATCH`` with
+``application/apply-patch+yaml``, ``fieldManager=llm-operator``, ``force=true``): the API
+server merges the fields the operator renders into the object and keeps every field
+somebody else set (``kubectl rollout restart``'s ``restartedAt`` annotation on the pod
+template, a label an admission webhook added); fields the operator rendered before and
+no longer renders are removed. A child whose ``llmops.dev/spec-hash`` annotation (a hash
+of the rendered child) matches, with our labels and owner reference, is not written at
+all, so a restart of the operator writes nothing.
+
+Every call names its verb and resource in :data:`CLIENT_ACCESS` (checked on each
+request): the chart's RBAC is tested against that table and kopf's own needs
+(:mod:`.rbac`), so a call the chart does not grant fails in the tests, not on a cluster.
 """
 
 from __future__ import annotations
@@ -41,6 +50,7 @@ from ..constants import (
     PLURAL,
 )
 from ..timestamps import rfc3339
+from ..tuning.control import CACHE_CONFIGMAP
 
 log = logging.getLogger(__name__)
 
@@ -55,14 +65,77 @@ PLURALS: dict[str, str] = {
     "Job": "jobs",
     "Event": "events",
     "ConfigMap": "configmaps",
+    "PodDisruptionBudget": "poddisruptionbudgets",
     KIND: PLURAL,
 }
 MONITORING_GROUP = "monitoring.coreos.com"
 DISCOVERY_TTL_SECONDS = 60.0
+FIELD_MANAGER = MANAGED_BY  # the field manager of every server-side apply
+CONTENT_APPLY = "application/apply-patch+yaml"
+
+# Every (API group, resource) the operator's own client calls, the verbs it uses and, where
+# every call names one object of a few known names, those names (RBAC ``resourceNames``;
+# ``create`` cannot be restricted by name). An apply may create, so it needs ``create``
+# and ``patch``. Checked on every request (:meth:`KubeClient.request`).
+CLIENT_ACCESS: dict[tuple[str, str], tuple[frozenset[str], tuple[str, ...]]] = {
+    (GROUP, PLURAL): (frozenset({"get"}), ()),
+    (GROUP, PLURAL + "/status"): (frozenset({"patch"}), ()),
+    ("apps", "deployments"): (frozenset({"get", "create", "patch", "delete"}), ()),
+    ("", "services"): (frozenset({"get", "create", "patch", "delete"}), ()),
+    ("leaderworkerset.x-k8s.io", "leaderworkersets"):
+        (frozenset({"get", "create", "patch", "delete"}), ()),
+    (MONITORING_GROUP, "podmonitors"): (frozenset({"get", "create", "patch", "delete"}), ()),
+    ("policy", "poddisruptionbudgets"): (frozenset({"get", "create", "patch", "delete"}), ()),
+    ("batch", "jobs"): (frozenset({"get", "list", "create", "delete"}), ()),
+    ("", "pods"): (frozenset({"list"}), ()),
+    ("", "configmaps"): (frozenset({"get", "patch"}), (CACHE_CONFIGMAP,)),
+    ("", "configmaps:create"): (frozenset({"create"}), ()),
+    ("", "events"): (frozenset({"create"}), ()),
+}
 
 
 class ConflictError(Exception):
     """The object changed (or appeared) between read and write: retry soon."""
+
+
+class UndeclaredAccessError(Exception):
+    """A call that :data:`CLIENT_ACCESS` (and so the chart's RBAC) does not list: a bug."""
+
+
+def access_of(method: str, path: str, query: Sequence[tuple[str, str]] = ()
+              ) -> tuple[str, str, str, str | None] | None:
+    """The RBAC view of one request: (verb, API group, resource[/subresource], name);
+    None for a path that names no resource (discovery)."""
+    parts = [p for p in path.split("?")[0].split("/") if p]
+    if len(parts) >= 3 and parts[0] == "api":
+        group, rest = "", parts[2:]
+    elif len(parts) >= 4 and parts[0] == "apis":
+        group, rest = parts[1], parts[3:]
+    else:
+        return None
+    if rest[0] == "namespaces" and len(rest) >= 3:
+        rest = rest[2:]
+    resource = rest[0] + (f"/{rest[2]}" if len(rest) >= 3 else "")
+    name = rest[1] if len(rest) >= 2 else None
+    watch = any(k == "watch" and v in ("true", "1") for k, v in query)
+    verb = {"GET": "watch" if watch else ("get" if name else "list"), "POST": "create",
+            "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method.upper(), "")
+    return verb, group, resource, name
+
+
+def check_access(method: str, path: str, query: Sequence[tuple[str, str]] = ()) -> None:
+    """Raise :class:`UndeclaredAccessError` for a call :data:`CLIENT_ACCESS` does not list."""
+    access = access_of(method, path, query)
+    if access is None:
+        return
+    verb, group, resource, name = access
+    for key in ((group, resource), (group, f"{resource}:{verb}")):
+        verbs, names = CLIENT_ACCESS.get(key, (frozenset(), ()))
+        if verb in verbs and (not names or name in names):
+            return
+    raise UndeclaredAccessError(
+        f"{method} {path}: verb {verb!r} on {resource!r} ({group or 'core'}) is not in "
+        "CLIENT_ACCESS; declare it there and grant it in charts/llm-operator/templates/rbac.yaml")
 
 
 class MissingAPIError(Exception):
@@ -94,6 +167,16 @@ def plural_of(kind: str) -> str:
 
 def _status_of(exc: ApiError) -> int:
     return exc.status
+
+
+def _namespace_missing(exc: ApiError) -> bool:
+    """Whether a 404 says the namespace is missing (not the kind): the API server names
+    ``namespaces`` in the Status details then."""
+    try:
+        details = json.loads(exc.body).get("details") or {}
+    except (ValueError, AttributeError):
+        return False
+    return bool(details.get("kind") == "namespaces")
 
 
 class ApiError(Exception):
@@ -175,6 +258,14 @@ class KubeClient:
     ) -> JSON | None:
         """One API call with a JSON body; returns the decoded response or raises
         :class:`ApiError`."""
+        return (await self._send(method, path, body, content_type, query))[1]
+
+    async def _send(
+        self, method: str, path: str, body: Any = None, content_type: str | None = None,
+        query: Sequence[tuple[str, str]] = (),
+    ) -> tuple[int, JSON | None]:
+        """:meth:`request`, also returning the HTTP status (201: created)."""
+        check_access(method, path, query)
         if self._session is None:
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=32, ssl=self._ssl))
@@ -190,7 +281,7 @@ class KubeClient:
             text = await resp.text()
             if not 200 <= resp.status < 300:
                 raise ApiError(resp.status, text)
-        return json.loads(text) if text else None
+        return resp.status, (json.loads(text) if text else None)
 
     # -- reads ---------------------------------------------------------------------------
     async def get(
@@ -244,25 +335,28 @@ class KubeClient:
         except ApiError as exc:
             if _status_of(exc) == 409:
                 raise ConflictError(f"{obj['kind']} {meta['name']} already exists") from None
-            if _status_of(exc) == 404 and not await self._namespace_missing(meta):
+            if _status_of(exc) == 404 and not _namespace_missing(exc):
                 raise MissingAPIError(obj["apiVersion"], obj["kind"]) from None
             raise
 
-    async def _namespace_missing(self, meta: Mapping[str, Any]) -> bool:
-        ns = meta.get("namespace")
-        return bool(ns) and await self.get("v1", "Namespace", None, str(ns)) is None
-
-    async def replace(self, obj: Mapping[str, Any]) -> JSON:
-        """Replace (PUT) ``obj``; its ``metadata.resourceVersion`` is the precondition:
-        :class:`ConflictError` when somebody wrote in between."""
+    async def apply(self, obj: Mapping[str, Any]) -> tuple[JSON, bool]:
+        """Server-side apply ``obj`` as ``llm-operator`` (``force=true``: the operator's
+        fields are its own, whoever wrote them last); creates it when absent. Returns the
+        object as stored and whether it was created. :class:`ConflictError` on a 409,
+        :class:`MissingAPIError` when its kind is not served."""
         meta = obj["metadata"]
         path = resource_path(obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"])
         try:
-            return await self.request("PUT", path, dict(obj)) or {}
+            status, stored = await self._send(
+                "PATCH", path, dict(obj), CONTENT_APPLY,
+                query=[("fieldManager", FIELD_MANAGER), ("force", "true")])
         except ApiError as exc:
             if _status_of(exc) == 409:
                 raise ConflictError(f"{obj['kind']} {meta['name']} changed meanwhile") from None
+            if _status_of(exc) == 404 and not _namespace_missing(exc):
+                raise MissingAPIError(obj["apiVersion"], obj["kind"]) from None
             raise
+        return stored or {}, status == 201
 
     async def update_status(
         self, api_version: str, kind: str, namespace: str, name: str,
@@ -385,12 +479,27 @@ class ChildChange:
     action: WriteAction
 
 
+@dataclass(frozen=True)
+class ChildFailure:
+    """A child that could not be written (``step``: apply or delete) and why."""
+
+    kind: str
+    name: str
+    step: str
+    error: Exception
+
+    def __str__(self) -> str:
+        return f"{self.step} {self.kind} {self.name}: {self.error}"
+
+
 @dataclass
 class ApplyResult:
-    """What :func:`apply_children` did, and the children as the server now has them."""
+    """What :func:`apply_children` did, the children as the server now has them, and
+    the children it could not write."""
 
     changes: list[ChildChange] = field(default_factory=list)
     observed: dict[str, JSON] = field(default_factory=dict)  # kind -> object
+    failed: list[ChildFailure] = field(default_factory=list)
 
     @property
     def changed(self) -> list[ChildChange]:
@@ -429,86 +538,68 @@ def needs_write(desired: Mapping[str, Any], observed: Mapping[str, Any] | None) 
     return any(r.get("uid") not in have_refs for r in dmeta.get("ownerReferences") or [])
 
 
-def replacement(desired: Mapping[str, Any], observed: Mapping[str, Any]) -> JSON:
-    """The body that replaces ``observed`` with ``desired`` (pure).
-
-    Our labels and annotations win, others' stay (e.g. ``kubectl rollout restart``),
-    as do finalizers; ``resourceVersion`` makes the write conditional. Fields the API
-    server fills in (a Service's clusterIP) are kept by the server on a replace.
-    """
-    body = json.loads(json.dumps(desired))
-    meta, ometa = body["metadata"], observed.get("metadata") or {}
-    meta["labels"] = {**(ometa.get("labels") or {}), **(meta.get("labels") or {})}
-    meta["annotations"] = {**(ometa.get("annotations") or {}), **(meta.get("annotations") or {})}
-    meta["resourceVersion"] = ometa.get("resourceVersion")
-    if ometa.get("finalizers"):
-        meta["finalizers"] = ometa["finalizers"]
-    if body["kind"] == "Service":
-        for kept in ("clusterIP", "clusterIPs"):
-            if kept in (observed.get("spec") or {}):
-                body["spec"][kept] = observed["spec"][kept]
-    return body
-
-
 async def apply_children(
     kube: KubeClient, desired: Iterable[Mapping[str, Any]], *, expect_absent: bool = False
 ) -> ApplyResult:
-    """Create or replace each desired child so that it matches; write nothing for a
-    child that already matches (same spec hash, our labels and owner reference there).
+    """Server-side apply each desired child that differs (see the module docstring); write
+    nothing for a child that already matches (same spec hash, our labels and owner
+    reference there).
 
-    ``expect_absent`` (a service that was just created): try the create first and read
-    only if it already exists, which saves a read per child in the common case.
+    ``expect_absent`` (a service that was just created): apply without reading first,
+    which saves a read per child in the common case.
 
-    Raises :class:`ConflictError` when a child changed under us (the caller retries soon)
-    and :class:`MissingAPIError` when its kind is not served.
+    A child that fails does not stop the others: its error lands in
+    :attr:`ApplyResult.failed` (:class:`ConflictError`, :class:`MissingAPIError`,
+    :class:`ApiError` such as a 403 for a verb the RBAC lacks), and the caller decides.
     """
     result = ApplyResult()
     for want in desired:
         kind, meta = want["kind"], want["metadata"]
-        have: JSON | None = None
-        if expect_absent:
-            try:
-                have = await kube.create(want)
-                result.changes.append(ChildChange(kind, meta["name"], WriteAction.CREATED))
-                result.observed[kind] = have
-                continue
-            except ConflictError:
-                pass  # it exists (a re-created service, a previous pass): compare below
-        have = await kube.get(want["apiVersion"], kind, meta.get("namespace"), meta["name"])
-        if have is None:
-            # ConflictError here: created meanwhile (a racing pass); the retry compares.
-            have = await kube.create(want)
-            result.changes.append(ChildChange(kind, meta["name"], WriteAction.CREATED))
-        elif needs_write(want, have):
-            have = await kube.replace(replacement(want, have))
-            result.changes.append(ChildChange(kind, meta["name"], WriteAction.UPDATED))
-        else:
-            result.changes.append(ChildChange(kind, meta["name"], WriteAction.UNCHANGED))
-        result.observed[kind] = have
+        try:
+            have: JSON | None = None
+            if not expect_absent:
+                have = await kube.get(want["apiVersion"], kind, meta.get("namespace"),
+                                      meta["name"])
+            if expect_absent or needs_write(want, have):
+                have, created = await kube.apply(want)
+                action = WriteAction.CREATED if created else WriteAction.UPDATED
+                result.changes.append(ChildChange(kind, meta["name"], action))
+            else:
+                result.changes.append(ChildChange(kind, meta["name"], WriteAction.UNCHANGED))
+            result.observed[kind] = have or {}
+        except (ApiError, ConflictError, MissingAPIError) as exc:
+            result.failed.append(ChildFailure(kind, meta["name"], "apply", exc))
     return result
 
 
 async def delete_children(
-    kube: KubeClient, owner: Mapping[str, Any], kinds: Iterable[tuple[str, str, str]]
+    kube: KubeClient, owner: Mapping[str, Any], kinds: Iterable[tuple[str, str, str]],
+    failures: list[ChildFailure] | None = None,
 ) -> list[ChildChange]:
     """Delete the children ``(apiVersion, kind, name)`` of ``owner`` that it owns.
 
-    On a real cluster the garbage collector removes owned children by their owner
-    reference anyway; deleting them here as well makes removal explicit and prompt, and
-    is what cleans up where no garbage collector runs (the emulated API server).
-    Kinds the server does not serve are skipped.
+    Used for the children a new plan no longer wants (the other workload kind, the
+    PodMonitor, the PodDisruptionBudget) and, when the operator sees the deletion, for
+    those of a deleted LLMService (the garbage collector removes those by their owner
+    references anyway). Kinds the server does not serve are skipped. ``failures``: collect
+    errors there and go on with the next child (else the first error is raised).
     """
     meta = owner.get("metadata") or {}
     uid, namespace = meta.get("uid"), meta.get("namespace")
     changes: list[ChildChange] = []
     for api_version, kind, name in kinds:
-        if not await kube.serves(api_version):
-            continue
-        child = await kube.get(api_version, kind, namespace, name)
-        if child is None or not owned_by(child, uid):
-            continue
-        if await kube.delete(api_version, kind, namespace, name):
-            changes.append(ChildChange(kind, name, WriteAction.DELETED))
+        try:
+            if not await kube.serves(api_version):
+                continue
+            child = await kube.get(api_version, kind, namespace, name)
+            if child is None or not owned_by(child, uid):
+                continue
+            if await kube.delete(api_version, kind, namespace, name):
+                changes.append(ChildChange(kind, name, WriteAction.DELETED))
+        except ApiError as exc:
+            if failures is None:
+                raise
+            failures.append(ChildFailure(kind, name, "delete", exc))
     return changes
 
 

@@ -7,7 +7,19 @@
   loop all call it.
 - :func:`workload_changed`: a managed Deployment or LeaderWorkerSet changed: move
   Progressing, Available and Ready, and re-create a workload somebody deleted.
-- :func:`delete_owned`: the children of a deleted LLMService.
+- :func:`delete_owned`: the children of a deleted LLMService (when the operator sees the
+  deletion; the garbage collector removes them by their owner references anyway).
+
+A pass that changes the workload kind (a plan that moved between one node and several:
+Deployment <-> LeaderWorkerSet) is a multi-step switch: the new workload is applied
+first, and the old one is deleted only once the new one is written, so a failing step
+(a 403 for a verb the RBAC lacks, a 500) never leaves the service with no workload at
+all. Each child is written on its own: one that fails (a PodMonitor the RBAC does not let
+us patch) does not stop the others, nor the deletion of the old workload. What failed is
+in the ``ChildrenApplied`` condition (``WorkloadSwitchIncomplete`` while the old workload
+still holds its GPUs, ``ApplyFailed`` otherwise), and the pass ends in a
+:class:`kopf.TemporaryError`, so kopf runs it again and the next pass completes the
+switch (every step is idempotent).
 
 Status writers (the reconciliation, the tuning step, the adaptation loop) each own some
 keys and some conditions of one ``status``; every write goes through :func:`write_status`,
@@ -28,10 +40,19 @@ from ..constants import GROUP, KIND, VERSION
 from ..errors import SpecError, SpecErrors
 from ..models import parse_llmservice
 from ..planning import Plan, make_plan
-from ..rendering import LWS_API_VERSION, LWS_KIND, LWS_NAME_SUFFIX, render_all, with_placement
+from ..rendering import (
+    LWS_API_VERSION,
+    LWS_KIND,
+    LWS_NAME_SUFFIX,
+    is_multi_node,
+    render_all,
+    serving_selector,
+    with_placement,
+)
 from .context import OperatorContext, clock
 from .kube import (
     MONITORING_GROUP,
+    ChildFailure,
     ConflictError,
     MissingAPIError,
     WriteAction,
@@ -43,6 +64,7 @@ from .kube import (
 WORKLOAD_KINDS = {"Deployment", LWS_KIND}
 CONFLICT_RETRY_SECONDS = 1
 MISSING_API_RETRY_SECONDS = 60
+FAILED_STEP_RETRY_SECONDS = 15  # a child that could not be written or deleted (403, 500)
 
 
 # --------------------------------------------------------------------------- reconcile
@@ -90,22 +112,26 @@ async def reconcile(
         return ReconcileOutcome(st.status_patch(current, new),
                        kopf.PermanentError(f"Invalid spec: {st.errors_message(errors)}"))
 
-    try:
-        applied = await apply_children(ctx.kube, desired, expect_absent=created)
-    except MissingAPIError as exc:
-        msg = f"{exc}; install it or change the spec so that its plan does not need it"
+    applied = await apply_children(ctx.kube, desired, expect_absent=created)
+    failures = list(applied.failed)
+    workload = desired[0]
+    workload_written = not any(f.kind == workload["kind"] for f in failures)
+    stale = _stale_children(name, {d["kind"] for d in desired})
+    if not workload_written:
+        # The old workload keeps serving until the new one is written: never delete first.
+        stale = [c for c in stale if c[1] not in WORKLOAD_KINDS]
+    for change in await delete_children(ctx.kube, body, stale, failures):
+        logger.info(f"Deleted {change.kind} {namespace}/{change.name}")
+    missing = next((f.error for f in failures if isinstance(f.error, MissingAPIError)), None)
+    if missing is not None:
+        msg = f"{missing}; install it or change the spec so that its plan does not need it"
         new = st.build_status(current, name=name, namespace=namespace, generation=generation,
                               now=now, plan=plan, missing_api=msg)
         return ReconcileOutcome(st.status_patch(current, new),
                        kopf.TemporaryError(msg, delay=MISSING_API_RETRY_SECONDS))
-    except ConflictError as exc:
-        return ReconcileOutcome({}, kopf.TemporaryError(str(exc), delay=CONFLICT_RETRY_SECONDS))
-
-    workload = desired[0]
-    stale = _stale_workloads(name, workload["kind"], monitor_wanted=any(
-        d["kind"] == "PodMonitor" for d in desired))
-    for change in await delete_children(ctx.kube, body, stale):
-        logger.info(f"Deleted {change.kind} {namespace}/{change.name}")
+    if failures and all(isinstance(f.error, ConflictError) for f in failures):
+        return ReconcileOutcome({}, kopf.TemporaryError("; ".join(map(str, failures)),
+                                                        delay=CONFLICT_RETRY_SECONDS))
 
     if applied.changed:
         logger.info(", ".join(f"{c.action} {c.kind} {namespace}/{c.name}"
@@ -118,12 +144,37 @@ async def reconcile(
                            f"{_args_summary(plan)}")
     state = st.WorkloadState.from_object(applied.observed.get(workload["kind"]),
                                          svc.spec.replicas)
+    selector = ",".join(f"{k}={v}" for k, v in
+                        serving_selector(svc, leaders_only=is_multi_node(plan)).items())
+    switch = _switch_incomplete(workload, failures, namespace)
     new = st.build_status(current, name=name, namespace=namespace, generation=generation,
                           now=now, plan=plan, workload=state, workload_kind=workload["kind"],
-                          engine=st.engine_in_effect(svc.spec.engine, plan, current))
+                          engine=st.engine_in_effect(svc.spec.engine, plan, current),
+                          selector=selector, apply_failures=[str(f) for f in failures],
+                          switch_incomplete=switch)
     if (current.get("plan") or {}) != new.get("plan"):
         ctx.post_event(body, "Normal", "Planned", st.plan_message(plan))
-    return ReconcileOutcome(st.status_patch(current, new))
+    error = None
+    if failures:
+        msg = switch or "; ".join(map(str, failures))
+        logger.warning(f"Not every child could be written: {msg}")
+        error = kopf.TemporaryError(msg, delay=FAILED_STEP_RETRY_SECONDS)
+    return ReconcileOutcome(st.status_patch(current, new), error)
+
+
+def _switch_incomplete(
+    workload: Mapping[str, Any], failures: list[ChildFailure], namespace: str
+) -> str | None:
+    """What a half-done switch between workload kinds leaves running (None: none is)."""
+    new = f"{workload['kind']} {namespace}/{workload['metadata']['name']}"
+    for f in failures:
+        if f.step == "delete" and f.kind in WORKLOAD_KINDS:
+            return (f"{new} is written, but {f.kind} {namespace}/{f.name}, which the plan no "
+                    f"longer uses, could not be deleted and keeps its GPUs: {f.error}; "
+                    f"retrying every {FAILED_STEP_RETRY_SECONDS}s")
+        if f.step == "apply" and f.kind == workload["kind"]:
+            return None  # nothing switched yet: the old workload (if any) serves on
+    return None
 
 
 async def write_status(
@@ -149,16 +200,11 @@ def _args_summary(plan: Plan) -> str:
             f"{plan.tensor_parallel_size}, --max-num-seqs {plan.max_num_seqs}")
 
 
-def _stale_workloads(
-    name: str, workload_kind: str, monitor_wanted: bool
-) -> list[tuple[str, str, str]]:
+def _stale_children(name: str, wanted_kinds: set[str]) -> list[tuple[str, str, str]]:
     """Children the current plan no longer wants: the other workload kind (a plan that
-    moved between one node and several), the PodMonitor when monitoring went away."""
-    stale = [("apps/v1", "Deployment", name)] if workload_kind != "Deployment" else [
-        (LWS_API_VERSION, LWS_KIND, name + LWS_NAME_SUFFIX)]
-    if not monitor_wanted:
-        stale.append((f"{MONITORING_GROUP}/v1", "PodMonitor", name))
-    return stale
+    moved between one node and several), the PodMonitor when monitoring went away, the
+    PodDisruptionBudget when replicas dropped to one."""
+    return [child for child in _children_of(name) if child[1] not in wanted_kinds]
 
 
 async def delete_owned(ctx: OperatorContext, body: kopf.Body, logger: Any) -> None:
@@ -175,6 +221,7 @@ def _children_of(name: str) -> list[tuple[str, str, str]]:
         (LWS_API_VERSION, LWS_KIND, name + LWS_NAME_SUFFIX),
         ("v1", "Service", name),
         (f"{MONITORING_GROUP}/v1", "PodMonitor", name),
+        ("policy/v1", "PodDisruptionBudget", name),
     ]
 
 
@@ -199,14 +246,24 @@ async def workload_changed(
     if st.condition_status(current, st.ConditionType.SPEC_VALID) != "True":
         return  # nothing of ours should run; the reconcile handler owns this state
     if type == "DELETED":
+        # Read the owner afresh: the index may not have seen it go yet (the garbage
+        # collector deletes the workload of a deleted LLMService), and re-creating a
+        # workload for a gone owner would leave an orphan.
+        fresh = await ctx.kube.get(f"{GROUP}/{VERSION}", KIND, namespace, owner)
+        fresh_meta = (fresh or {}).get("metadata") or {}
+        if fresh is None or fresh_meta.get("uid") != svc_meta.get("uid") or (
+                fresh_meta.get("deletionTimestamp")):
+            return
         kind = body.get("kind")
         logger.info(f"{kind} {namespace}/{body.meta.name} was deleted: re-creating it")
-        outcome = await reconcile(svc_body, ctx, logger)
+        outcome = await reconcile(fresh, ctx, logger)
+        svc_body = fresh
     else:
         replicas = int((svc_body.get("spec") or {}).get("replicas", 1))
         state = st.WorkloadState.from_object(body, replicas)
         conds = st.workload_conditions(
             current.get("conditions") or [], state, kind=str(body.get("kind")), name=owner,
             generation=svc_meta.get("generation"), now=clock())
-        outcome = ReconcileOutcome(st.status_patch(current, {"conditions": conds}))
+        outcome = ReconcileOutcome(st.status_patch(
+            current, {"conditions": conds, "replicas": state.replicas}))
     await write_status(ctx, svc_body, outcome.status_patch)

@@ -2,7 +2,7 @@
 
 Nothing here runs in production. :mod:`.emulator` serves the Kubernetes REST API from
 memory (kmock's ``KubernetesEmulator`` with the fixes kopf and kubectl need); it has no
-scheduler, kubelet, controllers or garbage collector, so results obtained against it
+scheduler, kubelet or controllers (only a simple garbage collector), so results obtained against it
 are emulator results, never cluster results. It needs the ``demo`` extra
 (``pip install 'llm-operator[demo]'``: kmock and a static kubectl).
 """

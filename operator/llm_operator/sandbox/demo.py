@@ -152,7 +152,7 @@ def run_demo(console: Console | None = None, *, keep: bool = False,
     console.print(Panel(
         "The Kubernetes API server in this demo is [bold]EMULATED[/] (kmock, in memory, in "
         "this process). It is [bold]not a cluster[/]: there is no scheduler, kubelet, "
-        "garbage collector or GPU, and no vLLM pod will start.\n"
+        "controller (but a simple garbage collector) or GPU, and no vLLM pod will start.\n"
         "Real: kubectl, the CRD, the example manifests, and the operator process "
         "(llm-operator run) planning, rendering and applying through the API.",
         title="llm-operator demo", border_style="yellow"))

@@ -23,12 +23,31 @@ too simple for kopf and kubectl, so this subclass serves resource paths itself:
   ``timeoutSeconds``;
 - ``/api/v1/namespaces`` (kmock's path parser cannot read it);
 - applied CustomResourceDefinitions are served (discovery, storage, schema defaults,
-  printer columns) and reported Established.
+  printer columns, the ``scale`` subresource) and reported Established;
+- server-side apply, in part (:func:`apply_patch`): ``PATCH`` with
+  ``application/apply-patch+yaml`` and a ``fieldManager`` creates the object when it is
+  absent (201), merges the applied configuration into it (maps merge, lists of named
+  items merge by ``name``, other lists are replaced whole), so fields the manager does
+  not send are kept, and removes the fields that the same manager applied last time and
+  no longer sends. Not emulated: ``metadata.managedFields`` (ownership is kept aside,
+  per manager, only for ``Apply`` requests, never shown), co-ownership (a field another
+  manager also set is still removed when its last applier drops it), conflicts (every
+  apply acts as with ``force=true``), dry runs;
+- the ``scale`` subresource (``autoscaling/v1`` Scale) of Deployments and of custom
+  resources whose CRD declares one (``specReplicasPath``, ``statusReplicasPath``,
+  ``labelSelectorPath``): what ``kubectl scale`` and a HorizontalPodAutoscaler use;
+- garbage collection of dependents, in the background: when an object is removed, the
+  objects whose every owner reference names a removed object are deleted too (no
+  foreground deletion, no orphaning);
+- fault injection for tests: ``POST /emulator/faults`` with ``{"method", "plural",
+  "name" (optional), "code", "times"}`` makes the next ``times`` matching requests fail
+  with ``code`` (e.g. a 403 as missing RBAC gives); ``GET`` lists what is left;
+  ``GET /emulator/watches`` lists the open watches with their selectors.
 
 Still NOT emulated (tests play these parts or do without): scheduler, kubelet and every
-controller (a Deployment gets no status unless somebody writes it), the garbage
-collector (owner references are stored but nothing is collected), admission, schema
-validation and CEL rules, server-side apply, authentication and RBAC.
+controller (a Deployment gets no status unless somebody writes it), admission, schema
+validation and CEL rules, authentication and RBAC (every token may do everything; 403s
+come only from injected faults).
 
 Run it: ``python -m llm_operator.sandbox.emulator --port 0 --kubeconfig kubeconfig.yaml``.
 """
@@ -40,6 +59,7 @@ import asyncio
 import collections
 import contextlib
 import copy
+import dataclasses
 import datetime as dt
 import json
 import re
@@ -67,6 +87,13 @@ DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease"
 CONTENT_JSON_PATCH = "application/json-patch+json"
 CONTENT_MERGE_PATCH = "application/merge-patch+json"
 CONTENT_STRATEGIC = "application/strategic-merge-patch+json"
+CONTENT_APPLY = "application/apply-patch+yaml"
+FAULTS_PATH = "/emulator/faults"
+WATCHES_PATH = "/emulator/watches"
+# The scale subresource of the built-in kinds that have one (spec, status, selector).
+_BUILTIN_SCALE: dict[tuple[str, str], tuple[str, str, str]] = {
+    ("apps", "deployments"): (".spec.replicas", ".status.replicas", ".spec.selector"),
+}
 
 
 class ApiError(Exception):
@@ -185,6 +212,74 @@ def strategic_merge_patch(target: Any, patch: Any) -> Any:
                 _strip_directives(copy.deepcopy(v))
             )
     return result
+
+
+FieldPath = tuple[Any, ...]  # keys; ("name", X) marks the item named X of a list
+
+
+def field_paths(value: Any, prefix: FieldPath = ()) -> set[FieldPath]:
+    """Every field an applied configuration sets: map keys, items of lists of named
+    items (by name) and their fields; any other list is one (atomic) field."""
+    out: set[FieldPath] = set()
+    if isinstance(value, dict):
+        for k, v in value.items():
+            out.add((*prefix, k))
+            out |= field_paths(v, (*prefix, k))
+    elif isinstance(value, list) and value and _named(value):
+        for item in value:
+            path = (*prefix, ("name", item["name"]))
+            out.add(path)
+            out |= field_paths(item, path)
+    return out
+
+
+def _lookup(obj: Any, path: FieldPath) -> tuple[Any, Any]:
+    """(parent, key) of ``path`` in ``obj``; (None, None) when absent."""
+    parent: Any = obj
+    for n, seg in enumerate(path):
+        if isinstance(seg, tuple):
+            if not isinstance(parent, list):
+                return None, None
+            pos = next((i for i, o in enumerate(parent)
+                        if isinstance(o, dict) and o.get("name") == seg[1]), None)
+            if pos is None:
+                return None, None
+            key: Any = pos
+        else:
+            if not isinstance(parent, dict) or seg not in parent:
+                return None, None
+            key = seg
+        if n == len(path) - 1:
+            return parent, key
+        parent = parent[key]
+    return None, None
+
+
+def apply_patch(current: JSON, applied: JSON, previous: set[FieldPath]) -> JSON:
+    """Server-side apply as far as the emulator goes (see the module docstring): merge
+    ``applied`` into ``current``, then remove what the manager applied before
+    (``previous``) and no longer sends, deepest first; a map or list that still holds
+    fields somebody else set stays."""
+    result: JSON = strategic_merge_patch(copy.deepcopy(current), applied)
+    for path in sorted(previous - field_paths(applied), key=len, reverse=True):
+        if path[-1] == "name" and len(path) > 1 and isinstance(path[-2], tuple):
+            continue  # an item's key goes with its item
+        parent, key = _lookup(result, path)
+        if parent is None:
+            continue
+        value = parent[key]
+        rest = value
+        if isinstance(path[-1], tuple) and isinstance(value, dict):
+            rest = {k: v for k, v in value.items() if k != "name"}
+        if isinstance(rest, (dict, list)) and rest and any(
+                len(p) > len(path) and p[:len(path)] == path for p in previous):
+            continue  # what is left in it was set by others (ours went just before): keep
+        if isinstance(parent, list):
+            parent.pop(key)
+        else:
+            del parent[key]
+    return result
+
 
 
 def apply_schema_defaults(value: Any, schema: JSON) -> Any:
@@ -360,6 +455,9 @@ class EmulatedAPIServer(kmock.KubernetesEmulator):
     _history_floor: dict[tuple[str, str], int] = attrs.field(factory=dict, init=False)
     _crds: dict[tuple[str, str], JSON] = attrs.field(factory=dict, init=False)
     _next_ip: int = attrs.field(default=0, init=False)
+    # Server-side apply: the fields each manager applied last, per object (never shown).
+    _applied: dict[Key, dict[str, set[FieldPath]]] = attrs.field(factory=dict, init=False)
+    faults: list[JSON] = attrs.field(factory=list, init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -383,13 +481,50 @@ class EmulatedAPIServer(kmock.KubernetesEmulator):
 
     # ----------------------------------------------------------------- HTTP entry point
     async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        if raw_request.path == FAULTS_PATH:
+            return await self._serve_faults(raw_request)
+        if raw_request.path == WATCHES_PATH:  # who watches what, with which selectors
+            return aiohttp.web.json_response({"watches": [
+                {"group": w.group, "plural": w.plural, "namespace": w.namespace,
+                 "labelSelector": w.labels, "fieldSelector": w.fields}
+                for w in self._watchers]})
         target = parse_target(raw_request.path)
         if target is None:
             return await super().__call__(raw_request)  # discovery & co: kmock serves them
         try:
+            self._inject_fault(raw_request.method.upper(), target)
             return await self._serve(raw_request, target)
         except ApiError as exc:
             return aiohttp.web.json_response(exc.status(), status=exc.code)
+
+    # ----------------------------------------------------------------- fault injection
+    def add_fault(self, method: str, plural: str, code: int, name: str | None = None,
+                  times: int = 1) -> None:
+        """Fail the next ``times`` requests ``method`` on ``plural`` (and ``name``)."""
+        self.faults.append({"method": method.upper(), "plural": plural, "name": name,
+                            "code": int(code), "times": int(times)})
+
+    async def _serve_faults(self, req: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        if req.method.upper() == "POST":
+            spec = json.loads(await req.read() or b"{}")
+            self.add_fault(spec["method"], spec["plural"], spec["code"], spec.get("name"),
+                           spec.get("times", 1))
+        elif req.method.upper() == "DELETE":
+            self.faults.clear()
+        return aiohttp.web.json_response({"faults": self.faults})
+
+    def _inject_fault(self, method: str, t: Target) -> None:
+        for fault in self.faults:
+            if fault["method"] == method and fault["plural"] == t.plural and (
+                    fault["name"] in (None, t.name)) and t.subresource is None:
+                fault["times"] -= 1
+                if fault["times"] <= 0:
+                    self.faults.remove(fault)
+                reason = {403: "Forbidden", 409: "Conflict", 500: "InternalError"}.get(
+                    fault["code"], "InjectedFault")
+                raise ApiError(fault["code"], reason,
+                               f"injected fault: {method} {t.plural}/{t.name or ''} "
+                               f"answers {fault['code']}")
 
     async def _serve(self, req: aiohttp.web.BaseRequest, t: Target) -> aiohttp.web.StreamResponse:
         info = self._info(t.group, t.version, t.plural)
@@ -401,22 +536,32 @@ class EmulatedAPIServer(kmock.KubernetesEmulator):
             return await self._watch(req, t)
         if method == "GET" and t.name is None:
             return self._respond(req, t, self._list(t, params), listing=True)
+        if method == "GET" and t.subresource == "scale":
+            return aiohttp.web.json_response(self._scale_of(t, self._fetch(t)))
         if method == "GET":
             return self._respond(req, t, self._fetch(t))
         body = await req.read()
-        if body and "json" not in req.headers.get("Content-Type", "json"):
+        ctype = req.headers.get("Content-Type", "").split(";")[0].strip()
+        if body and ctype != CONTENT_APPLY and "json" not in (ctype or "json"):
             # kubectl tries protobuf for built-in kinds and falls back to JSON on a 415.
             raise ApiError(415, "UnsupportedMediaType", "the emulator speaks JSON only")
         try:
-            data = json.loads(body) if body else None
-        except ValueError as exc:
-            raise ApiError(400, "BadRequest", f"the body is not JSON: {exc}") from None
+            if ctype == CONTENT_APPLY:
+                data = yaml.safe_load(body) if body else None  # YAML (JSON is YAML too)
+            else:
+                data = json.loads(body) if body else None
+        except (ValueError, yaml.YAMLError) as exc:
+            raise ApiError(400, "BadRequest", f"the body cannot be decoded: {exc}") from None
+        if method == "PATCH" and ctype == CONTENT_APPLY and t.name is not None:
+            obj, created = self._apply(t, params, data)
+            return aiohttp.web.json_response(obj, status=201 if created else 200)
         if method == "POST" and t.name is None:
             if not isinstance(data, dict):
                 raise ApiError(400, "BadRequest", "the body must be an object")
             return aiohttp.web.json_response(self._create(t, data), status=201)
+        if method in ("PATCH", "PUT") and t.subresource == "scale" and t.name is not None:
+            return aiohttp.web.json_response(self._update_scale(t, method, ctype, data))
         if method in ("PATCH", "PUT") and t.name is not None:
-            ctype = req.headers.get("Content-Type", "").split(";")[0].strip()
             return aiohttp.web.json_response(self._update(t, method, ctype, data))
         if method == "DELETE" and t.name is not None:
             return aiohttp.web.json_response(self._delete(t))
@@ -443,6 +588,8 @@ class EmulatedAPIServer(kmock.KubernetesEmulator):
                 entry["shortNames"] = []
                 entry["categories"] = []
                 entry["verbs"] = ["get", "patch", "update"]
+            if entry["name"].endswith("/scale"):  # as kube-apiserver: autoscaling/v1 Scale
+                entry.update(kind="Scale", group="autoscaling", version="v1")
         return doc
 
     def _info(self, group: str, version: str, plural: str) -> Any:
@@ -485,7 +632,8 @@ class EmulatedAPIServer(kmock.KubernetesEmulator):
                        "update", "watch"},
                 shortnames=set(names.get("shortNames", [])),
                 categories=set(names.get("categories", [])),
-                subresources={"status"} if "status" in (ver.get("subresources") or {}) else set(),
+                subresources={sub for sub in ("status", "scale")
+                              if sub in (ver.get("subresources") or {})},
             )
         self._crds[(group, plural)] = crd
 
@@ -770,7 +918,9 @@ class EmulatedAPIServer(kmock.KubernetesEmulator):
             "storedVersions": [v["name"] for v in spec.get("versions", []) if v.get("storage")],
         }
 
-    def _update(self, t: Target, method: str, ctype: str, data: Any) -> JSON:
+    def _update(self, t: Target, method: str, ctype: str, data: Any,
+                manager: str | None = None) -> JSON:
+        """PUT or PATCH (``manager``: the field manager of a server-side apply)."""
         assert t.name is not None
         info = self._info(t.group, t.version, t.plural)
         key = (t.group, t.plural, t.namespace, t.name)
@@ -801,6 +951,12 @@ class EmulatedAPIServer(kmock.KubernetesEmulator):
             precondition = (data.get("metadata") or {}).get("resourceVersion")
             patcher = strategic_merge_patch if ctype == CONTENT_STRATEGIC else merge_patch
             new = patcher(base, data)
+        elif ctype == CONTENT_APPLY and manager is not None:
+            if not isinstance(data, dict):
+                raise ApiError(400, "BadRequest", "an apply patch must be an object")
+            precondition = (data.get("metadata") or {}).get("resourceVersion")
+            new = apply_patch(base, data, self._applied.get(key, {}).get(manager, set()))
+            self._applied.setdefault(key, {})[manager] = field_paths(data)
         else:
             raise ApiError(415, "UnsupportedMediaType",
                            f"the emulator does not support {ctype or 'this'} patches "
@@ -842,8 +998,100 @@ class EmulatedAPIServer(kmock.KubernetesEmulator):
         if meta.get("deletionTimestamp") and not meta.get("finalizers"):
             del self.objects_by_key[key]
             self._emit(t.group, t.plural, "DELETED", result)
+            self._removed(key, result)
             return result
         return self._store(t, key, result, "MODIFIED")
+
+    def _removed(self, key: Key, gone: JSON) -> None:
+        """Forget what was applied to ``key``, and collect the garbage: delete (in the
+        background) the objects none of whose owners exists any more."""
+        self._applied.pop(key, None)
+        uid = gone["metadata"].get("uid")
+        alive = {o["metadata"].get("uid") for o in self.objects_by_key.values()}
+        for k, obj in list(self.objects_by_key.items()):
+            refs = obj["metadata"].get("ownerReferences") or []
+            if k in self.objects_by_key and any(r.get("uid") == uid for r in refs) and not any(
+                    r.get("uid") in alive for r in refs):
+                self._delete_key(k, obj)
+
+    # ----------------------------------------------------------------- apply and scale
+    def _apply(self, t: Target, params: Any, data: Any) -> tuple[JSON, bool]:
+        """Server-side apply (see :func:`apply_patch`); True when it created the object."""
+        assert t.name is not None
+        manager = params.get("fieldManager")
+        if not manager:
+            raise ApiError(400, "BadRequest", "PATCH, application/apply-patch+yaml: "
+                           "fieldManager is required for apply requests")
+        if not isinstance(data, dict):
+            raise ApiError(400, "BadRequest", "an apply patch must be an object")
+        if t.subresource is not None:
+            raise ApiError(404, "NotFound", "the emulator applies whole objects only")
+        key = (t.group, t.plural, t.namespace, t.name)
+        if key in self.objects_by_key:
+            return self._update(t, "PATCH", CONTENT_APPLY, data, manager=manager), False
+        if (data.get("metadata") or {}).get("name") not in (None, t.name):
+            raise ApiError(400, "BadRequest", "the name of the object does not match the URL")
+        body = copy.deepcopy(data)
+        body.setdefault("metadata", {})["name"] = t.name
+        created = self._create(dataclasses.replace(t, name=None), body)
+        self._applied[key] = {manager: field_paths(data)}
+        return created, True
+
+    def _scale_paths(self, t: Target) -> tuple[str, str, str]:
+        builtin = _BUILTIN_SCALE.get((t.group, t.plural))
+        if builtin is not None:
+            return builtin
+        ver = self._crd_version(t.group, t.plural, t.version) or {}
+        scale = (ver.get("subresources") or {}).get("scale")
+        if scale is None:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        return (scale["specReplicasPath"], scale["statusReplicasPath"],
+                scale.get("labelSelectorPath", ""))
+
+    def _scale_of(self, t: Target, obj: JSON) -> JSON:
+        """The ``autoscaling/v1`` Scale of ``obj``, read through its scale paths."""
+        spec_path, status_path, selector_path = self._scale_paths(t)
+        selector = jsonpath_value(obj, selector_path) if selector_path else None
+        if isinstance(selector, dict):  # a Deployment's LabelSelector, as a string
+            selector = ",".join(f"{k}={v}" for k, v in (selector.get("matchLabels") or {}).items())
+        meta = obj["metadata"]
+        status: JSON = {"replicas": int(jsonpath_value(obj, status_path) or 0)}
+        if selector:
+            status["selector"] = selector
+        return {
+            "kind": "Scale", "apiVersion": "autoscaling/v1",
+            "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion",
+                                              "creationTimestamp") if k in meta},
+            "spec": {"replicas": int(jsonpath_value(obj, spec_path) or 0)},
+            "status": status,
+        }
+
+    def _update_scale(self, t: Target, method: str, ctype: str, data: Any) -> JSON:
+        """A write to ``/scale``: its ``spec.replicas`` lands at the object's
+        specReplicasPath (with the Scale's resourceVersion as the precondition)."""
+        cur = self._fetch(t)
+        scale = self._scale_of(t, cur)
+        if method == "PUT":
+            new = data if isinstance(data, dict) else {}
+        elif ctype == CONTENT_JSON_PATCH:
+            new = jsonpatch.apply_patch(scale, data)
+        else:
+            new = merge_patch(scale, data)
+        replicas = (new.get("spec") or {}).get("replicas")
+        if not isinstance(replicas, int) or replicas < 0:
+            raise ApiError(422, "Invalid", "spec.replicas: must be a non-negative integer")
+        patch: JSON = {}
+        node = patch
+        keys = self._scale_paths(t)[0].strip(".").split(".")
+        for k in keys[:-1]:
+            node = node.setdefault(k, {})
+        node[keys[-1]] = replicas
+        version = (new.get("metadata") or {}).get("resourceVersion")
+        if version is not None:
+            patch["metadata"] = {"resourceVersion": version}
+        obj = self._update(dataclasses.replace(t, subresource=None), "PATCH",
+                           CONTENT_MERGE_PATCH, patch)
+        return self._scale_of(t, obj)
 
     def _delete(self, t: Target) -> JSON:
         assert t.name is not None
@@ -866,6 +1114,7 @@ class EmulatedAPIServer(kmock.KubernetesEmulator):
             return new
         gone = self._bump(self.objects_by_key.pop(key))
         self._emit(group, plural, "DELETED", gone)
+        self._removed(key, gone)
         if group == "" and plural == "namespaces":
             for k in [k for k in self.objects_by_key if k[2] == name]:
                 self._delete_key(k, self.objects_by_key[k])
