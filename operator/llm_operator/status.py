@@ -60,6 +60,7 @@ class Reason(StrEnum):
     SERVING = "Serving"
     WAITING_FOR_REPLICAS = "WaitingForReplicas"
     SCALED_TO_ZERO = "ScaledToZero"
+    TUNING_BEFORE_SERVING = "TuningBeforeServing"  # spec.tuning.placement BeforeServing
 
 
 @dataclass(frozen=True)
@@ -259,6 +260,7 @@ def build_status(
     workload_kind: str = "Deployment",
     missing_api: str | None = None,
     engine: JSON | None = None,
+    held: str | None = None,
 ) -> JSON:
     """The operator's keys of ``status`` after one pass (pure).
 
@@ -266,6 +268,8 @@ def build_status(
 
     ``errors``: the spec cannot be served (SpecValid False, Ready False, the old plan is
     dropped). ``missing_api``: a kind the plan needs is not served by the cluster.
+    ``held``: why the workload is not created yet (a first tuning run goes before it:
+    Ready False, reason ``TuningBeforeServing``).
     Otherwise the plan and the workload's state set the other conditions.
     """
     current = current or {}
@@ -296,6 +300,9 @@ def build_status(
     if missing_api is not None:
         conds = set_condition(conds, ConditionType.READY, False, Reason.API_MISSING,
                               missing_api, generation=g, now=now)
+    elif held is not None:
+        conds = set_condition(conds, ConditionType.READY, False, Reason.TUNING_BEFORE_SERVING,
+                              held, generation=g, now=now)
     elif workload is not None:
         conds = workload_conditions(conds, workload, kind=workload_kind, name=name,
                                     generation=g, now=now)

@@ -29,6 +29,7 @@ from ..errors import SpecError, SpecErrors
 from ..models import parse_llmservice
 from ..planning import Plan, make_plan
 from ..rendering import LWS_API_VERSION, LWS_KIND, LWS_NAME_SUFFIX, render_all
+from ..tuning.placement import held_before_serving, serving_view
 from .context import OperatorContext, clock
 from .kube import (
     MONITORING_GROUP,
@@ -74,8 +75,14 @@ async def reconcile(
         monitor = None
         if ctx.settings.pod_monitor == "auto":
             monitor = MONITORING_GROUP in await ctx.kube.served_groups()
-        desired = render_all(svc, plan, ctx.settings, pod_monitor=monitor,
+        # spec.tuning.placement: a replica lent to a tuning run, or a new service's
+        # server held back until its first run ends (tuning/placement.py).
+        serving = serving_view(svc, current)
+        held = held_before_serving(svc, plan, current)
+        desired = render_all(serving, plan, ctx.settings, pod_monitor=monitor,
                              overrides=st.engine_overrides(current))
+        if held is not None:
+            desired = [d for d in desired if d["kind"] not in WORKLOAD_KINDS]
     except (SpecError, SpecErrors) as exc:
         errors = exc.errors if isinstance(exc, SpecErrors) else [exc]
         new = st.build_status(current, name=name, namespace=namespace, generation=generation,
@@ -100,6 +107,11 @@ async def reconcile(
     except ConflictError as exc:
         return ReconcileOutcome({}, kopf.TemporaryError(str(exc), delay=CONFLICT_RETRY_SECONDS))
 
+    if held is not None:
+        new = st.build_status(current, name=name, namespace=namespace, generation=generation,
+                              now=now, plan=plan, held=held,
+                              engine=st.engine_in_effect(svc.spec.engine, plan, current))
+        return ReconcileOutcome(st.status_patch(current, new))
     workload = desired[0]
     stale = _stale_workloads(name, workload["kind"], monitor_wanted=any(
         d["kind"] == "PodMonitor" for d in desired))
@@ -116,7 +128,7 @@ async def reconcile(
                            f"{verb} {change.kind} {namespace}/{change.name}: "
                            f"{_args_summary(plan)}")
     state = st.WorkloadState.from_object(applied.observed.get(workload["kind"]),
-                                         svc.spec.replicas)
+                                         serving.spec.replicas)
     new = st.build_status(current, name=name, namespace=namespace, generation=generation,
                           now=now, plan=plan, workload=state, workload_kind=workload["kind"],
                           engine=st.engine_in_effect(svc.spec.engine, plan, current))
@@ -203,6 +215,11 @@ async def workload_changed(
         outcome = await reconcile(svc_body, ctx, logger)
     else:
         replicas = int((svc_body.get("spec") or {}).get("replicas", 1))
+        if (current.get("tuning") or {}).get("borrowedReplicas"):
+            try:  # a replica lent to a tuning run is not missing
+                replicas = serving_view(parse_llmservice(svc_body), current).spec.replicas
+            except (SpecError, SpecErrors):
+                pass
         state = st.WorkloadState.from_object(body, replicas)
         conds = st.workload_conditions(
             current.get("conditions") or [], state, kind=str(body.get("kind")), name=owner,
