@@ -870,7 +870,9 @@ def _explain_alternatives(ex: list[Explained], warnings: list[str], spec: LLMSer
                                     "queueWaitBoundSeconds": round(wait, 3),
                                     "ttftObjectiveSeconds": need.ttft_s,
                                     "floor": KV_SHORTFALL_FLOOR, "chosen": text,
-                                    "alternative": _serves(need, big)}))
+                                    "alternative": _serves(need, big),
+                                    "alternativeTensorParallelSize": big.tp,
+                                    "alternativePipelineParallelSize": big.pp}))
         pin = ("spec.engine.tensorParallelSize" if big.pp == 1 else "spec.gpus.count")
         value = big.tp if big.pp == 1 else big.gpus
         warnings.append(f"{text}; to hold every sequence set {pin}: {value}")
@@ -886,7 +888,9 @@ def _explain_alternatives(ex: list[Explained], warnings: list[str], spec: LLMSer
                             f"{need.concurrency}", unit="sequences", formula=rule,
                             inputs={"option": _serves(need, small), "heldSequences": held,
                                     "concurrency": need.concurrency, "notChosen": why,
-                                    "queueWaitBoundSeconds": round(min(wait, 1e9), 3)}))
+                                    "queueWaitBoundSeconds": round(min(wait, 1e9), 3),
+                                    "alternativeTensorParallelSize": small.tp,
+                                    "alternativePipelineParallelSize": small.pp}))
 
 
 def _plan_max_num_seqs(ex: list[Explained], warnings: list[str], spec: LLMServiceSpec,

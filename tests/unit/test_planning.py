@@ -604,3 +604,15 @@ def test_pinned_tp_that_needs_pipeline_stages_on_one_node_says_why() -> None:
     assert "tensorParallelSize is pinned" in pp.formula
     assert any("pipeline stages" in w and "one node" in w and "TP=4" in w
                for w in plan.warnings)
+
+
+def test_the_performance_model_predicts_both_tp_options_at_the_workload() -> None:
+    """`llm-operator plan` shows the option not taken as the performance model sees it:
+    with 2 of the 64 sequences queued, TP=2's TTFT is the higher one."""
+    from llm_operator.perfmodel import tp_alternative
+
+    s = LLMServiceSpec.model_validate(FP8_70B_L40S)
+    (chosen, at_2), (other, at_4) = tp_alternative(s, make_plan(s))
+    assert (chosen.tensor_parallel_size, other.tensor_parallel_size) == (2, 4)
+    assert at_2.queued > at_4.queued and at_2.ttft_s > at_4.ttft_s
+    assert tp_alternative(spec(L405B, "H100"), make_plan(spec(L405B, "H100"))) == []
