@@ -66,6 +66,7 @@ def test_borrow_replica_lends_one_replica_while_running_and_returns_it() -> None
     start = decide(svc, plan, fp, name, None)
     assert start.action is tc.TuningAction.START and start.tuning is not None
     assert start.tuning["borrowedReplicas"] == 1
+    assert "replica is lent" in tc.tuned_condition(start.tuning)[2]  # type: ignore[index]
     assert tp.render_changed(svc, plan, {}, start.tuning)
     lent = render_all(tp.serving_view(svc, {"tuning": start.tuning}), plan, SETTINGS)[0]
     assert lent["spec"]["replicas"] == 2

@@ -806,7 +806,11 @@ def tuned_condition(tuning: Mapping[str, Any]) -> tuple[str, str, str] | None:
         retry = int(tuning.get("attempts") or 1) - 1
         message = (f"Job {tuning.get('jobName')} is benchmarking "
                    f"{', '.join(tuning.get('tunable') or [])}"
-                   + (f" (retry {retry} of {tuning.get('maxRetries')})" if retry > 0 else ""))
+                   + (f" (retry {retry} of {tuning.get('maxRetries')})" if retry > 0 else "")
+                   + ("; one serving replica is lent to it until it ends"
+                      if tuning.get("borrowedReplicas") else "")
+                   + ("; the server starts when it ends" if tuning.get("beforeServing")
+                      else ""))
     else:
         message = str(tuning.get("reason") or state.value)
     return status, reason, message
