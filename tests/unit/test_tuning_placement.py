@@ -161,6 +161,7 @@ def test_a_scheduled_pod_pulling_its_image_gets_the_pull_margin() -> None:
     pods = [pending_pod_obj(scheduled=True, created=AT_NOW)]
     pods[0]["status"]["containerStatuses"] = [
         {"name": "tuner", "state": {"waiting": {"reason": "ContainerCreating"}}}]
+    assert tc.pending_pod(pods, job(name, fp), AT_NOW + 10) is None  # just started
     later = AT_NOW + 6 * 60
     pending = tc.pending_pod(pods, job(name, fp), later)
     assert pending is not None and pending.scheduled and "ContainerCreating" in pending.message

@@ -162,7 +162,8 @@ def _time(value: Any) -> float | None:
         return None
 
 
-# A Job with no pod this long is reported (the Job controller could not create one).
+# A Job with no pod, or a pod Pending without the scheduler saying why, is reported after
+# this long (an Unschedulable pod at once): a pod is normally placed and started sooner.
 NO_POD_REPORT_SECONDS = 60
 
 
@@ -185,8 +186,9 @@ def pending_pod(pods: Sequence[Mapping[str, Any]], job: ObservedJob | None,
                 now: float) -> PendingPod | None:
     """Why a running tuning Job's pod does not run (None when it runs, or has not
     waited long enough to say). Unscheduled: the ``PodScheduled=False`` condition's
-    reason and message (``0/4 nodes are available: 4 Insufficient nvidia.com/gpu``).
-    Scheduled but not started: the waiting container's reason (``ImagePullBackOff``).
+    reason and message (``0/4 nodes are available: 4 Insufficient nvidia.com/gpu``), at
+    once. Otherwise Pending for :data:`NO_POD_REPORT_SECONDS`: the waiting container's
+    reason (``ImagePullBackOff``), or that the scheduler has not placed it yet.
     No pod at all after :data:`NO_POD_REPORT_SECONDS`: the Job controller could not make
     one (a missing PriorityClass, a ResourceQuota), which the Job's Events tell."""
     live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
@@ -207,6 +209,8 @@ def pending_pod(pods: Sequence[Mapping[str, Any]], job: ObservedJob | None,
             since = _time(cond.get("lastTransitionTime")) or created
             return PendingPod(since, str(cond.get("reason") or "Unschedulable"),
                               str(cond.get("message") or "not scheduled yet"), pod=name)
+    if now - created < NO_POD_REPORT_SECONDS:
+        return None  # a pod being placed or started: Pending only says something later
     scheduled = any(c.get("type") == "PodScheduled" and c.get("status") == "True"
                     for c in status.get("conditions") or [])
     waiting = [str((cs.get("state") or {}).get("waiting", {}).get("reason") or "")
