@@ -41,6 +41,22 @@ When a run is wanted (``spec.tuning.mode``):
     the settings the Deployment runs with because of this result (``maxNumSeqs``,
     ``maxNumBatchedTokens``), only the tunable ones, and nothing when the defaults were
     best. The renderer reads it (:func:`llm_operator.status.engine_overrides`).
+``placement``, ``borrowedReplicas``, ``beforeServing``
+    where the run gets its GPUs (:mod:`.placement`): a replica lent by serving while the
+    run is in flight, or a new service's server waiting for it.
+``pending``
+    the run's pod waits (``since``, the scheduler's or kubelet's ``reason`` and
+    ``message``, ``giveUpAfterSeconds``): ``Tuned`` is ``TuningPending``. Past the bound
+    the run is given up without retries (``unschedulable``, ``Tuned`` reason
+    ``TuningUnschedulable``).
+``partial``, ``partialReason``
+    the result is the best so far of a stopped run (the tuner said ``Partial``: its budget
+    or deadline ran out, or it was terminated), with why and how many trials ran.
+``revisionNote``
+    the result is keyed on a model revision that can move (see
+    :func:`~.fingerprint.revision_note`).
+``invalidField``
+    tuning is refused for a spec it cannot honour (the reason names the field and fix).
 
 Why ``applied`` is dropped when the fingerprint changes: settings measured for another
 model, GPU or context length are no evidence for the new one and can even be invalid
