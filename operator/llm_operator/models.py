@@ -183,11 +183,24 @@ class TuningMode(StrEnum):
     DISABLED = "Disabled"
 
 
+class TuningPlacement(StrEnum):
+    """Where the tuning Job gets its GPUs (see the CRD's description of
+    ``spec.tuning.placement`` and :mod:`llm_operator.tuning.placement`)."""
+
+    SPARE = "Spare"  # extra GPUs at a lower priority that never preempts
+    BORROW_REPLICA = "BorrowReplica"  # one serving replica stands down while tuning runs
+    BEFORE_SERVING = "BeforeServing"  # a new service tunes before its server starts
+
+
 class TuningSpec(_Model):
     mode: TuningMode = TuningMode.ON_ROLLOUT
     max_trials: int = Field(default=12, ge=1, le=100)
     max_duration_minutes: int = Field(default=60, ge=1, le=24 * 60)
     max_retries: int = Field(default=2, ge=0, le=10)
+    placement: TuningPlacement = TuningPlacement.SPARE
+    # None: the operator's LLMOP_TUNING_PRIORITY_CLASS (Spare placement only).
+    priority_class_name: str | None = Field(default=None, min_length=1)
+    max_pending_minutes: int = Field(default=10, ge=1, le=240)
 
 
 class AdaptationMode(StrEnum):

@@ -696,3 +696,27 @@ def suggest_for(spec: LLMServiceSpec, plan: Plan) -> Suggestion:
     i = inputs_for(spec, plan)
     return suggest_start(i.model, i.hardware, i.tp, i.workload, i.engine, i.slo,
                          upper=plan.max_num_seqs)
+
+
+def tp_alternative(spec: LLMServiceSpec, plan: Plan, *, gpus_per_node: int | None = None
+                   ) -> list[tuple[Plan, Point]]:
+    """The planned replica and the tensor-parallel option the planner did not take (the
+    ``kvShortfall`` or ``cheaperOption`` explanation), each predicted at the workload's
+    concurrency: what the SLO rule of the planner (a worst-case bound) looks like to the
+    performance model. Empty when there is no such option, or it spans pipeline stages."""
+    from .planning import make_plan
+
+    other = next((e for e in plan.explanations if e.name in ("kvShortfall", "cheaperOption")),
+                 None)
+    if other is None or other.inputs.get("alternativePipelineParallelSize", 1) != 1:
+        return []
+    tp = int(other.inputs["alternativeTensorParallelSize"])
+    engine = spec.engine.model_copy(update={"tensor_parallel_size": tp})
+    alt_spec = spec.model_copy(update={"engine": engine})
+    out: list[tuple[Plan, Point]] = []
+    kw = {} if gpus_per_node is None else {"gpus_per_node": gpus_per_node}
+    for s, p in ((spec, plan), (alt_spec, make_plan(alt_spec, **kw))):
+        i = inputs_for(s, p)
+        out.append((p, predict_point(i.model, i.hardware, i.tp, i.workload, i.engine,
+                                     spec.workload.concurrency)))
+    return out

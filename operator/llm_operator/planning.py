@@ -21,12 +21,18 @@ How the plan is reached (one replica):
    *fits* when weights/(TP x PP) leave room for one full sequence of KV (the pinned
    maxModelLen, else one request of the workload); it is *ideal* when the room holds the
    workload's concurrency (per replica) x (input + output) tokens. The first ideal
-   candidate on no more nodes than the first fitting one wins, else the first fitting.
+   candidate on no more nodes than the first fitting one wins, else the first fitting;
+   but a cheaper fitting candidate (fewer GPUs) wins over the ideal one when it holds
+   the workload closely enough (:func:`_tolerated`, no cliff at 100%): at least
+   :data:`KV_SHORTFALL_FLOOR` of the concurrent sequences, and the queue wait the
+   others see stays within the TTFT objective. The plan names the option not taken
+   and what it would serve.
 5. **Capacity.** KV token capacity = whole 16-token blocks in (usable - weights per GPU),
    as vLLM counts it; requests use all but one (vLLM's null block). max-num-seqs =
    those blocks / blocks per request, capped by vLLM's own
    default (see :func:`vllm_default_max_num_seqs`); maxModelLen = the model's context,
-   lowered (with a warning) when one such sequence would not fit.
+   lowered (with a warning) to :data:`MODEL_LEN_MARGIN` of what requests can use when
+   one such sequence would not fit with that margin.
 
 Sliding-window layers (Gemma 2, Mistral v0.1) are counted as full attention: the plan
 is conservative for them. User pins always win, but are validated.
@@ -67,6 +73,20 @@ NULL_BLOCKS = 1
 # activation peak at the default max-num-batched-tokens, CUDA graphs, NCCL and cuBLAS
 # workspaces. vLLM logs 1-4 GiB for 1B-70B models; 3 GiB is a middle estimate.
 OVERHEAD_BYTES_PER_GPU = 3 * GIB
+
+# The TP choice has no cliff at 100% of the workload (issue: an fp8 KV cache holding 95%
+# of it on TP=2 got TP=4, twice the GPUs). A candidate with fewer GPUs wins when its KV
+# cache holds at least this fraction of the concurrent sequences, AND the queue wait the
+# rest see is within the TTFT objective, bounded by Little's law with every output token
+# at the ITL objective (the slowest the SLO allows): wait <= (C - held) / held x
+# outputTokens x itlP95. The floor holds whatever the SLO allows: the declared workload
+# is itself an estimate.
+KV_SHORTFALL_FLOOR = 0.9
+
+# maxModelLen is planned with a margin below the predicted KV space for requests: the
+# capacity is a prediction (the overhead estimate above is a middle value of 1-4 GiB),
+# and vLLM refuses to start when maxModelLen exceeds what its memory profile finds.
+MODEL_LEN_MARGIN = 0.9
 
 DTYPE_BYTES: dict[str, int] = {
     "float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2,
@@ -297,6 +317,11 @@ class _Need:
     hard_tokens: int  # one full sequence
     ideal_tokens: int  # the workload's concurrent requests, in whole blocks
     per_node: int
+    concurrency: int = 0  # the workload's concurrent requests per replica (0: none given)
+    request_blocks: int = 1  # KV blocks one request of the workload takes
+    output_tokens: int = 0
+    ttft_s: float = 0.0  # the SLO: TTFT and ITL p95 objectives, seconds
+    itl_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -328,18 +353,76 @@ def _nodes(fit: _Fit, per_node: int) -> int:
 
 def _choose(need: _Need, cands: Iterable[tuple[int, int]]) -> tuple[_Fit | None, bool, list[str]]:
     """First ideal candidate on no more nodes than the first that fits, else the first
-    that fits; with one line per candidate passed over (why)."""
+    that fits; a cheaper one within the tolerance (:func:`_tolerated`) before an ideal
+    one; with one line per candidate passed over (why)."""
+    choice = _choose_detail(need, cands)
+    return choice.fit, choice.ideal, choice.rejected
+
+
+@dataclass(frozen=True)
+class _Choice:
+    fit: _Fit | None
+    ideal: bool
+    rejected: list[str]
+    tolerated_over: _Fit | None = None  # the ideal candidate a tolerated one was chosen over
+    cheaper: _Fit | None = None  # a fitting candidate with fewer GPUs, outside the tolerance
+
+
+def _choose_detail(need: _Need, cands: Iterable[tuple[int, int]]) -> _Choice:
     fits = [_evaluate(need, tp, pp) for tp, pp in cands]
     first = next((i for i, f in enumerate(fits) if f.usable_tokens >= need.hard_tokens), None)
     if first is None:
-        return None, False, [_why_not(need, f) for f in fits]
+        return _Choice(None, False, [_why_not(need, f) for f in fits])
     limit = _nodes(fits[first], need.per_node)
     for i, f in enumerate(fits):
         if _nodes(f, need.per_node) > limit:
             break
         if f.usable_tokens >= need.ideal_tokens:
-            return f, True, [_why_not(need, x) for x in fits[:i]]
-    return fits[first], False, [_why_not(need, x) for x in fits[:first]]
+            cheaper = [j for j in range(first, i) if fits[j].gpus < f.gpus]
+            for j in cheaper:
+                if _tolerated(need, fits[j]):
+                    return _Choice(fits[j], False, [_why_not(need, x) for x in fits[:j]],
+                                   tolerated_over=f)
+            return _Choice(f, True, [_why_not(need, x) for x in fits[:i]],
+                           cheaper=fits[cheaper[-1]] if cheaper else None)
+    return _Choice(fits[first], False, [_why_not(need, x) for x in fits[:first]])
+
+
+def held_sequences(need: _Need, fit: _Fit) -> int:
+    """Requests of the workload the candidate's KV cache holds at once, in whole blocks
+    as vLLM allocates them (its null block excluded)."""
+    return (fit.usable_tokens // BLOCK_SIZE) // max(1, need.request_blocks)
+
+
+def queue_wait_bound_s(need: _Need, held: int) -> float:
+    """The longest mean queue wait the SLO allows for the requests a cache of ``held``
+    sequences cannot run: by Little's law ``(C - held) / held`` request times, each at
+    most ``outputTokens x itlP95`` (every token at the ITL objective)."""
+    if held <= 0:
+        return math.inf
+    return max(0, need.concurrency - held) / held * need.output_tokens * need.itl_s
+
+
+def _tolerated(need: _Need, fit: _Fit) -> bool:
+    """Whether a candidate that does not hold the whole workload is close enough: at
+    least :data:`KV_SHORTFALL_FLOOR` of the concurrent sequences, and a queue wait
+    bound within the TTFT objective."""
+    if need.concurrency <= 0 or fit.usable_tokens < need.hard_tokens:
+        return False
+    held = held_sequences(need, fit)
+    return (held >= math.ceil(KV_SHORTFALL_FLOOR * need.concurrency)
+            and queue_wait_bound_s(need, held) <= need.ttft_s)
+
+
+def _serves(need: _Need, fit: _Fit) -> str:
+    """What a candidate would serve, for people: ``TP=2 (2 GPUs) holds 30 of the 32
+    concurrent sequences (94%) at 768 tokens``."""
+    held = min(held_sequences(need, fit), need.concurrency)
+    label = f"TP={fit.tp}" + (f" PP={fit.pp}" if fit.pp > 1 else "")
+    pct = 100 * held / need.concurrency if need.concurrency else 0
+    return (f"{label} ({fit.gpus} GPU{'s' if fit.gpus > 1 else ''}) holds {held} of the "
+            f"{need.concurrency} concurrent sequences ({pct:.0f}%) at "
+            f"{need.request_blocks * BLOCK_SIZE:,} tokens each")
 
 
 def _why_not(need: _Need, f: _Fit) -> str:
@@ -551,10 +634,14 @@ def make_plan(spec: LLMServiceSpec, *, gpus_per_node: int = DEFAULT_GPUS_PER_NOD
     pinned_len = engine.max_model_len if isinstance(engine.max_model_len, int) else None
     hard = pinned_len or tokens_per_request
     need = _Need(facts, weights, kvb, usable, hard,
-                 max(hard, concurrency * blocks_per_request * BLOCK_SIZE), per_node)
+                 max(hard, concurrency * blocks_per_request * BLOCK_SIZE), per_node,
+                 concurrency=concurrency, request_blocks=blocks_per_request,
+                 output_tokens=wl.output_tokens, ttft_s=wl.slo.ttft_p95_ms / 1000,
+                 itl_s=wl.slo.itl_p95_ms / 1000)
     count = spec.gpus.count if isinstance(spec.gpus.count, int) else None
     cands = _candidates(need, facts, engine, count)
-    fit, ideal, rejected = _choose(need, cands)
+    choice = _choose_detail(need, cands)
+    fit, ideal, rejected = choice.fit, choice.ideal, choice.rejected
     if fit is None:
         raise _too_small(spec, need, gpu, cands, rejected)
 
@@ -562,6 +649,7 @@ def make_plan(spec: LLMServiceSpec, *, gpus_per_node: int = DEFAULT_GPUS_PER_NOD
     ex: list[Explained] = []
     _explain_facts(ex, spec, facts, gpu, dtype, dbytes, kvb, weights, usable)
     _explain_parallelism(ex, warnings, spec, need, fit, ideal, rejected, concurrency)
+    _explain_alternatives(ex, warnings, spec, need, choice)
 
     capacity = fit.capacity
     ex.append(Explained(
@@ -570,11 +658,12 @@ def make_plan(spec: LLMServiceSpec, *, gpus_per_node: int = DEFAULT_GPUS_PER_NOD
         inputs={"usableBytesPerGpu": usable, "weightBytesPerGpu": fit.weights_per_gpu,
                 "kvBudgetBytesPerGpu": fit.kv_budget, "kvBytesPerToken": fit.kv_per_token,
                 "blockSize": BLOCK_SIZE}))
-    max_model_len = _plan_max_model_len(ex, warnings, facts, pinned_len, fit)
+    max_model_len = _plan_max_model_len(ex, warnings, facts, pinned_len, fit,
+                                        tokens_per_request)
     seqs, mem_seqs, cap = _plan_max_num_seqs(ex, warnings, spec, gpu, fit, concurrency,
                                              blocks_per_request, tokens_per_request)
     batched = _plan_batched_tokens(ex, spec, seqs, max_model_len)
-    if not ideal and fit.usable_tokens < need.ideal_tokens:
+    if not ideal and fit.usable_tokens < need.ideal_tokens and choice.tolerated_over is None:
         warnings.append(
             f"KV cache holds {fit.usable_tokens:,} tokens for requests, less than the "
             f"workload's {concurrency} concurrent requests x {tokens_per_request:,} tokens "
@@ -669,6 +758,9 @@ def _explain_parallelism(ex: list[Explained], warnings: list[str], spec: LLMServ
     count_pinned = isinstance(spec.gpus.count, int)
     aim = (f"holds the workload ({concurrency} requests, {need.ideal_tokens:,} KV tokens)"
            if ideal else f"holds one sequence of {need.hard_tokens:,} tokens")
+    if not ideal and _tolerated(need, fit):
+        aim = (f"holds {held_sequences(need, fit)} of the workload's {concurrency} requests, "
+               "within the tolerance (see kvShortfall)")
     ex.append(Explained(
         name="tensorParallelSize", value=fit.tp, source="pinned" if tp_pinned else "planned",
         formula="pinned by the user" if tp_pinned else
@@ -679,11 +771,27 @@ def _explain_parallelism(ex: list[Explained], warnings: list[str], spec: LLMServ
                 "reserveTokens": need.ideal_tokens if ideal else need.hard_tokens,
                 "validSizes": valid_tensor_parallel_sizes(facts, need.per_node),
                 "passedOver": rejected}))
+    pp_formula = ("pinned by the user" if pp_pinned else
+                  "1 when one node's GPUs hold the model; else the fewest stages (across "
+                  "nodes) that do")
+    if tp_pinned and not pp_pinned and fit.pp > 1:
+        # With TP pinned, more memory can only come as pipeline stages, even on one node.
+        pp_formula = ("tensorParallelSize is pinned, so more GPUs come as pipeline stages: "
+                      "the fewest stages whose weights/(TP x PP) + KV reserve fit")
+        if _nodes(fit, need.per_node) == 1:
+            bigger = [t for t in valid_tensor_parallel_sizes(facts, need.per_node)
+                      if t >= fit.gpus]
+            alt = (f" (auto would consider TP={bigger[0]})" if bigger else "")
+            warnings.append(
+                f"tensorParallelSize is pinned at {fit.tp}, so the planner adds pipeline "
+                f"stages for memory: {fit.pp} stages on one node ({fit.gpus} of its "
+                f"{need.per_node} GPUs). Within a node a larger tensor-parallel size is "
+                "usually faster (no pipeline bubbles, all-reduce over NVLink): leave "
+                f"spec.engine.tensorParallelSize auto{alt}, or pin "
+                "spec.engine.pipelineParallelSize if the stages are wanted")
     ex.append(Explained(
         name="pipelineParallelSize", value=fit.pp, source="pinned" if pp_pinned else "planned",
-        formula="pinned by the user" if pp_pinned else
-        "1 when one node's GPUs hold the model; else the fewest stages (across nodes) "
-        "that do",
+        formula=pp_formula,
         inputs={"numLayers": facts.num_layers, "gpusPerNode": need.per_node}))
     ex.append(Explained(
         name="gpus.count", value=fit.gpus, unit="GPUs",
@@ -712,27 +820,83 @@ def _explain_parallelism(ex: list[Explained], warnings: list[str], spec: LLMServ
 
 
 def _plan_max_model_len(ex: list[Explained], warnings: list[str], facts: ModelFacts,
-                        pinned: int | None, fit: _Fit) -> int:
+                        pinned: int | None, fit: _Fit, tokens_per_request: int = 0) -> int:
     inputs = {"maxContext": facts.max_context, "kvTokenCapacity": fit.capacity,
-              "nullBlockTokens": NULL_BLOCKS * BLOCK_SIZE, "requestTokens": fit.usable_tokens}
+              "nullBlockTokens": NULL_BLOCKS * BLOCK_SIZE, "requestTokens": fit.usable_tokens,
+              "margin": MODEL_LEN_MARGIN}
     if pinned is not None:
         ex.append(Explained(name="maxModelLen", value=pinned, unit="tokens", source="pinned",
                             formula="pinned by the user (<= model context, fits the KV cache)",
                             inputs=inputs))
         return pinned
-    value = min(facts.max_context, fit.usable_tokens)
-    ex.append(Explained(name="maxModelLen", value=value, unit="tokens",
-                        formula="min(model context, KV token capacity - vLLM's null block)",
-                        inputs=inputs))
+    room = int(fit.usable_tokens * MODEL_LEN_MARGIN) // BLOCK_SIZE * BLOCK_SIZE
+    value = min(facts.max_context, max(room, min(tokens_per_request, fit.usable_tokens)))
+    ex.append(Explained(
+        name="maxModelLen", value=value, unit="tokens",
+        formula=f"min(model context, {MODEL_LEN_MARGIN:.0%} of (KV token capacity - vLLM's "
+        "null block) in whole 16-token blocks): the margin covers the error of the predicted "
+        "capacity (vLLM refuses to start when maxModelLen exceeds what its profile finds)",
+        inputs=inputs))
     if value < facts.max_context:
         warnings.append(
             f"maxModelLen lowered from the model's context {facts.max_context:,} to "
-            f"{value:,}: one sequence of the full context needs "
-            f"{human_bytes(facts.max_context * fit.kv_per_token)} of KV cache per GPU, "
-            f"{human_bytes(fit.kv_budget)} is left after the weights; pin "
+            f"{value:,} ({MODEL_LEN_MARGIN:.0%} of the {fit.usable_tokens:,} KV tokens "
+            "predicted for requests, a margin for the prediction): one sequence of the full "
+            f"context needs {human_bytes(facts.max_context * fit.kv_per_token)} of KV cache "
+            f"per GPU, {human_bytes(fit.kv_budget)} is left after the weights; pin "
             "spec.engine.maxModelLen to accept this, or give the replica more GPUs "
             "(spec.gpus.count) or a larger spec.gpus.product for the full context")
     return value
+
+
+def _explain_alternatives(ex: list[Explained], warnings: list[str], spec: LLMServiceSpec,
+                          need: _Need, choice: _Choice) -> None:
+    """The TP option not taken and what it would serve (see :data:`KV_SHORTFALL_FLOOR`)."""
+    fit = choice.fit
+    if fit is None or need.concurrency <= 0:
+        return
+    rule = (f"fewer GPUs win when their KV cache holds >= {KV_SHORTFALL_FLOOR:.0%} of the "
+            "concurrent sequences and the queue wait of the rest, bounded by (C - held) / "
+            "held x outputTokens x itlP95 objective, is within the ttftP95 objective")
+    wl = spec.workload
+    if choice.tolerated_over is not None:
+        held = held_sequences(need, fit)
+        wait = queue_wait_bound_s(need, held)
+        big = choice.tolerated_over
+        text = (f"{_serves(need, fit)}: chosen over TP={big.tp}"
+                + (f" PP={big.pp}" if big.pp > 1 else "")
+                + f" ({big.gpus} GPUs, all {need.concurrency}); at peak "
+                f"{need.concurrency - held} request(s) wait for a running one, at most "
+                f"~{wait:.1f} s by the SLO ({wl.slo.itl_p95_ms:g} ms ITL x "
+                f"{wl.output_tokens} tokens), within the {wl.slo.ttft_p95_ms:g} ms TTFT "
+                "objective")
+        ex.append(Explained(name="kvShortfall", value=f"{held} of {need.concurrency}",
+                            unit="sequences", formula=rule,
+                            inputs={"heldSequences": held, "concurrency": need.concurrency,
+                                    "queueWaitBoundSeconds": round(wait, 3),
+                                    "ttftObjectiveSeconds": need.ttft_s,
+                                    "floor": KV_SHORTFALL_FLOOR, "chosen": text,
+                                    "alternative": _serves(need, big),
+                                    "alternativeTensorParallelSize": big.tp,
+                                    "alternativePipelineParallelSize": big.pp}))
+        pin = ("spec.engine.tensorParallelSize" if big.pp == 1 else "spec.gpus.count")
+        value = big.tp if big.pp == 1 else big.gpus
+        warnings.append(f"{text}; to hold every sequence set {pin}: {value}")
+    elif choice.cheaper is not None:
+        small = choice.cheaper
+        held = held_sequences(need, small)
+        wait = queue_wait_bound_s(need, held)
+        why = (f"below the {KV_SHORTFALL_FLOOR:.0%} floor"
+               if held < math.ceil(KV_SHORTFALL_FLOOR * need.concurrency) else
+               f"its queue wait bound ~{wait:.1f} s exceeds the {wl.slo.ttft_p95_ms:g} ms "
+               "TTFT objective")
+        ex.append(Explained(name="cheaperOption", value=f"{min(held, need.concurrency)} of "
+                            f"{need.concurrency}", unit="sequences", formula=rule,
+                            inputs={"option": _serves(need, small), "heldSequences": held,
+                                    "concurrency": need.concurrency, "notChosen": why,
+                                    "queueWaitBoundSeconds": round(min(wait, 1e9), 3),
+                                    "alternativeTensorParallelSize": small.tp,
+                                    "alternativePipelineParallelSize": small.pp}))
 
 
 def _plan_max_num_seqs(ex: list[Explained], warnings: list[str], spec: LLMServiceSpec,

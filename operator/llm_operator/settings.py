@@ -61,6 +61,12 @@ class Settings(BaseSettings):
     tuning_job_ttl_seconds: int = Field(
         3600, ge=0, description="ttlSecondsAfterFinished of finished tuning Jobs"
     )
+    tuning_priority_class: str = Field(
+        "llm-operator-tuning",
+        description="PriorityClass of tuning Jobs placed on spare GPUs (spec.tuning.placement "
+        "Spare): lower than serving and never preempting (the chart creates it); "
+        "spec.tuning.priorityClassName overrides it; empty keeps the service's own priority",
+    )
     gpu_class: str = Field(
         DEFAULT_CLASS,
         description="GPU class that places server and tuning pods: a preset (nvidia = GPU "

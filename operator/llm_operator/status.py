@@ -69,6 +69,7 @@ class Reason(StrEnum):
     CHILDREN_APPLIED = "ChildrenApplied"
     APPLY_FAILED = "ApplyFailed"
     SWITCH_INCOMPLETE = "WorkloadSwitchIncomplete"
+    TUNING_BEFORE_SERVING = "TuningBeforeServing"  # spec.tuning.placement BeforeServing
 
 
 @dataclass(frozen=True)
@@ -273,6 +274,7 @@ def build_status(
     selector: str | None = None,
     apply_failures: Sequence[str] = (),
     switch_incomplete: str | None = None,
+    held: str | None = None,
 ) -> JSON:
     """The operator's keys of ``status`` after one pass (pure).
 
@@ -285,6 +287,8 @@ def build_status(
 
     ``errors``: the spec cannot be served (SpecValid False, Ready False, the old plan is
     dropped). ``missing_api``: a kind the plan needs is not served by the cluster.
+    ``held``: why the workload is not created yet (a first tuning run goes before it:
+    Ready False, reason ``TuningBeforeServing``).
     Otherwise the plan and the workload's state set the other conditions.
     """
     current = current or {}
@@ -331,6 +335,9 @@ def build_status(
     if missing_api is not None:
         conds = set_condition(conds, ConditionType.READY, False, Reason.API_MISSING,
                               missing_api, generation=g, now=now)
+    elif held is not None:
+        conds = set_condition(conds, ConditionType.READY, False, Reason.TUNING_BEFORE_SERVING,
+                              held, generation=g, now=now)
     elif workload is not None:
         conds = workload_conditions(conds, workload, kind=workload_kind, name=name,
                                     generation=g, now=now)

@@ -158,7 +158,7 @@ def test_defaults_render_one_standalone_operator(render: Render) -> None:
     assert kinds == sorted(
         [
             "ServiceAccount", "CustomResourceDefinition", "ClusterRole",
-            "ClusterRoleBinding", "Service", "Deployment",
+            "ClusterRoleBinding", "Service", "Deployment", "PriorityClass",
         ]
     )  # fmt: skip
     deploy = result.one("Deployment")
@@ -173,6 +173,25 @@ def test_defaults_render_one_standalone_operator(render: Render) -> None:
     assert not any(a.startswith("--peering") for a in container["args"])
     pod = deploy["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == result.one("ServiceAccount")["metadata"]["name"]
+
+
+def test_tuning_priority_class_is_below_serving_never_preempts_and_reaches_settings(
+    render: Render, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tuning Jobs on spare GPUs (spec.tuning.placement Spare, the default) get a class
+    below serving pods (0 without a class) that never preempts, and the operator is told
+    its name; with create=false the operator names the user's own class."""
+    result = render()
+    pc = result.one("PriorityClass")
+    assert pc["value"] < 0 and pc["preemptionPolicy"] == "Never"
+    assert pc["globalDefault"] is False and pc["metadata"]["name"].startswith(RELEASE)
+    settings = settings_from_env(env_of(deployment_container(result.docs)), monkeypatch)
+    assert settings.tuning_priority_class == pc["metadata"]["name"]
+    own = render({"tuningPriorityClass": {"create": False, "name": "batch-low",
+                                          "value": -10}})
+    assert not [d for d in own.docs if d["kind"] == "PriorityClass"]
+    settings = settings_from_env(env_of(deployment_container(own.docs)), monkeypatch)
+    assert settings.tuning_priority_class == "batch-low"
 
 
 def test_secure_defaults(render: Render) -> None:

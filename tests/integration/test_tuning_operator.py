@@ -272,3 +272,128 @@ def test_failures_retry_bounded_and_restart_makes_no_second_job(
     assert len(warnings) == 2 and all(e["type"] == "Warning" for e in warnings)
     time.sleep(2)  # no third attempt
     assert jobs(kubectl) == [] and operator.log().count("Created Job") == 1
+
+
+# --------------------------------------------------------------------------- placement
+def with_spec(**sections: Any) -> dict[str, Any]:
+    manifest = json.loads(json.dumps(MANIFEST))
+    for key, value in sections.items():
+        if isinstance(value, dict):
+            manifest["spec"].setdefault(key, {}).update(value)
+        else:
+            manifest["spec"][key] = value
+    return manifest
+
+
+def deployment_replicas(kubectl: Kubectl) -> int | None:
+    dep = kubectl.get("deployment", NAME, NAMESPACE)
+    return None if dep is None else int(dep["spec"]["replicas"])
+
+
+def pending_pod(kubectl: Kubectl, job: dict[str, Any], since: float) -> str:
+    """Play the scheduler: the Job's pod exists and cannot be scheduled (since ``since``)."""
+    name = job["metadata"]["name"]
+    template = job["spec"]["template"]
+    pod = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": f"{name}-p3nd1", "namespace": NAMESPACE,
+                     "labels": {**template["metadata"]["labels"], "job-name": name}},
+        "spec": template["spec"],
+    }
+    kubectl.run("apply", "--validate=false", "-f", "-", stdin=yaml.safe_dump(pod))
+    set_unschedulable(kubectl, pod["metadata"]["name"], since)
+    return str(pod["metadata"]["name"])
+
+
+SCHEDULER_MESSAGE = ("0/3 nodes are available: 3 Insufficient nvidia.com/gpu. preemption: "
+                     "not eligible due to preemptionPolicy=Never.")
+
+
+def set_unschedulable(kubectl: Kubectl, pod: str, since: float) -> None:
+    status = {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+         "message": SCHEDULER_MESSAGE, "lastTransitionTime": rfc3339(since)}]}
+    kubectl.run("patch", "pod", pod, "-n", NAMESPACE, "--subresource", "status", "--type",
+                "merge", "-p", json.dumps({"status": status}))
+
+
+def test_spare_tuning_is_low_priority_and_a_pod_without_gpus_is_reported_then_given_up(
+    kubectl: Kubectl, operator: OperatorProcess, tmp_path: Path
+) -> None:
+    apply(kubectl, tmp_path, with_spec(tuning={"maxPendingMinutes": 2},
+                                       scheduling={"priorityClassName": "serving"}))
+    job = wait_job(kubectl)
+    wait_tuning(kubectl, "Running")
+    pod_spec = job["spec"]["template"]["spec"]
+    assert pod_spec["priorityClassName"] == "llm-operator-tuning"  # not the service's
+    dep = kubectl.get("deployment", NAME, NAMESPACE) or {}
+    assert dep["spec"]["template"]["spec"]["priorityClassName"] == "serving"
+
+    # The scheduler finds no spare GPU: within a minute the Tuned condition says so.
+    pod = pending_pod(kubectl, job, time.time())
+    t0 = time.monotonic()
+    tuned = wait_for(lambda: (c := condition(kubectl, "Tuned")) and c["reason"] ==
+                     "TuningPending" and c, 60, "the Tuned condition to report the pending pod")
+    assert time.monotonic() - t0 < 60
+    assert tuned["status"] == "Unknown" and SCHEDULER_MESSAGE in tuned["message"]
+    assert tuning(kubectl)["pending"]["reason"] == "Unschedulable"
+
+    # Past spec.tuning.maxPendingMinutes: the run is given up, once, with the reason.
+    set_unschedulable(kubectl, pod, time.time() - 3 * 60)
+    failed = wait_tuning(kubectl, "Failed", timeout=60)
+    assert failed["unschedulable"] is True and "not scheduled within 2 min" in failed["reason"]
+    tuned = condition(kubectl, "Tuned")
+    assert tuned is not None and tuned["reason"] == "TuningUnschedulable"
+    assert SCHEDULER_MESSAGE in tuned["message"] and "placement" in tuned["message"]
+    wait_for(lambda: not jobs(kubectl), 15, "the given-up Job to be deleted")
+    time.sleep(3)  # no retry: it would wait for the same GPUs
+    assert jobs(kubectl) == [] and operator.log().count("Created Job") == 1
+
+
+def test_borrow_replica_lends_one_replica_and_returns_it(
+    kubectl: Kubectl, operator: OperatorProcess, tmp_path: Path
+) -> None:
+    apply(kubectl, tmp_path, with_spec(replicas=3, tuning={"placement": "BorrowReplica"}))
+    job = wait_job(kubectl)
+    running = wait_tuning(kubectl, "Running")
+    assert running["borrowedReplicas"] == 1
+    wait_for(lambda: deployment_replicas(kubectl) == 2, 15, "serving to lend one replica")
+    assert "priorityClassName" not in job["spec"]["template"]["spec"]  # the service's own
+
+    result = kv_constrained_result(running["fingerprint"], best_max_num_seqs=TUNED_MAX_NUM_SEQS)
+    finish_job(kubectl, job, message=result.to_message())
+    wait_tuning(kubectl, "Succeeded")
+    wait_for(lambda: deployment_replicas(kubectl) == 3, 15, "the replica to be returned")
+    assert arg(server_args(kubectl), "--max-num-seqs") == str(TUNED_MAX_NUM_SEQS)
+
+
+def test_borrow_replica_with_one_replica_refuses_tuning_not_serving(
+    kubectl: Kubectl, operator: OperatorProcess, tmp_path: Path
+) -> None:
+    apply(kubectl, tmp_path, with_spec(tuning={"placement": "BorrowReplica"}))
+    skipped = wait_tuning(kubectl, "Skipped")
+    assert "spec.tuning.placement" in skipped["reason"] and "spec.replicas" in skipped["reason"]
+    tuned = condition(kubectl, "Tuned")
+    assert tuned is not None and tuned["reason"] == "InvalidTuningSpec"
+    assert deployment_replicas(kubectl) == 1 and jobs(kubectl) == []
+
+
+def test_before_serving_starts_the_server_on_the_tuned_settings(
+    kubectl: Kubectl, operator: OperatorProcess, tmp_path: Path
+) -> None:
+    apply(kubectl, tmp_path, with_spec(tuning={"placement": "BeforeServing"}))
+    job = wait_job(kubectl)
+    running = wait_tuning(kubectl, "Running")
+    assert running["beforeServing"] is True
+    ready = wait_for(lambda: (c := condition(kubectl, "Ready")) and c["reason"] ==
+                     "TuningBeforeServing" and c, 20, "Ready to say the server waits")
+    assert ready["status"] == "False"
+    time.sleep(2)
+    assert kubectl.get("deployment", NAME, NAMESPACE) is None  # no server competes
+    assert kubectl.get("service", NAME, NAMESPACE) is not None
+
+    result = kv_constrained_result(running["fingerprint"], best_max_num_seqs=TUNED_MAX_NUM_SEQS)
+    finish_job(kubectl, job, message=result.to_message())
+    wait_tuning(kubectl, "Succeeded")
+    wait_for(lambda: arg(server_args(kubectl), "--max-num-seqs") == str(TUNED_MAX_NUM_SEQS),
+             20, "the server created on the tuned settings")

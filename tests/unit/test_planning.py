@@ -192,11 +192,15 @@ def test_8b_on_l4_needs_tp2_for_the_default_workload() -> None:
 
 def test_8b_on_l4_with_light_workload_stays_on_one_gpu_and_shortens_context() -> None:
     # 16 requests x 768 = 12,288 tokens fit TP1's 18,720; the model's 131,072-token
-    # context does not, so maxModelLen is lowered to what requests can use, with a warning.
+    # context does not, so maxModelLen is lowered, with a warning, to 90% of what requests
+    # can use (a margin: the capacity is predicted, and vLLM refuses to start when
+    # maxModelLen exceeds what it finds), in whole 16-token blocks.
     plan = make_plan(spec(L8B, "NVIDIA-L4", workload={"concurrency": 16}))
     assert plan.tensor_parallel_size == 1
     assert plan.kv_token_capacity == 18_736
-    assert plan.max_model_len == 18_736 - 16 == 18_720
+    assert plan.max_model_len == int((18_736 - 16) * 0.9) // 16 * 16 == 16_848
+    assert plan.max_model_len < plan.kv_token_capacity - 16
+    assert "90%" in explained(plan, "maxModelLen").formula
     assert plan.max_num_seqs == (1171 - 1) // 48 == 24
     assert any("maxModelLen lowered" in w and "131,072" in w for w in plan.warnings)
 
@@ -573,3 +577,66 @@ def test_a_utilization_below_vllms_own_overhead_is_refused() -> None:
     err = plan_error(spec(L8B, "NVIDIA-L4", engine={"gpuMemoryUtilization": 0.03}),
                      "spec.engine.gpuMemoryUtilization")
     assert "runtime overhead" in err.problem
+
+
+# --------------------------------------------------------------------------- no cliff
+FP8_70B_L40S = {"model": {"name": "meta-llama/Llama-3.1-70B-Instruct", "quantization": "fp8"},
+                "gpus": {"product": "L40S"}, "engine": {"kvCacheDtype": "fp8"},
+                "workload": {"inputTokens": 512, "outputTokens": 256, "concurrency": 64}}
+
+
+def test_a_small_kv_shortfall_does_not_double_the_gpus() -> None:
+    """70B in fp8 with an fp8 KV cache on L40S: TP=2 holds 62 of the 64 declared
+    sequences (97%). Holding the last two took TP=4, twice the GPUs; now TP=2 is chosen,
+    because the queue wait of the two, bounded by the SLO (2/62 x 256 tokens x 100 ms =
+    0.8 s), is within the 2 s TTFT objective, and the plan says what TP=4 would buy."""
+    plan = make_plan(LLMServiceSpec.model_validate(FP8_70B_L40S))
+    assert plan.tensor_parallel_size == 2 and plan.gpus_per_replica == 2
+    short = explained(plan, "kvShortfall")
+    assert short.value == "62 of 64" and short.inputs["heldSequences"] == 62
+    assert "TP=4 (4 GPUs) holds 64 of the 64" in short.inputs["alternative"]
+    assert short.inputs["queueWaitBoundSeconds"] <= 2.0
+    assert any("62 of the 64" in w and "tensorParallelSize: 4" in w for w in plan.warnings)
+    assert plan.max_num_seqs == 62
+
+
+def test_the_slo_decides_when_the_shortfall_is_too_slow_to_wait_out() -> None:
+    """The same service under a TTFT objective the queue wait would break gets TP=4,
+    and the plan names the cheaper option it passed over and why."""
+    tight = {**FP8_70B_L40S, "workload": {**FP8_70B_L40S["workload"],
+                                          "slo": {"ttftP95Ms": 500, "itlP95Ms": 100}}}
+    plan = make_plan(LLMServiceSpec.model_validate(tight))
+    assert plan.tensor_parallel_size == 4
+    cheaper = explained(plan, "cheaperOption")
+    assert "TP=2 (2 GPUs) holds 62 of the 64" in cheaper.inputs["option"]
+    assert "TTFT objective" in cheaper.inputs["notChosen"]
+
+
+def test_a_large_shortfall_still_adds_gpus_and_names_the_cheaper_option() -> None:
+    # 8B on L4, 32 requests: TP=1 holds 24 (75%), below the 90% floor.
+    plan = make_plan(spec(L8B, "NVIDIA-L4"))
+    assert plan.tensor_parallel_size == 2
+    cheaper = explained(plan, "cheaperOption")
+    assert cheaper.value == "24 of 32" and "90% floor" in cheaper.inputs["notChosen"]
+
+
+def test_pinned_tp_that_needs_pipeline_stages_on_one_node_says_why() -> None:
+    plan = make_plan(spec(L70B, "H100", engine={"tensorParallelSize": 2}))
+    assert (plan.tensor_parallel_size, plan.pipeline_parallel_size) == (2, 2)
+    assert plan.nodes_per_replica == 1
+    pp = explained(plan, "pipelineParallelSize")
+    assert "tensorParallelSize is pinned" in pp.formula
+    assert any("pipeline stages" in w and "one node" in w and "TP=4" in w
+               for w in plan.warnings)
+
+
+def test_the_performance_model_predicts_both_tp_options_at_the_workload() -> None:
+    """`llm-operator plan` shows the option not taken as the performance model sees it:
+    with 2 of the 64 sequences queued, TP=2's TTFT is the higher one."""
+    from llm_operator.perfmodel import tp_alternative
+
+    s = LLMServiceSpec.model_validate(FP8_70B_L40S)
+    (chosen, at_2), (other, at_4) = tp_alternative(s, make_plan(s))
+    assert (chosen.tensor_parallel_size, other.tensor_parallel_size) == (2, 4)
+    assert at_2.queued > at_4.queued and at_2.ttft_s > at_4.ttft_s
+    assert tp_alternative(spec(L405B, "H100"), make_plan(spec(L405B, "H100"))) == []

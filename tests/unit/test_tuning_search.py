@@ -26,6 +26,7 @@ from llm_operator.tuner.search import (
     SLO,
     Budget,
     Config,
+    Interrupted,
     Measurement,
     Options,
     RequestSample,
@@ -208,6 +209,42 @@ def test_trial_budget_keeps_the_best_so_far_and_says_partial() -> None:
     assert out.best.score >= out.baseline.score
     res = result_from_outcome(out, {}, {})
     assert res.state == "Partial" and res.best is not None
+
+
+@dataclass
+class StoppedEvaluator(FakeEvaluator):
+    """Raises :class:`Interrupted` (what the tuner's SIGTERM handler raises) during the
+    ``at``-th server's measurements, as a terminated pod would."""
+
+    at: int = 3
+
+    def start(self, config: Config) -> FakeSession:
+        session = super().start(config)
+        if len(self.started) == self.at:
+            def stop(concurrency: int) -> Measurement:
+                raise Interrupted("terminated (SIGTERM)")
+            session.measure = stop  # type: ignore[method-assign]
+        return session
+
+
+def test_a_stopped_search_keeps_the_best_so_far_and_says_how_far_it_got() -> None:
+    ev = StoppedEvaluator(Surface(), at=3)
+    out = search(ev, kv_space(), WL, SLO_, Budget(12, 1e9), Options(), clock=ev.now)
+    assert not out.complete and len(out.trials) == 3
+    assert "SIGTERM" in out.stop_reason and "3 trial(s)" in out.stop_reason
+    assert out.baseline is not None and out.baseline.ok and out.best is not None
+    assert out.trials[-1].error is not None and not out.trials[-1].ok  # cut: no evidence
+    result = result_from_outcome(out, {}, {})
+    assert result.state == "Partial" and result.trials == 3
+    assert parse_result(result.to_message()).reason == out.stop_reason
+
+
+def test_a_search_stopped_in_its_baseline_reports_failure_not_a_result() -> None:
+    ev = StoppedEvaluator(Surface(), at=1)
+    out = search(ev, kv_space(), WL, SLO_, Budget(12, 1e9), Options(), clock=ev.now)
+    assert out.best is None and result_from_outcome(out, {}, {}).state == "Failed"
+    grid = grid_search(StoppedEvaluator(Surface(), at=2), kv_space(), WL, SLO_)
+    assert not grid.complete and "SIGTERM" in grid.stop_reason
 
 
 def test_time_budget_stops_before_a_trial_that_would_overrun() -> None:

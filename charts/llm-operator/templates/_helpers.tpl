@@ -80,3 +80,10 @@ app.kubernetes.io/part-of: llm-operator
 {{- fail "metrics.serviceMonitor.enabled=true needs metrics.enabled=true (there is no metrics Service to scrape); fix: set metrics.enabled=true or metrics.serviceMonitor.enabled=false" -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+The PriorityClass of tuning Jobs on spare GPUs: tuningPriorityClass.name, else <fullname>-tuning.
+*/}}
+{{- define "llm-operator.tuningPriorityClass" -}}
+{{- default (printf "%s-tuning" (include "llm-operator.fullname" .)) .Values.tuningPriorityClass.name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}

@@ -25,7 +25,7 @@ from ..settings import Settings
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from ..perfmodel import NoPrediction, curve_for, suggest_for
+    from ..perfmodel import NoPrediction, curve_for, suggest_for, tp_alternative
     from ..planning import make_plan
     from ..rendering import with_placement
     from .tables import curve_table, plan_table
@@ -46,6 +46,15 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             console.print(curve_table(points, f"Predicted: {plan.model_name} on "
                                       f"{plan.gpu_product}, TP {plan.tensor_parallel_size}", slo))
             console.print(f"Suggested starting max-num-seqs: {start.max_num_seqs} ({start.reason})")
+            for option, point in tp_alternative(svc.spec, plan,
+                                                gpus_per_node=settings.gpus_per_node):
+                taken = "planned" if option is plan else "not taken"
+                console.print(
+                    f"Predicted at {svc.spec.workload.concurrency} clients, TP "
+                    f"{option.tensor_parallel_size} ({taken}, {option.gpus_per_replica} GPUs): "
+                    f"TTFT {point.ttft_s * 1e3:,.0f} ms, ITL p95 {point.itl_p95_s * 1e3:,.1f} "
+                    f"ms, {point.output_tps:,.0f} tok/s, "
+                    f"{'meets' if point.meets(slo) else 'misses'} the SLO")
     return 0
 
 

@@ -49,6 +49,7 @@ from ..rendering import (
     serving_selector,
     with_placement,
 )
+from ..tuning.placement import held_before_serving, serving_view
 from .context import OperatorContext, clock
 from .kube import (
     MONITORING_GROUP,
@@ -97,8 +98,14 @@ async def reconcile(
         monitor = None
         if ctx.settings.pod_monitor == "auto":
             monitor = MONITORING_GROUP in await ctx.kube.served_groups()
-        desired = render_all(svc, plan, ctx.settings, pod_monitor=monitor,
+        # spec.tuning.placement: a replica lent to a tuning run, or a new service's
+        # server held back until its first run ends (tuning/placement.py).
+        serving = serving_view(svc, current)
+        held = held_before_serving(svc, plan, current)
+        desired = render_all(serving, plan, ctx.settings, pod_monitor=monitor,
                              overrides=st.engine_overrides(current))
+        if held is not None:
+            desired = [d for d in desired if d["kind"] not in WORKLOAD_KINDS]
     except (SpecError, SpecErrors) as exc:
         errors = exc.errors if isinstance(exc, SpecErrors) else [exc]
         new = st.build_status(current, name=name, namespace=namespace, generation=generation,
@@ -117,8 +124,9 @@ async def reconcile(
     workload = desired[0]
     workload_written = not any(f.kind == workload["kind"] for f in failures)
     stale = _stale_children(name, {d["kind"] for d in desired})
-    if not workload_written:
+    if not workload_written or held is not None:
         # The old workload keeps serving until the new one is written: never delete first.
+        # (A server held back for a first tuning run has no workload to delete.)
         stale = [c for c in stale if c[1] not in WORKLOAD_KINDS]
     for change in await delete_children(ctx.kube, body, stale, failures):
         logger.info(f"Deleted {change.kind} {namespace}/{change.name}")
@@ -132,6 +140,11 @@ async def reconcile(
     if failures and all(isinstance(f.error, ConflictError) for f in failures):
         return ReconcileOutcome({}, kopf.TemporaryError("; ".join(map(str, failures)),
                                                         delay=CONFLICT_RETRY_SECONDS))
+    if held is not None:
+        new = st.build_status(current, name=name, namespace=namespace, generation=generation,
+                              now=now, plan=plan, held=held,
+                              engine=st.engine_in_effect(svc.spec.engine, plan, current))
+        return ReconcileOutcome(st.status_patch(current, new))
 
     if applied.changed:
         logger.info(", ".join(f"{c.action} {c.kind} {namespace}/{c.name}"
@@ -143,7 +156,7 @@ async def reconcile(
                            f"{verb} {change.kind} {namespace}/{change.name}: "
                            f"{_args_summary(plan)}")
     state = st.WorkloadState.from_object(applied.observed.get(workload["kind"]),
-                                         svc.spec.replicas)
+                                         serving.spec.replicas)
     selector = ",".join(f"{k}={v}" for k, v in
                         serving_selector(svc, leaders_only=is_multi_node(plan)).items())
     switch = _switch_incomplete(workload, failures, namespace)
@@ -260,6 +273,11 @@ async def workload_changed(
         svc_body = fresh
     else:
         replicas = int((svc_body.get("spec") or {}).get("replicas", 1))
+        if (current.get("tuning") or {}).get("borrowedReplicas"):
+            try:  # a replica lent to a tuning run is not missing
+                replicas = serving_view(parse_llmservice(svc_body), current).spec.replicas
+            except (SpecError, SpecErrors):
+                pass
         state = st.WorkloadState.from_object(body, replicas)
         conds = st.workload_conditions(
             current.get("conditions") or [], state, kind=str(body.get("kind")), name=owner,

@@ -7,6 +7,10 @@ The kopf handlers that call it are in :mod:`.handlers`:
 - ``tuning-job`` (events of the operator's tuning Jobs, ``llmops.dev/component=tuning``):
   when a Job finishes (``Complete`` or ``Failed`` condition) or disappears, one tuning
   step for its LLMService, found through the ``llmservices_by_name`` index.
+- ``tuning-progress`` (a timer, every :data:`PROGRESS_INTERVAL_SECONDS` while a run is in
+  flight): one tuning step, which reads the Job's pods and reports a pod that waits
+  (unschedulable, image pull) in ``status.tuning.pending`` and the ``Tuned`` condition
+  within a minute, and gives the run up once it waited ``spec.tuning.maxPendingMinutes``.
 - ``tuning-cleanup`` (delete of an LLMService): deletes its tuning Jobs (the garbage
   collector would on a real cluster; deleting them here is prompt and works where none
   runs, as on the emulated API server).
@@ -50,6 +54,7 @@ from ..models import LLMService, parse_llmservice
 from ..planning import Plan, make_plan
 from ..rendering import COMPONENT_TUNING, image_for
 from ..tuning import control as tc
+from ..tuning import placement as tp
 from ..tuning.fingerprint import tuning_fingerprint
 from ..tuning.job import build_tuning_job, tuning_job_name
 from .context import OperatorContext, clock
@@ -58,6 +63,7 @@ from .reconcile import reconcile, write_status
 
 JSON = dict[str, Any]
 JOB_API = "batch/v1"
+PROGRESS_INTERVAL_SECONDS = 20  # a waiting tuning pod is reported within a minute
 
 
 # --------------------------------------------------------------------------- cache I/O
@@ -121,15 +127,20 @@ async def tuning_step(
         job_obj = await ctx.kube.get(JOB_API, "Job", namespace, job_name)
         job = tc.ObservedJob.from_object(job_obj) if job_obj is not None else None
         message = None
-        if job is not None and job.finished:
+        pending = None
+        now = clock()
+        if job is not None and not job.deleting:
             pods = await ctx.kube.list("v1", "Pod", namespace, f"job-name={job_name}")
-            message = tc.termination_message(pods)
+            if job.finished:
+                message = tc.termination_message(pods)
+            else:
+                pending = tc.pending_pod(pods, job, now)
         cached = None
         if job is None and tc.cache_lookup_needed(svc, fingerprint, current):
             cached = await read_cache(ctx, namespace, fingerprint)
-        now = clock()
+        held = tp.held_before_serving(svc, plan, status) is not None
         decision = tc.decide(svc, plan, fingerprint, job_name, current, job, message, cached,
-                             now)
+                             now, pending=pending, held=held)
         if decision.action not in (tc.TuningAction.NONE, tc.TuningAction.WAIT):
             logger.info(f"Tuning {namespace}/{name}: {decision.action}: {decision.why}")
         await _carry_out(ctx, obj, svc, plan, fingerprint, status, decision, job, now, logger)
@@ -148,7 +159,8 @@ async def _carry_out(
     if decision.cache_entry is not None:
         await write_cache(ctx, namespace, fingerprint, decision.cache_entry)
     if decision.create_job:
-        job_body = build_tuning_job(svc, plan, ctx.settings, fingerprint)
+        job_body = build_tuning_job(svc, plan, ctx.settings, fingerprint,
+                                    held=bool(tuning.get("beforeServing")))
         job_name = job_body["metadata"]["name"]
         try:
             created = await ctx.kube.create(job_body)
@@ -173,9 +185,10 @@ async def _carry_out(
     if written is None:
         return  # deleted meanwhile
 
-    if tc.overrides_changed(status, tuning):
+    if tc.overrides_changed(status, tuning) or tp.render_changed(svc, plan, status, tuning):
         # Roll the workload onto the new settings: the same reconciliation as the
-        # handler's, with the new status.tuning.applied as render overrides.
+        # handler's, with the new status.tuning.applied as render overrides (and, for
+        # spec.tuning.placement, a replica lent or returned, a held server released).
         outcome = await reconcile(written, ctx, logger)
         await write_status(ctx, written, outcome.status_patch)
         if outcome.error is not None:

@@ -9,6 +9,12 @@ on stdout, the full result as JSON in ``--output``, and the compact result JSON 
 termination-message file (``$LLMOP_TERMINATION_LOG``, or ``/dev/termination-log`` when
 it exists) for the operator. Exit code 0 when a result was found (also partial), 1 when
 the run failed, 2 on bad arguments.
+
+Stopping early keeps what was measured: on SIGTERM (a preempted or deleted pod; the
+kubelet waits ``terminationGracePeriodSeconds``) and when ``--deadline-seconds`` is
+near (before the Job's ``activeDeadlineSeconds`` would kill the pod and its message with
+it), the running trial is cut, its server stopped, and the best result so far is written
+with ``state: Partial``, the number of trials and why it stopped.
 """
 
 from __future__ import annotations
@@ -17,12 +23,14 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
 from .result import TuningResult, failed_result, result_from_outcome
+from .search import Interrupted
 
 log = logging.getLogger("llm_operator.tuner")
 
@@ -92,7 +100,12 @@ def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
                    help="server and benchmark logs")
     p.add_argument("--vllm-python", default=None,
                    help="Python that has vLLM, to run the servers (default: this one)")
-    p.add_argument("--start-timeout", type=float, default=900.0)
+    p.add_argument("--start-timeout", type=float, default=900.0,
+                   help="seconds one vLLM server may take to load and become healthy "
+                   "(the operator passes the plan's startup budget for the model's size)")
+    p.add_argument("--deadline-seconds", type=float, default=None,
+                   help="hard wall time from start: the run stops this long after it "
+                   "started, even mid-trial, and reports the best result so far as partial")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--progress", choices=("auto", "bar", "log"), default="auto")
     p.add_argument("-v", "--verbose", action="store_true")
@@ -120,12 +133,47 @@ def write_termination(result: TuningResult) -> None:
         log.warning("Could not write the termination message to %s: %s", path, exc)
 
 
+DEADLINE_MARGIN_SECONDS = 5.0  # stop this much before --deadline-seconds
+
+
+def install_stop_handlers(deadline_s: float | None) -> None:
+    """Turn SIGTERM, and the deadline (SIGALRM), into :class:`~.search.Interrupted` in
+    the main thread, once: a second signal while the run winds down is ignored, so that
+    stopping the server and writing the result are not cut short."""
+    fired = False
+
+    def stop(signum: int, _frame: object) -> None:
+        nonlocal fired
+        if fired:
+            return
+        fired = True
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        what = ("terminated (SIGTERM)" if signum == signal.SIGTERM
+                else f"deadline of {deadline_s:g} s near")
+        log.warning("Stopping: %s; reporting the best result so far", what)
+        raise Interrupted(what)
+
+    signal.signal(signal.SIGTERM, stop)
+    if deadline_s is not None:
+        signal.signal(signal.SIGALRM, stop)
+        signal.setitimer(signal.ITIMER_REAL, max(0.1, deadline_s - DEADLINE_MARGIN_SECONDS))
+
+
+def disarm_stop_handlers() -> None:
+    """Once the search has returned: the result is being written, nothing to cut."""
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    signal.signal(signal.SIGALRM, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
 def _check(args: argparse.Namespace) -> str | None:
     for name in ("input_tokens", "output_tokens", "concurrency", "max_trials", "repeats",
                  "min_prompts", "sweep_points"):
         if getattr(args, name) < 1:
             return f"--{name.replace('_', '-')} must be at least 1"
-    for name in ("slo_ttft_ms", "slo_itl_ms", "max_seconds", "waves"):
+    if args.deadline_seconds is not None and args.deadline_seconds <= 0:
+        return "--deadline-seconds must be positive"
+    for name in ("slo_ttft_ms", "slo_itl_ms", "max_seconds", "waves", "start_timeout"):
         if getattr(args, name) <= 0:
             return f"--{name.replace('_', '-')} must be positive"
     return None
@@ -150,8 +198,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if problem:
         write_termination(failed_result(f"bad arguments: {problem}", args.fingerprint))
         parser.error(problem)
+    install_stop_handlers(args.deadline_seconds)
     try:
         return _run(args, mns_levels, mnbt_levels)
+    except Interrupted as exc:  # before the search began: nothing measured
+        write_termination(failed_result(f"stopped before any trial: {exc}",
+                                        args.fingerprint))
+        return 1
     except Exception as exc:
         log.exception("Tuning failed")
         write_termination(failed_result(f"{type(exc).__name__}: {exc}"[:1000],
@@ -267,6 +320,7 @@ def _run(args: argparse.Namespace, mns_levels: tuple[int, ...] | None,
         else:
             outcome = search(evaluator, space, wl, slo, budget, opts, progress=progress)
     finally:
+        disarm_stop_handlers()
         progress.close()
     outcome.notes[:0] = notes
     result = result_from_outcome(

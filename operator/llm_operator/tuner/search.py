@@ -298,6 +298,12 @@ class TrialFailed(Exception):
     """A configuration could not be started or measured (the reason is the message)."""
 
 
+class Interrupted(BaseException):  # noqa: N818 - a stop request, like KeyboardInterrupt
+    """The run must stop now (SIGTERM, or the tuner's own deadline is near): the search
+    keeps what it measured and returns a partial outcome. A ``BaseException`` so that no
+    ``except Exception`` on the way (a failed trial, a failed benchmark) swallows it."""
+
+
 class Progress(Protocol):
     """Where the search reports what it does (log lines, a progress bar)."""
 
@@ -552,6 +558,12 @@ class _Run:
                     self.progress("probe", trial=trial, concurrency=c)
         except TrialFailed as exc:
             trial.error = str(exc) or type(exc).__name__
+        except Interrupted as exc:
+            # A trial cut short before its repeats is no evidence; one whose repeats
+            # finished (only its probes were cut) still counts.
+            if len(trial.runs) < self.opts.repeats:
+                trial.error = f"interrupted: {exc}"
+            raise
         finally:
             waited = float(getattr(session, "waited_s", 0.0) or 0.0)
             if session is not None:
@@ -701,6 +713,13 @@ class _Run:
                 return
 
 
+def stopped_reason(exc: Interrupted, trials: Sequence[Trial]) -> str:
+    """Why a run stopped early, with how far it got (the result's ``reason``)."""
+    done = sum(1 for t in trials if t.ok)
+    return (f"stopped early ({exc}) after {len(trials)} trial(s), {done} measured: "
+            "the result is the best so far")
+
+
 def search(
     evaluator: Evaluator,
     space: Space,
@@ -721,22 +740,30 @@ def search(
     run = _Run(evaluator, space, workload, slo, budget, opts or Options(),
                clock or time.monotonic, progress or _no_progress)
     complete = False
-    base = run.baseline()
-    if not base.ok:
-        run.stop_reason = f"baseline failed: {base.error}"
-    elif not run.opts.can_restart:
-        run.predictions = dict(sorted(run.predict(base).items())) if space.max_num_seqs else {}
-        run.notes.append("one server given, no restarts: the best cap is predicted, not verified")
-        complete = True
-        run.stop_reason = "measured the given server only"
-    else:
-        if space.max_num_seqs:
-            run.search_mns(base)
-        if not run.stop_reason and space.max_num_batched_tokens:
-            run.search_mnbt()
-        if not run.stop_reason:
+    base: Trial | None = None
+    try:
+        base = run.baseline()
+        if not base.ok:
+            run.stop_reason = f"baseline failed: {base.error}"
+        elif not run.opts.can_restart:
+            run.predictions = (dict(sorted(run.predict(base).items()))
+                               if space.max_num_seqs else {})
+            run.notes.append("one server given, no restarts: the best cap is predicted, "
+                             "not verified")
             complete = True
-            run.stop_reason = "converged"
+            run.stop_reason = "measured the given server only"
+        else:
+            if space.max_num_seqs:
+                run.search_mns(base)
+            if not run.stop_reason and space.max_num_batched_tokens:
+                run.search_mnbt()
+            if not run.stop_reason:
+                complete = True
+                run.stop_reason = "converged"
+    except Interrupted as exc:
+        complete = False
+        run.stop_reason = stopped_reason(exc, run.trials)
+        base = run.trials[0] if run.trials else None  # the baseline is always trial 1
     best = run.incumbent()
     outcome = Outcome(trials=run.trials, baseline=base, best=best, complete=complete,
                       stop_reason=run.stop_reason, predictions=run.predictions,
@@ -762,15 +789,21 @@ def grid_search(
     budget = budget or Budget(max_trials=10_000, max_seconds=float("inf"))
     run = _Run(evaluator, space, workload, slo, budget, opts or Options(),
                clock or time.monotonic, progress or _no_progress)
-    base = run.run_trial(Config(), "baseline")
+    base: Trial | None = None
     complete = True
-    for cfg in space.grid():
-        if run.tried(cfg):
-            continue
-        if not run.can_afford():
-            complete = False
-            break
-        run.run_trial(cfg, "grid")
+    try:
+        base = run.run_trial(Config(), "baseline")
+        for cfg in space.grid():
+            if run.tried(cfg):
+                continue
+            if not run.can_afford():
+                complete = False
+                break
+            run.run_trial(cfg, "grid")
+    except Interrupted as exc:
+        complete = False
+        run.stop_reason = stopped_reason(exc, run.trials)
+        base = run.trials[0] if run.trials else None
     outcome = Outcome(trials=run.trials, baseline=base, best=run.incumbent(),
                       complete=complete, stop_reason=run.stop_reason or "grid done",
                       wall_s=run.elapsed())

@@ -41,6 +41,22 @@ When a run is wanted (``spec.tuning.mode``):
     the settings the Deployment runs with because of this result (``maxNumSeqs``,
     ``maxNumBatchedTokens``), only the tunable ones, and nothing when the defaults were
     best. The renderer reads it (:func:`llm_operator.status.engine_overrides`).
+``placement``, ``borrowedReplicas``, ``beforeServing``
+    where the run gets its GPUs (:mod:`.placement`): a replica lent by serving while the
+    run is in flight, or a new service's server waiting for it.
+``pending``
+    the run's pod waits (``since``, the scheduler's or kubelet's ``reason`` and
+    ``message``, ``giveUpAfterSeconds``): ``Tuned`` is ``TuningPending``. Past the bound
+    the run is given up without retries (``unschedulable``, ``Tuned`` reason
+    ``TuningUnschedulable``).
+``partial``, ``partialReason``
+    the result is the best so far of a stopped run (the tuner said ``Partial``: its budget
+    or deadline ran out, or it was terminated), with why and how many trials ran.
+``revisionNote``
+    the result is keyed on a model revision that can move (see
+    :func:`~.fingerprint.revision_note`).
+``invalidField``
+    tuning is refused for a spec it cannot honour (the reason names the field and fix).
 
 Why ``applied`` is dropped when the fingerprint changes: settings measured for another
 model, GPU or context length are no evidence for the new one and can even be invalid
@@ -59,11 +75,13 @@ from typing import Any
 
 from .. import status as st
 from ..constants import ANNOTATION_FINGERPRINT, ANNOTATION_RETUNE
-from ..models import LLMService, TuningMode
+from ..models import LLMService, TuningMode, TuningPlacement
 from ..planning import Plan
-from ..rendering import OVERRIDABLE, is_multi_node
-from ..timestamps import rfc3339
+from ..rendering import OVERRIDABLE, PROGRESS_MARGIN_SECONDS, is_multi_node
+from ..timestamps import parse_rfc3339, rfc3339
 from ..tuner.result import TABLE_COLUMNS, ResultParseError, Score, TuningResult, parse_result
+from .fingerprint import revision_note
+from .placement import placement_error, runs_on_spare
 
 JSON = dict[str, Any]
 
@@ -121,6 +139,7 @@ class ObservedJob:
     phase: JobPhase
     reason: str = ""  # a failed Job's condition reason and message
     deleting: bool = False
+    created: float | None = None  # metadata.creationTimestamp, seconds since the epoch
 
     @property
     def finished(self) -> bool:
@@ -148,7 +167,85 @@ class ObservedJob:
             phase=phase,
             reason=reason or ("the Job failed" if phase is JobPhase.FAILED else ""),
             deleting=bool(meta.get("deletionTimestamp")),
+            created=_time(meta.get("creationTimestamp")),
         )
+
+
+def _time(value: Any) -> float | None:
+    try:
+        return parse_rfc3339(str(value)) if value else None
+    except ValueError:
+        return None
+
+
+# A Job with no pod, or a pod Pending without the scheduler saying why, is reported after
+# this long (an Unschedulable pod at once): a pod is normally placed and started sooner.
+NO_POD_REPORT_SECONDS = 60
+
+
+@dataclass(frozen=True)
+class PendingPod:
+    """A tuning Job whose pod does not run yet, as the scheduler and kubelet tell it."""
+
+    since: float  # seconds since the epoch: when it started waiting
+    reason: str  # Unschedulable | Pending (scheduled, not started) | NoPod
+    message: str  # the scheduler's (or kubelet's) own words
+    scheduled: bool = False
+    pod: str | None = None
+
+    def waited(self, now: float) -> float:
+        """Seconds waited by ``now``."""
+        return max(0.0, now - self.since)
+
+
+def pending_pod(pods: Sequence[Mapping[str, Any]], job: ObservedJob | None,
+                now: float) -> PendingPod | None:
+    """Why a running tuning Job's pod does not run (None when it runs, or has not
+    waited long enough to say). Unscheduled: the ``PodScheduled=False`` condition's
+    reason and message (``0/4 nodes are available: 4 Insufficient nvidia.com/gpu``), at
+    once. Otherwise Pending for :data:`NO_POD_REPORT_SECONDS`: the waiting container's
+    reason (``ImagePullBackOff``), or that the scheduler has not placed it yet.
+    No pod at all after :data:`NO_POD_REPORT_SECONDS`: the Job controller could not make
+    one (a missing PriorityClass, a ResourceQuota), which the Job's Events tell."""
+    live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
+    if not live:
+        if job is None or job.created is None or now - job.created < NO_POD_REPORT_SECONDS:
+            return None
+        return PendingPod(job.created, "NoPod",
+                          f"the Job has created no pod (kubectl describe job {job.name} "
+                          "shows why: a missing PriorityClass or a ResourceQuota)")
+    newest = max(live, key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp")))
+    meta, status = newest.get("metadata") or {}, newest.get("status") or {}
+    if status.get("phase") not in (None, "Pending"):
+        return None
+    created = _time(meta.get("creationTimestamp")) or now
+    name = meta.get("name")
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            since = _time(cond.get("lastTransitionTime")) or created
+            return PendingPod(since, str(cond.get("reason") or "Unschedulable"),
+                              str(cond.get("message") or "not scheduled yet"), pod=name)
+    if now - created < NO_POD_REPORT_SECONDS:
+        return None  # a pod being placed or started: Pending only says something later
+    scheduled = any(c.get("type") == "PodScheduled" and c.get("status") == "True"
+                    for c in status.get("conditions") or [])
+    waiting = [str((cs.get("state") or {}).get("waiting", {}).get("reason") or "")
+               + (": " + str(cs["state"]["waiting"]["message"])
+                  if (cs.get("state") or {}).get("waiting", {}).get("message") else "")
+               for cs in [*(status.get("initContainerStatuses") or []),
+                          *(status.get("containerStatuses") or [])]
+               if (cs.get("state") or {}).get("waiting")]
+    detail = "; ".join(w for w in waiting if w) or (
+        "scheduled, containers not started" if scheduled else "not scheduled yet")
+    return PendingPod(created, "Pending", detail, scheduled=scheduled, pod=name)
+
+
+def pending_limit_seconds(svc: LLMService, pending: PendingPod) -> int:
+    """How long a pod may wait before the run is given up: ``maxPendingMinutes`` for
+    GPUs; a scheduled pod gets the image-pull margin on top (pulling a vLLM image is
+    progress, not starvation)."""
+    limit = svc.spec.tuning.max_pending_minutes * 60
+    return limit + (PROGRESS_MARGIN_SECONDS if pending.scheduled else 0)
 
 
 def termination_message(pods: Sequence[Mapping[str, Any]],
@@ -220,13 +317,18 @@ def decide(
     message: str | None,
     cached: Mapping[str, Any] | None,
     now: float,
+    *,
+    pending: PendingPod | None = None,
+    held: bool = False,
 ) -> TuningDecision:
     """The tuning decision for one LLMService (pure).
 
     ``tuning``: the current ``status.tuning``; ``job``: the Job named ``job_name`` (the
     name is derived from the fingerprint, so an operator restarted mid-run finds it);
     ``message``: its tuner's termination message once it finished; ``cached``: the
-    cache entry for ``fingerprint`` (see :func:`cache_entry`); ``now``: seconds since the epoch.
+    cache entry for ``fingerprint`` (see :func:`cache_entry`); ``now``: seconds since the epoch;
+    ``pending``: why the running Job's pod does not run (see :func:`pending_pod`);
+    ``held``: the service's workload waits for this run (placement ``BeforeServing``).
     """
     cur: JSON = dict(tuning or {})
     spec = svc.spec.tuning
@@ -252,8 +354,8 @@ def decide(
                             why=f"Job {job.name} is already accounted for")
         if not job.finished:
             if same and state == State.RUNNING and cur.get("jobUid") == job.uid:
-                return TuningDecision(TuningAction.WAIT, why=f"Job {job.name} is running")
-            new = _running(svc, cur, fingerprint, job_name, now, same=same,
+                return _watch_pending(svc, cur, job, pending, now)
+            new = _running(svc, cur, fingerprint, job_name, now, same=same, held=held,
                            attempts=max(1, int(cur.get("attempts") or 0) if same else 1))
             new["jobUid"] = job.uid
             return TuningDecision(TuningAction.ADOPT, new,
@@ -262,6 +364,18 @@ def decide(
 
     # No Job for this fingerprint.
     tunable = tunable_fields(svc)
+    invalid = placement_error(svc)
+    if invalid is not None:
+        # Tuning is refused, serving is not: an autoscaler may set spec.replicas through
+        # the scale subresource, and that must never stop the service.
+        new = {"state": State.SKIPPED.value, "fingerprint": fingerprint, "tunable": tunable,
+               "reason": str(invalid), "invalidField": invalid.field, "mode": spec.mode.value}
+        if cur.get("applied") and same:
+            new["applied"] = cur["applied"]
+        if _same_except_time(cur, new):
+            return TuningDecision(TuningAction.NONE, why=str(invalid))
+        return TuningDecision(TuningAction.SKIP, new, why=str(invalid),
+                              event=st.Notice("Warning", "InvalidTuningSpec", str(invalid)))
     if not tunable or is_multi_node(plan):
         why = ("spec.engine.maxNumSeqs and spec.engine.maxNumBatchedTokens are pinned: "
                "nothing to tune" if not tunable else
@@ -278,9 +392,11 @@ def decide(
     request = _new_request(svc, cur)
     if same and state in IN_FLIGHT and not request:
         # A retry after a failure, or the Job vanished (deleted by hand): start again.
-        return _start(svc, cur, fingerprint, job_name, now, same=True, request=None)
+        return _start(svc, cur, fingerprint, job_name, now, same=True, request=None,
+                      held=held)
     if request:
-        return _start(svc, cur, fingerprint, job_name, now, same=same, request=request)
+        return _start(svc, cur, fingerprint, job_name, now, same=same, request=request,
+                      held=held)
     if same and state in SETTLED:
         return TuningDecision(TuningAction.NONE,
                               why=f"tuning is {state} for fingerprint {fingerprint}")
@@ -302,7 +418,56 @@ def decide(
     if result is not None:
         return _accept(svc, cur, fingerprint, result, now, same=same, job=None,
                        source="cache", job_name=job_name, cached_at=(cached or {}).get("at"))
-    return _start(svc, cur, fingerprint, job_name, now, same=same, request=None)
+    return _start(svc, cur, fingerprint, job_name, now, same=same, request=None, held=held)
+
+
+def _watch_pending(svc: LLMService, cur: JSON, job: ObservedJob, pending: PendingPod | None,
+                   now: float) -> TuningDecision:
+    """A running Job: report its pod waiting (``status.tuning.pending``), and give the
+    run up once it waited longer than :func:`pending_limit_seconds`."""
+    if pending is None:
+        if "pending" in cur:
+            new = {k: v for k, v in cur.items() if k != "pending"}
+            return TuningDecision(TuningAction.WAIT, new, why=f"Job {job.name}'s pod started")
+        return TuningDecision(TuningAction.WAIT, why=f"Job {job.name} is running")
+    limit = pending_limit_seconds(svc, pending)
+    if pending.waited(now) >= limit:
+        return _give_up_pending(svc, cur, job, pending, now, limit)
+    info = {"since": rfc3339(pending.since), "reason": pending.reason,
+            "message": pending.message[:500], "giveUpAfterSeconds": limit}
+    if pending.pod:
+        info["pod"] = pending.pod
+    if cur.get("pending") == info:
+        return TuningDecision(TuningAction.WAIT, why=f"Job {job.name} is pending")
+    return TuningDecision(TuningAction.WAIT, {**cur, "pending": info},
+                          why=f"Job {job.name}'s pod waits: {pending.reason}: {pending.message}")
+
+
+def _give_up_pending(svc: LLMService, cur: JSON, job: ObservedJob, pending: PendingPod,
+                     now: float, limit: int) -> TuningDecision:
+    """The pod waited too long: delete the Job and settle as Failed (no retry: the next
+    attempt would wait for the same GPUs). A new ``llmops.dev/retune`` value or a rollout
+    starts another run."""
+    minutes = pending.waited(now) / 60
+    what = ("was not scheduled" if pending.reason != "Pending" or not pending.scheduled
+            else "did not start")
+    problem = (f"the tuning pod {what} within {limit // 60} min ({pending.reason}: "
+               f"{pending.message})")
+    if svc.spec.tuning.placement is TuningPlacement.SPARE or runs_on_spare(
+            svc, held=bool(cur.get("beforeServing"))):
+        fix = ("free or add GPUs of this kind, raise spec.tuning.maxPendingMinutes, or set "
+               "spec.tuning.placement to BorrowReplica (2+ replicas) or BeforeServing")
+    else:
+        fix = "check the pod's events (kubectl describe pod), then retry"
+    new = {k: v for k, v in cur.items() if k not in ("pending", "jobUid")}
+    new.update(state=State.FAILED.value, finishedAt=rfc3339(now), unschedulable=True,
+               lastFailure={"at": rfc3339(now), "jobName": job.name, "reason": problem[:500]},
+               reason=(f"gave up after {minutes:.0f} min: {problem}; the service keeps its "
+                       f"current settings. Fix: {fix}; then annotate the LLMService with "
+                       "llmops.dev/retune=<a new value> to run again"))
+    return TuningDecision(TuningAction.FAIL, new, delete_job=True,
+                          event=st.Notice("Warning", "TuningUnschedulable", new["reason"]),
+                          why=new["reason"])
 
 
 def _new_request(svc: LLMService, cur: Mapping[str, Any]) -> str | None:
@@ -339,12 +504,13 @@ def _disabled(cur: JSON, job: ObservedJob | None, now: float) -> TuningDecision:
 
 
 def _running(svc: LLMService, cur: Mapping[str, Any], fingerprint: str, job_name: str,
-             now: float, *, same: bool, attempts: int) -> JSON:
+             now: float, *, same: bool, attempts: int, held: bool = False) -> JSON:
     spec = svc.spec.tuning
     new: JSON = {
         "state": State.RUNNING.value,
         "fingerprint": fingerprint,
         "mode": spec.mode.value,
+        "placement": spec.placement.value,
         "tunable": tunable_fields(svc),
         "jobName": job_name,
         "startedAt": rfc3339(now),
@@ -354,6 +520,10 @@ def _running(svc: LLMService, cur: Mapping[str, Any], fingerprint: str, job_name
         "budget": {"maxTrials": spec.max_trials,
                    "maxDurationMinutes": spec.max_duration_minutes},
     }
+    if spec.placement is TuningPlacement.BORROW_REPLICA and svc.spec.replicas >= 2:
+        new["borrowedReplicas"] = 1  # serving runs one replica fewer until the run ends
+    if held or (same and cur.get("beforeServing")):
+        new["beforeServing"] = True  # the server waits for this run (its GPUs are ours)
     _carry(cur, new, "retuneRequest")
     if same:
         # The settings stay as they were while a new run of the same fingerprint goes on,
@@ -364,9 +534,10 @@ def _running(svc: LLMService, cur: Mapping[str, Any], fingerprint: str, job_name
 
 
 def _start(svc: LLMService, cur: JSON, fingerprint: str, job_name: str, now: float, *,
-           same: bool, request: str | None) -> TuningDecision:
+           same: bool, request: str | None, held: bool = False) -> TuningDecision:
     attempts = int(cur.get("attempts") or 0) + 1 if same and not request else 1
-    new = _running(svc, cur, fingerprint, job_name, now, same=same, attempts=attempts)
+    new = _running(svc, cur, fingerprint, job_name, now, same=same, attempts=attempts,
+                   held=held)
     if request:
         new["retuneRequest"] = request
         new["failures"] = 0
@@ -379,8 +550,13 @@ def _start(svc: LLMService, cur: JSON, fingerprint: str, job_name: str, now: flo
            and last
            else f"Job {job_name} disappeared" if same and cur.get("state") == State.RUNNING
            else "no result for this fingerprint yet")
+    where = {"BorrowReplica": "on a replica borrowed from serving",
+             "BeforeServing": "on the service's GPUs before it serves"}.get(
+        spec.placement.value, "on spare GPUs at a lower priority")
+    if spec.placement is TuningPlacement.BEFORE_SERVING and not new.get("beforeServing"):
+        where = "on spare GPUs at a lower priority (the service already serves)"
     msg = (f"Started tuning Job {svc.metadata.namespace}/{job_name}{retry}: {why}; "
-           f"fingerprint {fingerprint}, tuning {', '.join(new['tunable'])}, budget "
+           f"fingerprint {fingerprint}, tuning {', '.join(new['tunable'])} {where}, budget "
            f"{spec.max_trials} trials / {spec.max_duration_minutes} min")
     return TuningDecision(TuningAction.START, new, create_job=True,
                     event=st.Notice("Normal", "TuningStarted", msg), why=why + retry)
@@ -408,6 +584,12 @@ def _finished(svc: LLMService, cur: JSON, fingerprint: str, job: ObservedJob,
         else:
             return _accept(svc, cur, fingerprint, result, now, same=same, job=job,
                            source="job", job_name=job.name)
+    elif (result is not None and result.state == "Partial" and result.best is not None
+          and result.baseline is not None and result.fingerprint in (None, fingerprint)):
+        # The tuner was stopped (preempted, deadline) and said what it had measured:
+        # a partial result, used as such (status.tuning.partial).
+        return _accept(svc, cur, fingerprint, result, now, same=same, job=job,
+                       source="job", job_name=job.name, job_problem=job.reason)
     else:
         detail = (result.reason if result is not None and result.reason else problem)
         problem = job.reason + (f" ({detail})" if detail else "")
@@ -487,7 +669,7 @@ def applied_settings(result: TuningResult, tunable: Sequence[str]) -> JSON:
 
 def _accept(svc: LLMService, cur: JSON, fingerprint: str, result: TuningResult, now: float, *,
             same: bool, job: ObservedJob | None, source: str, job_name: str,
-            cached_at: str | None = None) -> TuningDecision:
+            cached_at: str | None = None, job_problem: str = "") -> TuningDecision:
     tunable = tunable_fields(svc)
     applied = applied_settings(result, tunable)
     new: JSON = {
@@ -509,6 +691,13 @@ def _accept(svc: LLMService, cur: JSON, fingerprint: str, result: TuningResult, 
     }
     if result.table:
         new["table"] = trial_table(result.table)
+    if result.state != "Succeeded":
+        new["partial"] = True
+        new["partialReason"] = "; ".join(x for x in (result.reason, job_problem) if x) or (
+            "the budget ran out")
+    note = revision_note(svc.spec)
+    if note:
+        new["revisionNote"] = note
     if source == "job" and job is not None:
         new.update(jobName=job.name, jobUid=job.uid,
                    attempts=int(cur.get("attempts") or 1) if same else 1,
@@ -531,7 +720,8 @@ def accepted_message(result: TuningResult, applied: Mapping[str, int], source: s
     best, base = result.best, result.baseline
     where = "reused the cached result" if source == "cache" else (
         f"{result.trials} trial(s) in {result.wall_seconds:.0f} s")
-    partial = "" if result.state == "Succeeded" else " (partial: the budget ran out)"
+    partial = "" if result.state == "Succeeded" else (
+        f" (partial, {result.trials} trial(s): {result.reason or 'the budget ran out'})")
     evidence = ""
     if best is not None:
         evidence = f"best goodput {best.goodput:g} tok/s"
@@ -619,11 +809,28 @@ def tuned_condition(tuning: Mapping[str, Any]) -> tuple[str, str, str] | None:
     status, reason = TUNED_REASONS[state]
     if state is State.SUCCEEDED and tuning.get("source") == "cache":
         reason = "TuningCached"
+    if state is State.SUCCEEDED and tuning.get("partial"):
+        reason = "TuningPartial"
+    if state is State.FAILED and tuning.get("unschedulable"):
+        reason = "TuningUnschedulable"
+    if state is State.SKIPPED and tuning.get("invalidField"):
+        reason = "InvalidTuningSpec"
+    pending = tuning.get("pending") or {}
+    if state is State.RUNNING and pending:
+        return ("Unknown", "TuningPending",
+                f"Job {tuning.get('jobName')}: pod {pending.get('pod') or '(none)'} waits "
+                f"since {pending.get('since')}: {pending.get('reason')}: "
+                f"{pending.get('message')}; the run is given up after "
+                f"{int(pending.get('giveUpAfterSeconds') or 0) // 60} min")
     if state is State.RUNNING:
         retry = int(tuning.get("attempts") or 1) - 1
         message = (f"Job {tuning.get('jobName')} is benchmarking "
                    f"{', '.join(tuning.get('tunable') or [])}"
-                   + (f" (retry {retry} of {tuning.get('maxRetries')})" if retry > 0 else ""))
+                   + (f" (retry {retry} of {tuning.get('maxRetries')})" if retry > 0 else "")
+                   + ("; one serving replica is lent to it until it ends"
+                      if tuning.get("borrowedReplicas") else "")
+                   + ("; the server starts when it ends" if tuning.get("beforeServing")
+                      else ""))
     else:
         message = str(tuning.get("reason") or state.value)
     return status, reason, message

@@ -3,16 +3,26 @@
 When the fingerprint of a service changes (a rollout onto another model, image, GPU,
 parallelism, context length, dtype or workload), the operator tunes again; a service
 re-created with the same fingerprint reuses the cached result. Operator side only.
+
+A revision that is a branch (``spec.model.revision`` unset means ``main``) moves: the
+fingerprint holds its name, not the commit it points to, so a model updated on the hub
+keeps the old result. The operator does not resolve it (that needs the hub at plan
+time, which an air-gapped cluster has not); it says so in ``status.tuning.revisionNote``
+(:func:`revision_note`). Pin a commit SHA to key results on the files, or annotate
+``llmops.dev/retune`` after the model changed.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from typing import Any
 
-from ..models import LLMService
+from ..models import LLMService, LLMServiceSpec
 from ..planning import Plan
+
+_COMMIT = re.compile(r"[0-9a-f]{40}")
 
 # Bump when the tuner's method changes so much that old results should not be reused.
 FINGERPRINT_VERSION = 1
@@ -67,3 +77,18 @@ def tuning_fingerprint(svc: LLMService, plan: Plan, image: str | None = None) ->
     canonical = json.dumps(fingerprint_inputs(svc, plan, image), sort_keys=True,
                            separators=(",", ":"), default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def revision_note(spec: LLMServiceSpec) -> str | None:
+    """Why a result keyed on this spec's model revision can go stale (None when the
+    revision is a full commit SHA, which names fixed files)."""
+    if spec.model.volume is not None:
+        return ("the model comes from a volume: a result is keyed on the served name, not "
+                "the files; annotate llmops.dev/retune=<new value> after replacing them")
+    revision = spec.model.revision
+    if revision and _COMMIT.fullmatch(revision):
+        return None
+    name = f"revision {revision!r}" if revision else "no revision (the branch main)"
+    return (f"{name} is a name that can move to new files on the hub: this result is keyed "
+            "on the name, not the commit; pin spec.model.revision to a 40-character commit "
+            "SHA, or annotate llmops.dev/retune=<new value> after the model is updated")

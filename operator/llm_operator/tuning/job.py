@@ -47,6 +47,7 @@ from ..rendering import (
     with_gpu_class,
 )
 from ..settings import Settings
+from .placement import job_priority_class
 
 CODE_VOLUME = "tuner-code"
 CODE_PATH = "/opt/llmop"  # PYTHONPATH of the tuner container; holds llm_operator/tuner/
@@ -55,6 +56,9 @@ WORK_DIR = "/tmp/llmop-tuning"  # server logs, benchmark log, full result JSON
 TUNER_CONTAINER = "tuner"
 INIT_CONTAINER = "copy-tuner"
 JOB_NAME_MAX = 52  # pods are "<job>-<5 chars>" and carry job-name labels (<= 63)
+# SIGTERM to the kubelet's SIGKILL: the tuner stops its server (vLLM's shutdown takes a
+# few seconds, the tuner waits up to 30 s) and writes the partial result in this time.
+TUNER_GRACE_SECONDS = 90
 
 # Copies the tuner (``llm_operator/tuner/`` and the package's empty ``__init__.py``, nothing
 # of the operator) from wherever the operator image installed it (no assumption about its
@@ -133,6 +137,11 @@ def tuner_args(svc: LLMService, plan: Plan, fingerprint: str) -> list[str]:
         "--slo-itl-ms", f"{wl.slo.itl_p95_ms:g}",
         "--max-trials", str(spec.tuning.max_trials),
         "--max-seconds", str(spec.tuning.max_duration_minutes * 60),
+        # One server start may take as long as the Deployment's startup probe allows
+        # for this model's weights (a fixed 900 s cut 70B+ loads short).
+        "--start-timeout", str(startup_budget_seconds(plan)),
+        # Stop even mid-trial, and report the best so far, before the Job's deadline.
+        "--deadline-seconds", str(tuner_deadline_seconds(svc, plan)),
         # "=": the value starts with "--", which argparse would take for an option.
         f"--server-args={shlex.join(fixed_server_args(svc, plan))}",
     ]  # fmt: skip
@@ -147,24 +156,33 @@ def tuner_args(svc: LLMService, plan: Plan, fingerprint: str) -> list[str]:
     return args
 
 
+def tuner_deadline_seconds(svc: LLMService, plan: Plan) -> int:
+    """The tuner's own hard stop (``--deadline-seconds``): its wall budget (it stops
+    starting trials before that) plus one model load; past it, the running trial is cut
+    and the best result so far is reported as partial."""
+    return svc.spec.tuning.max_duration_minutes * 60 + startup_budget_seconds(plan)
+
+
 def active_deadline_seconds(svc: LLMService, plan: Plan) -> int:
-    """The Job's hard deadline: the tuner's own wall budget (it stops starting trials
-    before that) plus the model download (the init container's budget), one model load
-    and the image-pull margin, so the tuner normally finishes and reports before
-    Kubernetes kills it."""
-    return (svc.spec.tuning.max_duration_minutes * 60 + startup_budget_seconds(plan)
-            + download_budget_seconds(svc.spec, plan) + PROGRESS_MARGIN_SECONDS)
+    """The Job's hard deadline: the tuner's own (:func:`tuner_deadline_seconds`) plus the
+    model download (the init container's budget), the image-pull margin and the time the
+    operator lets the pod wait for GPUs (``spec.tuning.maxPendingMinutes``), so the tuner
+    reports before Kubernetes kills the pod (and its termination message with it)."""
+    return (tuner_deadline_seconds(svc, plan) + download_budget_seconds(svc.spec, plan)
+            + PROGRESS_MARGIN_SECONDS + svc.spec.tuning.max_pending_minutes * 60)
 
 
 def build_tuning_job(
-    svc: LLMService, plan: Plan, settings: Settings, fingerprint: str
+    svc: LLMService, plan: Plan, settings: Settings, fingerprint: str, *, held: bool = False
 ) -> dict[str, Any]:
     """The ``batch/v1`` Job that tunes ``svc`` (pure: no API calls, no clock).
 
     Same GPUs as one replica (``plan.gpus_per_replica`` of ``spec.gpus.resourceName``),
     same placement, image, model source, cache, token and pins as the Deployment; labels
     ``llmops.dev/llmservice`` and ``llmops.dev/component=tuning``; annotation
-    ``llmops.dev/tuning-fingerprint``; owned by the LLMService. Raises
+    ``llmops.dev/tuning-fingerprint``; owned by the LLMService. The priority follows
+    ``spec.tuning.placement`` (:func:`~.placement.job_priority_class`; ``held``: the
+    service's workload waits for this run, so its GPUs are the service's). Raises
     :class:`~llm_operator.errors.SpecError` for a plan whose replica spans several nodes
     (one pod cannot start such a server).
     """
@@ -231,11 +249,16 @@ def build_tuning_job(
         # As for the server pods: a Service named "vllm" would inject VLLM_PORT=tcp://...
         "enableServiceLinks": False,
         "automountServiceAccountToken": False,
-        "terminationGracePeriodSeconds": 30,
+        "terminationGracePeriodSeconds": TUNER_GRACE_SECONDS,
         "securityContext": copy.deepcopy(POD_SECURITY_CONTEXT),
         **pod_identity_fields(spec),
         **scheduling_fields(spec, settings),
     }
+    priority = job_priority_class(svc, settings, held=held)
+    if priority:
+        pod_spec["priorityClassName"] = priority
+    else:
+        pod_spec.pop("priorityClassName", None)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
