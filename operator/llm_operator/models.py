@@ -588,3 +588,11 @@ def dropped_fields(body: Mapping[str, Any]) -> list[str]:
     if not isinstance(last, Mapping):
         return []
     return list(_missing(last.get("spec"), body.get("spec") or {}, "spec"))
+
+
+def dropped_message(dropped: Sequence[str]) -> str:
+    """One line for status and an Event: which applied fields the API server dropped."""
+    return (f"the API server dropped unknown field(s) {', '.join(dropped)} of the applied "
+            "spec (misspelt, or not in this CRD version): check the spelling against "
+            "`kubectl explain llmservice.spec`, and apply with --validate=strict to be "
+            "told at once")

@@ -38,7 +38,7 @@ import kopf
 from .. import status as st
 from ..constants import GROUP, KIND, VERSION
 from ..errors import SpecError, SpecErrors
-from ..models import parse_llmservice
+from ..models import dropped_fields, dropped_message, parse_llmservice
 from ..planning import Plan, make_plan
 from ..rendering import (
     LWS_API_VERSION,
@@ -53,6 +53,7 @@ from ..tuning.placement import held_before_serving, serving_view
 from .context import OperatorContext, clock
 from .kube import (
     MONITORING_GROUP,
+    ApiError,
     ChildFailure,
     ConflictError,
     MissingAPIError,
@@ -95,6 +96,9 @@ async def reconcile(
         svc = parse_llmservice(body)
         plan = with_placement(make_plan(svc.spec, gpus_per_node=ctx.settings.gpus_per_node),
                               svc.spec, ctx.settings)
+        dropped = dropped_fields(body)
+        if dropped:  # the API server pruned them; the user's client may not have said so
+            plan = plan.model_copy(update={"warnings": [*plan.warnings, dropped_message(dropped)]})
         monitor = None
         if ctx.settings.pod_monitor == "auto":
             monitor = MONITORING_GROUP in await ctx.kube.served_groups()
@@ -167,11 +171,21 @@ async def reconcile(
                           switch_incomplete=switch)
     if (current.get("plan") or {}) != new.get("plan"):
         ctx.post_event(body, "Normal", "Planned", st.plan_message(plan))
-    error = None
+        if dropped:
+            ctx.post_event(body, "Warning", "UnknownFields", dropped_message(dropped))
+    error: Exception | None = None
     if failures:
         msg = switch or "; ".join(map(str, failures))
         logger.warning(f"Not every child could be written: {msg}")
         error = kopf.TemporaryError(msg, delay=FAILED_STEP_RETRY_SECONDS)
+        rejected = [f for f in failures if isinstance(f.error, ApiError) and f.error.status == 422]
+        if rejected:
+            # 422: the API server refuses the child as rendered; retrying cannot help, only
+            # a change of the spec (kopf runs the handler again on the next edit).
+            said = "; ".join(map(str, rejected))
+            ctx.post_event(body, "Warning", "ChildRejected", f"{said} (the API server refuses "
+                           "it as the operator renders it from this spec)")
+            error = kopf.PermanentError(f"the API server refused a child: {said}")
     return ReconcileOutcome(st.status_patch(current, new), error)
 
 

@@ -39,15 +39,19 @@ too simple for kopf and kubectl, so this subclass serves resource paths itself:
 - garbage collection of dependents, in the background: when an object is removed, the
   objects whose every owner reference names a removed object are deleted too (no
   foreground deletion, no orphaning);
+- admission, in part: a custom resource's ``spec`` is pruned to what its CRD's
+  structural schema knows (a real server drops unknown fields too, and only warns the
+  client), and a name, label or resource name the API server's validation refuses is a
+  422 (:mod:`.k8s_rules`);
 - fault injection for tests: ``POST /emulator/faults`` with ``{"method", "plural",
   "name" (optional), "code", "times"}`` makes the next ``times`` matching requests fail
   with ``code`` (e.g. a 403 as missing RBAC gives); ``GET`` lists what is left;
   ``GET /emulator/watches`` lists the open watches with their selectors.
 
 Still NOT emulated (tests play these parts or do without): scheduler, kubelet and every
-controller (a Deployment gets no status unless somebody writes it), admission, schema
-validation and CEL rules, authentication and RBAC (every token may do everything; 403s
-come only from injected faults).
+controller (a Deployment gets no status unless somebody writes it), admission webhooks,
+schema validation and CEL rules, pruning of ``status``, authentication and RBAC (every
+token may do everything; 403s come only from injected faults).
 
 Run it: ``python -m llm_operator.sandbox.emulator --port 0 --kubeconfig kubeconfig.yaml``.
 """
@@ -78,6 +82,8 @@ import attrs
 import jsonpatch
 import kmock
 import yaml
+
+from .k8s_rules import object_errors, prune
 
 JSON = dict[str, Any]
 Key = tuple[str, str, str | None, str]  # group, plural, namespace (None: cluster-scoped), name
@@ -874,14 +880,25 @@ class EmulatedAPIServer(kmock.KubernetesEmulator):
         return self._store(t, key, self._bump(obj), "ADDED")
 
     def _default_custom_resource(self, t: Target, obj: JSON) -> None:
-        """Apply the CRD schema's defaults (metadata aside), as the API server does on a
-        write that changes the object."""
+        """Admit a write that changes the object, as the API server does: drop the fields
+        a custom resource's structural schema does not know (pruning; the real server
+        only warns the client, and clients without strict validation say nothing), apply
+        the CRD schema's defaults (metadata aside), and refuse with 422 a name, label or
+        resource name the API server's validation refuses (sandbox/k8s_rules.py)."""
         ver = self._crd_version(t.group, t.plural, t.version)
         if ver is not None:
             schema = (ver.get("schema") or {}).get("openAPIV3Schema") or {}
+            spec_schema = (schema.get("properties") or {}).get("spec")
+            if isinstance(spec_schema, dict) and isinstance(obj.get("spec"), dict):
+                obj["spec"] = prune(spec_schema, obj["spec"])
             apply_schema_defaults(obj, {"properties": {
                 k: v for k, v in (schema.get("properties") or {}).items() if k != "metadata"
             }})
+        problems = object_errors(obj)
+        if problems:
+            what = f"{t.plural}.{t.group}" if t.group else t.plural
+            raise ApiError(422, "Invalid", f'{what} "{obj["metadata"].get("name")}" is '
+                           f"invalid: {'; '.join(problems)}")
 
     def _store(self, t: Target, key: Key, obj: JSON, event: str) -> JSON:
         """Keep ``obj``, tell the watchers, and serve the kind a stored CRD defines."""
