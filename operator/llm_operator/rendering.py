@@ -835,3 +835,39 @@ def render_all(
     if wants_pod_monitor(settings, pod_monitor):
         children.append(build_pod_monitor(svc, settings, leaders_only=multi))
     return children
+
+
+# --- live admission cap (issue 12) ----------------------------------------------------
+# The server pod runs :mod:`llm_operator.engine` inside vLLM as its ``--scheduler-cls``;
+# an init container from the operator image copies it (as the tuning Job copies the
+# tuner), and the cap reaches it through a ConfigMap mounted as a volume.
+
+ENGINE_INIT_CONTAINER = "copy-engine"
+ENGINE_CODE_VOLUME = "llmop-engine"
+ENGINE_CODE_PATH = "/opt/llmop-engine"  # on the vLLM container's PYTHONPATH
+ENGINE_SCHEDULER_CLS = "llm_operator.engine.scheduler.AdmissionCapScheduler"
+
+# Copies ``llm_operator/engine/`` and the package's ``__init__.py`` (nothing else of the
+# operator) from wherever the operator image installed it. No "$(" (Kubernetes expands it).
+ENGINE_COPY_SCRIPT = (
+    "import llm_operator, os, shutil; "
+    "src = os.path.dirname(llm_operator.__file__); "
+    f"dst = os.path.join('{ENGINE_CODE_PATH}', 'llm_operator'); "
+    "shutil.copytree(os.path.join(src, 'engine'), os.path.join(dst, 'engine'), "
+    "dirs_exist_ok=True, ignore=shutil.ignore_patterns('__pycache__', '*.pyc')); "
+    "shutil.copyfile(os.path.join(src, '__init__.py'), os.path.join(dst, '__init__.py')); "
+    "print('Copied the admission controller from', src, 'to', dst)"
+)
+
+
+def build_engine_init_container(operator_image: str) -> dict[str, Any]:
+    """The init container that copies :mod:`llm_operator.engine` into the server pod."""
+    return {
+        "name": ENGINE_INIT_CONTAINER,
+        "image": operator_image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["python3", "-c", ENGINE_COPY_SCRIPT],
+        "volumeMounts": [{"name": ENGINE_CODE_VOLUME, "mountPath": ENGINE_CODE_PATH}],
+        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"},
+                      "limits": {"memory": "128Mi"}},
+    }
