@@ -55,16 +55,21 @@ from ..adaptation import prometheus
 from ..adaptation.policy import Observation, PolicySettings, ServiceKey, decide
 from ..adaptation.update import (
     IDLE_SECONDS,
+    LiveCapProgress,
     Service,
     cap_limits,
     current_state,
     due_services,
     fresher_status,
+    live_cap_progress,
     parse_services,
     plan_update,
     running_cap,
     seconds_until_next,
+    waiting_decision,
 )
+from ..models import AdaptationMode
+from ..status import live_cap_in_use
 from .context import OperatorContext, clock
 from .reconcile import reconcile, write_status
 
@@ -161,11 +166,19 @@ class AdaptationLoop:
         status = fresher_status(svc.status, self.written.get(svc.key))
         svc = Service(svc.key, {**svc.body, "status": status}, svc.spec)
         state = current_state(svc.spec, status)
-        decision = decide(obs, state, svc.spec, now, namespace=ns, name=name,
-                          limits=cap_limits(status), settings=self.policy)
+        progress: LiveCapProgress | None = None
+        if (svc.spec.adaptation.mode is AdaptationMode.APPLY and state is not None
+                and live_cap_in_use(svc.spec, status, svc.generation)):
+            progress = live_cap_progress(status.get("adaptation") or {}, obs, now)
+        if progress is not None and progress.wait and state is not None:
+            # A live change is on its way: the next decision waits for the engines' report.
+            decision = waiting_decision(svc, state, obs, progress.wait, now)
+        else:
+            decision = decide(obs, state, svc.spec, now, namespace=ns, name=name,
+                              limits=cap_limits(status), settings=self.policy)
         warn_again = now - self.last_warned.get(svc.key, 0.0) >= WARNING_REPEAT_SECONDS
         update = plan_update(svc, decision, obs, state, now, policy=self.policy,
-                             warn_again=warn_again)
+                             warn_again=warn_again, progress=progress)
         mode = svc.spec.adaptation.mode.value
         self.metrics.decision(ns, name, decision.action.value, mode,
                               decision.value if update.rollout else
@@ -184,9 +197,9 @@ class AdaptationLoop:
             await write_status(ctx, written, outcome.status_patch)
             if outcome.error is not None:
                 self.pending_rollout.add(svc.key)  # retried on the next tick
-                log.warning(f"Rolling {ns}/{name} onto max-num-seqs "
-                            f"{update.adaptation.get('maxNumSeqs')} failed, retrying on the "
-                            f"next tick: {outcome.error}")
+                log.warning(f"Applying max-num-seqs {update.adaptation.get('maxNumSeqs')} "
+                            f"to {ns}/{name} failed, retrying on the next tick: "
+                            f"{outcome.error}")
             else:
                 self.pending_rollout.discard(svc.key)
         for notice in update.events:

@@ -75,7 +75,8 @@ async def reconcile(
         if ctx.settings.pod_monitor == "auto":
             monitor = MONITORING_GROUP in await ctx.kube.served_groups()
         desired = render_all(svc, plan, ctx.settings, pod_monitor=monitor,
-                             overrides=st.engine_overrides(current))
+                             overrides=st.engine_overrides(current),
+                             live_cap=st.live_cap_in_use(svc.spec, current, generation))
     except (SpecError, SpecErrors) as exc:
         errors = exc.errors if isinstance(exc, SpecErrors) else [exc]
         new = st.build_status(current, name=name, namespace=namespace, generation=generation,
