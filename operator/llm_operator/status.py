@@ -428,6 +428,7 @@ class LiveCapReason(StrEnum):
     PENDING = "CapPending"  # written to the ConfigMap; the engine has not reported it yet
     OPTED_OUT = "OptedOut"  # spec.adaptation.liveCap is false
     OWN_SCHEDULER = "SchedulerInExtraArgs"  # extraArgs set --scheduler-cls or the active cap
+    MULTI_NODE = "MultiNode"  # one replica spans nodes (LeaderWorkerSet): not wired yet
     NO_HOOK = "EngineLacksHook"  # the engine reports it cannot change the cap live
     NO_REPORT = "EngineDidNotReport"  # no report of a requested cap within the timeout
 
@@ -437,9 +438,10 @@ def live_cap_blocker(spec: LLMServiceSpec, status: Mapping[str, Any] | None,
     """Why adaptation must roll instead of steering the cap live (None: live works).
 
     The user's opt-out (``spec.adaptation.liveCap: false``), a scheduler of the user's own
-    in ``extraArgs``, or a fallback the adaptation loop recorded in
-    ``status.adaptation.liveCapFallback`` for this generation of the spec (an engine that
-    lacks the hook or never reported the cap; editing the spec, e.g. the image, retries).
+    in ``extraArgs``, a replica over several nodes (``status.plan``), or a fallback the
+    adaptation loop recorded in ``status.adaptation.liveCapFallback`` for this generation
+    of the spec (an engine that lacks the hook or never reported the cap; editing the
+    spec, e.g. the image, retries).
     """
     if not spec.adaptation.live_cap:
         return LiveCapReason.OPTED_OUT, "spec.adaptation.liveCap is false: every change rolls"
@@ -449,6 +451,11 @@ def live_cap_blocker(spec: LLMServiceSpec, status: Mapping[str, Any] | None,
             return LiveCapReason.OWN_SCHEDULER, (
                 f"spec.engine.extraArgs sets {flag}: the operator's admission scheduler is "
                 "not used and every change rolls; remove the flag to steer the cap live")
+    nodes = ((status or {}).get("plan") or {}).get("nodesPerReplica")
+    if isinstance(nodes, int) and nodes > 1:
+        return LiveCapReason.MULTI_NODE, (
+            "one replica spans nodes (a LeaderWorkerSet): the live admission cap is wired "
+            "for single-node replicas only, so every change rolls")
     fallback = ((status or {}).get("adaptation") or {}).get("liveCapFallback") or {}
     if fallback.get("reason") and (generation is None or fallback.get("generation") is None
                                    or fallback.get("generation") == generation):

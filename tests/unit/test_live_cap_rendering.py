@@ -91,6 +91,7 @@ def test_cap_above_the_capacity_is_rendered_at_the_capacity() -> None:
     ({"adaptation": {"mode": "Apply"}},
      {"adaptation": {"liveCapFallback": {"reason": "EngineLacksHook", "message": "m"}}},
      "EngineLacksHook"),
+    ({"adaptation": {"mode": "Apply"}}, {"plan": {"nodesPerReplica": 2}}, "MultiNode"),
 ])
 def test_fallback_renders_the_rollout_form(
     spec_change: dict[str, Any], st: dict[str, Any] | None, reason: str,

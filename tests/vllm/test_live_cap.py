@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -27,6 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.support.engine import LIVE_FLAGS, copy_engine_code, live_env, write_cap
 from tests.support.tiny_model import ensure_tiny_llama
 from tests.support.vllm_load import engine_metric
 
@@ -38,25 +37,6 @@ CAPACITY, CLIENTS, MAX_TOKENS = 48, 48, 96
 REPORT_S, OBEY_S = 10.0, 30.0
 
 pytestmark = pytest.mark.skipif(not VLLM_PYTHON.exists(), reason=f"no vLLM at {VLLM_PYTHON}")
-
-
-def copy_engine_code(dst: Path) -> Path:
-    """Run the server pod's init-container command (see rendering) into ``dst``."""
-    from llm_operator.rendering import ENGINE_CODE_PATH, build_engine_init_container
-
-    init = build_engine_init_container("operator:test")
-    script = init["command"][2].replace(ENGINE_CODE_PATH, str(dst))
-    subprocess.run([sys.executable, "-c", script], check=True, timeout=60,
-                   env={**os.environ, "PYTHONPATH": str(ROOT / "operator")})
-    assert sorted(p.name for p in (dst / "llm_operator").iterdir()) == ["__init__.py", "engine"]
-    return dst
-
-
-def write_cap(path: Path, text: str) -> None:
-    """Replace the file atomically, as the kubelet swaps a ConfigMap volume's contents."""
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def children(pid: int) -> set[int]:
@@ -112,15 +92,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[VLLMServe
     base = tmp_path_factory.mktemp("live-cap")
     model = ensure_tiny_llama(tmp_path_factory.mktemp("models"), VLLM_PYTHON)
     code = copy_engine_code(base / "code")
-    (base / "prom").mkdir()
     cap_file = base / "cap"  # absent at start: the engine keeps --max-num-seqs and says so
     srv = VLLMServer(
         model=str(model), python=str(VLLM_PYTHON), log_path=base / "vllm.log",
-        flags=["--max-num-seqs", str(CAPACITY),
-               "--scheduler-cls", "llm_operator.engine.scheduler.AdmissionCapScheduler",
+        flags=["--max-num-seqs", str(CAPACITY), *LIVE_FLAGS,
                "--kv-cache-memory-bytes", str(64 * 1024 * 1024), "--max-model-len", "1024"],
-        env={"PYTHONPATH": str(code), "LLMOP_ADMISSION_CAP_FILE": str(cap_file),
-             "PROMETHEUS_MULTIPROC_DIR": str(base / "prom")},
+        env=live_env(code, cap_file, base / "prom"),
     )
     with srv:
         yield srv, cap_file

@@ -37,8 +37,15 @@ Each tick (sleeping until the earliest service is due, at most :data:`IDLE_SECON
    and a Warning Event (on the change of reason, and again at most every
    :data:`WARNING_REPEAT_SECONDS` while Prometheus stays unreachable).
 
-Switching from ``Apply`` to ``Recommend`` or ``Disabled`` keeps the last applied cap (no
-rollout from the switch itself); pinning ``spec.engine.maxNumSeqs`` wins at once, as the
+Live admission cap (``Apply`` with ``spec.adaptation.liveCap``, the default): the
+reconciliation then changes only the admission-cap ConfigMap, the next decision waits
+for the engines to report the cap, and the cooldown counts from that report; see
+:func:`llm_operator.adaptation.update.live_cap_progress` and the README's "How an
+adaptation decision reaches the pods".
+
+Switching from ``Apply`` to ``Recommend`` or ``Disabled`` keeps the last applied cap (with
+the live cap, the switch rolls once: the pods lose the scheduler class and get the cap as
+``--max-num-seqs``); pinning ``spec.engine.maxNumSeqs`` wins at once, as the
 renderer ignores overrides of pinned fields. ``LLMOP_PROMETHEUS_URL`` unset: the loop does
 not start, and says so once in the log.
 """

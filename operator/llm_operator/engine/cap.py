@@ -20,6 +20,11 @@ from dataclasses import dataclass, field
 
 CAP_FILE_ENV = "LLMOP_ADMISSION_CAP_FILE"  # where the engine reads the cap
 READ_INTERVAL_S = 1.0  # at most one read per second
+# The gauges the scheduler reports (see .scheduler).
+METRIC_CAP = "llmop_admission_cap"
+METRIC_CAPACITY = "llmop_admission_capacity"
+METRIC_FILE_OK = "llmop_admission_cap_file_ok"
+METRIC_LIVE = "llmop_admission_live"
 
 
 def parse_cap(text: str, capacity: int) -> tuple[int, str | None]:

@@ -32,7 +32,15 @@ import threading
 import time
 from typing import Any
 
-from .cap import CAP_FILE_ENV, READ_INTERVAL_S, CapReader
+from .cap import (
+    CAP_FILE_ENV,
+    METRIC_CAP,
+    METRIC_CAPACITY,
+    METRIC_FILE_OK,
+    METRIC_LIVE,
+    READ_INTERVAL_S,
+    CapReader,
+)
 
 try:  # keeps async scheduling (subclassing Scheduler instead turns it off)
     from vllm.v1.core.sched.async_scheduler import AsyncScheduler as _Base
@@ -41,10 +49,6 @@ except ImportError:  # pragma: no cover - an older vLLM
 
 log = logging.getLogger("vllm.llmop.admission")
 
-METRIC_CAP = "llmop_admission_cap"
-METRIC_CAPACITY = "llmop_admission_capacity"
-METRIC_FILE_OK = "llmop_admission_cap_file_ok"
-METRIC_LIVE = "llmop_admission_live"
 
 _gauges: dict[str, Any] = {}
 
