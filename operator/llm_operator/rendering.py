@@ -18,6 +18,11 @@ Children:
   LeaderWorkerSet: workers serve nothing).
 - :func:`build_pod_monitor`: a ``monitoring.coreos.com/v1`` PodMonitor, only when the
   Prometheus Operator is there (see :func:`render_all`).
+- :func:`build_admission_config_map`: the ConfigMap ``<name>-admission-cap`` carrying the
+  live admission cap, when the Deployment runs it (:func:`with_live_admission`).
+
+Every server drains on a rollout: ``--shutdown-timeout``, a preStop sleep and a grace
+period that covers both (see ``SHUTDOWN_TIMEOUT_SECONDS``).
 
 The tuning Job (:func:`llm_operator.tuning.job.build_tuning_job`) runs the same image on
 the same GPUs with the same model source, so the pod-level pieces are separate builders

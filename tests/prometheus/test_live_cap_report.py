@@ -14,7 +14,9 @@ with ``capInForce``. The engine's processes stay the same throughout.
 
 from __future__ import annotations
 
+import json
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -98,11 +100,25 @@ def test_a_decision_reaches_the_engine_and_its_report_lands_in_status(
     client = prometheus.connect(prom.url)
     b = body(32, {"plan": {"maxNumSeqs": 32}})
 
+    # With PROMETHEUS_MULTIPROC_DIR, prometheus_client exports a "mostrecent" gauge only
+    # once it was set: vLLM's request gauges appear with the first request served.
+    body_ = json.dumps({"model": str(server.model), "prompt": "hi", "max_tokens": 4}).encode()
+    req = urllib.request.Request(f"{server.url}/v1/completions", data=body_,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        assert r.status == 200
+    prom.wait_for_series(
+        f'count_over_time(vllm:num_requests_running{{llmservice="{NAME}"}}[10s]) >= 2', 30)
+
     # 1. The engine reports the cap it started with; a decision lowers it to 12.
     now = time.time()
     obs = prometheus.fetch_observations(client, [(NAMESPACE, NAME)], now, WINDOW_S)
     seen = obs[(NAMESPACE, NAME)]
     assert seen.cap_in_force_min == seen.cap_in_force_max == 32 and seen.live_cap_min == 1
+    # vLLM's own signals the policy reads are still there with PROMETHEUS_MULTIPROC_DIR set
+    # (vLLM's gauges are "mostrecent": no pid label, one series per pod).
+    assert seen.samples > 0 and seen.replicas == 1, seen
+    assert seen.kv_capacity_tokens and seen.running_mean is not None, seen
     svc = parse_services([b])[(NAMESPACE, NAME)]
     state = current_state(svc.spec, svc.status)
     decision = CapDecision(namespace=NAMESPACE, name=NAME, action=CapAction.LOWER,
