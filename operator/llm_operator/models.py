@@ -222,6 +222,9 @@ class AdaptationSpec(_Model):
     min_max_num_seqs: int = Field(default=1, ge=1)
     max_max_num_seqs: AutoInt = "auto"
     max_step_percent: int = Field(default=50, ge=1, le=100)
+    # Apply changes the engine's admission cap in place (no rollout) where the engine
+    # supports it; False: every change rolls the workload (--max-num-seqs).
+    live_cap: bool = True
 
     @field_validator("max_max_num_seqs")
     @classmethod

@@ -20,6 +20,11 @@ Children:
   Prometheus Operator is there (see :func:`render_all`).
 - :func:`build_pod_disruption_budget`: a ``policy/v1`` PodDisruptionBudget
   (``maxUnavailable: 1``), only for more than one replica.
+- :func:`build_admission_config_map`: the ConfigMap ``<name>-admission-cap`` carrying the
+  live admission cap, when the Deployment runs it (:func:`with_live_admission`).
+
+Every server drains on a rollout: ``--shutdown-timeout``, a preStop sleep and a grace
+period that covers both (see ``SHUTDOWN_TIMEOUT_SECONDS``).
 
 The tuning Job (:func:`llm_operator.tuning.job.build_tuning_job`) runs the same image on
 the same GPUs with the same model source, so the pod-level pieces are separate builders
@@ -117,8 +122,14 @@ DOWNLOAD_BYTES_PER_SECOND = 50 * 10**6
 # the download and startup budgets plus this margin (image pull of a ~10 GB vLLM image,
 # scheduling).
 PROGRESS_MARGIN_SECONDS = 600
-# vLLM finishes in-flight requests on SIGTERM; a minute covers a long generation.
-TERMINATION_GRACE_SECONDS = 60
+# Drain on a rollout (issue 12): vLLM 0.32 aborts in-flight requests on SIGTERM unless
+# --shutdown-timeout is set (default 0); with it, vLLM finishes them (at most this long)
+# and exits as soon as none is left. The preStop sleep first lets the endpoints
+# controller and kube-proxy stop routing new requests to the pod; the grace period covers
+# both with a margin, so the kubelet's SIGKILL never cuts a drain short.
+SHUTDOWN_TIMEOUT_SECONDS = 120
+PRESTOP_SLEEP_SECONDS = 5
+TERMINATION_GRACE_SECONDS = PRESTOP_SLEEP_SECONDS + SHUTDOWN_TIMEOUT_SECONDS + 15
 
 # --- multi-node replicas (LeaderWorkerSet) ---
 # One replica on several nodes runs as one LeaderWorkerSet group, the way vLLM documents
@@ -439,6 +450,7 @@ def build_vllm_flags(
     # A revision selects a hub commit; a model on a volume is whatever the volume holds.
     if spec.model.revision and not from_volume:
         args += ["--revision", spec.model.revision]
+    args += ["--shutdown-timeout", str(SHUTDOWN_TIMEOUT_SECONDS)]  # drain: see the constant
     args += list(engine.extra_args)
     return args
 
@@ -772,6 +784,7 @@ def build_server_container(
     container["volumeMounts"] = build_volume_mounts(svc.spec)
     container.update(build_probes(plan))
     container["securityContext"] = copy.deepcopy(CONTAINER_SECURITY_CONTEXT)
+    container["lifecycle"] = build_drain_lifecycle()
     return container
 
 
@@ -1094,6 +1107,7 @@ def render_all(
     *,
     overrides: Mapping[str, int] | None = None,
     pod_monitor: bool | None = None,
+    live_cap: bool = False,
 ) -> list[dict[str, Any]]:
     """Every child of ``svc``: the server workload (a Deployment, or a LeaderWorkerSet when
     one replica spans nodes: :func:`is_multi_node`), the Service and, when wanted (see
@@ -1102,6 +1116,9 @@ def render_all(
 
     The workload kind follows the plan, so a plan that changes its node count switches
     kind: the apply step must then delete the other kind's object (its name differs).
+
+    ``live_cap`` (see :func:`llm_operator.status.live_cap_in_use`): a Deployment gets the
+    live admission cap (:func:`with_live_admission`) and its ConfigMap comes last.
     """
     svc = with_gpu_class(svc, settings)
     multi = is_multi_node(plan)
@@ -1110,10 +1127,143 @@ def render_all(
         if multi
         else build_deployment(svc, plan, settings, overrides)
     )
+    live = live_cap and not multi
+    if live:
+        workload = with_live_admission(workload, svc, plan, settings, overrides)
     children = [workload, build_service(svc, leaders_only=multi)]
     if wants_pod_monitor(settings, pod_monitor):
         children.append(build_pod_monitor(svc, settings, leaders_only=multi))
     pdb = build_pod_disruption_budget(svc)
     if pdb is not None:
         children.append(pdb)
+    if live:
+        cap, _ = live_admission_cap(svc, plan, overrides)
+        children.append(build_admission_config_map(svc, cap))
     return children
+
+
+# --- live admission cap (issue 12) ----------------------------------------------------
+# The server pod runs :mod:`llm_operator.engine` inside vLLM as its ``--scheduler-cls``;
+# an init container from the operator image copies it (as the tuning Job copies the
+# tuner), and the cap reaches it through a ConfigMap mounted as a volume.
+
+ENGINE_INIT_CONTAINER = "copy-engine"
+ENGINE_CODE_VOLUME = "llmop-engine"
+ENGINE_CODE_PATH = "/opt/llmop-engine"  # on the vLLM container's PYTHONPATH
+ENGINE_SCHEDULER_CLS = "llm_operator.engine.scheduler.AdmissionCapScheduler"
+
+# Copies ``llm_operator/engine/`` and the package's ``__init__.py`` (nothing else of the
+# operator) from wherever the operator image installed it. No "$(" (Kubernetes expands it).
+ENGINE_COPY_SCRIPT = (
+    "import llm_operator, os, shutil; "
+    "src = os.path.dirname(llm_operator.__file__); "
+    f"dst = os.path.join('{ENGINE_CODE_PATH}', 'llm_operator'); "
+    "shutil.copytree(os.path.join(src, 'engine'), os.path.join(dst, 'engine'), "
+    "dirs_exist_ok=True, ignore=shutil.ignore_patterns('__pycache__', '*.pyc')); "
+    "shutil.copyfile(os.path.join(src, '__init__.py'), os.path.join(dst, '__init__.py')); "
+    "print('Copied the admission controller from', src, 'to', dst)"
+)
+
+
+def build_engine_init_container(operator_image: str) -> dict[str, Any]:
+    """The init container that copies :mod:`llm_operator.engine` into the server pod."""
+    return {
+        "name": ENGINE_INIT_CONTAINER,
+        "image": operator_image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["python3", "-c", ENGINE_COPY_SCRIPT],
+        "volumeMounts": [{"name": ENGINE_CODE_VOLUME, "mountPath": ENGINE_CODE_PATH}],
+        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"},
+                      "limits": {"memory": "128Mi"}},
+    }
+
+
+ADMISSION_VOLUME = "llmop-admission"
+ADMISSION_PATH = "/etc/llmop/admission"  # the ConfigMap volume (read-only)
+ADMISSION_KEY = "maxNumActiveSeqs"  # the ConfigMap key: the cap, one integer
+ADMISSION_CONFIG_MAP_SUFFIX = "-admission-cap"
+METRICS_DIR_VOLUME = "llmop-metrics"
+METRICS_DIR_PATH = "/tmp/llmop-prometheus"  # PROMETHEUS_MULTIPROC_DIR of the server
+# The flags a user's own scheduler would set: live admission then cannot work (the
+# operator falls back to rollouts; see status.live_cap_blocker).
+LIVE_CAP_FLAGS = ("--scheduler-cls", "--max-num-active-seqs")
+
+
+def admission_config_map_name(svc: LLMService) -> str:
+    """The ConfigMap that carries the admission cap to the server pods."""
+    return f"{svc.metadata.name}{ADMISSION_CONFIG_MAP_SUFFIX}"
+
+
+def live_admission_cap(
+    svc: LLMService, plan: Plan, overrides: Mapping[str, int] | None = None
+) -> tuple[int, int]:
+    """``(cap, capacity)`` in live mode: the runner capacity is the plan's memory bound,
+    the cap what tuning or adaptation set (else the plan's value), at most the capacity."""
+    capacity = plan.max_num_seqs
+    cap, _ = effective_engine_value(svc.spec.engine, "maxNumSeqs", plan.max_num_seqs, overrides)
+    return min(int(cap or capacity), capacity), capacity
+
+
+def build_admission_config_map(svc: LLMService, cap: int) -> dict[str, Any]:
+    """The per-service ConfigMap whose one key the engine reads as its admission cap.
+
+    Mounted as a volume (not through env or subPath, which the kubelet never refreshes):
+    a change reaches the running pods when the kubelet next syncs them, typically within
+    60-90 s, without a restart. Only the operator writes it; clients of the model's API
+    cannot reach it.
+    """
+    meta = _metadata(svc, COMPONENT_SERVER)
+    meta["name"] = admission_config_map_name(svc)
+    return _with_spec_hash({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": meta,
+        "data": {ADMISSION_KEY: str(cap)},
+    })
+
+
+def with_live_admission(
+    deployment: Mapping[str, Any], svc: LLMService, plan: Plan, settings: Settings,
+    overrides: Mapping[str, int] | None = None,
+) -> dict[str, Any]:
+    """``deployment`` (from :func:`build_deployment`) with the live admission cap wired in:
+    ``--max-num-seqs`` = the runner capacity, ``--scheduler-cls`` = the engine module's
+    scheduler, the init container that copies it, the cap's ConfigMap volume, and
+    ``PROMETHEUS_MULTIPROC_DIR`` on an emptyDir so that the engine-core process's gauges
+    (the cap in force) reach the API server's ``/metrics``. The cap itself is not in the
+    pod template: changing it changes the ConfigMap only, so nothing rolls."""
+    out = copy.deepcopy(dict(deployment))
+    _, capacity = live_admission_cap(svc, plan, overrides)
+    pod = out["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    args = container["args"]
+    at = args.index("--max-num-seqs")
+    args[at + 1] = str(capacity)
+    args[at + 2:at + 2] = ["--scheduler-cls", ENGINE_SCHEDULER_CLS]
+    container.setdefault("env", []).extend([
+        {"name": "PYTHONPATH", "value": ENGINE_CODE_PATH},
+        {"name": "LLMOP_ADMISSION_CAP_FILE", "value": f"{ADMISSION_PATH}/{ADMISSION_KEY}"},
+        {"name": "PROMETHEUS_MULTIPROC_DIR", "value": METRICS_DIR_PATH},
+    ])
+    container.setdefault("volumeMounts", []).extend([
+        {"name": ENGINE_CODE_VOLUME, "mountPath": ENGINE_CODE_PATH, "readOnly": True},
+        {"name": ADMISSION_VOLUME, "mountPath": ADMISSION_PATH, "readOnly": True},
+        {"name": METRICS_DIR_VOLUME, "mountPath": METRICS_DIR_PATH},
+    ])
+    pod.setdefault("volumes", []).extend([
+        {"name": ENGINE_CODE_VOLUME, "emptyDir": {"sizeLimit": "16Mi"}},
+        {"name": ADMISSION_VOLUME,
+         "configMap": {"name": admission_config_map_name(svc), "optional": False}},
+        {"name": METRICS_DIR_VOLUME, "emptyDir": {"sizeLimit": "256Mi"}},
+    ])
+    pod["initContainers"] = [*pod.get("initContainers", []),
+                             build_engine_init_container(settings.operator_image)]
+    return _with_spec_hash(out)
+
+
+def build_drain_lifecycle() -> dict[str, Any]:
+    """The server container's preStop: wait :data:`PRESTOP_SLEEP_SECONDS` before the
+    kubelet sends SIGTERM, so new requests stop arriving before vLLM starts draining
+    (``--shutdown-timeout``). ``exec sleep``, not the ``sleep`` action, which needs
+    Kubernetes 1.30."""
+    return {"preStop": {"exec": {"command": ["sleep", str(PRESTOP_SLEEP_SECONDS)]}}}

@@ -23,9 +23,9 @@ from typing import Any
 
 from .constants import VLLM_PORT
 from .errors import SpecError
-from .models import EngineSpec
+from .models import AdaptationMode, EngineSpec, LLMServiceSpec
 from .planning import Plan
-from .rendering import effective_engine_value
+from .rendering import LIVE_CAP_FLAGS, effective_engine_value
 from .timestamps import rfc3339
 
 JSON = dict[str, Any]
@@ -47,6 +47,7 @@ class ConditionType(StrEnum):
     PODS_SCHEDULED = "PodsScheduled"  # no server pod is Unschedulable (see podscheduling.py)
     # every child the plan needs is written and every child it no longer needs deleted
     CHILDREN_APPLIED = "ChildrenApplied"
+    LIVE_CAP = "LiveCap"  # adaptation changes the engine's admission cap without a rollout
 
 
 class Reason(StrEnum):
@@ -460,3 +461,54 @@ def engine_in_effect(engine: EngineSpec, plan: Plan, status: Mapping[str, Any] |
         out[key] = value
         out[f"{key}Source"] = origin
     return out
+
+
+class LiveCapReason(StrEnum):
+    """Reasons of the ``LiveCap`` condition."""
+
+    REPORTED = "EngineReportsCap"  # the engine reports the cap the operator requested
+    PENDING = "CapPending"  # written to the ConfigMap; the engine has not reported it yet
+    OPTED_OUT = "OptedOut"  # spec.adaptation.liveCap is false
+    OWN_SCHEDULER = "SchedulerInExtraArgs"  # extraArgs set --scheduler-cls or the active cap
+    MULTI_NODE = "MultiNode"  # one replica spans nodes (LeaderWorkerSet): not wired yet
+    NO_HOOK = "EngineLacksHook"  # the engine reports it cannot change the cap live
+    NO_REPORT = "EngineDidNotReport"  # no report of a requested cap within the timeout
+
+
+def live_cap_blocker(spec: LLMServiceSpec, status: Mapping[str, Any] | None,
+                     generation: int | None = None) -> tuple[LiveCapReason, str] | None:
+    """Why adaptation must roll instead of steering the cap live (None: live works).
+
+    The user's opt-out (``spec.adaptation.liveCap: false``), a scheduler of the user's own
+    in ``extraArgs``, a replica over several nodes (``status.plan``), or a fallback the
+    adaptation loop recorded in ``status.adaptation.liveCapFallback`` for this generation
+    of the spec (an engine that lacks the hook or never reported the cap; editing the
+    spec, e.g. the image, retries).
+    """
+    if not spec.adaptation.live_cap:
+        return LiveCapReason.OPTED_OUT, "spec.adaptation.liveCap is false: every change rolls"
+    for arg in spec.engine.extra_args:
+        flag = arg.split("=", 1)[0]
+        if flag in LIVE_CAP_FLAGS:
+            return LiveCapReason.OWN_SCHEDULER, (
+                f"spec.engine.extraArgs sets {flag}: the operator's admission scheduler is "
+                "not used and every change rolls; remove the flag to steer the cap live")
+    nodes = ((status or {}).get("plan") or {}).get("nodesPerReplica")
+    if isinstance(nodes, int) and nodes > 1:
+        return LiveCapReason.MULTI_NODE, (
+            "one replica spans nodes (a LeaderWorkerSet): the live admission cap is wired "
+            "for single-node replicas only, so every change rolls")
+    fallback = ((status or {}).get("adaptation") or {}).get("liveCapFallback") or {}
+    if fallback.get("reason") and (generation is None or fallback.get("generation") is None
+                                   or fallback.get("generation") == generation):
+        return LiveCapReason(fallback["reason"]), str(fallback.get("message") or "")
+    return None
+
+
+def live_cap_in_use(spec: LLMServiceSpec, status: Mapping[str, Any] | None,
+                    generation: int | None = None) -> bool:
+    """Whether the server is rendered with the live admission cap: adaptation in ``Apply``
+    mode on a cap left to ``auto``, and nothing blocks it (:func:`live_cap_blocker`)."""
+    return (spec.adaptation.mode is AdaptationMode.APPLY
+            and not isinstance(spec.engine.max_num_seqs, int)
+            and live_cap_blocker(spec, status, generation) is None)

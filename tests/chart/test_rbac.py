@@ -52,11 +52,11 @@ def test_namespaced_roles_match_the_verbs_the_code_uses(render: Render) -> None:
     assert rendered_access(result.one("Role")) == wanted
 
 
-def test_config_maps_only_by_name_but_create() -> None:
-    # The operator's one ConfigMap is the tuning cache; kopf's peering uses its own kinds.
+def test_config_maps_get_no_list_or_watch() -> None:
+    # The tuning cache and the live admission caps (one per service, so no resourceNames);
+    # nothing reads ConfigMaps it does not name (kopf's peering uses its own kinds).
     assert operator_access()[("", "configmaps")] == {
-        (): frozenset({"create"}),
-        ("llm-operator-tuning-cache",): frozenset({"get", "patch"}),
+        (): frozenset({"create", "get", "patch", "delete"}),
     }
 
 

@@ -58,7 +58,7 @@ def with_replay(fn: Any) -> Any:
 
 WINDOW_S = 20  # LLMOP_ADAPTATION_WINDOW_SECONDS: short, so the test stays short
 INTERVAL_S = 5
-SERVICES = ("kv-apply", "kv-recommend")
+SERVICES = ("kv-apply", "kv-recommend", "kv-live")
 
 
 @pytest.fixture(scope="module")
@@ -110,20 +110,25 @@ def operator_for(kubectl: Kubectl, tmp_path: Path) -> Iterator[Any]:
         proc.stop()
 
 
-def service(name: str, mode: str, cooldown: int = 600) -> str:
+def service(name: str, mode: str, cooldown: int = 600, live_cap: bool | None = None) -> str:
+    adapt: dict[str, Any] = {"mode": mode, "intervalSeconds": INTERVAL_S,
+                             "cooldownSeconds": cooldown}
+    if live_cap is not None:
+        adapt["liveCap"] = live_cap
     return yaml.safe_dump({
         "apiVersion": "llmops.dev/v1alpha1", "kind": "LLMService",
         "metadata": {"name": name, "namespace": NAMESPACE},
         "spec": {"model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
                  "gpus": {"product": "L4"},
                  "tuning": {"mode": "Disabled"},
-                 "adaptation": {"mode": mode, "intervalSeconds": INTERVAL_S,
-                                "cooldownSeconds": cooldown}},
+                 "adaptation": adapt},
     })
 
 
-def create(kubectl: Kubectl, name: str, mode: str, cooldown: int = 600) -> dict[str, Any]:
-    kubectl.run("apply", "--validate=false", "-f", "-", stdin=service(name, mode, cooldown))
+def create(kubectl: Kubectl, name: str, mode: str, cooldown: int = 600,
+           live_cap: bool | None = None) -> dict[str, Any]:
+    kubectl.run("apply", "--validate=false", "-f", "-",
+                stdin=service(name, mode, cooldown, live_cap))
     return wait_for(lambda: kubectl.get("deployment", name, NAMESPACE), 30,
                     f"Deployment {name}")
 
@@ -157,7 +162,8 @@ def test_apply_lowers_the_cap_under_kv_pressure_then_respects_the_cooldown(
     metrics_port = free_port()
     op = operator_for(prom.url, metrics_port)
     name = "kv-apply"
-    before = create(kubectl, name, "Apply", cooldown=600)
+    # The rollout path (liveCap false); the live path is the next test.
+    before = create(kubectl, name, "Apply", cooldown=600, live_cap=False)
     planned = max_num_seqs(before)
 
     def lowered() -> dict[str, Any] | None:
@@ -205,6 +211,48 @@ def test_apply_lowers_the_cap_under_kv_pressure_then_respects_the_cooldown(
     assert f'llmop_adaptation_max_num_seqs{{llmservice="{name}",namespace="{NAMESPACE}"}} ' \
            f'{float(new_cap)}' in text
     assert "Online adaptation started" in op.log()
+
+
+@with_replay
+def test_apply_live_writes_the_cap_to_the_config_map_and_waits_for_the_engine(
+        kubectl: Kubectl, prom: PrometheusServer, operator_for: Any) -> None:
+    """Live (the default): the decision changes the ConfigMap the pods mount, never the
+    Deployment, and the next decision waits for the engines to report the cap. The
+    replayed engine is a recording of a stock vLLM: it never reports
+    ``llmop_admission_cap``, so the cap stays pending (the fallback after 300 s is
+    covered by the unit tests)."""
+    operator_for(prom.url)
+    name = "kv-live"
+    before = create(kubectl, name, "Apply", cooldown=600)
+    args = before["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--scheduler-cls" in args
+    capacity = max_num_seqs(before)
+    config = wait_for(lambda: kubectl.get("configmap", f"{name}-admission-cap", NAMESPACE),
+                      30, "the admission-cap ConfigMap")
+    assert int(config["data"]["maxNumActiveSeqs"]) == capacity
+
+    def lowered() -> dict[str, Any] | None:
+        cm = kubectl.get("configmap", f"{name}-admission-cap", NAMESPACE) or {}
+        cap = int((cm.get("data") or {}).get("maxNumActiveSeqs", capacity))
+        return cm if cap < capacity else None
+    cm = wait_for(lowered, 45, "the ConfigMap's cap to be lowered")
+    new_cap = int(cm["data"]["maxNumActiveSeqs"])
+    ad = adaptation(kubectl, name)
+    assert ad["capRequested"] == ad["maxNumSeqs"] == new_cap and ad["actuation"] == "Live", ad
+    dep = kubectl.get("deployment", name, NAMESPACE) or {}
+    assert dep["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert max_num_seqs(dep) == capacity  # the runner capacity: nothing rolled
+    cond = condition(kubectl, name, "LiveCap")
+    assert cond is not None and cond["status"] == "True" and cond["reason"] == "CapPending"
+
+    def waiting() -> dict[str, Any] | None:
+        a = adaptation(kubectl, name)
+        reason = (a.get("lastDecision") or {}).get("reason", "")
+        return a if "waiting for the engines to report" in reason else None
+    held = wait_for(waiting, 4 * INTERVAL_S, "a hold that waits for the engines' report")
+    assert held["lastDecision"]["action"] == "hold" and len(held["history"]) == 1
+    lowered_events = [e for e in events(kubectl, name) if e["reason"] == "MaxNumSeqsLowered"]
+    assert len(lowered_events) == 1 and "no restart" in lowered_events[0]["message"]
 
 
 @with_replay

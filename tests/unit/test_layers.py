@@ -50,6 +50,8 @@ def test_the_contracts_hold() -> None:
      "Pure modules read no clock"),
     ("tuner/search.py", "from llm_operator import planning",
      "The tuner (runs inside the tuning Job) imports nothing of the operator"),
+    ("engine/cap.py", "from llm_operator import constants",
+     "The admission controller (runs inside vLLM) imports nothing of the operator"),
     ("controller/reconcile.py", "from llm_operator.controller import handlers",
      "The kopf handlers are registered in one module that only run.py imports"),
 ])

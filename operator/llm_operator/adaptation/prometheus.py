@@ -20,7 +20,9 @@ fallbacks joined with ``or``):
   cache size in tokens. Together they say how many sequences the KV cache holds.
 
 vLLM does not export its ``--max-num-seqs``: the current cap comes from the operator's
-status (or ``--current`` in the CLI).
+status (or ``--current`` in the CLI). Where the pods run the live admission cap
+(:mod:`llm_operator.engine`), ``llmop_admission_cap`` is the cap in force as each engine
+reports it and ``llmop_admission_live`` whether it can change it live.
 
 The service and namespace label names are settings (``LLMOP_PROMETHEUS_SERVICE_LABEL``,
 ``LLMOP_PROMETHEUS_NAMESPACE_LABEL``) for clusters that relabel differently from the
@@ -57,6 +59,9 @@ _FIELDS = {
     "mean_prompt_tokens": "mean_prompt_tokens",
     "mean_generation_tokens": "mean_generation_tokens",
     "last_sample_at": "last_sample_at",
+    "cap_in_force_min": "cap_in_force_min",
+    "cap_in_force_max": "cap_in_force_max",
+    "live_cap_min": "live_cap_min",
 }
 
 
@@ -130,6 +135,10 @@ def signal_queries(
         "mean_prompt_tokens": mean_of("vllm:request_prompt_tokens"),
         "mean_generation_tokens": mean_of("vllm:request_generation_tokens"),
         "kv_config": f"max by ({by}, num_gpu_blocks, block_size) (vllm:cache_config_info{sel})",
+        # The live admission cap (llm_operator.engine), as the engines report it now.
+        "cap_in_force_min": f"min by ({by}) (llmop_admission_cap{sel})",
+        "cap_in_force_max": f"max by ({by}) (llmop_admission_cap{sel})",
+        "live_cap_min": f"min by ({by}) (llmop_admission_live{sel})",
     }
 
 

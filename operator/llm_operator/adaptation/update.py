@@ -7,10 +7,15 @@ The loop that carries these out (fetch, call, write) is
 :mod:`llm_operator.adaptation.prometheus`. Nothing here reads the clock or the network.
 
 How a decision reaches the pods: ``Apply`` with a change writes
-``status.adaptation.maxNumSeqs``; the reconciliation then renders the workload with it
+``status.adaptation.maxNumSeqs``; the reconciliation then renders the children with it
 (:func:`llm_operator.status.engine_overrides`, applied only where the user left
-``spec.engine.maxNumSeqs`` to ``auto``) and rolls it. ``Recommend`` writes
-``status.adaptation.recommendedMaxNumSeqs`` and an Event, never the workload.
+``spec.engine.maxNumSeqs`` to ``auto``). Live (:func:`llm_operator.status.live_cap_in_use`):
+only the admission-cap ConfigMap changes, the engines pick the cap up without a restart,
+and ``status.adaptation.capRequested`` holds it until every engine reports it
+(:func:`live_cap_progress`): until then the next decision holds, and the cooldown counts
+from the report. Otherwise the Deployment rolls onto the new ``--max-num-seqs``.
+``Recommend`` writes ``status.adaptation.recommendedMaxNumSeqs`` and an Event, never the
+workload.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from typing import Any
 
 from .. import status as st
 from ..models import AdaptationMode, LLMServiceSpec, parse_llmservice
-from ..timestamps import rfc3339
+from ..timestamps import parse_rfc3339, rfc3339
 from .policy import (
     DEFAULT_POLICY,
     AdaptationState,
@@ -38,6 +43,10 @@ from .policy import (
 )
 
 IDLE_SECONDS = 15.0  # longest sleep between ticks (a new service is picked up this fast)
+# How long a live cap change may take to show in the engines' reports before the operator
+# gives up on live changes and rolls: the kubelet's ConfigMap refresh (its sync period,
+# 60-90 s typically), one scrape interval (30 s by default) and the loop's interval.
+LIVE_CAP_REPORT_TIMEOUT_SECONDS = 300.0
 MIN_SLEEP_SECONDS = 1.0
 JSON = dict[str, Any]
 
@@ -178,6 +187,58 @@ def metrics_condition(
     return False, reason, f"{text}; max-num-seqs holds"
 
 
+@dataclass(frozen=True)
+class LiveCapProgress:
+    """Where a live cap change stands (:func:`live_cap_progress`)."""
+
+    in_force: int | None = None  # the cap every replica reports (None: none, or they differ)
+    wait: str | None = None  # hold the next decision, for this reason
+    took_effect: bool = False  # the engines report the requested cap as of now
+    fallback: tuple[st.LiveCapReason, str] | None = None  # roll instead from now on
+
+
+def reported_cap(obs: Observation | None) -> int | None:
+    """The admission cap every replica's engine reports (None: no report, or they differ)."""
+    if obs is None or obs.cap_in_force_min is None or obs.cap_in_force_max is None:
+        return None
+    if obs.cap_in_force_min != obs.cap_in_force_max:
+        return None
+    return int(obs.cap_in_force_min)
+
+
+def live_cap_progress(
+    adaptation: Mapping[str, Any], obs: Observation | None, now: float,
+    timeout: float = LIVE_CAP_REPORT_TIMEOUT_SECONDS,
+) -> LiveCapProgress:
+    """Whether the cap requested last (``status.adaptation.capRequested``) is in force,
+    still on its way (hold the next decision), or never arrived (fall back to rollouts);
+    also a fallback when an engine reports it cannot take a cap live (pure)."""
+    in_force = reported_cap(obs)
+    if obs is not None and obs.live_cap_min is not None and obs.live_cap_min < 1:
+        return LiveCapProgress(in_force=in_force, fallback=(
+            st.LiveCapReason.NO_HOOK,
+            "The engine reports that it cannot change its admission cap live (its vLLM has "
+            "no --max-num-active-seqs; vLLM 0.32 and later have it): every change rolls the "
+            "Deployment"))
+    requested = adaptation.get("capRequested")
+    if not isinstance(requested, int):
+        return LiveCapProgress(in_force=in_force)
+    if in_force == requested:
+        return LiveCapProgress(in_force=in_force, took_effect=True)
+    when = adaptation.get("capRequestedTime")
+    waited = now - parse_rfc3339(when) if isinstance(when, str) else 0.0
+    seen = "none yet" if in_force is None else str(in_force)
+    if waited > timeout:
+        return LiveCapProgress(in_force=in_force, fallback=(
+            st.LiveCapReason.NO_REPORT,
+            f"The engines did not report the admission cap {requested} within {timeout:.0f} s "
+            f"of writing it (they report {seen}): rolling the Deployment instead"))
+    return LiveCapProgress(in_force=in_force, wait=(
+        f"waiting for the engines to report the admission cap {requested} written {waited:.0f} s "
+        f"ago (they report {seen}; the kubelet refreshes the ConfigMap volume within about "
+        f"60-90 s; rolling instead after {timeout:.0f} s)"))
+
+
 @dataclass
 class Update:
     """What one decision writes: the status patch, the Events, and whether the workload
@@ -198,6 +259,7 @@ def plan_update(
     *,
     policy: PolicySettings = DEFAULT_POLICY,
     warn_again: bool = False,
+    progress: LiveCapProgress | None = None,
 ) -> Update:
     """Turn one decision into the status patch and Events (pure).
 
@@ -240,10 +302,15 @@ def plan_update(
                     f"{decision.reason}"))
         else:
             adaptation["recommendedMaxNumSeqs"] = None
+    conds = list(status.get("conditions") or [])
+    if mode is AdaptationMode.APPLY and state is not None:
+        rollout, conds = _live_cap(svc, status, adaptation, events, conds, rollout,
+                                   decision, progress or LiveCapProgress(), now)
     patch: JSON = {"adaptation": adaptation}
+    if conds != list(status.get("conditions") or []):
+        patch["conditions"] = conds
 
     ok, reason, message = metrics_condition(observation, now, policy)
-    conds = status.get("conditions") or []
     old = st.get_condition(conds, st.ConditionType.METRICS_AVAILABLE)
     new_conds = st.set_condition(conds, st.ConditionType.METRICS_AVAILABLE, ok, reason, message,
                                  generation=svc.generation, now=now)
@@ -257,3 +324,74 @@ def plan_update(
     merged = {**before, **adaptation}
     return Update(status_patch=patch, events=events, rollout=rollout,
                   adaptation={k: v for k, v in merged.items() if v is not None})
+
+
+def _live_cap(
+    svc: Service, status: Mapping[str, Any], adaptation: JSON, events: list[st.Notice],
+    conds: list[Any], rollout: bool, decision: CapDecision, progress: LiveCapProgress,
+    now: float,
+) -> tuple[bool, list[Any]]:
+    """The live admission cap's part of an Apply tick (pure; edits ``adaptation`` and
+    ``events``): how the change travels (``actuation``), the cap the engines report
+    (``capInForce``), the cap still on its way (``capRequested``), a fallback to rollouts,
+    and the ``LiveCap`` condition. Returns whether to re-render and the new conditions."""
+    live = st.live_cap_in_use(svc.spec, status, svc.generation)
+    cfg = f"ConfigMap {svc.key[1]}-admission-cap"
+    if progress.in_force is not None:
+        adaptation["capInForce"] = progress.in_force
+        adaptation["capInForceTime"] = rfc3339(now)
+    if live and progress.fallback is not None:
+        why, message = progress.fallback
+        adaptation["liveCapFallback"] = {"reason": str(why), "message": message,
+                                         "generation": svc.generation}
+        adaptation["capRequested"] = adaptation["capRequestedTime"] = None
+        events.append(st.Notice("Warning", "LiveCapFallback", message))
+        live, rollout = False, True  # re-render: the Deployment rolls onto the cap
+    elif live and progress.took_effect:
+        adaptation["capRequested"] = adaptation["capRequestedTime"] = None
+        adaptation["lastChangeTime"] = rfc3339(now)  # the cooldown counts from here
+        events.append(st.Notice("Normal", "AdmissionCapInForce",
+                                f"The engines report the admission cap {progress.in_force} "
+                                f"in force (no restart)"))
+    if live and rollout and decision.value is not None:
+        adaptation["capRequested"] = decision.value
+        adaptation["capRequestedTime"] = rfc3339(now)
+        for i, notice in enumerate(events):
+            if notice.reason in ("MaxNumSeqsLowered", "MaxNumSeqsRaised"):
+                events[i] = st.Notice(notice.type, notice.reason,
+                                      f"{notice.message} (live: written to {cfg}, no restart)")
+    adaptation["actuation"] = "Live" if live else "Rollout"
+
+    blocker = st.live_cap_blocker(svc.spec, {**status, "adaptation": {
+        **(status.get("adaptation") or {}), **adaptation}}, svc.generation)
+    pending = adaptation.get("capRequested") if "capRequested" in adaptation else (
+        status.get("adaptation") or {}).get("capRequested")
+    if blocker is not None:
+        cond = (False, str(blocker[0]), blocker[1])
+    elif isinstance(pending, int):
+        cond = (True, str(st.LiveCapReason.PENDING),
+                f"Admission cap {pending} written to {cfg}; waiting for the engines to "
+                "report it (the kubelet refreshes the volume within about 60-90 s)")
+    elif progress.in_force is not None:
+        cond = (True, str(st.LiveCapReason.REPORTED),
+                f"The engines report the admission cap {progress.in_force} in force; changes "
+                f"go through {cfg} without a restart")
+    else:
+        cond = (True, str(st.LiveCapReason.PENDING),
+                "No engine reports its admission cap yet (llmop_admission_cap)")
+    new_conds = st.set_condition(conds, st.ConditionType.LIVE_CAP, cond[0], cond[1], cond[2],
+                                 generation=svc.generation, now=now)
+    old = st.get_condition(conds, st.ConditionType.LIVE_CAP)
+    new = st.get_condition(new_conds, st.ConditionType.LIVE_CAP)
+    if old is not None and new is not None and all(old.get(k) == new.get(k) for k in (
+            "status", "reason", "message", "observedGeneration")):
+        return rollout, conds
+    return rollout, new_conds
+
+
+def waiting_decision(svc: Service, state: AdaptationState, obs: Observation | None,
+                     reason: str, now: float) -> CapDecision:
+    """A hold while a live cap change is on its way (:attr:`LiveCapProgress.wait`)."""
+    return CapDecision(namespace=svc.key[0], name=svc.key[1], action=CapAction.HOLD,
+                       current=state.current, value=state.current, reason=reason,
+                       evidence={} if obs is None else obs.summary(), at=now)

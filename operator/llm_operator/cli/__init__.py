@@ -61,12 +61,15 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 def _cmd_render(args: argparse.Namespace) -> int:
     from ..planning import make_plan
     from ..rendering import render_all
+    from ..status import live_cap_in_use
 
     settings = Settings()
     docs: list[dict[str, Any]] = []
     for _path, svc in load_services(args.files):
+        # As the operator renders a new service (no status yet): live cap where it applies.
         docs.extend(render_all(
-            svc, make_plan(svc.spec, gpus_per_node=settings.gpus_per_node), settings))
+            svc, make_plan(svc.spec, gpus_per_node=settings.gpus_per_node), settings,
+            live_cap=live_cap_in_use(svc.spec, None)))
     sys.stdout.write(yaml.safe_dump_all(docs, sort_keys=False, explicit_start=True))
     return 0
 

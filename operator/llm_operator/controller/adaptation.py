@@ -37,8 +37,15 @@ Each tick (sleeping until the earliest service is due, at most :data:`IDLE_SECON
    and a Warning Event (on the change of reason, and again at most every
    :data:`WARNING_REPEAT_SECONDS` while Prometheus stays unreachable).
 
-Switching from ``Apply`` to ``Recommend`` or ``Disabled`` keeps the last applied cap (no
-rollout from the switch itself); pinning ``spec.engine.maxNumSeqs`` wins at once, as the
+Live admission cap (``Apply`` with ``spec.adaptation.liveCap``, the default): the
+reconciliation then changes only the admission-cap ConfigMap, the next decision waits
+for the engines to report the cap, and the cooldown counts from that report; see
+:func:`llm_operator.adaptation.update.live_cap_progress` and the README's "How an
+adaptation decision reaches the pods".
+
+Switching from ``Apply`` to ``Recommend`` or ``Disabled`` keeps the last applied cap (with
+the live cap, the switch rolls once: the pods lose the scheduler class and get the cap as
+``--max-num-seqs``); pinning ``spec.engine.maxNumSeqs`` wins at once, as the
 renderer ignores overrides of pinned fields. ``LLMOP_PROMETHEUS_URL`` unset: the loop does
 not start, and says so once in the log.
 """
@@ -55,16 +62,21 @@ from ..adaptation import prometheus
 from ..adaptation.policy import Observation, ServiceKey, decide, policy_for_scrape
 from ..adaptation.update import (
     IDLE_SECONDS,
+    LiveCapProgress,
     Service,
     cap_limits,
     current_state,
     due_services,
     fresher_status,
+    live_cap_progress,
     parse_services,
     plan_update,
     running_cap,
     seconds_until_next,
+    waiting_decision,
 )
+from ..models import AdaptationMode
+from ..status import live_cap_in_use
 from .context import OperatorContext, clock
 from .reconcile import reconcile, write_status
 
@@ -162,11 +174,19 @@ class AdaptationLoop:
         status = fresher_status(svc.status, self.written.get(svc.key))
         svc = Service(svc.key, {**svc.body, "status": status}, svc.spec)
         state = current_state(svc.spec, status)
-        decision = decide(obs, state, svc.spec, now, namespace=ns, name=name,
-                          limits=cap_limits(status), settings=self.policy)
+        progress: LiveCapProgress | None = None
+        if (svc.spec.adaptation.mode is AdaptationMode.APPLY and state is not None
+                and live_cap_in_use(svc.spec, status, svc.generation)):
+            progress = live_cap_progress(status.get("adaptation") or {}, obs, now)
+        if progress is not None and progress.wait and state is not None:
+            # A live change is on its way: the next decision waits for the engines' report.
+            decision = waiting_decision(svc, state, obs, progress.wait, now)
+        else:
+            decision = decide(obs, state, svc.spec, now, namespace=ns, name=name,
+                              limits=cap_limits(status), settings=self.policy)
         warn_again = now - self.last_warned.get(svc.key, 0.0) >= WARNING_REPEAT_SECONDS
         update = plan_update(svc, decision, obs, state, now, policy=self.policy,
-                             warn_again=warn_again)
+                             warn_again=warn_again, progress=progress)
         mode = svc.spec.adaptation.mode.value
         self.metrics.decision(ns, name, decision.action.value, mode,
                               decision.value if update.rollout else
@@ -185,9 +205,9 @@ class AdaptationLoop:
             await write_status(ctx, written, outcome.status_patch)
             if outcome.error is not None:
                 self.pending_rollout.add(svc.key)  # retried on the next tick
-                log.warning(f"Rolling {ns}/{name} onto max-num-seqs "
-                            f"{update.adaptation.get('maxNumSeqs')} failed, retrying on the "
-                            f"next tick: {outcome.error}")
+                log.warning(f"Applying max-num-seqs {update.adaptation.get('maxNumSeqs')} "
+                            f"to {ns}/{name} failed, retrying on the next tick: "
+                            f"{outcome.error}")
             else:
                 self.pending_rollout.discard(svc.key)
         for notice in update.events:

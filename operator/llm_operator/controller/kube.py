@@ -50,7 +50,6 @@ from ..constants import (
     PLURAL,
 )
 from ..timestamps import rfc3339
-from ..tuning.control import CACHE_CONFIGMAP
 
 log = logging.getLogger(__name__)
 
@@ -88,8 +87,9 @@ CLIENT_ACCESS: dict[tuple[str, str], tuple[frozenset[str], tuple[str, ...]]] = {
     ("policy", "poddisruptionbudgets"): (frozenset({"get", "create", "patch", "delete"}), ()),
     ("batch", "jobs"): (frozenset({"get", "list", "create", "delete"}), ()),
     ("", "pods"): (frozenset({"list"}), ()),
-    ("", "configmaps"): (frozenset({"get", "patch"}), (CACHE_CONFIGMAP,)),
-    ("", "configmaps:create"): (frozenset({"create"}), ()),
+    # The tuning cache and each live-cap service's <name>-admission-cap, which server-side
+    # apply writes like any child; RBAC cannot name the latter, so no resourceNames.
+    ("", "configmaps"): (frozenset({"get", "create", "patch", "delete"}), ()),
     ("", "events"): (frozenset({"create"}), ()),
 }
 

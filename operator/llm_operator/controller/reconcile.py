@@ -107,7 +107,8 @@ async def reconcile(
         serving = serving_view(svc, current)
         held = held_before_serving(svc, plan, current)
         desired = render_all(serving, plan, ctx.settings, pod_monitor=monitor,
-                             overrides=st.engine_overrides(current))
+                             overrides=st.engine_overrides(current),
+                             live_cap=st.live_cap_in_use(svc.spec, current, generation))
         if held is not None:
             desired = [d for d in desired if d["kind"] not in WORKLOAD_KINDS]
     except (SpecError, SpecErrors) as exc:

@@ -106,6 +106,10 @@ def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--deadline-seconds", type=float, default=None,
                    help="hard wall time from start: the run stops this long after it "
                    "started, even mid-trial, and reports the best result so far as partial")
+    p.add_argument("--live-cap-engine", default=None, metavar="DIR",
+                   help="a folder holding llm_operator/engine (the server pod's admission "
+                        "controller): sweep max-num-seqs on one running server through its "
+                        "live cap instead of one server start per value (--model mode)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--progress", choices=("auto", "bar", "log"), default="auto")
     p.add_argument("-v", "--verbose", action="store_true")
@@ -217,6 +221,7 @@ def _run(args: argparse.Namespace, mns_levels: tuple[int, ...] | None,
     from .bench import BenchTarget
     from .report import LogProgress, print_result
     from .runner import (
+        LiveCapEvaluator,
         ServerEvaluator,
         UrlEvaluator,
         accepted_flags,
@@ -295,7 +300,7 @@ def _run(args: argparse.Namespace, mns_levels: tuple[int, ...] | None,
                              wl.output_tokens, slo, waves=args.waves,
                              min_prompts=args.min_prompts, seed=args.seed,
                              log_path=args.log_dir / "bench.log")
-        evaluator: UrlEvaluator | ServerEvaluator = UrlEvaluator(target)
+        evaluator: UrlEvaluator | ServerEvaluator | LiveCapEvaluator = UrlEvaluator(target)
     else:
         model = args.model
         template = BenchTarget("", args.served_model_name or model, args.tokenizer or model,
@@ -303,8 +308,19 @@ def _run(args: argparse.Namespace, mns_levels: tuple[int, ...] | None,
                                min_prompts=args.min_prompts, seed=args.seed)
         if args.served_model_name:
             server_args += ["--served-model-name", args.served_model_name]
-        evaluator = ServerEvaluator(model, template, server_args, python=args.vllm_python,
-                                    log_dir=args.log_dir, start_timeout_s=args.start_timeout)
+        if args.live_cap_engine and search_mns:
+            # One server per max-num-batched-tokens; caps move live (issue 12).
+            capacity = max([*mns_space, d_mns or 0, 1])
+            evaluator = LiveCapEvaluator(model, template, capacity, args.live_cap_engine,
+                                         server_args, default_max_num_seqs=d_mns,
+                                         default_max_num_batched_tokens=d_mnbt,
+                                         python=args.vllm_python, log_dir=args.log_dir,
+                                         start_timeout_s=args.start_timeout)
+            notes.append(f"max-num-seqs swept live on one server per max-num-batched-tokens "
+                         f"(runner capacity {capacity}, admission cap moved per trial)")
+        else:
+            evaluator = ServerEvaluator(model, template, server_args, python=args.vllm_python,
+                                        log_dir=args.log_dir, start_timeout_s=args.start_timeout)
 
     opts = Options(repeats=args.repeats, noise_threshold=args.noise_threshold,
                    sweep_points=args.sweep_points,
@@ -322,6 +338,8 @@ def _run(args: argparse.Namespace, mns_levels: tuple[int, ...] | None,
     finally:
         disarm_stop_handlers()
         progress.close()
+        if isinstance(evaluator, LiveCapEvaluator):
+            evaluator.close()
     outcome.notes[:0] = notes
     result = result_from_outcome(
         outcome,

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shlex
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -190,3 +192,128 @@ def served_model(base_url: str) -> str:
 def split_args(text: str | None) -> list[str]:
     """Shell-split a string of server arguments (``None`` gives none)."""
     return shlex.split(text) if text else []
+
+
+# The server pod's admission controller (llm_operator.engine, copied next to the tuner);
+# named here as strings because the tuner imports nothing of the operator
+# (tests/unit/test_tuner_live_cap.py checks they match).
+ENGINE_SCHEDULER_CLS = "llm_operator.engine.scheduler.AdmissionCapScheduler"
+ENGINE_CAP_FILE_ENV = "LLMOP_ADMISSION_CAP_FILE"
+CAP_METRIC = "llmop_admission_cap"
+
+
+def engine_metric(base_url: str, name: str) -> float | None:
+    """One unlabelled gauge from a server's /metrics (None when absent)."""
+    with urllib.request.urlopen(f"{base_url}/metrics", timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " ") or line.startswith(name + "{"):
+                return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+@dataclass
+class _LiveSession:
+    server: VLLMServer
+    target: BenchTarget
+    startup_s: float
+    waited_s: float
+
+    def measure(self, concurrency: int) -> Measurement:
+        try:
+            return measure(self.target, concurrency)
+        except Exception as exc:  # noqa: BLE001 - the benchmark failing fails one trial
+            raise TrialFailed(f"benchmark failed: {exc}") from exc
+
+    def close(self) -> None:
+        return None  # the server stays up for the next cap; LiveCapEvaluator.close stops it
+
+
+@dataclass
+class LiveCapEvaluator:
+    """One vLLM server for every max-num-seqs of a max-num-batched-tokens: the server runs
+    with ``--max-num-seqs capacity`` and the operator's admission scheduler
+    (``--scheduler-cls``, found on ``engine_path``), and each trial's cap is written to the
+    cap file and waited for on ``/metrics`` (``llmop_admission_cap``), as the operator's
+    live adaptation does. A restart happens only when max-num-batched-tokens changes, so
+    a time budget buys more measured trials (see ``starts``). Between trials the engine
+    is idle, so a trial's cap holds from its first request."""
+
+    model: str
+    target_template: BenchTarget
+    capacity: int
+    engine_path: str  # a folder holding llm_operator/engine
+    server_args: list[str] = field(default_factory=list)
+    default_max_num_seqs: int | None = None  # what a trial without a cap runs with
+    default_max_num_batched_tokens: int | None = None  # vLLM's, so None and it share a server
+    python: str = sys.executable
+    log_dir: Path = Path("/tmp/llmop-tuning")
+    start_timeout_s: float = 900.0
+    report_timeout_s: float = 30.0
+    starts: int = 0
+    _server: VLLMServer | None = field(default=None, init=False, repr=False)
+    _batched: int | None = field(default=None, init=False, repr=False)
+
+    @property
+    def cap_file(self) -> Path:
+        return self.log_dir / "admission-cap"
+
+    def start(self, config: Config) -> _LiveSession:
+        """Set ``config``'s cap on the running server (starting one when needed)."""
+        cap = config.max_num_seqs or self.default_max_num_seqs or self.capacity
+        if cap > self.capacity:
+            raise TrialFailed(f"max-num-seqs {cap} is above the live server's capacity "
+                              f"{self.capacity}")
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        startup_s = waited_s = 0.0
+        batched = config.max_num_batched_tokens or self.default_max_num_batched_tokens
+        if self._server is None or batched != self._batched:
+            self.close()
+            self._write(self.capacity)
+            self._server = self._start(batched)
+            self._batched = batched
+            startup_s, waited_s = self._server.startup_s, self._server.lock_wait_s
+        server = self._server
+        t0 = time.monotonic()
+        self._write(cap)
+        while engine_metric(server.url, CAP_METRIC) != cap:
+            if time.monotonic() - t0 > self.report_timeout_s:
+                raise TrialFailed(f"the engine did not report the admission cap {cap} within "
+                                  f"{self.report_timeout_s:.0f} s")
+            time.sleep(0.2)
+        log.info("Admission cap %d in force after %.1f s (same server)", cap,
+                 time.monotonic() - t0)
+        target = BenchTarget(**{**self.target_template.__dict__, "base_url": server.url,
+                                "log_path": self.log_dir / "bench.log"})
+        return _LiveSession(server, target, startup_s, waited_s)
+
+    def _write(self, cap: int) -> None:
+        tmp = self.cap_file.with_suffix(".tmp")
+        tmp.write_text(f"{cap}\n")
+        os.replace(tmp, self.cap_file)
+
+    def _start(self, batched: int | None) -> VLLMServer:
+        self.starts += 1
+        metrics_dir = self.log_dir / f"prometheus-{self.starts:02d}"
+        metrics_dir.mkdir(parents=True, exist_ok=True)
+        flags = [*self.server_args, "--max-num-seqs", str(self.capacity),
+                 "--scheduler-cls", ENGINE_SCHEDULER_CLS]
+        if batched is not None:
+            flags += ["--max-num-batched-tokens", str(batched)]
+        server = VLLMServer(
+            model=self.model, flags=flags, python=self.python,
+            log_path=self.log_dir / f"server-{self.starts:02d}.log",
+            start_timeout_s=self.start_timeout_s,
+            env={"PYTHONPATH": self.engine_path, ENGINE_CAP_FILE_ENV: str(self.cap_file),
+                 "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)},
+        )
+        try:
+            server.start()
+        except ServerStartError as exc:
+            raise TrialFailed(f"server did not start: {start_error_line(exc)}") from exc
+        return server
+
+    def close(self) -> None:
+        """Stop the server (after the search)."""
+        if self._server is not None:
+            self._server.stop()
+            self._server = None

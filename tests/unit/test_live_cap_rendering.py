@@ -1,0 +1,125 @@
+"""Rendering of the live admission cap and of the drain (issue 12).
+
+Live (``spec.adaptation.mode: Apply``, ``liveCap`` left true, cap on ``auto``): the
+server pod runs the operator's scheduler class copied in by an init container, its
+``--max-num-seqs`` is the runner capacity of the plan and does not move with the cap,
+and the cap travels in a ConfigMap mounted as a volume. Every server drains on a rollout.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from tests.unit.test_rendering import (
+    GOLDEN,
+    args_of,
+    check_golden,
+    container_of,
+    flag_value,
+    hand_plan,
+    make_svc,
+    validate_manifest,
+)
+
+from llm_operator import rendering, status
+from llm_operator.settings import Settings
+
+LIVE_SPEC: dict[str, Any] = {
+    "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
+    "adaptation": {"mode": "Apply"},
+}
+
+
+def render(spec: dict[str, Any], overrides: dict[str, int] | None = None,
+           st: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    svc = make_svc(spec)
+    return rendering.render_all(svc, hand_plan(), Settings(), overrides=overrides,
+                                live_cap=status.live_cap_in_use(svc.spec, st))
+
+
+def test_live_golden_and_strict_validation() -> None:
+    docs = render(LIVE_SPEC, {"maxNumSeqs": 96})
+    assert [d["kind"] for d in docs] == ["Deployment", "Service", "ConfigMap"]
+    for doc in docs:
+        validate_manifest(doc)
+    check_golden(GOLDEN / "live-cap.yaml", docs)
+
+
+def test_the_cap_moves_the_config_map_only_never_the_pods() -> None:
+    """A user sees no rollout when adaptation moves the cap: the Deployment (and its
+    spec hash, which decides whether it is written) is the same for every cap."""
+    a, _, cm_a = render(LIVE_SPEC, {"maxNumSeqs": 96})
+    b, _, cm_b = render(LIVE_SPEC, {"maxNumSeqs": 24})
+    assert a == b
+    assert flag_value(args_of(a), "--max-num-seqs") == "256"  # the plan's runner capacity
+    assert flag_value(args_of(a), "--scheduler-cls") == rendering.ENGINE_SCHEDULER_CLS
+    assert cm_a["data"] == {"maxNumActiveSeqs": "96"} and cm_b["data"] == {
+        "maxNumActiveSeqs": "24"}
+    assert cm_a["metadata"]["name"] == "llama-admission-cap"
+    assert cm_a["metadata"]["ownerReferences"][0]["kind"] == "LLMService"
+
+
+def test_live_pod_wiring() -> None:
+    deployment = render(LIVE_SPEC)[0]
+    pod = deployment["spec"]["template"]["spec"]
+    container = container_of(deployment)
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["PYTHONPATH"] == rendering.ENGINE_CODE_PATH
+    assert env["LLMOP_ADMISSION_CAP_FILE"] == "/etc/llmop/admission/maxNumActiveSeqs"
+    assert env["PROMETHEUS_MULTIPROC_DIR"] == rendering.METRICS_DIR_PATH
+    (init,) = [c for c in pod["initContainers"] if c["name"] != "download-model"]
+    assert init["image"] == Settings().operator_image and "engine" in init["command"][2]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["llmop-admission"]["configMap"]["name"] == "llama-admission-cap"
+    mounts = {m["mountPath"] for m in container["volumeMounts"]}
+    assert {rendering.ENGINE_CODE_PATH, rendering.ADMISSION_PATH,
+            rendering.METRICS_DIR_PATH} <= mounts
+
+
+def test_cap_above_the_capacity_is_rendered_at_the_capacity() -> None:
+    *_, cm = render(LIVE_SPEC, {"maxNumSeqs": 1000})
+    assert cm["data"]["maxNumActiveSeqs"] == "256"
+
+
+@pytest.mark.parametrize(("spec_change", "st", "reason"), [
+    ({"adaptation": {"mode": "Apply", "liveCap": False}}, None, "OptedOut"),
+    ({"adaptation": {"mode": "Apply"},
+      "engine": {"extraArgs": ["--scheduler-cls=my.Scheduler"]}}, None,
+     "SchedulerInExtraArgs"),
+    ({"adaptation": {"mode": "Apply"}},
+     {"adaptation": {"liveCapFallback": {"reason": "EngineLacksHook", "message": "m"}}},
+     "EngineLacksHook"),
+    ({"adaptation": {"mode": "Apply"}}, {"plan": {"nodesPerReplica": 2}}, "MultiNode"),
+])
+def test_fallback_renders_the_rollout_form(
+    spec_change: dict[str, Any], st: dict[str, Any] | None, reason: str,
+) -> None:
+    spec = {**copy.deepcopy(LIVE_SPEC), **spec_change}
+    docs = render(spec, {"maxNumSeqs": 24}, st)
+    assert [d["kind"] for d in docs] == ["Deployment", "Service"]
+    assert flag_value(args_of(docs[0]), "--max-num-seqs") == "24"  # rolls onto the cap
+    blocker = status.live_cap_blocker(make_svc(spec).spec, st)
+    assert blocker is not None and blocker[0] == reason
+
+
+@pytest.mark.parametrize("spec", [
+    {"model": {"name": "m"}},  # Recommend (the default): nothing to steer
+    {"model": {"name": "m"}, "adaptation": {"mode": "Apply"}, "engine": {"maxNumSeqs": 8}},
+])
+def test_not_live_without_apply_on_an_auto_cap(spec: dict[str, Any]) -> None:
+    assert not status.live_cap_in_use(make_svc(spec).spec, None)
+    assert "--scheduler-cls" not in args_of(render(spec)[0])
+
+
+def test_every_server_drains_on_a_rollout() -> None:
+    """In-flight requests finish: vLLM drains for --shutdown-timeout, the preStop waits
+    for routing to stop first, and the grace period covers both."""
+    deployment = render({"model": {"name": "m"}})[0]
+    assert flag_value(args_of(deployment), "--shutdown-timeout") == str(
+        rendering.SHUTDOWN_TIMEOUT_SECONDS)
+    pre_stop = container_of(deployment)["lifecycle"]["preStop"]["exec"]["command"]
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] > (
+        int(pre_stop[1]) + rendering.SHUTDOWN_TIMEOUT_SECONDS)

@@ -1,0 +1,189 @@
+"""The admission cap steered live inside the real vLLM CPU engine (issue 12).
+
+One server (``--max-num-seqs 48``, ample KV cache) runs the engine module the server
+pod's init container copies (:mod:`llm_operator.engine`, copied here by that same
+command) as its ``--scheduler-cls``, with the cap file and ``PROMETHEUS_MULTIPROC_DIR`` the
+rendered pod sets. 48 client threads keep the engine saturated while the test writes the
+cap file the way the kubelet refreshes a ConfigMap volume (an atomic rename), and reads
+``vllm:num_requests_running`` and the engine's own ``llmop_admission_cap`` from the API
+server's ``/metrics``. Every request must succeed, the server's processes must be the
+same ones throughout, and a bad file must leave the last cap in force.
+
+Bounds are generous (the machine is shared): the cap must show on /metrics within
+``REPORT_S`` of the write and the running batch obey it within ``OBEY_S``; the measured
+figures are printed (``-s``) and recorded in docs/TESTING.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.support.engine import LIVE_FLAGS, copy_engine_code, live_env, write_cap
+from tests.support.tiny_model import ensure_tiny_llama
+from tests.support.vllm_load import engine_metric
+
+from llm_operator.tuner.server import VLLMServer
+
+ROOT = Path(__file__).resolve().parents[2]
+VLLM_PYTHON = Path(os.environ.get("LLMOP_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
+CAPACITY, CLIENTS, MAX_TOKENS = 48, 48, 96
+REPORT_S, OBEY_S = 10.0, 30.0
+
+pytestmark = pytest.mark.skipif(not VLLM_PYTHON.exists(), reason=f"no vLLM at {VLLM_PYTHON}")
+
+
+def children(pid: int) -> set[int]:
+    """The direct child processes of ``pid`` (vLLM's engine core is one)."""
+    text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    return {int(p) for p in text.split()}
+
+
+class Clients:
+    """``n`` threads sending completions back to back until stopped; counts outcomes."""
+
+    def __init__(self, url: str, model: str, n: int) -> None:
+        self.url, self.model = url, model
+        self.ok = 0
+        self.failed: list[str] = []
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(n)]
+
+    def _run(self) -> None:
+        body = json.dumps({"model": self.model, "prompt": "hello world " * 8,
+                           "max_tokens": MAX_TOKENS, "ignore_eos": True,
+                           "temperature": 0}).encode()
+        while not self._stop.is_set():
+            req = urllib.request.Request(f"{self.url}/v1/completions", data=body,
+                                         headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=300) as r:
+                    out = json.loads(r.read())
+                ok = out["usage"]["completion_tokens"] == MAX_TOKENS
+                err = "" if ok else f"short completion: {out['usage']}"
+            except Exception as e:  # any failure is a finding, not a crash of the test
+                ok, err = False, repr(e)
+            with self._lock:
+                if ok:
+                    self.ok += 1
+                else:
+                    self.failed.append(err)
+
+    def __enter__(self) -> Clients:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=300)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[VLLMServer, Path]]:
+    base = tmp_path_factory.mktemp("live-cap")
+    model = ensure_tiny_llama(tmp_path_factory.mktemp("models"), VLLM_PYTHON)
+    code = copy_engine_code(base / "code")
+    cap_file = base / "cap"  # absent at start: the engine keeps --max-num-seqs and says so
+    srv = VLLMServer(
+        model=str(model), python=str(VLLM_PYTHON), log_path=base / "vllm.log",
+        flags=["--max-num-seqs", str(CAPACITY), *LIVE_FLAGS,
+               "--kv-cache-memory-bytes", str(64 * 1024 * 1024), "--max-model-len", "1024"],
+        env=live_env(code, cap_file, base / "prom"),
+    )
+    with srv:
+        yield srv, cap_file
+
+
+def metric(srv: VLLMServer, name: str) -> float:
+    return engine_metric(srv.url, name)
+
+
+def wait_for(srv: VLLMServer, check: object, limit_s: float) -> float:
+    """Seconds until ``check()`` holds (polled every 0.2 s); fails after ``limit_s``."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < limit_s:
+        if check():  # type: ignore[operator]
+            return time.monotonic() - t0
+        time.sleep(0.2)
+    raise AssertionError(f"not within {limit_s:.0f} s; server log:\n{srv.log_tail(30)}")
+
+
+def test_cap_moves_the_running_batch_live(server: tuple[VLLMServer, Path]) -> None:
+    srv, cap_file = server
+    assert srv.proc is not None
+    pid, engine_pids = srv.proc.pid, children(srv.proc.pid)
+    # No file yet: the cap in force is the runner capacity, the file reported unreadable.
+    assert metric(srv, "llmop_admission_cap") == CAPACITY
+    assert metric(srv, "llmop_admission_capacity") == CAPACITY
+    assert metric(srv, "llmop_admission_live") == 1
+    assert metric(srv, "llmop_admission_cap_file_ok") == 0
+
+    figures: dict[str, float] = {}
+    with Clients(srv.url, str(srv.model), CLIENTS) as clients:
+        wait_for(srv, lambda: metric(srv, "vllm:num_requests_running") >= CAPACITY - 8, OBEY_S)
+        for cap in (8, 32):
+            t0 = time.monotonic()
+            write_cap(cap_file, f"{cap}\n")
+            figures[f"report_{cap}"] = wait_for(
+                srv, lambda c=cap: metric(srv, "llmop_admission_cap") == c, REPORT_S)
+            if cap < CAPACITY // 2:  # lowered: the batch drains down to the cap
+                wait_for(srv, lambda c=cap: metric(srv, "vllm:num_requests_running") <= c,
+                         OBEY_S)
+                figures[f"obey_{cap}"] = time.monotonic() - t0
+                # ...and stays there while 48 clients keep asking.
+                peak = max(metric(srv, "vllm:num_requests_running")
+                           for _ in range(10) if time.sleep(0.3) is None)
+                assert peak <= cap, f"running batch {peak} above the cap {cap}"
+            else:  # raised: the waiting requests are admitted up to the new cap
+                wait_for(srv, lambda c=cap: metric(srv, "vllm:num_requests_running") >= c - 4,
+                         OBEY_S)
+                figures[f"obey_{cap}"] = time.monotonic() - t0
+                peak = max(metric(srv, "vllm:num_requests_running")
+                           for _ in range(10) if time.sleep(0.3) is None)
+                assert peak <= cap, f"running batch {peak} above the cap {cap}"
+        served_under_load = clients.ok
+    assert metric(srv, "llmop_admission_cap_file_ok") == 1
+    print(f"\nlive cap: {figures}, requests served {clients.ok}, failed {len(clients.failed)}")  # noqa: T201 - figures
+    assert clients.failed == [], clients.failed[:5]
+    assert served_under_load > CLIENTS
+    # The same processes served throughout: no restart.
+    assert srv.proc.poll() is None and srv.proc.pid == pid
+    assert children(pid) == engine_pids
+
+
+def test_bad_file_keeps_the_last_cap_and_out_of_range_is_clamped(
+    server: tuple[VLLMServer, Path],
+) -> None:
+    srv, cap_file = server
+    write_cap(cap_file, "12")
+    wait_for(srv, lambda: metric(srv, "llmop_admission_cap") == 12, REPORT_S)
+    write_cap(cap_file, "twelve")
+    wait_for(srv, lambda: metric(srv, "llmop_admission_cap_file_ok") == 0, REPORT_S)
+    assert metric(srv, "llmop_admission_cap") == 12
+    cap_file.unlink()
+    time.sleep(2.5)
+    assert metric(srv, "llmop_admission_cap") == 12
+    assert metric(srv, "llmop_admission_cap_file_ok") == 0
+    write_cap(cap_file, "1000")
+    wait_for(srv, lambda: metric(srv, "llmop_admission_cap") == CAPACITY, REPORT_S)
+    write_cap(cap_file, "0")
+    wait_for(srv, lambda: metric(srv, "llmop_admission_cap") == 1, REPORT_S)
+    assert metric(srv, "llmop_admission_cap_file_ok") == 1
+    log = srv.log_tail(400)
+    assert "holds not an integer: 'twelve': keeping the cap 12" in log
+    assert "cannot read the admission cap file" in log
+    assert "cap 1000 is above the runner capacity 48 (--max-num-seqs): clamped to 48" in log
+    assert "cap 0 is below 1: clamped to 1" in log
+    # Still serving.
+    assert srv.proc is not None and srv.proc.poll() is None
+    with urllib.request.urlopen(f"{srv.url}/health", timeout=10) as r:
+        assert r.status == 200
