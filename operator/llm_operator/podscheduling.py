@@ -15,6 +15,17 @@ LLMService is what users look at. So the operator watches its server pods
 - ``PodsScheduled=True``, reason ``Scheduled``: no server pod waits for a node (the
   pods that exist are bound, or are still waiting for their first scheduling attempt).
 
+The same pod events report a container that keeps crashing (``ContainersRunning``):
+
+- ``ContainersRunning=False``, reason ``CrashLoopBackOff``: a container of a server pod
+  (the download init container included) waits in the kubelet's crash back-off; the
+  message names the pod and container, the restarts, the last exit code and the last
+  line the container wrote (the vLLM container's termination message falls back to
+  its log tail: ``terminationMessagePolicy: FallbackToLogsOnError``), e.g. vLLM's
+  "error: unrecognized arguments". A Warning Event ``CrashLoopBackOff`` goes with the
+  change to False.
+- ``ContainersRunning=True``, reason ``Running``: no server container crash-loops.
+
 No clock is read here: the caller passes ``now``.
 """
 
@@ -27,6 +38,10 @@ from typing import Any
 from .status import JSON, ConditionType, Notice, get_condition, set_condition
 
 REASON_UNSCHEDULABLE = "Unschedulable"
+REASON_CRASH_LOOP = "CrashLoopBackOff"
+REASON_RUNNING = "Running"
+# The kubelet's waiting reasons for a container that exited and is being restarted.
+_CRASH_REASONS = frozenset({"CrashLoopBackOff", "RunContainerError"})
 REASON_SCHEDULED = "Scheduled"
 EVENT_UNSCHEDULABLE = "Unschedulable"
 
@@ -38,6 +53,7 @@ class PodScheduling:
     name: str
     unschedulable: bool
     message: str = ""
+    crash: str | None = None  # a crash-looping container, said in one sentence
 
     @classmethod
     def from_pod(cls, pod: Mapping[str, Any]) -> PodScheduling:
@@ -46,13 +62,37 @@ class PodScheduling:
         meta = pod.get("metadata") or {}
         status = pod.get("status") or {}
         bound = bool((pod.get("spec") or {}).get("nodeName"))
+        name = str(meta.get("name") or "")
+        crash = crash_of(status)
         for cond in status.get("conditions") or []:
             if cond.get("type") == "PodScheduled":
                 stuck = (cond.get("status") == "False"
                          and cond.get("reason") == REASON_UNSCHEDULABLE and not bound
                          and not meta.get("deletionTimestamp"))
-                return cls(str(meta.get("name") or ""), stuck, str(cond.get("message") or ""))
-        return cls(str(meta.get("name") or ""), False)
+                return cls(name, stuck, str(cond.get("message") or ""), crash)
+        return cls(name, False, crash=crash)
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][:500] if lines else ""
+
+
+def crash_of(status: Mapping[str, Any]) -> str | None:
+    """The first container of a pod status (init containers first) that waits in a
+    crash back-off, as "container C restarted N times (exit code E, R): LAST LINE"."""
+    for key in ("initContainerStatuses", "containerStatuses"):
+        for cs in status.get(key) or []:
+            waiting = (cs.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason") not in _CRASH_REASONS:
+                continue
+            last = (cs.get("lastState") or {}).get("terminated") or {}
+            said = f"container {cs.get('name')} restarted {cs.get('restartCount', 0)} times"
+            if last:
+                said += f" (exit code {last.get('exitCode')}, {last.get('reason') or 'Error'})"
+            line = _last_line(str(last.get("message") or ""))
+            return f"{said}: {line}" if line else said
+    return None
 
 
 def placement_note(status: Mapping[str, Any] | None) -> str | None:
@@ -92,4 +132,30 @@ def scheduling_condition(
     notice = None
     if before is None or before.get("status") != "False":
         notice = Notice("Warning", EVENT_UNSCHEDULABLE, msg)
+    return conds, notice
+
+
+def crash_condition(
+    conditions: Sequence[Mapping[str, Any]],
+    pods: Sequence[PodScheduling],
+    *,
+    generation: int | None,
+    now: float,
+) -> tuple[list[JSON], Notice | None]:
+    """The conditions with ``ContainersRunning`` set from the server ``pods``, and the
+    Event to post when it has just become False (None otherwise)."""
+    crashing = sorted((p for p in pods if p.crash), key=lambda p: p.name)
+    before = get_condition(conditions, ConditionType.CONTAINERS_RUNNING)
+    if not crashing:
+        return set_condition(conditions, ConditionType.CONTAINERS_RUNNING, True,
+                             REASON_RUNNING, "no server container crash-loops",
+                             generation=generation, now=now), None
+    first = crashing[0]
+    msg = (f"{len(crashing)} of {len(pods)} server pods crash-loop; pod {first.name}: "
+           f"{first.crash}")
+    conds = set_condition(conditions, ConditionType.CONTAINERS_RUNNING, False,
+                          REASON_CRASH_LOOP, msg, generation=generation, now=now)
+    notice = None
+    if before is None or before.get("status") != "False":
+        notice = Notice("Warning", REASON_CRASH_LOOP, msg)
     return conds, notice

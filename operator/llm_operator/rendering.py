@@ -809,6 +809,11 @@ def _server_pod_spec(svc: LLMService, container: dict[str, Any], plan: Plan,
     }
     pod_spec.update(pod_identity_fields(svc.spec))
     pod_spec.update(scheduling_fields(svc.spec, settings))
+    for c in [*pod_spec.get("initContainers", []), *pod_spec["containers"]]:
+        # A container that exits with an error and wrote no termination message gets its
+        # log tail there, so the operator reports a crash loop's last line
+        # (ContainersRunning) without reading logs.
+        c.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")
     return pod_spec
 
 

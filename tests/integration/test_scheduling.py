@@ -91,3 +91,37 @@ def test_an_unschedulable_server_pod_is_reported_within_a_minute(
     assert condition(svc, "PodsScheduled")["reason"] == "Scheduled"  # type: ignore[index]
     # The other writers' conditions were not undone by this one.
     assert condition(svc, "Planned")["status"] == "True"  # type: ignore[index]
+
+
+def test_a_crash_looping_server_container_is_reported_with_its_last_line(
+    kubectl: Kubectl, operator: OperatorProcess
+) -> None:
+    """The kubelet's part is played: the container exited 2 with vLLM's parser error as
+    its log tail (FallbackToLogsOnError puts it in the termination message) and waits
+    in the crash back-off."""
+    kubectl.apply(EXAMPLE, NAMESPACE)
+    deployment = wait_deployment(kubectl)
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    create_server_pod(kubectl, deployment)
+    line = "vllm serve: error: unrecognized arguments: --max-num-seqz 64"
+    status = {"phase": "Running", "containerStatuses": [{
+        "name": "vllm", "restartCount": 3, "ready": False, "image": container["image"],
+        "imageID": "", "started": False,
+        "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s"}},
+        "lastState": {"terminated": {"exitCode": 2, "reason": "Error",
+                                     "message": f"usage: vllm serve [model_tag]\n{line}\n"}}}]}
+    kubectl.run("patch", "pod", POD, "-n", NAMESPACE, "--subresource", "status",
+                "--type", "merge", "-p", json.dumps({"status": status}))
+    svc = wait_condition(kubectl, "ContainersRunning", "False", timeout=60)
+    cond = condition(svc, "ContainersRunning")
+    assert cond is not None and cond["reason"] == "CrashLoopBackOff"
+    assert POD in cond["message"] and "exit code 2" in cond["message"]
+    assert cond["message"].endswith(line)
+
+    def warning() -> dict[str, Any] | None:
+        events = kubectl.get("events", namespace=NAMESPACE) or {}
+        return next((e for e in events.get("items", [])
+                     if e["reason"] == "CrashLoopBackOff" and line in e["message"]), None)
+
+    assert wait_for(warning, 30, "the CrashLoopBackOff Event")["type"] == "Warning"

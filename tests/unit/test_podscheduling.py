@@ -60,3 +60,50 @@ def test_placement_note_reads_the_plan() -> None:
                                         {"name": "placement", "formula": "GPU class 'eks': y"}]}}
     assert placement_note(status) == "GPU class 'eks': y"
     assert placement_note({}) is None
+
+
+# --- ContainersRunning: a crash loop with its last line ---------------------------------
+
+VLLM_EXIT = ("INFO 11-23 16:40:01 [api_server.py:1] vLLM API server version 0.32.0\n"
+             "usage: vllm serve [model_tag] [options]\n"
+             "vllm serve: error: unrecognized arguments: --max-num-seqz 64\n")
+
+
+def crashing(name: str, *, init: bool = False, message: str = VLLM_EXIT) -> dict[str, Any]:
+    status = {"name": "download-model" if init else "vllm", "restartCount": 4,
+              "state": {"waiting": {"reason": "CrashLoopBackOff",
+                                    "message": "back-off 1m20s restarting failed container"}},
+              "lastState": {"terminated": {"exitCode": 2, "reason": "Error",
+                                           "message": message}}}
+    key = "initContainerStatuses" if init else "containerStatuses"
+    return {"metadata": {"name": name}, "spec": {"nodeName": "gpu-1"},
+            "status": {"phase": "Running", key: [status]}}
+
+
+def test_a_crash_loop_is_said_with_the_container_exit_code_and_last_line() -> None:
+    from llm_operator.podscheduling import crash_condition
+
+    pods = [PodScheduling.from_pod(crashing("p")), PodScheduling("q", False)]
+    conds, notice = crash_condition([], pods, generation=2, now=NOW)
+    cond = get_condition(conds, "ContainersRunning")
+    assert cond is not None and cond["status"] == "False" and cond["reason"] == "CrashLoopBackOff"
+    assert cond["message"] == ("1 of 2 server pods crash-loop; pod p: container vllm restarted "
+                               "4 times (exit code 2, Error): vllm serve: error: unrecognized "
+                               "arguments: --max-num-seqz 64")
+    assert notice is not None and notice.type == "Warning"
+    # Said once: the same crash again posts no second Event; a healed pod sets True.
+    conds, notice = crash_condition(conds, pods, generation=2, now=NOW + 30)
+    assert notice is None
+    conds, notice = crash_condition(conds, [PodScheduling("p", False)], generation=2, now=NOW)
+    assert get_condition(conds, "ContainersRunning")["status"] == "True"  # type: ignore[index]
+
+
+def test_a_failing_download_is_a_crash_loop_too_and_running_containers_are_not() -> None:
+    gated = ("huggingface_hub.errors.GatedRepoError: 401 Client Error.\n"
+             "Access to model meta-llama/Llama-3.1-8B-Instruct is restricted.")
+    crash = PodScheduling.from_pod(crashing("p", init=True, message=gated)).crash
+    assert crash is not None and crash.startswith("container download-model restarted 4 times")
+    assert crash.endswith("Access to model meta-llama/Llama-3.1-8B-Instruct is restricted.")
+    running = {"metadata": {"name": "r"}, "status": {"containerStatuses": [
+        {"name": "vllm", "restartCount": 1, "state": {"running": {}}}]}}
+    assert PodScheduling.from_pod(running).crash is None

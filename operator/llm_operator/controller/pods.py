@@ -18,7 +18,12 @@ import kopf
 
 from .. import status as st
 from ..constants import LABEL_SERVICE
-from ..podscheduling import PodScheduling, placement_note, scheduling_condition
+from ..podscheduling import (
+    PodScheduling,
+    crash_condition,
+    placement_note,
+    scheduling_condition,
+)
 from .context import OperatorContext, clock
 from .reconcile import write_status
 
@@ -48,13 +53,16 @@ async def pods_changed(
     if meta.get("deletionTimestamp"):
         return
     current = dict(svc_body.get("status") or {})
+    now, generation, found_pods = clock(), meta.get("generation"), list(pods.get(key, []))
     conds, notice = scheduling_condition(
-        current.get("conditions") or [], list(pods.get(key, [])),
-        placement=placement_note(current), generation=meta.get("generation"), now=clock())
+        current.get("conditions") or [], found_pods,
+        placement=placement_note(current), generation=generation, now=now)
+    conds, crash = crash_condition(conds, found_pods, generation=generation, now=now)
     patch = st.status_patch(current, {"conditions": conds})
     if not patch:
         return
     written = await write_status(ctx, svc_body, patch)
-    if notice is not None and written is not None:
-        logger.warning(f"{key[0]}/{key[1]}: {notice.message}")
-        ctx.post_event(written, notice.type, notice.reason, notice.message)
+    for said in (notice, crash):
+        if said is not None and written is not None:
+            logger.warning(f"{key[0]}/{key[1]}: {said.message}")
+            ctx.post_event(written, said.type, said.reason, said.message)
