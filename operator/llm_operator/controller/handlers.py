@@ -15,8 +15,8 @@ and renaming a function must not change them.
 - ``cleanup`` (delete, optional): the children it owns.
 - ``workload-status``/``workload-status-lws``: a managed workload changed.
 - ``tuning`` (create, update, resume; after ``reconcile``), ``tuning-job`` (a tuning Job
-  finished or went away), ``tuning-progress`` (a timer while a run is in flight: a pod
-  that waits for GPUs) and ``tuning-cleanup`` (delete): :mod:`.tuning`.
+  finished or went away) and ``tuning-cleanup`` (delete): :mod:`.tuning`; the startup
+  handler also starts the tuning-progress loop there (a pod that waits for GPUs).
 - index ``server_pods_by_service`` and ``pod-scheduling``: the server pods of each
   LLMService; a pod the scheduler cannot place sets ``PodsScheduled=False``
   (:mod:`.pods`).
@@ -70,7 +70,7 @@ from .context import CONTEXT_KEY, OperatorContext, operator_context
 from .kube import KubeClient, owner_name
 from .pods import pod_service_key, pods_changed
 from .reconcile import delete_owned, reconcile, workload_changed, write_status
-from .tuning import PROGRESS_INTERVAL_SECONDS, delete_tuning_jobs, tuning_step
+from .tuning import delete_tuning_jobs, tuning_progress_loop, tuning_step
 
 INDEX = "llmservices_by_name"
 POD_INDEX = "server_pods_by_service"
@@ -106,6 +106,12 @@ async def operator_startup(settings: kopf.OperatorSettings, memo: kopf.Memo,
                           kube=KubeClient.from_environment())
     memo[CONTEXT_KEY] = ctx
     ctx.metrics.serve(ctx.settings.metrics_port)
+    services = kwargs.get(INDEX)
+    if services is not None:
+        # Not a kopf timer: kopf puts a finalizer on every resource a timer matches, and a
+        # finalizer left by an uninstalled operator blocks the deletion of the service.
+        ctx.tuning_progress_task = asyncio.create_task(
+            tuning_progress_loop(ctx, services, logger), name="llmop-tuning-progress")
     if not ctx.settings.prometheus_url:
         logger.info("Online adaptation is off: LLMOP_PROMETHEUS_URL is not set")
         return
@@ -123,10 +129,11 @@ async def operator_cleanup(memo: kopf.Memo, **_: Any) -> None:
     ctx = memo.get(CONTEXT_KEY)
     if not isinstance(ctx, OperatorContext):
         return
-    if ctx.adaptation_task is not None:
-        ctx.adaptation_task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await ctx.adaptation_task
+    for task in (ctx.adaptation_task, ctx.tuning_progress_task):
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
     ctx.metrics.stop()
     await ctx.kube.close()
 
@@ -244,24 +251,6 @@ async def tuning_job_event(
     if owner is None or not list(kwargs[INDEX].get((namespace, owner), [])):
         return
     await tuning_step(operator_context(memo), namespace, owner, logger)
-
-
-def _tuning_in_flight(status: kopf.Status, **_: Any) -> bool:
-    tuning: Any = dict(status or {}).get("tuning") or {}
-    return isinstance(tuning, dict) and tuning.get("state") in ("Running", "Retrying")
-
-
-@kopf.timer(GROUP, VERSION, PLURAL, id="tuning-progress", interval=PROGRESS_INTERVAL_SECONDS,
-            when=_tuning_in_flight)
-async def llmservice_tuning_progress(
-    body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: Any,
-) -> None:
-    """While a run is in flight: one tuning step (a waiting pod is reported, and the
-    run given up when it waited too long; the Job's own events do not tell that)."""
-    if body.meta.get("deletionTimestamp"):
-        return
-    await tuning_step(operator_context(memo), body.meta.namespace or "default",
-                      body.meta.name or "", logger)
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, id="tuning-cleanup", optional=True)

@@ -7,10 +7,15 @@ The kopf handlers that call it are in :mod:`.handlers`:
 - ``tuning-job`` (events of the operator's tuning Jobs, ``llmops.dev/component=tuning``):
   when a Job finishes (``Complete`` or ``Failed`` condition) or disappears, one tuning
   step for its LLMService, found through the ``llmservices_by_name`` index.
-- ``tuning-progress`` (a timer, every :data:`PROGRESS_INTERVAL_SECONDS` while a run is in
-  flight): one tuning step, which reads the Job's pods and reports a pod that waits
-  (unschedulable, image pull) in ``status.tuning.pending`` and the ``Tuned`` condition
-  within a minute, and gives the run up once it waited ``spec.tuning.maxPendingMinutes``.
+- :func:`tuning_progress_loop` (a task the startup handler starts; every
+  :data:`PROGRESS_INTERVAL_SECONDS`, for each service whose run is in flight): one
+  tuning step, which reads the Job's pods and reports a pod that waits (unschedulable,
+  image pull) in ``status.tuning.pending`` and the ``Tuned`` condition within a minute,
+  and gives the run up once it waited ``spec.tuning.maxPendingMinutes``. A loop, not a
+  kopf timer: kopf puts its finalizer on every resource a timer matches, so an operator
+  uninstalled mid-run would block the deletion of the service (and its namespace). With
+  peering, a standby operator's loop checks too; a step is safe to repeat (status writes
+  carry the resourceVersion, a Job deleted twice is gone once).
 - ``tuning-cleanup`` (delete of an LLMService): deletes its tuning Jobs (the garbage
   collector would on a real cluster; deleting them here is prompt and works where none
   runs, as on the emulated API server).
@@ -36,6 +41,7 @@ clusters for nothing. ``ttlSecondsAfterFinished`` removes Jobs a stopped operato
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import Any
 
@@ -217,3 +223,28 @@ async def delete_tuning_jobs(ctx: OperatorContext, obj: Mapping[str, Any], logge
                 await ctx.kube.delete(JOB_API, "Job", namespace, other_name)):
             why = f": superseded by {keep}" if keep else ""
             logger.info(f"Deleted Job {namespace}/{other_name}{why}")
+
+
+def _in_flight(body: Mapping[str, Any]) -> bool:
+    tuning = (body.get("status") or {}).get("tuning") or {}
+    return (isinstance(tuning, Mapping) and tuning.get("state") in ("Running", "Retrying")
+            and not (body.get("metadata") or {}).get("deletionTimestamp"))
+
+
+async def tuning_progress_loop(ctx: OperatorContext,
+                               services: Mapping[tuple[str, str], Any], logger: Any) -> None:
+    """Every :data:`PROGRESS_INTERVAL_SECONDS`: one tuning step for each service (from the
+    ``llmservices_by_name`` index) whose tuning run is in flight. Never raises: a step
+    that fails is logged and tried again next round."""
+    while True:
+        await asyncio.sleep(PROGRESS_INTERVAL_SECONDS)
+        for key in sorted(services):
+            found = list(services.get(key, []))
+            if not found or not _in_flight(found[-1]):
+                continue
+            try:
+                await tuning_step(ctx, key[0], key[1], logger)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # one service's failure must not stop the others
+                logger.warning(f"Tuning progress of {key[0]}/{key[1]}: {exc!r}")
