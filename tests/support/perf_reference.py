@@ -5,12 +5,22 @@ benchmark data, not part of the operator.
   build, with efficiency factors fitted to a measured sweep.
 - :data:`PUBLISHED`: public measurements of vLLM on GPUs, with their sources, and
   :func:`predict_published` to put the model's figure beside each.
+
+Every published point says whether it is **in sample** (a constant of
+``llm_operator.perfmodel.GPU_EFFICIENCY`` was derived from it: ``fitted`` names which)
+or **held out** (no constant was derived from it: the model's figure there is a
+prediction). Tests check the two apart (``test_fit_*`` and ``test_predicts_held_out_*``
+in tests/unit/test_perfmodel.py). On the CPU, the "ample-kv" sweep of
+benchmarks/data/cpu_engine_profile.json is in sample (CPU_EFFICIENCY was fitted to it)
+and the "scarce-kv" sweep of the same file is held out.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+from llm_operator.catalog import lookup_gpu, lookup_model
 from llm_operator.perfmodel import (
     GIB,
     Efficiency,
@@ -45,6 +55,10 @@ THIS_CPU = Hardware(name="CPU (this machine, 2 cores)", memory_bytes=8 * GIB, ba
                     flops=100e9, interconnect_bandwidth=10e9, efficiency=CPU_EFFICIENCY,
                     block_size=128)
 
+IN_SAMPLE = "in_sample"
+HELD_OUT = "held_out"
+
+
 @dataclass(frozen=True)
 class PublishedPoint:
     """A public measurement of vLLM the model is checked against.
@@ -52,6 +66,10 @@ class PublishedPoint:
     ``kind`` "closed-loop": ``concurrency`` clients with fixed lengths (``vllm bench
     serve --max-concurrency``); "decode-step": the time per output token of a running
     batch of ``concurrency`` sequences at ``context`` cached tokens each.
+
+    ``sample`` is :data:`IN_SAMPLE` when a constant of ``GPU_EFFICIENCY`` was derived
+    from this point (``fitted`` names the constants and how), else :data:`HELD_OUT`.
+    ``measured`` says what the source measured (tool, dataset, metric).
     """
 
     source: str
@@ -67,11 +85,30 @@ class PublishedPoint:
     context: int | None = None  # decode-step only
     vllm: str = ""
     note: str = ""
+    sample: str = HELD_OUT
+    fitted: str = ""  # in-sample only: the Efficiency fields derived from this point
+    dtype: str = "bf16"
+    measured: str = ""
+
+    def __post_init__(self) -> None:
+        if self.sample not in (IN_SAMPLE, HELD_OUT):
+            raise ValueError(f"PublishedPoint.sample must be {IN_SAMPLE!r} or {HELD_OUT!r}, "
+                             f"got {self.sample!r}")
+        if (self.sample == IN_SAMPLE) != bool(self.fitted):
+            raise ValueError("PublishedPoint.fitted names the constants an in-sample point "
+                             "was used for, and is empty for a held-out point")
+
+    @property
+    def key(self) -> str:
+        """A short id: GPU, TP, kind and batch or clients (test ids, known misses)."""
+        return f"{self.gpu}-tp{self.tp}-{self.model.split('/')[1]}-{self.kind}-c{self.concurrency}"
 
 
 _IB = ("InferenceBench, 'Recipe: concurrency sweep' (H100-80GB-HBM3, vLLM 0.21.0, fp16, "
        "llm.inference.chatbot-short)")
 _IB_URL = "https://yobitelcomm.github.io/bench/recipes/concurrency-sweep/"
+_IB_MEASURED = ("closed loop of N clients, workload chatbot-short; output tok/s, TPOT p50 "
+                "as tabulated on the page")
 # The page gives no lengths for chatbot-short: 50 output tokens is what its own TTFT,
 # TPOT and throughput at concurrency 4 and 16 imply (tok/s = N x 50 / (TTFT + 49 TPOT));
 # 512 input tokens is what its 14 ms TTFT at concurrency 1 implies at this model's
@@ -80,40 +117,112 @@ _IB_WL = Workload(512, 50)
 _JM = ("J. Musgrave, 'vLLM throughput-latency sweep on NVIDIA A100' (A100 40GB, vLLM "
        "0.23.0, bf16, random 1024 in / 128 out, --ignore-eos)")
 _JM_URL = "https://johnmusgrave.com/p/vllm-throughput-latency-sweep-on"
+_JM_MEASURED = ("vllm bench serve --dataset-name random --random-input-len 1024 "
+                "--random-output-len 128 --ignore-eos --max-concurrency C; figures from the "
+                "article's prose")
 _LL = ("Lambda, vllm-benchmark results/prompt_10 (vLLM 0.6, Sept 2024, 10 ShareGPT "
        "prompts at once, 10-step scheduling: per-token time = streamed chunk ITL / 10)")
 _LL_URL = "https://github.com/LambdaLabsML/vllm-benchmark"
+_LL_MEASURED = ("benchmark_serving.py, 10 ShareGPT prompts at request rate inf (1,369 input "
+                "tokens in all), --num-scheduler-steps 10: each streamed chunk is 10 tokens; "
+                "per-token time = that chunk's inter-token latency / 10")
 _L8 = "meta-llama/Llama-3.1-8B-Instruct"  # Llama 3 8B has the same shape
+_L70 = "meta-llama/Llama-3.1-70B-Instruct"  # Llama 3 70B has the same shape
+
+
+def _ll70(gpu_dir: str, tp: int) -> str:
+    return (f"results/prompt_10/{gpu_dir}/Meta-Llama-3-70B-Instruct_tp{tp}_len2048.json "
+            "(Meta-Llama-3-70B-Instruct, bf16, max-model-len 2048)")
+
+
+# In-sample: GPU_EFFICIENCY (llm_operator/perfmodel.py) names these two sources as the
+# ones its bandwidth, step and per-sequence overheads were derived from. Its compute
+# (0.60) and all-reduce constants (8 us, 0.7 of NVLink) were set from memory of other
+# reports, not from any point here: the tensor-parallel points below are their only check.
+_FIT_BW = "bandwidth (0.80) and step_overhead_s (0.35 ms): decode at 1 client"
+_FIT_SEQ = "per_seq_overhead_s (0.12 ms): the TPOT growth from 4 to 16 clients"
 
 PUBLISHED: tuple[PublishedPoint, ...] = (
     PublishedPoint(_IB, _IB_URL, _L8, "H100", _IB_WL, 1, output_tps=122.2, tpot_ms=6.48,
-                   vllm="0.21.0",
+                   vllm="0.21.0", dtype="fp16", measured=_IB_MEASURED,
+                   sample=IN_SAMPLE, fitted=_FIT_BW + " (the same factor as the A100 sweep)",
                    note="the page's own TTFT and TPOT imply ~151 tok/s at concurrency 1"),
     PublishedPoint(_IB, _IB_URL, _L8, "H100", _IB_WL, 4, output_tps=580.3, tpot_ms=6.59,
-                   vllm="0.21.0"),
+                   vllm="0.21.0", dtype="fp16", measured=_IB_MEASURED,
+                   sample=IN_SAMPLE, fitted=_FIT_SEQ),
     PublishedPoint(_IB, _IB_URL, _L8, "H100", _IB_WL, 16, output_tps=1384.2, tpot_ms=10.94,
-                   vllm="0.21.0"),
+                   vllm="0.21.0", dtype="fp16", measured=_IB_MEASURED,
+                   sample=IN_SAMPLE, fitted=_FIT_SEQ),
     PublishedPoint(_JM, _JM_URL, _L8, "A100-40GB", Workload(1024, 128), 1, tpot_ms=1000 / 75,
-                   vllm="0.23.0", note="'decode at one request runs at about 75 tokens/sec'"),
+                   vllm="0.23.0", measured=_JM_MEASURED, sample=IN_SAMPLE, fitted=_FIT_BW,
+                   note="'decode at one request runs at about 75 tokens/sec'"),
     PublishedPoint(_JM, _JM_URL, _L8, "A100-40GB", Workload(1024, 128), 8,
-                   output_tps=6.6 * 75, vllm="0.23.0",
+                   output_tps=6.6 * 75, vllm="0.23.0", measured=_JM_MEASURED,
+                   sample=IN_SAMPLE, fitted="bandwidth (0.80) and step_overhead_s (0.35 ms), "
+                   "with the 1-client point: the 6.6x batching gain; compute (0.60) was "
+                   "checked for consistency against it",
                    note="'a 6.6x gain' over concurrency 1 (6.6 x 75 tok/s)"),
-    PublishedPoint(_LL, _LL_URL, "meta-llama/Llama-3.1-8B-Instruct", "H100",
+    # ---- held out: no constant was derived from any point below.
+    PublishedPoint(_LL, _LL_URL, _L8, "H100",
                    Workload(137, 187), 10, tpot_ms=7.3, kind="decode-step", context=250,
-                   vllm="0.6", note="Meta-Llama-3-8B-Instruct, ITL 72-75 ms per 10 tokens"),
-    PublishedPoint(_LL, _LL_URL, "meta-llama/Llama-3.1-8B-Instruct", "H100",
+                   vllm="0.6", measured=_LL_MEASURED,
+                   note="Meta-Llama-3-8B-Instruct, ITL 72-75 ms per 10 tokens"),
+    PublishedPoint(_LL, _LL_URL, _L8, "H100",
                    Workload(137, 187), 1, tpot_ms=7.05, kind="decode-step", context=800,
-                   vllm="0.6", note="the last sequence running alone: ITL 70-71 ms per 10"),
-    PublishedPoint(_LL, _LL_URL, "meta-llama/Llama-3.1-8B-Instruct", "A100-80GB",
+                   vllm="0.6", measured=_LL_MEASURED,
+                   note="the last sequence running alone: ITL 70-71 ms per 10"),
+    PublishedPoint(_LL, _LL_URL, _L8, "A100-80GB",
                    Workload(137, 195), 10, tpot_ms=11.7, kind="decode-step", context=250,
-                   vllm="0.6", note="Meta-Llama-3-8B-Instruct, ITL 115-119 ms per 10 tokens"),
-    PublishedPoint(_LL, _LL_URL, "meta-llama/Llama-3.1-8B-Instruct", "A100-80GB",
+                   vllm="0.6", measured=_LL_MEASURED,
+                   note="Meta-Llama-3-8B-Instruct, ITL 115-119 ms per 10 tokens"),
+    PublishedPoint(_LL, _LL_URL, _L8, "A100-80GB",
                    Workload(137, 195), 1, tpot_ms=11.4, kind="decode-step", context=800,
-                   vllm="0.6", note="the last sequence running alone: ITL ~114 ms per 10"),
+                   vllm="0.6", measured=_LL_MEASURED,
+                   note="the last sequence running alone: ITL ~114 ms per 10"),
     PublishedPoint(_LL, _LL_URL, "mistralai/Mistral-7B-Instruct-v0.3", "H100",
                    Workload(158, 248), 10, tpot_ms=6.9, kind="decode-step", context=280,
-                   vllm="0.6", note="ITL 68-71 ms per 10 tokens"),
+                   vllm="0.6", measured=_LL_MEASURED, note="ITL 68-71 ms per 10 tokens"),
+    # Tensor parallelism (held out; the only check of the all-reduce constants). Lambda's
+    # 70B runs: 8 of the 10 prompts streamed tokens (two returned no output, so the
+    # batch is 8, or 10 if vLLM scheduled those two as well: ambiguous, taken as 8).
+    # Per-token times read off the files' streamed chunks: "batch 8" is chunks 2-11 of
+    # the 8 sequences (context ~250), "alone" or "batch 2" the last chunks of the
+    # longest sequences (context ~500-750).
+    PublishedPoint(_LL, _LL_URL, _L70, "H100", Workload(137, 209), 8, tp=4,
+                   tpot_ms=17.8, kind="decode-step", context=250, vllm="0.6",
+                   measured=_LL_MEASURED,
+                   note=_ll70("4xH100-80GB-SXM", 4) + ": ITL 177-179 ms per 10 tokens"),
+    PublishedPoint(_LL, _LL_URL, _L70, "H100", Workload(137, 209), 1, tp=4,
+                   tpot_ms=17.05, kind="decode-step", context=730, vllm="0.6",
+                   measured=_LL_MEASURED,
+                   note=_ll70("4xH100-80GB-SXM", 4) + ": the last sequence running alone, "
+                   "ITL 170-171 ms per 10"),
+    PublishedPoint(_LL, _LL_URL, _L70, "H100", Workload(137, 205), 8, tp=8,
+                   tpot_ms=11.95, kind="decode-step", context=250, vllm="0.6",
+                   measured=_LL_MEASURED,
+                   note=_ll70("8xH100-80GB-SXM", 8) + ": ITL 119-120 ms per 10 tokens"),
+    PublishedPoint(_LL, _LL_URL, _L70, "H100", Workload(137, 205), 1, tp=8,
+                   tpot_ms=11.25, kind="decode-step", context=700, vllm="0.6",
+                   measured=_LL_MEASURED,
+                   note=_ll70("8xH100-80GB-SXM", 8) + ": the last sequence running alone, "
+                   "ITL 112-113 ms per 10"),
+    PublishedPoint(_LL, _LL_URL, _L70, "A100-80GB", Workload(137, 215), 8, tp=4,
+                   tpot_ms=29.5, kind="decode-step", context=250, vllm="0.6",
+                   measured=_LL_MEASURED,
+                   note=_ll70("4xA100-80GB-SXM", 4) + ": ITL 295-296 ms per 10 tokens"),
+    PublishedPoint(_LL, _LL_URL, _L70, "A100-80GB", Workload(137, 215), 2, tp=4,
+                   tpot_ms=28.2, kind="decode-step", context=500, vllm="0.6",
+                   measured=_LL_MEASURED,
+                   note=_ll70("4xA100-80GB-SXM", 4) + ": the two longest sequences alone "
+                   "(chunks 25-72), ITL 281-283 ms per 10"),
 )
+
+# GPUs whose only published source is in sample: no held-out check exists for them yet.
+NO_HELD_OUT_SOURCE: dict[str, str] = {
+    "A100-40GB": ("the A100 40GB sweep (J. Musgrave) is the one source found for this card "
+                  "and the bandwidth and step overhead were derived from it; the same chip "
+                  "with 80 GB (A100-80GB, Lambda) is held out"),
+}
 
 
 def predict_published(point: PublishedPoint, model: ModelShape, hw: Hardware,
@@ -127,3 +236,30 @@ def predict_published(point: PublishedPoint, model: ModelShape, hw: Hardware,
     p = predict_point(model, hw, point.tp, point.workload, engine, point.concurrency)
     return (p.output_tps if point.output_tps is not None else None,
             p.tpot_s * 1e3 if point.tpot_ms is not None else None)
+
+
+def published_comparison() -> list[dict[str, Any]]:
+    """One row per published figure (a point with both throughput and TPOT gives two):
+    the point's identity, whether it is in sample, the published and predicted figure and
+    the error. benchmarks/perfmodel_points.py stores this as
+    benchmarks/data/perfmodel_points.json and renders RESULTS.md from it."""
+    rows: list[dict[str, Any]] = []
+    for p in PUBLISHED:
+        facts, gfacts = lookup_model(p.model), lookup_gpu(p.gpu)
+        assert facts is not None and gfacts is not None, p.key
+        tps, tpot = predict_published(p, ModelShape.from_facts(facts), Hardware.from_facts(gfacts))
+        figures = [("output tok/s", p.output_tps, tps), ("TPOT ms", p.tpot_ms, tpot)]
+        for metric, published, predicted in figures:
+            if published is None or predicted is None:
+                continue
+            rows.append({
+                "key": p.key, "sample": p.sample, "fitted": p.fitted, "source": p.source,
+                "url": p.url, "measured": p.measured, "model": p.model, "dtype": p.dtype,
+                "gpu": p.gpu, "tp": p.tp, "kind": p.kind, "vllm": p.vllm,
+                "input_tokens": p.workload.input_tokens,
+                "output_tokens": p.workload.output_tokens, "concurrency": p.concurrency,
+                "context": p.context, "note": p.note, "metric": metric,
+                "published": round(published, 4), "predicted": round(predicted, 4),
+                "error": round(predicted / published - 1, 4),
+            })
+    return rows

@@ -1,25 +1,32 @@
 """The performance model: physics (never beyond the roofline, monotonic where it must
-be), public measurements (within +-25%) and the real CPU engine's recorded figures."""
+be), public measurements and the real CPU engine's recorded figures. Tests named
+``test_fit_*`` check points a constant was derived from (fit); ``test_predicts_held_out_*``
+check points no constant was derived from (prediction)."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 
 import pytest
 from tests.support.perf_reference import (
     CPU_EFFICIENCY,
+    HELD_OUT,
+    IN_SAMPLE,
+    NO_HELD_OUT_SOURCE,
     PUBLISHED,
     THIS_CPU,
     PublishedPoint,
     predict_published,
+    published_comparison,
 )
 from tests.support.tiny_model import tiny_shape
 
 from llm_operator.catalog import lookup_gpu, lookup_model
 from llm_operator.cli.tables import curve_table
 from llm_operator.perfmodel import (
+    Efficiency,
     EngineSettings,
     Hardware,
     ModelShape,
@@ -38,6 +45,7 @@ from llm_operator.tuner.search import SLO
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU_DATA = ROOT / "benchmarks" / "data" / "cpu_engine_profile.json"
+GPU_DATA = ROOT / "benchmarks" / "data" / "perfmodel_points.json"
 CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
 
@@ -244,20 +252,92 @@ def test_curve_table_has_a_row_per_point_and_marks_the_knee() -> None:
 # --------------------------------------------------------------------------- public figures
 
 
-@pytest.mark.parametrize("point", PUBLISHED, ids=lambda p: f"{p.gpu}-{p.kind}-c{p.concurrency}")
-def test_published_points_within_25_percent(point: PublishedPoint) -> None:
+IN_SAMPLE_POINTS = [p for p in PUBLISHED if p.sample == IN_SAMPLE]
+HELD_OUT_POINTS = [p for p in PUBLISHED if p.sample == HELD_OUT]
+
+# Held-out points the model misses by more than 25%: expected failures (strict, so a
+# model that starts to meet them fails here until the mark is removed). Not widened,
+# not dropped: the gap is reported in benchmarks/RESULTS.md.
+KNOWN_MISSES = {
+    "H100-tp8-Llama-3.1-70B-Instruct-decode-step-c1": (
+        "model -26% on Llama 3 70B, TP 8 on H100, one sequence (8.4 vs 11.25 ms per token): "
+        "every TP point is under-predicted (-11% at TP 4, -22/-26% at TP 8), so the "
+        "all-reduce latency (8 us, from memory) or the per-shard weight-read efficiency "
+        "is optimistic at small shards"),
+}
+
+
+def _held_out_param(point: PublishedPoint) -> object:
+    reason = KNOWN_MISSES.get(point.key)
+    marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+    return pytest.param(point, id=point.key, marks=marks)
+
+
+def _check_within(point: PublishedPoint, rel: float) -> None:
     tps, tpot = predict_published(point, shape(point.model), gpu(point.gpu))
     if point.output_tps is not None:
-        assert tps == pytest.approx(point.output_tps, rel=0.25), point.source
+        assert tps == pytest.approx(point.output_tps, rel=rel), point.source
     if point.tpot_ms is not None:
-        assert tpot == pytest.approx(point.tpot_ms, rel=0.25), point.source
+        assert tpot == pytest.approx(point.tpot_ms, rel=rel), point.source
 
 
-def test_published_points_name_their_source() -> None:
+@pytest.mark.parametrize("point", IN_SAMPLE_POINTS, ids=lambda p: p.key)
+def test_fit_in_sample_published_points_within_25_percent(point: PublishedPoint) -> None:
+    """Fit, not prediction: GPU_EFFICIENCY was derived from these points."""
+    _check_within(point, 0.25)
+
+
+@pytest.mark.parametrize("point", [_held_out_param(p) for p in HELD_OUT_POINTS])
+def test_predicts_held_out_published_points_within_25_percent(point: PublishedPoint) -> None:
+    """Prediction: no constant was derived from these points (the issue's goal: +-25%)."""
+    _check_within(point, 0.25)
+
+
+def test_known_misses_name_held_out_points() -> None:
+    keys = {p.key for p in HELD_OUT_POINTS}
+    assert set(KNOWN_MISSES) <= keys, set(KNOWN_MISSES) - keys
+    assert len({p.key for p in PUBLISHED}) == len(PUBLISHED), "point keys must be unique"
+
+
+def test_published_points_name_their_source_and_whether_they_were_fitted() -> None:
     assert len(PUBLISHED) >= 8
+    constants = {f.name for f in fields(Efficiency)}
     for p in PUBLISHED:
-        assert p.source and p.url.startswith("https://")
+        assert p.source and p.url.startswith("https://") and p.measured, p.key
         assert p.output_tps is not None or p.tpot_ms is not None
+        if p.sample == IN_SAMPLE:
+            # "fitted" names at least one constant of GPU_EFFICIENCY it was derived from.
+            assert any(c in p.fitted for c in constants), p.fitted
+    with pytest.raises(ValueError, match="sample"):
+        replace(PUBLISHED[0], sample="predicted")
+    with pytest.raises(ValueError, match="fitted"):
+        replace(HELD_OUT_POINTS[0], fitted="bandwidth")
+
+
+def test_every_gpu_has_a_held_out_source_or_says_why_not() -> None:
+    in_sample = {p.gpu for p in IN_SAMPLE_POINTS}
+    held_out = {p.gpu for p in HELD_OUT_POINTS}
+    assert in_sample - held_out == set(NO_HELD_OUT_SOURCE), (
+        "a GPU with only in-sample points must be listed, with the reason, in NO_HELD_OUT_SOURCE")
+    # No source is both fitted and held out.
+    assert not {p.source for p in IN_SAMPLE_POINTS} & {p.source for p in HELD_OUT_POINTS}
+
+
+def test_stored_comparison_matches_the_model_and_the_points() -> None:
+    """benchmarks/RESULTS.md is rendered from benchmarks/data/perfmodel_points.json: it
+    must be what the model and the reference points give now (else run
+    ``python -m benchmarks.perfmodel_points --record --write``)."""
+    stored = json.loads(GPU_DATA.read_text())["rows"]
+    assert stored == published_comparison()
+
+
+def test_held_out_points_include_tensor_parallel() -> None:
+    tps = {(p.gpu, p.tp) for p in HELD_OUT_POINTS if p.tp > 1}
+    assert {("H100", 4), ("H100", 8), ("A100-80GB", 4)} <= tps
+    # The all-reduce term is a real part of those steps.
+    p = next(p for p in HELD_OUT_POINTS if p.tp == 8)
+    st = step_time(shape(p.model), gpu(p.gpu), p.tp, p.concurrency, p.context or 0)
+    assert st.comm_s > 0.1 * st.seconds
 
 
 # --------------------------------------------------------------------------- the real CPU engine
@@ -279,15 +359,27 @@ def test_kv_capacity_within_10_percent_of_what_vllm_logged() -> None:
         assert pred == pytest.approx(row["logged_kv_tokens"], rel=0.10), row
 
 
-def test_cpu_profile_predicts_the_measured_sweep() -> None:
+def _cpu_predict(r: dict) -> float:
+    engine = EngineSettings(max_num_seqs=r["max_num_seqs"], kv_token_capacity=r["kv_tokens"],
+                            max_num_batched_tokens=2048)
+    return predict_point(tiny_shape(), THIS_CPU, 1, Workload(r["input_len"], r["output_len"]),
+                         engine, r["concurrency"]).output_tps
+
+
+def test_fit_cpu_profile_on_the_ample_kv_sweep_it_was_fitted_to() -> None:
+    """Fit, not prediction: CPU_EFFICIENCY was fitted to this sweep (--fit-cpu)."""
     rows = [r for r in cpu_data()["sweep"] if r["sweep"] == "ample-kv"]
     assert rows
-    m = tiny_shape()
     for r in rows:
-        engine = EngineSettings(max_num_seqs=r["max_num_seqs"], kv_token_capacity=r["kv_tokens"],
-                                max_num_batched_tokens=2048)
-        p = predict_point(m, THIS_CPU, 1, Workload(r["input_len"], r["output_len"]), engine,
-                          r["concurrency"])
         # Two shared cores: the measured figures are noisy; +-35% on throughput.
-        assert p.output_tps == pytest.approx(r["output_throughput"], rel=0.35), r["concurrency"]
+        assert _cpu_predict(r) == pytest.approx(r["output_throughput"], rel=0.35), r["concurrency"]
     assert CPU_EFFICIENCY.source
+
+
+def test_predicts_held_out_cpu_scarce_kv_sweep_within_25_percent() -> None:
+    """Prediction: the scarce-KV sweep (max-num-seqs 64, 4,096 KV tokens, 128 in / 256 out,
+    preempting from 16 clients) was not used to fit CPU_EFFICIENCY."""
+    rows = [r for r in cpu_data()["sweep"] if r["sweep"] == "scarce-kv"]
+    assert len(rows) >= 3
+    for r in rows:
+        assert _cpu_predict(r) == pytest.approx(r["output_throughput"], rel=0.25), r["concurrency"]
