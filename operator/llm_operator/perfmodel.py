@@ -173,8 +173,10 @@ class Efficiency:
     source: str = ""
 
 
-# Calibrated GPU efficiency of vLLM (V1 engine, CUDA graphs, bf16), from these
-# public measurements (each predicted within +-25% by tests/unit/test_perfmodel.py):
+# Calibrated GPU efficiency of vLLM (V1 engine, CUDA graphs, bf16), FITTED to these
+# public measurements (so within +-25% of them is a fit, not a prediction:
+# tests/unit/test_perfmodel.py tests the fit and, apart, the held-out points of
+# tests/support/perf_reference.py, which nothing here was derived from):
 #
 # * J. Musgrave, "vLLM throughput-latency sweep on NVIDIA A100" (johnmusgrave.com,
 #   vLLM 0.23, Llama-3.1-8B-Instruct bf16, 1x A100 40GB, 1024 in / 128 out): decode
