@@ -109,7 +109,9 @@ def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--live-cap-engine", default=None, metavar="DIR",
                    help="a folder holding llm_operator/engine (the server pod's admission "
                         "controller): sweep max-num-seqs on one running server through its "
-                        "live cap instead of one server start per value (--model mode)")
+                        "live cap instead of one server start per value (--model mode); an "
+                        "engine reporting llmop_admission_live other than 1 falls back to one "
+                        "start per value")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--progress", choices=("auto", "bar", "log"), default="auto")
     p.add_argument("-v", "--verbose", action="store_true")
@@ -316,8 +318,6 @@ def _run(args: argparse.Namespace, mns_levels: tuple[int, ...] | None,
                                          default_max_num_batched_tokens=d_mnbt,
                                          python=args.vllm_python, log_dir=args.log_dir,
                                          start_timeout_s=args.start_timeout)
-            notes.append(f"max-num-seqs swept live on one server per max-num-batched-tokens "
-                         f"(runner capacity {capacity}, admission cap moved per trial)")
         else:
             evaluator = ServerEvaluator(model, template, server_args, python=args.vllm_python,
                                         log_dir=args.log_dir, start_timeout_s=args.start_timeout)
@@ -340,6 +340,7 @@ def _run(args: argparse.Namespace, mns_levels: tuple[int, ...] | None,
         progress.close()
         if isinstance(evaluator, LiveCapEvaluator):
             evaluator.close()
+            notes += evaluator.notes  # swept live, or why not
     outcome.notes[:0] = notes
     result = result_from_outcome(
         outcome,
