@@ -68,7 +68,9 @@ def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=int, default=32, help="clients of the workload")
     p.add_argument("--slo-ttft-ms", type=float, default=2000.0)
     p.add_argument("--slo-itl-ms", type=float, default=100.0)
-    p.add_argument("--max-trials", type=int, default=12, help="server starts at most")
+    p.add_argument("--max-trials", type=int, default=12,
+                   help="trials at most (each a server start unless --live-cap-engine "
+                   "sweeps caps on one server)")
     p.add_argument("--max-seconds", type=float, default=3600.0, help="wall time budget")
     p.add_argument("--repeats", type=int, default=2, help="measurements per configuration")
     p.add_argument("--waves", type=float, default=2.0,
