@@ -16,7 +16,8 @@ The operator's cap is its plan's value (Llama 3.1 8B on an L4), not the 64 the r
 engine ran with; the policy's lowering target comes from the observed preemptions and
 KV-cache fit, so a lower decision is expected either way. No kubelet or Deployment
 controller runs: a rollout shows as the Deployment's new ``--max-num-seqs`` (and a new
-resourceVersion), not as new pods.
+resourceVersion), not as new pods; a test that needs the rollout to complete plays the
+Deployment controller by writing the Deployment's status.
 """
 
 from __future__ import annotations
@@ -156,6 +157,18 @@ def max_num_seqs(deployment: dict[str, Any]) -> int:
     return int(args[args.index("--max-num-seqs") + 1])
 
 
+def write_deployment_status(kubectl: Kubectl, name: str) -> None:
+    """Play the Deployment controller: every desired replica updated and available at the
+    Deployment's latest generation."""
+    dep = kubectl.get("deployment", name, NAMESPACE) or {}
+    replicas = (dep.get("spec") or {}).get("replicas", 1)
+    status = {"replicas": replicas, "updatedReplicas": replicas, "readyReplicas": replicas,
+              "availableReplicas": replicas,
+              "observedGeneration": dep.get("metadata", {}).get("generation", 1)}
+    kubectl.run("patch", "deployment", name, "-n", NAMESPACE, "--subresource", "status",
+                "--type", "merge", "-p", json.dumps({"status": status}))
+
+
 @with_replay
 def test_apply_lowers_the_cap_under_kv_pressure_then_respects_the_cooldown(
         kubectl: Kubectl, prom: PrometheusServer, operator_for: Any, tmp_path: Path) -> None:
@@ -180,6 +193,7 @@ def test_apply_lowers_the_cap_under_kv_pressure_then_respects_the_cooldown(
     assert last["action"] == "lower" and last["from"] == planned and last["to"] == new_cap
     assert "preemptions" in last["reason"], last["reason"]
     assert ad["lastObservation"]["preemptions"] > 0 and ad["lastChangeTime"]
+    changed = ad["lastChangeTime"]
     assert [(h["from"], h["to"]) for h in ad["history"]] == [(planned, new_cap)]
     cond = condition(kubectl, name, "MetricsAvailable")
     assert cond is not None and cond["status"] == "True", cond
@@ -189,17 +203,42 @@ def test_apply_lowers_the_cap_under_kv_pressure_then_respects_the_cooldown(
                               "a MaxNumSeqsLowered Event")
     assert len(lowered_events) == 1 and "preemptions" in lowered_events[0]["message"]
 
-    # Cooldown: once the window holds only samples after the change, the replayed engine
+    # No Deployment controller runs: the rollout never completes, and the next decision
+    # waits for it (the replayed engine still preempts, the policy would lower again).
+    assert ad["rolloutRequested"] == new_cap and ad["actuation"] == "Rollout", ad
+
+    def reason() -> str:
+        return str((adaptation(kubectl, name).get("lastDecision") or {}).get("reason", ""))
+    waiting = wait_for(lambda: "waiting for the rollout" in reason() and reason(),
+                       4 * INTERVAL_S, "a hold that waits for the rollout")
+    assert f"max-num-seqs {new_cap}" in waiting and "cooldown counts from its completion" \
+        in waiting, waiting
+    ad = adaptation(kubectl, name)
+    assert ad["lastDecision"]["action"] == "hold" and ad["rolloutRequested"] == new_cap
+    assert ad["lastChangeTime"] == changed  # the cooldown has not started yet
+
+    # Play the Deployment controller: the new pods are updated and available. The
+    # cooldown now counts from here, not from the decision.
+    write_deployment_status(kubectl, name)
+    rolled = wait_for(lambda: (a := adaptation(kubectl, name)) and
+                      "rolloutRequested" not in a and a, 4 * INTERVAL_S,
+                      "the operator to see the rollout complete")
+    assert rolled["lastChangeTime"] > changed, rolled
+    assert [e for e in events(kubectl, name) if e["reason"] == "MaxNumSeqsRolledOut"]
+
+    # Cooldown: once the window holds only samples after the rollout, the replayed engine
     # still preempts, so the policy would lower again; the 600 s cooldown holds it.
     def cooled() -> dict[str, Any] | None:
         a = adaptation(kubectl, name)
-        return a if "cooldown" in (a.get("lastDecision") or {}).get("reason", "") else None
+        text = (a.get("lastDecision") or {}).get("reason", "")
+        return a if "s cooldown (spec.adaptation.cooldownSeconds)" in text else None
     held = wait_for(cooled, WINDOW_S + 4 * INTERVAL_S, "a hold within the cooldown")
     assert held["lastDecision"]["action"] == "hold"
+    assert held["lastChangeTime"] == rolled["lastChangeTime"]
     assert held["maxNumSeqs"] == new_cap and len(held["history"]) == 1
     dep = kubectl.get("deployment", name, NAMESPACE) or {}
     assert max_num_seqs(dep) == new_cap
-    assert dep["metadata"]["resourceVersion"] == after["metadata"]["resourceVersion"]
+    assert dep["spec"] == after["spec"]  # not rolled again (only its status was written)
     assert len([e for e in events(kubectl, name) if e["reason"] == "MaxNumSeqsLowered"]) == 1
 
     # The operator's own metrics count the decisions by direction and service.

@@ -13,13 +13,17 @@ How a decision reaches the pods: ``Apply`` with a change writes
 only the admission-cap ConfigMap changes, the engines pick the cap up without a restart,
 and ``status.adaptation.capRequested`` holds it until every engine reports it
 (:func:`live_cap_progress`): until then the next decision holds, and the cooldown counts
-from the report. Otherwise the Deployment rolls onto the new ``--max-num-seqs``.
+from the report. Otherwise the Deployment rolls onto the new ``--max-num-seqs``, and
+``status.adaptation.rolloutRequested`` holds the cap until the workload has rolled out
+(:func:`rollout_progress`): until then the next decision holds, and the cooldown counts
+from the rollout's completion.
 ``Recommend`` writes ``status.adaptation.recommendedMaxNumSeqs`` and an Event, never the
 workload.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -239,6 +243,80 @@ def live_cap_progress(
         f"60-90 s; rolling instead after {timeout:.0f} s)"))
 
 
+@dataclass(frozen=True)
+class RolloutProgress:
+    """Where a rollout of a new ``--max-num-seqs`` stands (:func:`rollout_progress`)."""
+
+    wait: str | None = None  # hold the next decision, for this reason
+    completed: bool = False  # the workload rolled out onto the cap as of now
+    cap: int | None = None  # the cap the rollout carries
+
+
+_MAX_NUM_SEQS_ARG = re.compile(r"--max-num-seqs[= ]+(\d+)")
+
+
+def workload_max_num_seqs(workload: Mapping[str, Any]) -> int | None:
+    """The ``--max-num-seqs`` in a Deployment's or LeaderWorkerSet's pod templates (their
+    containers' args and commands; a LeaderWorkerSet passes it inside a shell command),
+    None when none is there."""
+    spec = workload.get("spec") or {}
+    lws = spec.get("leaderWorkerTemplate") or {}
+    templates = [spec.get("template"), lws.get("leaderTemplate"), lws.get("workerTemplate")]
+    found: int | None = None
+    for template in templates:
+        for container in ((template or {}).get("spec") or {}).get("containers") or []:
+            words = [str(w) for w in [*(container.get("command") or []),
+                                      *(container.get("args") or [])]]
+            for match in _MAX_NUM_SEQS_ARG.finditer(" ".join(words)):
+                found = int(match.group(1))
+    return found
+
+
+def rollout_progress(
+    adaptation: Mapping[str, Any], workload: Mapping[str, Any] | None, now: float,
+    kind: str = "Deployment",
+) -> RolloutProgress:
+    """Whether the rollout asked for last (``status.adaptation.rolloutRequested``: a cap
+    applied by rolling the workload) is complete: the workload's pod template carries the
+    cap and its controller reports every desired replica updated and available at its
+    latest generation (:attr:`llm_operator.status.WorkloadState.rolled_out`). Until then
+    the next decision holds; the cooldown counts from the completion (pure)."""
+    requested = adaptation.get("rolloutRequested")
+    if not isinstance(requested, int):
+        return RolloutProgress()
+    when = adaptation.get("rolloutRequestedTime")
+    waited = now - parse_rfc3339(when) if isinstance(when, str) else 0.0
+    head = (f"waiting for the rollout of max-num-seqs {requested} (started {waited:.0f} s "
+            f"ago) to complete")
+    tail = "; the cooldown counts from its completion"
+    if workload is None:
+        return RolloutProgress(wait=f"{head}: the {kind} does not exist{tail}")
+    rendered = workload_max_num_seqs(workload)
+    if rendered != requested:
+        return RolloutProgress(wait=f"{head}: the {kind} has max-num-seqs {rendered}, not "
+                                    f"yet the new value{tail}")
+    replicas = (workload.get("spec") or {}).get("replicas")
+    desired = replicas if isinstance(replicas, int) else 1
+    state = st.WorkloadState.from_object(workload, desired)
+    if state.rolled_out and state.available >= state.desired:
+        return RolloutProgress(completed=True, cap=requested)
+    if state.rollout_pending:
+        where = "its controller has not picked up the new spec yet"
+    else:
+        where = (f"{state.updated or 0} of {desired} replicas updated, {state.available} "
+                 "available")
+    return RolloutProgress(wait=f"{head}: {where}{tail}")
+
+
+def after_rollout(state: AdaptationState, progress: RolloutProgress | None, now: float
+                  ) -> AdaptationState:
+    """The state a decision starts from: a rollout that completed as of ``now`` is the
+    last change (the cooldown and the policy's fresh-window check count from it)."""
+    if progress is None or not progress.completed:
+        return state
+    return state.model_copy(update={"last_change_at": now})
+
+
 @dataclass
 class Update:
     """What one decision writes: the status patch, the Events, and whether the workload
@@ -260,6 +338,7 @@ def plan_update(
     policy: PolicySettings = DEFAULT_POLICY,
     warn_again: bool = False,
     progress: LiveCapProgress | None = None,
+    rollout_state: RolloutProgress | None = None,
 ) -> Update:
     """Turn one decision into the status patch and Events (pure).
 
@@ -306,6 +385,7 @@ def plan_update(
     if mode is AdaptationMode.APPLY and state is not None:
         rollout, conds = _live_cap(svc, status, adaptation, events, conds, rollout,
                                    decision, progress or LiveCapProgress(), now)
+        _rollout(adaptation, events, rollout, decision, state, rollout_state, now)
     patch: JSON = {"adaptation": adaptation}
     if conds != list(status.get("conditions") or []):
         patch["conditions"] = conds
@@ -387,6 +467,27 @@ def _live_cap(
             "status", "reason", "message", "observedGeneration")):
         return rollout, conds
     return rollout, new_conds
+
+
+def _rollout(
+    adaptation: JSON, events: list[st.Notice], rollout: bool, decision: CapDecision,
+    state: AdaptationState, progress: RolloutProgress | None, now: float,
+) -> None:
+    """The rollout's part of an Apply tick (pure; edits ``adaptation`` and ``events``):
+    a completed rollout becomes the last change (the cooldown counts from it), and a cap
+    that travels by a rollout (``actuation: Rollout``) is remembered as
+    ``rolloutRequested`` until the workload has rolled out (:func:`rollout_progress`)."""
+    if progress is not None and progress.completed:
+        done = progress.cap or state.current
+        adaptation["rolloutRequested"] = adaptation["rolloutRequestedTime"] = None
+        adaptation["lastChangeTime"] = rfc3339(now)
+        events.append(st.Notice("Normal", "MaxNumSeqsRolledOut",
+                                f"Every replica runs max-num-seqs {done}; the cooldown "
+                                "counts from now"))
+    if rollout and adaptation.get("actuation") == "Rollout":
+        cap = decision.value if decision.changed and decision.value else state.current
+        adaptation["rolloutRequested"] = cap
+        adaptation["rolloutRequestedTime"] = rfc3339(now)
 
 
 def waiting_decision(svc: Service, state: AdaptationState, obs: Observation | None,

@@ -43,6 +43,12 @@ for the engines to report the cap, and the cooldown counts from that report; see
 :func:`llm_operator.adaptation.update.live_cap_progress` and the README's "How an
 adaptation decision reaches the pods".
 
+A change applied by a rollout (``liveCap: false``, a fallback, a multi-node plan) is
+remembered as ``status.adaptation.rolloutRequested``; each tick reads the workload, the
+next decision waits until every desired replica is updated and available at its new
+generation, and the cooldown counts from that completion
+(:func:`llm_operator.adaptation.update.rollout_progress`).
+
 Switching from ``Apply`` to ``Recommend`` or ``Disabled`` keeps the last applied cap (with
 the live cap, the switch rolls once: the pods lose the scheduler class and get the cap as
 ``--max-num-seqs``); pinning ``spec.engine.maxNumSeqs`` wins at once, as the
@@ -63,7 +69,9 @@ from ..adaptation.policy import Observation, ServiceKey, decide, policy_for_scra
 from ..adaptation.update import (
     IDLE_SECONDS,
     LiveCapProgress,
+    RolloutProgress,
     Service,
+    after_rollout,
     cap_limits,
     current_state,
     due_services,
@@ -71,11 +79,13 @@ from ..adaptation.update import (
     live_cap_progress,
     parse_services,
     plan_update,
+    rollout_progress,
     running_cap,
     seconds_until_next,
     waiting_decision,
 )
 from ..models import AdaptationMode
+from ..rendering import LWS_API_VERSION, LWS_KIND, LWS_NAME_SUFFIX
 from ..status import live_cap_in_use
 from .context import OperatorContext, clock
 from .reconcile import reconcile, write_status
@@ -178,15 +188,23 @@ class AdaptationLoop:
         if (svc.spec.adaptation.mode is AdaptationMode.APPLY and state is not None
                 and live_cap_in_use(svc.spec, status, svc.generation)):
             progress = live_cap_progress(status.get("adaptation") or {}, obs, now)
+        rolling: RolloutProgress | None = None
+        if svc.spec.adaptation.mode is AdaptationMode.APPLY and state is not None:
+            rolling = await self.rollout(svc, now)
+            state = after_rollout(state, rolling, now)
         if progress is not None and progress.wait and state is not None:
             # A live change is on its way: the next decision waits for the engines' report.
             decision = waiting_decision(svc, state, obs, progress.wait, now)
+        elif rolling is not None and rolling.wait and state is not None:
+            # A rollout is under way: the next decision waits for it to complete.
+            decision = waiting_decision(svc, state, obs, rolling.wait, now)
         else:
             decision = decide(obs, state, svc.spec, now, namespace=ns, name=name,
                               limits=cap_limits(status), settings=self.policy)
         warn_again = now - self.last_warned.get(svc.key, 0.0) >= WARNING_REPEAT_SECONDS
         update = plan_update(svc, decision, obs, state, now, policy=self.policy,
-                             warn_again=warn_again, progress=progress)
+                             warn_again=warn_again, progress=progress,
+                             rollout_state=rolling)
         mode = svc.spec.adaptation.mode.value
         self.metrics.decision(ns, name, decision.action.value, mode,
                               decision.value if update.rollout else
@@ -214,6 +232,21 @@ class AdaptationLoop:
             if notice.type == "Warning":
                 self.last_warned[svc.key] = now
             ctx.post_event(svc.body, notice.type, notice.reason, notice.message)
+
+    async def rollout(self, svc: Service, now: float) -> RolloutProgress | None:
+        """Where the rollout asked for last stands (None: none asked for): reads the
+        workload (the Deployment, or the LeaderWorkerSet of a multi-node plan)."""
+        adaptation = svc.status.get("adaptation") or {}
+        if not isinstance(adaptation.get("rolloutRequested"), int):
+            return None
+        ns, name = svc.key
+        nodes = (svc.status.get("plan") or {}).get("nodesPerReplica")
+        if isinstance(nodes, int) and nodes > 1:
+            api, kind, wname = LWS_API_VERSION, LWS_KIND, f"{name}{LWS_NAME_SUFFIX}"
+        else:
+            api, kind, wname = "apps/v1", "Deployment", name
+        workload = await self.ctx.kube.get(api, kind, ns, wname)
+        return rollout_progress(adaptation, workload, now, kind=kind)
 
     def _forget(self, key: ServiceKey) -> None:
         for memory in (self.last_run, self.written, self.last_warned):

@@ -68,7 +68,9 @@ def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=int, default=32, help="clients of the workload")
     p.add_argument("--slo-ttft-ms", type=float, default=2000.0)
     p.add_argument("--slo-itl-ms", type=float, default=100.0)
-    p.add_argument("--max-trials", type=int, default=12, help="server starts at most")
+    p.add_argument("--max-trials", type=int, default=12,
+                   help="trials at most (each a server start unless --live-cap-engine "
+                   "sweeps caps on one server)")
     p.add_argument("--max-seconds", type=float, default=3600.0, help="wall time budget")
     p.add_argument("--repeats", type=int, default=2, help="measurements per configuration")
     p.add_argument("--waves", type=float, default=2.0,
@@ -109,7 +111,9 @@ def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--live-cap-engine", default=None, metavar="DIR",
                    help="a folder holding llm_operator/engine (the server pod's admission "
                         "controller): sweep max-num-seqs on one running server through its "
-                        "live cap instead of one server start per value (--model mode)")
+                        "live cap instead of one server start per value (--model mode); an "
+                        "engine reporting llmop_admission_live other than 1 falls back to one "
+                        "start per value")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--progress", choices=("auto", "bar", "log"), default="auto")
     p.add_argument("-v", "--verbose", action="store_true")
@@ -316,8 +320,6 @@ def _run(args: argparse.Namespace, mns_levels: tuple[int, ...] | None,
                                          default_max_num_batched_tokens=d_mnbt,
                                          python=args.vllm_python, log_dir=args.log_dir,
                                          start_timeout_s=args.start_timeout)
-            notes.append(f"max-num-seqs swept live on one server per max-num-batched-tokens "
-                         f"(runner capacity {capacity}, admission cap moved per trial)")
         else:
             evaluator = ServerEvaluator(model, template, server_args, python=args.vllm_python,
                                         log_dir=args.log_dir, start_timeout_s=args.start_timeout)
@@ -340,6 +342,7 @@ def _run(args: argparse.Namespace, mns_levels: tuple[int, ...] | None,
         progress.close()
         if isinstance(evaluator, LiveCapEvaluator):
             evaluator.close()
+            notes += evaluator.notes  # swept live, or why not
     outcome.notes[:0] = notes
     result = result_from_outcome(
         outcome,

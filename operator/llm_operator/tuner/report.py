@@ -141,7 +141,7 @@ def summary_lines(outcome: Outcome) -> list[str]:
     pb = outcome.predicted_best
     if pb is not None:
         out.append(f"Sweep prediction: max-num-seqs {pb[0]} -> {pb[1]:.0f} tok/s")
-    out.append(f"{len(outcome.trials)} server starts in {outcome.wall_s:.0f} s; "
+    out.append(f"{len(outcome.trials)} trials in {outcome.wall_s:.0f} s; "
                f"{'complete' if outcome.complete else 'PARTIAL'}: {outcome.stop_reason}")
     out.extend(outcome.notes)
     return out

@@ -63,7 +63,7 @@ class TuningResult(_M):
     baseline: Score | None = None
     improvement: float | None = None  # best / baseline goodput
     predicted: Prediction | None = None  # the sweep's best cap (--url mode: unverified)
-    trials: int = 0  # server starts
+    trials: int = 0  # measured configurations (server starts unless swept live)
     wall_seconds: float = Field(0.0, alias="wallSeconds")
     slo: dict[str, float] = Field(default_factory=dict)
     workload: dict[str, int] = Field(default_factory=dict)

@@ -200,6 +200,12 @@ def split_args(text: str | None) -> list[str]:
 ENGINE_SCHEDULER_CLS = "llm_operator.engine.scheduler.AdmissionCapScheduler"
 ENGINE_CAP_FILE_ENV = "LLMOP_ADMISSION_CAP_FILE"
 CAP_METRIC = "llmop_admission_cap"
+LIVE_METRIC = "llmop_admission_live"  # 1: the engine's vLLM has the hook (max_num_active_reqs)
+
+
+class LiveCapUnavailable(Exception):
+    """The started engine cannot move its admission cap live: a sweep through the cap
+    would measure one batch limit for every value."""
 
 
 def engine_metric(base_url: str, name: str) -> float | None:
@@ -250,15 +256,45 @@ class LiveCapEvaluator:
     start_timeout_s: float = 900.0
     report_timeout_s: float = 30.0
     starts: int = 0
+    fallback_reason: str | None = None  # set when the engine could not take caps live
     _server: VLLMServer | None = field(default=None, init=False, repr=False)
     _batched: int | None = field(default=None, init=False, repr=False)
+    _fallback: ServerEvaluator | None = field(default=None, init=False, repr=False)
+
+    @property
+    def notes(self) -> list[str]:
+        """What the result says about how max-num-seqs was swept."""
+        if self.fallback_reason is not None:
+            return [f"max-num-seqs not swept live: {self.fallback_reason}; one server start "
+                    "per value instead"]
+        return [f"max-num-seqs swept live on one server per max-num-batched-tokens (runner "
+                f"capacity {self.capacity}, admission cap moved per trial)"]
 
     @property
     def cap_file(self) -> Path:
         return self.log_dir / "admission-cap"
 
-    def start(self, config: Config) -> _LiveSession:
-        """Set ``config``'s cap on the running server (starting one when needed)."""
+    def start(self, config: Config) -> _LiveSession | _ServerSession:
+        """Set ``config``'s cap on the running server (starting one when needed). When the
+        engine reports that it cannot take a cap live (``llmop_admission_live`` not 1), this
+        and every later trial start a server per value, as :class:`ServerEvaluator` does."""
+        if self._fallback is None:
+            try:
+                return self._start_live(config)
+            except LiveCapUnavailable as exc:
+                self.close()
+                self.fallback_reason = str(exc)
+                log.warning("Sweeping max-num-seqs with one server start per value: %s", exc)
+                self._fallback = ServerEvaluator(
+                    self.model, self.target_template, self.server_args, python=self.python,
+                    log_dir=self.log_dir, start_timeout_s=self.start_timeout_s,
+                    starts=self.starts)
+        try:
+            return self._fallback.start(config)
+        finally:
+            self.starts = self._fallback.starts
+
+    def _start_live(self, config: Config) -> _LiveSession:
         cap = config.max_num_seqs or self.default_max_num_seqs or self.capacity
         if cap > self.capacity:
             raise TrialFailed(f"max-num-seqs {cap} is above the live server's capacity "
@@ -310,6 +346,19 @@ class LiveCapEvaluator:
             server.start()
         except ServerStartError as exc:
             raise TrialFailed(f"server did not start: {start_error_line(exc)}") from exc
+        try:
+            live = engine_metric(server.url, LIVE_METRIC)
+        except Exception as exc:  # noqa: BLE001 - an unreadable /metrics proves no hook
+            live, why = None, f" ({exc})"
+        else:
+            why = ""
+        if live != 1:
+            server.stop()
+            seen = "no" if live is None else f"{live:g} for"
+            raise LiveCapUnavailable(
+                f"the engine reports {seen} {LIVE_METRIC}{why} (its vLLM lacks "
+                "--max-num-active-seqs, or the scheduler class did not load), so a cap "
+                "written to it would not apply")
         return server
 
     def close(self) -> None:

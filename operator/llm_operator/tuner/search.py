@@ -510,7 +510,7 @@ class _Run:
 
     def can_afford(self) -> bool:
         if len(self.trials) >= self.budget.max_trials:
-            self.stop_reason = f"trial budget reached ({self.budget.max_trials} server starts)"
+            self.stop_reason = f"trial budget reached ({self.budget.max_trials} trials)"
             return False
         if self.elapsed() + self._est_trial_s() > self.budget.max_seconds:
             self.stop_reason = (

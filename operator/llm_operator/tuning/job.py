@@ -6,6 +6,9 @@ GPUs a replica gets, so it runs in the vLLM image; it needs no custom image beca
 init container from the operator's image copies the tuner (``llm_operator.tuner``, which
 imports nothing of the operator) into a shared ``emptyDir`` that the tuner container puts
 on ``PYTHONPATH`` (the tuner imports only the standard library and what vLLM installs).
+With the default image the tuner sweeps max-num-seqs on one server per
+max-num-batched-tokens through the server pod's admission controller
+(``llm_operator.engine``, copied alongside; see :func:`sweeps_caps_live`).
 The result comes back as the container's termination message (compact JSON, read from
 the pod status by the operator, no extra RBAC); the full trial table is the pod's log.
 
@@ -26,6 +29,7 @@ from ..planning import Plan
 from ..rendering import (
     COMPONENT_TUNING,
     CONTAINER_SECURITY_CONTEXT,
+    LIVE_CAP_FLAGS,
     POD_SECURITY_CONTEXT,
     PROGRESS_MARGIN_SECONDS,
     build_download_container,
@@ -60,17 +64,21 @@ JOB_NAME_MAX = 52  # pods are "<job>-<5 chars>" and carry job-name labels (<= 63
 # few seconds, the tuner waits up to 30 s) and writes the partial result in this time.
 TUNER_GRACE_SECONDS = 90
 
-# Copies the tuner (``llm_operator/tuner/`` and the package's empty ``__init__.py``, nothing
-# of the operator) from wherever the operator image installed it (no assumption about its
-# site-packages path). No "$(" anywhere: Kubernetes would expand it in command/args.
+# Copies the tuner and the server pod's admission controller (``llm_operator/tuner/``,
+# ``llm_operator/engine/`` and the package's empty ``__init__.py``; both import only the
+# standard library and vLLM, nothing of the operator) from wherever the operator image
+# installed them (no assumption about its site-packages path). The engine is what the
+# tuner's servers run as ``--scheduler-cls`` when it sweeps caps live
+# (``--live-cap-engine``). No "$(" anywhere: Kubernetes would expand it in command/args.
 COPY_SCRIPT = (
     "import llm_operator, os, shutil; "
     "src = os.path.dirname(llm_operator.__file__); "
     f"dst = os.path.join('{CODE_PATH}', 'llm_operator'); "
-    "shutil.copytree(os.path.join(src, 'tuner'), os.path.join(dst, 'tuner'), "
-    "dirs_exist_ok=True, ignore=shutil.ignore_patterns('__pycache__', '*.pyc')); "
+    "[shutil.copytree(os.path.join(src, d), os.path.join(dst, d), "
+    "dirs_exist_ok=True, ignore=shutil.ignore_patterns('__pycache__', '*.pyc')) "
+    "for d in ('tuner', 'engine')]; "
     "shutil.copyfile(os.path.join(src, '__init__.py'), os.path.join(dst, '__init__.py')); "
-    "print('Copied the tuner from', src, 'to', dst)"
+    "print('Copied the tuner and the engine from', src, 'to', dst)"
 )
 
 # Flags the tuner sets itself for every server it starts (dropped from the Deployment's).
@@ -122,6 +130,21 @@ def start_hint(svc: LLMService, plan: Plan) -> int:
         return plan.max_num_seqs
 
 
+def sweeps_caps_live(svc: LLMService) -> bool:
+    """Whether the tuner sweeps max-num-seqs on one server per max-num-batched-tokens
+    through the live admission cap (``--live-cap-engine``) instead of one server start per
+    value: max-num-seqs is searched (not pinned), the image is the operator's default
+    (its vLLM has ``--max-num-active-seqs``, the hook the engine module needs; a custom
+    ``spec.image`` may not, and an engine without the hook would fail or measure nothing),
+    and ``spec.engine.extraArgs`` sets no scheduler of the user's own. The tuner checks the
+    hook again at run time (``llmop_admission_live``) and falls back to one start per
+    value."""
+    spec = svc.spec
+    if isinstance(spec.engine.max_num_seqs, int) or spec.image:
+        return False
+    return not any(a.split("=", 1)[0] in LIVE_CAP_FLAGS for a in spec.engine.extra_args)
+
+
 def tuner_args(svc: LLMService, plan: Plan, fingerprint: str) -> list[str]:
     """The arguments of ``python3 -m llm_operator.tuner`` for ``svc``."""
     spec = svc.spec
@@ -147,6 +170,9 @@ def tuner_args(svc: LLMService, plan: Plan, fingerprint: str) -> list[str]:
     ]  # fmt: skip
     if not isinstance(spec.engine.max_num_seqs, int):
         args += ["--hint-max-num-seqs", str(start_hint(svc, plan))]
+    if sweeps_caps_live(svc):
+        # The init container copied llm_operator/engine next to the tuner.
+        args += ["--live-cap-engine", CODE_PATH]
     args += [
         "--fingerprint", fingerprint,
         "--output", f"{WORK_DIR}/result.json",

@@ -1,0 +1,170 @@
+"""A change applied by a rollout (issue 12): the next decision waits until the workload
+has rolled out, and the cooldown counts from the rollout's completion, not from the
+decision. Pure logic (no clock, no API server): the workload is the Deployment the
+renderer gives for the status after the decision, with the status its controller would
+write. Decisions come from the recorded KV-pressure run."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from tests.unit.test_adaptation_loop import NS, POLICY, body, decision_for, pressure  # noqa: F401
+
+from llm_operator import status as st
+from llm_operator.adaptation.policy import CapAction, Observation
+from llm_operator.adaptation.update import (
+    after_rollout,
+    plan_update,
+    rollout_progress,
+    waiting_decision,
+    workload_max_num_seqs,
+)
+from llm_operator.models import parse_llmservice
+from llm_operator.planning import make_plan
+from llm_operator.rendering import render_all
+from llm_operator.settings import Settings
+from llm_operator.timestamps import rfc3339
+
+COOLDOWN = 600  # spec.adaptation.cooldownSeconds (the default)
+ROLLOUT_S = 400  # how long the rollout takes (a GPU model's restart takes minutes)
+
+
+def rolling_body() -> dict[str, Any]:
+    b = body(mode="Apply")
+    b["spec"]["adaptation"]["liveCap"] = False
+    b["status"] = {"plan": {"maxNumSeqs": make_plan(parse_llmservice(b).spec).max_num_seqs}}
+    return b
+
+
+def deployment(b: dict[str, Any], adaptation: dict[str, Any], generation: int,
+               observed: int, updated: int, available: int) -> dict[str, Any]:
+    """The Deployment the renderer gives for ``adaptation``, with the status its controller
+    would report."""
+    svc = parse_llmservice(b)
+    docs = render_all(svc, make_plan(svc.spec), Settings(), pod_monitor=False,
+                      overrides=st.engine_overrides({**b["status"], "adaptation": adaptation}))
+    dep = copy.deepcopy(docs[0])
+    assert dep["kind"] == "Deployment"
+    dep["metadata"]["generation"] = generation
+    dep["status"] = {"observedGeneration": observed, "replicas": 1, "updatedReplicas": updated,
+                     "availableReplicas": available}
+    return dep
+
+
+def first_change(pressure: Observation) -> tuple[dict[str, Any], Any, Any]:  # noqa: F811
+    now = pressure.evaluated_at
+    b = rolling_body()
+    svc, state, d = decision_for(b, pressure, now)
+    assert d.action is CapAction.LOWER and d.value is not None, d.reason
+    up = plan_update(svc, d, pressure, state, now, policy=POLICY)
+    b2 = copy.deepcopy(b)
+    b2["status"] = {**b["status"], "adaptation": up.adaptation}
+    return b2, d, up
+
+
+def test_a_rollout_is_remembered_until_the_deployment_rolled_out(
+        pressure: Observation) -> None:  # noqa: F811
+    b2, d, up = first_change(pressure)
+    now = pressure.evaluated_at
+    ad = up.adaptation
+    assert up.rollout and ad["actuation"] == "Rollout"
+    assert ad["rolloutRequested"] == d.value == ad["maxNumSeqs"]
+    assert ad["rolloutRequestedTime"] == rfc3339(now)
+
+    new = ad
+    old = {k: v for k, v in ad.items() if k != "maxNumSeqs"}
+    # The Deployment controller has not seen the new spec yet.
+    dep = deployment(b2, new, generation=2, observed=1, updated=1, available=1)
+    assert workload_max_num_seqs(dep) == d.value
+    p = rollout_progress(ad, dep, now + 5)
+    assert not p.completed and p.wait is not None
+    assert "has not picked up the new spec" in p.wait and f"max-num-seqs {d.value}" in p.wait
+    # The old pod still serves, the new one is not available yet.
+    p = rollout_progress(ad, deployment(b2, new, 2, 2, updated=0, available=1), now + 60)
+    assert p.wait is not None and "0 of 1 replicas updated" in p.wait, p.wait
+    p = rollout_progress(ad, deployment(b2, new, 2, 2, updated=1, available=0), now + 200)
+    assert p.wait is not None and "1 of 1 replicas updated, 0 available" in p.wait, p.wait
+    # The reconciliation has not written the new cap yet (a failed write is retried).
+    p = rollout_progress(ad, deployment(b2, old, 1, 1, 1, 1), now + 5)
+    assert p.wait is not None and "not yet the new value" in p.wait, p.wait
+    assert rollout_progress(ad, None, now + 5).wait is not None
+    # Rolled out: updated = available = desired at the new generation.
+    p = rollout_progress(ad, deployment(b2, new, 2, 2, 1, 1), now + ROLLOUT_S)
+    assert p.completed and p.wait is None and p.cap == d.value
+
+
+def test_the_next_decision_waits_for_the_rollout_and_says_so(
+        pressure: Observation) -> None:  # noqa: F811
+    b2, d, up = first_change(pressure)
+    now = pressure.evaluated_at + 60
+    svc, state, _ = decision_for(b2, pressure, now)
+    assert state is not None
+    p = rollout_progress(up.adaptation, deployment(b2, up.adaptation, 2, 2, 0, 1), now)
+    assert p.wait is not None
+    hold = waiting_decision(svc, after_rollout(state, p, now), pressure, p.wait, now)
+    up2 = plan_update(svc, hold, pressure, state, now, policy=POLICY, rollout_state=p)
+    last = up2.status_patch["adaptation"]["lastDecision"]
+    assert last["action"] == "hold" and "waiting for the rollout" in last["reason"]
+    assert "cooldown counts from its completion" in last["reason"]
+    assert not up2.rollout and up2.adaptation["rolloutRequested"] == d.value
+    assert "rolloutRequested" not in up2.status_patch["adaptation"]  # kept, not rewritten
+
+
+def test_the_cooldown_counts_from_the_rollouts_completion(
+        pressure: Observation) -> None:  # noqa: F811
+    b2, d, up = first_change(pressure)
+    t0 = pressure.evaluated_at
+    done = t0 + ROLLOUT_S
+    dep = deployment(b2, up.adaptation, 2, 2, 1, 1)
+    at_done = pressure.model_copy(update={"evaluated_at": done, "last_sample_at": done - 0.1})
+    svc, state, _ = decision_for(b2, at_done, done)
+    assert state is not None and state.last_change_at is not None
+    assert abs(state.last_change_at - t0) < 1  # status keeps whole seconds
+    p = rollout_progress(up.adaptation, dep, done)
+    state = after_rollout(state, p, done)
+    assert state.last_change_at == done
+    up2 = plan_update(svc, waiting_decision(svc, state, at_done, "held", done), at_done, state,
+                      done, policy=POLICY, rollout_state=p)
+    ad = up2.status_patch["adaptation"]
+    assert ad["rolloutRequested"] is None and ad["rolloutRequestedTime"] is None
+    assert ad["lastChangeTime"] == rfc3339(done)
+    (event,) = [e for e in up2.events if e.reason == "MaxNumSeqsRolledOut"]
+    assert str(d.value) in event.message
+
+    # The cooldown after the decision has passed, the one after the rollout has not: the
+    # replayed engine still preempts, yet the cap holds.
+    later = t0 + COOLDOWN + 60
+    obs = pressure.model_copy(update={"evaluated_at": later, "last_sample_at": later - 0.1})
+    b3 = copy.deepcopy(b2)
+    b3["status"]["adaptation"] = {k: v for k, v in up2.adaptation.items()
+                                  if v is not None}
+    _, state3, d3 = decision_for(b3, obs, later)
+    assert state3 is not None and state3.last_change_at is not None
+    assert abs(state3.last_change_at - done) < 1
+    assert d3.action is CapAction.HOLD and "cooldown" in d3.reason, d3.reason
+    # Without the rollout's completion, the same observation would have moved the cap.
+    b4 = copy.deepcopy(b2)
+    _, _, d4 = decision_for(b4, obs, later)
+    assert d4.action is CapAction.LOWER, d4.reason
+    # After the cooldown from the completion, it moves again.
+    final = done + COOLDOWN + 1
+    obs5 = pressure.model_copy(update={"evaluated_at": final, "last_sample_at": final - 0.1})
+    _, _, d5 = decision_for(b3, obs5, final)
+    assert d5.action is CapAction.LOWER, d5.reason
+
+
+def test_a_multi_node_workload_carries_the_cap_in_its_shell_command() -> None:
+    lws = {"spec": {"leaderWorkerTemplate": {"leaderTemplate": {"spec": {"containers": [
+        {"command": ["/bin/sh", "-c"],
+         "args": ["ray start --head && vllm serve m --max-num-seqs 24 --port 8000"]}]}}}}}
+    assert workload_max_num_seqs(lws) == 24
+    assert workload_max_num_seqs({"spec": {}}) is None
+    req = {"rolloutRequested": 24, "rolloutRequestedTime": rfc3339(1000.0)}
+    lws["spec"]["replicas"] = 2
+    lws["metadata"] = {"generation": 3}
+    lws["status"] = {"observedGeneration": 3, "updatedReplicas": 2, "readyReplicas": 1}
+    p = rollout_progress(req, lws, 1100.0, kind="LeaderWorkerSet")
+    assert p.wait is not None and "2 of 2 replicas updated, 1 available" in p.wait
+    lws["status"]["readyReplicas"] = 2
+    assert rollout_progress(req, lws, 1100.0, kind="LeaderWorkerSet").completed
