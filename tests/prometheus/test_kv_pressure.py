@@ -86,7 +86,7 @@ def test_recommend_cli_against_the_live_prometheus(stack: Stack, observed: list)
     out = subprocess.run(
         [sys.executable, "-m", "llm_operator.cli", "recommend", "--prometheus", stack.prom.url,
          "--service", f"{stack.namespace}/{stack.name}", "--current", str(CAP),
-         "--window", "30", "-o", "json"],
+         "--window", "30", "--scrape-interval", "1", "-o", "json"],
         capture_output=True, text=True, timeout=60, check=True,
     )
     doc = json.loads(out.stdout)
@@ -96,7 +96,7 @@ def test_recommend_cli_against_the_live_prometheus(stack: Stack, observed: list)
     table = subprocess.run(
         [sys.executable, "-m", "llm_operator.cli", "recommend", "--prometheus", stack.prom.url,
          "--service", f"{stack.namespace}/{stack.name}", "--current", str(CAP),
-         "--window", "30"],
+         "--window", "30", "--scrape-interval", "1"],
         capture_output=True, text=True, timeout=60, check=True,
     ).stdout
     assert "preemptions in window" in table and "lower" in table
