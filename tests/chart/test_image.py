@@ -34,7 +34,7 @@ from llm_operator.planning import make_plan
 from llm_operator.sandbox.processes import stop as stop_process
 from llm_operator.settings import Settings
 from llm_operator.tuning.fingerprint import tuning_fingerprint
-from llm_operator.tuning.job import CODE_PATH, build_tuning_job
+from llm_operator.tuning.job import CODE_PATH, INIT_CONTAINER, build_tuning_job
 from tests.support.emulator import CRD_PATH, EXAMPLES_DIR, EmulatorProcess, Kubectl, wait_for
 
 from .conftest import CHART, ROOT, Render
@@ -345,7 +345,8 @@ def tuning_job() -> dict[str, Any]:
 def copied_tuner(clean_install: CleanInstall, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tuning Job's init command, exactly as rendered, run by the clean venv's python
     (the image's ``python3``), with ``/opt/llmop`` (the shared emptyDir) in a temp dir."""
-    init = tuning_job()["spec"]["template"]["spec"]["initContainers"][0]
+    (init,) = [c for c in tuning_job()["spec"]["template"]["spec"]["initContainers"]
+               if c["name"] == INIT_CONTAINER]
     command = list(init["command"])
     assert command[0] == "python3", command
     assert any(CODE_PATH in part for part in command[1:]), command
@@ -354,20 +355,23 @@ def copied_tuner(clean_install: CleanInstall, tmp_path_factory: pytest.TempPathF
     args = [str(clean_install.python), *(c.replace(CODE_PATH, str(code)) for c in command[1:])]
     proc = run_clean(args, cwd)
     assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
-    assert "Copied the tuner from" in proc.stdout
+    assert "Copied the tuner and the engine from" in proc.stdout
     return code
 
 
-def test_init_container_copies_only_the_tuner(
+def test_init_container_copies_only_the_tuner_and_the_engine(
     clean_install: CleanInstall, copied_tuner: Path
 ) -> None:
-    """From the installed wheel: the package's ``__init__.py`` and ``tuner/`` (every
-    module of it, no bytecode), nothing of the operator."""
+    """From the installed wheel: the package's ``__init__.py``, ``tuner/`` and ``engine/``
+    (the admission cap the tuner's live sweep loads into vLLM; every module, no
+    bytecode), nothing else of the operator."""
     files = {str(p.relative_to(copied_tuner)) for p in copied_tuner.rglob("*") if p.is_file()}
     assert "llm_operator/__init__.py" in files
     assert "llm_operator/tuner/__main__.py" in files
+    assert "llm_operator/engine/scheduler.py" in files
     assert not any("controller" in f for f in files), files
-    assert all(f == "llm_operator/__init__.py" or f.startswith("llm_operator/tuner/")
+    assert all(f == "llm_operator/__init__.py" or f.startswith(("llm_operator/tuner/",
+                                                                  "llm_operator/engine/"))
                for f in files), files
     assert not any("__pycache__" in f or f.endswith(".pyc") for f in files), files
     site = next(clean_install.venv.glob("lib/python3*/site-packages/llm_operator"))
@@ -497,5 +501,6 @@ def test_operator_default_image_is_the_published_release() -> None:
     image = f"{VALUES['image']['registry']}/{VALUES['image']['repository']}"
     assert default == f"{image}:{CHART_YAML['appVersion']}"
     assert str(CHART_YAML["appVersion"]) == PYPROJECT["project"]["version"]
-    init = tuning_job()["spec"]["template"]["spec"]["initContainers"][0]
+    (init,) = [c for c in tuning_job()["spec"]["template"]["spec"]["initContainers"]
+               if c["name"] == INIT_CONTAINER]
     assert init["image"] == Settings().operator_image  # what LLMOP_OPERATOR_IMAGE sets
