@@ -104,6 +104,23 @@ def placement_note(status: Mapping[str, Any] | None) -> str | None:
     return None
 
 
+def _set_false_or_true(
+    conditions: Sequence[Mapping[str, Any]], ctype: ConditionType, *,
+    bad: str | None, bad_reason: str, good: str, good_reason: str,
+    generation: int | None, now: float,
+) -> tuple[list[JSON], Notice | None]:
+    """``ctype`` False with ``bad`` (and a Warning Event the first time it turns False),
+    or True with ``good`` when ``bad`` is None."""
+    if bad is None:
+        return set_condition(conditions, ctype, True, good_reason, good,
+                             generation=generation, now=now), None
+    before = get_condition(conditions, ctype)
+    conds = set_condition(conditions, ctype, False, bad_reason, bad,
+                          generation=generation, now=now)
+    turned = before is None or before.get("status") != "False"
+    return conds, (Notice("Warning", bad_reason, bad) if turned else None)
+
+
 def scheduling_condition(
     conditions: Sequence[Mapping[str, Any]],
     pods: Sequence[PodScheduling],
@@ -115,24 +132,18 @@ def scheduling_condition(
     """The conditions with ``PodsScheduled`` set from the server ``pods``, and the Event
     to post when it has just become False (None otherwise)."""
     stuck = sorted((p for p in pods if p.unschedulable), key=lambda p: p.name)
-    before = get_condition(conditions, ConditionType.PODS_SCHEDULED)
-    if not stuck:
-        waiting = f"all {len(pods)} server pods have a node or await their first attempt"
-        msg = waiting if pods else "no server pod waits for a node"
-        return set_condition(conditions, ConditionType.PODS_SCHEDULED, True, REASON_SCHEDULED,
-                             msg, generation=generation, now=now), None
-    first = stuck[0]
-    msg = (f"{len(stuck)} of {len(pods)} server pods cannot be scheduled; pod {first.name}: "
-           f"{first.message or 'no message from the scheduler'}")
-    if placement:
-        msg += f" (placed by {placement}; check that the GPU nodes carry that label, or set "
-        msg += "spec.scheduling.nodeSelector)"
-    conds = set_condition(conditions, ConditionType.PODS_SCHEDULED, False,
-                          REASON_UNSCHEDULABLE, msg, generation=generation, now=now)
-    notice = None
-    if before is None or before.get("status") != "False":
-        notice = Notice("Warning", EVENT_UNSCHEDULABLE, msg)
-    return conds, notice
+    bad = None
+    if stuck:
+        bad = (f"{len(stuck)} of {len(pods)} server pods cannot be scheduled; pod "
+               f"{stuck[0].name}: {stuck[0].message or 'no message from the scheduler'}")
+        if placement:
+            bad += (f" (placed by {placement}; check that the GPU nodes carry that label, "
+                    "or set spec.scheduling.nodeSelector)")
+    good = (f"all {len(pods)} server pods have a node or await their first attempt" if pods
+            else "no server pod waits for a node")
+    return _set_false_or_true(conditions, ConditionType.PODS_SCHEDULED, bad=bad,
+                              bad_reason=EVENT_UNSCHEDULABLE, good=good,
+                              good_reason=REASON_SCHEDULED, generation=generation, now=now)
 
 
 def crash_condition(
@@ -145,17 +156,8 @@ def crash_condition(
     """The conditions with ``ContainersRunning`` set from the server ``pods``, and the
     Event to post when it has just become False (None otherwise)."""
     crashing = sorted((p for p in pods if p.crash), key=lambda p: p.name)
-    before = get_condition(conditions, ConditionType.CONTAINERS_RUNNING)
-    if not crashing:
-        return set_condition(conditions, ConditionType.CONTAINERS_RUNNING, True,
-                             REASON_RUNNING, "no server container crash-loops",
-                             generation=generation, now=now), None
-    first = crashing[0]
-    msg = (f"{len(crashing)} of {len(pods)} server pods crash-loop; pod {first.name}: "
-           f"{first.crash}")
-    conds = set_condition(conditions, ConditionType.CONTAINERS_RUNNING, False,
-                          REASON_CRASH_LOOP, msg, generation=generation, now=now)
-    notice = None
-    if before is None or before.get("status") != "False":
-        notice = Notice("Warning", REASON_CRASH_LOOP, msg)
-    return conds, notice
+    bad = (f"{len(crashing)} of {len(pods)} server pods crash-loop; pod {crashing[0].name}: "
+           f"{crashing[0].crash}") if crashing else None
+    return _set_false_or_true(conditions, ConditionType.CONTAINERS_RUNNING, bad=bad,
+                              bad_reason=REASON_CRASH_LOOP, good="no server container crash-loops",
+                              good_reason=REASON_RUNNING, generation=generation, now=now)
