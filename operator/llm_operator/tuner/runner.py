@@ -88,6 +88,15 @@ def pinned_flags(server_args: Sequence[str]) -> set[str]:
     return pins
 
 
+def measure_trial(target: BenchTarget, concurrency: int) -> Measurement:
+    """One benchmark of ``target`` at ``concurrency``; a benchmark that fails fails the
+    trial (:class:`TrialFailed`), not the search."""
+    try:
+        return measure(target, concurrency)
+    except Exception as exc:  # noqa: BLE001 - the benchmark failing fails one trial
+        raise TrialFailed(f"benchmark failed: {exc}") from exc
+
+
 @dataclass
 class _ServerSession:
     server: VLLMServer
@@ -103,10 +112,7 @@ class _ServerSession:
         return self.server.lock_wait_s
 
     def measure(self, concurrency: int) -> Measurement:
-        try:
-            return measure(self.target, concurrency)
-        except Exception as exc:  # noqa: BLE001 - the benchmark failing fails one trial
-            raise TrialFailed(f"benchmark failed: {exc}") from exc
+        return measure_trial(self.target, concurrency)
 
     def close(self) -> None:
         self.server.stop()
@@ -225,10 +231,7 @@ class _LiveSession:
     waited_s: float
 
     def measure(self, concurrency: int) -> Measurement:
-        try:
-            return measure(self.target, concurrency)
-        except Exception as exc:  # noqa: BLE001 - the benchmark failing fails one trial
-            raise TrialFailed(f"benchmark failed: {exc}") from exc
+        return measure_trial(self.target, concurrency)
 
     def close(self) -> None:
         return None  # the server stays up for the next cap; LiveCapEvaluator.close stops it
