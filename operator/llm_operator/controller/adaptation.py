@@ -185,19 +185,17 @@ class AdaptationLoop:
         svc = Service(svc.key, {**svc.body, "status": status}, svc.spec)
         state = current_state(svc.spec, status)
         progress: LiveCapProgress | None = None
-        if (svc.spec.adaptation.mode is AdaptationMode.APPLY and state is not None
-                and live_cap_in_use(svc.spec, status, svc.generation)):
-            progress = live_cap_progress(status.get("adaptation") or {}, obs, now)
         rolling: RolloutProgress | None = None
         if svc.spec.adaptation.mode is AdaptationMode.APPLY and state is not None:
+            if live_cap_in_use(svc.spec, status, svc.generation):
+                progress = live_cap_progress(status.get("adaptation") or {}, obs, now)
             rolling = await self.rollout(svc, now)
             state = after_rollout(state, rolling, now)
-        if progress is not None and progress.wait and state is not None:
-            # A live change is on its way: the next decision waits for the engines' report.
-            decision = waiting_decision(svc, state, obs, progress.wait, now)
-        elif rolling is not None and rolling.wait and state is not None:
-            # A rollout is under way: the next decision waits for it to complete.
-            decision = waiting_decision(svc, state, obs, rolling.wait, now)
+        # A live change on its way waits for the engines' report; a rollout under way
+        # waits for its completion: the next decision comes after either.
+        wait = (progress.wait if progress else None) or (rolling.wait if rolling else None)
+        if wait and state is not None:
+            decision = waiting_decision(svc, state, obs, wait, now)
         else:
             decision = decide(obs, state, svc.spec, now, namespace=ns, name=name,
                               limits=cap_limits(status), settings=self.policy)

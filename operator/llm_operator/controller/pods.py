@@ -17,6 +17,7 @@ from typing import Any
 import kopf
 
 from .. import status as st
+from ..adaptation.policy import ServiceKey
 from ..constants import LABEL_SERVICE
 from ..podscheduling import (
     PodScheduling,
@@ -26,8 +27,6 @@ from ..podscheduling import (
 )
 from .context import OperatorContext, clock
 from .reconcile import write_status
-
-ServiceKey = tuple[str, str]
 
 
 def pod_service_key(namespace: str | None, labels: Mapping[str, str]) -> ServiceKey | None:

@@ -45,6 +45,7 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
+from ..adaptation.policy import ServiceKey
 from ..constants import (
     API_VERSION,
     KIND,
@@ -227,12 +228,12 @@ async def delete_tuning_jobs(ctx: OperatorContext, obj: Mapping[str, Any], logge
 
 def _in_flight(body: Mapping[str, Any]) -> bool:
     tuning = (body.get("status") or {}).get("tuning") or {}
-    return (isinstance(tuning, Mapping) and tuning.get("state") in ("Running", "Retrying")
+    return (isinstance(tuning, Mapping) and tuning.get("state") in tc.IN_FLIGHT
             and not (body.get("metadata") or {}).get("deletionTimestamp"))
 
 
 async def tuning_progress_loop(ctx: OperatorContext,
-                               services: Mapping[tuple[str, str], Any], logger: Any) -> None:
+                               services: Mapping[ServiceKey, Any], logger: Any) -> None:
     """Every :data:`PROGRESS_INTERVAL_SECONDS`: one tuning step for each service (from the
     ``llmservices_by_name`` index) whose tuning run is in flight. Never raises: a step
     that fails is logged and tried again next round."""
