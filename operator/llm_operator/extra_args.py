@@ -229,3 +229,16 @@ def check_extra_args(spec: LLMServiceSpec) -> tuple[list[SpecError], list[str]]:
                                     "metrics the online adaptation reads",
                                     "remove it, or set spec.adaptation.mode: Disabled"))
     return errors, warnings
+
+
+def flag_set(extra_args: list[str], flags: tuple[str, ...]) -> str | None:
+    """The first of ``flags`` that an ``extraArgs`` item sets, as vLLM's parser reads the
+    item (prefixes, underscores, ``=`` forms: see :meth:`FlagTable.resolve`), or None."""
+    table = flag_table()
+    for arg in extra_args:
+        if not arg.startswith("-"):
+            continue
+        option, _ = table.resolve(_normalize(arg.strip().split("=", 1)[0]))
+        if option in flags:
+            return option
+    return None

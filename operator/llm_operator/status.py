@@ -23,6 +23,7 @@ from typing import Any
 
 from .constants import VLLM_PORT
 from .errors import SpecError
+from .extra_args import flag_set
 from .models import AdaptationMode, EngineSpec, LLMServiceSpec
 from .planning import Plan
 from .rendering import LIVE_CAP_FLAGS, effective_engine_value
@@ -488,12 +489,11 @@ def live_cap_blocker(spec: LLMServiceSpec, status: Mapping[str, Any] | None,
     """
     if not spec.adaptation.live_cap:
         return LiveCapReason.OPTED_OUT, "spec.adaptation.liveCap is false: every change rolls"
-    for arg in spec.engine.extra_args:
-        flag = arg.split("=", 1)[0]
-        if flag in LIVE_CAP_FLAGS:
-            return LiveCapReason.OWN_SCHEDULER, (
-                f"spec.engine.extraArgs sets {flag}: the operator's admission scheduler is "
-                "not used and every change rolls; remove the flag to steer the cap live")
+    flag = flag_set(spec.engine.extra_args, LIVE_CAP_FLAGS)
+    if flag is not None:
+        return LiveCapReason.OWN_SCHEDULER, (
+            f"spec.engine.extraArgs sets {flag}: the operator's admission scheduler is "
+            "not used and every change rolls; remove the flag to steer the cap live")
     nodes = ((status or {}).get("plan") or {}).get("nodesPerReplica")
     if isinstance(nodes, int) and nodes > 1:
         return LiveCapReason.MULTI_NODE, (

@@ -177,3 +177,13 @@ def test_the_flag_table_is_the_installed_vllm_serve_parser() -> None:
     assert parsed["prefix"] == {"ok": True, "max_num_seqs": 999}  # why prefixes are refused
     for name in ("ambiguous", "stray", "one-item", "gone"):
         assert not parsed[name]["ok"], (name, parsed[name])
+
+
+def test_the_live_cap_sees_its_flags_in_every_spelling_vllm_accepts() -> None:
+    from llm_operator.status import LiveCapReason, live_cap_blocker
+
+    for args in (["--scheduler_cls=my.Sched"], ["--max-num-active", "4"],
+                 ["--scheduler-cls", "my.Sched"]):
+        s = spec(L8B, "H100", engine={"extraArgs": args}, adaptation={"mode": "Apply"})
+        blocked = live_cap_blocker(s, {})
+        assert blocked is not None and blocked[0] == LiveCapReason.OWN_SCHEDULER, args

@@ -24,6 +24,7 @@ from typing import Any
 
 from ..constants import ANNOTATION_FINGERPRINT
 from ..errors import SpecError
+from ..extra_args import flag_set
 from ..models import LLMService
 from ..planning import Plan
 from ..rendering import (
@@ -142,7 +143,7 @@ def sweeps_caps_live(svc: LLMService) -> bool:
     spec = svc.spec
     if isinstance(spec.engine.max_num_seqs, int) or spec.image:
         return False
-    return not any(a.split("=", 1)[0] in LIVE_CAP_FLAGS for a in spec.engine.extra_args)
+    return flag_set(spec.engine.extra_args, LIVE_CAP_FLAGS) is None
 
 
 def tuner_args(svc: LLMService, plan: Plan, fingerprint: str) -> list[str]:
