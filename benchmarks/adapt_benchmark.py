@@ -251,6 +251,20 @@ def _decision_doc(d: CapDecision, obs: Observation | None) -> dict[str, Any]:
             "observation": None if obs is None else obs.summary()}
 
 
+def _with_downtime(m: dict[str, Any], arm: str) -> str:
+    """``arm``'s goodput over the best static's when the seconds its restarts took count
+    as seconds without goodput (what a user of one replica loses), from the stored rows."""
+    rows = {r["arm"]: r for r in m["rows"]}
+
+    def counted(r: dict[str, Any]) -> float:
+        served = r.get("servingSeconds") or 0.0
+        total = served + (r.get("restartSeconds") or 0.0)
+        return r["goodputTokS"] * served / total if total else 0.0
+
+    best = counted(rows[m["bestStatic"]])
+    return f"{counted(rows[arm]) / best:.3f}" if best else "n/a"
+
+
 def summarize(arm: str, segs: list[Segment], cooldown_s: float) -> dict[str, Any]:
     """One row of the results table."""
     t = sum(s.duration_s for s in segs)
@@ -515,7 +529,10 @@ def _measured_lines(m: dict[str, Any], heading: str) -> list[str]:
                    if x.get("decision") and x["decision"]["action"] != "hold"]
         lines += [f"**{arm}** (spec.adaptation.preemptions="
                   f"{'Tolerate' if 'Tolerate' in arm else 'Avoid'}): goodput / best static "
-                  f"= **{m['ratioToBestStatic'][arm]}**; rollouts {ad['rollouts']}; flaps "
+                  f"= **{m['ratioToBestStatic'][arm]}** with restarts excluded, "
+                  f"**{_with_downtime(m, arm)}** with their downtime counted as time without "
+                  f"goodput (goodput x serving s / (serving s + restart s)); rollouts "
+                  f"{ad['rollouts']}; flaps "
                   f"(A→B→A) {m['adaptiveFlaps'][arm]}; first high-load segment without "
                   f"preemptions (0-based, one decision per segment): "
                   f"{ad['firstCleanHighLoadSegment']}. Changes"
