@@ -375,6 +375,16 @@ class PodSpec(_Model):
         return _check_keys(v, "annotation", check_values=False)
 
 
+class RolloutSpec(_Model):
+    """How the vLLM pods are replaced when their spec changes, and how each drains."""
+
+    # 0: one pod at a time in place (no spare GPUs needed; one replica is an outage);
+    # >= 1: that many extra replicas first, none taken down before its replacement serves.
+    max_surge: int = Field(default=0, ge=0, le=1000)
+    # vLLM's --shutdown-timeout: how long a replaced server may finish its requests.
+    drain_seconds: int = Field(default=120, ge=0, le=3600)
+
+
 class LLMServiceSpec(_Model):
     model: ModelSpec
     # None: the operator's LLMOP_DEFAULT_IMAGE (the CRD sets no default, so that the
@@ -390,6 +400,7 @@ class LLMServiceSpec(_Model):
     cache: CacheSpec = Field(default_factory=CacheSpec)
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     pod: PodSpec = Field(default_factory=PodSpec)
+    rollout: RolloutSpec = Field(default_factory=RolloutSpec)
 
 
 # metadata.name names the Service (an RFC 1035 label) and is a label value: the CRD's

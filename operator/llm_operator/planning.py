@@ -650,6 +650,7 @@ def make_plan(spec: LLMServiceSpec, *, gpus_per_node: int = DEFAULT_GPUS_PER_NOD
     _explain_facts(ex, spec, facts, gpu, dtype, dbytes, kvb, weights, usable)
     _explain_parallelism(ex, warnings, spec, need, fit, ideal, rejected, concurrency)
     _explain_alternatives(ex, warnings, spec, need, choice)
+    _explain_rollout(ex, spec, fit.gpus)
 
     capacity = fit.capacity
     ex.append(Explained(
@@ -683,6 +684,32 @@ def make_plan(spec: LLMServiceSpec, *, gpus_per_node: int = DEFAULT_GPUS_PER_NOD
         download_bytes=download_bytes(facts, dbytes, spec.model.quantization),
     )
     return with_pod_sizing(spec, _check_utilization(spec, plan, gpus_per_node))
+
+
+def _explain_rollout(ex: list[Explained], spec: LLMServiceSpec, gpus: int) -> None:
+    """How a rollout replaces the pods (``spec.rollout``), and what one replica replaced in
+    place costs: it serves nothing while its replacement starts."""
+    surge = spec.rollout.max_surge
+    if surge:
+        value = f"surge {surge}"
+        formula = (f"spec.rollout.maxSurge {surge}: {surge} replacement replica(s) start first "
+                   f"(needing {surge * gpus} spare GPUs) and no replica stops before its "
+                   "replacement serves")
+    elif spec.replicas == 1:
+        value = "in place (an outage)"
+        formula = ("spec.replicas 1 and spec.rollout.maxSurge 0: every rollout (a tuning "
+                   "result, an edit of the spec, a max-num-seqs change without the live "
+                   "admission cap) stops serving until the new pod has downloaded and loaded "
+                   f"the model; set spec.rollout.maxSurge: 1 if the cluster has {gpus} spare "
+                   "GPUs for the replacement, or spec.replicas: 2")
+    else:
+        value = "in place, one replica at a time"
+        formula = "spec.rollout.maxSurge 0: the other replicas serve while one is replaced"
+    ex.append(Explained(name="rolloutStrategy", value=value, formula=formula,
+                        source="pinned" if "max_surge" in spec.rollout.model_fields_set
+                        else "planned",
+                        inputs={"replicas": spec.replicas, "maxSurge": surge,
+                                "drainSeconds": spec.rollout.drain_seconds}))
 
 
 def _check_utilization(spec: LLMServiceSpec, plan: Plan, gpus_per_node: int) -> Plan:

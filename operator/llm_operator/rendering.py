@@ -24,7 +24,7 @@ Children:
   live admission cap, when the Deployment runs it (:func:`with_live_admission`).
 
 Every server drains on a rollout: ``--shutdown-timeout``, a preStop sleep and a grace
-period that covers both (see ``SHUTDOWN_TIMEOUT_SECONDS``).
+period that covers both (see :func:`termination_grace_seconds`).
 
 The tuning Job (:func:`llm_operator.tuning.job.build_tuning_job`) runs the same image on
 the same GPUs with the same model source, so the pod-level pieces are separate builders
@@ -127,9 +127,22 @@ PROGRESS_MARGIN_SECONDS = 600
 # and exits as soon as none is left. The preStop sleep first lets the endpoints
 # controller and kube-proxy stop routing new requests to the pod; the grace period covers
 # both with a margin, so the kubelet's SIGKILL never cuts a drain short.
-SHUTDOWN_TIMEOUT_SECONDS = 120
+# The drain is spec.rollout.drainSeconds (default 120).
 PRESTOP_SLEEP_SECONDS = 5
-TERMINATION_GRACE_SECONDS = PRESTOP_SLEEP_SECONDS + SHUTDOWN_TIMEOUT_SECONDS + 15
+GRACE_MARGIN_SECONDS = 15
+
+
+def termination_grace_seconds(spec: LLMServiceSpec) -> int:
+    """The pod's grace period: the preStop sleep, then vLLM's drain, then a margin."""
+    return PRESTOP_SLEEP_SECONDS + spec.rollout.drain_seconds + GRACE_MARGIN_SECONDS
+
+
+def rolling_update(spec: LLMServiceSpec) -> dict[str, int]:
+    """maxSurge and maxUnavailable from ``spec.rollout.maxSurge``: 0 replaces one
+    replica at a time in place (no spare GPUs; one replica is an outage), >= 1 starts
+    that many replacements first and takes none down before its replacement serves."""
+    surge = spec.rollout.max_surge
+    return {"maxSurge": surge, "maxUnavailable": 0 if surge else 1}
 
 # --- multi-node replicas (LeaderWorkerSet) ---
 # One replica on several nodes runs as one LeaderWorkerSet group, the way vLLM documents
@@ -450,7 +463,7 @@ def build_vllm_flags(
     # A revision selects a hub commit; a model on a volume is whatever the volume holds.
     if spec.model.revision and not from_volume:
         args += ["--revision", spec.model.revision]
-    args += ["--shutdown-timeout", str(SHUTDOWN_TIMEOUT_SECONDS)]  # drain: see the constant
+    args += ["--shutdown-timeout", str(spec.rollout.drain_seconds)]  # the drain
     args += list(engine.extra_args)
     return args
 
@@ -804,7 +817,7 @@ def _server_pod_spec(svc: LLMService, container: dict[str, Any], plan: Plan,
         "enableServiceLinks": False,
         # vLLM never calls the Kubernetes API.
         "automountServiceAccountToken": False,
-        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+        "terminationGracePeriodSeconds": termination_grace_seconds(svc.spec),
         "securityContext": copy.deepcopy(POD_SECURITY_CONTEXT),
     }
     pod_spec.update(pod_identity_fields(svc.spec))
@@ -845,14 +858,13 @@ def build_deployment(
             # GPUs are scarce: with the default maxSurge (25%, at least 1) the new pod
             # waits Pending for a GPU that only the old pod frees, and the old pod is
             # never removed because the new one never becomes available: a deadlock.
-            # maxSurge 0 / maxUnavailable 1 replaces one pod at a time in place. For one
-            # replica this is equivalent to Recreate; using one strategy type for every
-            # replica count means scaling 1 <-> 2 never has to switch the type (which a
-            # patch cannot do while the other type's fields remain).
-            "strategy": {
-                "type": "RollingUpdate",
-                "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
-            },
+            # maxSurge 0 / maxUnavailable 1 (the default) replaces one pod at a time in
+            # place. For one replica this is equivalent to Recreate, an outage the plan
+            # warns about; spec.rollout.maxSurge >= 1 surges instead, where the user has
+            # spare GPUs (rolling_update). Using one strategy type for every replica count
+            # means scaling 1 <-> 2 never has to switch the type (which a patch cannot do
+            # while the other type's fields remain).
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": rolling_update(svc.spec)},
             "progressDeadlineSeconds": (download_budget_seconds(svc.spec, plan)
                                         + startup_budget_seconds(plan)
                                         + PROGRESS_MARGIN_SECONDS),
@@ -980,11 +992,11 @@ def build_leader_worker_set(
             # LeaderCreated: the workers start with the leader. LeaderReady would wait for
             # a leader that only becomes ready once the workers have joined: a deadlock.
             "startupPolicy": "LeaderCreated",
-            # As for the Deployment: replace one group at a time in place, never needing
-            # a spare group's worth of GPUs (maxSurge 0; maxUnavailable may not be 0 too).
+            # As for the Deployment: by default replace one group at a time in place,
+            # never needing a spare group's worth of GPUs; spec.rollout.maxSurge surges.
             "rolloutStrategy": {
                 "type": "RollingUpdate",
-                "rollingUpdateConfiguration": {"maxUnavailable": 1, "maxSurge": 0},
+                "rollingUpdateConfiguration": rolling_update(spec),
             },
             "leaderWorkerTemplate": {
                 "size": plan.nodes_per_replica,

@@ -84,6 +84,12 @@ class Settings(BaseSettings):
         description="Extra labels on the PodMonitor, for the Prometheus' podMonitorSelector "
         "(kube-prometheus-stack selects release: <its Helm release name>)",
     )
+    live_cap_report_timeout_seconds: float = Field(
+        300.0, ge=30, le=3600,
+        description="How long the online adaptation waits for the engines to report a new "
+        "live admission cap before it rolls the pods instead (the kubelet refreshes the "
+        "ConfigMap volume within about 60-90 s)",
+    )
     scrape_interval_seconds: int = Field(
         30, ge=1,
         description="Scrape interval the PodMonitor asks for, and the interval the online "

@@ -64,6 +64,7 @@ class Reason(StrEnum):
     ROLLOUT_PENDING = "RolloutPending"
     ROLLING_OUT = "RollingOut"
     ROLLOUT_COMPLETE = "RolloutComplete"
+    PROGRESS_DEADLINE_EXCEEDED = "ProgressDeadlineExceeded"
     REPLICAS_AVAILABLE = "ReplicasAvailable"
     NO_REPLICAS_AVAILABLE = "NoReplicasAvailable"
     SERVING = "Serving"
@@ -185,6 +186,9 @@ class WorkloadState:
     generation: int | None = None
     observed_generation: int | None = None
     replicas: int = 0  # pods (groups for a LeaderWorkerSet) its controller runs now
+    # The Deployment controller's message when the rollout missed its progress deadline
+    # (Progressing=False, reason ProgressDeadlineExceeded); None otherwise.
+    stalled: str | None = None
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any] | None, desired: int) -> WorkloadState:
@@ -203,6 +207,7 @@ class WorkloadState:
             generation=(obj.get("metadata") or {}).get("generation"),
             observed_generation=status.get("observedGeneration"),
             replicas=int(status.get("replicas") or 0),
+            stalled=_deadline_exceeded(status.get("conditions") or []),
         )
 
     @property
@@ -215,6 +220,15 @@ class WorkloadState:
     def rolled_out(self) -> bool:
         """Every desired replica runs the latest spec (as far as the status tells)."""
         return not self.rollout_pending and (self.updated is None or self.updated >= self.desired)
+
+
+def _deadline_exceeded(conditions: Sequence[Mapping[str, Any]]) -> str | None:
+    """The message of a Progressing=False/ProgressDeadlineExceeded condition, else None."""
+    for cond in conditions:
+        if (cond.get("type") == "Progressing" and cond.get("status") == "False"
+                and cond.get("reason") == Reason.PROGRESS_DEADLINE_EXCEEDED):
+            return str(cond.get("message") or "the rollout missed its progress deadline")
+    return None
 
 
 def workload_conditions(
@@ -234,6 +248,11 @@ def workload_conditions(
     if state.rollout_pending:
         prog = (True, Reason.ROLLOUT_PENDING, f"{what} has a new spec its controller has not "
                 "picked up yet")
+    elif state.stalled and (not state.rolled_out or state.available < state.desired):
+        prog = (False, Reason.PROGRESS_DEADLINE_EXCEEDED, f"{what}: the rollout did not "
+                f"complete in time ({state.stalled}); {state.updated or 0} of {state.desired} "
+                f"replicas updated, {state.available} available: see kubectl describe on its "
+                "pods (Pending for GPUs, a crash loop, a failed download)")
     elif not state.rolled_out or state.available < state.desired:
         prog = (True, Reason.ROLLING_OUT, f"{what}: {state.updated or 0} of {state.desired} "
                 f"replicas updated, {state.available} available")

@@ -161,3 +161,21 @@ def test_opting_out_rolls_and_says_so(pressure: Observation) -> None:  # noqa: F
     assert "capRequested" not in up.adaptation
     cond = condition(up, b["status"])
     assert cond["status"] == "False" and cond["reason"] == "OptedOut"
+
+
+def test_the_report_timeout_is_the_operators_setting(pressure: Observation) -> None:  # noqa: F811
+    """LLMOP_LIVE_CAP_REPORT_TIMEOUT_SECONDS: a slow kubelet sync (a longer timeout) keeps
+    waiting where the default would already have rolled; a shorter one rolls sooner."""
+    assert Settings().live_cap_report_timeout_seconds == LIVE_CAP_REPORT_TIMEOUT_SECONDS
+    slow = Settings(live_cap_report_timeout_seconds=900)
+    b2, _, _ = first_change(pressure)
+    now = pressure.evaluated_at + LIVE_CAP_REPORT_TIMEOUT_SECONDS + 60
+    obs = reporting(pressure, 64, now, 1)
+    waiting = live_cap_progress(b2["status"]["adaptation"], obs, now,
+                                timeout=slow.live_cap_report_timeout_seconds)
+    assert waiting.fallback is None and waiting.wait is not None and "900" in waiting.wait
+    early = pressure.evaluated_at + 100
+    fast = live_cap_progress(b2["status"]["adaptation"], reporting(pressure, 64, early, 1),
+                             early, timeout=Settings(live_cap_report_timeout_seconds=60)
+                             .live_cap_report_timeout_seconds)
+    assert fast.fallback is not None and fast.fallback[0] == "EngineDidNotReport"

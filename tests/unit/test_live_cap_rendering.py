@@ -24,6 +24,7 @@ from tests.unit.test_rendering import (
 )
 
 from llm_operator import rendering, status
+from llm_operator.planning import make_plan
 from llm_operator.settings import Settings
 
 LIVE_SPEC: dict[str, Any] = {
@@ -113,13 +114,32 @@ def test_not_live_without_apply_on_an_auto_cap(spec: dict[str, Any]) -> None:
     assert "--scheduler-cls" not in args_of(render(spec)[0])
 
 
-def test_every_server_drains_on_a_rollout() -> None:
-    """In-flight requests finish: vLLM drains for --shutdown-timeout, the preStop waits
-    for routing to stop first, and the grace period covers both."""
-    deployment = render({"model": {"name": "m"}})[0]
-    assert flag_value(args_of(deployment), "--shutdown-timeout") == str(
-        rendering.SHUTDOWN_TIMEOUT_SECONDS)
+@pytest.mark.parametrize(("rollout", "drain"), [({}, 120), ({"drainSeconds": 900}, 900)])
+def test_every_server_drains_on_a_rollout(rollout: dict[str, Any], drain: int) -> None:
+    """In-flight requests finish: vLLM drains for --shutdown-timeout (spec.rollout.
+    drainSeconds), the preStop waits for routing to stop first, and the grace period
+    covers both."""
+    deployment = render({"model": {"name": "m"}, "rollout": rollout})[0]
+    assert flag_value(args_of(deployment), "--shutdown-timeout") == str(drain)
     pre_stop = container_of(deployment)["lifecycle"]["preStop"]["exec"]["command"]
     pod = deployment["spec"]["template"]["spec"]
-    assert pod["terminationGracePeriodSeconds"] > (
-        int(pre_stop[1]) + rendering.SHUTDOWN_TIMEOUT_SECONDS)
+    assert pod["terminationGracePeriodSeconds"] > int(pre_stop[1]) + drain
+
+
+@pytest.mark.parametrize(("replicas", "surge", "expected"), [
+    (1, 0, {"maxSurge": 0, "maxUnavailable": 1}),
+    (3, 0, {"maxSurge": 0, "maxUnavailable": 1}),
+    (1, 1, {"maxSurge": 1, "maxUnavailable": 0}),
+    (4, 2, {"maxSurge": 2, "maxUnavailable": 0}),
+])
+def test_rollout_surges_only_when_asked_and_then_keeps_every_replica_serving(
+    replicas: int, surge: int, expected: dict[str, int]
+) -> None:
+    spec = {**LIVE_SPEC, "gpus": {"product": "L4"}, "replicas": replicas,
+            "rollout": {"maxSurge": surge}}
+    deployment = render(spec)[0]
+    assert deployment["spec"]["strategy"]["rollingUpdate"] == expected
+    explained = {e.name: e for e in make_plan(make_svc(spec).spec).explanations}
+    said = explained["rolloutStrategy"]
+    assert ("an outage" in str(said.value)) == (replicas == 1 and surge == 0)
+    assert ("spare GPUs" in said.formula) == (surge > 0 or replicas == 1)

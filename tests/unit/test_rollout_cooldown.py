@@ -154,6 +154,57 @@ def test_the_cooldown_counts_from_the_rollouts_completion(
     assert d5.action is CapAction.LOWER, d5.reason
 
 
+def test_a_rollout_that_never_completes_is_said_once_and_holds_every_change(
+        pressure: Observation) -> None:  # noqa: F811
+    """The new pod never becomes available (no GPU for it, a crash loop): the Deployment
+    controller gives up at progressDeadlineSeconds (Progressing=False,
+    ProgressDeadlineExceeded). The hold's reason says so, a Warning is posted once, the
+    service's Progressing condition says it too, and nothing moves until it completes."""
+    b2, d, up = first_change(pressure)
+    dep = deployment(b2, up.adaptation, 2, 2, updated=1, available=0)
+    deadline = ('ReplicaSet "chat-5d8f" has timed out progressing.')
+    dep["status"]["conditions"] = [{"type": "Progressing", "status": "False",
+                                    "reason": "ProgressDeadlineExceeded", "message": deadline}]
+    later = pressure.evaluated_at + 2400
+    p = rollout_progress(up.adaptation, dep, later)
+    assert p.stalled and not p.completed and p.wait is not None
+    assert "did not complete" in p.wait and deadline in p.wait
+    assert "spec.adaptation.mode: Recommend" in p.wait  # a way out the user controls
+
+    obs = pressure.model_copy(update={"evaluated_at": later, "last_sample_at": later - 0.1})
+    svc, state, _ = decision_for(b2, obs, later)
+    assert state is not None
+    hold = waiting_decision(svc, after_rollout(state, p, later), obs, p.wait, later)
+    first = plan_update(svc, hold, obs, state, later, policy=POLICY, rollout_state=p)
+    warned = [e for e in first.events if e.reason == "MaxNumSeqsRolloutStalled"]
+    assert len(warned) == 1 and warned[0].type == "Warning" and deadline in warned[0].message
+    assert first.adaptation["rolloutStalled"] is True and not first.rollout
+    assert first.status_patch["adaptation"]["lastDecision"]["action"] == "hold"
+
+    b3 = copy.deepcopy(b2)
+    b3["status"]["adaptation"] = first.adaptation
+    svc3, state3, _ = decision_for(b3, obs, later + 60)
+    assert state3 is not None
+    again = plan_update(svc3, waiting_decision(svc3, state3, obs, p.wait, later + 60), obs,
+                        state3, later + 60, policy=POLICY, rollout_state=p)
+    assert not [e for e in again.events if e.reason == "MaxNumSeqsRolloutStalled"]
+
+    conds = st.workload_conditions([], st.WorkloadState.from_object(dep, 1), kind="Deployment",
+                                   name="chat", generation=1, now=later)
+    progressing = st.get_condition(conds, st.ConditionType.PROGRESSING)
+    assert progressing is not None and progressing["status"] == "False"
+    assert progressing["reason"] == "ProgressDeadlineExceeded"
+    assert deadline in progressing["message"]
+
+    # Once the pod comes up after all, the rollout completes and the stall is cleared.
+    dep["status"].update({"availableReplicas": 1, "conditions": []})
+    p2 = rollout_progress(first.adaptation, dep, later + 120)
+    assert p2.completed
+    done = plan_update(svc3, waiting_decision(svc3, state3, obs, "held", later + 120), obs, state3,
+                       later + 120, policy=POLICY, rollout_state=p2)
+    assert done.status_patch["adaptation"]["rolloutStalled"] is None
+
+
 def test_a_multi_node_workload_carries_the_cap_in_its_shell_command() -> None:
     lws = {"spec": {"leaderWorkerTemplate": {"leaderTemplate": {"spec": {"containers": [
         {"command": ["/bin/sh", "-c"],

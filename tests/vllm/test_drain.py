@@ -24,7 +24,7 @@ from tests.support.tiny_model import ensure_tiny_llama
 from tests.support.vllm_load import engine_metric
 
 from llm_operator import rendering
-from llm_operator.models import parse_llmservice
+from llm_operator.models import RolloutSpec, parse_llmservice
 from llm_operator.planning import make_plan
 from llm_operator.tuner.server import VLLMServer
 
@@ -53,7 +53,7 @@ def test_sigterm_lets_in_flight_requests_finish(tmp_path: Path) -> None:
     drain = rendered_drain_flag()
     assert drain, "the rendered server has no --shutdown-timeout: SIGTERM aborts requests"
     timeout_s = int(drain[1])
-    assert timeout_s == rendering.SHUTDOWN_TIMEOUT_SECONDS
+    assert timeout_s == RolloutSpec().drain_seconds  # spec.rollout.drainSeconds's default
     model = ensure_tiny_llama(tmp_path / "models", VLLM_PYTHON)
     srv = VLLMServer(model=str(model), python=str(VLLM_PYTHON), log_path=tmp_path / "vllm.log",
                      flags=["--max-num-seqs", "16", "--max-model-len", "1024",

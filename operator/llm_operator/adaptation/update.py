@@ -47,7 +47,8 @@ from .policy import (
 )
 
 IDLE_SECONDS = 15.0  # longest sleep between ticks (a new service is picked up this fast)
-# How long a live cap change may take to show in the engines' reports before the operator
+# The default of LLMOP_LIVE_CAP_REPORT_TIMEOUT_SECONDS (Settings; a test keeps them equal):
+# how long a live cap change may take to show in the engines' reports before the operator
 # gives up on live changes and rolls: the kubelet's ConfigMap refresh (its sync period,
 # 60-90 s typically), one scrape interval (30 s by default) and the loop's interval.
 LIVE_CAP_REPORT_TIMEOUT_SECONDS = 300.0
@@ -250,6 +251,7 @@ class RolloutProgress:
     wait: str | None = None  # hold the next decision, for this reason
     completed: bool = False  # the workload rolled out onto the cap as of now
     cap: int | None = None  # the cap the rollout carries
+    stalled: bool = False  # the workload's controller gave up (ProgressDeadlineExceeded)
 
 
 _MAX_NUM_SEQS_ARG = re.compile(r"--max-num-seqs[= ]+(\d+)")
@@ -300,6 +302,12 @@ def rollout_progress(
     state = st.WorkloadState.from_object(workload, desired)
     if state.rolled_out and state.available >= state.desired:
         return RolloutProgress(completed=True, cap=requested)
+    if state.stalled:
+        return RolloutProgress(stalled=True, wait=(
+            f"the rollout of max-num-seqs {requested} (started {waited:.0f} s ago) did not "
+            f"complete: {state.stalled}. No further change until it does; fix what holds "
+            f"the new pods (kubectl describe on them: GPUs, a crash loop, a download) or "
+            f"set spec.adaptation.mode: Recommend"))
     if state.rollout_pending:
         where = "its controller has not picked up the new spec yet"
     else:
@@ -385,7 +393,8 @@ def plan_update(
     if mode is AdaptationMode.APPLY and state is not None:
         rollout, conds = _live_cap(svc, status, adaptation, events, conds, rollout,
                                    decision, progress or LiveCapProgress(), now)
-        _rollout(adaptation, events, rollout, decision, state, rollout_state, now)
+        _rollout(adaptation, events, rollout, decision, state, rollout_state, now,
+                 stalled_before=bool(before.get("rolloutStalled")))
     patch: JSON = {"adaptation": adaptation}
     if conds != list(status.get("conditions") or []):
         patch["conditions"] = conds
@@ -472,14 +481,21 @@ def _live_cap(
 def _rollout(
     adaptation: JSON, events: list[st.Notice], rollout: bool, decision: CapDecision,
     state: AdaptationState, progress: RolloutProgress | None, now: float,
+    *, stalled_before: bool = False,
 ) -> None:
     """The rollout's part of an Apply tick (pure; edits ``adaptation`` and ``events``):
     a completed rollout becomes the last change (the cooldown counts from it), and a cap
     that travels by a rollout (``actuation: Rollout``) is remembered as
-    ``rolloutRequested`` until the workload has rolled out (:func:`rollout_progress`)."""
+    ``rolloutRequested`` until the workload has rolled out (:func:`rollout_progress`). A
+    rollout its controller gave up on (``rolloutStalled``) is said once, as a Warning."""
+    if progress is not None and progress.stalled:
+        if not stalled_before:  # once per stall, not on every tick
+            events.append(st.Notice("Warning", "MaxNumSeqsRolloutStalled", progress.wait or ""))
+        adaptation["rolloutStalled"] = True
     if progress is not None and progress.completed:
         done = progress.cap or state.current
         adaptation["rolloutRequested"] = adaptation["rolloutRequestedTime"] = None
+        adaptation["rolloutStalled"] = None
         adaptation["lastChangeTime"] = rfc3339(now)
         events.append(st.Notice("Normal", "MaxNumSeqsRolledOut",
                                 f"Every replica runs max-num-seqs {done}; the cooldown "

@@ -188,7 +188,9 @@ class AdaptationLoop:
         rolling: RolloutProgress | None = None
         if svc.spec.adaptation.mode is AdaptationMode.APPLY and state is not None:
             if live_cap_in_use(svc.spec, status, svc.generation):
-                progress = live_cap_progress(status.get("adaptation") or {}, obs, now)
+                progress = live_cap_progress(
+                    status.get("adaptation") or {}, obs, now,
+                    timeout=self.ctx.settings.live_cap_report_timeout_seconds)
             rolling = await self.rollout(svc, now)
             state = after_rollout(state, rolling, now)
         # A live change on its way waits for the engines' report; a rollout under way
