@@ -112,6 +112,20 @@ def test_status_subresource_and_generation(server: EmulatorThread, kubectl: Kube
     assert body["spec"]["replicas"] == 3 and body["metadata"]["generation"] == 2
 
 
+def test_status_fields_the_crd_does_not_declare_are_pruned(server: EmulatorThread,
+                                                          kubectl: Kubectl) -> None:
+    """As on a cluster: a status field the CRD's schema does not know is dropped (so an
+    operator that writes one loses it there too), free-form blocks keep theirs."""
+    kubectl.apply(EXAMPLES_DIR / "llama-3.1-8b-l4.yaml")
+    path = LLMS + "/llama-3-1-8b/status"
+    code, body = http(server, "PATCH", path,
+                      {"status": {"endpoint": "e", "undeclared": 1,
+                                  "adaptation": {"anything": {"kept": True}}}},
+                      "application/merge-patch+json")
+    assert code == 200, body
+    assert body["status"] == {"endpoint": "e", "adaptation": {"anything": {"kept": True}}}
+
+
 def test_json_patch_test_on_resource_version(server: EmulatorThread, kubectl: Kubectl) -> None:
     """kopf adds its finalizer with a JSON patch guarded by a resourceVersion test."""
     kubectl.apply(EXAMPLES_DIR / "llama-3.1-8b-l4.yaml")

@@ -39,10 +39,10 @@ too simple for kopf and kubectl, so this subclass serves resource paths itself:
 - garbage collection of dependents, in the background: when an object is removed, the
   objects whose every owner reference names a removed object are deleted too (no
   foreground deletion, no orphaning);
-- admission, in part: a custom resource's ``spec`` is pruned to what its CRD's
-  structural schema knows (a real server drops unknown fields too, and only warns the
-  client), and a name, label or resource name the API server's validation refuses is a
-  422 (:mod:`.k8s_rules`);
+- admission, in part: a custom resource's ``spec`` (and its ``status``, written through
+  the status subresource) is pruned to what its CRD's structural schema knows (a real
+  server drops unknown fields too, and only warns the client), and a name, label or
+  resource name the API server's validation refuses is a 422 (:mod:`.k8s_rules`);
 - fault injection for tests: ``POST /emulator/faults`` with ``{"method", "plural",
   "name" (optional), "code", "times"}`` makes the next ``times`` matching requests fail
   with ``code`` (e.g. a 403 as missing RBAC gives); ``GET`` lists what is left;
@@ -50,7 +50,7 @@ too simple for kopf and kubectl, so this subclass serves resource paths itself:
 
 Still NOT emulated (tests play these parts or do without): scheduler, kubelet and every
 controller (a Deployment gets no status unless somebody writes it), admission webhooks,
-schema validation and CEL rules, pruning of ``status``, authentication and RBAC (every
+schema validation and CEL rules, authentication and RBAC (every
 token may do everything; 403s come only from injected faults).
 
 Run it: ``python -m llm_operator.sandbox.emulator --port 0 --kubeconfig kubeconfig.yaml``.
@@ -900,6 +900,17 @@ class EmulatedAPIServer(kmock.KubernetesEmulator):
             raise ApiError(422, "Invalid", f'{what} "{obj["metadata"].get("name")}" is '
                            f"invalid: {'; '.join(problems)}")
 
+    def _pruned_status(self, t: Target, status: Any) -> Any:
+        """A status written through the ``status`` subresource of a custom resource,
+        pruned to what the CRD's structural schema knows, as the API server does: a field
+        the operator writes but the CRD does not declare is lost on a cluster too."""
+        ver = self._crd_version(t.group, t.plural, t.version)
+        schema = ((ver or {}).get("schema") or {}).get("openAPIV3Schema") or {}
+        status_schema = (schema.get("properties") or {}).get("status")
+        if isinstance(status_schema, dict) and isinstance(status, dict):
+            return prune(status_schema, status)
+        return status
+
     def _store(self, t: Target, key: Key, obj: JSON, event: str) -> JSON:
         """Keep ``obj``, tell the watchers, and serve the kind a stored CRD defines."""
         self.objects_by_key[key] = obj
@@ -988,7 +999,7 @@ class EmulatedAPIServer(kmock.KubernetesEmulator):
             if new.get("status") is None:
                 result.pop("status", None)
             else:
-                result["status"] = new["status"]
+                result["status"] = self._pruned_status(t, new["status"])
         else:
             result = new
             if "status" in info.subresources:
