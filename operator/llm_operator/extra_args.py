@@ -245,6 +245,11 @@ def check_extra_args(spec: LLMServiceSpec) -> tuple[list[SpecError], list[str]]:
                                     "would be lost)", "give it once"))
         elif takes_value and "." not in key:
             given[dest] = i
+        if has_inline_value and not takes_value and "." not in key:
+            errors.append(SpecError(field, f"gives {option}{spelled} a value, and it is a "
+                                    "switch that takes none (vLLM refuses to start: ignored "
+                                    "explicit argument)", f"give it alone: {option}"))
+            continue
         if dest in SECRET_FLAGS:
             errors.append(SpecError(field, f"sets {option}{spelled}, a secret, in clear text "
                                     "(anyone who can read the LLMService or its pods can "

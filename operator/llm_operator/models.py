@@ -68,14 +68,24 @@ KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
 # An extended resource: a domain prefix and a name (nvidia.com/gpu, amd.com/gpu).
 RESOURCE_NAME_PATTERN = (r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
                          r"/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
-IMAGE_PATTERN = r"^\S+$"
+# A container image reference (the distribution/reference grammar kubelet parses): an
+# optional registry host, lowercase path components, an optional tag and digest.
+# Anything else fails at the pull (InvalidImageName) and the pod never starts.
+_HOST = r"[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?"
+_DOMAIN = rf"{_HOST}(\.{_HOST})*(:[0-9]+)?"
+_PATH = r"[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*"
+IMAGE_PATTERN = (rf"^({_DOMAIN}/)?{_PATH}(/{_PATH})*(:[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?"
+                 r"(@[A-Za-z][A-Za-z0-9]*([-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$")
+REVISION_PATTERN = r"^[^\s]+$"
 # What each pattern means, for the fix of a value that does not match it.
 PATTERN_HELP = {
     SUBDOMAIN_PATTERN: "a Kubernetes object name: lowercase letters, digits, '-' and '.', "
                        "starting and ending with a letter or digit, e.g. hf-token",
     KEY_PATTERN: "a Secret or ConfigMap key: letters, digits, '-', '_' and '.', e.g. token",
     RESOURCE_NAME_PATTERN: "an extended resource with its domain, e.g. nvidia.com/gpu",
-    IMAGE_PATTERN: "an image reference without spaces, e.g. vllm/vllm-openai:v0.11.0",
+    IMAGE_PATTERN: "an image reference (registry/lowercase-path:tag), e.g. "
+                   "vllm/vllm-openai:v0.11.0",
+    REVISION_PATTERN: "a branch, tag or commit without spaces, e.g. main",
 }
 
 
@@ -87,15 +97,17 @@ class SecretKeyRef(_Model):
 class Architecture(_Model):
     """Facts about a model the built-in catalog does not know."""
 
-    parameters: float = Field(gt=0, description="Total parameters, e.g. 8.03e9")
-    num_layers: int = Field(gt=0)
-    hidden_size: int = Field(gt=0)
-    num_attention_heads: int = Field(gt=0)
-    num_key_value_heads: int = Field(gt=0)
-    head_dim: int | None = Field(default=None, gt=0)
-    max_context: int = Field(gt=0)
-    vocab_size: int | None = Field(default=None, gt=0)
-    active_parameters: float | None = Field(default=None, gt=0)  # mixture of experts
+    # Upper bounds far above any model (405B: 126 layers, 128 heads, 128k context) that
+    # keep the planner's searches and arithmetic finite; the CRD says the same.
+    parameters: float = Field(gt=0, le=1e14, description="Total parameters, e.g. 8.03e9")
+    num_layers: int = Field(gt=0, le=1024)
+    hidden_size: int = Field(gt=0, le=1_048_576)
+    num_attention_heads: int = Field(gt=0, le=4096)
+    num_key_value_heads: int = Field(gt=0, le=4096)
+    head_dim: int | None = Field(default=None, gt=0, le=65536)
+    max_context: int = Field(gt=0, le=100_000_000)
+    vocab_size: int | None = Field(default=None, gt=0, le=100_000_000)
+    active_parameters: float | None = Field(default=None, gt=0, le=1e14)  # mixture of experts
 
 
 class ModelVolume(_Model):
@@ -128,11 +140,34 @@ MODEL_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$"
 class ModelSpec(_Model):
     name: str = Field(min_length=1, max_length=256, pattern=MODEL_ID_PATTERN,
                       description="Hugging Face id, or a served name with volume")
-    revision: str | None = None
+    revision: str | None = Field(default=None, max_length=256, pattern=REVISION_PATTERN)
     volume: ModelVolume | None = None
     token_secret_ref: SecretKeyRef | None = None
     architecture: Architecture | None = None
     quantization: Quantization = Quantization.NONE
+
+    @model_validator(mode="after")
+    def _hub_id(self) -> ModelSpec:
+        """The Hugging Face hub's own rules for a repository id (huggingface_hub's
+        validate_repo_id), for a model it downloads: no '--' or '..', no '.git' at the
+        end, a name of at most 96 characters ending in a letter, digit or '_'."""
+        if self.volume is not None:
+            return self  # a served name only
+        name = self.name.rpartition("/")[2]
+        problem = None
+        if "--" in self.name or ".." in self.name:
+            problem = "has '--' or '..', which the hub does not allow in an id"
+        elif self.name.endswith(".git"):
+            problem = "ends with '.git', which the hub does not allow"
+        elif len(name) > 96:
+            problem = f"has a name of {len(name)} characters (the hub allows 96)"
+        elif not (name[-1:].isalnum() or name.endswith("_")):
+            problem = "ends with '-' or '.', which the hub does not allow"
+        if problem:
+            raise FieldProblem(f"{self.name!r} {problem}: vLLM could not download it",
+                               "give the id as on huggingface.co, e.g. "
+                               "meta-llama/Llama-3.1-8B-Instruct", at=".name")
+        return self
 
 
 class GPUSpec(_Model):
@@ -143,6 +178,15 @@ class GPUSpec(_Model):
     # preset); the CRD sets no default, so that the class reaches every service.
     resource_name: str | None = Field(default=None, min_length=1, max_length=317,
                                       pattern=RESOURCE_NAME_PATTERN)
+
+    @field_validator("resource_name")
+    @classmethod
+    def _extended(cls, v: str | None) -> str | None:
+        if v is not None and "kubernetes.io/" in v:
+            raise FieldProblem(f"{v!r} is in the kubernetes.io namespace, which holds no "
+                               "extended resources (the API server refuses it in a pod)",
+                               "use the device plugin's resource, e.g. nvidia.com/gpu")
+        return v
     # None: the operator's LLMOP_GPUS_PER_NODE (the CRD sets no default, so that an
     # administrator's setting reaches every service that leaves it out).
     per_node: int | None = Field(default=None, ge=1)
@@ -651,6 +695,11 @@ def parse_llmservice(body: Mapping[str, Any]) -> LLMService:
     Raises :class:`SpecErrors` naming every invalid field by its path in the manifest
     (``spec.engine.maxNumSeqs``) with a fix.
     """
+    too_big = list(ints_beyond_int64(body.get("spec"), "spec"))
+    if too_big:
+        raise SpecErrors([SpecError(path, f"{_shown(value)} is beyond a 64-bit integer, which "
+                                    "is all the API server accepts", "give a realistic value")
+                          for path, value in too_big])
     try:
         return LLMService.model_validate(
             {"metadata": body.get("metadata") or {}, "spec": body.get("spec") or {}}
@@ -690,11 +739,32 @@ def parse_llmservice(body: Mapping[str, Any]) -> LLMService:
                                         + PATTERN_HELP[err["ctx"]["pattern"]].split(":")[0],
                                         "give " + PATTERN_HELP[err["ctx"]["pattern"]]))
             else:
+                ctx = err.get("ctx") or {}
+                bound = {"less_than_equal": f"give at most {ctx.get('le')}",
+                         "less_than": f"give less than {ctx.get('lt')}",
+                         "greater_than_equal": f"give at least {ctx.get('ge')}",
+                         "greater_than": f"give more than {ctx.get('gt')}",
+                         "string_too_long": f"shorten it to {ctx.get('max_length')} "
+                                            "characters or fewer"}.get(err["type"])
                 errors.append(
                     SpecError(path, f"{err['msg']} (got {_shown(err.get('input'))})",
-                              "use a value the CRD describes for this field")
+                              bound or "use a value the CRD describes for this field")
                 )
         raise SpecErrors(errors) from None
+
+
+def ints_beyond_int64(value: Any, path: str) -> Iterator[tuple[str, int]]:
+    """Integers in a body that no Kubernetes client can send (outside int64)."""
+    if isinstance(value, bool):
+        return
+    if isinstance(value, int) and not -(2**63) <= value < 2**63:
+        yield path, value
+    elif isinstance(value, Mapping):
+        for key, sub in value.items():
+            yield from ints_beyond_int64(sub, f"{path}.{key}")
+    elif isinstance(value, list):
+        for i, sub in enumerate(value):
+            yield from ints_beyond_int64(sub, f"{path}[{i}]")
 
 
 def _shown(value: Any, limit: int = 80) -> str:

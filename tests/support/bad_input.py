@@ -40,7 +40,7 @@ import yaml
 
 from llm_operator.errors import SpecError, SpecErrors
 from llm_operator.extra_args import REPEATABLE, flag_table
-from llm_operator.models import parse_llmservice
+from llm_operator.models import ints_beyond_int64, parse_llmservice
 from llm_operator.planning import make_plan
 from llm_operator.rendering import render_all, with_placement
 from llm_operator.sandbox.k8s_rules import object_errors
@@ -160,6 +160,10 @@ def run_crd(case: Case) -> Outcome:
     """The CRD's schema and CEL rules on the manifest (as the API server would)."""
     if not isinstance(case.manifest, dict):
         return Outcome("crd", "skipped", ["not one object: kubectl refuses it first"])
+    too_big = list(ints_beyond_int64(case.manifest.get("spec"), "spec"))
+    if too_big:  # the API server cannot even decode the request
+        return Outcome("crd", "refused", [f"{path}: {value} cannot be decoded as an int64"
+                                          for path, value in too_big], "request decoding")
     found = validate_resource(_crd(), case.manifest)
     if found:
         how = "CRD CEL rule" if found[0].source.startswith("cel") else "CRD schema"

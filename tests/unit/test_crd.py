@@ -254,6 +254,8 @@ BAD_CASES: list[tuple[str, dict[str, Any], str, str, str | None]] = [
     ("toleration-without-key-or-exists", {"scheduling": {"tolerations": [{"value": "x"}]}},
      "spec.scheduling.tolerations[0]", "needs operator Exists",
      "spec.scheduling.tolerations[0]"),
+    ("gpu-resource-in-kubernetes-io", {"gpus": {"resourceName": "kubernetes.io/gpu"}},
+     "spec.gpus.resourceName", "no extended resources", "spec.gpus.resourceName"),
     ("sub-path-out-of-the-claim", {"model": {"volume": {"claimName": "m", "subPath": "a/../.."}}},
      "spec.model.volume.subPath", "relative path", "spec.model.volume.subPath"),
 ]
