@@ -503,15 +503,60 @@ class KeySelector(_Model):
     optional: bool | None = None
 
 
+# What the API server accepts in an env var's fieldRef and resourceFieldRef.
+FIELD_PATHS = ("metadata.name", "metadata.namespace", "metadata.uid", "spec.nodeName",
+               "spec.serviceAccountName", "status.hostIP", "status.hostIPs", "status.podIP",
+               "status.podIPs")
+_FIELD_PATH_KEYED = re.compile(r"^metadata\.(labels|annotations)\['[^']+'\]$")
+ENV_RESOURCES = ("limits.cpu", "limits.memory", "limits.ephemeral-storage", "requests.cpu",
+                 "requests.memory", "requests.ephemeral-storage")
+_DIVISORS = {"cpu": ("1m", "1"),
+             "memory": ("1", "1k", "1M", "1G", "1T", "1P", "1E", "1Ki", "1Mi", "1Gi", "1Ti",
+                        "1Pi", "1Ei")}
+
+
 class ObjectFieldSelector(_Model):
     field_path: str = Field(min_length=1)
     api_version: str | None = None
+
+    @model_validator(mode="after")
+    def _supported(self) -> ObjectFieldSelector:
+        if self.field_path not in FIELD_PATHS and not _FIELD_PATH_KEYED.match(self.field_path):
+            raise FieldProblem(f"{self.field_path!r} is not a field the pod can expose (the "
+                               "API server refuses it)", "use one of: " + ", ".join(FIELD_PATHS)
+                               + ", metadata.labels['KEY'], metadata.annotations['KEY']",
+                               at=".fieldPath")
+        if self.api_version not in (None, "v1"):
+            raise FieldProblem(f"{self.api_version!r} is not the pod's API version",
+                               "leave it unset (v1)", at=".apiVersion")
+        return self
 
 
 class ResourceFieldSelector(_Model):
     resource: str = Field(min_length=1)
     container_name: str | None = None
     divisor: str | None = None
+
+    @model_validator(mode="after")
+    def _supported(self) -> ResourceFieldSelector:
+        if self.resource not in ENV_RESOURCES and not self.resource.startswith(
+                ("limits.hugepages-", "requests.hugepages-")):
+            raise FieldProblem(f"{self.resource!r} is not a resource the pod can expose (the "
+                               "API server refuses it)", "use one of: " + ", ".join(ENV_RESOURCES),
+                               at=".resource")
+        if self.container_name is not None:
+            raise FieldProblem(f"names container {self.container_name!r}, and these variables "
+                               "go into the vLLM, download and tuning containers, not all of "
+                               "which are in every pod (the API server would refuse one)",
+                               "leave it unset: it then means the container the variable "
+                               "is in", at=".containerName")
+        kind = self.resource.rpartition(".")[2]
+        allowed = _DIVISORS.get("cpu" if kind == "cpu" else "memory")
+        if self.divisor is not None and allowed and self.divisor not in allowed:
+            raise FieldProblem(f"{self.divisor!r} is not a divisor the API server accepts for "
+                               f"{self.resource}", "use one of: " + ", ".join(allowed),
+                               at=".divisor")
+        return self
 
 
 class EnvVarSource(_Model):
