@@ -27,7 +27,7 @@ from importlib import resources
 from typing import Any
 
 from .errors import SpecError
-from .models import AdaptationMode, LLMServiceSpec
+from .models import SECRET_TOKEN, AdaptationMode, LLMServiceSpec
 
 # vLLM flags the operator manages, with the spec field that sets them instead. One
 # place for the planner's checks and the renderer. Flags in UNPINNABLE_FLAGS are
@@ -101,6 +101,16 @@ PLAN_BREAKING: dict[str, tuple[str, str]] = {
         "remove it; terminate TLS in front of the Service (Ingress, Gateway or mesh)"),
 }
 
+# Flags whose value is a secret: in extraArgs it sits in clear text in the LLMService and
+# the pod spec, readable by anyone who can read either.
+SECRET_FLAGS: dict[str, str] = {
+    "hf_token": "use spec.model.tokenSecretRef (a Secret, passed as HF_TOKEN)",
+    "api_key": "set VLLM_API_KEY from a Secret: spec.pod.env with valueFrom.secretKeyRef",
+}
+
+# Options vLLM collects rather than overwrites when given twice (append actions).
+REPEATABLE = frozenset({"middleware", "lora_modules"})
+
 # argparse's test for an item that is a negative number (a value, not a flag).
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
 
@@ -161,8 +171,20 @@ def check_extra_args(spec: LLMServiceSpec) -> tuple[list[SpecError], list[str]]:
     errors: list[SpecError] = []
     warnings: list[str] = []
     expects_value = False
+    pending: tuple[int, str] | None = None  # a known flag still waiting for its value
+    given: dict[str, int] = {}  # destination of a value-taking flag -> its item
     for i, arg in enumerate(spec.engine.extra_args):
         field = f"spec.engine.extraArgs[{i}]"
+        if SECRET_TOKEN.search(arg):
+            errors.append(SpecError(field, "holds what looks like an access token in clear "
+                                    "text: anyone who can read the LLMService or its pods "
+                                    "can read it", "keep it in a Secret: "
+                                    "spec.model.tokenSecretRef for the Hugging Face token"))
+            expects_value, pending = False, None
+            continue
+        if pending is not None and arg.startswith("-") and not _NEGATIVE_NUMBER.match(arg):
+            errors.append(_missing_value(*pending))
+        pending = None
         if arg != arg.strip() or any(c in arg for c in "\n\r\t\v\f") or not arg:
             errors.append(SpecError(field, f"{arg!r} has surrounding whitespace, a control "
                                     "character or is empty (vLLM receives it verbatim)",
@@ -214,7 +236,25 @@ def check_extra_args(spec: LLMServiceSpec) -> tuple[list[SpecError], list[str]]:
         dest, takes_value = table.options[option]
         # A dotted key always takes a value (vLLM folds it into its JSON option).
         expects_value = not has_inline_value and (takes_value or "." in key)
+        if expects_value:
+            pending = (i, option)
         spelled = "" if option == key else f" (vLLM reads {key!r} as {option})"
+        if takes_value and "." not in key and dest in given and dest not in REPEATABLE:
+            errors.append(SpecError(field, f"sets {option}{spelled} again, after item "
+                                    f"{given[dest]} (vLLM keeps the last value: the first "
+                                    "would be lost)", "give it once"))
+        elif takes_value and "." not in key:
+            given[dest] = i
+        if has_inline_value and not takes_value and "." not in key:
+            errors.append(SpecError(field, f"gives {option}{spelled} a value, and it is a "
+                                    "switch that takes none (vLLM refuses to start: ignored "
+                                    "explicit argument)", f"give it alone: {option}"))
+            continue
+        if dest in SECRET_FLAGS:
+            errors.append(SpecError(field, f"sets {option}{spelled}, a secret, in clear text "
+                                    "(anyone who can read the LLMService or its pods can "
+                                    "read it)", SECRET_FLAGS[dest]))
+            continue
         if dest in managed:
             flag, owner = managed[dest]
             fix = (f"remove it: the operator sets {flag} itself ({owner})"
@@ -228,7 +268,15 @@ def check_extra_args(spec: LLMServiceSpec) -> tuple[list[SpecError], list[str]]:
             errors.append(SpecError(field, f"sets {option}{spelled}, which removes the engine "
                                     "metrics the online adaptation reads",
                                     "remove it, or set spec.adaptation.mode: Disabled"))
+    if pending is not None:
+        errors.append(_missing_value(*pending))
     return errors, warnings
+
+
+def _missing_value(index: int, option: str) -> SpecError:
+    return SpecError(f"spec.engine.extraArgs[{index}]", f"{option} takes a value, and none "
+                     "follows it (vLLM refuses to start: expected one argument)",
+                     f"put its value in the next item, or write {option}=VALUE")
 
 
 def flag_set(extra_args: list[str], flags: tuple[str, ...]) -> str | None:

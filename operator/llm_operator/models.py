@@ -39,40 +39,91 @@ AutoInt = int | Auto
 
 
 class _Model(BaseModel):
-    """Base: camelCase aliases, unknown fields rejected, populate by either name."""
+    """Base: camelCase aliases, unknown fields rejected, populate by either name; no
+    NaN or infinity (YAML's .nan and .inf, which no JSON client can send either)."""
 
     model_config = ConfigDict(
         alias_generator=to_camel,
         populate_by_name=True,
         extra="forbid",
         frozen=True,
+        allow_inf_nan=False,
     )
 
 
+class FieldProblem(ValueError):
+    """A validator's refusal that carries its own fix (``parse_llmservice`` reports both)."""
+
+    def __init__(self, problem: str, fix: str, at: str = "") -> None:
+        self.problem = problem
+        self.fix = fix
+        self.at = at  # a path below the validated field, e.g. "[1].name"
+        super().__init__(problem)
+
+
+# Names and keys as the API server checks them where the pod spec refers to them
+# (apimachinery IsDNS1123Subdomain, IsConfigMapKey), the same patterns as the CRD's.
+SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
+# An extended resource: a domain prefix and a name (nvidia.com/gpu, amd.com/gpu).
+RESOURCE_NAME_PATTERN = (r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+                         r"/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+# A container image reference (the distribution/reference grammar kubelet parses): an
+# optional registry host, lowercase path components, an optional tag and digest.
+# Anything else fails at the pull (InvalidImageName) and the pod never starts.
+_HOST = r"[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?"
+_DOMAIN = rf"{_HOST}(\.{_HOST})*(:[0-9]+)?"
+_PATH = r"[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*"
+IMAGE_PATTERN = (rf"^({_DOMAIN}/)?{_PATH}(/{_PATH})*(:[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?"
+                 r"(@[A-Za-z][A-Za-z0-9]*([-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$")
+REVISION_PATTERN = r"^[^\s]+$"
+# What each pattern means, for the fix of a value that does not match it.
+PATTERN_HELP = {
+    SUBDOMAIN_PATTERN: "a Kubernetes object name: lowercase letters, digits, '-' and '.', "
+                       "starting and ending with a letter or digit, e.g. hf-token",
+    KEY_PATTERN: "a Secret or ConfigMap key: letters, digits, '-', '_' and '.', e.g. token",
+    RESOURCE_NAME_PATTERN: "an extended resource with its domain, e.g. nvidia.com/gpu",
+    IMAGE_PATTERN: "an image reference (registry/lowercase-path:tag), e.g. "
+                   "vllm/vllm-openai:v0.11.0",
+    REVISION_PATTERN: "a branch, tag or commit without spaces, e.g. main",
+}
+
+
 class SecretKeyRef(_Model):
-    name: str = Field(min_length=1)
-    key: str = Field(default="token", min_length=1)
+    name: str = Field(min_length=1, max_length=253, pattern=SUBDOMAIN_PATTERN)
+    key: str = Field(default="token", min_length=1, max_length=253, pattern=KEY_PATTERN)
 
 
 class Architecture(_Model):
     """Facts about a model the built-in catalog does not know."""
 
-    parameters: float = Field(gt=0, description="Total parameters, e.g. 8.03e9")
-    num_layers: int = Field(gt=0)
-    hidden_size: int = Field(gt=0)
-    num_attention_heads: int = Field(gt=0)
-    num_key_value_heads: int = Field(gt=0)
-    head_dim: int | None = Field(default=None, gt=0)
-    max_context: int = Field(gt=0)
-    vocab_size: int | None = Field(default=None, gt=0)
-    active_parameters: float | None = Field(default=None, gt=0)  # mixture of experts
+    # Upper bounds far above any model (405B: 126 layers, 128 heads, 128k context) that
+    # keep the planner's searches and arithmetic finite; the CRD says the same.
+    parameters: float = Field(gt=0, le=1e14, description="Total parameters, e.g. 8.03e9")
+    num_layers: int = Field(gt=0, le=1024)
+    hidden_size: int = Field(gt=0, le=1_048_576)
+    num_attention_heads: int = Field(gt=0, le=4096)
+    num_key_value_heads: int = Field(gt=0, le=4096)
+    head_dim: int | None = Field(default=None, gt=0, le=65536)
+    max_context: int = Field(gt=0, le=100_000_000)
+    vocab_size: int | None = Field(default=None, gt=0, le=100_000_000)
+    active_parameters: float | None = Field(default=None, gt=0, le=1e14)  # mixture of experts
 
 
 class ModelVolume(_Model):
     """A model already on a PersistentVolumeClaim instead of a hub download."""
 
-    claim_name: str = Field(min_length=1)
-    sub_path: str = ""
+    claim_name: str = Field(min_length=1, max_length=253, pattern=SUBDOMAIN_PATTERN)
+    sub_path: str = Field(default="", max_length=1024)
+
+    @field_validator("sub_path")
+    @classmethod
+    def _relative(cls, v: str) -> str:
+        if v.startswith("/") or ".." in v.split("/"):
+            raise FieldProblem(f"{v!r} is not a relative path inside the claim (the API "
+                               "server refuses an absolute subPath or one with '..')",
+                               "give the folder relative to the claim's root, e.g. models/llama")
+        return v
 
 
 class Quantization(StrEnum):
@@ -89,11 +140,34 @@ MODEL_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$"
 class ModelSpec(_Model):
     name: str = Field(min_length=1, max_length=256, pattern=MODEL_ID_PATTERN,
                       description="Hugging Face id, or a served name with volume")
-    revision: str | None = None
+    revision: str | None = Field(default=None, max_length=256, pattern=REVISION_PATTERN)
     volume: ModelVolume | None = None
     token_secret_ref: SecretKeyRef | None = None
     architecture: Architecture | None = None
     quantization: Quantization = Quantization.NONE
+
+    @model_validator(mode="after")
+    def _hub_id(self) -> ModelSpec:
+        """The Hugging Face hub's own rules for a repository id (huggingface_hub's
+        validate_repo_id), for a model it downloads: no '--' or '..', no '.git' at the
+        end, a name of at most 96 characters ending in a letter, digit or '_'."""
+        if self.volume is not None:
+            return self  # a served name only
+        name = self.name.rpartition("/")[2]
+        problem = None
+        if "--" in self.name or ".." in self.name:
+            problem = "has '--' or '..', which the hub does not allow in an id"
+        elif self.name.endswith(".git"):
+            problem = "ends with '.git', which the hub does not allow"
+        elif len(name) > 96:
+            problem = f"has a name of {len(name)} characters (the hub allows 96)"
+        elif not (name[-1:].isalnum() or name.endswith("_")):
+            problem = "ends with '-' or '.', which the hub does not allow"
+        if problem:
+            raise FieldProblem(f"{self.name!r} {problem}: vLLM could not download it",
+                               "give the id as on huggingface.co, e.g. "
+                               "meta-llama/Llama-3.1-8B-Instruct", at=".name")
+        return self
 
 
 class GPUSpec(_Model):
@@ -102,7 +176,17 @@ class GPUSpec(_Model):
     memory_gib: float | None = Field(default=None, gt=0, le=1024)
     # None: the operator's GPU class gives it (LLMOP_GPU_CLASS; nvidia.com/gpu for every
     # preset); the CRD sets no default, so that the class reaches every service.
-    resource_name: str | None = Field(default=None, min_length=1)
+    resource_name: str | None = Field(default=None, min_length=1, max_length=317,
+                                      pattern=RESOURCE_NAME_PATTERN)
+
+    @field_validator("resource_name")
+    @classmethod
+    def _extended(cls, v: str | None) -> str | None:
+        if v is not None and "kubernetes.io/" in v:
+            raise FieldProblem(f"{v!r} is in the kubernetes.io namespace, which holds no "
+                               "extended resources (the API server refuses it in a pod)",
+                               "use the device plugin's resource, e.g. nvidia.com/gpu")
+        return v
     # None: the operator's LLMOP_GPUS_PER_NODE (the CRD sets no default, so that an
     # administrator's setting reaches every service that leaves it out).
     per_node: int | None = Field(default=None, ge=1)
@@ -115,11 +199,117 @@ class GPUSpec(_Model):
         return v
 
 
+class _Strict(BaseModel):
+    """A pod-spec type as Kubernetes spells it (camelCase), unknown fields refused."""
+
+    model_config = ConfigDict(alias_generator=to_camel, extra="forbid", frozen=True)
+
+
+class _Requirement(_Strict):
+    key: str
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
+    values: list[str] | None = None
+
+
+class _NodeSelectorTerm(_Strict):
+    match_expressions: list[_Requirement] | None = None
+    match_fields: list[_Requirement] | None = None
+
+
+class _NodeSelector(_Strict):
+    node_selector_terms: list[_NodeSelectorTerm]
+
+
+class _PreferredSchedulingTerm(_Strict):
+    weight: int = Field(ge=1, le=100)
+    preference: _NodeSelectorTerm
+
+
+class _NodeAffinity(_Strict):
+    required_during_scheduling_ignored_during_execution: _NodeSelector | None = None
+    preferred_during_scheduling_ignored_during_execution: list[
+        _PreferredSchedulingTerm] | None = None
+
+
+class _LabelSelector(_Strict):
+    match_labels: dict[str, str] | None = None
+    match_expressions: list[_Requirement] | None = None
+
+
+class _PodAffinityTerm(_Strict):
+    label_selector: _LabelSelector | None = None
+    namespace_selector: _LabelSelector | None = None
+    namespaces: list[str] | None = None
+    topology_key: str = Field(min_length=1)
+    match_label_keys: list[str] | None = None
+    mismatch_label_keys: list[str] | None = None
+
+
+class _WeightedPodAffinityTerm(_Strict):
+    weight: int = Field(ge=1, le=100)
+    pod_affinity_term: _PodAffinityTerm
+
+
+class _PodAffinity(_Strict):
+    required_during_scheduling_ignored_during_execution: list[_PodAffinityTerm] | None = None
+    preferred_during_scheduling_ignored_during_execution: list[
+        _WeightedPodAffinityTerm] | None = None
+
+
+class Affinity(_Strict):
+    """The pod spec's affinity (core/v1 Affinity), to check ``spec.scheduling.affinity``,
+    which the CRD keeps as given: a misspelt key or a wrong type is refused here rather
+    than by the API server on the Deployment."""
+
+    node_affinity: _NodeAffinity | None = None
+    pod_affinity: _PodAffinity | None = None
+    pod_anti_affinity: _PodAffinity | None = None
+
+
 class SchedulingSpec(_Model):
     node_selector: dict[str, str] = Field(default_factory=dict)
     tolerations: list[dict[str, Any]] = Field(default_factory=list)
     affinity: dict[str, Any] | None = None
-    priority_class_name: str | None = None
+    priority_class_name: str | None = Field(default=None, max_length=253,
+                                            pattern=SUBDOMAIN_PATTERN)
+
+    @field_validator("node_selector")
+    @classmethod
+    def _node_selector(cls, v: dict[str, str]) -> dict[str, str]:
+        return _check_keys(v, "nodeSelector", check_values=True)
+
+    @field_validator("tolerations")
+    @classmethod
+    def _tolerations(cls, v: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for i, t in enumerate(v):
+            if not isinstance(t, dict):
+                continue  # the CRD's schema types it
+            problem = None
+            if t.get("operator") == "Exists" and t.get("value"):
+                problem = "a toleration with operator Exists takes no value"
+            elif t.get("tolerationSeconds") is not None and t.get("effect") != "NoExecute":
+                problem = "tolerationSeconds needs effect NoExecute"
+            elif not t.get("key") and t.get("operator", "Equal") == "Equal":
+                problem = "a toleration without a key needs operator Exists"
+            if problem:
+                raise FieldProblem(f"{problem} (the API server refuses the pods)",
+                                   "correct the toleration as the pod spec's rules say",
+                                   at=f"[{i}]")
+        return v
+
+    @field_validator("affinity")
+    @classmethod
+    def _affinity(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v is not None:
+            try:
+                Affinity.model_validate(v)
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                where = _loc_to_path(tuple(err["loc"]))
+                raise FieldProblem(f"{err['msg']} (the API server refuses the pods)",
+                                   "write it as the pod spec's affinity (`kubectl explain "
+                                   "pod.spec.affinity`)", at=f".{where}") from None
+        return v
 
 
 class Dtype(StrEnum):
@@ -171,9 +361,9 @@ class SLOSpec(_Model):
 
 
 class WorkloadSpec(_Model):
-    input_tokens: int = Field(default=512, ge=1)
-    output_tokens: int = Field(default=256, ge=1)
-    concurrency: int = Field(default=32, ge=1)
+    input_tokens: int = Field(default=512, ge=1, le=10_000_000)
+    output_tokens: int = Field(default=256, ge=1, le=10_000_000)
+    concurrency: int = Field(default=32, ge=1, le=100_000)
     slo: SLOSpec = Field(default_factory=SLOSpec)
 
 
@@ -199,7 +389,8 @@ class TuningSpec(_Model):
     max_retries: int = Field(default=2, ge=0, le=10)
     placement: TuningPlacement = TuningPlacement.SPARE
     # None: the operator's LLMOP_TUNING_PRIORITY_CLASS (Spare placement only).
-    priority_class_name: str | None = Field(default=None, min_length=1)
+    priority_class_name: str | None = Field(default=None, min_length=1, max_length=253,
+                                            pattern=SUBDOMAIN_PATTERN)
     max_pending_minutes: int = Field(default=10, ge=1, le=240)
 
 
@@ -217,8 +408,8 @@ class PreemptionPolicy(StrEnum):
 class AdaptationSpec(_Model):
     mode: AdaptationMode = AdaptationMode.RECOMMEND
     preemptions: PreemptionPolicy = PreemptionPolicy.AVOID
-    interval_seconds: int = Field(default=60, ge=5)
-    cooldown_seconds: int = Field(default=600, ge=0)
+    interval_seconds: int = Field(default=60, ge=5, le=86_400)
+    cooldown_seconds: int = Field(default=600, ge=0, le=604_800)
     min_max_num_seqs: int = Field(default=1, ge=1)
     max_max_num_seqs: AutoInt = "auto"
     max_step_percent: int = Field(default=50, ge=1, le=100)
@@ -240,15 +431,14 @@ class CacheSpec(_Model):
     ``size_limit`` None: an emptyDir sized from the plan (the checkpoint plus a margin,
     see :func:`llm_operator.planning.model_cache_bytes`)."""
 
-    claim_name: str | None = None
+    claim_name: str | None = Field(default=None, min_length=1, max_length=253,
+                                   pattern=SUBDOMAIN_PATTERN)
     size_limit: str | None = None
 
     @field_validator("size_limit")
     @classmethod
     def _quantity(cls, v: str | None) -> str | None:
-        if v is not None:
-            parse_quantity(v)
-        return v
+        return _positive_quantity(v)
 
 
 class ResourcesSpec(_Model):
@@ -262,9 +452,22 @@ class ResourcesSpec(_Model):
     @field_validator("cpu", "memory", "shm_size")
     @classmethod
     def _quantity(cls, v: str | None) -> str | None:
-        if v is not None:
-            parse_quantity(v)
-        return v
+        return _positive_quantity(v)
+
+
+# The largest quantity Kubernetes holds in a resource (an int64 of base units).
+QUANTITY_MAX = 2**63 - 1
+
+
+def _positive_quantity(v: str | None) -> str | None:
+    if v is not None:
+        value = parse_quantity(v)
+        if value <= 0:
+            raise FieldProblem(f"{v!r} is not more than 0", "give a positive size, e.g. 64Gi")
+        if value > QUANTITY_MAX:
+            raise FieldProblem(f"{v!r} is more than Kubernetes can hold (2^63 - 1)",
+                               "give a realistic size, e.g. 64Gi")
+    return v
 
 
 # Kubernetes label keys, label values and annotation keys (apimachinery validation):
@@ -281,31 +484,79 @@ def _check_keys(values: dict[str, str], what: str, check_values: bool) -> dict[s
     for key, value in values.items():
         prefix = key.rpartition("/")[0]
         if not QUALIFIED_NAME.match(key) or len(prefix) > 253:
-            raise ValueError(f"{what} key {key!r} is not a Kubernetes qualified name "
-                             "([prefix/]name, name at most 63 alphanumerics, '-', '_', '.')")
+            raise FieldProblem(f"{what} key {key!r} is not a Kubernetes qualified name "
+                               "([prefix/]name, name at most 63 alphanumerics, '-', '_', '.')",
+                               "rename the key, e.g. example.com/team")
         if check_values and (len(value) > 63 or not LABEL_VALUE.match(value)):
-            raise ValueError(f"label value {value!r} of {key!r} is not a valid label value "
-                             "(at most 63 alphanumerics, '-', '_', '.')")
+            raise FieldProblem(f"label value {value!r} of {key!r} is not a valid label value "
+                               "(at most 63 alphanumerics, '-', '_', '.')",
+                               "use letters, digits, '-', '_' and '.', starting and ending "
+                               "with a letter or digit")
     return values
 
 
 class KeySelector(_Model):
     """A key of a Secret or ConfigMap in the service's namespace."""
 
-    name: str = Field(min_length=1)
-    key: str = Field(min_length=1)
+    name: str = Field(min_length=1, max_length=253, pattern=SUBDOMAIN_PATTERN)
+    key: str = Field(min_length=1, max_length=253, pattern=KEY_PATTERN)
     optional: bool | None = None
+
+
+# What the API server accepts in an env var's fieldRef and resourceFieldRef.
+FIELD_PATHS = ("metadata.name", "metadata.namespace", "metadata.uid", "spec.nodeName",
+               "spec.serviceAccountName", "status.hostIP", "status.hostIPs", "status.podIP",
+               "status.podIPs")
+_FIELD_PATH_KEYED = re.compile(r"^metadata\.(labels|annotations)\['[^']+'\]$")
+ENV_RESOURCES = ("limits.cpu", "limits.memory", "limits.ephemeral-storage", "requests.cpu",
+                 "requests.memory", "requests.ephemeral-storage")
+_DIVISORS = {"cpu": ("1m", "1"),
+             "memory": ("1", "1k", "1M", "1G", "1T", "1P", "1E", "1Ki", "1Mi", "1Gi", "1Ti",
+                        "1Pi", "1Ei")}
 
 
 class ObjectFieldSelector(_Model):
     field_path: str = Field(min_length=1)
     api_version: str | None = None
 
+    @model_validator(mode="after")
+    def _supported(self) -> ObjectFieldSelector:
+        if self.field_path not in FIELD_PATHS and not _FIELD_PATH_KEYED.match(self.field_path):
+            raise FieldProblem(f"{self.field_path!r} is not a field the pod can expose (the "
+                               "API server refuses it)", "use one of: " + ", ".join(FIELD_PATHS)
+                               + ", metadata.labels['KEY'], metadata.annotations['KEY']",
+                               at=".fieldPath")
+        if self.api_version not in (None, "v1"):
+            raise FieldProblem(f"{self.api_version!r} is not the pod's API version",
+                               "leave it unset (v1)", at=".apiVersion")
+        return self
+
 
 class ResourceFieldSelector(_Model):
     resource: str = Field(min_length=1)
     container_name: str | None = None
     divisor: str | None = None
+
+    @model_validator(mode="after")
+    def _supported(self) -> ResourceFieldSelector:
+        if self.resource not in ENV_RESOURCES and not self.resource.startswith(
+                ("limits.hugepages-", "requests.hugepages-")):
+            raise FieldProblem(f"{self.resource!r} is not a resource the pod can expose (the "
+                               "API server refuses it)", "use one of: " + ", ".join(ENV_RESOURCES),
+                               at=".resource")
+        if self.container_name is not None:
+            raise FieldProblem(f"names container {self.container_name!r}, and these variables "
+                               "go into the vLLM, download and tuning containers, not all of "
+                               "which are in every pod (the API server would refuse one)",
+                               "leave it unset: it then means the container the variable "
+                               "is in", at=".containerName")
+        kind = self.resource.rpartition(".")[2]
+        allowed = _DIVISORS.get("cpu" if kind == "cpu" else "memory")
+        if self.divisor is not None and allowed and self.divisor not in allowed:
+            raise FieldProblem(f"{self.divisor!r} is not a divisor the API server accepts for "
+                               f"{self.resource}", "use one of: " + ", ".join(allowed),
+                               at=".divisor")
+        return self
 
 
 class EnvVarSource(_Model):
@@ -340,6 +591,17 @@ class EnvVar(_Model):
                              "start with a digit")
         return v
 
+    @field_validator("value")
+    @classmethod
+    def _no_token(cls, v: str | None) -> str | None:
+        if v is not None and SECRET_TOKEN.search(v):
+            raise FieldProblem(
+                "holds what looks like an access token in clear text: anyone who can read "
+                "the LLMService or its pods can read it",
+                "keep it in a Secret and use valueFrom.secretKeyRef (for the Hugging Face "
+                "token: spec.model.tokenSecretRef)")
+        return v
+
     def rendered(self) -> dict[str, Any]:
         """The container-spec form (camelCase, only the fields set)."""
         out: dict[str, Any] = {"name": self.name}
@@ -351,7 +613,13 @@ class EnvVar(_Model):
 
 
 class LocalObjectReference(_Model):
-    name: str = Field(min_length=1)
+    name: str = Field(min_length=1, max_length=253, pattern=SUBDOMAIN_PATTERN)
+
+
+# Access tokens that must not sit in a spec in clear text: Hugging Face (hf_...).
+SECRET_TOKEN = re.compile(r"(?<![A-Za-z0-9])hf_[A-Za-z0-9]{30,}")
+# The API server's limit on the total size of an object's annotations (keys and values).
+ANNOTATIONS_MAX_BYTES = 256 * 1024
 
 
 class PodSpec(_Model):
@@ -360,7 +628,8 @@ class PodSpec(_Model):
 
     env: list[EnvVar] = Field(default_factory=list)
     image_pull_secrets: list[LocalObjectReference] = Field(default_factory=list)
-    service_account_name: str | None = Field(default=None, min_length=1)
+    service_account_name: str | None = Field(default=None, min_length=1, max_length=253,
+                                             pattern=SUBDOMAIN_PATTERN)
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
 
@@ -372,6 +641,13 @@ class PodSpec(_Model):
     @field_validator("annotations")
     @classmethod
     def _annotations(cls, v: dict[str, str]) -> dict[str, str]:
+        total = sum(len(k.encode()) + len(str(x).encode()) for k, x in v.items())
+        # A margin for the annotations the operator adds to the pod template itself.
+        if total > ANNOTATIONS_MAX_BYTES - 16 * 1024:
+            raise FieldProblem(f"add up to {total:,} bytes, over the "
+                               f"{(ANNOTATIONS_MAX_BYTES - 16 * 1024) // 1024} KiB the pod "
+                               "template has room for (the API server allows 256 KiB in all)",
+                               "keep large data in a ConfigMap and refer to it")
         return _check_keys(v, "annotation", check_values=False)
 
 
@@ -389,7 +665,8 @@ class LLMServiceSpec(_Model):
     model: ModelSpec
     # None: the operator's LLMOP_DEFAULT_IMAGE (the CRD sets no default, so that the
     # administrator's choice reaches every service that leaves it out).
-    image: str | None = Field(default=None, min_length=1)
+    image: str | None = Field(default=None, min_length=1, max_length=1024,
+                              pattern=IMAGE_PATTERN)
     replicas: int = Field(default=1, ge=0, le=1000)
     gpus: GPUSpec = Field(default_factory=GPUSpec)
     scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec)
@@ -474,6 +751,11 @@ def parse_llmservice(body: Mapping[str, Any]) -> LLMService:
     Raises :class:`SpecErrors` naming every invalid field by its path in the manifest
     (``spec.engine.maxNumSeqs``) with a fix.
     """
+    too_big = list(ints_beyond_int64(body.get("spec"), "spec"))
+    if too_big:
+        raise SpecErrors([SpecError(path, f"{_shown(value)} is beyond a 64-bit integer, which "
+                                    "is all the API server accepts", "give a realistic value")
+                          for path, value in too_big])
     try:
         return LLMService.model_validate(
             {"metadata": body.get("metadata") or {}, "spec": body.get("spec") or {}}
@@ -504,12 +786,47 @@ def parse_llmservice(body: Mapping[str, Any]) -> LLMService:
                     "Service and labels", f"rename it: at most {NAME_MAX} characters, "
                     "lowercase letters, digits and '-', starting with a letter and ending "
                     "with a letter or digit"))
+            elif isinstance((err.get("ctx") or {}).get("error"), FieldProblem):
+                problem = err["ctx"]["error"]
+                errors.append(SpecError(path + problem.at, problem.problem, problem.fix))
+            elif err["type"] == "string_pattern_mismatch" and \
+                    (err.get("ctx") or {}).get("pattern") in PATTERN_HELP:
+                errors.append(SpecError(path, f"{_shown(err.get('input'))} is not "
+                                        + PATTERN_HELP[err["ctx"]["pattern"]].split(":")[0],
+                                        "give " + PATTERN_HELP[err["ctx"]["pattern"]]))
             else:
+                ctx = err.get("ctx") or {}
+                bound = {"less_than_equal": f"give at most {ctx.get('le')}",
+                         "less_than": f"give less than {ctx.get('lt')}",
+                         "greater_than_equal": f"give at least {ctx.get('ge')}",
+                         "greater_than": f"give more than {ctx.get('gt')}",
+                         "string_too_long": f"shorten it to {ctx.get('max_length')} "
+                                            "characters or fewer"}.get(err["type"])
                 errors.append(
-                    SpecError(path, f"{err['msg']} (got {err.get('input')!r})",
-                              "use a value the CRD describes for this field")
+                    SpecError(path, f"{err['msg']} (got {_shown(err.get('input'))})",
+                              bound or "use a value the CRD describes for this field")
                 )
         raise SpecErrors(errors) from None
+
+
+def ints_beyond_int64(value: Any, path: str) -> Iterator[tuple[str, int]]:
+    """Integers in a body that no Kubernetes client can send (outside int64)."""
+    if isinstance(value, bool):
+        return
+    if isinstance(value, int) and not -(2**63) <= value < 2**63:
+        yield path, value
+    elif isinstance(value, Mapping):
+        for key, sub in value.items():
+            yield from ints_beyond_int64(sub, f"{path}.{key}")
+    elif isinstance(value, list):
+        for i, sub in enumerate(value):
+            yield from ints_beyond_int64(sub, f"{path}[{i}]")
+
+
+def _shown(value: Any, limit: int = 80) -> str:
+    """A user's value for a message: its repr, cut short when long."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
 
 
 def _read(path: str) -> str:
@@ -527,9 +844,29 @@ def _read(path: str) -> str:
                          "give a readable UTF-8 YAML file") from None
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, but a key given twice in one mapping is an error (as in
+    kubectl's YAML reader) instead of the last value silently winning."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                duplicate = key in seen
+            except TypeError:  # an unhashable key: the base class says so
+                break
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} is given twice in one mapping (the first "
+                    "value would be lost)", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def _documents(path: str, text: str) -> list[Any]:
     try:
-        return list(yaml.safe_load_all(text))
+        return list(yaml.load_all(text, Loader=_UniqueKeyLoader))  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -548,7 +885,14 @@ def load_services(paths: Sequence[str]) -> Iterator[tuple[str, LLMService]]:
     for path in paths:
         kinds: list[str] = []
         for doc in _documents(path, _read(path)):
-            if not isinstance(doc, dict):
+            if isinstance(doc, list):
+                raise InputError(path, "holds a YAML list, not an LLMService manifest",
+                                 "remove the leading '- ' and give each LLMService as its own "
+                                 "document, separated by '---'")
+            if doc is not None and not isinstance(doc, dict):
+                kinds.append(f"a {type(doc).__name__} value, not a manifest")
+                continue
+            if doc is None:
                 continue
             kind = doc.get("kind")
             if kind != "LLMService":

@@ -469,6 +469,17 @@ def _pin_errors(spec: LLMServiceSpec, facts: ModelFacts,
                 tokens_per_request: int, per_node: int) -> list[SpecError]:
     """Pins that cannot be served, whatever the GPUs."""
     engine, errors = spec.engine, managed_flag_errors(spec)
+    if (spec.model.quantization in (Quantization.AWQ, Quantization.GPTQ)
+            and spec.model.architecture is None and spec.model.volume is None):
+        # The catalog's ids are the publishers' unquantized checkpoints: vLLM finds no
+        # quantization config in them and exits at start.
+        errors.append(SpecError(
+            "spec.model.quantization",
+            f"{spec.model.quantization.value} needs a checkpoint quantized with it, and "
+            f"{spec.model.name} (from the built-in catalog) is not one: vLLM refuses to "
+            "start", "name the quantized checkpoint (e.g. an ...-AWQ repository) with "
+            "spec.model.architecture from its config.json, or use fp8, which vLLM applies "
+            "to an unquantized checkpoint as it loads it"))
     tp, pp, count = (engine.tensor_parallel_size, engine.pipeline_parallel_size, spec.gpus.count)
     valid = valid_tensor_parallel_sizes(facts, facts.num_attention_heads)
     if isinstance(tp, int) and tp not in valid:
@@ -683,7 +694,27 @@ def make_plan(spec: LLMServiceSpec, *, gpus_per_node: int = DEFAULT_GPUS_PER_NOD
         memory_max_num_seqs=mem_seqs, max_num_seqs_cap=cap,
         download_bytes=download_bytes(facts, dbytes, spec.model.quantization),
     )
-    return with_pod_sizing(spec, _check_utilization(spec, plan, gpus_per_node))
+    sized = with_pod_sizing(spec, _check_utilization(spec, plan, gpus_per_node))
+    _raise(_pod_memory_errors(spec, sized))
+    return sized
+
+
+def _pod_memory_errors(spec: LLMServiceSpec, plan: Plan) -> list[SpecError]:
+    """A pinned pod memory below what vLLM's processes take before any weight is
+    loaded (:data:`HOST_BASE_BYTES` + :data:`HOST_BYTES_PER_GPU` per GPU): the pod would
+    be OOM-killed at start, over and over."""
+    if spec.resources.memory is None:
+        return []
+    floor = HOST_BASE_BYTES + HOST_BYTES_PER_GPU * gpus_in_pod(plan)
+    if parse_quantity(spec.resources.memory) >= floor:
+        return []
+    return [SpecError(
+        "spec.resources.memory",
+        f"{spec.resources.memory} is below the {floor // GIB} GiB vLLM's processes take "
+        f"before loading weights ({gpus_in_pod(plan)} GPU(s) in the pod): the pod would be "
+        "OOM-killed at start", f"raise it (the plan would request "
+        f"{pod_memory_bytes(spec, plan) // GIB}Gi), "
+        "or leave it unset")]
 
 
 def _explain_rollout(ex: list[Explained], spec: LLMServiceSpec, gpus: int) -> None:

@@ -244,6 +244,20 @@ BAD_CASES: list[tuple[str, dict[str, Any], str, str, str | None]] = [
      "required", "spec.pod.env[0].name"),
     ("bad-cache-size", {"cache": {"sizeLimit": "lots"}}, "spec.cache.sizeLimit",
      "does not match", "spec.cache.sizeLimit"),
+    ("toleration-exists-with-value", {"scheduling": {"tolerations": [
+        {"key": "gpu", "operator": "Exists", "value": "x"}]}},
+     "spec.scheduling.tolerations[0]", "takes no value", "spec.scheduling.tolerations[0]"),
+    ("toleration-seconds-without-no-execute", {"scheduling": {"tolerations": [
+        {"key": "gpu", "effect": "NoSchedule", "tolerationSeconds": 5}]}},
+     "spec.scheduling.tolerations[0]", "needs effect NoExecute",
+     "spec.scheduling.tolerations[0]"),
+    ("toleration-without-key-or-exists", {"scheduling": {"tolerations": [{"value": "x"}]}},
+     "spec.scheduling.tolerations[0]", "needs operator Exists",
+     "spec.scheduling.tolerations[0]"),
+    ("gpu-resource-in-kubernetes-io", {"gpus": {"resourceName": "kubernetes.io/gpu"}},
+     "spec.gpus.resourceName", "no extended resources", "spec.gpus.resourceName"),
+    ("sub-path-out-of-the-claim", {"model": {"volume": {"claimName": "m", "subPath": "a/../.."}}},
+     "spec.model.volume.subPath", "relative path", "spec.model.volume.subPath"),
 ]
 
 
@@ -301,7 +315,10 @@ GOOD_EDGE_CASES: list[tuple[str, dict[str, Any]]] = [
                                                    "maxNumBatchedTokens": 2048}}),
     ("integer-parameters", {"model": {"architecture": {**ARCH, "parameters": 13000000000,
                                                        "activeParameters": 2600000000}}}),
-    ("free-form-affinity", {"scheduling": {"affinity": {"nodeAffinity": {"x": [1]}}}}),
+    ("affinity", {"scheduling": {"affinity": {"podAntiAffinity": {
+        "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 50, "podAffinityTerm": {
+            "topologyKey": "kubernetes.io/hostname",
+            "labelSelector": {"matchLabels": {"app": "x"}}}}]}}}}),
     ("pod-customisation", {"pod": {
         "env": [{"name": "HTTPS_PROXY", "value": "http://proxy:3128"},
                 {"name": "API_KEY", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}],
