@@ -47,7 +47,8 @@ def agent(api: EmulatorProcess, kubectl: Kubectl, tmp_path: Path) -> Iterator[No
     a.lines = lines  # type: ignore[attr-defined]
     with a:
         yield a
-    assert a.pids() == []
+        running = a.pids()
+    assert not [p for p in running if alive(p)], "stop() left processes behind"
 
 
 def deployment(version: str, command: list[str] | None = None) -> dict[str, Any]:
@@ -149,6 +150,45 @@ def test_deployment_pods_serve_restart_roll_and_stop(
     kubectl.run("delete", "deployment", "fake", "-n", NAMESPACE)
     wait_for(lambda: not agent.pids() and not any(alive(p) for p in running), 30,
              "every process to stop")
+
+
+def test_stop_leaves_no_process_and_config_map_volumes_follow_their_config_map(
+        api: EmulatorProcess, kubectl: Kubectl, tmp_path: Path) -> None:
+    cm = {"apiVersion": "v1", "kind": "ConfigMap",
+          "metadata": {"name": "cap", "namespace": NAMESPACE}, "data": {"value": "7"}}
+    apply(kubectl, tmp_path, cm)
+    dep = deployment("v1")
+    pod_spec = dep["spec"]["template"]["spec"]
+    pod_spec["volumes"] = [{"name": "cap", "configMap": {"name": "cap"}}]
+    container = pod_spec["containers"][0]
+    container["volumeMounts"] = [{"name": "cap", "mountPath": "/etc/cap", "readOnly": True}]
+    # The stand-in answers with the file's content: VERSION is read from it per request.
+    container["command"] = ["python3", "-c", SERVER.replace(
+        "os.environ.get('VERSION', '?').encode()", "open(os.environ['CAP']).read().encode()")]
+    container["env"] = [{"name": "CAP", "value": "/etc/cap/value"}]
+    agent = NodeAgent(api.kubeconfig, NAMESPACE, tmp_path / "agent",
+                      vllm_python=Path(sys.executable), models={}, out=lambda _: None)
+    agent.start()
+    try:
+        apply(kubectl, tmp_path, dep)
+
+        def serving() -> str | None:
+            for p in pods(kubectl):
+                if any(c["type"] == "Ready" and c["status"] == "True"
+                       for c in p.get("status", {}).get("conditions", [])):
+                    port = json.loads(p["metadata"]["annotations"][PORTS_ANNOTATION])["http"]
+                    return get(f"http://127.0.0.1:{port}/")
+            return None
+        assert wait_for(serving, 60, "the pod to serve") == "7"
+        cm["data"]["value"] = "9"
+        apply(kubectl, tmp_path, cm)
+        wait_for(lambda: serving() == "9", 30, "the new ConfigMap value in the volume")
+        running = agent.pids()
+        assert running
+    finally:
+        agent.stop()
+    agent.stop()  # idempotent
+    assert not [p for p in running if alive(p)]
 
 
 def test_crash_loop_is_reported_with_the_last_log_line(
