@@ -138,9 +138,13 @@ def test_the_whole_loop(loop: LocalLoop) -> None:
     replanned = wait("a plan for the new generation", lambda: (s := svc()) and condition(
         s, "Planned").get("observedGeneration", 0) > generation and s, 60, loop)
     assert replanned["status"]["plan"]["maxModelLen"] == 512
-    wait("the Deployment rendered with --max-model-len 512", lambda: "512" in json.dumps(
-        loop.get("deployment", name)["spec"]["template"]["spec"]["containers"][0]["args"]),
-        60, loop)
+    def rendered_512() -> bool:
+        template = (loop.get("deployment", name).get("spec") or {}).get("template") or {}
+        args = [a for c in (template.get("spec") or {}).get("containers") or []
+                for a in c.get("args") or []]
+        return any(args[i:i + 2] == ["--max-model-len", "512"] for i in range(len(args)))
+
+    wait("the Deployment rendered with --max-model-len 512", rendered_512, 60, loop)
 
     # 5. Delete: every pod, child and process goes.
     pids = loop.pids()
