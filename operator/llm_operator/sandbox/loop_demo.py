@@ -103,7 +103,7 @@ class LoopDemo:
             state = ((svc.get("status") or {}).get("tuning") or {}).get("state")
             return svc if cond.get("status") == "True" or state in ("Failed",) else None
 
-        svc = self.wait("The tuning Job runs the tuner against a real vLLM (CPU)", tuned, 360,
+        svc = self.wait("The tuning Job runs the tuner against a real vLLM (CPU)", tuned, 900,
                         tick) or self.svc()
         tick()
         tuning = (svc.get("status") or {}).get("tuning") or {}
@@ -130,7 +130,7 @@ class LoopDemo:
             pod = ready_server(self.loop, self.name)
             return pod if pod is not None and max_num_seqs_arg(pod) == want else None
 
-        pod = self.wait("The Deployment's pod starts vLLM and passes its probes", on_tuned, 300)
+        pod = self.wait("The Deployment's pod starts vLLM and passes its probes", on_tuned, 600)
         self.show("get", "deployments,pods", "-n", self.loop.settings.namespace, "-o", "wide")
         if pod:
             self.console.print(f"Pod {pod['metadata']['name']} serves with --max-num-seqs "
