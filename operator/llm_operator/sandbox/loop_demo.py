@@ -8,6 +8,7 @@ decisions and the cap in force, then ``kubectl get llms`` and the Events.
 
 from __future__ import annotations
 
+import re
 import signal
 import tempfile
 import time
@@ -188,6 +189,13 @@ class LoopDemo:
                   "involvedObject.kind=LLMService")
 
 
+def _shown(line: str) -> bool:
+    """The node agent's lines the demo shows: the substitutions it prints at start and
+    what happens to pods and Jobs; each container's own substitutions and command lines
+    go to the agent's log only (the start lists every kind)."""
+    return not re.search(r"\bpod \S+(, container \S+)?: (starting |[^:]* -> )", line)
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return ""
@@ -215,8 +223,15 @@ def run_loop_demo(project: Path, kubectl: str | None, console: Console | None = 
                         border_style="yellow"))
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="llmop-loop-") as tmp:
-        loop = LocalLoop(project, Path(tmp), kubectl, vllm_python=vllm_python,
-                         say=lambda text: console.print(f"[dim]{text}[/]", highlight=False))
+        agent_log = Path(tmp) / "node-agent.log"
+
+        def say(text: str) -> None:
+            with agent_log.open("a") as f:
+                f.write(text + "\n")
+            if _shown(text):
+                console.print(f"[dim]{text}[/]", highlight=False)
+
+        loop = LocalLoop(project, Path(tmp), kubectl, vllm_python=vllm_python, say=say)
         with loop:
             demo = LoopDemo(console, loop)
             console.print(f"[bold cyan]$ kubectl apply -f examples/{EXAMPLE_FILE}[/]")
