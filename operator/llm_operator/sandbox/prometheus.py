@@ -270,10 +270,10 @@ class PodMonitorDiscovery:
         key = json.dumps(config, sort_keys=True)
         if key == self._config_key:
             return False
-        self._config_key = key
         if self.prometheus is not None:
             _write_atomically(self.prometheus.config_file, yaml.safe_dump(config, sort_keys=False))
-            self.prometheus.reload()
+            self.prometheus.reload()  # raises on a config Prometheus refuses: retried next pass
+        self._config_key = key
         return True
 
     def config(self) -> dict[str, Any]:
@@ -300,7 +300,7 @@ class PodMonitorDiscovery:
             try:
                 self.sync()
             except Exception as exc:  # noqa: BLE001 - the next pass retries
-                log.debug("PodMonitor discovery pass failed: %s", exc)
+                log.warning("PodMonitor discovery pass failed (retrying): %s", exc)
 
     def stop(self) -> None:
         """Stop the thread and Prometheus (idempotent)."""
