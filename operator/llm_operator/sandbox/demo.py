@@ -1,6 +1,12 @@
-"""``llm-operator demo``: the operator at work, without a cluster, in about a minute.
+"""``llm-operator demo``: the operator at work on one machine, without a cluster.
 
-It starts an EMULATED Kubernetes API server in this process (see
+By default it runs the whole loop (:func:`run_loop_demo`, :mod:`.loop`): a tiny generated
+model planned, tuned by a real tuning Job, rolled out, served by the real vLLM CPU engine
+under load from vLLM's benchmark, watched by a real Prometheus through the rendered
+PodMonitor and adapted live; the API server and the node agent that runs the pods are
+emulated. ``--tour`` gives the quick tour without an engine (:func:`run_demo`):
+
+The tour starts an EMULATED Kubernetes API server in this process (see
 :mod:`llm_operator.sandbox.emulator`: in memory, no scheduler, no kubelet, no GPUs), then
 drives everything else for real: ``kubectl apply`` of the CRD and the examples, the
 operator as its own process (``llm-operator run``), and ``kubectl get`` to show what it
@@ -30,6 +36,7 @@ from .processes import stop as stop_process
 
 CRD_FILE = "llmservices.llmops.dev.yaml"
 NAMESPACE = "default"
+LOOP_EXAMPLE = "tiny-llama-local.yaml"
 
 
 def find_project_dir(start: Path | None = None) -> Path | None:
@@ -156,7 +163,10 @@ def run_demo(console: Console | None = None, *, keep: bool = False,
         "Real: kubectl, the CRD, the example manifests, and the operator process "
         "(llm-operator run) planning, rendering and applying through the API.",
         title="llm-operator demo", border_style="yellow"))
-    examples = sorted((project / "examples").glob("*.yaml"))
+    # The loop's example serves a generated model only the local node agent has: the tour
+    # (no engine) leaves it out.
+    examples = sorted(p for p in (project / "examples").glob("*.yaml")
+                      if p.name != LOOP_EXAMPLE)
     with tempfile.TemporaryDirectory(prefix="llmop-demo-") as tmp, EmulatorThread() as api:
         workdir = Path(tmp)
         api.write_kubeconfig(workdir / "kubeconfig.yaml", NAMESPACE)
@@ -222,8 +232,12 @@ def run_demo(console: Console | None = None, *, keep: bool = False,
 
 def add_parser(sub: Any) -> None:
     """Register ``llm-operator demo`` on the CLI's subparsers."""
-    p = sub.add_parser("demo", help="watch the operator work against an EMULATED API server "
-                       "(no cluster needed; about a minute)")
+    p = sub.add_parser("demo", help="the whole loop on this machine: a tiny model planned, "
+                       "tuned, served by vLLM (CPU), loaded and adapted, against an EMULATED "
+                       "API server and a local node agent (a few minutes); --tour: the "
+                       "quick tour without an engine (about a minute)")
+    p.add_argument("--tour", action="store_true",
+                   help="the quick tour: plan and render the examples, no engine, no pods")
     p.add_argument("--keep", action="store_true",
                    help="keep the emulated server and the operator running until Ctrl-C")
     p.add_argument("--project-dir", help="folder with crds/ and examples/ (default: found)")
@@ -231,7 +245,16 @@ def add_parser(sub: Any) -> None:
 
 
 def _cmd_demo(args: Any) -> int:
-    return run_demo(keep=args.keep, project_dir=args.project_dir)
+    if args.tour:
+        return run_demo(keep=args.keep, project_dir=args.project_dir)
+    project = Path(args.project_dir) if args.project_dir else find_project_dir()
+    if project is None:
+        Console().print("[red]error[/] crds/ and examples/ not found: run the demo from the "
+                        "llm-operator checkout (or pass --project-dir)")
+        return 2
+    from .loop_demo import run_loop_demo
+
+    return run_loop_demo(project, kubectl_binary(), keep=args.keep)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

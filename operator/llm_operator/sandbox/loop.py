@@ -1,0 +1,281 @@
+"""The whole loop on one machine: an EMULATED API server, the real operator, the LOCAL
+node agent running the pods it renders with the real vLLM CPU engine, and a real
+Prometheus finding them through the rendered PodMonitor. Never used against a cluster.
+
+:class:`LocalLoop` starts and stops the parts (``llm-operator demo`` shows it; the e2e
+tier drives it). What is real and what is not:
+
+- **emulated**: the Kubernetes API server (:mod:`.emulator`, in this process) and the
+  node agent (:mod:`.node_agent`: the Deployment and Job controllers and the kubelet,
+  running containers as local processes with the substitutions it prints);
+- **real**: ``kubectl``, the operator (``llm-operator run``, its own process), vLLM (CPU
+  build, serving a tiny generated model), the tuner in the tuning Job, vLLM's benchmark
+  as the load, and Prometheus (scraping the pods the rendered PodMonitor selects, see
+  :mod:`.podmonitor_sd`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .processes import stop as stop_process
+from .prometheus import PodMonitorDiscovery, podmonitor_crd, prometheus_available
+from .tiny_model import ensure_tiny_llama
+
+CRD_FILE = "llmservices.llmops.dev.yaml"
+EXAMPLE_FILE = "tiny-llama-local.yaml"
+MODEL_CACHE = Path(os.environ.get("LLMOP_TEST_MODELS", "/tmp/llmop-models"))
+# The CPU KV cache the agent gives each vLLM server: 4,096 tokens of the tiny Llama,
+# so 32 clients preempt and the adaptation has something to act on.
+KV_CACHE_BYTES = 2 * 1024 * 1024
+
+
+def default_vllm_python(project: Path) -> Path:
+    """``LLMOP_VLLM_PYTHON`` or the project's ``.venv-vllm/bin/python``."""
+    env = os.environ.get("LLMOP_VLLM_PYTHON")
+    return Path(env) if env else project / ".venv-vllm" / "bin" / "python"
+
+
+def missing_parts(project: Path, vllm_python: Path, kubectl: str | None) -> list[str]:
+    """What the loop needs and this machine lacks, each with how to get it."""
+    missing = []
+    if not vllm_python.exists():
+        missing.append(f"vLLM's CPU build at {vllm_python} (bash tools/setup.sh --engine)")
+    if not prometheus_available():
+        missing.append("Prometheus (/usr/bin/prometheus: apt-get install prometheus, "
+                       "or bash tools/setup.sh --engine)")
+    if kubectl is None:
+        missing.append("kubectl (pip install 'llm-operator[demo]')")
+    try:
+        from . import node_agent  # noqa: F401
+    except ImportError as exc:
+        missing.append(f"the local node agent (llm_operator.sandbox.node_agent): {exc}")
+    return missing
+
+
+@dataclass
+class Settings:
+    """The loop's knobs (short, so the loop runs in minutes on 2 cores)."""
+
+    namespace: str = "default"
+    scrape_interval_seconds: int = 1
+    adaptation_window_seconds: int = 10
+    kv_cache_bytes: int = KV_CACHE_BYTES
+
+
+class LocalLoop:
+    """The parts of the loop, started in order by :meth:`start`, stopped in reverse by
+    :meth:`stop` (idempotent; every process the loop started is gone afterwards)."""
+
+    def __init__(self, project: Path, workdir: Path, kubectl: str, *, vllm_python: Path,
+                 settings: Settings | None = None,
+                 say: Callable[[str], None] | None = None) -> None:
+        self.project = project
+        self.workdir = workdir
+        self.kubectl_path = kubectl
+        self.vllm_python = vllm_python
+        self.settings = settings or Settings()
+        self.say = say or (lambda text: None)
+        self.kubeconfig = workdir / "kubeconfig.yaml"
+        self.env = {**os.environ, "KUBECONFIG": str(self.kubeconfig),
+                    "KUBECACHEDIR": str(workdir / "kube-cache")}
+        self.model_dir: Path | None = None
+        self.model_name = ""
+        self._stack = contextlib.ExitStack()
+        self.api: Any = None
+        self.discovery: PodMonitorDiscovery | None = None
+        self.operator: subprocess.Popen[bytes] | None = None
+        self.agent: Any = None
+        self.operator_log = workdir / "operator.log"
+
+    # --- parts -------------------------------------------------------------------------
+    def example(self) -> dict[str, Any]:
+        """The example LLMService the loop applies (``examples/tiny-llama-local.yaml``)."""
+        doc: dict[str, Any] = yaml.safe_load((self.project / "examples" / EXAMPLE_FILE)
+                                             .read_text())
+        return doc
+
+    def start(self) -> LocalLoop:
+        """Model, API server, CRDs, Prometheus with discovery, operator, node agent."""
+        from .emulator import EmulatorThread
+        from .node_agent import NodeAgent
+
+        ns = self.settings.namespace
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.model_name = self.example()["spec"]["model"]["name"]
+        self.say(f"Generating the tiny model for {self.model_name} (cached in {MODEL_CACHE})")
+        self.model_dir = ensure_tiny_llama(MODEL_CACHE, self.vllm_python)
+        self._stack.callback(self._forget_parts)
+        self.api = self._stack.enter_context(
+            EmulatorThread(manifests=[podmonitor_crd()], namespaces=[ns]))
+        self.api.write_kubeconfig(self.kubeconfig, ns)
+        self.say(f"EMULATED API server on {self.api.url} (KUBECONFIG={self.kubeconfig})")
+        self.kubectl("apply", "--validate=false", "-f", str(self.project / "crds" / CRD_FILE))
+        self.discovery = PodMonitorDiscovery(
+            self.kubeconfig, self.workdir / "prometheus", namespaces=[ns], interval_s=1.0,
+            scrape_interval=f"{self.settings.scrape_interval_seconds}s").start()
+        self._stack.callback(self.discovery.stop)
+        assert self.discovery.prometheus is not None
+        self.say(f"Prometheus on {self.discovery.prometheus.url}, discovering pods through "
+                 "the rendered PodMonitors")
+        self.start_operator()
+        self._stack.callback(self.stop_operator)
+        self.agent = NodeAgent(self.kubeconfig, ns, self.workdir / "agent",
+                               vllm_python=self.vllm_python,
+                               models={self.model_name: self.model_dir},
+                               kv_cache_bytes=self.settings.kv_cache_bytes, out=self.say)
+        self.agent.start()
+        self._stack.callback(self.agent.stop)
+        return self
+
+    def _forget_parts(self) -> None:
+        self.api = self.discovery = self.agent = None
+
+    def start_operator(self) -> None:
+        """The operator as its own process (``llm-operator run``), pointed at Prometheus."""
+        assert self.discovery is not None and self.discovery.prometheus is not None
+        env = {**self.env, "PYTHONUNBUFFERED": "1",
+               "LLMOP_HEALTH_PORT": "0", "LLMOP_METRICS_PORT": "0",
+               "LLMOP_POD_MONITOR": "enabled",
+               "LLMOP_PROMETHEUS_URL": self.discovery.prometheus.url,
+               "LLMOP_SCRAPE_INTERVAL_SECONDS": str(self.settings.scrape_interval_seconds),
+               "LLMOP_ADAPTATION_WINDOW_SECONDS": str(self.settings.adaptation_window_seconds)}
+        with self.operator_log.open("ab") as log:
+            self.operator = subprocess.Popen(
+                [sys.executable, "-m", "llm_operator.cli", "run", "--standalone",
+                 "-n", self.settings.namespace],
+                env=env, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.operator.poll() is not None:
+                raise RuntimeError("the operator exited:\n" + self.operator_log.read_text()[-3000:])
+            if "Initial authentication has finished" in self.operator_log.read_text():
+                return
+            time.sleep(0.3)
+        raise TimeoutError("the operator did not start within 60 s")
+
+    def stop_operator(self) -> None:
+        """Stop the operator process (SIGTERM, then SIGKILL)."""
+        stop_process(self.operator, 15)
+
+    def stop(self) -> None:
+        """Stop every part, in reverse order."""
+        self._stack.close()
+
+    def __enter__(self) -> LocalLoop:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- the API through kubectl --------------------------------------------------------
+    def kubectl(self, *args: str, check: bool = True, stdin: str | None = None) -> str:
+        """Run the real kubectl against the emulated API server; its output."""
+        proc = subprocess.run([self.kubectl_path, *args], env=self.env, text=True,
+                              capture_output=True, timeout=60, input=stdin)
+        if check and proc.returncode != 0:
+            raise RuntimeError(f"kubectl {' '.join(args)} failed: {proc.stderr.strip()}")
+        return (proc.stdout + proc.stderr).rstrip()
+
+    def get(self, kind: str, name: str | None = None) -> dict[str, Any]:
+        """``kubectl get KIND [NAME] -o json`` ({} when absent)."""
+        args = ["get", kind, *([name] if name else []), "-n", self.settings.namespace,
+                "-o", "json"]
+        out = self.kubectl(*args, check=False)
+        try:
+            doc: dict[str, Any] = json.loads(out)
+        except ValueError:
+            return {}
+        return doc
+
+    def apply(self, obj: dict[str, Any]) -> str:
+        """``kubectl apply`` of one object."""
+        return self.kubectl("apply", "--validate=false", "-n", self.settings.namespace,
+                            "-f", "-", stdin=yaml.safe_dump(obj))
+
+    def pod_url(self, pod: dict[str, Any], port_name: str = "http") -> str | None:
+        """The local URL of a pod's port (from the agent's ports annotation)."""
+        raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(
+            "sandbox.llmops.dev/ports")
+        if not raw:
+            return None
+        ports = json.loads(raw)
+        port = ports.get(port_name)
+        ip = (pod.get("status") or {}).get("podIP") or "127.0.0.1"
+        return f"http://{ip}:{port}" if port else None
+
+    def pids(self) -> list[int]:
+        """Processes the node agent runs now."""
+        return list(self.agent.pids()) if self.agent is not None else []
+
+
+def condition(obj: dict[str, Any], ctype: str) -> dict[str, Any]:
+    """A status condition of ``obj`` by type ({} when absent)."""
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == ctype:
+            return dict(cond)
+    return {}
+
+
+def server_pods(loop: LocalLoop, name: str) -> list[dict[str, Any]]:
+    """The serving pods of LLMService ``name`` (running, newest first)."""
+    pods = loop.get("pods").get("items") or []
+    mine = [p for p in pods
+            if (p["metadata"].get("labels") or {}).get("llmops.dev/llmservice") == name
+            and (p["metadata"].get("labels") or {}).get("llmops.dev/component") == "server"
+            and not p["metadata"].get("deletionTimestamp")]
+    return sorted(mine, key=lambda p: p["metadata"].get("creationTimestamp", ""), reverse=True)
+
+
+def ready_server(loop: LocalLoop, name: str) -> dict[str, Any] | None:
+    """A Ready serving pod of ``name`` (None while there is none)."""
+    for pod in server_pods(loop, name):
+        if condition(pod, "Ready").get("status") == "True":
+            return pod
+    return None
+
+
+def max_num_seqs_arg(pod: dict[str, Any]) -> int | None:
+    """The ``--max-num-seqs`` a pod's vLLM container runs with."""
+    for c in pod["spec"].get("containers") or []:
+        args = [str(a) for a in (c.get("command") or []) + (c.get("args") or [])]
+        for i, a in enumerate(args):
+            if a == "--max-num-seqs" and i + 1 < len(args):
+                return int(args[i + 1])
+            if a.startswith("--max-num-seqs="):
+                return int(a.split("=", 1)[1])
+    return None
+
+
+# The tuner's log lines the demo shows: its trials, its result, and waiting for the
+# machine's one vLLM (another vLLM on this machine holds the lock).
+TUNER_WORDS = ("trial", "best", "waiting for the vllm lock", "result")
+
+
+def tuner_log_lines(loop: LocalLoop, seen: set[str]) -> list[str]:
+    """New lines of the tuning pods' tuner logs (what ``kubectl logs`` would show), for
+    the trials as they finish."""
+    out = []
+    for log in sorted((loop.workdir / "agent" / "pods").glob("*tun*/containers/*/log")):
+        with contextlib.suppress(OSError):
+            for line in log.read_text(errors="replace").splitlines():
+                key = f"{log}:{line}"
+                if key not in seen and any(w in line.lower() for w in TUNER_WORDS):
+                    seen.add(key)
+                    out.append(line.strip())
+    return out

@@ -1,0 +1,261 @@
+"""``llm-operator demo``: the whole loop on this machine, shown step by step with rich.
+
+See :mod:`.loop` for the parts and which are emulated. The steps: apply the example
+(``examples/tiny-llama-local.yaml``), the plan, the tuning Job's trials as they finish,
+the rollout onto the tuned settings, load from vLLM's benchmark, the adaptation's
+decisions and the cap in force, then ``kubectl get llms`` and the Events.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+
+from .loop import (
+    EXAMPLE_FILE,
+    LocalLoop,
+    condition,
+    default_vllm_python,
+    max_num_seqs_arg,
+    missing_parts,
+    ready_server,
+    tuner_log_lines,
+)
+from .vllm_load import Load, LoadRun
+
+INTRO = (
+    "[bold]Emulated[/]: the Kubernetes API server (kmock, in this process: not a cluster) "
+    "and the [bold]node agent[/] that plays the Deployment/Job controllers and the kubelet, "
+    "running each rendered container as a local process (it prints what it substitutes).\n"
+    "[bold]Real[/]: kubectl, the operator process (llm-operator run), vLLM (CPU build, "
+    "serving a tiny generated model), the tuner in the tuning Job, vLLM's benchmark as the "
+    "load, and Prometheus, which finds the pods only through the rendered PodMonitor."
+)
+# The load: 32 clients of 128 prompt / 128 output tokens against a 4,096-token KV cache.
+LOAD = Load(concurrency=32, num_prompts=320, input_len=128, output_len=128)
+
+
+class LoopDemo:
+    """One run of the loop demo (see the module docstring)."""
+
+    def __init__(self, console: Console, loop: LocalLoop) -> None:
+        self.console = console
+        self.loop = loop
+        self.name = loop.example()["metadata"]["name"]
+
+    def show(self, *args: str) -> None:
+        """Run kubectl and show the command and its output."""
+        self.console.print(f"[bold cyan]$ kubectl {' '.join(args)}[/]")
+        self.console.print(self.loop.kubectl(*args, check=False), markup=False,
+                           highlight=False, soft_wrap=True)
+
+    def svc(self) -> dict[str, Any]:
+        return self.loop.get("llms", self.name)
+
+    def wait(self, what: str, probe: Callable[[], Any], timeout: float,
+             tick: Callable[[], None] | None = None) -> Any:
+        """Poll ``probe`` until it returns something true (None after ``timeout``)."""
+        deadline = time.monotonic() + timeout
+        with self.console.status(what):
+            while time.monotonic() < deadline:
+                if tick is not None:
+                    tick()
+                result = probe()
+                if result:
+                    return result
+                time.sleep(1.0)
+        self.console.print(f"[yellow]Gave up after {timeout:.0f} s: {what}[/]")
+        return None
+
+    def plan(self) -> None:
+        self.console.rule("1. Plan")
+        svc = self.wait("The operator plans the service",
+                        lambda: (s := self.svc()) and condition(s, "Planned").get("status")
+                        == "True" and s, 60)
+        if not svc:
+            raise RuntimeError("no plan")
+        plan = svc["status"].get("plan") or {}
+        self.console.print(
+            f"GPUs per replica {plan.get('gpusPerReplica')}, TP {plan.get('tensorParallelSize')}, "
+            f"max-model-len {plan.get('maxModelLen')}, KV capacity {plan.get('kvTokenCapacity')} "
+            f"tokens, planned max-num-seqs {plan.get('maxNumSeqs')} (on the GPU the spec names; "
+            "here the node agent gives vLLM a 4,096-token CPU KV cache instead)")
+
+    def tuning(self) -> dict[str, Any]:
+        self.console.rule("2. Tuning Job (spec.tuning.placement: BeforeServing)")
+        seen: set[str] = set()
+
+        def tick() -> None:
+            for line in tuner_log_lines(self.loop, seen):
+                self.console.print(f"  [dim]tuner[/] {line}", highlight=False)
+
+        def tuned() -> dict[str, Any] | None:
+            svc = self.svc()
+            cond = condition(svc, "Tuned")
+            state = ((svc.get("status") or {}).get("tuning") or {}).get("state")
+            return svc if cond.get("status") == "True" or state in ("Failed",) else None
+
+        svc = self.wait("The tuning Job runs the tuner against a real vLLM (CPU)", tuned, 900,
+                        tick) or self.svc()
+        tick()
+        tuning = (svc.get("status") or {}).get("tuning") or {}
+        table = Table(title=f"Tuning: {tuning.get('state')} ({tuning.get('source', '')}), "
+                      f"{tuning.get('wallSeconds', 0):.0f} s")
+        keys = ("trial", "phase", "maxNumSeqs", "goodput", "ttftP95Ms", "itlP95Ms",
+                "preemptions", "error")
+        for col in keys:
+            table.add_column(col)
+        for row in tuning.get("table") or []:
+            table.add_row(*(_cell(row.get(k)) for k in keys))
+        if tuning.get("table"):
+            self.console.print(table)
+        self.console.print(f"best {tuning.get('best')}; applied {tuning.get('applied')}")
+        self.console.print(f"Tuned: {condition(svc, 'Tuned').get('message', '')}",
+                           highlight=False)
+        return svc
+
+    def rollout(self) -> dict[str, Any] | None:
+        self.console.rule("3. Rollout onto the tuned settings")
+
+        def on_tuned() -> dict[str, Any] | None:
+            want = ((self.svc().get("status") or {}).get("engine") or {}).get("maxNumSeqs")
+            pod = ready_server(self.loop, self.name)
+            return pod if pod is not None and max_num_seqs_arg(pod) == want else None
+
+        pod = self.wait("The Deployment's pod starts vLLM and passes its probes", on_tuned, 600)
+        self.show("get", "deployments,pods", "-n", self.loop.settings.namespace, "-o", "wide")
+        if pod:
+            self.console.print(f"Pod {pod['metadata']['name']} serves with --max-num-seqs "
+                               f"{max_num_seqs_arg(pod)} at {self.loop.pod_url(pod)}")
+        return pod
+
+    def load_and_adapt(self, pod: dict[str, Any]) -> None:
+        self.console.rule("4. Load (vllm.benchmarks.serve) and online adaptation (mode Apply)")
+        url = self.loop.pod_url(pod)
+        assert url is not None and self.loop.model_dir is not None
+        self.console.print(f"{LOAD.concurrency} clients, {LOAD.num_prompts} requests of "
+                           f"{LOAD.input_len}+{LOAD.output_len} tokens")
+        run = LoadRun(self.loop.vllm_python, url, self.loop.model_name, LOAD,
+                      tokenizer=str(self.loop.model_dir))
+        last = ""
+        changed = False
+        try:
+            deadline = time.monotonic() + 150
+            with self.console.status("Load runs; the operator reads Prometheus every "
+                                     "spec.adaptation.intervalSeconds"):
+                while run.running() and time.monotonic() < deadline:
+                    adaptation = (self.svc().get("status") or {}).get("adaptation") or {}
+                    decision = adaptation.get("lastDecision") or {}
+                    key = f"{decision.get('time')}"
+                    if decision and key != last:
+                        last = key
+                        changed = changed or decision.get("action") in ("lower", "raise")
+                        self.console.print(
+                            f"  decision [bold]{decision.get('action')}[/] "
+                            f"{decision.get('from')} -> {decision.get('to')}: "
+                            f"{decision.get('reason')}  | cap in force "
+                            f"{adaptation.get('capInForce')} "
+                            f"({adaptation.get('actuation', '')})", highlight=False)
+                    time.sleep(2)
+            if run.running():
+                run.kill()
+                self.console.print("Load stopped at the demo's time limit")
+            else:
+                result = run.wait(10)
+                self.console.print(
+                    f"Benchmark: {result.get('completed')} requests, "
+                    f"{result.get('output_throughput', 0):.0f} output tok/s, TTFT p95 "
+                    f"{result.get('p95_ttft_ms', 0):.0f} ms, ITL p95 "
+                    f"{result.get('p95_itl_ms', 0):.0f} ms")
+        finally:
+            run.kill()
+        if not changed:
+            self.console.print("[yellow]The adaptation held the cap during this load[/]")
+
+    def report(self) -> None:
+        self.console.rule("5. What the user sees")
+        ns = self.loop.settings.namespace
+        self.show("get", "llms", "-n", ns, "-o", "wide")
+        self.show("get", "events", "-n", ns, "--field-selector",
+                  "involvedObject.kind=LLMService")
+
+
+def _shown(line: str) -> bool:
+    """The node agent's lines the demo shows: the substitutions it prints at start and
+    what happens to pods and Jobs; each container's own substitutions and command lines
+    go to the agent's log only (the start lists every kind)."""
+    return not re.search(r"\bpod \S+(, container \S+)?: (starting |[^:]* -> )", line)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def run_loop_demo(project: Path, kubectl: str | None, console: Console | None = None, *,
+                  keep: bool = False) -> int:
+    """Run the loop demo with the checkout ``project`` and ``kubectl``; the exit code."""
+    console = console or Console()
+    vllm_python = default_vllm_python(project)
+    missing = missing_parts(project, vllm_python, kubectl)
+    if missing:
+        console.print("[red]error[/] the loop needs: " + "; ".join(missing) +
+                      ". `bash tools/demo.sh` installs them; `llm-operator demo --tour` "
+                      "runs without an engine.")
+        return 2
+    assert kubectl is not None
+
+    def terminate(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)  # unwinds the loop: every process it started stops
+
+    signal.signal(signal.SIGTERM, terminate)
+    console.print(Panel(INTRO, title="llm-operator demo: the whole loop on one machine",
+                        border_style="yellow"))
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="llmop-loop-") as tmp:
+        agent_log = Path(tmp) / "node-agent.log"
+
+        def say(text: str) -> None:
+            with agent_log.open("a") as f:
+                f.write(text + "\n")
+            if _shown(text):
+                console.print(f"[dim]{text}[/]", highlight=False)
+
+        loop = LocalLoop(project, Path(tmp), kubectl, vllm_python=vllm_python, say=say)
+        with loop:
+            demo = LoopDemo(console, loop)
+            console.print(f"[bold cyan]$ kubectl apply -f examples/{EXAMPLE_FILE}[/]")
+            console.print(loop.apply(loop.example()), markup=False)
+            demo.plan()
+            demo.tuning()
+            pod = demo.rollout()
+            if pod is not None:
+                demo.load_and_adapt(pod)
+            demo.report()
+            if keep:
+                console.print(Panel(f"export KUBECONFIG={loop.kubeconfig}\nkubectl get llms "
+                                    "-o wide   # ... Ctrl-C to stop",
+                                    title="Still running (emulated API server, local agent)",
+                                    border_style="yellow"))
+                try:
+                    while True:
+                        time.sleep(1)
+                except KeyboardInterrupt:
+                    pass
+            console.rule("Stopping")
+            loop.kubectl("delete", "llms", demo.name, "-n", loop.settings.namespace,
+                         "--wait=false", check=False)
+    console.print(f"\nDone in {time.monotonic() - started:.0f} s. The API server and the node "
+                  "agent were emulated (not a cluster); vLLM, the tuner, Prometheus and "
+                  "kubectl were real.")
+    return 0

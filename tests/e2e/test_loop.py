@@ -1,0 +1,173 @@
+"""The loop on one machine: apply -> tuning Job runs the real tuner -> Tuned -> the
+Deployment serves on the tuned settings -> delete -> no process left.
+
+The operator is the real process and the API server the EMULATED one; the local node
+agent plays the Deployment and Job controllers and the kubelet, running each rendered
+container as a local process with the CPU build of vLLM (its substitutions:
+docs/production/node-agent.md). The model is a generated tiny Llama mapped to the
+served name; the smallest tuning budget the CRD allows (1 trial, 1 minute) keeps the
+run to a few minutes. ``placement: BeforeServing`` runs the Job before the serving pod,
+so only one vLLM server runs at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from llm_operator.sandbox.node_agent import PORTS_ANNOTATION, NodeAgent
+from tests.conftest import vllm_python
+from tests.integration.conftest import NAMESPACE
+from tests.support.emulator import EmulatorProcess, Kubectl, OperatorProcess, wait_for
+from tests.support.tiny_model import ensure_tiny_llama
+
+NAME = "tiny"
+VLLM_PYTHON = vllm_python()
+MANIFEST: dict[str, Any] = {
+    "apiVersion": "llmops.dev/v1alpha1",
+    "kind": "LLMService",
+    "metadata": {"name": NAME},
+    "spec": {
+        # The generated model (tests/support/tiny_model.py defaults) on a volume; the
+        # agent maps the served name to the local folder.
+        "model": {"name": NAME, "volume": {"claimName": "models"},
+                  "architecture": {"parameters": 1.0e6, "numLayers": 2, "hiddenSize": 128,
+                                   "numAttentionHeads": 4, "numKeyValueHeads": 2,
+                                   "maxContext": 4096}},
+        "gpus": {"count": 1, "product": "L4"},
+        "engine": {"maxModelLen": 1024},
+        "workload": {"inputTokens": 32, "outputTokens": 16, "concurrency": 4,
+                     "slo": {"ttftP95Ms": 30000, "itlP95Ms": 2000}},
+        "tuning": {"mode": "OnRollout", "placement": "BeforeServing", "maxTrials": 1,
+                   "maxDurationMinutes": 1, "maxRetries": 0},
+    },
+}
+
+pytestmark = pytest.mark.skipif(not VLLM_PYTHON.exists(), reason=f"no vLLM at {VLLM_PYTHON}")
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def agent(api: EmulatorProcess, kubectl: Kubectl, tmp_path: Path,
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeAgent]:
+    model = ensure_tiny_llama(tmp_path_factory.mktemp("models"), VLLM_PYTHON)
+    with NodeAgent(api.kubeconfig, NAMESPACE, tmp_path / "agent", vllm_python=VLLM_PYTHON,
+                   models={NAME: model}) as a:
+        yield a
+    assert a.pids() == [], "stop() left processes behind"
+
+
+def condition(kubectl: Kubectl, ctype: str) -> dict[str, Any]:
+    svc = kubectl.get("llms", NAME, NAMESPACE) or {}
+    for cond in (svc.get("status") or {}).get("conditions") or []:
+        if cond["type"] == ctype:
+            return dict(cond)
+    return {}
+
+
+def server_pod(kubectl: Kubectl) -> dict[str, Any] | None:
+    out = kubectl.run("get", "pods", "-n", NAMESPACE, "-l",
+                      f"llmops.dev/llmservice={NAME},llmops.dev/component=server",
+                      "-o", "json").stdout
+    for p in json.loads(out)["items"]:
+        conds = {c["type"]: c["status"] for c in p.get("status", {}).get("conditions", [])}
+        if conds.get("Ready") == "True":
+            return dict(p)
+    return None
+
+
+def job_pod_log(agent: NodeAgent) -> str:
+    logs = sorted(agent.workdir.glob("pods/*/containers/*/log"))
+    return "\n".join(f"== {p}\n{p.read_text(errors='replace')[-3000:]}" for p in logs)
+
+
+@pytest.mark.timeout(1500)
+def test_apply_tune_serve_delete(agent: NodeAgent, kubectl: Kubectl,
+                                 operator: OperatorProcess, tmp_path: Path) -> None:
+    t0 = time.monotonic()
+    path = tmp_path / "llms.yaml"
+    path.write_text(yaml.safe_dump(MANIFEST))
+    kubectl.apply(path, NAMESPACE)
+
+    # BeforeServing: the tuning Job first, no Deployment yet.
+    job = wait_for(lambda: (kubectl.get("jobs", namespace=NAMESPACE) or {}).get("items"), 60,
+                   "the tuning Job")[0]
+    assert kubectl.get("deployment", NAME, NAMESPACE) is None
+    try:
+        tuned = wait_for(lambda: (c := condition(kubectl, "Tuned")).get("status") in (
+            "True", "False") and c, 600, "the Tuned condition")
+    except AssertionError:
+        raise AssertionError(f"no Tuned condition; logs:\n{job_pod_log(agent)}") from None
+    assert tuned["status"] == "True", (tuned, job_pod_log(agent))
+    t_tuned = time.monotonic() - t0
+    svc = kubectl.get("llms", NAME, NAMESPACE) or {}
+    tuning = svc["status"]["tuning"]
+    assert tuning["state"] == "Succeeded", tuning
+    # The Job ran the real tuner: its pod ended Succeeded with the result as its message.
+    assert job["metadata"]["name"].startswith(f"{NAME}-tune-")
+
+    # The Deployment serves, with the applied settings, on the local port.
+    pod = wait_for(lambda: server_pod(kubectl), 300, "a Ready server pod")
+    ready = wait_for(lambda: (c := condition(kubectl, "Ready")).get("status") == "True" and c,
+                     60, "the LLMService's Ready condition")
+    t_ready = time.monotonic() - t0
+    dep = kubectl.get("deployment", NAME, NAMESPACE) or {}
+    args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    applied = (tuning.get("applied") or {}).get("maxNumSeqs")
+    if applied is not None:
+        assert args[args.index("--max-num-seqs") + 1] == str(applied)
+    port = json.loads(pod["metadata"]["annotations"][PORTS_ANNOTATION])["http"]
+    body = json.dumps({"model": NAME, "prompt": "hello world", "max_tokens": 4}).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        answer = json.loads(r.read())
+    assert answer["choices"][0]["text"] is not None
+    assert ready["reason"] == "Serving"
+
+    # Kill the engine: the agent (as the kubelet) restarts the container, and the
+    # operator's Ready condition follows it down and up again.
+    name = pod["metadata"]["name"]
+    pid = agent.container_pid(name, "vllm")
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    down = wait_for(lambda: (c := condition(kubectl, "Ready")).get("status") == "False" and c,
+                    60, "Ready False after the engine was killed")
+    assert down["reason"] == "WaitingForReplicas", down
+
+    def restarted() -> dict[str, Any] | None:
+        p = kubectl.get("pod", name, NAMESPACE) or {}
+        cs = (p.get("status", {}).get("containerStatuses") or [{}])[0]
+        return cs if cs.get("restartCount") == 1 and cs.get("ready") else None
+    cs = wait_for(restarted, 300, "the restarted engine to be ready")
+    assert cs["lastState"]["terminated"]["exitCode"] == 137
+    wait_for(lambda: condition(kubectl, "Ready").get("status") == "True", 60,
+             "Ready True again")
+    t_restarted = time.monotonic() - t0
+
+    # Delete: the emulator's garbage collector removes the Deployment, the agent stops
+    # the processes; nothing is left.
+    running = agent.pids()
+    assert running
+    kubectl.run("delete", "llms", NAME, "-n", NAMESPACE, timeout=60)
+    wait_for(lambda: not agent.pids() and not any(alive(p) for p in running), 120,
+             "every process to stop after the delete")
+    sys.stdout.write(f"\nTuned after {t_tuned:.0f} s, Ready after {t_ready:.0f} s, "
+                     f"Ready again after the kill at {t_restarted:.0f} s, "
+                     f"total {time.monotonic() - t0:.0f} s\n")

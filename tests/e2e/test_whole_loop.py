@@ -1,0 +1,164 @@
+"""The whole loop on one machine (the e2e tier): apply -> a Tuned condition from a real
+tuner run -> the Deployment rolled onto the tuned settings -> under load the adaptation
+changes the cap live -> a spec change re-plans -> delete stops every process.
+
+Emulated: the API server (kmock, the project's emulator) and the node agent (the
+Deployment/Job controllers and the kubelet, running containers as local processes).
+Real: kubectl, the operator process, vLLM (CPU build) serving a generated tiny Llama, the
+tuner in the tuning Job, vLLM's benchmark as the load, and Prometheus finding the pod
+only through the rendered PodMonitor. Budget: about 5 minutes on 2 cores (one vLLM at a
+time: the example tunes BeforeServing).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from llm_operator.sandbox.demo import kubectl_binary
+from llm_operator.sandbox.loop import (
+    LocalLoop,
+    condition,
+    default_vllm_python,
+    max_num_seqs_arg,
+    missing_parts,
+    ready_server,
+    server_pods,
+)
+from llm_operator.sandbox.vllm_load import Load, LoadRun
+from tests.support.emulator import ROOT
+
+T = TypeVar("T")
+# Bounds, not expectations: on an idle 2-core machine the test takes about 5 minutes; the
+# bounds leave room for waiting on the machine-wide vLLM lock (LLMOP_VLLM_LOCK).
+pytestmark = [pytest.mark.timeout(1500)]
+VLLM_PYTHON = default_vllm_python(ROOT)
+KUBECTL = kubectl_binary()
+MISSING = missing_parts(ROOT, VLLM_PYTHON, KUBECTL)
+
+
+def wait(what: str, probe: Callable[[], T | None], timeout: float, loop: LocalLoop) -> T:
+    """Poll until ``probe`` gives something true; fail with the operator's log tail."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = probe()
+        if result:
+            return result
+        time.sleep(1.0)
+    tail = loop.operator_log.read_text(errors="replace")[-3000:]
+    pytest.fail(f"gave up after {timeout:.0f} s waiting for {what}; operator log:\n{tail}")
+
+
+def alive(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def loop(tmp_path: Path) -> Iterator[LocalLoop]:
+    if MISSING:
+        pytest.skip("; ".join(MISSING))
+    assert KUBECTL is not None
+    lines: list[str] = []
+    with LocalLoop(ROOT, tmp_path, KUBECTL, vllm_python=VLLM_PYTHON,
+                   say=lines.append) as running:
+        yield running
+    assert running.operator is not None and running.operator.poll() is not None
+
+
+def test_the_whole_loop(loop: LocalLoop) -> None:
+    example = loop.example()
+    name = example["metadata"]["name"]
+    # The e2e budget: one trial (vLLM's defaults, measured by the real tuner), no retry.
+    example["spec"]["tuning"].update(maxTrials=1, maxRetries=0)
+    loop.apply(example)
+
+    def svc() -> dict[str, Any]:
+        return loop.get("llms", name)
+
+    # 1. A Tuned condition from a real tuner run (the tuning Job, before serving).
+    tuned = wait("Tuned=True", lambda: (s := svc()) and condition(s, "Tuned").get(
+        "status") == "True" and s, 900, loop)
+    tuning = tuned["status"]["tuning"]
+    assert tuning["state"] == "Succeeded" and tuning["trials"] >= 1, tuning
+    assert any("goodput" in row for row in tuning.get("table") or []), tuning
+    assert tuning["source"] == "job", tuning  # measured by the Job, not from the cache
+    jobs = loop.get("jobs").get("items") or []
+    assert len(jobs) <= 1 and all((j.get("status") or {}).get("succeeded") == 1 for j in jobs)
+
+    # 2. The Deployment rolled onto the tuned settings: a Ready pod running them.
+    def on_tuned() -> dict[str, Any] | None:
+        want = (svc()["status"].get("engine") or {}).get("maxNumSeqs")
+        pod = ready_server(loop, name)
+        return pod if pod is not None and max_num_seqs_arg(pod) == want else None
+
+    pod = wait("a Ready pod on the tuned --max-num-seqs", on_tuned, 420, loop)
+    wait("Ready=True", lambda: condition(svc(), "Ready").get("status") == "True", 60, loop)
+    start_cap = svc()["status"]["engine"]["maxNumSeqs"]
+
+    # 3. Under load the adaptation changes the cap, live: the same pod, no restart.
+    url = loop.pod_url(pod)
+    assert url is not None and loop.model_dir is not None
+    run = LoadRun(loop.vllm_python, url, loop.model_name,
+                  Load(concurrency=32, num_prompts=2000, input_len=128, output_len=128),
+                  tokenizer=str(loop.model_dir))
+    try:
+        def changed() -> dict[str, Any] | None:
+            adaptation = svc()["status"].get("adaptation") or {}
+            decision = adaptation.get("lastDecision") or {}
+            if decision.get("action") in ("lower", "raise") and \
+                    adaptation.get("capInForce") == adaptation.get("maxNumSeqs"):
+                return adaptation
+            return None
+
+        adaptation = wait("the adaptation to change the cap and the engine to report it",
+                          changed, 180, loop)
+    finally:
+        run.kill()
+    assert adaptation["maxNumSeqs"] != start_cap
+    assert condition(svc(), "MetricsAvailable").get("status") == "True"
+    same = server_pods(loop, name)
+    assert [p["metadata"]["name"] for p in same] == [pod["metadata"]["name"]]  # no rollout
+    events = loop.kubectl("get", "events", "-n", loop.settings.namespace, "-o", "json")
+    reasons = {e.get("reason") for e in json.loads(events)["items"]}
+    assert reasons & {"MaxNumSeqsLowered", "MaxNumSeqsRaised"}, reasons
+
+    # 4. A spec change re-plans (and re-renders the Deployment).
+    changed_spec = copy.deepcopy(svc())
+    generation = changed_spec["metadata"]["generation"]
+    loop.kubectl("patch", "llms", name, "-n", loop.settings.namespace, "--type", "merge",
+                 "-p", json.dumps({"spec": {"engine": {"maxModelLen": 512},
+                                            "tuning": {"mode": "Manual"}}}))
+    replanned = wait("a plan for the new generation", lambda: (s := svc()) and condition(
+        s, "Planned").get("observedGeneration", 0) > generation and s, 60, loop)
+    assert replanned["status"]["plan"]["maxModelLen"] == 512
+    def rendered_512() -> bool:
+        template = (loop.get("deployment", name).get("spec") or {}).get("template") or {}
+        args = [a for c in (template.get("spec") or {}).get("containers") or []
+                for a in c.get("args") or []]
+        return any(args[i:i + 2] == ["--max-model-len", "512"] for i in range(len(args)))
+
+    wait("the Deployment rendered with --max-model-len 512", rendered_512, 60, loop)
+
+    # 5. Delete: every pod, child and process goes.
+    pids = loop.pids()
+    assert pids
+    loop.kubectl("delete", "llms", name, "-n", loop.settings.namespace, "--wait=false")
+    wait("every child and pod gone", lambda: not any(
+        loop.get(kind).get("items") for kind in ("deployments", "jobs", "pods", "podmonitors")),
+        120, loop)
+    wait("every process the agent ran stopped",
+         lambda: not loop.pids() and not any(alive(p) for p in pids), 60, loop)
+    assert loop.discovery is not None and loop.discovery.prometheus is not None
+    wait("Prometheus scraping nothing", lambda: loop.discovery is not None
+         and loop.discovery.prometheus is not None
+         and not loop.discovery.prometheus.targets(), 30, loop)
