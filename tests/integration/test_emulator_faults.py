@@ -134,3 +134,17 @@ def test_a_slow_watch_delivers_late_and_a_closed_watch_ends_mid_stream(
     # A client resuming from the last resourceVersion it saw gets the event it missed.
     status, body = http(server, "GET", CMS)
     assert "lost-here" in [o["metadata"]["name"] for o in body["items"]]
+
+
+def test_a_child_created_for_an_owner_already_gone_is_collected(server: EmulatorThread) -> None:
+    assert http(server, "POST", CMS, cm("owner"))[0] == 201
+    owner = http(server, "GET", CMS + "/owner")[1]
+    assert http(server, "DELETE", CMS + "/owner")[0] == 200
+    late = cm("late-child")
+    late["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "ConfigMap",
+                                            "name": "owner", "uid": owner["metadata"]["uid"]}]
+    assert http(server, "POST", CMS, late)[0] == 201  # accepted, as a real server does
+    deadline = time.monotonic() + 5
+    while http(server, "GET", CMS + "/late-child")[0] == 200 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert http(server, "GET", CMS + "/late-child")[0] == 404

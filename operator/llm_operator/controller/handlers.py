@@ -47,8 +47,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
+import aiohttp
 import kopf
 
 from ..constants import (
@@ -67,7 +69,7 @@ from ..settings import Settings
 from ..tuning.control import ObservedJob
 from .adaptation import AdaptationLoop
 from .context import CONTEXT_KEY, OperatorContext, operator_context
-from .kube import KubeClient, owner_name
+from .kube import ApiError, KubeClient, owner_name
 from .pods import pod_service_key, pods_changed
 from .reconcile import delete_owned, reconcile, workload_changed, write_status
 from .tuning import delete_tuning_jobs, tuning_progress_loop, tuning_step
@@ -79,6 +81,25 @@ SERVER_POD_LABELS = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: COMPONENT_SE
 MANAGED_WATCHES = (("apps", "v1", "deployments"), ("leaderworkerset.x-k8s.io", "v1",
                                                    "leaderworkersets"), ("batch", "v1", "jobs"),
                    ("", "v1", "pods"))
+
+
+# API server faults (a 5xx, 429, a timeout, a dropped connection) in a handler: retried
+# soon (kopf's default for an unexpected error is 60 s), every step being idempotent.
+API_FAULT_RETRY_SECONDS = 5
+
+
+@contextlib.asynccontextmanager
+async def _api_faults_retried() -> AsyncIterator[None]:
+    try:
+        yield
+    except ApiError as exc:
+        if exc.status < 500 and exc.status != 429:
+            raise
+        raise kopf.TemporaryError(f"the API server failed: {exc}",
+                                  delay=API_FAULT_RETRY_SECONDS) from exc
+    except (TimeoutError, aiohttp.ClientError) as exc:
+        raise kopf.TemporaryError(f"the API server did not answer: {exc!r}",
+                                  delay=API_FAULT_RETRY_SECONDS) from exc
 
 
 # --------------------------------------------------------------------------- operator
@@ -155,11 +176,12 @@ async def llmservice_reconcile(
 ) -> None:
     """Create, update and resume: one reconciliation (idempotent)."""
     ctx = operator_context(memo)
-    with ctx.metrics.timed_reconcile("handler"):
-        outcome = await reconcile(body, ctx, logger, created=reason == "create")
-    # Written now, not staged in kopf's patch: kopf sends that without a precondition at
-    # the end of the cycle, over whatever a workload event or the tuning step wrote since.
-    await write_status(ctx, body, outcome.status_patch)
+    async with _api_faults_retried():
+        with ctx.metrics.timed_reconcile("handler"):
+            outcome = await reconcile(body, ctx, logger, created=reason == "create")
+        # Written now, not staged in kopf's patch: kopf sends that without a precondition
+        # at the end of the cycle, over whatever a workload event or the tuning step wrote.
+        await write_status(ctx, body, outcome.status_patch)
     if outcome.error is not None:
         raise outcome.error
 
@@ -229,8 +251,9 @@ async def llmservice_tuning(
     """Create, update and resume: one tuning step (after the ``reconcile`` handler)."""
     if body.meta.get("deletionTimestamp"):
         return
-    await tuning_step(operator_context(memo), body.meta.namespace or "default",
-                      body.meta.name or "", logger)
+    async with _api_faults_retried():
+        await tuning_step(operator_context(memo), body.meta.namespace or "default",
+                          body.meta.name or "", logger)
 
 
 def _finished_or_gone(body: kopf.Body, type: str | None, **_: Any) -> bool:

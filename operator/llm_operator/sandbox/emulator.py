@@ -37,8 +37,9 @@ too simple for kopf and kubectl, so this subclass serves resource paths itself:
   resources whose CRD declares one (``specReplicasPath``, ``statusReplicasPath``,
   ``labelSelectorPath``): what ``kubectl scale`` and a HorizontalPodAutoscaler use;
 - garbage collection of dependents, in the background: when an object is removed, the
-  objects whose every owner reference names a removed object are deleted too (no
-  foreground deletion, no orphaning);
+  objects whose every owner reference names a removed object are deleted too, and an
+  object created with owner references none of which names an existing object (by uid)
+  is deleted a second later (no foreground deletion, no orphaning);
 - admission, in part: a custom resource's ``spec`` is pruned to what its CRD's
   structural schema knows (a real server drops unknown fields too, and only warns the
   client), and a name, label or resource name the API server's validation refuses is a
@@ -115,6 +116,7 @@ CONTENT_STRATEGIC = "application/strategic-merge-patch+json"
 CONTENT_APPLY = "application/apply-patch+yaml"
 FAULTS_PATH = "/emulator/faults"
 WATCHES_PATH = "/emulator/watches"
+GC_ORPHAN_DELAY_SECONDS = 1.0  # a dependent created for an absent owner goes after this
 # The scale subresource of the built-in kinds that have one (spec, status, selector).
 _BUILTIN_SCALE: dict[tuple[str, str], tuple[str, str, str]] = {
     ("apps", "deployments"): (".spec.replicas", ".status.replicas", ".spec.selector"),
@@ -948,7 +950,28 @@ class EmulatedAPIServer(kmock.KubernetesEmulator):
             self._allocate_cluster_ip(obj)
         if t.group == CRD_GROUP and t.plural == "customresourcedefinitions":
             obj["status"] = self._crd_status(obj)
-        return self._store(t, key, self._bump(obj), "ADDED")
+        stored = self._store(t, key, self._bump(obj), "ADDED")
+        self._collect_if_orphan(key)
+        return stored
+
+    def _collect_if_orphan(self, key: Key) -> None:
+        """A dependent created after its owners went (a controller that wrote a child for
+        an object deleted meanwhile) is deleted a moment later, as kube-controller-
+        manager's garbage collector does for owner references to absent objects."""
+        refs = self.objects_by_key[key]["metadata"].get("ownerReferences") or []
+        if not any(r.get("uid") for r in refs):
+            return
+
+        def collect() -> None:
+            obj = self.objects_by_key.get(key)
+            alive = {o["metadata"].get("uid") for o in self.objects_by_key.values()}
+            refs = (obj or {}).get("metadata", {}).get("ownerReferences") or []
+            if obj is not None and refs and not any(r.get("uid") in alive for r in refs):
+                self._delete_key(key, obj)
+        try:
+            asyncio.get_running_loop().call_later(GC_ORPHAN_DELAY_SECONDS, collect)
+        except RuntimeError:  # no loop (setup code): collect at once
+            collect()
 
     def _default_custom_resource(self, t: Target, obj: JSON) -> None:
         """Admit a write that changes the object, as the API server does: drop the fields
