@@ -576,6 +576,13 @@ def data_quality(
             "(LLMOP_PROMETHEUS_SERVICE_LABEL)")
     if obs.error is not None:
         return MetricsReason.UNAVAILABLE, f"Prometheus is unavailable ({obs.error})"
+    if obs.samples and obs.running_mean is not None and obs.last_sample_at is None:
+        # Samples in the window, none now: Prometheus marked the series stale (its target
+        # stopped answering, or the pods went), so the window's figures are of the past.
+        return MetricsReason.STALE, (
+            f"stale data: vllm:num_requests_running has {obs.samples} samples in the last "
+            f"{window} but none now (Prometheus marked the series stale): is the scrape "
+            "failing or are the pods gone?")
     if obs.samples == 0 or obs.running_mean is None or obs.last_sample_at is None:
         return MetricsReason.NO_SAMPLES, (
             f"no samples of vllm:num_requests_running in the last {window}")

@@ -213,13 +213,15 @@ def fetch_observations(
     query = batched_query(window_seconds, service_label, namespace_label)
     try:
         result = client.custom_query(query, params={"time": f"{now:.3f}"})
+        if not isinstance(result, list) or not all(isinstance(r, dict) for r in result):
+            raise ValueError(f"not a Prometheus instant vector: {str(result)[:80]!r}")
+        observed = parse_result(result, now, window_seconds, service_label, namespace_label)
     except Exception as exc:  # noqa: BLE001 - any failure of the client is "unavailable"
         why = _describe(exc)
         log.warning("Prometheus query failed: %s", why)
         if on_error is not None:
             on_error(exc)
         return {k: unavailable(k[0], k[1], now, window_seconds, why) for k in wanted}
-    observed = parse_result(result, now, window_seconds, service_label, namespace_label)
     return {k: observed[k] for k in wanted if k in observed}
 
 

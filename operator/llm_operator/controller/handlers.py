@@ -11,7 +11,9 @@ and renaming a function must not change them.
 - index ``llmservices_by_name``: each LLMService's latest body, so that workload and Job
   events, and the adaptation loop, need no API call to find it.
 - ``reconcile`` (create, update, resume): :func:`.reconcile.reconcile`, then one status
-  write; an unservable spec raises a permanent error.
+  write; an unservable spec raises a permanent error. An API server failure (5xx, 429,
+  a timeout) there or in ``tuning`` is retried after :data:`API_FAULT_RETRY_SECONDS`,
+  doubling while it lasts.
 - ``cleanup`` (delete, optional): the children it owns.
 - ``workload-status``/``workload-status-lws``: a managed workload changed.
 - ``tuning`` (create, update, resume; after ``reconcile``), ``tuning-job`` (a tuning Job
@@ -47,8 +49,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
+import aiohttp
 import kopf
 
 from ..constants import (
@@ -67,7 +71,7 @@ from ..settings import Settings
 from ..tuning.control import ObservedJob
 from .adaptation import AdaptationLoop
 from .context import CONTEXT_KEY, OperatorContext, operator_context
-from .kube import KubeClient, owner_name
+from .kube import ApiError, KubeClient, owner_name
 from .pods import pod_service_key, pods_changed
 from .reconcile import delete_owned, reconcile, workload_changed, write_status
 from .tuning import delete_tuning_jobs, tuning_progress_loop, tuning_step
@@ -79,6 +83,28 @@ SERVER_POD_LABELS = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: COMPONENT_SE
 MANAGED_WATCHES = (("apps", "v1", "deployments"), ("leaderworkerset.x-k8s.io", "v1",
                                                    "leaderworkersets"), ("batch", "v1", "jobs"),
                    ("", "v1", "pods"))
+
+
+# API server faults (a 5xx, 429, a timeout, a dropped connection) in a handler: retried
+# soon (kopf's default for an unexpected error is a flat 60 s), every step being
+# idempotent, backing off while they last (5, 10, 20, 40, 60 s ...): an overloaded
+# server is not hammered by every service at once.
+API_FAULT_RETRY_SECONDS = 5
+API_FAULT_MAX_RETRY_SECONDS = 60
+
+
+@contextlib.asynccontextmanager
+async def _api_faults_retried(retry: int) -> AsyncIterator[None]:
+    delay = min(API_FAULT_MAX_RETRY_SECONDS, API_FAULT_RETRY_SECONDS * 2 ** min(retry, 8))
+    try:
+        yield
+    except ApiError as exc:
+        if exc.status < 500 and exc.status != 429:
+            raise
+        raise kopf.TemporaryError(f"the API server failed: {exc}", delay=delay) from exc
+    except (TimeoutError, aiohttp.ClientError) as exc:
+        raise kopf.TemporaryError(f"the API server did not answer: {exc!r}",
+                                  delay=delay) from exc
 
 
 # --------------------------------------------------------------------------- operator
@@ -151,15 +177,17 @@ def llmservices_by_name(
 @kopf.on.create(GROUP, VERSION, PLURAL, id="reconcile")
 @kopf.on.update(GROUP, VERSION, PLURAL, id="reconcile")
 async def llmservice_reconcile(
-    body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, reason: str, **_: Any,
+    body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, reason: str, retry: int = 0,
+    **_: Any,
 ) -> None:
     """Create, update and resume: one reconciliation (idempotent)."""
     ctx = operator_context(memo)
-    with ctx.metrics.timed_reconcile("handler"):
-        outcome = await reconcile(body, ctx, logger, created=reason == "create")
-    # Written now, not staged in kopf's patch: kopf sends that without a precondition at
-    # the end of the cycle, over whatever a workload event or the tuning step wrote since.
-    await write_status(ctx, body, outcome.status_patch)
+    async with _api_faults_retried(retry):
+        with ctx.metrics.timed_reconcile("handler"):
+            outcome = await reconcile(body, ctx, logger, created=reason == "create")
+        # Written now, not staged in kopf's patch: kopf sends that without a precondition
+        # at the end of the cycle, over whatever a workload event or the tuning step wrote.
+        await write_status(ctx, body, outcome.status_patch)
     if outcome.error is not None:
         raise outcome.error
 
@@ -224,13 +252,14 @@ async def server_pod_event(
 @kopf.on.create(GROUP, VERSION, PLURAL, id="tuning")
 @kopf.on.update(GROUP, VERSION, PLURAL, id="tuning")
 async def llmservice_tuning(
-    body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: Any,
+    body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, retry: int = 0, **_: Any,
 ) -> None:
     """Create, update and resume: one tuning step (after the ``reconcile`` handler)."""
     if body.meta.get("deletionTimestamp"):
         return
-    await tuning_step(operator_context(memo), body.meta.namespace or "default",
-                      body.meta.name or "", logger)
+    async with _api_faults_retried(retry):
+        await tuning_step(operator_context(memo), body.meta.namespace or "default",
+                          body.meta.name or "", logger)
 
 
 def _finished_or_gone(body: kopf.Body, type: str | None, **_: Any) -> bool:

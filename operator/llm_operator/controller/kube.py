@@ -204,7 +204,12 @@ class KubeClient:
 
     def __init__(self, config: kubernetes.client.Configuration, timeout: float = 30.0) -> None:
         self._cfg = config
-        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        # The timeout is the API server's: connecting and each read. Not ``total``, which
+        # counts the wait for a free connection of our own pool too: under a burst (1,000
+        # services at once) every queued request then "timed out" without ever being sent,
+        # and the retries queued again (tests/integration/test_kube_timeouts.py).
+        self._timeout = aiohttp.ClientTimeout(total=None, connect=None,
+                                              sock_connect=timeout, sock_read=timeout)
         self._session: aiohttp.ClientSession | None = None
         self._ssl: ssl.SSLContext | bool = self._ssl_context(config)
         self._groups: set[str] | None = None

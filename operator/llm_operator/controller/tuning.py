@@ -42,6 +42,7 @@ clusters for nothing. ``ttlSecondsAfterFinished`` removes Jobs a stopped operato
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -140,6 +141,9 @@ async def tuning_step(
             pods = await ctx.kube.list("v1", "Pod", namespace, f"job-name={job_name}")
             if job.finished:
                 message = tc.termination_message(pods)
+                why = tc.pod_failure(pods) if job.phase is tc.JobPhase.FAILED else ""
+                if why:  # evicted, OOM-killed: said in the failure, not only the Job's reason
+                    job = dataclasses.replace(job, reason=f"{job.reason} ({why})")
             else:
                 pending = tc.pending_pod(pods, job, now)
         cached = None

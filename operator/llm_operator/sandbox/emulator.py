@@ -37,8 +37,9 @@ too simple for kopf and kubectl, so this subclass serves resource paths itself:
   resources whose CRD declares one (``specReplicasPath``, ``statusReplicasPath``,
   ``labelSelectorPath``): what ``kubectl scale`` and a HorizontalPodAutoscaler use;
 - garbage collection of dependents, in the background: when an object is removed, the
-  objects whose every owner reference names a removed object are deleted too (no
-  foreground deletion, no orphaning);
+  objects whose every owner reference names a removed object are deleted too, and an
+  object created with owner references none of which names an existing object (by uid)
+  is deleted a second later (no foreground deletion, no orphaning);
 - admission, in part: a custom resource's ``spec`` (and its ``status``, written through
   the status subresource) is pruned to what its CRD's structural schema knows (a real
   server drops unknown fields too, and only warns the client), and a name, label or
@@ -46,7 +47,25 @@ too simple for kopf and kubectl, so this subclass serves resource paths itself:
 - fault injection for tests: ``POST /emulator/faults`` with ``{"method", "plural",
   "name" (optional), "code", "times"}`` makes the next ``times`` matching requests fail
   with ``code`` (e.g. a 403 as missing RBAC gives); ``GET`` lists what is left;
-  ``GET /emulator/watches`` lists the open watches with their selectors.
+  ``GET /emulator/watches`` lists the open watches with their selectors. Optional keys,
+  each small and separate (:meth:`EmulatedAPIServer.add_fault`):
+
+  - ``method`` and ``plural`` may also be a list or ``"*"`` (any request; any resource);
+  - ``subresource`` (e.g. ``"status"``): match requests to that subresource (without
+    it, only requests to the object itself match, as before);
+  - ``delay`` (seconds): the request is answered that much later (with ``code`` if one is
+    given, else normally): a client whose timeout is shorter gives up first;
+  - ``rate`` (0 to 1) and ``seed``: each matching request fails with that probability
+    (a random fault rate for churn tests); ``times`` then caps the failures injected
+    (unlimited when absent);
+  - ``"method": "WATCH"`` acts on the events of open watches of ``plural`` instead of
+    on requests: with ``delay`` each of the next ``times`` events is delivered that much
+    later (a slow watch), with ``"close": true`` the stream is ended before the next
+    event (a watch closed mid-stream; the client must re-list or resume from its last
+    resourceVersion, as against a real API server). ``GET`` faults still match the
+    request that opens a watch.
+
+  ``GET /emulator/faults`` also reports ``injected``: how many faults fired so far.
 
 Still NOT emulated (tests play these parts or do without): scheduler, kubelet and every
 controller (a Deployment gets no status unless somebody writes it), admission webhooks,
@@ -66,6 +85,7 @@ import copy
 import dataclasses
 import datetime as dt
 import json
+import random
 import re
 import secrets
 import signal
@@ -96,6 +116,7 @@ CONTENT_STRATEGIC = "application/strategic-merge-patch+json"
 CONTENT_APPLY = "application/apply-patch+yaml"
 FAULTS_PATH = "/emulator/faults"
 WATCHES_PATH = "/emulator/watches"
+GC_ORPHAN_DELAY_SECONDS = 1.0  # a dependent created for an absent owner goes after this
 # The scale subresource of the built-in kinds that have one (spec, status, selector).
 _BUILTIN_SCALE: dict[tuple[str, str], tuple[str, str, str]] = {
     ("apps", "deployments"): (".spec.replicas", ".status.replicas", ".spec.selector"),
@@ -464,6 +485,7 @@ class EmulatedAPIServer(kmock.KubernetesEmulator):
     # Server-side apply: the fields each manager applied last, per object (never shown).
     _applied: dict[Key, dict[str, set[FieldPath]]] = attrs.field(factory=dict, init=False)
     faults: list[JSON] = attrs.field(factory=list, init=False)
+    injected: int = attrs.field(default=0, init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -498,39 +520,85 @@ class EmulatedAPIServer(kmock.KubernetesEmulator):
         if target is None:
             return await super().__call__(raw_request)  # discovery & co: kmock serves them
         try:
-            self._inject_fault(raw_request.method.upper(), target)
+            await self._inject_fault_async(raw_request, target)
             return await self._serve(raw_request, target)
         except ApiError as exc:
             return aiohttp.web.json_response(exc.status(), status=exc.code)
 
     # ----------------------------------------------------------------- fault injection
-    def add_fault(self, method: str, plural: str, code: int, name: str | None = None,
-                  times: int = 1) -> None:
-        """Fail the next ``times`` requests ``method`` on ``plural`` (and ``name``)."""
-        self.faults.append({"method": method.upper(), "plural": plural, "name": name,
-                            "code": int(code), "times": int(times)})
+    def add_fault(self, method: str | list[str], plural: str | list[str], code: int = 0,
+                  name: str | None = None, times: int | None = 1, *,
+                  subresource: str | None = None, delay: float = 0.0,
+                  rate: float | None = None, seed: int | None = None,
+                  close: bool = False) -> None:
+        """Fail (``code``), delay (``delay`` seconds) or, for ``"WATCH"``, slow down or
+        close the next ``times`` matching requests or watch events (see the module
+        docstring); with ``rate``, each match fires with that probability."""
+        methods = [method] if isinstance(method, str) else list(method)
+        self.faults.append({
+            "method": [m.upper() for m in methods], "plural": plural, "name": name,
+            "code": int(code or 0), "times": None if times is None else int(times),
+            "subresource": subresource, "delay": float(delay or 0.0),
+            "rate": None if rate is None else float(rate), "close": bool(close),
+            "_random": random.Random(seed)})
 
     async def _serve_faults(self, req: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
         if req.method.upper() == "POST":
             spec = json.loads(await req.read() or b"{}")
-            self.add_fault(spec["method"], spec["plural"], spec["code"], spec.get("name"),
-                           spec.get("times", 1))
+            default_times = None if spec.get("rate") is not None else 1
+            self.add_fault(spec["method"], spec["plural"], spec.get("code", 0), spec.get("name"),
+                           spec.get("times", default_times),
+                           subresource=spec.get("subresource"), delay=spec.get("delay", 0.0),
+                           rate=spec.get("rate"), seed=spec.get("seed"),
+                           close=spec.get("close", False))
         elif req.method.upper() == "DELETE":
             self.faults.clear()
-        return aiohttp.web.json_response({"faults": self.faults})
+        return aiohttp.web.json_response({
+            "faults": [{k: v for k, v in f.items() if not k.startswith("_")}
+                       for f in self.faults],
+            "injected": self.injected})
 
-    def _inject_fault(self, method: str, t: Target) -> None:
-        for fault in self.faults:
-            if fault["method"] == method and fault["plural"] == t.plural and (
-                    fault["name"] in (None, t.name)) and t.subresource is None:
+    def _take_fault(self, method: str, plural: str, name: str | None,
+                    subresource: str | None) -> JSON | None:
+        """The first fault that matches and fires now (its ``times`` counted down)."""
+        for fault in list(self.faults):
+            plurals = fault["plural"]
+            if not ((method in fault["method"]
+                     or ("*" in fault["method"] and method != "WATCH"))
+                    and (plurals == "*" or plural == plurals
+                         or (isinstance(plurals, list) and plural in plurals))
+                    and fault["name"] in (None, name)
+                    and fault["subresource"] == subresource):
+                continue
+            if fault["rate"] is not None and fault["_random"].random() >= fault["rate"]:
+                continue
+            if fault["times"] is not None:
                 fault["times"] -= 1
                 if fault["times"] <= 0:
                     self.faults.remove(fault)
-                reason = {403: "Forbidden", 409: "Conflict", 500: "InternalError"}.get(
-                    fault["code"], "InjectedFault")
-                raise ApiError(fault["code"], reason,
-                               f"injected fault: {method} {t.plural}/{t.name or ''} "
-                               f"answers {fault['code']}")
+            self.injected += 1
+            return fault
+        return None
+
+    async def _inject_fault_async(self, req: aiohttp.web.BaseRequest, t: Target) -> None:
+        fault = self._take_fault(req.method.upper(), t.plural, t.name, t.subresource)
+        if fault is None:
+            return
+        if fault["delay"]:
+            # The body is read first: a client that gives up meanwhile does not cancel a
+            # write the server already received (as with a real API server).
+            await req.read()
+            await asyncio.sleep(fault["delay"])
+        if fault["code"]:
+            self._raise_fault(fault, req.method.upper(), t)
+
+    @staticmethod
+    def _raise_fault(fault: JSON, method: str, t: Target) -> None:
+        reason = {403: "Forbidden", 409: "Conflict", 500: "InternalError",
+                  503: "ServiceUnavailable", 504: "Timeout"}.get(fault["code"], "InjectedFault")
+        raise ApiError(fault["code"], reason,
+                       f"injected fault: {method} {t.plural}/{t.name or ''} "
+                       f"answers {fault['code']}")
 
     async def _serve(self, req: aiohttp.web.BaseRequest, t: Target) -> aiohttp.web.StreamResponse:
         info = self._info(t.group, t.version, t.plural)
@@ -806,6 +874,11 @@ class EmulatedAPIServer(kmock.KubernetesEmulator):
                     typ, obj = await asyncio.wait_for(watcher.queue.get(), remaining)
                 except TimeoutError:
                     break
+                fault = self._take_fault("WATCH", t.plural, obj["metadata"].get("name"), None)
+                if fault is not None and fault["close"]:
+                    break  # closed mid-stream: the client resumes from what it has seen
+                if fault is not None and fault["delay"]:
+                    await asyncio.sleep(fault["delay"])  # a slow watch: delivered late
                 await resp.write(line(typ, obj))
         except (ConnectionResetError, ConnectionError):
             pass
@@ -877,7 +950,28 @@ class EmulatedAPIServer(kmock.KubernetesEmulator):
             self._allocate_cluster_ip(obj)
         if t.group == CRD_GROUP and t.plural == "customresourcedefinitions":
             obj["status"] = self._crd_status(obj)
-        return self._store(t, key, self._bump(obj), "ADDED")
+        stored = self._store(t, key, self._bump(obj), "ADDED")
+        self._collect_if_orphan(key)
+        return stored
+
+    def _collect_if_orphan(self, key: Key) -> None:
+        """A dependent created after its owners went (a controller that wrote a child for
+        an object deleted meanwhile) is deleted a moment later, as kube-controller-
+        manager's garbage collector does for owner references to absent objects."""
+        refs = self.objects_by_key[key]["metadata"].get("ownerReferences") or []
+        if not any(r.get("uid") for r in refs):
+            return
+
+        def collect() -> None:
+            obj = self.objects_by_key.get(key)
+            alive = {o["metadata"].get("uid") for o in self.objects_by_key.values()}
+            refs = (obj or {}).get("metadata", {}).get("ownerReferences") or []
+            if obj is not None and refs and not any(r.get("uid") in alive for r in refs):
+                self._delete_key(key, obj)
+        try:
+            asyncio.get_running_loop().call_later(GC_ORPHAN_DELAY_SECONDS, collect)
+        except RuntimeError:  # no loop (setup code): collect at once
+            collect()
 
     def _default_custom_resource(self, t: Target, obj: JSON) -> None:
         """Admit a write that changes the object, as the API server does: drop the fields

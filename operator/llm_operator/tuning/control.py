@@ -266,6 +266,36 @@ def termination_message(pods: Sequence[Mapping[str, Any]],
     return max(found)[1] if found else None
 
 
+def pod_failure(pods: Sequence[Mapping[str, Any]], container: str = TUNER_CONTAINER) -> str:
+    """Why a failed tuning Job's pods ended, in the kubelet's words ("" when none says):
+    a pod evicted (``status.reason`` ``Evicted``, with the node's message: memory or disk
+    pressure, a preemption) or the tuner container killed (``OOMKilled``, exit code 137,
+    or another signal). The Job's own ``Failed`` reason (``BackoffLimitExceeded``) does
+    not tell these apart, and they need different fixes."""
+    said: list[str] = []
+    for pod in sorted(pods, key=lambda p: str((p.get("metadata") or {}).get(
+            "creationTimestamp") or "")):
+        name = (pod.get("metadata") or {}).get("name")
+        status = pod.get("status") or {}
+        if status.get("reason"):
+            text = f"pod {name} {status['reason']}"
+            said.append(text + (f": {status['message']}" if status.get("message") else ""))
+            continue
+        for cs in status.get("containerStatuses") or []:
+            if cs.get("name") != container:
+                continue
+            for key in ("state", "lastState"):
+                term = (cs.get(key) or {}).get("terminated") or {}
+                code, reason = term.get("exitCode"), term.get("reason")
+                if reason == "OOMKilled" or (isinstance(code, int) and code > 128):
+                    said.append(f"container {container} of pod {name} {reason or 'killed'} "
+                                f"(exit code {code})"
+                                + ("; give the tuning pod more memory (spec.resources.memory)"
+                                   if reason == "OOMKilled" else ""))
+                    break
+    return "; ".join(dict.fromkeys(said))[:300]
+
+
 def tunable_fields(svc: LLMService) -> list[str]:
     """The engine fields a tuning run may move: those the user left to ``auto``."""
     engine = svc.spec.engine
