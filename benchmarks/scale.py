@@ -339,10 +339,12 @@ def write_results(rows: list[dict[str, Any]]) -> None:
     replace_section("scale", section)
 
 
-def parse_config(text: str) -> tuple[str, Path]:
-    """``LABEL=DIR`` (a checkout whose ``operator/`` is run) or ``LABEL`` (this one)."""
-    label, _, tree = text.partition("=")
-    return label, Path(tree).resolve() if tree else ROOT
+def parse_config(text: str) -> tuple[str, Path, Path | None]:
+    """``LABEL=DIR`` (a checkout whose ``operator/`` is run), ``LABEL=DIR:EMULATOR_DIR``
+    (the emulator from another checkout too) or ``LABEL`` (this one)."""
+    label, _, trees = text.partition("=")
+    tree, _, emu = trees.partition(":")
+    return label, Path(tree).resolve() if tree else ROOT, Path(emu).resolve() if emu else None
 
 
 def main() -> int:
@@ -351,8 +353,8 @@ def main() -> int:
     parser.add_argument("--rate", type=float, action="append",
                         help="creates per second (repeatable; 0 = one burst, the default)")
     parser.add_argument("--config", action="append", type=parse_config,
-                        help="LABEL=DIR: run the operator of checkout DIR (repeatable; "
-                             "default: this checkout, labelled 'current')")
+                        help="LABEL=DIR[:EMULATOR_DIR]: run the operator (and the emulator) "
+                             "of checkout DIR (repeatable; default: this checkout, 'current')")
     parser.add_argument("--shards", type=int, action="append",
                         help="operator processes, one namespace each (repeatable; default 1)")
     parser.add_argument("--emulator", type=Path, default=ROOT,
@@ -364,9 +366,9 @@ def main() -> int:
     parser.add_argument("--write", action="store_true",
                         help="regenerate benchmarks/RESULTS.md from every stored run")
     args = parser.parse_args()
-    configs: list[tuple[str, Path]] = args.config or [("current", ROOT)]
-    cases = [(label, tree, shards, rate, n)
-             for label, tree in configs for shards in args.shards or [1]
+    configs: list[tuple[str, Path, Path | None]] = args.config or [("current", ROOT, None)]
+    cases = [(label, tree, emu or args.emulator.resolve(), shards, rate, n)
+             for label, tree, emu in configs for shards in args.shards or [1]
              for rate in args.rate or [0.0] for n in args.n or [1000]]
     measure = bool(args.n or args.rate or args.config or args.shards) or not args.write
     rows = []
@@ -375,11 +377,10 @@ def main() -> int:
         tmp = os.environ.get("LLMOP_SCALE_LOGS") or tmp_dir
         for round_ in range(args.repeat if measure else 0):
             shift = round_ % len(cases)
-            for label, tree, shards, rate, n in cases[shift:] + cases[:shift]:
+            for label, tree, emu, shards, rate, n in cases[shift:] + cases[:shift]:
                 started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
                 row = {"started": started, "config": label,
-                       **run_once(n, Path(tmp), args.timeout, rate or None, tree, shards,
-                                 args.emulator.resolve())}
+                       **run_once(n, Path(tmp), args.timeout, rate or None, tree, shards, emu)}
                 rows.append(row)
                 if args.store:
                     store(row)
