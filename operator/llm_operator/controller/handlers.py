@@ -71,6 +71,7 @@ from ..settings import Settings
 from ..tuning.control import ObservedJob
 from .adaptation import AdaptationLoop
 from .context import CONTEXT_KEY, OperatorContext, operator_context
+from .diffbase import SlimDiffBaseStorage
 from .kube import ApiError, KubeClient, owner_name
 from .pods import pod_service_key, pods_changed
 from .reconcile import delete_owned, reconcile, workload_changed, write_status
@@ -118,7 +119,9 @@ async def operator_startup(settings: kopf.OperatorSettings, memo: kopf.Memo,
         settings.watching.label_selectors[resource] = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
         prefix=PROGRESS_PREFIX)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+    # kopf's storage, built without copying the status first (the same essence; see
+    # .diffbase): kopf's largest own cost per event in a burst of new services.
+    settings.persistence.diffbase_storage = SlimDiffBaseStorage(
         prefix=PROGRESS_PREFIX, key="last-handled-configuration")
     # kopf's own Events only for warnings and errors (a failing handler); the milestones
     # (Planned, DeploymentCreated, ...) are posted by the handlers themselves.
@@ -164,8 +167,10 @@ async def operator_cleanup(memo: kopf.Memo, **_: Any) -> None:
     await ctx.kube.close()
 
 
+# The indexes are coroutines: kopf runs a plain function in its thread pool, a thread
+# hop on every event of every LLMService and server pod for a dictionary lookup.
 @kopf.index(GROUP, VERSION, PLURAL)
-def llmservices_by_name(
+async def llmservices_by_name(
     namespace: str | None, name: str, body: kopf.Body, **_: Any
 ) -> dict[tuple[str, str], dict[str, Any]]:
     """Each LLMService's latest body, so workload events need no API call to find it."""
@@ -227,7 +232,7 @@ async def leader_worker_set_event(
 
 # --------------------------------------------------------------------------- pods
 @kopf.index("", "v1", "pods", labels=SERVER_POD_LABELS)
-def server_pods_by_service(
+async def server_pods_by_service(
     namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
 ) -> dict[tuple[str, str], PodScheduling]:
     """Each server pod's scheduling state, by its LLMService."""

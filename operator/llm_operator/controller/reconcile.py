@@ -128,7 +128,11 @@ async def reconcile(
     failures = list(applied.failed)
     workload = desired[0]
     workload_written = not any(f.kind == workload["kind"] for f in failures)
-    stale = _stale_children(name, {d["kind"] for d in desired})
+    # A service kopf just saw created, with nothing written to its status yet, owns no
+    # children but those this pass wrote (they carry its new uid): no read of the kinds
+    # its plan does not want (a GET each: LWS, PodMonitor, PDB).
+    first_pass = created and not current
+    stale = [] if first_pass else _stale_children(name, {d["kind"] for d in desired})
     if not workload_written or held is not None:
         # The old workload keeps serving until the new one is written: never delete first.
         # (A server held back for a first tuning run has no workload to delete.)

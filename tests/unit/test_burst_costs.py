@@ -1,0 +1,138 @@
+"""The work per new service that a burst of creates multiplies (benchmarks/scale.py):
+what kopf copies per event, what the first reconciliation reads, what the emulator parses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import logging
+from typing import Any
+
+import kopf
+import pytest
+
+from llm_operator.controller.context import OperatorContext
+from llm_operator.controller.diffbase import SlimDiffBaseStorage
+from llm_operator.controller.reconcile import reconcile
+from llm_operator.sandbox import emulator
+from llm_operator.settings import Settings
+
+
+class NoCopy:
+    """A value that must not be deep-copied (stands for a large status)."""
+
+    def __deepcopy__(self, memo: Any) -> Any:
+        raise AssertionError("the status was deep-copied")
+
+
+def llmservice(status: Any = None) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "apiVersion": "llmops.dev/v1alpha1", "kind": "LLMService",
+        "metadata": {
+            "name": "llm", "namespace": "ml", "uid": "u-1", "resourceVersion": "7",
+            "generation": 1, "creationTimestamp": "2026-11-23T00:00:00Z",
+            "labels": {"team": "a"},
+            "annotations": {"note": "kept",
+                            "llmops.dev/last-handled-configuration": '{"spec": {}}',
+                            "kubectl.kubernetes.io/last-applied-configuration": "{}"},
+            "managedFields": [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}],
+        },
+        "spec": {"model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
+                 "gpus": {"product": "L4"}},
+    }
+    if status is not None:
+        body["status"] = status
+    return body
+
+
+def stock() -> kopf.AnnotationsDiffBaseStorage:
+    return kopf.AnnotationsDiffBaseStorage(prefix="llmops.dev",
+                                           key="last-handled-configuration")
+
+
+def slim() -> SlimDiffBaseStorage:
+    return SlimDiffBaseStorage(prefix="llmops.dev", key="last-handled-configuration")
+
+
+def test_diff_base_is_kopfs_essence_without_copying_the_status() -> None:
+    status = {"conditions": [{"type": "Ready", "status": "True"}], "plan": {"tp": 1}}
+    body = kopf.Body(llmservice(copy.deepcopy(status)))  # type: ignore[arg-type]
+    assert slim().build(body=body) == stock().build(body=body)
+    # Same essence, so the same stored annotation and the same diffs as kopf's own.
+    assert "status" not in slim().build(body=body)
+
+    heavy = kopf.Body(llmservice({"plan": NoCopy()}))  # type: ignore[arg-type]
+    with pytest.raises(AssertionError, match="deep-copied"):
+        stock().build(body=heavy)  # kopf copies the whole object first
+    assert slim().build(body=heavy) == stock().build(body=body)
+
+
+class RecordingKube:
+    """Just enough of KubeClient for one reconciliation, recording every call."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    async def served_groups(self) -> set[str]:
+        return {"apps", "policy", "leaderworkerset.x-k8s.io", "monitoring.coreos.com"}
+
+    async def serves(self, api_version: str) -> bool:
+        return True
+
+    async def get(self, api_version: str, kind: str, namespace: str | None,
+                  name: str) -> dict[str, Any] | None:
+        self.calls.append(("get", kind))
+        return None
+
+    async def apply(self, obj: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        self.calls.append(("apply", obj["kind"]))
+        return obj, True
+
+    async def post_event(self, obj: Any, **_: Any) -> None:
+        self.calls.append(("event", _["reason"]))
+
+
+def run_reconcile(body: dict[str, Any]) -> list[tuple[str, str]]:
+    kube = RecordingKube()
+
+    async def go() -> None:
+        ctx = OperatorContext(settings=Settings(), kube=kube)  # type: ignore[arg-type]
+        outcome = await reconcile(body, ctx, logging.getLogger("test"), created=True)
+        assert outcome.error is None
+        await asyncio.gather(*ctx.background)
+
+    asyncio.run(go())
+    return kube.calls
+
+
+def test_first_pass_of_a_new_service_reads_no_child_it_does_not_want() -> None:
+    calls = run_reconcile(llmservice())
+    assert ("apply", "Deployment") in calls and ("apply", "Service") in calls
+    # No GET at all: the children are applied blind, and those the plan does not want
+    # (LeaderWorkerSet, PodMonitor, PodDisruptionBudget) cannot exist for a new uid.
+    assert [c for c in calls if c[0] == "get"] == []
+
+
+def test_a_retried_create_still_deletes_what_an_earlier_pass_left() -> None:
+    # A create that failed once wrote its status: an earlier pass may have written a
+    # child the plan no longer wants, so those are looked up (and deleted when owned).
+    calls = run_reconcile(llmservice({"conditions": [{"type": "SpecValid",
+                                                      "status": "True"}]}))
+    assert {("get", "LeaderWorkerSet"), ("get", "PodDisruptionBudget")} <= set(calls)
+
+
+def test_emulator_decodes_a_json_apply_body_as_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    doc = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "a: b"}}
+
+    def no_yaml(*_: Any) -> Any:
+        raise AssertionError("a JSON body went through the YAML parser")
+
+    yaml_load = emulator.yaml.safe_load
+    monkeypatch.setattr(emulator.yaml, "safe_load", no_yaml)
+    assert emulator.apply_body(json.dumps(doc).encode()) == doc
+    monkeypatch.setattr(emulator.yaml, "safe_load", yaml_load)
+    assert emulator.apply_body(b"kind: Service\nmetadata:\n  name: x\n") == {
+        "kind": "Service", "metadata": {"name": "x"}}
+    assert emulator.apply_body(b"") is None
