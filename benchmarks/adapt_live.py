@@ -550,6 +550,16 @@ def render_markdown(doc: dict[str, Any]) -> str:
         "ended (every arm has some) or stalled by a restart; a rollout arm's preemptions "
         "are counted since its last restart (the counter starts again).",
         "",
+        "What this does not show: here the cap file is written on the engine's own disk, so "
+        "the live arm's cap is in force about a second after a decision; on a cluster the "
+        "kubelet refreshes the ConfigMap volume first (an expected 60-90 s, not measured: "
+        "no kubelet runs here), so a live change there lands later than here. The rollout "
+        "arm stops the server as the harness's `VLLMServer.stop` does (SIGINT, then kill "
+        "after 30 s), not with the rendered pod's `--shutdown-timeout 120` drain: with one "
+        "replica either way the server serves nothing new until the new one is ready. "
+        "A vLLM start here takes about 40 s on an idle machine and minutes on this loaded "
+        "one; on GPUs loading a large model takes minutes too.",
+        "",
         f"{cfg['repeats']} interleaved repeats (every trace and arm once per repeat, the arm "
         "order rotated by one each repeat), so a slow spell of the shared machine spreads "
         f"over the arms. Machine load (1-min loadavg before each measurement): "
@@ -621,8 +631,26 @@ def render_markdown(doc: dict[str, Any]) -> str:
         lines.append(f"| {name} | {ratio:.2f} | {sd_text} | {met} |")
     lines += [f"| 0 requests failed because of live adaptation | {fails} failed in the live "
               "arm | | " + ("**met**" if fails == 0 else "**not met**") + " |", ""]
+    lines += _simulated_lines()
     lines += [end]
     return "\n".join(lines) + "\n"
+
+
+def _simulated_lines() -> list[str]:
+    """The simulated diurnal day (``benchmarks.adapt_benchmark --simulate-only``, stored in
+    its JSON), kept in this section as that benchmark renders it."""
+    from benchmarks import adapt_benchmark
+
+    path = ROOT / "benchmarks" / "data" / "adapt_benchmark.json"
+    if not path.exists():
+        return []
+    sim = json.loads(path.read_text()).get("simulated")
+    if not sim:
+        return []
+    text = adapt_benchmark.render_markdown({"simulated": sim})
+    body = text.split("### Simulated", 1)[1].rsplit(adapt_benchmark.END, 1)[0]
+    return [f"### Simulated{body}".rstrip("\n").replace(
+        "see the measured run above", "see the measured traces above"), ""]
 
 
 def main(argv: list[str] | None = None) -> int:
