@@ -204,7 +204,8 @@ def rotate(cfg: dict[str, Any], model: Path, code: Path, configs: list[dict[str,
             raise RuntimeError(f"rotation failed ({proc.returncode}); see {WORK}/rotation.log")
 
 
-def run(config: Path, out: Path, smoke_rounds: int | None, skip_grid: bool) -> None:
+def run(config: Path, out: Path, smoke_rounds: int | None, skip_grid: bool,
+        note: str = "") -> None:
     sys.path.insert(0, str(ROOT))
     from tests.support.engine import copy_engine_code
     from tests.support.tiny_model import ensure_tiny_llama
@@ -224,6 +225,8 @@ def run(config: Path, out: Path, smoke_rounds: int | None, skip_grid: bool) -> N
         "engine": "vLLM CPU 0.32, generated Llama ~39 M parameters", "cpus": os.cpu_count(),
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "partial": True,
         "rotation": {"measurements": []},
+        "vllmLock": os.environ.get("LLMOP_VLLM_LOCK", "/tmp/llmop-vllm.lock") or "disabled",
+        "note": note,
     }
     t0 = time.monotonic()
     _say("tuner (live cap)")
@@ -333,7 +336,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
         "as vLLM's own). Machine load (1-min loadavg before each measurement): "
         + (f"median {statistics.median(loads):.1f}, range {min(loads):.1f}-{max(loads):.1f} "
            "on 2 cores" if loads else "n/a") + "; interleaving spreads it over the "
-        "configurations, it does not remove it.",
+        "configurations, it does not remove it." + (f" {doc['note']}" if doc.get("note") else ""),
         "",
         "| configuration | goodput tok/s mean ± sd | per round | preemptions per run | "
         "ITL p95 ms (median) | TTFT p95 ms (median) | peak running |",
@@ -399,6 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--results", type=Path, default=None)
     p.add_argument("--smoke-rounds", type=int, default=None)
     p.add_argument("--skip-grid", action="store_true")
+    p.add_argument("--note", default="", help="how the run was made, shown in RESULTS.md")
     a = p.parse_args(argv)
     if a.write_results:
         from benchmarks.results_md import RESULTS, replace_section
@@ -407,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
                         a.results or RESULTS)
         return 0
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    run(a.config, a.out, a.smoke_rounds, a.skip_grid)
+    run(a.config, a.out, a.smoke_rounds, a.skip_grid, a.note)
     return 0
 
 
