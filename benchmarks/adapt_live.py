@@ -565,7 +565,8 @@ def render_markdown(doc: dict[str, Any]) -> str:
         f"over the arms. Machine load (1-min loadavg before each measurement): "
         + (f"median {statistics.median(loads):.1f}, range {min(loads):.1f}-{max(loads):.1f} "
            "on 2 cores" if loads else "n/a")
-        + f"; the run took {doc.get('wallSeconds', 0) / 60:.0f} min.",
+        + f"; the run took {doc.get('wallSeconds', 0) / 60:.0f} min."
+        + (f" {doc['note']}" if doc.get("note") else ""),
         "",
     ]
     goal_rows: list[tuple[str, float, float | None, bool | None]] = []
