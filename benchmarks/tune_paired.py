@@ -1,0 +1,419 @@
+"""Tuner against the exhaustive grid and vLLM's defaults, all measured in ONE run
+(issue 16 section 1).
+
+Everything is fixed in ``benchmarks/configs/tune.yaml`` before the run. Three steps, on
+the real vLLM CPU engine (the larger generated Llama, a KV cache that holds 4 requests):
+
+1. **tuner**: the operator's tuner (``python -m llm_operator.tuner``) as the tuning Job
+   runs it, sweeping max-num-seqs live on one server (``--live-cap-engine``): its
+   choice, wall time, busy time (server lifetimes) and server starts;
+2. **rotation**: every cell the grid visits, the tuner's choice and vLLM's defaults,
+   measured round-robin on one live-cap server (``rounds`` rounds, the order rotated by
+   one each round, each configuration the same number of times), with the tuner's own
+   measurement (``vllm.benchmarks.serve`` at the workload concurrency); the grid's best
+   is picked from these measurements, and every comparison of goodput uses them;
+3. **grid**: the tuner's ``--grid`` over the same space, also live, for its wall time,
+   busy time and server starts (its own picks are recorded but not used for goodput).
+
+``os.getloadavg()`` is recorded with every measurement; the JSON is rewritten after each
+step and each measurement (``partial`` until the end). Run::
+
+    .venv/bin/python -m benchmarks.tune_paired --out benchmarks/data/tune_paired.json
+    .venv/bin/python -m benchmarks.tune_paired --write-results
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "benchmarks" / "configs" / "tune.yaml"
+OUT = ROOT / "benchmarks" / "data" / "tune_paired.json"
+VLLM_PY = Path(os.environ.get("LLMOP_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
+WORK = Path("/tmp/llmop-tune-paired")
+SECTION = "tuning"
+KV_BYTES_PER_TOKEN = 2 * 6 * 4 * 64 * 2
+
+
+def _say(text: str) -> None:
+    sys.stderr.write(time.strftime("%H:%M:%S ") + text + "\n")
+    sys.stderr.flush()
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
+                          check=False).stdout.strip()
+
+
+def server_args(cfg: dict[str, Any]) -> str:
+    e = cfg["engine"]
+    return " ".join([f"--kv-cache-memory-bytes {e['kvTokens'] * KV_BYTES_PER_TOKEN}",
+                     f"--max-model-len {e['maxModelLen']}", *e.get("extraFlags", [])])
+
+
+def tuner_argv(cfg: dict[str, Any], model: Path, code: Path, out: Path,
+               grid: bool) -> list[str]:
+    w, e, m = cfg["workload"], cfg["engine"], cfg["methods"]
+    sp = cfg["space"]
+    argv = [
+        "--model", str(model), "--live-cap-engine", str(code),
+        "--input-tokens", str(w["inputTokens"]), "--output-tokens", str(w["outputTokens"]),
+        "--concurrency", str(w["concurrency"]), "--waves", str(w["waves"]),
+        "--min-prompts", str(w["minPrompts"]),
+        "--slo-ttft-ms", f"{cfg['slo']['ttftMs']:g}", "--slo-itl-ms", f"{cfg['slo']['itlMs']:g}",
+        "--max-num-seqs-levels", ",".join(map(str, sp["maxNumSeqsLevels"])),
+        "--max-num-batched-tokens-levels", ",".join(map(str, sp["maxNumBatchedTokensLevels"])),
+        "--default-max-num-seqs", str(e["defaultMaxNumSeqs"]),
+        "--default-max-num-batched-tokens", str(e["defaultMaxNumBatchedTokens"]),
+        "--repeats", str(m["repeats"]), "--max-seconds", str(m["maxSeconds"]),
+        "--max-trials", str(m["tunerMaxTrials"] if not grid else 100),
+        f"--server-args={server_args(cfg)}",
+        "--output", str(out), "--log-dir", str(out.with_suffix("")), "--progress", "log",
+    ]  # fmt: skip
+    return [*argv, "--grid"] if grid else argv
+
+
+def run_method(cfg: dict[str, Any], model: Path, code: Path, name: str,
+               grid: bool) -> dict[str, Any]:
+    """One tuner (or grid) run as a child process under the vLLM interpreter."""
+    out = WORK / f"{name}.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "operator"), "HF_HUB_OFFLINE": "1",
+           "LLMOP_TERMINATION_LOG": str(out.with_suffix(".msg"))}
+    load0 = os.getloadavg()
+    t0 = time.monotonic()
+    proc = subprocess.run([str(VLLM_PY), "-m", "llm_operator.tuner",
+                           *tuner_argv(cfg, model, code, out, grid)],
+                          env=env, capture_output=True, text=True, check=False)
+    wall = time.monotonic() - t0
+    out.with_suffix(".log").write_text(proc.stderr + "\n" + proc.stdout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{name} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    data = json.loads(out.read_text())
+    trials = data["trials"]
+    best = data["result"].get("best") or {}
+    settings = best.get("settings") or {}
+    return {
+        "choice": {"maxNumSeqs": settings.get("maxNumSeqs"),
+                   "maxNumBatchedTokens": settings.get("maxNumBatchedTokens")},
+        "choiceGoodputOwn": best.get("goodput"),
+        "state": data["result"]["state"],
+        "trials": len(trials),
+        "serverStarts": sum(1 for t in trials if t["startup_s"] > 0),
+        "startupSeconds": round(sum(t["startup_s"] for t in trials), 1),
+        "wallSeconds": round(data["result"]["wallSeconds"], 1),  # the search's clock
+        "processWallSeconds": round(wall, 1),
+        "busySeconds": round(sum(t["wall_s"] for t in trials), 1),
+        "notes": data.get("notes", []),
+        "table": [{"config": t["config"], "score": round(t["score"], 1),
+                   "spread": round(t["spread"], 3), "startup_s": round(t["startup_s"], 1),
+                   "wall_s": round(t["wall_s"], 1), "error": t["error"]} for t in trials],
+        "loadavgBefore": [round(x, 2) for x in load0],
+        "loadavgAfter": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def rotation_configs(cfg: dict[str, Any], choice: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The grid's cells, vLLM's defaults and the tuner's choice (once each), as
+    (maxNumSeqs, maxNumBatchedTokens) with None = vLLM's default."""
+    e = cfg["engine"]
+    cells = [{"maxNumSeqs": m, "maxNumBatchedTokens": b}
+             for b in cfg["space"]["maxNumBatchedTokensLevels"]
+             for m in cfg["space"]["maxNumSeqsLevels"]]
+    out = [{"maxNumSeqs": None, "maxNumBatchedTokens": None}, *cells]
+    if choice is not None:
+        norm = {"maxNumSeqs": choice.get("maxNumSeqs") or e["defaultMaxNumSeqs"],
+                "maxNumBatchedTokens": choice.get("maxNumBatchedTokens")
+                or e["defaultMaxNumBatchedTokens"]}
+        if norm["maxNumSeqs"] != e["defaultMaxNumSeqs"] and norm not in cells:
+            out.append(norm)
+    return out
+
+
+# --- the rotation: runs under the vLLM interpreter ------------------------------------
+
+_ROTATE = r"""
+import json, os, sys, time
+from dataclasses import asdict
+from pathlib import Path
+from llm_operator.tuner.bench import BenchTarget
+from llm_operator.tuner.runner import LiveCapEvaluator
+from llm_operator.tuner.search import SLO, Config
+spec = json.loads(sys.argv[1])
+slo = SLO(ttft_ms=spec["slo"]["ttftMs"], itl_ms=spec["slo"]["itlMs"])
+w = spec["workload"]
+t = BenchTarget("", spec["model"], spec["model"], w["inputTokens"], w["outputTokens"], slo,
+                waves=w["waves"], min_prompts=w["minPrompts"])
+ev = LiveCapEvaluator(spec["model"], t, spec["capacity"], spec["code"], spec["serverArgs"],
+                      default_max_num_seqs=spec["defaultMaxNumSeqs"],
+                      default_max_num_batched_tokens=spec["defaultMaxNumBatchedTokens"],
+                      python=sys.executable, log_dir=Path(spec["logDir"]))
+configs = spec["configs"]
+try:
+    for r in range(spec["rounds"]):
+        k = r % len(configs)
+        for c in configs[k:] + configs[:k]:
+            load0 = os.getloadavg()
+            t0 = time.monotonic()
+            s = ev.start(Config(c["maxNumSeqs"], c["maxNumBatchedTokens"]))
+            m = asdict(s.measure(w["concurrency"]))
+            m.pop("requests", None)
+            out = {"round": r, "config": c, "startup_s": s.startup_s,
+                   "seconds": time.monotonic() - t0, "loadavgBefore": list(load0),
+                   "loadavgAfter": list(os.getloadavg()), "starts": ev.starts, **m}
+            sys.stdout.write(json.dumps(out) + "\n"); sys.stdout.flush()
+finally:
+    ev.close()
+"""
+
+
+def rotate(cfg: dict[str, Any], model: Path, code: Path, configs: list[dict[str, Any]],
+           doc: dict[str, Any], out: Path) -> None:
+    e = cfg["engine"]
+    spec = {"slo": cfg["slo"], "workload": cfg["workload"], "model": str(model),
+            "capacity": e["capacity"], "code": str(code),
+            "serverArgs": server_args(cfg).split(),
+            "defaultMaxNumSeqs": e["defaultMaxNumSeqs"],
+            "defaultMaxNumBatchedTokens": e["defaultMaxNumBatchedTokens"],
+            "logDir": str(WORK / "rotation"), "configs": configs,
+            "rounds": cfg["rotation"]["rounds"]}
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "operator"), "HF_HUB_OFFLINE": "1"}
+    t0 = time.monotonic()
+    with open(WORK / "rotation.log", "w") as log:
+        proc = subprocess.Popen([str(VLLM_PY), "-c", _ROTATE, json.dumps(spec)], env=env,
+                                stdout=subprocess.PIPE, stderr=log, text=True)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            m = json.loads(line)
+            doc["rotation"]["measurements"].append(m)
+            doc["rotation"]["wallSeconds"] = round(time.monotonic() - t0, 1)
+            _say(f"  round {m['round']} {m['config']}: goodput {m['goodput_tps']:.0f} tok/s, "
+                 f"preempt {m['preemptions']:.0f}, load {m['loadavgBefore'][0]:.1f}")
+            out.write_text(json.dumps(doc, indent=1) + "\n")
+        if proc.wait() != 0:
+            raise RuntimeError(f"rotation failed ({proc.returncode}); see {WORK}/rotation.log")
+
+
+def run(config: Path, out: Path, smoke_rounds: int | None, skip_grid: bool,
+        note: str = "") -> None:
+    sys.path.insert(0, str(ROOT))
+    from tests.support.engine import copy_engine_code
+    from tests.support.tiny_model import ensure_tiny_llama
+
+    cfg = yaml.safe_load(config.read_text())
+    if smoke_rounds is not None:
+        cfg["label"] += "-smoke"
+        cfg["rotation"]["rounds"] = smoke_rounds
+        cfg["methods"]["tunerMaxTrials"] = 3
+        cfg["space"]["maxNumSeqsLevels"] = cfg["space"]["maxNumSeqsLevels"][:3]
+    WORK.mkdir(parents=True, exist_ok=True)
+    model = ensure_tiny_llama(WORK / "models", VLLM_PY, **cfg["model"])
+    code = copy_engine_code(WORK / f"code-{os.getpid()}")
+    doc: dict[str, Any] = {
+        "config": cfg, "configFile": str(config.relative_to(ROOT)),
+        "configGitBlob": _git("hash-object", str(config)), "commit": _git("rev-parse", "HEAD"),
+        "engine": "vLLM CPU 0.32, generated Llama ~39 M parameters", "cpus": os.cpu_count(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "partial": True,
+        "rotation": {"measurements": []},
+        "vllmLock": os.environ.get("LLMOP_VLLM_LOCK", "/tmp/llmop-vllm.lock") or "disabled",
+        "note": note,
+    }
+    t0 = time.monotonic()
+    _say("tuner (live cap)")
+    doc["tuner"] = run_method(cfg, model, code, "tuner", grid=False)
+    _say(f"  tuner chose {doc['tuner']['choice']} in {doc['tuner']['wallSeconds']} s, "
+         f"{doc['tuner']['serverStarts']} start(s), {doc['tuner']['trials']} trials")
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    configs = rotation_configs(cfg, doc["tuner"]["choice"])
+    doc["rotation"]["configs"] = configs
+    _say(f"rotation: {len(configs)} configurations x {cfg['rotation']['rounds']} rounds")
+    rotate(cfg, model, code, configs, doc, out)
+    if not skip_grid:
+        _say("grid (live cap)")
+        doc["grid"] = run_method(cfg, model, code, "grid", grid=True)
+    doc["wallSeconds"] = round(time.monotonic() - t0)
+    doc["partial"] = False
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+
+
+# --- RESULTS.md ----------------------------------------------------------------------
+
+
+def _label(c: dict[str, Any], cfg: dict[str, Any]) -> str:
+    if c["maxNumSeqs"] is None:
+        return (f"vLLM defaults (mns {cfg['engine']['defaultMaxNumSeqs']}, mnbt "
+                f"{cfg['engine']['defaultMaxNumBatchedTokens']})")
+    mnbt = c["maxNumBatchedTokens"]
+    return (f"mns {c['maxNumSeqs']}, mnbt "
+            f"{mnbt if mnbt else str(cfg['engine']['defaultMaxNumBatchedTokens']) + ' (default)'}")
+
+
+def _same(a: dict[str, Any], b: dict[str, Any], cfg: dict[str, Any]) -> bool:
+    e = cfg["engine"]
+
+    def norm(c: dict[str, Any]) -> tuple[int, int]:
+        return (c.get("maxNumSeqs") or e["defaultMaxNumSeqs"],
+                c.get("maxNumBatchedTokens") or e["defaultMaxNumBatchedTokens"])
+    return norm(a) == norm(b)
+
+
+def summarize(doc: dict[str, Any]) -> dict[str, Any]:
+    cfg = doc["config"]
+    ms = doc["rotation"]["measurements"]
+    rows = []
+    for c in doc["rotation"].get("configs", []):
+        g = [m["goodput_tps"] for m in ms if m["config"] == c]
+        if not g:
+            continue
+        mine = [m for m in ms if m["config"] == c]
+        rows.append({"config": c, "label": _label(c, cfg), "n": len(g),
+                     "mean": statistics.mean(g),
+                     "sd": statistics.stdev(g) if len(g) > 1 else 0.0, "each": g,
+                     "preemptions": statistics.mean(m["preemptions"] for m in mine),
+                     "itlP95Ms": statistics.median(m["itl_p95_ms"] for m in mine),
+                     "ttftP95Ms": statistics.median(m["ttft_p95_ms"] for m in mine),
+                     "runningMax": max(m["running_max"] for m in mine)})
+    # The grid visits vLLM's defaults (its baseline) and every cell.
+    grid_cells = [r for r in rows if r["config"]["maxNumSeqs"] is None
+                  or r["config"]["maxNumSeqs"] in cfg["space"]["maxNumSeqsLevels"]]
+    grid_best = max(grid_cells, key=lambda r: r["mean"]) if grid_cells else None
+    choice = (doc.get("tuner") or {}).get("choice")
+    tuner_row = next((r for r in rows if choice and _same(r["config"], choice, cfg)), None)
+    default_row = next((r for r in rows if r["config"]["maxNumSeqs"] is None), None)
+    return {"rows": rows, "gridBest": grid_best, "tuner": tuner_row, "defaults": default_row}
+
+
+def render_markdown(doc: dict[str, Any]) -> str:
+    from benchmarks.results_md import markers
+
+    cfg = doc["config"]
+    s = summarize(doc)
+    begin, end = markers(SECTION)
+    w, slo = cfg["workload"], cfg["slo"]
+    ms = doc["rotation"]["measurements"]
+    loads = [m["loadavgBefore"][0] for m in ms]
+    n_cfg = len(doc["rotation"].get("configs", []))
+    planned = n_cfg * cfg["rotation"]["rounds"]
+    partial = doc["partial"]
+    lines = [
+        begin, "## Tuning: the tuner against an exhaustive grid and vLLM's defaults", "",
+        f"Run **{cfg['label']}**"
+        + (f" (PARTIAL: {len(ms)} of {planned} rotation measurements"
+           + ("" if "grid" in doc else ", grid's cost not measured") + ")" if partial else "")
+        + f", started {doc['started']} at commit `{doc['commit'][:10]}`; SLO, workload and "
+        f"space are `{doc['configFile']}` (git blob `{doc['configGitBlob'][:10]}`), committed "
+        "before the run. Rendered from `benchmarks/data/tune_paired.json` by "
+        "`.venv/bin/python -m benchmarks.tune_paired --write-results`; harness "
+        "`benchmarks/tune_paired.py`. The earlier run (grid and tuner minutes apart, then "
+        "a re-measurement) is in [HISTORY.md](HISTORY.md).",
+        "",
+        f"**Measured** on {doc['engine']} (6 layers, hidden 768), KV cache "
+        f"{cfg['engine']['kvTokens']:,} tokens, {doc['cpus']} CPU cores shared with other "
+        f"engineers' test runs. Workload: {w['concurrency']} clients, {w['inputTokens']} "
+        f"tokens in / {w['outputTokens']} out (a request holds 5 KV blocks of 128: 4 fit; "
+        "a preempted request recomputes its 512-token prompt). SLO: TTFT ≤ "
+        f"{slo['ttftMs']:g} ms and the request's p95 inter-token gap ≤ {slo['itlMs']:g} ms; "
+        "goodput = output tokens/s of requests meeting it, measured by the tuner's own "
+        "measurement (`vllm.benchmarks.serve`, "
+        f"max({w['minPrompts']}, {w['waves']} x clients) prompts).",
+        "",
+        f"**One run**: the tuner ran first (its choice), then every grid cell, the tuner's "
+        f"choice and vLLM's defaults were measured round-robin on one live-cap server, "
+        f"{cfg['rotation']['rounds']} rounds, the order rotated by one each round, each "
+        "configuration the same number of times; the grid's best is picked from these "
+        "measurements; then the grid itself ran for its cost. vLLM's defaults are cap 128 "
+        "through the admission cap at the server's capacity 128 (the scheduler then admits "
+        "as vLLM's own). Machine load (1-min loadavg before each measurement): "
+        + (f"median {statistics.median(loads):.1f}, range {min(loads):.1f}-{max(loads):.1f} "
+           "on 2 cores" if loads else "n/a") + "; interleaving spreads it over the "
+        "configurations, it does not remove it." + (f" {doc['note']}" if doc.get("note") else ""),
+        "",
+        "| configuration | goodput tok/s mean ± sd | per round | preemptions per run | "
+        "ITL p95 ms (median) | TTFT p95 ms (median) | peak running |",
+        "|---|---:|---|---:|---:|---:|---:|",
+    ]
+    for r in s["rows"]:
+        tags = [t for t, row in (("grid's best", s["gridBest"]), ("tuner's choice", s["tuner"]))
+                if row is r]
+        name = r["label"] + (f" (**{', '.join(tags)}**)" if tags else "")
+        lines.append(f"| {name} | {r['mean']:.0f} ± {r['sd']:.0f} | "
+                     f"{' / '.join(f'{x:.0f}' for x in r['each'])} | {r['preemptions']:.1f} | "
+                     f"{r['itlP95Ms']:.1f} | {r['ttftP95Ms']:.0f} | {r['runningMax']:.0f} |")
+    lines += ["", "| method | wall s (search clock) | busy s (server lifetimes) | server "
+              "starts | trials | choice |", "|---|---:|---:|---:|---:|---|"]
+    for name in ("tuner", "grid"):
+        m = doc.get(name)
+        if m:
+            chose = _label(m["choice"], cfg) if m["choice"]["maxNumSeqs"] else "vLLM defaults"
+            lines.append(f"| {name} | {m['wallSeconds']:.0f} | {m['busySeconds']:.0f} | "
+                         f"{m['serverStarts']} | {m['trials']} | {chose} |")
+    cells = len(cfg["space"]["maxNumSeqsLevels"]) * len(cfg["space"]["maxNumBatchedTokensLevels"])
+    lines += ["", f"Without the live cap a grid starts one server per cell: {cells + 1} starts "
+              "(its cells and the defaults) for this space, against the live grid's above.", ""]
+    lines += ["### Goals, from this run's own figures", "",
+              "| goal | figure | met |", "|---|---|---|"]
+
+    def rel(r: dict[str, Any]) -> float:
+        return r["sd"] / r["mean"] if r["mean"] else 0.0
+
+    t, g, d = s["tuner"], s["gridBest"], s["defaults"]
+    if t and g:
+        x = t["mean"] / g["mean"]
+        noise = (x - 0.95) ** 2 < (x * (rel(t) ** 2 + rel(g) ** 2) ** 0.5) ** 2
+        lines.append(f"| tuner's choice ≥ 0.95 x grid's best goodput | {t['mean']:.0f} / "
+                     f"{g['mean']:.0f} = {x:.2f} (± {(rel(t) ** 2 + rel(g) ** 2) ** 0.5:.0%}) | "
+                     f"{'**met**' if x >= 0.95 else '**not met**'}"
+                     f"{' (within the noise)' if noise else ''} |")
+    if t and d:
+        x = t["mean"] / d["mean"] if d["mean"] else float("inf")
+        sd = (rel(t) ** 2 + rel(d) ** 2) ** 0.5
+        lines.append(f"| tuner's choice ≥ 1.5 x vLLM's defaults | {t['mean']:.0f} / "
+                     f"{d['mean']:.0f} = {x:.2f} (± {sd:.0%}) | "
+                     f"{'**met**' if x >= 1.5 else '**not met**'}"
+                     f"{' (within the noise)' if abs(x - 1.5) < x * sd else ''} |")
+    tu, gr = doc.get("tuner"), doc.get("grid")
+    if tu and gr:
+        for key, what in (("serverStarts", "server starts"), ("busySeconds", "busy time")):
+            x = tu[key] / gr[key] if gr[key] else float("nan")
+            lines.append(f"| tuner ≤ 0.30 x the grid's {what} | {tu[key]:g} / {gr[key]:g} "
+                         f"= {x:.2f} | {'**met**' if x <= 0.30 else '**not met**'} |")
+    else:
+        lines.append("| tuner ≤ 0.30 x the grid's server starts and busy time | the grid's "
+                     "cost was not measured in this run | not shown |")
+    lines += ["", end]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("--config", type=Path, default=CONFIG)
+    p.add_argument("--out", type=Path, default=OUT)
+    p.add_argument("--write-results", action="store_true")
+    p.add_argument("--results", type=Path, default=None)
+    p.add_argument("--smoke-rounds", type=int, default=None)
+    p.add_argument("--skip-grid", action="store_true")
+    p.add_argument("--note", default="", help="how the run was made, shown in RESULTS.md")
+    a = p.parse_args(argv)
+    if a.write_results:
+        from benchmarks.results_md import RESULTS, replace_section
+
+        replace_section(SECTION, render_markdown(json.loads(a.out.read_text())),
+                        a.results or RESULTS)
+        return 0
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    run(a.config, a.out, a.smoke_rounds, a.skip_grid, a.note)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""The benchmark harnesses' pure parts (issue 12 item 5, issue 16 section 1): the run order
+interleaves every arm equally, a refused or cut request is a miss, restart time counts,
+and the committed configs hold what the goals need."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import yaml
+from benchmarks import adapt_live, tune_paired
+from benchmarks.adapt_live import Req, Trace, plan, score
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_trace_and_arm_runs_once_per_repeat_in_rotated_order() -> None:
+    cfg = yaml.safe_load(adapt_live.CONFIG.read_text())
+    order = plan(cfg)
+    counts = Counter((t, a) for _r, t, a in order)
+    assert set(counts.values()) == {cfg["repeats"]}
+    assert cfg["repeats"] >= 3
+    firsts = [next(a for r, t, a in order if r == rep and t == "mix")
+              for rep in range(cfg["repeats"])]
+    assert len(set(firsts)) == cfg["repeats"], firsts  # the order rotates
+
+
+def test_refused_and_cut_requests_are_misses_and_restart_time_counts() -> None:
+    trace = Trace([{"seconds": 10, "clients": 2, "input": 8, "output": 4}])
+    ok = Req(phase=0, start=0.0, ttft=0.1, end=0.13, tokens=4)  # 10 ms/token
+    refused = Req(phase=0, start=1.0, error="ClientConnectorError")
+    cut = Req(phase=0, start=2.0, error="cut")
+    slow = Req(phase=0, start=3.0, ttft=0.1, end=3.0 + 0.1 + 3 * 0.5, tokens=4)  # 500 ms/token
+    slo = {"ttftMs": 1000, "tpotMs": 20}
+    doc = score([ok, refused, cut, slow], slo, trace, wall=20.0)
+    assert doc["good"] == 1 and doc["missed"] == 3
+    assert doc["failed"] == 1 and doc["errors"]["cut"] == 1
+    assert doc["goodputTokS"] == 4 / 20.0  # over the wall time, a restart's included
+
+
+def test_adapt_config_has_the_three_traces_and_static_arms() -> None:
+    cfg = yaml.safe_load(adapt_live.CONFIG.read_text())
+    assert set(cfg["traces"]) == {"step", "burst", "mix"}
+    for t in cfg["traces"].values():
+        assert 128 in t["static"].values()  # vLLM's default
+    mix = cfg["traces"]["mix"]
+    blocks = cfg["engine"]["kvBlocksUsable"]
+    fits = {blocks // -(-(p["input"] + p["output"]) // cfg["engine"]["blockTokens"])
+            for p in mix["phases"]}
+    assert max(fits) >= 3 * min(fits)  # the KV fit changes several-fold between phases
+    assert fits <= set(mix["static"].values())
+
+
+def test_rotation_measures_grid_defaults_and_the_tuners_choice_once_each() -> None:
+    cfg = yaml.safe_load(tune_paired.CONFIG.read_text())
+    levels = cfg["space"]["maxNumSeqsLevels"]
+    inside = tune_paired.rotation_configs(cfg, {"maxNumSeqs": levels[1],
+                                                "maxNumBatchedTokens": None})
+    assert len(inside) == len(levels) + 1  # the choice is a grid cell: not twice
+    assert inside[0] == {"maxNumSeqs": None, "maxNumBatchedTokens": None}
+    outside = tune_paired.rotation_configs(cfg, {"maxNumSeqs": 5, "maxNumBatchedTokens": None})
+    assert {"maxNumSeqs": 5, "maxNumBatchedTokens": 2048} in outside
+    assert cfg["rotation"]["rounds"] >= 3
