@@ -87,6 +87,7 @@ LOG_TAIL_LINES, LOG_TAIL_BYTES = 80, 2048  # FallbackToLogsOnError
 MAX_GRACE_SECONDS = 30.0
 BACKOFF_START, BACKOFF_MAX = 10.0, 300.0  # the kubelet's crash back-off
 SYNC_SECONDS = 1.0
+MIN_SYNC_GAP_SECONDS = 0.5
 DEFAULT_LOCK = "/tmp/llmop-vllm.lock"
 
 
@@ -830,6 +831,9 @@ class NodeAgent:
     def _loop(self) -> None:
         while not self._stop.is_set():
             self._wake.wait(SYNC_SECONDS)
+            # At most two passes a second: watch events come in bursts (and each pass's
+            # own writes are events too); a pass sees everything that changed meanwhile.
+            self._stop.wait(MIN_SYNC_GAP_SECONDS)
             self._wake.clear()
             if self._stop.is_set():
                 return
