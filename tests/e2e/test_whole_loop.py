@@ -52,7 +52,16 @@ def wait(what: str, probe: Callable[[], T | None], timeout: float, loop: LocalLo
             return result
         time.sleep(1.0)
     tail = loop.operator_log.read_text(errors="replace")[-3000:]
-    pytest.fail(f"gave up after {timeout:.0f} s waiting for {what}; operator log:\n{tail}")
+    status = {}
+    for svc in loop.get("llms").get("items") or []:
+        st = svc.get("status") or {}
+        status[svc["metadata"]["name"]] = {
+            "conditions": {c["type"]: f"{c['status']} {c.get('reason', '')}: "
+                           f"{c.get('message', '')[:300]}" for c in st.get("conditions") or []},
+            "tuning": {k: v for k, v in (st.get("tuning") or {}).items()
+                       if k in ("state", "reason", "partialReason", "source", "trials")}}
+    pytest.fail(f"gave up after {timeout:.0f} s waiting for {what}; services: "
+                f"{json.dumps(status, indent=1)}\noperator log:\n{tail}")
 
 
 def alive(pid: int) -> bool:

@@ -72,6 +72,9 @@ class Settings:
     scrape_interval_seconds: int = 1
     adaptation_window_seconds: int = 10
     kv_cache_bytes: int = KV_CACHE_BYTES
+    # One vLLM at a time on this machine: the lock every vLLM of the tests and the tuner
+    # takes (LLMOP_VLLM_LOCK, as in the tests).
+    vllm_lock: str = os.environ.get("LLMOP_VLLM_LOCK") or "/tmp/llmop-vllm.lock"
 
 
 class LocalLoop:
@@ -134,7 +137,8 @@ class LocalLoop:
         self.agent = NodeAgent(self.kubeconfig, ns, self.workdir / "agent",
                                vllm_python=self.vllm_python,
                                models={self.model_name: self.model_dir},
-                               kv_cache_bytes=self.settings.kv_cache_bytes, out=self.say)
+                               kv_cache_bytes=self.settings.kv_cache_bytes,
+                               vllm_lock=self.settings.vllm_lock, out=self.say)
         self.agent.start()
         self._stack.callback(self.agent.stop)
         return self
