@@ -200,6 +200,7 @@ def run_once(n: int, workdir: Path, timeout: float, rate: float | None = None,
         done.wait(timeout)
         finished = time.time()
         load_after = os.getloadavg()
+        latencies = [arrived[k] - sent[k] for k in list(sent) if k in arrived]
         op_cpu = sum(cpu_seconds(op.pid) - before
                      for op, before in zip(ops, cpu_before, strict=True))
         emu_cpu = cpu_seconds(emu.pid) - emu_cpu_before
@@ -218,7 +219,6 @@ def run_once(n: int, workdir: Path, timeout: float, rate: float | None = None,
         emu_cpu_total = cpu_seconds(emu.pid) - emu_cpu_before
         rss = max(peak_rss_mib(op.pid) for op in ops)
         emu_rss = peak_rss_mib(emu.pid)
-        latencies = [arrived[k] - sent[k] for k in sent if k in arrived]
         return {
             "n": n,
             "rate": rate,

@@ -8,6 +8,7 @@ import asyncio
 import copy
 import json
 import logging
+from pathlib import Path
 from typing import Any
 
 import kopf
@@ -136,3 +137,33 @@ def test_emulator_decodes_a_json_apply_body_as_json(monkeypatch: pytest.MonkeyPa
     assert emulator.apply_body(b"kind: Service\nmetadata:\n  name: x\n") == {
         "kind": "Service", "metadata": {"name": "x"}}
     assert emulator.apply_body(b"") is None
+
+
+def scale_run(config: str, p99: float, load: float, rendered: int = 1000) -> dict[str, Any]:
+    return {"started": f"2026-11-23T19:{int(load):02d}:00Z", "config": config, "n": 1000,
+            "rate": None, "shards": 1, "operator_code": "abc", "rendered": rendered,
+            "create_seconds": 1.0, "wall_seconds": 3.0, "p50": p99 / 2, "p99": p99,
+            "max": p99, "mean": p99 / 2, "operator_peak_rss_mib": 100.0,
+            "operator_cpu_seconds": 5.0, "operator_cpu_seconds_until_handled": 9.0,
+            "emulator_cpu_seconds": 4.0, "load_average": load}
+
+
+def test_scale_section_marks_the_goal_from_each_runs_own_figures(tmp_path: Any) -> None:
+    from benchmarks import scale
+
+    runs = [scale_run("before", 5.9, 2.5), scale_run("after", 1.8, 1.2),
+            scale_run("after", 1.5, 9.0, rendered=990)]  # fast, but 10 never rendered
+    for run in runs:
+        scale.store(run, tmp_path)
+    stored = scale.stored_runs(tmp_path)
+    assert [r["p99"] for r in stored] == [1.8, 5.9, 1.5]  # oldest first
+    assert "**Goal (p99 <= 2 s for a burst of 1,000, emulated API server): met** in 1 of 3" in (
+        scale.goal_line(stored))
+    summary = scale.summary(stored)
+    assert "| after | 1 | 1,000 | burst | 2 | 1.50-1.80 s |" in summary
+    assert "5.0-5.1 / 9.0-9.1 (2 runs) ms" in summary  # per rendered service
+    assert summary.splitlines()[-1].endswith("| 0 of 1 |")
+    assert "1 of 2" in summary
+    assert not scale.goal_met(scale_run("x", 2.5, 1.0))
+    assert scale.parse_config("old=/tmp/a:/tmp/b#2")[1:] == (
+        Path("/tmp/a"), Path("/tmp/b"), 2)
