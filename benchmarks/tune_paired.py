@@ -353,6 +353,16 @@ def render_markdown(doc: dict[str, Any]) -> str:
                      f"{' / '.join(f'{x:.0f}' for x in r['each'])} | "
                      f"{r['goodFraction']:.0%} | {r['outputTokS']:.0f} | {r['preemptions']:.1f} | "
                      f"{r['itlP95Ms']:.1f} | {r['ttftP95Ms']:.0f} | {r['runningMax']:.0f} |")
+    if s["rows"]:
+        itl = [r["itlP95Ms"] for r in s["rows"]]
+        share = max(r["goodFraction"] for r in s["rows"])
+        lines += ["", f"Reading: every configuration's ITL p95 (median of its runs) was "
+                  f"{min(itl):.0f}-{max(itl):.0f} ms against the {slo['itlMs']:g} ms objective "
+                  f"and at most {share:.0%} of any configuration's requests met the SLO"
+                  + (": on this machine at this load the engine cannot show a difference "
+                     "between configurations above its noise (every sd is about as large as "
+                     "its mean); the goals below are marked from these figures, not claimed."
+                     if share < 0.5 else ".")]
     lines += ["", "| method | wall s (search clock) | busy s (server lifetimes) | server "
               "starts | trials | choice |", "|---|---:|---:|---:|---:|---|"]
     for name in ("tuner", "grid"):
