@@ -576,7 +576,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
                           f"{p['seconds']} s" for p in phases)
         lines += [f"### Trace `{trace}`: {desc}", "",
                   "| arm | goodput tok/s mean ± sd | per repeat | per phase (mean) | missed / "
-                  "requests | of them failed / cut | rollouts (restart s per run) | cap "
+                  "requests | of them failed / cut | rollouts per run (restart s) | cap "
                   "changes per run | preemptions per run | TTFT p95 ms | TPOT p95 ms |",
                   "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|"]
         for arm, r in t["rows"].items():
@@ -585,7 +585,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
                 f"| {bold}{arm}{bold} | {r['mean']:.0f} ± {r['sd']:.0f} | "
                 f"{' / '.join(f'{x:.0f}' for x in r['each'])} | "
                 f"{' → '.join(f'{x:.0f}' for x in r['perPhase'])} | {r['missed']} / "
-                f"{r['requests']} | {r['failed']} / {r['cut']} | {r['restarts']} "
+                f"{r['requests']} | {r['failed']} / {r['cut']} | {r['restarts'] / r['n']:.1f} "
                 f"({r['restartSeconds']:.0f}) | "
                 f"{r['changes']:.1f} | {r['preemptions']:.0f} | {r['ttftP95Ms']:.0f} | "
                 f"{r['tpotP95Ms']:.1f} |")

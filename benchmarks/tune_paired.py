@@ -280,6 +280,8 @@ def summarize(doc: dict[str, Any]) -> dict[str, Any]:
                      "mean": statistics.mean(g),
                      "sd": statistics.stdev(g) if len(g) > 1 else 0.0, "each": g,
                      "preemptions": statistics.mean(m["preemptions"] for m in mine),
+                     "outputTokS": statistics.mean(m["output_tps"] for m in mine),
+                     "goodFraction": statistics.mean(m["good_fraction"] for m in mine),
                      "itlP95Ms": statistics.median(m["itl_p95_ms"] for m in mine),
                      "ttftP95Ms": statistics.median(m["ttft_p95_ms"] for m in mine),
                      "runningMax": max(m["running_max"] for m in mine)})
@@ -338,17 +340,29 @@ def render_markdown(doc: dict[str, Any]) -> str:
            "on 2 cores" if loads else "n/a") + "; interleaving spreads it over the "
         "configurations, it does not remove it." + (f" {doc['note']}" if doc.get("note") else ""),
         "",
-        "| configuration | goodput tok/s mean ± sd | per round | preemptions per run | "
-        "ITL p95 ms (median) | TTFT p95 ms (median) | peak running |",
-        "|---|---:|---|---:|---:|---:|---:|",
+        "| configuration | goodput tok/s mean ± sd | per round | share of requests meeting "
+        "the SLO | output tok/s (all requests) | preemptions per run | ITL p95 ms (median) | "
+        "TTFT p95 ms (median) | peak running |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in s["rows"]:
         tags = [t for t, row in (("grid's best", s["gridBest"]), ("tuner's choice", s["tuner"]))
                 if row is r]
         name = r["label"] + (f" (**{', '.join(tags)}**)" if tags else "")
         lines.append(f"| {name} | {r['mean']:.0f} ± {r['sd']:.0f} | "
-                     f"{' / '.join(f'{x:.0f}' for x in r['each'])} | {r['preemptions']:.1f} | "
+                     f"{' / '.join(f'{x:.0f}' for x in r['each'])} | "
+                     f"{r['goodFraction']:.0%} | {r['outputTokS']:.0f} | {r['preemptions']:.1f} | "
                      f"{r['itlP95Ms']:.1f} | {r['ttftP95Ms']:.0f} | {r['runningMax']:.0f} |")
+    if s["rows"]:
+        itl = [r["itlP95Ms"] for r in s["rows"]]
+        share = max(r["goodFraction"] for r in s["rows"])
+        lines += ["", f"Reading: every configuration's ITL p95 (median of its runs) was "
+                  f"{min(itl):.0f}-{max(itl):.0f} ms against the {slo['itlMs']:g} ms objective "
+                  f"and at most {share:.0%} of any configuration's requests met the SLO"
+                  + (": on this machine at this load the engine cannot show a difference "
+                     "between configurations above its noise (every sd is about as large as "
+                     "its mean); the goals below are marked from these figures, not claimed."
+                     if share < 0.5 else ".")]
     lines += ["", "| method | wall s (search clock) | busy s (server lifetimes) | server "
               "starts | trials | choice |", "|---|---:|---:|---:|---:|---|"]
     for name in ("tuner", "grid"):
@@ -367,6 +381,11 @@ def render_markdown(doc: dict[str, Any]) -> str:
         return r["sd"] / r["mean"] if r["mean"] else 0.0
 
     t, g, d = s["tuner"], s["gridBest"], s["defaults"]
+    if t and g and not g["mean"]:
+        lines.append("| tuner's choice ≥ 0.95 x grid's best goodput, ≥ 1.5 x vLLM's defaults | "
+                     "no configuration met the SLO in any measurement (goodput 0 for all): "
+                     "the run cannot tell them apart | **not shown** |")
+        t = None
     if t and g:
         x = t["mean"] / g["mean"]
         noise = (x - 0.95) ** 2 < (x * (rel(t) ** 2 + rel(g) ** 2) ** 0.5) ** 2
