@@ -117,6 +117,8 @@ def _case(row: Mapping[str, Any], base: Mapping[str, Any]) -> Case:
         text, manifest = str(row["text"]), None
         if text == "__BINARY__":  # bytes that are not UTF-8
             text = "\udcff\udcfe\x00\x01apiVersion"
+        elif text.startswith("__DEEP__"):  # lists nested 3,000 deep
+            text = text.replace("__DEEP__", "").replace("NESTED", "[" * 3000 + "]" * 3000)
     else:
         manifest = row["manifest"] if "manifest" in row else _merge(base, row.get("patch") or {})
         manifest = _expand(manifest)
@@ -128,7 +130,8 @@ def _case(row: Mapping[str, Any], base: Mapping[str, Any]) -> Case:
 
 def _example(row: Mapping[str, Any]) -> str:
     if "text" in row:
-        shown = "(bytes that are not UTF-8)" if row["text"] == "__BINARY__" else repr(row["text"])
+        shown = {"__BINARY__": "(bytes that are not UTF-8)"}.get(row["text"], repr(row["text"]))
+        shown = shown.replace("__DEEP__", "").replace("NESTED", "[[[...]]] (3,000 deep)")
     else:
         given = row["manifest"] if "manifest" in row else row.get("patch") or {}
         shown = json.dumps(given, ensure_ascii=False, separators=(", ", ": "))
