@@ -844,9 +844,36 @@ def _read(path: str) -> str:
                          "give a readable UTF-8 YAML file") from None
 
 
+# The most values a document may expand to through YAML aliases (a "billion laughs"
+# file of a few lines would otherwise take for ever to read).
+YAML_MAX_VALUES = 1_000_000
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
     """PyYAML's safe loader, but a key given twice in one mapping is an error (as in
-    kubectl's YAML reader) instead of the last value silently winning."""
+    kubectl's YAML reader) instead of the last value silently winning, and a document
+    that aliases expand past :data:`YAML_MAX_VALUES` values is an error."""
+
+    def compose_document(self) -> yaml.Node | None:
+        node = super().compose_document()
+        sizes: dict[int, int] = {}
+
+        def size(n: yaml.Node) -> int:
+            if id(n) not in sizes:
+                sizes[id(n)] = 0  # a recursive alias counts once
+                children: list[yaml.Node] = []
+                if isinstance(n, yaml.MappingNode):
+                    children = [x for pair in n.value for x in pair]
+                elif isinstance(n, yaml.SequenceNode):
+                    children = list(n.value)
+                sizes[id(n)] = 1 + sum(size(c) for c in children)
+            return sizes[id(n)]
+
+        if node is not None and size(node) > YAML_MAX_VALUES:
+            raise yaml.composer.ComposerError(
+                None, None, f"aliases expand it to more than {YAML_MAX_VALUES:,} values",
+                node.start_mark)
+        return node
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
@@ -867,6 +894,9 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 def _documents(path: str, text: str) -> list[Any]:
     try:
         return list(yaml.load_all(text, Loader=_UniqueKeyLoader))  # noqa: S506 (a SafeLoader)
+    except RecursionError:
+        raise InputError(path, "nests mappings or lists too deeply to be a manifest",
+                         "give an LLMService manifest (a few levels deep)") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

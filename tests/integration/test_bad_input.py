@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tests.integration.conftest import NAMESPACE
 from tests.integration.test_operator import condition, wait_condition
-from tests.support.emulator import Kubectl, OperatorProcess, wait_for
+from tests.support.emulator import EmulatorProcess, Kubectl, OperatorProcess, wait_for
 
 TYPO = """\
 apiVersion: llmops.dev/v1alpha1
@@ -28,8 +28,11 @@ kind: LLMService
 metadata: {name: badlabel}
 spec:
   model: {name: meta-llama/Llama-3.1-8B-Instruct}
-  gpus: {product: L4, resourceName: gpu}
+  gpus: {product: L4}
 """
+# The planner refuses spec.gpus.resourceName without a domain; an administrator's GPU
+# class is the one place left where such a resource can reach a Deployment.
+ODD_CLASS = {"LLMOP_GPU_CLASS": "odd", "LLMOP_GPU_CLASSES": '{"odd": {"resourceName": "gpu"}}'}
 
 
 def test_a_field_the_api_server_dropped_is_named_in_status_and_an_event(
@@ -53,8 +56,18 @@ def test_a_field_the_api_server_dropped_is_named_in_status_and_an_event(
 
 
 def test_a_child_the_api_server_refuses_is_a_permanent_error_with_its_message(
-    kubectl: Kubectl, operator: OperatorProcess, tmp_path: Path
+    kubectl: Kubectl, api: EmulatorProcess, tmp_path: Path
 ) -> None:
+    operator = OperatorProcess(api.kubeconfig, tmp_path / "operator.log", [NAMESPACE],
+                               env=ODD_CLASS).start()
+    try:
+        operator.wait_log("Initial authentication has finished", timeout=60)
+        _refused_child(kubectl, operator, tmp_path)
+    finally:
+        operator.stop()
+
+
+def _refused_child(kubectl: Kubectl, operator: OperatorProcess, tmp_path: Path) -> None:
     manifest = tmp_path / "badlabel.yaml"
     manifest.write_text(BAD_LABEL)
     kubectl.apply(manifest, NAMESPACE)
