@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from benchmarks.churn import run_churn
 
 
