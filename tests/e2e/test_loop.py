@@ -1,14 +1,12 @@
-"""The loop on one machine: apply -> tuning Job runs the real tuner -> Tuned -> the
-Deployment serves on the tuned settings -> delete -> no process left.
+"""A killed engine on one machine: the operator's Ready condition follows the container
+down and up again (the whole loop, apply -> tune -> serve -> adapt -> delete, is
+tests/e2e/test_whole_loop.py).
 
 The operator is the real process and the API server the EMULATED one; the local node
-agent plays the Deployment and Job controllers and the kubelet, running each rendered
-container as a local process with the CPU build of vLLM (its substitutions:
+agent plays the Deployment controller and the kubelet, running each rendered container
+as a local process with the CPU build of vLLM (its substitutions:
 docs/production/node-agent.md). The model is a generated tiny Llama mapped to the
-served name; one tuning trial (the smallest count the CRD allows) keeps the run to a few
-minutes of work (plus any wait for the machine-wide vLLM lock). ``placement:
-BeforeServing`` runs the Job before the serving pod, so only one vLLM server runs at a
-time.
+served name; tuning is off, so one vLLM server runs.
 """
 
 from __future__ import annotations
@@ -147,43 +145,6 @@ def delete_leaves_nothing(agent: NodeAgent, kubectl: Kubectl) -> None:
     kubectl.run("delete", "llms", NAME, "-n", NAMESPACE, timeout=60)
     wait_for(lambda: not agent.pids() and not any(alive(p) for p in running), 120,
              "every process to stop after the delete")
-
-
-@pytest.mark.timeout(3000)
-def test_apply_tune_serve_delete(agent: NodeAgent, kubectl: Kubectl,
-                                 operator: OperatorProcess, tmp_path: Path) -> None:
-    t0 = time.monotonic()
-    apply(kubectl, tmp_path, MANIFEST)
-
-    # BeforeServing: the tuning Job first, no Deployment yet.
-    job = wait_for(lambda: (kubectl.get("jobs", namespace=NAMESPACE) or {}).get("items"), 60,
-                   "the tuning Job")[0]
-    assert job["metadata"]["name"].startswith(f"{NAME}-tune-")
-    assert kubectl.get("deployment", NAME, NAMESPACE) is None
-    try:
-        tuned = wait_for(lambda: (c := condition(kubectl, "Tuned")).get("status") in (
-            "True", "False") and c, 1800, "the Tuned condition")
-    except AssertionError:
-        raise AssertionError(f"no Tuned condition; logs:\n{pod_logs(agent)}") from None
-    # The Job ran the real tuner; the operator read its result from the pod's
-    # termination message.
-    assert tuned["status"] == "True", (tuned, pod_logs(agent))
-    t_tuned = time.monotonic() - t0
-    tuning = (kubectl.get("llms", NAME, NAMESPACE) or {})["status"]["tuning"]
-    assert tuning["state"] == "Succeeded", tuning
-
-    # The Deployment serves, with the applied settings, on the local port.
-    serve_and_answer(agent, kubectl)
-    t_ready = time.monotonic() - t0
-    dep = kubectl.get("deployment", NAME, NAMESPACE) or {}
-    args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
-    applied = (tuning.get("applied") or {}).get("maxNumSeqs")
-    if applied is not None:
-        assert args[args.index("--max-num-seqs") + 1] == str(applied)
-
-    delete_leaves_nothing(agent, kubectl)
-    sys.stdout.write(f"\nTuned after {t_tuned:.0f} s, Ready after {t_ready:.0f} s, "
-                     f"total {time.monotonic() - t0:.0f} s\n")
 
 
 @pytest.mark.timeout(1500)

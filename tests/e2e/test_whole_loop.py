@@ -94,7 +94,12 @@ def test_the_whole_loop(loop: LocalLoop) -> None:
     def svc() -> dict[str, Any]:
         return loop.get("llms", name)
 
-    # 1. A Tuned condition from a real tuner run (the tuning Job, before serving).
+    # 1. A Tuned condition from a real tuner run (the tuning Job, before serving:
+    # placement BeforeServing renders no Deployment until the Job has finished).
+    jobs = wait("the tuning Job", lambda: loop.get("jobs").get("items"), 60, loop)
+    assert jobs[0]["metadata"]["name"].startswith(f"{name}-tune-")
+    if not any((j.get("status") or {}).get("succeeded") for j in jobs):
+        assert not loop.get("deployment", name), "a Deployment before the tuning finished"
     tuned = wait("Tuned=True", lambda: (s := svc()) and condition(s, "Tuned").get(
         "status") == "True" and s, 900, loop)
     tuning = tuned["status"]["tuning"]
@@ -122,10 +127,11 @@ def test_the_whole_loop(loop: LocalLoop) -> None:
                   tokenizer=str(loop.model_dir))
     try:
         def changed() -> dict[str, Any] | None:
+            # A new cap that the engine reports in force. Not "the last decision moved":
+            # the tick after a move holds (cooldown) before the report arrives.
             adaptation = svc()["status"].get("adaptation") or {}
-            decision = adaptation.get("lastDecision") or {}
-            if decision.get("action") in ("lower", "raise") and \
-                    adaptation.get("capInForce") == adaptation.get("maxNumSeqs"):
+            cap = adaptation.get("maxNumSeqs")
+            if isinstance(cap, int) and cap != start_cap and adaptation.get("capInForce") == cap:
                 return adaptation
             return None
 
