@@ -55,7 +55,7 @@ from tests.support.prometheus import Target, running_prometheus
 from tests.support.tiny_model import ensure_tiny_llama
 from tests.support.vllm_load import Load, engine_metric
 
-from benchmarks.results_md import RESULTS, markers, replace_section
+from benchmarks.results_md import markers, replace_section
 from llm_operator.adaptation import prometheus
 from llm_operator.adaptation.policy import (
     AdaptationState,
@@ -412,13 +412,13 @@ def simulate_day(day_minutes: int = 24 * 60) -> dict[str, Any]:
     }
 
 
-BEGIN, END = markers("adaptation")
+BEGIN, END = markers("adaptation-step-trace")
 
 
 def render_markdown(doc: dict[str, Any]) -> str:
     """The "Adaptation" section of benchmarks/RESULTS.md from the benchmark's JSON: the
     current measured run and the simulated day (earlier runs are in HISTORY.md)."""
-    lines = [BEGIN, "## Adaptation", ""]
+    lines = [BEGIN, "## Adaptation: the step trace (superseded by benchmarks.adapt_live)", ""]
     lines += [
         "The online controller (`llm_operator.adaptation.policy`, observations from a real "
         "Prometheus through `llm_operator.adaptation.prometheus`) against static "
@@ -677,9 +677,13 @@ def _reading_notes(m: dict[str, Any], best: dict[str, Any],
     return notes
 
 
-def write_results(doc: dict[str, Any], path: Path = RESULTS) -> None:
-    """Replace (or append) only the Adaptation section of RESULTS.md."""
-    replace_section("adaptation", render_markdown(doc), path)
+HISTORY = ROOT / "benchmarks" / "HISTORY.md"
+
+
+def write_results(doc: dict[str, Any], path: Path = HISTORY) -> None:
+    """Replace (or append) this benchmark's section of HISTORY.md: it is superseded by
+    :mod:`benchmarks.adapt_live`, which owns RESULTS.md's Adaptation section."""
+    replace_section("adaptation-step-trace", render_markdown(doc), path)
 
 
 def _say(text: str) -> None:
@@ -700,7 +704,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=2,
                    help="interleaved runs of every arm (figures are over all of them)")
     p.add_argument("--write-results", action="store_true",
-                   help="only render the JSON into RESULTS.md's Adaptation section")
+                   help="only render the JSON into its HISTORY.md section (superseded "
+                   "by benchmarks.adapt_live, which writes RESULTS.md's Adaptation)")
     a = p.parse_args(argv)
     if a.write_results:
         write_results(json.loads(Path(a.out).read_text()))

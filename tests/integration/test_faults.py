@@ -5,7 +5,7 @@ operator killed (SIGKILL) mid-tuning, mid-rollout and mid-status-write, a tuning
 evicted or OOM-killed. No kubelet or Job controller runs here: the tests write the Job's
 and the Pod's status as they would (as tests/integration/test_tuning_operator.py does).
 Each test checks convergence: no duplicate Job, no orphan, no user value lost. The table
-of faults is in docs/production/i15-faults.md.
+of faults is in docs/production/faults.md.
 """
 
 from __future__ import annotations

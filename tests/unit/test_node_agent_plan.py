@@ -187,4 +187,6 @@ def test_production_doc_lists_every_substitution() -> None:
         "docs/production/node-agent.md is out of date: paste substitutions_table() "
         "(python -c 'from llm_operator.sandbox.node_agent import substitutions_table; "
         "print(substitutions_table())')")
+    readme = (ROOT / "README.md").read_text()
+    assert substitutions_table() in readme, "README.md's substitution table is out of date"
     assert len(SUBSTITUTIONS) >= 10
