@@ -295,7 +295,16 @@ def test_every_example_reconciles(
         svc = wait_condition(kubectl, "Planned", "True", name=name)
         plan = svc["status"]["plan"]
         expected = rendered(path, NAMESPACE)
-        if plan["nodesPerReplica"] == 1:
+        if (doc["spec"].get("tuning") or {}).get("placement") == "BeforeServing":
+            # The tuning Job first; no Deployment until it has finished (no Job controller
+            # here: the whole loop with a node agent is tests/e2e/test_whole_loop.py).
+            wait_for(lambda n=name: (c := condition(kubectl.get("llms", n, NAMESPACE),
+                                                    "Ready")) and
+                     c["reason"] == "TuningBeforeServing" and c, 60, "TuningBeforeServing")
+            jobs = (kubectl.get("jobs", namespace=NAMESPACE) or {}).get("items") or []
+            assert any(j["metadata"]["name"].startswith(f"{name}-tune-") for j in jobs)
+            assert kubectl.get("deployment", name, NAMESPACE) is None
+        elif plan["nodesPerReplica"] == 1:
             dep = wait_deployment(kubectl, name)
             assert container_of(dep)["args"] == container_of(expected["Deployment"])["args"]
         else:
