@@ -26,10 +26,10 @@ from llm_operator.sandbox.loop import (
     LocalLoop,
     condition,
     default_vllm_python,
-    max_num_seqs_arg,
     missing_parts,
     ready_server,
     server_pods,
+    serves_cap,
 )
 from llm_operator.sandbox.vllm_load import Load, LoadRun
 from tests.support.emulator import ROOT
@@ -113,7 +113,7 @@ def test_the_whole_loop(loop: LocalLoop) -> None:
     def on_tuned() -> dict[str, Any] | None:
         want = (svc()["status"].get("engine") or {}).get("maxNumSeqs")
         pod = ready_server(loop, name)
-        return pod if pod is not None and max_num_seqs_arg(pod) == want else None
+        return pod if pod is not None and serves_cap(loop, name, pod, want) else None
 
     pod = wait("a Ready pod on the tuned --max-num-seqs", on_tuned, 420, loop)
     wait("Ready=True", lambda: condition(svc(), "Ready").get("status") == "True", 60, loop)

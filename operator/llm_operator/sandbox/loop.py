@@ -29,6 +29,7 @@ from typing import Any
 
 import yaml
 
+from ..rendering import ADMISSION_CONFIG_MAP_SUFFIX
 from .processes import stop as stop_process
 from .prometheus import PodMonitorDiscovery, podmonitor_crd, prometheus_available
 from .tiny_model import ensure_tiny_llama
@@ -264,6 +265,18 @@ def max_num_seqs_arg(pod: dict[str, Any]) -> int | None:
             if a.startswith("--max-num-seqs="):
                 return int(a.split("=", 1)[1])
     return None
+
+
+def serves_cap(loop: LocalLoop, name: str, pod: dict[str, Any], want: int | None) -> bool:
+    """Whether ``pod`` serves with the cap ``want``: its ``--max-num-seqs``, or, with the
+    live admission cap, the cap its ConfigMap carries (``--max-num-seqs`` is then the
+    runner capacity, which a tuned cap below it does not change)."""
+    if want is None:
+        return False
+    if max_num_seqs_arg(pod) == want:
+        return True
+    cm = loop.get("configmap", f"{name}{ADMISSION_CONFIG_MAP_SUFFIX}")
+    return str(want) in [str(v).strip() for v in ((cm.get("data") or {}).values())]
 
 
 # The tuner's log lines the demo shows: its trials, its result, and waiting for the

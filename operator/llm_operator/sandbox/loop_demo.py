@@ -28,6 +28,7 @@ from .loop import (
     max_num_seqs_arg,
     missing_parts,
     ready_server,
+    serves_cap,
     tuner_log_lines,
 )
 from .vllm_load import Load, LoadRun
@@ -129,7 +130,7 @@ class LoopDemo:
         def on_tuned() -> dict[str, Any] | None:
             want = ((self.svc().get("status") or {}).get("engine") or {}).get("maxNumSeqs")
             pod = ready_server(self.loop, self.name)
-            return pod if pod is not None and max_num_seqs_arg(pod) == want else None
+            return pod if pod is not None and serves_cap(self.loop, self.name, pod, want) else None
 
         pod = self.wait("The Deployment's pod starts vLLM and passes its probes", on_tuned, 600)
         self.show("get", "deployments,pods", "-n", self.loop.settings.namespace, "-o", "wide")
