@@ -141,10 +141,14 @@ def test_a_live_engine_takes_every_cap_on_one_server(
         engine: tuple[type[_Engine], list[Any]], tmp_path: Path) -> None:
     _, started = engine
     ev = _evaluator(tmp_path)
+    assert ev.needs_start(Config(max_num_seqs=4))
     for cap in (4, 8, 2):
         session = ev.start(Config(max_num_seqs=cap))
         assert isinstance(session, runner._LiveSession)
         assert int(ev.cap_file.read_text()) == cap
+        # What the search's time budget counts on: the next cap costs no model load.
+        assert not ev.needs_start(Config(max_num_seqs=cap * 2))
+    assert ev.needs_start(Config(max_num_seqs=4, max_num_batched_tokens=512))
     assert ev.starts == 1 and len(started) == 1
     assert runner.ENGINE_SCHEDULER_CLS in started[0].flags
     assert ev.fallback_reason is None and "swept live" in ev.notes[0]
@@ -165,6 +169,7 @@ def test_an_engine_without_the_hook_falls_back_to_one_start_per_value(
     assert live_server.stopped and runner.ENGINE_SCHEDULER_CLS in live_server.flags
     assert runner.ENGINE_SCHEDULER_CLS not in server_4.flags
     assert server_4.flags[-2:] == ["--max-num-seqs", "4"]
+    assert ev.needs_start(Config(max_num_seqs=8))  # one start per value now
     second = ev.start(Config(max_num_seqs=8))
     assert isinstance(second, runner._ServerSession)
     assert started[2].flags[-2:] == ["--max-num-seqs", "8"]

@@ -212,6 +212,45 @@ def test_trial_budget_keeps_the_best_so_far_and_says_partial() -> None:
 
 
 @dataclass
+class FakeLiveEvaluator(FakeEvaluator):
+    """One server start per max-num-batched-tokens; a cap is set on the running server
+    (the live admission cap), as runner.LiveCapEvaluator does."""
+
+    batched: int | None = -1
+
+    def needs_start(self, config: Config) -> bool:
+        return config.max_num_batched_tokens != self.batched
+
+    def start(self, config: Config) -> FakeSession:
+        if not self.needs_start(config):
+            self.started.append(config)
+            return FakeSession(self.surface, config, self.rng, self.clock, startup_s=0.0)
+        self.batched = config.max_num_batched_tokens
+        return super().start(config)
+
+
+def test_a_time_budget_buys_more_trials_when_the_cap_moves_on_a_running_server() -> None:
+    # The budget holds one server start (40 s) and the baseline's runs and probes, with
+    # 70 s more: room for a trial's runs (about 37 s) but not for a start with them: with
+    # a live cap the search goes on (no start to pay); with a start per trial it stops
+    # after the baseline, saying why.
+    space = Space(max_num_seqs=ladder(1, WL.concurrency), max_num_batched_tokens=(),
+                  default_max_num_seqs=DEFAULT_MNS, default_max_num_batched_tokens=DEFAULT_MNBT)
+    base_ev = FakeEvaluator(Surface())
+    search(base_ev, space, WL, SLO_, Budget(1, 1e9), Options(), clock=base_ev.now)
+    budget_s = base_ev.now() + 70.0
+    per_start = FakeEvaluator(Surface())
+    out_start = search(per_start, space, WL, SLO_, Budget(12, budget_s), Options(),
+                       clock=per_start.now)
+    live = FakeLiveEvaluator(Surface())
+    out_live = search(live, space, WL, SLO_, Budget(12, budget_s), Options(), clock=live.now)
+    assert len(per_start.started) == 1 and "next trial needs" in out_start.stop_reason
+    assert len(live.started) >= 2 and all(c.max_num_seqs for c in live.started[1:])
+    assert out_live.best is not None and out_start.best is not None
+    assert out_live.best.score >= out_start.best.score
+
+
+@dataclass
 class StoppedEvaluator(FakeEvaluator):
     """Raises :class:`Interrupted` (what the tuner's SIGTERM handler raises) during the
     ``at``-th server's measurements, as a terminated pod would."""

@@ -277,6 +277,12 @@ class LiveCapEvaluator:
     def cap_file(self) -> Path:
         return self.log_dir / "admission-cap"
 
+    def needs_start(self, config: Config) -> bool:
+        """Whether a trial of ``config`` starts a server (the search's time estimate):
+        only a new max-num-batched-tokens, the first trial, or after the fallback."""
+        batched = config.max_num_batched_tokens or self.default_max_num_batched_tokens
+        return self._fallback is not None or self._server is None or batched != self._batched
+
     def start(self, config: Config) -> _LiveSession | _ServerSession:
         """Set ``config``'s cap on the running server (starting one when needed). When the
         engine reports that it cannot take a cap live (``llmop_admission_live`` not 1), this

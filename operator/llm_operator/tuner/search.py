@@ -496,7 +496,7 @@ class _Run:
     def elapsed(self) -> float:
         return self.clock() - self.t0 - self.waited_s
 
-    def _est_trial_s(self) -> float:
+    def _est_trial_s(self, cfg: Config | None = None) -> float:
         done = [t for t in self.trials if t.wall_s > 0]
         if not done:
             return 0.0
@@ -505,17 +505,25 @@ class _Run:
                    for t in done]
         per_run_each = [max(0.0, w) / max(1, len(t.runs)) for w, t in zip(per_run, done,
                                                                            strict=True)]
-        start = max(t.startup_s for t in done)
+        start = max(t.startup_s for t in done) if self._starts_server(cfg) else 0.0
         return start + self.opts.repeats * max(per_run_each)
 
-    def can_afford(self) -> bool:
+    def _starts_server(self, cfg: Config | None) -> bool:
+        """Whether the next trial (``cfg``, when known) pays a server start: an evaluator
+        that sets a cap on a running server (the live admission cap) says so through an
+        optional ``needs_start(config)``; any other evaluator starts one per trial."""
+        needs_start = getattr(self.ev, "needs_start", None)
+        return cfg is None or needs_start is None or bool(needs_start(cfg))
+
+    def can_afford(self, cfg: Config | None = None) -> bool:
         if len(self.trials) >= self.budget.max_trials:
             self.stop_reason = f"trial budget reached ({self.budget.max_trials} trials)"
             return False
-        if self.elapsed() + self._est_trial_s() > self.budget.max_seconds:
+        need = self._est_trial_s(cfg)
+        if self.elapsed() + need > self.budget.max_seconds:
             self.stop_reason = (
                 f"time budget: {self.elapsed():.0f} s used, next trial needs "
-                f"~{self._est_trial_s():.0f} s of {self.budget.max_seconds:.0f} s"
+                f"~{need:.0f} s of {self.budget.max_seconds:.0f} s"
             )
             return False
         return True
@@ -582,7 +590,7 @@ class _Run:
         """Run ``cfgs`` in order until one beats ``inc``; False when none did or the
         budget ran out first."""
         for cfg in cfgs:
-            if not self.can_afford():
+            if not self.can_afford(cfg):
                 return False
             if self.beats(self.run_trial(cfg, phase), inc):
                 return True
@@ -653,7 +661,7 @@ class _Run:
             # Caps >= C equal the default under this load: still verify the nearest one
             # below only if the prediction there is within the refine margin.
         else:
-            if not self.can_afford():
+            if not self.can_afford(Config(max_num_seqs=start)):
                 return
             self.run_trial(Config(max_num_seqs=start), "verify")
         # Hill-climb on the ladder from the incumbent among mns levels.
@@ -796,7 +804,7 @@ def grid_search(
         for cfg in space.grid():
             if run.tried(cfg):
                 continue
-            if not run.can_afford():
+            if not run.can_afford(cfg):
                 complete = False
                 break
             run.run_trial(cfg, "grid")
