@@ -32,12 +32,14 @@ from llm_operator.adaptation.update import (
     plan_update,
     running_cap,
     seconds_until_next,
+    warmup_seconds,
 )
 from llm_operator.controller.metrics import OperatorMetrics
 from llm_operator.models import parse_llmservice
 from llm_operator.planning import make_plan
 from llm_operator.rendering import render_all
 from llm_operator.settings import Settings
+from llm_operator.timestamps import rfc3339
 
 DATA = Path(__file__).parent / "data"
 NS = "team-a"
@@ -267,6 +269,37 @@ def test_prometheus_down_holds_with_a_condition_and_one_warning(pressure: Observ
     back = plan_update(svc3, d3, pressure, state3, now, policy=POLICY)
     cond = st.get_condition(back.status_patch["conditions"], st.ConditionType.METRICS_AVAILABLE)
     assert cond is not None and cond["status"] == "True" and cond["reason"] == "SeriesObserved"
+
+
+def test_missing_samples_on_new_pods_wait_without_a_warning_then_warn(
+        pressure: Observation) -> None:
+    """The first scrapes of a pod that just became available have not filled the window:
+    the condition says so, but no Warning Event (every new service would get one); past
+    the warm-up the same missing data is a Warning naming what to check."""
+    now = pressure.evaluated_at
+    empty = pressure.model_copy(update={"samples": 0, "running_mean": None})
+
+    def available_since(seconds_ago: float) -> dict[str, Any]:
+        return {"conditions": [{"type": "Available", "status": "True", "reason": "Serving",
+                                "message": "", "lastTransitionTime": rfc3339(now - seconds_ago)}]}
+
+    svc, state, d = decision_for(body(mode="Apply", status=available_since(15)), empty, now)
+    up = plan_update(svc, d, empty, state, now, policy=POLICY)
+    cond = st.get_condition(up.status_patch["conditions"], st.ConditionType.METRICS_AVAILABLE)
+    assert cond is not None and cond["status"] == "False"
+    assert cond["reason"] == "WaitingForFirstSamples" and "15 s ago" in cond["message"]
+    assert "no samples of vllm:num_requests_running" in cond["message"]
+    assert not [e for e in up.events if e.type == "Warning"]
+    assert d.action is CapAction.HOLD
+
+    late = warmup_seconds(POLICY) + 1
+    svc, state, d = decision_for(body(mode="Apply", status=available_since(late)), empty, now)
+    up = plan_update(svc, d, empty, state, now, policy=POLICY)
+    assert [(e.type, e.reason) for e in up.events] == [("Warning", "NoSamples")]
+    # Not available at all (no pods serve): nothing to wait for, the Warning stands.
+    svc, state, d = decision_for(body(mode="Apply"), None, now)
+    up = plan_update(svc, d, None, state, now, policy=POLICY)
+    assert [(e.type, e.reason) for e in up.events] == [("Warning", "NoSeries")]
 
 
 @pytest.mark.parametrize(("change", "reason"), [

@@ -556,6 +556,9 @@ class MetricsReason(StrEnum):
     UNAVAILABLE = "PrometheusUnavailable"
     NO_SERIES = "NoSeries"
     NO_SAMPLES = "NoSamples"
+    # NoSeries, NoSamples or TooLittleData while the pods are new (update.py: not a
+    # Warning; the first scrapes are still filling the window)
+    WAITING = "WaitingForFirstSamples"
     TOO_LITTLE = "TooLittleData"
     STALE = "StaleData"
     MISSING = "MissingSeries"

@@ -192,6 +192,28 @@ def metrics_condition(
     return False, reason, f"{text}; max-num-seqs holds"
 
 
+_FIRST_SCRAPES = (MetricsReason.NO_SERIES, MetricsReason.NO_SAMPLES, MetricsReason.TOO_LITTLE)
+
+
+def warmup_seconds(policy: PolicySettings = DEFAULT_POLICY) -> float:
+    """How long after a service becomes available missing or too few samples are expected,
+    not a fault: one window to fill plus the staleness limit (which bounds the scrape
+    interval the policy accepts). Defaults: 120 + 90 = 210 s."""
+    return policy.window_seconds + policy.max_staleness_seconds
+
+
+def serving_for(conditions: Iterable[Mapping[str, Any]], now: float) -> float | None:
+    """Seconds since the ``Available`` condition turned True (None: not available, or no
+    transition time)."""
+    cond = st.get_condition(list(conditions), st.ConditionType.AVAILABLE)
+    if cond is None or cond.get("status") != "True" or not cond.get("lastTransitionTime"):
+        return None
+    try:
+        return max(0.0, now - parse_rfc3339(str(cond["lastTransitionTime"])))
+    except ValueError:
+        return None
+
+
 @dataclass(frozen=True)
 class LiveCapProgress:
     """Where a live cap change stands (:func:`live_cap_progress`)."""
@@ -400,6 +422,14 @@ def plan_update(
         patch["conditions"] = conds
 
     ok, reason, message = metrics_condition(observation, now, policy)
+    young = serving_for(conds, now)
+    if (not ok and reason in _FIRST_SCRAPES and young is not None
+            and young < warmup_seconds(policy)):
+        reason, message = MetricsReason.WAITING, (
+            f"waiting for the first samples: the service became available {young:.0f} s ago "
+            f"and Prometheus fills the {policy.window_seconds:.0f} s window over the next "
+            f"scrapes ({message}); a Warning follows if this lasts "
+            f"{warmup_seconds(policy):.0f} s")
     old = st.get_condition(conds, st.ConditionType.METRICS_AVAILABLE)
     new_conds = st.set_condition(conds, st.ConditionType.METRICS_AVAILABLE, ok, reason, message,
                                  generation=svc.generation, now=now)
@@ -408,7 +438,9 @@ def plan_update(
                                          ("status", "reason", "message", "observedGeneration")):
         patch["conditions"] = new_conds
     reason_changed = old is None or old.get("reason") != str(reason)
-    if not ok and (reason_changed or (reason is MetricsReason.UNAVAILABLE and warn_again)):
+    if reason is MetricsReason.WAITING:
+        pass  # normal for new pods: said in the condition, not as a Warning
+    elif not ok and (reason_changed or (reason is MetricsReason.UNAVAILABLE and warn_again)):
         events.append(st.Notice("Warning", str(reason), message))
     merged = {**before, **adaptation}
     return Update(status_patch=patch, events=events, rollout=rollout,
