@@ -100,6 +100,17 @@ def test_the_whole_loop(loop: LocalLoop) -> None:
     assert jobs[0]["metadata"]["name"].startswith(f"{name}-tune-")
     if not any((j.get("status") or {}).get("succeeded") for j in jobs):
         assert not loop.get("deployment", name), "a Deployment before the tuning finished"
+    # The operator SIGKILLed while the tuning pod runs, then started again: it adopts the
+    # running Job (checked below: one Job, its result in status), it does not start a second.
+    wait("the tuning pod running", lambda: any(
+        (p.get("status") or {}).get("phase") == "Running"
+        for p in loop.get("pods").get("items") or []
+        if p["metadata"]["name"].startswith(f"{name}-tune-")), 120, loop)
+    job_uid = loop.get("jobs")["items"][0]["metadata"]["uid"]
+    assert loop.operator is not None
+    loop.operator.kill()
+    loop.operator.wait(10)
+    loop.start_operator()
     tuned = wait("Tuned=True", lambda: (s := svc()) and condition(s, "Tuned").get(
         "status") == "True" and s, 900, loop)
     tuning = tuned["status"]["tuning"]
@@ -108,6 +119,7 @@ def test_the_whole_loop(loop: LocalLoop) -> None:
     assert tuning["source"] == "job", tuning  # measured by the Job, not from the cache
     jobs = loop.get("jobs").get("items") or []
     assert len(jobs) <= 1 and all((j.get("status") or {}).get("succeeded") == 1 for j in jobs)
+    assert all(j["metadata"]["uid"] == job_uid for j in jobs), (job_uid, jobs)
 
     # 2. The Deployment rolled onto the tuned settings: a Ready pod running them.
     def on_tuned() -> dict[str, Any] | None:

@@ -296,7 +296,16 @@ def test_missing_samples_on_new_pods_wait_without_a_warning_then_warn(
     svc, state, d = decision_for(body(mode="Apply", status=available_since(late)), empty, now)
     up = plan_update(svc, d, empty, state, now, policy=POLICY)
     assert [(e.type, e.reason) for e in up.events] == [("Warning", "NoSamples")]
-    # Not available at all (no pods serve): nothing to wait for, the Warning stands.
+    # No replica serves yet (Available False): no series is expected, Ready says why.
+    not_yet = {"conditions": [{"type": "Available", "status": "False",
+                               "reason": "NoReplicasAvailable", "message": "",
+                               "lastTransitionTime": rfc3339(now - 600)}]}
+    svc, state, d = decision_for(body(mode="Apply", status=not_yet), None, now)
+    up = plan_update(svc, d, None, state, now, policy=POLICY)
+    cond = st.get_condition(up.status_patch["conditions"], st.ConditionType.METRICS_AVAILABLE)
+    assert cond is not None and cond["reason"] == "WaitingForFirstSamples"
+    assert "no replica serves yet" in cond["message"] and up.events == []
+    # No Available condition at all (a status from before it existed): the Warning stands.
     svc, state, d = decision_for(body(mode="Apply"), None, now)
     up = plan_update(svc, d, None, state, now, policy=POLICY)
     assert [(e.type, e.reason) for e in up.events] == [("Warning", "NoSeries")]

@@ -203,9 +203,12 @@ def warmup_seconds(policy: PolicySettings = DEFAULT_POLICY) -> float:
 
 
 def serving_for(conditions: Iterable[Mapping[str, Any]], now: float) -> float | None:
-    """Seconds since the ``Available`` condition turned True (None: not available, or no
-    transition time)."""
+    """Seconds since the ``Available`` condition turned True; -1 while it is False (no
+    replica serves, so no series is expected); None when it is not set or has no
+    transition time."""
     cond = st.get_condition(list(conditions), st.ConditionType.AVAILABLE)
+    if cond is not None and cond.get("status") == "False":
+        return -1.0
     if cond is None or cond.get("status") != "True" or not cond.get("lastTransitionTime"):
         return None
     try:
@@ -422,13 +425,15 @@ def plan_update(
         patch["conditions"] = conds
 
     ok, reason, message = metrics_condition(observation, now, policy)
-    young = serving_for(conds, now)
-    if (not ok and reason in _FIRST_SCRAPES and young is not None
-            and young < warmup_seconds(policy)):
+    serving = serving_for(conds, now)
+    if not ok and reason in _FIRST_SCRAPES and serving is not None \
+            and serving < warmup_seconds(policy):
         reason, message = MetricsReason.WAITING, (
-            f"waiting for the first samples: the service became available {young:.0f} s ago "
-            f"and Prometheus fills the {policy.window_seconds:.0f} s window over the next "
-            f"scrapes ({message}); a Warning follows if this lasts "
+            "waiting for the first samples: no replica serves yet (see Available), so "
+            f"there is nothing to scrape ({message})" if serving < 0 else
+            f"waiting for the first samples: the service became available {serving:.0f} s "
+            f"ago and Prometheus fills the {policy.window_seconds:.0f} s window over the "
+            f"next scrapes ({message}); a Warning follows if this lasts "
             f"{warmup_seconds(policy):.0f} s")
     old = st.get_condition(conds, st.ConditionType.METRICS_AVAILABLE)
     new_conds = st.set_condition(conds, st.ConditionType.METRICS_AVAILABLE, ok, reason, message,

@@ -156,6 +156,7 @@ class LocalLoop:
                "LLMOP_PROMETHEUS_URL": self.discovery.prometheus.url,
                "LLMOP_SCRAPE_INTERVAL_SECONDS": str(self.settings.scrape_interval_seconds),
                "LLMOP_ADAPTATION_WINDOW_SECONDS": str(self.settings.adaptation_window_seconds)}
+        seen = self.operator_log.stat().st_size if self.operator_log.exists() else 0
         with self.operator_log.open("ab") as log:
             self.operator = subprocess.Popen(
                 [sys.executable, "-m", "llm_operator.cli", "run", "--standalone",
@@ -165,8 +166,10 @@ class LocalLoop:
         while time.monotonic() < deadline:
             if self.operator.poll() is not None:
                 raise RuntimeError("the operator exited:\n" + self.operator_log.read_text()[-3000:])
-            if "Initial authentication has finished" in self.operator_log.read_text():
-                return
+            with self.operator_log.open("rb") as f:  # this start's lines, not a former one's
+                f.seek(seen)
+                if b"Initial authentication has finished" in f.read():
+                    return
             time.sleep(0.3)
         raise TimeoutError("the operator did not start within 60 s")
 
