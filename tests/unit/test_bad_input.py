@@ -66,7 +66,8 @@ def _case(**patch: object) -> Case:
 
 def test_the_rendered_object_check_is_not_vacuous() -> None:
     """What validate_rendered would catch: a name the API server refuses, a field the
-    schema does not know, an option vLLM does not know, a value option given twice."""
+    schema does not know, an option vLLM does not know, a value option given twice, a
+    stray value, a flag short of values."""
     ok = run_plan(_case())
     assert ok.result == "accepted", ok.messages
     from llm_operator.models import parse_llmservice
@@ -85,7 +86,9 @@ def test_the_rendered_object_check_is_not_vacuous() -> None:
     container = next(c for c in deployment["spec"]["template"]["spec"]["containers"]
                      if c["name"] == "vllm")
     for extra, expected in ((["--no-such-flag"], "not an option"),
-                            (["--max-loras", "2"], "given twice")):
+                            (["--max-loras", "2"], "given twice"),
+                            (["--enforce-eager", "x"], "a value no flag takes"),
+                            (["--lora-modules"], "short of values")):
         broken = copy.deepcopy(deployment)
         c = next(c for c in broken["spec"]["template"]["spec"]["containers"]
                  if c["name"] == "vllm")
