@@ -284,7 +284,8 @@ def product_conflict(spec: LLMServiceSpec, class_name: str,
                  if other else f"write {label}: {wanted}")
         return SpecError(
             f"spec.scheduling.nodeSelector[{label}]",
-            f"{label}: {given} {named}, while spec.gpus.product is {product!r} (nodes with "
+            f"{label}: {given or chr(34) * 2} {named}, while spec.gpus.product is "
+            f"{product!r} (nodes with "
             f"{label}={wanted}): " + ("the plan is for GPUs the pods would not get" if other
                                       else "the pods would stay Pending"),
             f"{first}; or remove {label} from spec.scheduling.nodeSelector (the operator "
@@ -317,6 +318,8 @@ def _named_product(gpu_class: GPUClass, value: str, wanted: str) -> str | None:
     None when it is the product's value, or a value the class does not know."""
     if value == wanted:
         return None
+    if not value:
+        return "is empty (no GPU node carries an empty product label)"
     if value.lower() == wanted.lower():
         return (f"differs from the nodes' value {wanted} only in case (label values are "
                 "case-sensitive: no node matches)")

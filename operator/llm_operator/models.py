@@ -332,7 +332,11 @@ class SchedulingSpec(_Model):
             if not isinstance(t, dict):
                 continue  # the CRD's schema types it
             problem = None
-            if t.get("operator", "Equal") not in ("Equal", "Exists"):
+            wrong_type = [k for k in ("key", "operator", "value", "effect")
+                          if t.get(k) is not None and not isinstance(t[k], str)]
+            if wrong_type:
+                problem = f"{wrong_type[0]} {t[wrong_type[0]]!r} is not a string"
+            elif t.get("operator", "Equal") not in ("Equal", "Exists"):
                 problem = (f"operator {t.get('operator')!r} is not Equal or Exists (the "
                            "spelling is case-sensitive)")
             elif t.get("effect") not in (None, "", "NoSchedule", "PreferNoSchedule",
