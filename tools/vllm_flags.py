@@ -17,9 +17,20 @@ from pathlib import Path
 OUT = Path(__file__).resolve().parents[1] / "operator/llm_operator/data/vllm_serve_flags.json"
 
 
+def arity(action: argparse.Action) -> int | str:
+    """How many values an option takes, as argparse counts them: 0 (a switch), 1, a
+    fixed number, or "?" (zero or one), "+" (one or more), "*" (any number)."""
+    if action.nargs is None:
+        return 1
+    if action.nargs in ("?", "+", "*") or isinstance(action.nargs, int):
+        return action.nargs
+    raise ValueError(f"{action.option_strings}: nargs {action.nargs!r} is not modelled")
+
+
 def flag_table() -> dict[str, object]:
-    """Every option string of ``vllm serve`` with its destination and whether it takes a
-    value, as vLLM's own parser defines them."""
+    """Every option string of ``vllm serve`` with its destination, how many values it
+    takes and whether giving it again adds to it (an append action) or replaces it, as
+    vLLM's own parser defines them."""
     from vllm.entrypoints.cli.serve import ServeSubcommand
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
@@ -33,7 +44,8 @@ def flag_table() -> dict[str, object]:
         if isinstance(action, argparse._HelpAction):
             continue
         for opt in action.option_strings:
-            options[opt] = {"dest": action.dest, "takesValue": action.nargs != 0}
+            options[opt] = {"dest": action.dest, "arity": arity(action),
+                            "appends": isinstance(action, argparse._AppendAction)}
     return {"vllm": vllm.__version__, "options": dict(sorted(options.items()))}
 
 

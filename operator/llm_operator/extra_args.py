@@ -108,19 +108,44 @@ SECRET_FLAGS: dict[str, str] = {
     "api_key": "set VLLM_API_KEY from a Secret: spec.pod.env with valueFrom.secretKeyRef",
 }
 
-# Options vLLM collects rather than overwrites when given twice (append actions).
-REPEATABLE = frozenset({"middleware", "lora_modules"})
-
 # argparse's test for an item that is a negative number (a value, not a flag).
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
+
+Arity = int | str  # as argparse's nargs: 0, 1, n, "?", "+" or "*"
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One option of ``vllm serve``: where its value goes, how many values it takes, and
+    whether giving it again adds to it (an append action) rather than replacing it."""
+
+    dest: str
+    arity: Arity
+    appends: bool = False
+
+    @property
+    def takes_value(self) -> bool:
+        return self.arity != 0
+
+    def wants_more(self, given: int) -> bool:
+        """Whether argparse would take another value after ``given`` of them."""
+        if isinstance(self.arity, int):
+            return given < self.arity
+        return self.arity in ("+", "*") or (self.arity == "?" and given == 0)
+
+    def short_of(self, given: int) -> bool:
+        """Whether ``given`` values are too few (argparse: expected ... argument)."""
+        if isinstance(self.arity, int):
+            return given < self.arity
+        return self.arity == "+" and given == 0
 
 
 @dataclass(frozen=True)
 class FlagTable:
-    """The options of ``vllm serve``: option string -> (destination, takes a value)."""
+    """The options of ``vllm serve``: option string -> its :class:`Flag`."""
 
     vllm_version: str
-    options: dict[str, tuple[str, bool]]
+    options: dict[str, Flag]
 
     def resolve(self, option: str) -> tuple[str | None, list[str]]:
         """The option string argparse picks for ``option`` (exact, or the one option it
@@ -145,13 +170,36 @@ def flag_table() -> FlagTable:
         resources.files("llm_operator").joinpath("data/vllm_serve_flags.json").read_text())
     return FlagTable(
         vllm_version=raw["vllm"],
-        options={k: (v["dest"], bool(v["takesValue"])) for k, v in raw["options"].items()})
+        options={k: Flag(v["dest"], v["arity"], bool(v["appends"]))
+                 for k, v in raw["options"].items()})
+
+
+def is_value(item: str) -> bool:
+    """Whether argparse reads ``item`` as a value rather than an option: it does not
+    start with a dash, or is a lone dash or a negative number. (argparse also reads an
+    item like ``"--x 5"`` as a value; the check refuses such items on their own.)"""
+    return not item.startswith("-") or item == "-" or bool(_NEGATIVE_NUMBER.match(item))
 
 
 def _managed_dests(table: FlagTable) -> dict[str, tuple[str, str]]:
     """destination -> (a managed flag that sets it, the field that owns it)."""
-    return {table.options[flag][0]: (flag, field)
+    return {table.options[flag].dest: (flag, field)
             for flag, field in MANAGED_FLAGS.items() if flag in table.options}
+
+
+def vllm_spelling(args: list[str]) -> list[str]:
+    """The items as vLLM rewrites them before its parser sees them, one for one: ``-O3``
+    and ``-O=3`` are ``--optimization-level=3``, and ``-O`` before a level is
+    ``--optimization-level``."""
+    out: list[str] = []
+    for i, arg in enumerate(args):
+        if arg.startswith("-O") and arg != "-O":
+            out.append("--optimization-level=" + (arg[3:] if arg[2] == "=" else arg[2:]))
+        elif arg == "-O" and i + 1 < len(args) and args[i + 1] in {"0", "1", "2", "3"}:
+            out.append("--optimization-level")
+        else:
+            out.append(arg)
+    return out
 
 
 def _normalize(key: str) -> str:
@@ -163,59 +211,89 @@ def _normalize(key: str) -> str:
     return "--" + head.replace("_", "-")
 
 
+@dataclass
+class _Open:
+    """The last flag read, while it may still take values (argparse's consumption)."""
+
+    index: int
+    option: str
+    flag: Flag
+    given: int = 0
+
+
+# An option the table does not know (another image's vLLM may): any number of values.
+_UNKNOWN = Flag("", "*")
+# A dotted key (``--compilation-config.mode 3``): vLLM folds it and the next item.
+_DOTTED = Flag("", 1)
+
+
 def check_extra_args(spec: LLMServiceSpec) -> tuple[list[SpecError], list[str]]:
     """Every problem with ``spec.engine.extraArgs``: errors (the spec cannot be served
-    as written) and warnings (it may be served, but the user should know)."""
+    as written) and warnings (it may be served, but the user should know). Items are
+    read as vLLM's parser reads them: each flag takes as many of the following values
+    as its arity in the option table allows (one, one or more, at most one...)."""
     table = flag_table()
     managed = _managed_dests(table)
     errors: list[SpecError] = []
     warnings: list[str] = []
-    expects_value = False
-    pending: tuple[int, str] | None = None  # a known flag still waiting for its value
+    last: _Open | None = None  # the flag the next value would go to
     given: dict[str, int] = {}  # destination of a value-taking flag -> its item
-    for i, arg in enumerate(spec.engine.extra_args):
+
+    def close() -> None:
+        nonlocal last
+        if last is not None and last.flag.short_of(last.given):
+            errors.append(_missing_value(last.index, last.option, last.flag.arity))
+        last = None
+
+    for i, arg in enumerate(vllm_spelling(spec.engine.extra_args)):
         field = f"spec.engine.extraArgs[{i}]"
         if SECRET_TOKEN.search(arg):
             errors.append(SpecError(field, "holds what looks like an access token in clear "
                                     "text: anyone who can read the LLMService or its pods "
                                     "can read it", "keep it in a Secret: "
                                     "spec.model.tokenSecretRef for the Hugging Face token"))
-            expects_value, pending = False, None
+            if last is not None and is_value(arg) and last.flag.wants_more(last.given):
+                last.given += 1  # the value of the flag before it
+            else:
+                last = None
             continue
-        if pending is not None and arg.startswith("-") and not _NEGATIVE_NUMBER.match(arg):
-            errors.append(_missing_value(*pending))
-        pending = None
         if arg != arg.strip() or any(c in arg for c in "\n\r\t\v\f") or not arg:
             errors.append(SpecError(field, f"{arg!r} has surrounding whitespace, a control "
                                     "character or is empty (vLLM receives it verbatim)",
                                     "give one flag or one value per item, without whitespace "
                                     "around it"))
-            expects_value = False
+            last = None
             continue
-        is_flag = arg.startswith("-") and not _NEGATIVE_NUMBER.match(arg)
-        if not is_flag:
-            if not expects_value and i > 0:
-                errors.append(SpecError(field, f"{arg!r} follows a flag that takes no value "
-                                        "(vLLM refuses a stray positional argument)",
-                                        "remove it, or put the flag it belongs to before it"))
-            elif i == 0:
+        if is_value(arg):
+            if last is not None and last.flag.wants_more(last.given):
+                last.given += 1
+                continue
+            if i == 0:
                 errors.append(SpecError(field, f"{arg!r} is a value with no flag before it "
                                         "(vLLM refuses a stray positional argument)",
                                         "put its flag first, e.g. \"--max-logprobs\", \"5\""))
-            expects_value = False
+            elif last is not None:
+                errors.append(SpecError(field, f"{arg!r} follows {last.option}, which takes "
+                                        f"{_arity_words(last.flag.arity)} (vLLM refuses a "
+                                        "stray positional argument)",
+                                        "remove it, or put the flag it belongs to before it"))
+            else:
+                errors.append(SpecError(field, f"{arg!r} follows a flag that takes no value "
+                                        "(vLLM refuses a stray positional argument)",
+                                        "remove it, or put the flag it belongs to before it"))
             continue
-        key, has_inline_value = arg.split("=", 1)[0], "=" in arg
+        close()
+        key = arg.split("=", 1)[0]
         if " " in key:
             errors.append(SpecError(field, f"{arg!r} holds a flag and its value in one item "
                                     "(vLLM reads it as one unknown argument)",
                                     f"split it into two items: {key.split(' ', 1)[0]!r}, "
                                     f"{key.split(' ', 1)[1].strip()!r}, or use "
                                     f"{key.split(' ', 1)[0]}=VALUE"))
-            expects_value = False
             continue
         option, candidates = table.resolve(_normalize(key))
         if option is None:
-            expects_value = True  # unknown: assume it takes the next value
+            last = _Open(i, key, _UNKNOWN)
             if candidates:
                 errors.append(SpecError(field, f"{key!r} is ambiguous for vLLM "
                                         f"{table.vllm_version}: it abbreviates "
@@ -223,8 +301,8 @@ def check_extra_args(spec: LLMServiceSpec) -> tuple[list[SpecError], list[str]]:
                                         + (" ..." if len(candidates) > 6 else ""),
                                         "write the whole flag"))
                 continue
-            close = difflib.get_close_matches(_normalize(key), list(table.options), n=3)
-            hint = f" (did you mean {', '.join(close)}?)" if close else ""
+            close_to = difflib.get_close_matches(_normalize(key), list(table.options), n=3)
+            hint = f" (did you mean {', '.join(close_to)}?)" if close_to else ""
             problem = f"{key!r} is not an option of vllm serve {table.vllm_version}{hint}"
             if spec.image is None:
                 errors.append(SpecError(field, problem + ", the default image's vLLM: it "
@@ -233,19 +311,23 @@ def check_extra_args(spec: LLMServiceSpec) -> tuple[list[SpecError], list[str]]:
                 warnings.append(f"{field}: {problem}; your image ({spec.image}) must know it, "
                                 "or vLLM will refuse to start")
             continue
-        dest, takes_value = table.options[option]
-        # A dotted key always takes a value (vLLM folds it into its JSON option).
-        expects_value = not has_inline_value and (takes_value or "." in key)
-        if expects_value:
-            pending = (i, option)
+        flag = table.options[option]
+        dest, dotted = flag.dest, "." in key
+        # "--flag=v", or a short flag with its value attached ("-qawq"): one value given.
+        inline = "=" in arg or (not key.startswith("--") and len(key) > len(option) == 2)
+        # With "=" a flag takes that one value and no more, whatever its arity.
+        last = (_Open(i, f"{option}=...", Flag(dest, 1), given=1) if inline
+                else _Open(i, option, _DOTTED if dotted else flag))
         spelled = "" if option == key else f" (vLLM reads {key!r} as {option})"
-        if takes_value and "." not in key and dest in given and dest not in REPEATABLE:
+        if flag.takes_value and not dotted and dest in given and not flag.appends:
             errors.append(SpecError(field, f"sets {option}{spelled} again, after item "
                                     f"{given[dest]} (vLLM keeps the last value: the first "
-                                    "would be lost)", "give it once"))
-        elif takes_value and "." not in key:
+                                    "would be lost)", "give it once"
+                                    + (", with all its values after it"
+                                       if flag.arity in ("+", "*") else "")))
+        elif flag.takes_value and not dotted:
             given[dest] = i
-        if has_inline_value and not takes_value and "." not in key:
+        if inline and not flag.takes_value and not dotted:
             errors.append(SpecError(field, f"gives {option}{spelled} a value, and it is a "
                                     "switch that takes none (vLLM refuses to start: ignored "
                                     "explicit argument)", f"give it alone: {option}"))
@@ -256,9 +338,9 @@ def check_extra_args(spec: LLMServiceSpec) -> tuple[list[SpecError], list[str]]:
                                     "read it)", SECRET_FLAGS[dest]))
             continue
         if dest in managed:
-            flag, owner = managed[dest]
-            fix = (f"remove it: the operator sets {flag} itself ({owner})"
-                   if flag in UNPINNABLE_FLAGS else f"set {owner} instead")
+            flag_name, owner = managed[dest]
+            fix = (f"remove it: the operator sets {flag_name} itself ({owner})"
+                   if flag_name in UNPINNABLE_FLAGS else f"set {owner} instead")
             errors.append(SpecError(field, f"sets {option}, which the operator "
                                     f"manages{spelled}", fix))
         elif dest in PLAN_BREAKING:
@@ -268,14 +350,21 @@ def check_extra_args(spec: LLMServiceSpec) -> tuple[list[SpecError], list[str]]:
             errors.append(SpecError(field, f"sets {option}{spelled}, which removes the engine "
                                     "metrics the online adaptation reads",
                                     "remove it, or set spec.adaptation.mode: Disabled"))
-    if pending is not None:
-        errors.append(_missing_value(*pending))
+    close()
     return errors, warnings
 
 
-def _missing_value(index: int, option: str) -> SpecError:
+def _arity_words(arity: Arity) -> str:
+    return {0: "no value", 1: "one value", "?": "at most one value"}.get(
+        arity, f"{arity} values")
+
+
+def _missing_value(index: int, option: str, arity: Arity = 1) -> SpecError:
+    expected = {"+": "at least one argument"}.get(str(arity), "one argument")
+    if isinstance(arity, int) and arity > 1:
+        expected = f"{arity} arguments"
     return SpecError(f"spec.engine.extraArgs[{index}]", f"{option} takes a value, and none "
-                     "follows it (vLLM refuses to start: expected one argument)",
+                     f"follows it (vLLM refuses to start: expected {expected})",
                      f"put its value in the next item, or write {option}=VALUE")
 
 

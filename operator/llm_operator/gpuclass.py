@@ -217,6 +217,10 @@ def placement(spec: LLMServiceSpec, class_name: str, gpu_class: GPUClass) -> Pla
     warnings: list[str] = []
     user_set_label = label is not None and label in sched.node_selector
     user_affinity = label is not None and label in _required_affinity_keys(sched.affinity)
+    if spec.gpus.product and label is not None:
+        conflict = product_conflict(spec, class_name, gpu_class)
+        if conflict is not None:
+            raise conflict
     if not spec.gpus.product:
         how = "no spec.gpus.product: no product selector"
     elif label is None:
@@ -255,6 +259,98 @@ def placement(spec: LLMServiceSpec, class_name: str, gpu_class: GPUClass) -> Pla
     explanation = f"GPU class {class_name!r}: {how}" + (f", plus {extra}" if extra else "")
     return Placement(class_name, dict(sorted(selector.items())), tolerations, resource,
                      explanation, warnings)
+
+
+def product_conflict(spec: LLMServiceSpec, class_name: str,
+                     gpu_class: GPUClass) -> SpecError | None:
+    """The user's ``nodeSelector`` or required node affinity, on the class's product
+    label, choosing nodes without ``spec.gpus.product``: the plan (GPU count, KV
+    capacity, batch) would be for GPUs the pods never get, or the pods never schedule.
+    Only values the class knows are judged (a value it does not know, such as GKE's
+    ``nvidia-h100-mega-80gb``, may well carry the product)."""
+    label = gpu_class.product_label
+    product = spec.gpus.product
+    wanted = gpu_class.label_value(product) if label and product else None
+    if label is None or product is None or wanted is None:
+        return None
+    sched = spec.scheduling
+    if label in sched.node_selector:
+        given = sched.node_selector[label]
+        named = _named_product(gpu_class, given, wanted)
+        if named is None:
+            return None
+        other = next((p for p, v in gpu_class.products.items() if v == given), None)
+        first = (f"set spec.gpus.product: {other} if those are the GPUs you want"
+                 if other else f"write {label}: {wanted}")
+        return SpecError(
+            f"spec.scheduling.nodeSelector[{label}]",
+            f"{label}: {given or chr(34) * 2} {named}, while spec.gpus.product is "
+            f"{product!r} (nodes with "
+            f"{label}={wanted}): " + ("the plan is for GPUs the pods would not get" if other
+                                      else "the pods would stay Pending"),
+            f"{first}; or remove {label} from spec.scheduling.nodeSelector (the operator "
+            f"adds {label}: {wanted} itself)")
+    terms = _required_terms(sched.affinity)
+    if not terms or any(_term_allows(t, label, wanted, gpu_class) for t in terms):
+        return None
+    for i, term in enumerate(terms):
+        for j, expr in enumerate(term.get("matchExpressions") or []):
+            if expr.get("key") != label:
+                continue
+            values = [str(v) for v in expr.get("values") or []]
+            said = [n for v in values if (n := _named_product(gpu_class, v, wanted))]
+            what = ("; ".join(said) if said and expr.get("operator") == "In"
+                    else f"{expr.get('operator')} {values} excludes {wanted}")
+            return SpecError(
+                "spec.scheduling.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuring"
+                f"Execution.nodeSelectorTerms[{i}].matchExpressions[{j}]",
+                f"the required node affinity on {label} ({what}) admits no node with "
+                f"{label}={wanted}, while spec.gpus.product is {product!r}: the plan is for "
+                "GPUs the pods would not get, or they never schedule",
+                f"set spec.gpus.product to the GPU you want, or let the affinity admit "
+                f"{label} {wanted} (or drop that expression: the operator selects it itself)")
+    return None
+
+
+def _named_product(gpu_class: GPUClass, value: str, wanted: str) -> str | None:
+    """What a label value the user gave says, when it is not the product's: the other
+    product the class places with it, or a case slip (label values are case-sensitive).
+    None when it is the product's value, or a value the class does not know."""
+    if value == wanted:
+        return None
+    if not value:
+        return "is empty (no GPU node carries an empty product label)"
+    if value.lower() == wanted.lower():
+        return (f"differs from the nodes' value {wanted} only in case (label values are "
+                "case-sensitive: no node matches)")
+    others = [p for p, v in gpu_class.products.items() if v == value]
+    return f"selects {others[0]} nodes" if others else None
+
+
+def _required_terms(affinity: dict[str, Any] | None) -> list[dict[str, Any]]:
+    required = (((affinity or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    return [t for t in required.get("nodeSelectorTerms") or [] if isinstance(t, dict)]
+
+
+def _term_allows(term: dict[str, Any], label: str, value: str, gpu_class: GPUClass) -> bool:
+    """Whether one node selector term admits nodes with ``label=value`` (as far as its
+    expressions on ``label`` say; other keys are not judged). A term whose only
+    expressions on the label name values the class does not know is given the benefit
+    of the doubt (they may carry the product too)."""
+    for expr in term.get("matchExpressions") or []:
+        if not isinstance(expr, dict) or expr.get("key") != label:
+            continue
+        values = [str(v) for v in expr.get("values") or []]
+        op = expr.get("operator")
+        if op == "In" and value not in values and all(
+                _named_product(gpu_class, v, value) for v in values):
+            return False
+        if op == "NotIn" and value in values:
+            return False
+        if op == "DoesNotExist":
+            return False
+    return True
 
 
 def _required_affinity_keys(affinity: dict[str, Any] | None) -> set[str]:

@@ -93,6 +93,18 @@ class SecretKeyRef(_Model):
     name: str = Field(min_length=1, max_length=253, pattern=SUBDOMAIN_PATTERN)
     key: str = Field(default="token", min_length=1, max_length=253, pattern=KEY_PATTERN)
 
+    @field_validator("key")
+    @classmethod
+    def _not_the_token(cls, v: str) -> str:
+        if SECRET_TOKEN.search(v):
+            raise FieldProblem(
+                "is the access token itself, not the key of the Secret that holds it: it "
+                "sits in clear text in the LLMService, and the pod finds no such key",
+                "put the token in a Secret (kubectl create secret generic hf-token "
+                "--from-literal=token=...) and give its name and key: {name: hf-token, "
+                "key: token}")
+        return v
+
 
 class Architecture(_Model):
     """Facts about a model the built-in catalog does not know."""
@@ -108,6 +120,21 @@ class Architecture(_Model):
     max_context: int = Field(gt=0, le=100_000_000)
     vocab_size: int | None = Field(default=None, gt=0, le=100_000_000)
     active_parameters: float | None = Field(default=None, gt=0, le=1e14)  # mixture of experts
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Architecture:
+        """The CRD's CEL rules, for ``llm-operator plan`` too."""
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise FieldProblem(
+                f"numKeyValueHeads {self.num_key_value_heads} does not divide "
+                f"numAttentionHeads {self.num_attention_heads} (grouped-query attention "
+                "shares each KV head among whole groups)", "copy both from config.json",
+                at=".numKeyValueHeads")
+        if self.active_parameters is not None and self.active_parameters > self.parameters:
+            raise FieldProblem(
+                "activeParameters (per token, mixture of experts) exceeds parameters (total)",
+                "swap them, or drop activeParameters", at=".activeParameters")
+        return self
 
 
 class ModelVolume(_Model):
@@ -210,6 +237,26 @@ class _Requirement(_Strict):
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
     values: list[str] | None = None
 
+    @model_validator(mode="after")
+    def _values_fit_operator(self) -> _Requirement:
+        problem = requirement_problem(self.operator, self.values)
+        if problem:
+            raise ValueError(problem)
+        return self
+
+
+def requirement_problem(operator: str, values: list[str] | None) -> str | None:
+    """The API server's rule for a node selector requirement's values
+    (validation.ValidateNodeSelectorRequirement), or None when it holds."""
+    if operator in ("In", "NotIn") and not values:
+        return f"values must be given when operator is {operator}"
+    if operator in ("Exists", "DoesNotExist") and values:
+        return f"values must be empty when operator is {operator}"
+    if operator in ("Gt", "Lt") and (
+            len(values or []) != 1 or not re.fullmatch(r"-?[0-9]+", (values or [""])[0])):
+        return f"operator {operator} takes exactly one value, an integer"
+    return None
+
 
 class _NodeSelectorTerm(_Strict):
     match_expressions: list[_Requirement] | None = None
@@ -217,7 +264,7 @@ class _NodeSelectorTerm(_Strict):
 
 
 class _NodeSelector(_Strict):
-    node_selector_terms: list[_NodeSelectorTerm]
+    node_selector_terms: list[_NodeSelectorTerm] = Field(min_length=1)
 
 
 class _PreferredSchedulingTerm(_Strict):
@@ -285,10 +332,24 @@ class SchedulingSpec(_Model):
             if not isinstance(t, dict):
                 continue  # the CRD's schema types it
             problem = None
-            if t.get("operator") == "Exists" and t.get("value"):
+            wrong_type = [k for k in ("key", "operator", "value", "effect")
+                          if t.get(k) is not None and not isinstance(t[k], str)]
+            if wrong_type:
+                problem = f"{wrong_type[0]} {t[wrong_type[0]]!r} is not a string"
+            elif t.get("operator", "Equal") not in ("Equal", "Exists"):
+                problem = (f"operator {t.get('operator')!r} is not Equal or Exists (the "
+                           "spelling is case-sensitive)")
+            elif t.get("effect") not in (None, "", "NoSchedule", "PreferNoSchedule",
+                                         "NoExecute"):
+                problem = (f"effect {t.get('effect')!r} is not NoSchedule, PreferNoSchedule "
+                           "or NoExecute (the spelling is case-sensitive)")
+            elif t.get("operator") == "Exists" and t.get("value"):
                 problem = "a toleration with operator Exists takes no value"
             elif t.get("tolerationSeconds") is not None and t.get("effect") != "NoExecute":
                 problem = "tolerationSeconds needs effect NoExecute"
+            elif t.get("key") and not QUALIFIED_NAME.match(str(t["key"])):
+                problem = (f"key {t['key']!r} is not a Kubernetes label key ([prefix/]name, "
+                           "name at most 63 alphanumerics, '-', '_', '.')")
             elif not t.get("key") and t.get("operator", "Equal") == "Equal":
                 problem = "a toleration without a key needs operator Exists"
             if problem:
@@ -461,7 +522,11 @@ QUANTITY_MAX = 2**63 - 1
 
 def _positive_quantity(v: str | None) -> str | None:
     if v is not None:
-        value = parse_quantity(v)
+        try:
+            value = parse_quantity(v)
+        except ValueError:
+            raise FieldProblem(f"{v!r} is not a Kubernetes quantity",
+                               quantity_fix(v)) from None
         if value <= 0:
             raise FieldProblem(f"{v!r} is not more than 0", "give a positive size, e.g. 64Gi")
         if value > QUANTITY_MAX:
@@ -715,6 +780,27 @@ _QUANTITY = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
                        r"((?:[KMGTPE]i)|[numkMGTPE]|(?:[eE][+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)))?$")
 
 
+_UNIT_SLIPS = {"kb": "k", "mb": "M", "gb": "G", "tb": "T", "pb": "P", "kib": "Ki",
+               "mib": "Mi", "gib": "Gi", "tib": "Ti", "pib": "Pi", "ki": "Ki", "mi": "Mi",
+               "gi": "Gi", "ti": "Ti", "pi": "Pi", "g": "G", "t": "T", "cores": "",
+               "core": "", "cpu": "", "cpus": "", "b": "", "bytes": ""}
+
+
+def quantity_fix(text: str) -> str:
+    """How to write ``text`` as a Kubernetes quantity: the likely intended spelling when
+    the unit is a common slip (``64GB``, ``64gi``, ``8 cores``), and the units."""
+    units = ("Kubernetes units: Ki, Mi, Gi, Ti (powers of 2) or k, M, G, T (powers of 10), "
+             "m for thousandths; a bare number for cores or bytes")
+    match = re.match(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$", str(text))
+    if match and match.group(2).lower() in _UNIT_SLIPS:
+        unit = _UNIT_SLIPS[match.group(2).lower()]
+        better = match.group(1) + unit
+        alt = {"G": "Gi", "M": "Mi", "T": "Ti", "k": "Ki"}.get(unit)
+        return (f"write {better!r}" + (f" (or {match.group(1) + alt!r} in powers of 2)"
+                                       if alt else "") + f"; {units}")
+    return f"give e.g. 64Gi or 8; {units}"
+
+
 def parse_quantity(text: str) -> Decimal:
     """A Kubernetes quantity (``100Gi``, ``1.5T``, ``500m``, ``1e9``) as a number of base
     units (bytes, cores). The grammar is the CRD's pattern; raises ``ValueError``."""
@@ -804,9 +890,29 @@ def parse_llmservice(body: Mapping[str, Any]) -> LLMService:
                                             "characters or fewer"}.get(err["type"])
                 errors.append(
                     SpecError(path, f"{err['msg']} (got {_shown(err.get('input'))})",
-                              bound or "use a value the CRD describes for this field")
+                              bound or _number_fix(path, err.get("input"))
+                              or "use a value the CRD describes for this field")
                 )
         raise SpecErrors(errors) from None
+
+
+def _number_fix(path: str, given: Any) -> str | None:
+    """The fix for a number written as text with a unit (``"25%"``, ``"2m"``, ``"2s"``):
+    the field's unit is in its name, and it takes a bare number."""
+    if not isinstance(given, str):
+        return None
+    field = path.rpartition(".")[2]
+    text = given.strip()
+    if text.lower() == "auto":
+        return f"write {field}: auto, in lower case (or a whole number)"
+    if text.endswith("%"):
+        return (f"give {field} as a count, e.g. 1, without quotes (percentages are not "
+                "supported)")
+    unit = next((u for suffix, u in (("Seconds", "seconds"), ("Minutes", "minutes"),
+                                     ("Ms", "milliseconds")) if field.endswith(suffix)), None)
+    if unit and re.match(r"^[0-9.]+\s*[a-z]+$", text):
+        return f"give {field} as a bare number of {unit}, without quotes or a unit"
+    return None
 
 
 def ints_beyond_int64(value: Any, path: str) -> Iterator[tuple[str, int]]:

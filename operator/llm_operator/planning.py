@@ -60,7 +60,14 @@ from .catalog import (
 from .constants import DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_GPUS_PER_NODE, GIB
 from .errors import SpecError, SpecErrors
 from .extra_args import check_extra_args
-from .models import EngineSpec, LLMServiceSpec, Quantization, parse_quantity
+from .models import (
+    AdaptationMode,
+    EngineSpec,
+    LLMServiceSpec,
+    Quantization,
+    TuningPlacement,
+    parse_quantity,
+)
 
 # --------------------------------------------------------------------------- constants
 
@@ -281,6 +288,12 @@ def model_facts(spec: LLMServiceSpec) -> ModelFacts:
     return facts
 
 
+# spec.gpus.memoryGib may lower a known product's memory (a MIG slice, memory kept for
+# something else), not raise it; 10% over is let through for a GB/GiB slip (80 for an
+# 80 GB card is 74.5 GiB: 7% over).
+MEMORY_GIB_SLACK = 1.10
+
+
 def gpu_facts(spec: LLMServiceSpec) -> GPUFacts:
     """The GPU's facts: the product table, with ``spec.gpus.memoryGib`` winning for
     memory; a product the table does not know needs memoryGib."""
@@ -288,6 +301,14 @@ def gpu_facts(spec: LLMServiceSpec) -> GPUFacts:
     known = lookup_gpu(gpus.product) if gpus.product else None
     if gpus.memory_gib is not None:
         memory = int(gpus.memory_gib * GIB)
+        if known is not None and memory > known.memory_bytes * MEMORY_GIB_SLACK:
+            raise SpecError(
+                "spec.gpus.memoryGib",
+                f"{gpus.memory_gib:g} GiB is more than the {known.memory_bytes / GIB:.1f} GiB "
+                f"of spec.gpus.product {gpus.product!r} ({known.name}): the plan (GPU count, "
+                "KV capacity, batch) would count memory the GPUs do not have",
+                "remove spec.gpus.memoryGib (the GPU table knows the product), or name the "
+                "GPU you have in spec.gpus.product")
         if known is not None:
             return GPUFacts(known.product, known.name, memory, known.memory_bandwidth,
                             known.bf16_flops, known.fp8_flops)
@@ -465,6 +486,78 @@ def _candidates(need: _Need, facts: ModelFacts, engine: EngineSpec,
 
 # --------------------------------------------------------------------------- validation
 
+# Extended-resource domains of other GPU vendors' device plugins: a pod asking for them
+# never lands on the NVIDIA GPUs spec.gpus.product names.
+OTHER_VENDOR_RESOURCES = {"amd.com": "AMD", "gpu.intel.com": "Intel", "habana.ai": "Intel Gaudi"}
+
+
+def contradictions(spec: LLMServiceSpec) -> list[SpecError]:
+    """Settings that each make sense alone and contradict each other (pure)."""
+    errors: list[SpecError] = []
+    tuning, adaptation, engine = spec.tuning, spec.adaptation, spec.engine
+    if (tuning.priority_class_name is not None
+            and tuning.placement is TuningPlacement.BORROW_REPLICA):
+        errors.append(SpecError(
+            "spec.tuning.priorityClassName",
+            f"{tuning.priority_class_name!r} is never used with spec.tuning.placement "
+            "BorrowReplica: the Job runs on the GPUs a replica lends it, at the service's "
+            "own priority (spec.scheduling.priorityClassName)",
+            "remove it, or set spec.tuning.placement: Spare (extra GPUs at that priority)"))
+    pinned = engine.max_num_seqs if isinstance(engine.max_num_seqs, int) else None
+    if pinned is not None and adaptation.mode is not AdaptationMode.DISABLED:
+        if adaptation.min_max_num_seqs > pinned:
+            errors.append(SpecError(
+                "spec.adaptation.minMaxNumSeqs",
+                f"{adaptation.min_max_num_seqs} is above the pinned spec.engine.maxNumSeqs "
+                f"{pinned}: a pin is never moved, so the bound can never hold",
+                "remove spec.engine.maxNumSeqs to let the adaptation move the cap within "
+                "its bounds, or lower spec.adaptation.minMaxNumSeqs"))
+        if isinstance(adaptation.max_max_num_seqs, int) and adaptation.max_max_num_seqs < pinned:
+            errors.append(SpecError(
+                "spec.adaptation.maxMaxNumSeqs",
+                f"{adaptation.max_max_num_seqs} is below the pinned spec.engine.maxNumSeqs "
+                f"{pinned}: a pin is never moved, so the bound can never hold",
+                "remove spec.engine.maxNumSeqs to let the adaptation move the cap within "
+                "its bounds, or raise spec.adaptation.maxMaxNumSeqs"))
+    batched = engine.max_num_batched_tokens
+    if (pinned is None and isinstance(batched, int)
+            and adaptation.mode is AdaptationMode.APPLY
+            and adaptation.min_max_num_seqs > batched):
+        errors.append(SpecError(
+            "spec.adaptation.minMaxNumSeqs",
+            f"{adaptation.min_max_num_seqs} is above the pinned "
+            f"spec.engine.maxNumBatchedTokens {batched}: vLLM refuses to start with more "
+            "sequences than batched tokens, and the adaptation would set at least that many",
+            f"lower it to at most {batched}, or raise spec.engine.maxNumBatchedTokens"))
+    if spec.model.revision is not None and spec.model.volume is not None:
+        errors.append(SpecError(
+            "spec.model.revision",
+            f"{spec.model.revision!r} picks a revision to download from the hub, and the "
+            "model is read from spec.model.volume, as the volume holds it: the revision "
+            "would be ignored", "remove spec.model.revision, or remove spec.model.volume to "
+            "download that revision"))
+    namespace_bound = {"system-node-critical", "system-cluster-critical"}
+    for field, name in (("spec.scheduling.priorityClassName",
+                         spec.scheduling.priority_class_name),
+                        ("spec.tuning.priorityClassName", tuning.priority_class_name)):
+        if name in namespace_bound:
+            errors.append(SpecError(
+                field, f"{name!r} is for the cluster's own components: the API server admits "
+                "pods with it only in kube-system (by default), so no pod would be created",
+                "use a PriorityClass of your own (kubectl get priorityclasses)"))
+    resource = spec.gpus.resource_name or ""
+    vendor = OTHER_VENDOR_RESOURCES.get(resource.partition("/")[0])
+    if vendor and spec.gpus.product and lookup_gpu(spec.gpus.product) is not None:
+        errors.append(SpecError(
+            "spec.gpus.resourceName",
+            f"{resource!r} requests {vendor} GPUs, while spec.gpus.product "
+            f"{spec.gpus.product!r} is an NVIDIA GPU: no node offers both, and the plan "
+            "is for the NVIDIA one", "remove spec.gpus.resourceName (the GPU class gives "
+            "nvidia.com/gpu), or describe the GPU you have with spec.gpus.memoryGib "
+            "instead of spec.gpus.product"))
+    return errors
+
+
 def _pin_errors(spec: LLMServiceSpec, facts: ModelFacts,
                 tokens_per_request: int, per_node: int) -> list[SpecError]:
     """Pins that cannot be served, whatever the GPUs."""
@@ -632,6 +725,7 @@ def make_plan(spec: LLMServiceSpec, *, gpus_per_node: int = DEFAULT_GPUS_PER_NOD
         errors += _pin_errors(spec, facts, tokens_per_request, per_node)
     else:
         errors += managed_flag_errors(spec)
+    errors += contradictions(spec)
     _raise(errors)
     assert facts is not None and gpu is not None
 
@@ -695,7 +789,7 @@ def make_plan(spec: LLMServiceSpec, *, gpus_per_node: int = DEFAULT_GPUS_PER_NOD
         download_bytes=download_bytes(facts, dbytes, spec.model.quantization),
     )
     sized = with_pod_sizing(spec, _check_utilization(spec, plan, gpus_per_node))
-    _raise(_pod_memory_errors(spec, sized))
+    _raise(_pod_memory_errors(spec, sized) + _host_buffer_errors(spec, sized))
     return sized
 
 
@@ -715,6 +809,35 @@ def _pod_memory_errors(spec: LLMServiceSpec, plan: Plan) -> list[SpecError]:
         "OOM-killed at start", f"raise it (the plan would request "
         f"{pod_memory_bytes(spec, plan) // GIB}Gi), "
         "or leave it unset")]
+
+
+# Host bytes vLLM's engine allocates per sequence slot and token of context at start
+# (v1/worker/gpu_input_batch.py: token_ids_cpu, int32, and is_token_ids, bool, both
+# max_num_seqs x max_model_len).
+INPUT_BATCH_BYTES_PER_TOKEN = 5
+
+
+def _host_buffer_errors(spec: LLMServiceSpec, plan: Plan) -> list[SpecError]:
+    """A max-num-seqs (pinned, or the adaptation's lower bound it would apply) so large
+    that the buffers vLLM sizes by it at start (max-num-seqs x max-model-len x 5 bytes)
+    exceed the whole pod's memory: the engine could never start."""
+    pinned = spec.engine.max_num_seqs if isinstance(spec.engine.max_num_seqs, int) else None
+    field, seqs = "spec.engine.maxNumSeqs", pinned or 0
+    if (pinned is None and spec.adaptation.mode is AdaptationMode.APPLY
+            and spec.adaptation.min_max_num_seqs > plan.max_num_seqs):
+        field, seqs = "spec.adaptation.minMaxNumSeqs", spec.adaptation.min_max_num_seqs
+    need = seqs * plan.max_model_len * INPUT_BATCH_BYTES_PER_TOKEN
+    memory = parse_quantity(pod_memory(spec, plan))
+    if need <= memory:
+        return []
+    most = int(memory // (plan.max_model_len * INPUT_BATCH_BYTES_PER_TOKEN))
+    return [SpecError(
+        field, f"{seqs:,} sequences x maxModelLen {plan.max_model_len:,} need "
+        f"{human_bytes(need)} of host buffers in vLLM's engine at start, more than the "
+        f"pod's {pod_memory(spec, plan)} of memory: the engine could never start",
+        f"lower it to at most {most:,} (the KV cache holds {plan.memory_max_num_seqs:,} "
+        "requests of the workload at once), "
+        "or lower spec.engine.maxModelLen")]
 
 
 def _explain_rollout(ex: list[Explained], spec: LLMServiceSpec, gpus: int) -> None:
@@ -1170,6 +1293,11 @@ def with_pod_sizing(spec: LLMServiceSpec, plan: Plan) -> Plan:
             name="modelCache", value=f"PersistentVolumeClaim {spec.cache.claim_name}",
             source="pinned", formula="spec.cache.claimName",
             inputs={"checkpointBytes": checkpoint_bytes(plan)}))
+        if spec.cache.size_limit is not None:
+            warnings.append(
+                f"spec.cache.sizeLimit {spec.cache.size_limit} is not used: it sizes an "
+                f"emptyDir cache, and the cache is the claim {spec.cache.claim_name!r} "
+                "(its own size applies); remove one of them")
         if spec.replicas > 1 or plan.nodes_per_replica > 1:
             warnings.append(
                 f"spec.cache.claimName {spec.cache.claim_name!r} is mounted by "

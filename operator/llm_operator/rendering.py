@@ -46,6 +46,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from .catalog import GPUFacts
 from .constants import (
     ANNOTATION_SPEC_HASH,
     API_VERSION,
@@ -74,6 +75,7 @@ from .planning import (
     managed_flag_errors,
     pod_cpu,
     pod_memory,
+    vllm_default_max_num_batched_tokens,
 )
 from .settings import Settings
 
@@ -436,9 +438,16 @@ def build_vllm_flags(
     ]  # fmt: skip
     max_num_seqs, _ = effective_engine_value(engine, "maxNumSeqs", plan.max_num_seqs, overrides)
     args += ["--max-num-seqs", str(max_num_seqs)]
-    batched, _ = effective_engine_value(
+    batched, source = effective_engine_value(
         engine, "maxNumBatchedTokens", plan.max_num_batched_tokens, overrides
     )
+    if source != "pinned" and max_num_seqs is not None and max_num_seqs > (
+            batched or vllm_default_max_num_batched_tokens(
+                GPUFacts(plan.gpu_product, plan.gpu_product, plan.gpu_memory_bytes))):
+        # An adapted or tuned cap above the batch (the adaptation's lower bound may exceed
+        # the plan): vLLM refuses fewer batched tokens than sequences, so raise the batch
+        # with it as the planner does (a pinned batch is checked by the planner instead).
+        batched = max_num_seqs
     if batched is not None:
         args += ["--max-num-batched-tokens", str(batched)]
     if engine.dtype != "auto":
@@ -476,6 +485,10 @@ def image_for(svc: LLMService, settings: Settings) -> str:
     return svc.spec.image or settings.default_image
 
 
+# Variables that choose which GPUs a process sees: the device plugin sets them per pod.
+DEVICE_ENV = frozenset({"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"})
+
+
 def pod_spec_errors(spec: LLMServiceSpec) -> list[SpecError]:
     """What ``spec.pod`` may not set: environment names, labels and annotations the
     operator (or LeaderWorkerSet, the Job and Deployment controllers) owns, and an
@@ -493,6 +506,12 @@ def pod_spec_errors(spec: LLMServiceSpec) -> list[SpecError]:
                 f"({what.get(var.name, 'it manages this variable')})",
                 "remove it" + (" and use spec.model.tokenSecretRef"
                                if var.name == "HF_TOKEN" else "")))
+        elif var.name in DEVICE_ENV:
+            errors.append(SpecError(
+                field, f"{var.name!r} would choose the pod's GPUs, which the device plugin "
+                "does: vLLM could see fewer GPUs than the plan's tensorParallelSize x "
+                "pipelineParallelSize, and refuse to start", "remove it: the pod sees "
+                "exactly the GPUs it requests (spec.gpus)"))
         elif var.name in seen:
             errors.append(SpecError(field, f"{var.name!r} is given twice", "keep one"))
         elif (var.value is None) == (var.value_from is None):

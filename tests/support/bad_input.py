@@ -39,7 +39,7 @@ import kubernetes_validate.utils
 import yaml
 
 from llm_operator.errors import SpecError, SpecErrors
-from llm_operator.extra_args import REPEATABLE, flag_table
+from llm_operator.extra_args import Flag, flag_table, is_value, vllm_spelling
 from llm_operator.models import ints_beyond_int64, parse_llmservice
 from llm_operator.planning import make_plan
 from llm_operator.rendering import render_all, with_placement
@@ -176,28 +176,42 @@ def run_crd(case: Case) -> Outcome:
 
 def _engine_arg_errors(args: list[str], known_only: bool) -> list[str]:
     """Engine arguments vLLM's parser would refuse: an option it does not know (or only
-    as an ambiguous prefix), a value where a flag should be, or a flag given twice
-    (argparse keeps the last: one of them was silently lost). ``known_only`` False: an
-    unknown option is not counted (another image's vLLM may know it)."""
+    as an ambiguous prefix), a value where a flag should be, a flag short of the values
+    its arity asks for, or a flag given twice (argparse keeps the last: one of them was
+    silently lost). ``known_only`` False: an unknown option is not counted (another
+    image's vLLM may know it)."""
     table = flag_table()
     errors: list[str] = []
     seen: set[str] = set()
-    i = 1 if args and not args[0].startswith("-") else 0  # `vllm serve MODEL ...`
+    args = vllm_spelling(args)
+    i = 1 if args and is_value(args[0]) else 0  # `vllm serve MODEL ...`
     while i < len(args):
         arg = args[i]
+        i += 1
+        if is_value(arg):
+            errors.append(f"engine argument {arg!r} is a value no flag takes")
+            continue
         key = arg.split("=", 1)[0]
         head = "--" + key[2:].split(".", 1)[0].replace("_", "-") if key.startswith("--") else key
         option, _ = table.resolve(head)
         if option is None:
             if known_only:
                 errors.append(f"engine argument {arg!r} is not an option of vllm serve")
-            i += 1
+            while i < len(args) and is_value(args[i]):
+                i += 1
             continue
-        dest, takes_value = table.options[option]
-        if dest in seen and "." not in key and takes_value and dest not in REPEATABLE:
+        flag = table.options[option]
+        if flag.dest in seen and "." not in key and flag.takes_value and not flag.appends:
             errors.append(f"engine argument {option} is given twice")
-        seen.add(dest)
-        i += 2 if takes_value and "=" not in arg and "." not in key or "." in key else 1
+        seen.add(flag.dest)
+        if "=" in arg:
+            continue
+        arity = Flag("", 1) if "." in key else flag
+        given = 0
+        while i < len(args) and is_value(args[i]) and arity.wants_more(given):
+            given, i = given + 1, i + 1
+        if arity.short_of(given):
+            errors.append(f"engine argument {option} is short of values")
     return errors
 
 

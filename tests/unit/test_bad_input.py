@@ -66,7 +66,9 @@ def _case(**patch: object) -> Case:
 
 def test_the_rendered_object_check_is_not_vacuous() -> None:
     """What validate_rendered would catch: a name the API server refuses, a field the
-    schema does not know, an option vLLM does not know, a value option given twice."""
+    schema does not know, tolerations and node affinity the API server refuses, an option
+    vLLM does not know, a value option given twice, a stray value, a flag short of
+    values."""
     ok = run_plan(_case())
     assert ok.result == "accepted", ok.messages
     from llm_operator.models import parse_llmservice
@@ -82,10 +84,25 @@ def test_the_rendered_object_check_is_not_vacuous() -> None:
     broken = copy.deepcopy(deployment)
     broken["spec"]["template"]["spec"]["nodeSelectr"] = {}
     assert validate_rendered(broken)
+    # Pod-spec rules the schema does not carry, which the API server applies (422).
+    for pod_patch, expected in (
+            ({"tolerations": [{"key": "a", "operator": "exists"}]}, "operator"),
+            ({"tolerations": [{"key": "a", "effect": "NoSchedul"}]}, "effect"),
+            ({"tolerations": [{"key": "bad key", "operator": "Exists"}]}, "key"),
+            ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": []}}}}, "at least one node selector term"),
+            ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": "zone", "operator": "In"}]}]}}}}, "must be specified")):
+        broken = copy.deepcopy(deployment)
+        broken["spec"]["template"]["spec"].update(pod_patch)
+        assert any(expected in p for p in validate_rendered(broken)), pod_patch
     container = next(c for c in deployment["spec"]["template"]["spec"]["containers"]
                      if c["name"] == "vllm")
     for extra, expected in ((["--no-such-flag"], "not an option"),
-                            (["--max-loras", "2"], "given twice")):
+                            (["--max-loras", "2"], "given twice"),
+                            (["--enforce-eager", "x"], "a value no flag takes"),
+                            (["--lora-modules"], "short of values")):
         broken = copy.deepcopy(deployment)
         c = next(c for c in broken["spec"]["template"]["spec"]["containers"]
                  if c["name"] == "vllm")

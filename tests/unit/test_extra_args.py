@@ -131,6 +131,58 @@ def test_pinned_max_num_seqs_above_vllms_batched_token_default_raises_the_batch(
                      ).max_num_batched_tokens is None
 
 
+# Options that take several values (nargs "+"), at most one ("?"), or add up when given
+# again: read as vLLM's parser reads them. Each case: the items, and whether vLLM parses
+# them; the vLLM tier below checks every one against the real parser.
+ARITY_CASES: dict[str, tuple[list[str], bool]] = {
+    "lora-several": (["--enable-lora", "--lora-modules", "a=/m/a", "b=/m/b",
+                      "--max-loras", "2"], True),
+    "lora-json": (["--enable-lora", "--lora-modules",
+                   '{"name": "a", "path": "/m/a", "base_model_name": "m"}'], True),
+    "domains": (["--allowed-media-domains", "a.example", "b.example"], True),
+    "negative-values": (["--cudagraph-capture-sizes", "1", "2", "-1"], True),
+    "ignore-patterns-last": (["--enforce-eager", "--ignore-patterns", "*.pt", "*.bin"], True),
+    "middleware-twice": (["--middleware", "a.b", "--middleware", "c.d"], True),
+    "opt-level-attached": (["-O3"], True),
+    "opt-level-apart": (["-O", "1", "--enforce-eager"], True),
+    "short-attached": (["-qawq"], True),  # (refused as managed: parsed all the same)
+    "plus-empty": (["--lora-modules", "--enforce-eager"], False),
+    "plus-at-end": (["--enforce-eager", "--allowed-media-domains"], False),
+    "equals-then-more": (["--allowed-media-domains=a.example", "b.example"], False),
+    "one-value-then-more": (["--max-logprobs", "5", "6"], False),
+}
+
+
+def test_multi_value_options_take_every_value_that_follows() -> None:
+    """`--lora-modules a=x b=y` is one flag with two values, not a stray `b=y`."""
+    for name in ("lora-several", "lora-json", "domains", "negative-values",
+                 "ignore-patterns-last", "middleware-twice", "opt-level-attached",
+                 "opt-level-apart"):
+        assert errors_of(ARITY_CASES[name][0]) == [], name
+
+
+@pytest.mark.parametrize(("name", "index", "words"), [
+    ("plus-empty", 0, "expected at least one argument"),
+    ("plus-at-end", 1, "expected at least one argument"),
+    ("equals-then-more", 1, "follows --allowed-media-domains=..., which takes one value"),
+    ("one-value-then-more", 2, "follows --max-logprobs, which takes one value"),
+])
+def test_a_multi_value_option_short_of_values_or_followed_by_strays_is_refused(
+        name: str, index: int, words: str) -> None:
+    err = refused(ARITY_CASES[name][0])
+    assert err.field == f"spec.engine.extraArgs[{index}]"
+    assert words in err.problem, err
+
+
+def test_a_replacing_multi_value_option_given_twice_is_refused_an_appending_one_is_not() -> None:
+    # vLLM keeps only the last --lora-modules (its action replaces); --middleware adds up.
+    err = refused(["--enable-lora", "--lora-modules", "a=/m/a", "--lora-modules", "b=/m/b"])
+    assert err.field == "spec.engine.extraArgs[3]"
+    assert "the first would be lost" in err.problem
+    assert "with all its values after it" in err.fix
+    assert errors_of(ARITY_CASES["middleware-twice"][0]) == []
+
+
 _PARSE = r"""
 import json, sys
 from vllm.entrypoints.cli.serve import ServeSubcommand
@@ -144,7 +196,10 @@ out = {"table": flag_table(), "cases": {}}
 for name, argv in json.load(sys.stdin).items():
     try:
         ns = top.parse_args(["serve", "m", *argv])
-        out["cases"][name] = {"ok": True, "max_num_seqs": ns.max_num_seqs}
+        out["cases"][name] = {"ok": True, "max_num_seqs": ns.max_num_seqs,
+                              "lora_modules": [m.name for m in ns.lora_modules or []],
+                              "allowed_media_domains": ns.allowed_media_domains,
+                              "middleware": ns.middleware}
     except BaseException as exc:  # argparse exits
         out["cases"][name] = {"ok": False, "error": repr(exc)}
 print(json.dumps(out))
@@ -153,16 +208,20 @@ print(json.dumps(out))
 
 @pytest.mark.vllm  # imports vLLM (~10 s); no server starts
 def test_the_flag_table_is_the_installed_vllm_serve_parser() -> None:
-    """The committed table is what vLLM's parser defines (regenerate it with
-    tools/vllm_flags.py), and the readings above are the parser's own: what the operator
-    accepts vLLM parses, a prefix it refuses vLLM reads as the managed flag, and items it
-    calls ambiguous or stray vLLM refuses."""
+    """The committed table is what vLLM's parser defines, arity and append actions
+    included (regenerate it with tools/vllm_flags.py), and the readings above are the
+    parser's own: what the operator accepts vLLM parses, a prefix it refuses vLLM reads
+    as the managed flag, items it calls ambiguous, stray or short of values vLLM
+    refuses, and a multi-value option takes every value that follows it."""
     python = Path(os.environ.get("LLMOP_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
     if not python.exists():
         pytest.skip(f"no vLLM interpreter at {python} (see docs/TESTING.md)")
     cases = {"valid": VALID, "prefix": ["--max-num-seq=999"], "ambiguous": ["--max-num", "5"],
              "stray": ["--enforce-eager", "yes"], "one-item": ["--max-logprobs 5"],
-             "gone": ["--swap-space", "4"]}
+             "gone": ["--swap-space", "4"],
+             "lora-twice": ["--enable-lora", "--lora-modules", "a=/m/a",
+                            "--lora-modules", "b=/m/b"]}
+    cases |= {name: argv for name, (argv, _) in ARITY_CASES.items()}
     proc = subprocess.run([str(python), "-c", _PARSE, str(ROOT / "tools")],
                           input=json.dumps(cases), capture_output=True, text=True,
                           timeout=180, check=False, env={**os.environ, "HF_HUB_OFFLINE": "1"})
@@ -170,13 +229,23 @@ def test_the_flag_table_is_the_installed_vllm_serve_parser() -> None:
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     table = flag_table()
     assert out["table"]["vllm"] == table.vllm_version
-    assert {k: (v["dest"], v["takesValue"]) for k, v in out["table"]["options"].items()} \
-        == table.options
+    assert {k: (v["dest"], v["arity"], v["appends"])
+            for k, v in out["table"]["options"].items()} \
+        == {k: (f.dest, f.arity, f.appends) for k, f in table.options.items()}
     parsed = out["cases"]
     assert parsed["valid"]["ok"], parsed["valid"]
-    assert parsed["prefix"] == {"ok": True, "max_num_seqs": 999}  # why prefixes are refused
+    assert parsed["prefix"]["ok"] and parsed["prefix"]["max_num_seqs"] == 999  # why refused
     for name in ("ambiguous", "stray", "one-item", "gone"):
         assert not parsed[name]["ok"], (name, parsed[name])
+    for name, (argv, ok) in ARITY_CASES.items():
+        assert parsed[name]["ok"] is ok, (name, parsed[name])
+        if name != "short-attached":  # -qawq sets a managed flag: refused for that
+            assert (errors_of(argv) == []) is ok, (name, errors_of(argv))
+    assert parsed["lora-several"]["lora_modules"] == ["a", "b"]
+    assert parsed["domains"]["allowed_media_domains"] == ["a.example", "b.example"]
+    assert parsed["middleware-twice"]["middleware"] == ["a.b", "c.d"]
+    # Given twice, vLLM keeps only the last --lora-modules: why the operator refuses it.
+    assert parsed["lora-twice"]["ok"] and parsed["lora-twice"]["lora_modules"] == ["b"]
 
 
 def test_the_live_cap_sees_its_flags_in_every_spelling_vllm_accepts() -> None:

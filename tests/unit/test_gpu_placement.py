@@ -131,6 +131,53 @@ def test_a_required_node_affinity_on_the_label_is_the_users_choice() -> None:
     assert "nodeSelector" not in pod and pod["affinity"] == affinity
 
 
+def _gke_affinity(operator: str, values: list[str]) -> dict[str, Any]:
+    return {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{
+            "key": "cloud.google.com/gke-accelerator", "operator": operator,
+            "values": values}]}]}}}}
+
+
+@pytest.mark.parametrize(("gpu_class", "scheduling", "field", "words"), [
+    # The selector picks H100 nodes while the plan is for L4s: refused, naming both.
+    ("nvidia", {"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}},
+     "spec.scheduling.nodeSelector[nvidia.com/gpu.product]",
+     "set spec.gpus.product: NVIDIA-H100-80GB-HBM3"),
+    ("eks", {"nodeSelector": {"karpenter.k8s.aws/instance-gpu-name": "a10g"}},
+     "spec.scheduling.nodeSelector[karpenter.k8s.aws/instance-gpu-name]",
+     "set spec.gpus.product: NVIDIA-A10G"),
+    # Label values are case-sensitive: no node would match.
+    ("nvidia", {"nodeSelector": {"nvidia.com/gpu.product": "nvidia-l4"}},
+     "spec.scheduling.nodeSelector[nvidia.com/gpu.product]",
+     "write nvidia.com/gpu.product: NVIDIA-L4"),
+    ("gke", _gke_affinity("In", ["nvidia-h100-80gb", "nvidia-a100-80gb"]),
+     "nodeSelectorTerms[0].matchExpressions[0]", "let the affinity admit"),
+    ("gke", _gke_affinity("NotIn", ["nvidia-l4"]),
+     "nodeSelectorTerms[0].matchExpressions[0]", "let the affinity admit"),
+])
+def test_a_selector_naming_another_gpu_than_spec_gpus_product_is_refused(
+        gpu_class: str, scheduling: dict[str, Any], field: str, words: str) -> None:
+    svc = make_svc(l4(scheduling=scheduling))
+    with pytest.raises(SpecError) as err:
+        rendering.build_deployment(svc, hand_plan(), Settings(gpu_class=gpu_class))
+    assert field in err.value.field
+    assert "spec.gpus.product is 'L4'" in err.value.problem
+    assert words in err.value.fix
+
+
+@pytest.mark.parametrize(("gpu_class", "scheduling"), [
+    ("nvidia", {"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-L4"}}),  # the same
+    # A value the class does not know may carry the product (GKE's other pools).
+    ("gke", {"nodeSelector": {"cloud.google.com/gke-accelerator": "nvidia-l4-spot"}}),
+    ("gke", _gke_affinity("In", ["nvidia-l4", "nvidia-h100-80gb"])),  # admits L4 too
+    ("gke", _gke_affinity("In", ["nvidia-l4-custom"])),
+    ("gke", _gke_affinity("NotIn", ["nvidia-h100-80gb"])),
+])
+def test_a_selector_that_admits_the_product_is_kept(
+        gpu_class: str, scheduling: dict[str, Any]) -> None:
+    pod_of(l4(scheduling=scheduling), Settings(gpu_class=gpu_class))
+
+
 # --- administrator's own classes -------------------------------------------------------
 
 

@@ -98,6 +98,59 @@ def object_errors(obj: Mapping[str, Any]) -> list[str]:
                                     "domain prefix (e.g. nvidia.com/gpu)"]
                         errors += [f"{path}spec.{kind}[{i}].resources.{section}[{res}]: "
                                    f"Invalid value: {e}" for e in errs]
+        for i, tol in enumerate(pod.get("tolerations") or []):
+            errors += [f"{path}spec.tolerations[{i}].{e}" for e in _toleration_errors(tol)]
+        errors += [f"{path}spec.affinity.nodeAffinity.{e}"
+                   for e in _node_affinity_errors(pod.get("affinity") or {})]
+    return errors
+
+
+def _node_affinity_errors(affinity: Mapping[str, Any]) -> list[str]:
+    """The API server's node selector rules (validation.ValidateNodeSelector): at least
+    one term when required, and values that fit each requirement's operator."""
+    node = affinity.get("nodeAffinity") or {}
+    errors: list[str] = []
+    required = node.get("requiredDuringSchedulingIgnoredDuringExecution")
+    terms = [("requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms", t)
+             for t in (required or {}).get("nodeSelectorTerms") or []]
+    if required is not None and not terms:
+        errors.append("requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms: "
+                      "Required value: must have at least one node selector term")
+    terms += [("preferredDuringSchedulingIgnoredDuringExecution.preference", p.get("preference"))
+              for p in node.get("preferredDuringSchedulingIgnoredDuringExecution") or []]
+    for where, term in terms:
+        for j, req in enumerate((term or {}).get("matchExpressions") or []):
+            op, values = req.get("operator"), req.get("values") or []
+            if op in ("In", "NotIn") and not values:
+                problem = "Required value: must be specified when `operator` is 'In' or 'NotIn'"
+            elif op in ("Exists", "DoesNotExist") and values:
+                problem = ("Forbidden: may not be specified when `operator` is 'Exists' or "
+                           "'DoesNotExist'")
+            elif op in ("Gt", "Lt") and (len(values) != 1 or not _INTEGER.match(str(values[0]))):
+                problem = ("Required value: must be specified single value when `operator` "
+                           "is 'Lt' or 'Gt', an integer")
+            else:
+                continue
+            errors.append(f"{where}.matchExpressions[{j}].values: {problem}")
+    return errors
+
+
+_INTEGER = re.compile(r"^-?[0-9]+$")
+
+
+def _toleration_errors(tol: Mapping[str, Any]) -> list[str]:
+    """The API server's toleration rules (validation.ValidateTolerations): the operator
+    and effect enums, case-sensitive."""
+    errors = []
+    if tol.get("operator", "Equal") not in ("Equal", "Exists"):
+        errors.append(f"operator: Unsupported value: {tol.get('operator')!r}: supported "
+                      "values: \"Equal\", \"Exists\"")
+    if tol.get("key"):
+        errors += [f"key: Invalid value: {tol['key']!r}: {e}"
+                   for e in qualified_name_errors(str(tol["key"]))]
+    if tol.get("effect") not in (None, "", "NoSchedule", "PreferNoSchedule", "NoExecute"):
+        errors.append(f"effect: Unsupported value: {tol.get('effect')!r}: supported values: "
+                      "\"NoExecute\", \"NoSchedule\", \"PreferNoSchedule\"")
     return errors
 
 
