@@ -74,6 +74,7 @@ from .context import CONTEXT_KEY, OperatorContext, operator_context
 from .diffbase import SlimDiffBaseStorage
 from .kube import ApiError, KubeClient, owner_name
 from .pods import pod_service_key, pods_changed
+from .progress import GenerationProgressStorage
 from .reconcile import delete_owned, reconcile, workload_changed, write_status
 from .tuning import delete_tuning_jobs, tuning_progress_loop, tuning_step
 
@@ -117,8 +118,10 @@ async def operator_startup(settings: kopf.OperatorSettings, memo: kopf.Memo,
     settings.persistence.finalizer = FINALIZER
     for resource in MANAGED_WATCHES:
         settings.watching.label_selectors[resource] = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
-        prefix=PROGRESS_PREFIX)
+    # Each handler's outcome carries the generation it handled: a success for an older
+    # spec does not count for a newer one (kopf would record the new spec as handled
+    # without rendering it; see .progress).
+    settings.persistence.progress_storage = GenerationProgressStorage(prefix=PROGRESS_PREFIX)
     # kopf's storage, built without copying the status first (the same essence; see
     # .diffbase): kopf's largest own cost per event in a burst of new services.
     settings.persistence.diffbase_storage = SlimDiffBaseStorage(
