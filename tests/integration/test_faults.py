@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from llm_operator.controller.resync import RESYNC_INTERVAL_SECONDS
 from llm_operator.timestamps import rfc3339
 from tests.integration.conftest import NAMESPACE
 from tests.integration.test_tuning_operator import (
@@ -148,6 +149,10 @@ def test_a_retry_kopf_could_not_record_is_resynced_without_a_finalizer(
              "the tuning step's retry")
     assert operator.log().count("Created Job") == 1
     no_orphans(kubectl)
+    # Steady state: two more rounds of the loop and it acts on nothing.
+    resyncs = operator.log().count("Resync")
+    time.sleep(2 * RESYNC_INTERVAL_SECONDS + 5)
+    assert operator.log().count("Resync") == resyncs
 
 
 # --------------------------------------------------------------------------- kills
