@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from llm_operator.controller.resync import RESYNC_INTERVAL_SECONDS
 from llm_operator.timestamps import rfc3339
 from tests.integration.conftest import NAMESPACE
 from tests.integration.test_tuning_operator import (
@@ -127,6 +128,31 @@ def test_api_500s_409s_and_slow_and_closed_watches_converge(
     time.sleep(2)
     assert len(jobs(kubectl)) == 1 and operator.log().count("Created Job") == 1
     no_orphans(kubectl)
+
+
+def test_a_retry_kopf_could_not_record_is_resynced_without_a_finalizer(
+    api: EmulatorProcess, kubectl: Kubectl, operator: OperatorProcess, tmp_path: Path
+) -> None:
+    """Both handlers fail on their status write, then kopf's own write of their retries
+    is refused (409): kopf waits for an event that never comes (nothing else writes the
+    service). The resync loop finds it stalled and touches it; kopf runs the retries."""
+    inject(api, method="PATCH", plural="llmservices", subresource="status", code=500, times=2)
+    inject(api, method="PATCH", plural="llmservices", code=409, times=1)  # kopf's progress
+    apply(kubectl, tmp_path, manifest(**USER))
+    wait_for(lambda: not injected(api)["faults"], 20, "the faults to fire")
+    time.sleep(3)
+    assert not (kubectl.get("llms", NAME, NAMESPACE) or {}).get("status"), "not stalled"
+    svc = wait_for(lambda: converged(kubectl), 75, "convergence after the resync")
+    assert f"Resync: kopf's handling of {NAMESPACE}/{NAME} stalled" in operator.log()
+    assert not svc["metadata"].get("finalizers")  # the resync is no kopf timer
+    wait_for(lambda: len(jobs(kubectl)) == 1 and tuning(kubectl).get("jobUid"), 30,
+             "the tuning step's retry")
+    assert operator.log().count("Created Job") == 1
+    no_orphans(kubectl)
+    # Steady state: two more rounds of the loop and it acts on nothing.
+    resyncs = operator.log().count("Resync")
+    time.sleep(2 * RESYNC_INTERVAL_SECONDS + 5)
+    assert operator.log().count("Resync") == resyncs
 
 
 # --------------------------------------------------------------------------- kills

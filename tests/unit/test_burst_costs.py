@@ -73,8 +73,9 @@ def test_diff_base_is_kopfs_essence_without_copying_the_status() -> None:
 class RecordingKube:
     """Just enough of KubeClient for one reconciliation, recording every call."""
 
-    def __init__(self) -> None:
+    def __init__(self, existing: bool = False) -> None:
         self.calls: list[tuple[str, str]] = []
+        self.existing = existing  # the children are there already (apply updates them)
 
     async def served_groups(self) -> set[str]:
         return {"apps", "policy", "leaderworkerset.x-k8s.io", "monitoring.coreos.com"}
@@ -89,14 +90,14 @@ class RecordingKube:
 
     async def apply(self, obj: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         self.calls.append(("apply", obj["kind"]))
-        return obj, True
+        return obj, not self.existing
 
     async def post_event(self, obj: Any, **_: Any) -> None:
         self.calls.append(("event", _["reason"]))
 
 
-def run_reconcile(body: dict[str, Any]) -> list[tuple[str, str]]:
-    kube = RecordingKube()
+def run_reconcile(body: dict[str, Any], existing: bool = False) -> list[tuple[str, str]]:
+    kube = RecordingKube(existing)
 
     async def go() -> None:
         ctx = OperatorContext(settings=Settings(), kube=kube)  # type: ignore[arg-type]
@@ -121,6 +122,15 @@ def test_a_retried_create_still_deletes_what_an_earlier_pass_left() -> None:
     # child the plan no longer wants, so those are looked up (and deleted when owned).
     calls = run_reconcile(llmservice({"conditions": [{"type": "SpecValid",
                                                       "status": "True"}]}))
+    assert {("get", "LeaderWorkerSet"), ("get", "PodDisruptionBudget")} <= set(calls)
+
+
+def test_a_create_retried_after_its_status_write_failed_deletes_what_the_first_left() -> None:
+    # The first attempt wrote the children (a PodDisruptionBudget for 2 replicas) and
+    # failed on the status write; the user set replicas to 1 before the retry. No status,
+    # but the children were there: the retry looks up the ones the plan no longer wants
+    # (the churn under faults found the PDB left over).
+    calls = run_reconcile(llmservice(), existing=True)
     assert {("get", "LeaderWorkerSet"), ("get", "PodDisruptionBudget")} <= set(calls)
 
 

@@ -40,6 +40,7 @@ class OperatorContext:
     tuning_locks: dict[ServiceKey, asyncio.Lock] = field(default_factory=dict)
     adaptation_task: asyncio.Task[None] | None = None
     tuning_progress_task: asyncio.Task[None] | None = None
+    resync_task: asyncio.Task[None] | None = None
     present: set[ServiceKey] = field(default_factory=set)
 
     def post_event(self, obj: Mapping[str, Any], type: str, reason: str, message: str) -> None:

@@ -22,6 +22,10 @@ and renaming a function must not change them.
 - index ``server_pods_by_service`` and ``pod-scheduling``: the server pods of each
   LLMService; a pod the scheduler cannot place sets ``PodsScheduled=False``
   (:mod:`.pods`).
+- the resync loop (started by the startup handler, :mod:`.resync`): a service whose
+  handling stalled (a retry kopf planned never came because kopf's own write failed) is
+  set going again; kopf's progress records carry the generation they handled
+  (:mod:`.progress`), so a spec changed mid-cycle is rendered, not recorded as handled.
 - ``adaptation-presence``: a daemon per LLMService that marks it as handled by this pod
   for the adaptation loop (:mod:`.adaptation`); kopf stops it on deletion and when
   peering pauses this operator. Only while adaptation is on (``LLMOP_PROMETHEUS_URL``).
@@ -74,7 +78,9 @@ from .context import CONTEXT_KEY, OperatorContext, operator_context
 from .diffbase import SlimDiffBaseStorage
 from .kube import ApiError, KubeClient, owner_name
 from .pods import pod_service_key, pods_changed
+from .progress import GenerationProgressStorage
 from .reconcile import delete_owned, reconcile, workload_changed, write_status
+from .resync import resync_loop
 from .tuning import delete_tuning_jobs, tuning_progress_loop, tuning_step
 
 INDEX = "llmservices_by_name"
@@ -117,8 +123,10 @@ async def operator_startup(settings: kopf.OperatorSettings, memo: kopf.Memo,
     settings.persistence.finalizer = FINALIZER
     for resource in MANAGED_WATCHES:
         settings.watching.label_selectors[resource] = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
-        prefix=PROGRESS_PREFIX)
+    # Each handler's outcome carries the generation it handled: a success for an older
+    # spec does not count for a newer one (kopf would record the new spec as handled
+    # without rendering it; see .progress).
+    settings.persistence.progress_storage = GenerationProgressStorage(prefix=PROGRESS_PREFIX)
     # kopf's storage, built without copying the status first (the same essence; see
     # .diffbase): kopf's largest own cost per event in a burst of new services.
     settings.persistence.diffbase_storage = SlimDiffBaseStorage(
@@ -141,6 +149,10 @@ async def operator_startup(settings: kopf.OperatorSettings, memo: kopf.Memo,
         # finalizer left by an uninstalled operator blocks the deletion of the service.
         ctx.tuning_progress_task = asyncio.create_task(
             tuning_progress_loop(ctx, services, logger), name="llmop-tuning-progress")
+        # Services whose handling stalled (a retry kopf planned never came: its own write
+        # failed), set going again; only those, at a bounded rate (.resync).
+        ctx.resync_task = asyncio.create_task(resync_loop(ctx, services, settings, logger),
+                                              name="llmop-resync")
     if not ctx.settings.prometheus_url:
         logger.info("Online adaptation is off: LLMOP_PROMETHEUS_URL is not set")
         return
@@ -158,7 +170,7 @@ async def operator_cleanup(memo: kopf.Memo, **_: Any) -> None:
     ctx = memo.get(CONTEXT_KEY)
     if not isinstance(ctx, OperatorContext):
         return
-    for task in (ctx.adaptation_task, ctx.tuning_progress_task):
+    for task in (ctx.adaptation_task, ctx.tuning_progress_task, ctx.resync_task):
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

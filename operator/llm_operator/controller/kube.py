@@ -77,7 +77,9 @@ CONTENT_APPLY = "application/apply-patch+yaml"
 # ``create`` cannot be restricted by name). An apply may create, so it needs ``create``
 # and ``patch``. Checked on every request (:meth:`KubeClient.request`).
 CLIENT_ACCESS: dict[tuple[str, str], tuple[frozenset[str], tuple[str, ...]]] = {
-    (GROUP, PLURAL): (frozenset({"get"}), ()),
+    # patch: the resync's touch of a service whose handling stalled (controller/resync.py),
+    # a verb kopf has anyway (its annotations).
+    (GROUP, PLURAL): (frozenset({"get", "patch"}), ()),
     (GROUP, PLURAL + "/status"): (frozenset({"patch"}), ()),
     ("apps", "deployments"): (frozenset({"get", "create", "patch", "delete"}), ()),
     ("", "services"): (frozenset({"get", "create", "patch", "delete"}), ()),

@@ -128,10 +128,14 @@ async def reconcile(
     failures = list(applied.failed)
     workload = desired[0]
     workload_written = not any(f.kind == workload["kind"] for f in failures)
-    # A service kopf just saw created, with nothing written to its status yet, owns no
-    # children but those this pass wrote (they carry its new uid): no read of the kinds
-    # its plan does not want (a GET each: LWS, PodMonitor, PDB).
-    first_pass = created and not current
+    # A service kopf just saw created, with nothing written to its status yet, whose
+    # children this pass all created (none was there), owns no others: no read of the
+    # kinds its plan does not want (a GET each: LWS, PodMonitor, PDB). A child that was
+    # there already means an earlier attempt of this create ran (its status write failed,
+    # or the operator was killed), maybe for an older spec that wanted more children: a
+    # PodDisruptionBudget for 2 replicas, edited to 1 before the retry (the churn found it).
+    first_pass = created and not current and not failures and all(
+        c.action is WriteAction.CREATED for c in applied.changed)
     stale = [] if first_pass else _stale_children(name, {d["kind"] for d in desired})
     if not workload_written or held is not None:
         # The old workload keeps serving until the new one is written: never delete first.
