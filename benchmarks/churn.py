@@ -383,15 +383,15 @@ def notes(rows: list[dict[str, Any]]) -> str:
 
 def table(rows: list[dict[str, Any]]) -> str:
     """The runs as a Markdown table."""
-    lines = ["| N | created / updated / deleted | fault rate | faults injected (of which "
+    lines = ["| N | seed | created / updated / deleted | fault rate | faults injected (of which "
              "the client retried) | operator SIGKILLs | churn took (+ faults held) | "
              "converged after faults cleared | problems left | user values checked | "
              "operator tracebacks | machine load | operator code |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         conv = (f"{r['converged_after_seconds']:.0f} s" if r["converged"] else "no")
         lines.append(
-            f"| {r['n']:,} | {r['created']:,} / {r['updated']:,} / {r['deleted']:,} | "
+            f"| {r['n']:,} | {r['seed']} | {r['created']:,} / {r['updated']:,} / {r['deleted']:,} | "
             f"{r['rate']:.0%} | {r['faults_injected']:,} ({r['client_retries']:,}) | "
             f"{r['kills']} | {r['churn_seconds']:.0f} s (+{r['faults_hold_seconds']:.0f} s) | "
             f"{conv} | {r['problems_left']} | {r['checked'].get('user_values', 0):,} | "
@@ -404,9 +404,10 @@ def write_results(rows: list[dict[str, Any]]) -> None:
     """Store the JSON in benchmarks/data/churn.json and replace the churn section of
     benchmarks/RESULTS.md (other sections untouched)."""
     DATA.write_text(json.dumps(rows, indent=1) + "\n")
+    current = [r for r in rows if not r.get("superseded")]
     section = (
         f"{BEGIN}\n## Churn under faults"
-        f"{': converged, nothing lost' if all(r['converged'] for r in rows) else ''}\n\n"
+        f"{': converged, nothing lost' if all(r['converged'] for r in current) else ''}\n\n"
         "N LLMServices created, 40% of them updated (pinned `maxNumSeqs`, replicas, a pod "
         "label), 25% deleted, from 8 client threads, against the **emulated** API server "
         "(not a cluster) while it failed requests at random: 500 on every verb of every "
@@ -456,8 +457,8 @@ def main() -> int:
         row = run_churn(args.n, Path(tmp), rate=args.rate, seed=args.seed, kills=args.kills,
                         hold=args.hold, timeout=args.timeout)
     print(json.dumps(row, indent=1))  # noqa: T201
-    if args.write:
-        write_results([row])
+    if args.write:  # every run is kept; runs of an operator since fixed say so
+        write_results([*json.loads(DATA.read_text()), row] if DATA.exists() else [row])
     return 0 if row["converged"] else 1
 
 
