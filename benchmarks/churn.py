@@ -391,7 +391,8 @@ def table(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         conv = (f"{r['converged_after_seconds']:.0f} s" if r["converged"] else "no")
         lines.append(
-            f"| {r['n']:,} | {r['seed']} | {r['created']:,} / {r['updated']:,} / {r['deleted']:,} | "
+            f"| {r['n']:,} | {r['seed']} | "
+            f"{r['created']:,} / {r['updated']:,} / {r['deleted']:,} | "
             f"{r['rate']:.0%} | {r['faults_injected']:,} ({r['client_retries']:,}) | "
             f"{r['kills']} | {r['churn_seconds']:.0f} s (+{r['faults_hold_seconds']:.0f} s) | "
             f"{conv} | {r['problems_left']} | {r['checked'].get('user_values', 0):,} | "
