@@ -53,6 +53,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -643,6 +644,19 @@ def render_markdown(doc: dict[str, Any], section: str = SECTION,
                 goal_rows.append((f"(not a goal) live / rollout (`{trace}`)",
                                   live["mean"] / ro["mean"], None, None))
     fails = sum(r["failed"] for t in s.values() for a, r in t["rows"].items() if a == "live")
+    # Failures by kind, live arm against the static arms on the same server: an error the
+    # static arms see as well (a dropped connection on the loaded machine) is not the
+    # adaptation's doing.
+    kinds: dict[str, Counter[str]] = {"live": Counter(), "static": Counter()}
+    for m in doc["measurements"]:
+        side = "live" if m["arm"] == "live" else \
+            "static" if m["arm"] in cfg["traces"][m["trace"]]["static"] else None
+        if side:
+            kinds[side].update({k: v for k, v in m["errors"].items()
+                                if k not in ("cut", "short")})
+
+    def _kinds(c: Counter[str]) -> str:
+        return ", ".join(f"{k} {v}" for k, v in c.most_common()) or "none"
     lines += ["### Goals, from this run's own figures", "",
               "| goal | ratio of means | ± (relative sd of the two arms) | met |",
               "|---|---:|---:|---|"]
@@ -654,7 +668,9 @@ def render_markdown(doc: dict[str, Any], section: str = SECTION,
         sd_text = "" if spread is None else f"{spread:.0%}"
         lines.append(f"| {name} | {ratio:.2f} | {sd_text} | {met} |")
     lines += [f"| 0 requests failed because of live adaptation | {fails} failed in the live "
-              "arm | | " + ("**met**" if fails == 0 else "**not met**") + " |", ""]
+              f"arm ({_kinds(kinds['live'])}); the static arms on the same server: "
+              f"{_kinds(kinds['static'])} | | " + ("**met**" if fails == 0 else "**not met**")
+              + " |", ""]
     if first:
         lines += _simulated_lines()
     lines += [end]

@@ -82,5 +82,8 @@ def test_another_run_of_the_same_config_gets_its_own_section_and_never_overwrite
     assert "## Adaptation, run adapt-live-2: the same committed config as adapt-live-1" in \
         second and "(as run adapt-live-1)" in second
     assert "### Simulated" not in second  # the simulated day stays with the first run
+    # Failures by kind, the live arm's beside the static arms' on the same server.
+    assert "0 failed in the live arm (none); the static arms on the same server: " \
+           "ServerDisconnectedError 14" in second
     with pytest.raises(SystemExit):  # a labelled run must not land on the first run's JSON
         adapt_live.main(["--label", "adapt-live-2", "--out", str(adapt_live.OUT)])
