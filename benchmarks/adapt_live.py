@@ -29,6 +29,14 @@ Run (needs .venv-vllm and /usr/bin/prometheus)::
 
     .venv/bin/python -m benchmarks.adapt_live --out benchmarks/data/adapt_live.json
     .venv/bin/python -m benchmarks.adapt_live --write-results   # RESULTS.md from the JSON
+
+Another run of the same committed config (e.g. after a policy change) is stored beside
+the first, under its own label and RESULTS.md section::
+
+    .venv/bin/python -m benchmarks.adapt_live --label adapt-live-2 \\
+        --out benchmarks/data/adapt_live_2.json --note "why this run"
+    .venv/bin/python -m benchmarks.adapt_live --write-results \\
+        --out benchmarks/data/adapt_live_2.json --section adaptation-2
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -414,8 +423,12 @@ def _git(*args: str) -> str:
 
 
 def run(config: Path, out: Path, only: list[str] | None, scale: float,
-        repeats: int | None) -> dict[str, Any]:
+        repeats: int | None, label: str | None = None, note: str | None = None,
+        ) -> dict[str, Any]:
     cfg = yaml.safe_load(config.read_text())
+    config_label = cfg["label"]
+    if label:  # another run of the same committed config: its own label
+        cfg["label"] = label
     if scale != 1.0 or repeats is not None or only:
         cfg["label"] += "-smoke"
     if scale != 1.0:
@@ -428,10 +441,12 @@ def run(config: Path, out: Path, only: list[str] | None, scale: float,
         cfg["traces"] = {k: v for k, v in cfg["traces"].items() if k in only}
     doc: dict[str, Any] = {
         "config": cfg, "configFile": str(config.relative_to(ROOT)),
+        "configLabel": config_label,
         "configGitBlob": _git("hash-object", str(config)), "commit": _git("rev-parse", "HEAD"),
         "engine": "vLLM CPU 0.32, tiny generated Llama (2 layers, hidden 128)",
         "cpus": os.cpu_count(), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "partial": True, "measurements": [],
+        **({"note": note} if note else {}),
     }
     order = plan(cfg)
     logdir = Path("/tmp/llmop-adapt-live")
@@ -508,26 +523,35 @@ def summarize(doc: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def render_markdown(doc: dict[str, Any]) -> str:
+def render_markdown(doc: dict[str, Any], section: str = SECTION,
+                    source: str = "benchmarks/data/adapt_live.json") -> str:
+    """The RESULTS.md section of one run: the first run owns ``adaptation`` (with the
+    simulated day); another run of the same config gets its own section and heading."""
     cfg = doc["config"]
     s = summarize(doc)
-    begin, end = markers(SECTION)
+    begin, end = markers(section)
+    first = section == SECTION
+    same = doc.get("configLabel", cfg["label"])
+    render = "`.venv/bin/python -m benchmarks.adapt_live --write-results" + (
+        "`" if first else f" --out {source} --section {section}`")
     n_done = len(doc["measurements"])
     n_all = len(plan(cfg))
     loads = [m["loadavgBefore"][0] for m in doc["measurements"]]
     slo = cfg["slo"]
     lines = [
         begin,
-        "## Adaptation: restart-free admission cap against rollouts and static caps",
+        ("## Adaptation: restart-free admission cap against rollouts and static caps"
+         if first else f"## Adaptation, run {cfg['label']}: the same committed config as "
+         f"{same}, measured again"),
         "",
         f"Run **{cfg['label']}**"
         + (f" (PARTIAL: {n_done} of {n_all} measurements)" if doc["partial"] else "") + ", "
         f"started {doc['started']} at commit `{doc['commit'][:10]}`; its SLO, traces and "
         f"arms are `{doc['configFile']}` (git blob `{doc['configGitBlob'][:10]}`), committed "
-        "before the run. Rendered from `benchmarks/data/adapt_live.json` by "
-        "`.venv/bin/python -m benchmarks.adapt_live --write-results`; the harness is "
-        "`benchmarks/adapt_live.py`. Earlier runs (segment-wise load that paused during "
-        "restarts) are in [HISTORY.md](HISTORY.md).",
+        "before the run" + (f" (as run {same})" if same != cfg["label"] else "")
+        + f". Rendered from `{source}` by {render}; the "
+        "harness is `benchmarks/adapt_live.py`. Earlier runs (segment-wise load that "
+        "paused during restarts) are in [HISTORY.md](HISTORY.md).",
         "",
         f"**Measured** on {doc['engine']}, KV cache 4,096 tokens, {doc['cpus']} CPU cores "
         "shared with other engineers' test runs, scraped every second by a real Prometheus. "
@@ -620,6 +644,19 @@ def render_markdown(doc: dict[str, Any]) -> str:
                 goal_rows.append((f"(not a goal) live / rollout (`{trace}`)",
                                   live["mean"] / ro["mean"], None, None))
     fails = sum(r["failed"] for t in s.values() for a, r in t["rows"].items() if a == "live")
+    # Failures by kind, live arm against the static arms on the same server: an error the
+    # static arms see as well (a dropped connection on the loaded machine) is not the
+    # adaptation's doing.
+    kinds: dict[str, Counter[str]] = {"live": Counter(), "static": Counter()}
+    for m in doc["measurements"]:
+        side = "live" if m["arm"] == "live" else \
+            "static" if m["arm"] in cfg["traces"][m["trace"]]["static"] else None
+        if side:
+            kinds[side].update({k: v for k, v in m["errors"].items()
+                                if k not in ("cut", "short")})
+
+    def _kinds(c: Counter[str]) -> str:
+        return ", ".join(f"{k} {v}" for k, v in c.most_common()) or "none"
     lines += ["### Goals, from this run's own figures", "",
               "| goal | ratio of means | ± (relative sd of the two arms) | met |",
               "|---|---:|---:|---|"]
@@ -631,8 +668,11 @@ def render_markdown(doc: dict[str, Any]) -> str:
         sd_text = "" if spread is None else f"{spread:.0%}"
         lines.append(f"| {name} | {ratio:.2f} | {sd_text} | {met} |")
     lines += [f"| 0 requests failed because of live adaptation | {fails} failed in the live "
-              "arm | | " + ("**met**" if fails == 0 else "**not met**") + " |", ""]
-    lines += _simulated_lines()
+              f"arm ({_kinds(kinds['live'])}); the static arms on the same server: "
+              f"{_kinds(kinds['static'])} | | " + ("**met**" if fails == 0 else "**not met**")
+              + " |", ""]
+    if first:
+        lines += _simulated_lines()
     lines += [end]
     return "\n".join(lines) + "\n"
 
@@ -665,14 +705,27 @@ def main(argv: list[str] | None = None) -> int:
                    help="scale every phase (a smoke run; labelled -smoke, not for RESULTS)")
     p.add_argument("--smoke-repeats", type=int, default=None)
     p.add_argument("--smoke-traces", default="", help="comma-separated traces (smoke)")
+    p.add_argument("--label", default=None,
+                   help="label of another run of the same committed config (stored in the "
+                   "JSON beside the config's own label); use a new --out for it")
+    p.add_argument("--note", default=None, help="a sentence stored in the JSON and RESULTS")
+    p.add_argument("--section", default=SECTION,
+                   help=f"RESULTS.md section to render into (default {SECTION}: the first "
+                   "run; another run gets its own)")
     a = p.parse_args(argv)
     if a.write_results:
-        replace_section(SECTION, render_markdown(json.loads(a.out.read_text())), a.results)
+        replace_section(a.section, render_markdown(
+            json.loads(a.out.read_text()), a.section,
+            str(a.out.resolve().relative_to(ROOT)) if a.out.resolve().is_relative_to(ROOT)
+            else str(a.out)), a.results)
         return 0
+    if a.label and a.out.resolve() == OUT.resolve():
+        p.error(f"--label {a.label} would overwrite the first run in {OUT.name}: give the "
+                "new run its own --out (e.g. benchmarks/data/adapt_live_2.json)")
     # A background run (SIGINT ignored) stops cleanly on SIGTERM: servers, Prometheus.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     run(a.config, a.out, [t for t in a.smoke_traces.split(",") if t], a.smoke_scale,
-        a.smoke_repeats)
+        a.smoke_repeats, a.label, a.note)
     return 0
 
 

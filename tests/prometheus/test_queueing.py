@@ -56,7 +56,10 @@ def test_queueing_with_free_kv_raises_the_cap(observed: list) -> None:
     d = decide(obs, AdaptationState(current=CAP), spec, obs.evaluated_at)
     assert d.action is CapAction.RAISE, d.reason
     assert d.value == CAP + 1  # 50 % of 2 is 1: the step limit
-    assert "waiting" in d.reason and "low watermark" in d.reason
+    # Mean running at the cap with free KV ("low watermark"), or, on a loaded machine
+    # where the mean dips under 90 % of the cap, the cap reached below the KV fit.
+    assert "requests waiting" in d.reason
+    assert "low watermark" in d.reason or "below the KV fit with a queue" in d.reason, d.reason
 
     # With a wide step the target is the observed demand: running + waiting, about 8.
     wide = LLMServiceSpec.model_validate({"model": {"name": "tiny"},

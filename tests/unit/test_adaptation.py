@@ -177,17 +177,45 @@ def test_preemptions_at_one_percent_of_requests_or_more_lower(preemptions: int,
     assert f"{preemptions} preemption" in d.reason
 
 
-def test_kv_above_the_high_watermark_lowers_without_preemptions() -> None:
-    o = obs(running_mean=16, running_max=16, kv_usage_mean=0.95, kv_usage_max=0.99)
-    d = decide(o, state(16), spec(), NOW)
+def test_kv_above_the_high_watermark_lowers_to_the_fit_without_preemptions() -> None:
+    # 4,096 tokens hold 10 sequences of 384: a cap of 16 is above that fit.
+    o = obs(running_mean=16, running_max=16, kv_usage_mean=0.95, kv_usage_max=0.99,
+            kv_capacity_tokens=4096)
+    d = decide(o, state(16), spec(maxStepPercent=100), NOW)
     assert d.action is CapAction.LOWER and "above the 90% high watermark" in d.reason
+    assert d.value == 10 and "holds 10 sequences" in d.reason
 
 
-def test_itl_slo_miss_with_a_busy_batch_lowers() -> None:
-    o = obs(running_mean=14.0, running_max=16.0, itl_p95_seconds=0.2)
+def test_full_kv_without_preemptions_never_lowers_below_the_fit() -> None:
+    # The cap (10) is the KV fit and nothing was preempted: the engine holds admission on
+    # the KV cache itself, so a full cache is no reason to idle part of it.
+    o = obs(running_mean=10, running_max=10, waiting_mean=20.0, kv_usage_mean=0.95,
+            kv_usage_max=0.99, kv_capacity_tokens=4096, kv_block_size=128)
+    d = decide(o, state(10), spec(maxStepPercent=100), NOW)
+    assert d.action is CapAction.HOLD, d.reason
+    assert "without KV exhaustion and with the cap within the KV fit" in d.reason
+    # Preemptions at the fit say the sizes are off: then the usage decides, below the fit.
+    o = o.model_copy(update={"preemption_rate": 0.5})
+    d = decide(o, state(10), spec(maxStepPercent=100), NOW)
+    assert d.action is CapAction.LOWER and d.value == int(10 * 0.8 / 0.95)  # 8
+
+
+def test_itl_slo_miss_with_a_busy_batch_lowers_when_the_kv_fit_is_not_known() -> None:
+    o = obs(running_mean=14.0, running_max=16.0, itl_p95_seconds=0.2, kv_capacity_tokens=None)
     d = decide(o, state(16), spec(), NOW)
     assert d.action is CapAction.LOWER and "batch interference" in d.reason
     assert d.value == 8  # target 14 x 100/200 = 7, step-limited to 8
+
+
+def test_itl_slo_miss_within_the_kv_fit_holds_and_says_why() -> None:
+    # 16,384 tokens hold 42 sequences of 384: the cap (16) is within that fit.
+    o = obs(running_mean=14.0, running_max=16.0, itl_p95_seconds=0.2)
+    d = decide(o, state(16), spec(), NOW)
+    assert d.action is CapAction.HOLD, d.reason
+    assert "the cap is within the KV fit (the KV cache (16384 tokens) holds 42" in d.reason
+    # The floor is a setting: 0 restores the proportional target alone.
+    d = decide(o, state(16), spec(), NOW, settings=PolicySettings(itl_floor_kv_fit_fraction=0))
+    assert d.action is CapAction.LOWER and d.value == 8
 
 
 def test_itl_slo_miss_with_an_idle_batch_holds_and_explains() -> None:
@@ -282,16 +310,31 @@ def test_cap_above_a_narrowed_upper_bound_moves_at_once_even_without_data() -> N
 
 
 def test_queueing_with_kv_inside_the_hysteresis_band_holds() -> None:
-    # KV between the low (70 %) and high (90 %) watermarks: neither raise nor lower.
-    o = obs(**{**QUEUEING, "kv_usage_mean": 0.8, "kv_usage_max": 0.85})
+    # KV between the low (70 %) and high (90 %) watermarks: neither raise nor lower (with
+    # no KV fit known; below a known fit the fit decides, see below).
+    o = obs(**{**QUEUEING, "kv_usage_mean": 0.8, "kv_usage_max": 0.85,
+               "kv_capacity_tokens": None})
     d = decide(o, state(16), spec(), NOW)
     assert d.action is CapAction.HOLD and "not below the 70% low watermark" in d.reason
 
 
-def test_queueing_with_an_itl_miss_does_not_raise() -> None:
+def test_queueing_with_an_itl_miss_above_the_kv_fit_lowers_to_the_fit() -> None:
+    # A busy batch missing its ITL SLO with the cap above the KV fit (10 of 384 tokens in
+    # 4,096): lowered, but no further than the fit, though 16 x 100/300 = 5 would meet it.
+    o = obs(**{**QUEUEING, "itl_p95_seconds": 0.3, "kv_capacity_tokens": 4096})
+    d = decide(o, state(16), spec(maxStepPercent=100), NOW)
+    assert d.action is CapAction.LOWER and d.value == 10, d.reason
+    assert "lowers no further than the KV fit" in d.reason
+
+
+def test_queueing_below_the_kv_fit_raises_through_an_itl_miss() -> None:
+    # Cap 16, KV fit 42: the queue waits on the cap; a late token is not the batch's doing
+    # below the fit (it does not lower there either), so it does not hold the raise.
     o = obs(**{**QUEUEING, "itl_p95_seconds": 0.15})
     d = decide(o, state(16), spec(), NOW)
-    assert d.action is CapAction.LOWER  # a busy batch missing its ITL SLO: interference
+    assert d.action is CapAction.RAISE and d.value == 22, d.reason  # demand 16 + 6
+    assert "below the KV fit with a queue" in d.reason
+    assert "misses its SLO, which does not hold a cap below the KV fit" in d.reason
 
 
 def test_calm_service_holds_with_the_numbers() -> None:
@@ -351,7 +394,8 @@ def test_after_the_flap_window_the_old_value_is_allowed_again() -> None:
 def test_lowering_back_after_a_raise_needs_strong_evidence() -> None:
     st = AdaptationState(current=24, last_change_at=NOW - 900, history=(
         CapChange(at=NOW - 900, from_value=16, to_value=24, reason="queueing"),))
-    weak = obs(running_mean=18, running_max=24, kv_usage_mean=0.92, kv_usage_max=0.95)
+    weak = obs(running_mean=18, running_max=24, kv_usage_mean=0.92, kv_usage_max=0.95,
+               kv_capacity_tokens=4096)
     d = decide(weak, st, spec(maxStepPercent=100), NOW)
     assert d.action is CapAction.HOLD and "returns to 16" in d.reason
     strong = obs(**{**PREEMPTING, "running_mean": 22.0})
@@ -476,14 +520,17 @@ def test_recorded_queueing_raises_once_the_engine_sits_at_its_cap() -> None:
     doc, series = _recorded("queueing")
     cap = doc["cap"]
     saturated = 0
-    for o in series:  # the first windows still hold the ramp-up of the load
+    for o in series:
         d = decide(o, state(cap), spec(), o.evaluated_at)
         assert o.running_mean is not None
+        assert d.action is CapAction.RAISE and d.value == cap + 1, d.reason
         if o.running_mean >= 0.9 * cap:
             saturated += 1
-            assert d.action is CapAction.RAISE and d.value == cap + 1, d.reason
+            assert "running sits at the cap" in d.reason
         else:
-            assert d.action is CapAction.HOLD and "no reason to move" in d.reason, d.reason
+            # The first windows still hold the ramp-up of the load (mean running 0.65 of
+            # 2): below the KV fit, the cap reached with a mean demand above it is enough.
+            assert "below the KV fit with a queue: running reached the cap" in d.reason
     assert saturated >= 3
 
 

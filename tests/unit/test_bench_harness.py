@@ -4,9 +4,11 @@ and the committed configs hold what the goals need."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 
+import pytest
 import yaml
 from benchmarks import adapt_live, tune_paired
 from benchmarks.adapt_live import Req, Trace, plan, score
@@ -61,3 +63,27 @@ def test_rotation_measures_grid_defaults_and_the_tuners_choice_once_each() -> No
     outside = tune_paired.rotation_configs(cfg, {"maxNumSeqs": 5, "maxNumBatchedTokens": None})
     assert {"maxNumSeqs": 5, "maxNumBatchedTokens": 2048} in outside
     assert cfg["rotation"]["rounds"] >= 3
+
+
+def test_another_run_of_the_same_config_gets_its_own_section_and_never_overwrites(
+        tmp_path: Path) -> None:
+    doc = json.loads(adapt_live.OUT.read_text())
+    doc["config"]["label"], doc["configLabel"] = "adapt-live-2", doc["config"]["label"]
+    results = tmp_path / "RESULTS.md"
+    results.write_text("# Benchmark results\n\n<!-- adaptation:begin -->\nfirst run\n"
+                       "<!-- adaptation:end -->\n")
+    out = tmp_path / "adapt_live_2.json"
+    out.write_text(json.dumps(doc))
+    assert adapt_live.main(["--write-results", "--out", str(out), "--section",
+                            "adaptation-2", "--results", str(results)]) == 0
+    text = results.read_text()
+    assert "<!-- adaptation:begin -->\nfirst run\n<!-- adaptation:end -->" in text
+    second = text.split("<!-- adaptation-2:begin -->", 1)[1]
+    assert "## Adaptation, run adapt-live-2: the same committed config as adapt-live-1" in \
+        second and "(as run adapt-live-1)" in second
+    assert "### Simulated" not in second  # the simulated day stays with the first run
+    # Failures by kind, the live arm's beside the static arms' on the same server.
+    assert "0 failed in the live arm (none); the static arms on the same server: " \
+           "ServerDisconnectedError 14" in second
+    with pytest.raises(SystemExit):  # a labelled run must not land on the first run's JSON
+        adapt_live.main(["--label", "adapt-live-2", "--out", str(adapt_live.OUT)])

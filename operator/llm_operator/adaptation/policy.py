@@ -21,19 +21,28 @@ Policy, in the order it is checked:
    window), on mean KV-cache usage above the high watermark, or on an
    inter-token latency p95 above the SLO while the batch is busy (batch interference).
    The target is the number of sequences the KV cache holds for the observed request
-   size when that is known (else scaled from the observed usage). With
+   size (the KV fit) when that is known (else scaled from the observed usage). Without
+   KV exhaustion (preemptions) the lower never goes below the KV fit: a latency miss
+   stops at it (``itl_floor_kv_fit_fraction``) and neither full KV nor a late token
+   lowers a cap already within it; only preemptions at or below the fit (the sizes are
+   off) lower further, scaled from usage. With
    ``spec.adaptation.preemptions: Tolerate`` the KV signals lower only together with a
    TTFT p95 above its SLO and no queue (a queue explains a late first token, and a
    smaller batch would lengthen it); the latency trigger is the same in both modes.
 5. Raise when running sits at the cap with requests waiting, mean KV usage is below the
    low watermark and the inter-token latency is within its SLO. The target is the
-   observed demand (running + waiting), limited by the KV room.
+   observed demand (running + waiting), limited by the KV room. Below the KV fit a
+   queue, no preemption and running that reached the cap at some point of the window
+   (its max: a window straddling a burst's return or a change of request mix has a low
+   mean) are enough: the cap goes to the demand up to the fit whatever the latency.
 6. Otherwise hold. The gap between the two watermarks (and between the "at the cap"
    and "busy" fractions) is the hysteresis band in which nothing moves.
 7. A move waits out the cooldown after the last change, is limited to
    ``spec.adaptation.maxStepPercent`` of the current cap (at least 1), and never returns
    to a value left within the flap window unless the evidence is strong (then the
-   reason says so).
+   reason says so). A shift of the request mix is strong evidence: each change records
+   the KV fit of its time, and a move that follows a KV fit changed since (a raise within
+   a larger fit with no preemption, a lower to no less than a smaller one) may return.
 
 All thresholds live in :class:`PolicySettings`, each documented with its default.
 """
@@ -94,6 +103,18 @@ class PolicySettings(BaseModel):
         "preempts is this x usable blocks / blocks per sequence; usage averages well below "
         "(sequences are half-way on average) [1.0]",
     )
+    itl_floor_kv_fit_fraction: float = Field(
+        1.0,
+        ge=0,
+        le=1,
+        description="An inter-token-latency miss lowers the cap no further than this x the "
+        "KV fit (the sequences of the observed size the KV cache holds), and not at all when "
+        "the cap is already there; with no KV exhaustion in the window the KV-usage trigger "
+        "stops at the fit too. Below the fit a late token is not blamed on the batch: on the "
+        "CPU engine (run adapt-live-1, load ~20 on 2 cores) an ITL miss with 0 preemptions "
+        "lowered 15 → 3 → 1 and cost goodput. 0 lets an ITL miss lower below the fit (the "
+        "proportional target alone), where batch interference is known to dominate [1.0]",
+    )
     min_preemptions: float = Field(
         1.0,
         gt=0,
@@ -111,7 +132,9 @@ class PolicySettings(BaseModel):
         0.90,
         gt=0,
         le=1,
-        description="Mean running >= this x cap: running sits at the cap (raise side) [0.90]",
+        description="Mean running >= this x cap: running sits at the cap (raise side). Below "
+        "the KV fit the window's max running counts instead (a window that straddles a "
+        "burst's start or a change of request mix has a low mean) [0.90]",
     )
     busy_fraction: float = Field(
         0.50,
@@ -279,6 +302,9 @@ class CapChange(_Camel):
     from_value: int
     to_value: int
     reason: str
+    kv_fit: int | None = Field(
+        None, description="Sequences of the observed request size the KV cache held when the "
+        "change was made (a later change of request mix may undo it)")
 
     @property
     def lowered(self) -> bool:
@@ -304,6 +330,7 @@ class AdaptationState(_Camel):
                     "from": c.from_value,
                     "to": c.to_value,
                     "reason": c.reason,
+                    **({} if c.kv_fit is None else {"kvFit": c.kv_fit}),
                 }
                 for c in self.history
             ],
@@ -318,6 +345,7 @@ class AdaptationState(_Camel):
                 from_value=int(h["from"]),
                 to_value=int(h["to"]),
                 reason=str(h.get("reason", "")),
+                kv_fit=int(h["kvFit"]) if h.get("kvFit") is not None else None,
             )
             for h in status.get("history") or []
             if h.get("time")
@@ -454,6 +482,9 @@ def decide(
         return hold(cap, f"Hold at {cap}: {problem}")
     assert observation is not None  # _data_problem returns a problem for None
     obs = observation
+    fit = _kv_fit(obs, settings)
+    if fit is not None:
+        ev["kvFit"] = fit[0]
 
     want = _want(obs, cap, spec, settings)
     if want is None:
@@ -494,7 +525,7 @@ def decide(
 
     flap = _flap(state, cap, new, now, settings)
     if flap is not None:
-        strong = _strong(direction, obs, cap, spec, settings)
+        strong = _strong(direction, obs, cap, new, spec, settings, flap)
         if strong is None:
             return hold(cap, f"Hold at {cap}: would {verb} to {new} ({why}) but that returns to "
                         f"{flap.from_value}, left {now - flap.at:.0f} s ago ({flap.reason}); "
@@ -514,8 +545,9 @@ def record(state: AdaptationState, decision: CapDecision, settings: PolicySettin
     """The state after ``decision`` was applied (unchanged for a hold)."""
     if not decision.changed or decision.value is None or decision.current is None:
         return state
+    fit = decision.evidence.get("kvFit")
     change = CapChange(at=decision.at, from_value=decision.current, to_value=decision.value,
-                    reason=decision.reason)
+                       reason=decision.reason, kv_fit=fit if isinstance(fit, int) else None)
     history = (*state.history, change)[-settings.history_length:]
     return AdaptationState(current=decision.value, last_change_at=decision.at, history=history)
 
@@ -646,6 +678,15 @@ def _kv_fit(obs: Observation, s: PolicySettings) -> tuple[int, str] | None:
     return None
 
 
+def _fit_floor(fit: tuple[int, str] | None, s: PolicySettings) -> int | None:
+    """The lowest cap a latency miss (or KV usage without exhaustion) may lower to: the
+    ``itl_floor_kv_fit_fraction`` share of the KV fit; None when the fit is not known or
+    the share is 0."""
+    if fit is None or s.itl_floor_kv_fit_fraction == 0:
+        return None
+    return max(1, math.floor(s.itl_floor_kv_fit_fraction * fit[0]))
+
+
 def _want(
     obs: Observation, cap: int, spec: LLMServiceSpec, s: PolicySettings
 ) -> tuple[CapAction, int, str] | None:
@@ -657,11 +698,17 @@ def _want(
     itl_slo = spec.workload.slo.itl_p95_ms / 1000.0
     itl = obs.itl_p95_seconds
     fit = _kv_fit(obs, s)
+    floor = _fit_floor(fit, s)
 
     # Lower side.
     reasons: list[str] = []
     exhausting = _exhausting(obs, s)
-    pressure = exhausting or kv > s.kv_high_watermark
+    kv_high = kv > s.kv_high_watermark
+    if kv_high and not exhausting and floor is not None and cap <= floor:
+        # Full KV with no exhaustion at or below the fit: vLLM holds admission on KV
+        # itself; a smaller cap would only idle it (see _calm_text).
+        kv_high = False
+    pressure = exhausting or kv_high
     if pressure and spec.adaptation.preemptions == PreemptionPolicy.TOLERATE:
         # KV pressure counts only while it costs the SLO in a way a smaller batch fixes.
         ttft_slo = spec.workload.slo.ttft_p95_ms / 1000.0
@@ -673,10 +720,11 @@ def _want(
             pressure = False
     if pressure and exhausting:
         reasons.append(f"{_preemptions_text(preempt)} in the last {obs.window_seconds:.0f} s")
-    if pressure and kv > s.kv_high_watermark:
+    if pressure and kv_high:
         reasons.append(f"KV cache {kv:.0%} used on average, above the "
                        f"{s.kv_high_watermark:.0%} high watermark")
-    itl_miss = itl is not None and itl > itl_slo and running >= s.busy_fraction * cap
+    itl_miss = itl is not None and itl > itl_slo and running >= s.busy_fraction * cap \
+        and (floor is None or cap > floor)
     if itl_miss:
         assert itl is not None
         reasons.append(f"inter-token latency p95 {itl * 1000:.0f} ms above the "
@@ -696,32 +744,52 @@ def _want(
         if itl_miss:
             assert itl is not None
             n = math.floor(running * itl_slo / itl)
-            targets.append((n, f"{n} sequences would bring the latency within the SLO"))
+            how = f"{n} sequences would bring the latency within the SLO"
+            if floor is not None and fit is not None and n < floor:
+                how = (f"{n} sequences would bring the latency within the SLO, but a latency "
+                       f"miss lowers no further than the KV fit: {fit[1]}")
+                n = floor
+            targets.append((n, how))
         target, how = min(targets)
         target = min(max(target, 1), cap - 1)
         return CapAction.LOWER, target, "; ".join(reasons) + f" ({how})"
 
     # Raise side.
-    at_cap = running >= s.at_cap_fraction * cap
     queued = waiting > s.min_waiting
+    at_cap = running >= s.at_cap_fraction * cap
     kv_room = kv < s.kv_low_watermark
     itl_ok = itl is None or itl <= itl_slo
+    demand = math.ceil(running + waiting)
     if at_cap and queued and kv_room and itl_ok:
-        demand = math.ceil(running + waiting)
         room = math.floor(running * s.kv_target / max(kv, 1e-6))
         limit, how = (fit if fit is not None else
                       (room, f"{running:.1f} running use {kv:.0%} of the KV cache, so {room} fit "
                        f"at {s.kv_target:.0%}"))
         target = min(demand, limit)
-        if target <= cap:
-            return None
-        itl_txt = "no latency samples" if itl is None else \
-            f"ITL p95 {itl * 1000:.0f} ms within the {itl_slo * 1000:.0f} ms SLO"
-        why = (f"running sits at the cap ({running:.1f} of {cap}) with {waiting:.1f} requests "
-               f"waiting, KV cache {kv:.0%} used (below the {s.kv_low_watermark:.0%} low "
-               f"watermark), {itl_txt}; demand {demand}")
-        if target < demand:
-            why += f", KV room for {limit} ({how})"
+        if target > cap:
+            itl_txt = "no latency samples" if itl is None else \
+                f"ITL p95 {itl * 1000:.0f} ms within the {itl_slo * 1000:.0f} ms SLO"
+            why = (f"running sits at the cap ({running:.1f} of {cap}) with {waiting:.1f} "
+                   f"requests waiting, KV cache {kv:.0%} used (below the "
+                   f"{s.kv_low_watermark:.0%} low watermark), {itl_txt}; demand {demand}")
+            if target < demand:
+                why += f", KV room for {limit} ({how})"
+            return CapAction.RAISE, target, why
+    calm = preempt < s.min_preemptions
+    peak = running if obs.running_max is None else max(running, obs.running_max)
+    if fit is not None and cap < fit[0] and queued and calm and demand > cap \
+            and peak >= s.at_cap_fraction * cap:
+        # Below the KV fit, with a queue, the mean demand above the cap, running at the cap
+        # at some point of the window and no preemption, the cap is what holds the batch
+        # back: go to the demand, up to the fit, whatever the latency and the KV usage (a
+        # latency miss does not lower below the fit either, so the two never fight).
+        target = min(demand, fit[0])
+        why = (f"below the KV fit with a queue: running reached the cap (max {peak:.0f}, "
+               f"mean {running:.1f} of {cap}) with {waiting:.1f} requests waiting and no "
+               f"preemption; demand {demand}, KV room for {fit[0]} ({fit[1]})")
+        if itl is not None and itl > itl_slo:
+            why += (f"; the inter-token latency p95 ({itl * 1000:.0f} ms) misses its SLO, "
+                    "which does not hold a cap below the KV fit")
         return CapAction.RAISE, target, why
     return None
 
@@ -738,6 +806,14 @@ def _calm_text(obs: Observation, cap: int, spec: LLMServiceSpec, s: PolicySettin
         facts += f", ITL p95 {itl * 1000:.0f} ms"
     why: list[str] = []
     exhausting = _exhausting(obs, s)
+    fit = _kv_fit(obs, s)
+    floor = _fit_floor(fit, s)
+    within_fit = fit is not None and floor is not None and cap <= floor
+    if within_fit and kv > s.kv_high_watermark and not exhausting:
+        assert fit is not None
+        why.append(f"KV cache above the {s.kv_high_watermark:.0%} high watermark, but without "
+                   f"KV exhaustion and with the cap within the KV fit ({fit[1]}): the engine "
+                   "holds admission on the KV cache itself, a smaller cap would idle it")
     if preempt >= s.min_preemptions and not exhausting:
         why.append(f"{_preemptions_text(preempt)} in {obs.finished_requests:.0f} finished "
                    f"requests, below the {s.min_preemption_share:.0%} share that counts as KV "
@@ -747,13 +823,23 @@ def _calm_text(obs: Observation, cap: int, spec: LLMServiceSpec, s: PolicySettin
         why.append("KV pressure is tolerated (spec.adaptation.preemptions=Tolerate) while "
                    "the latency SLO holds or a queue, not the batch, explains the TTFT")
     if running >= s.at_cap_fraction * cap and waiting > s.min_waiting:
-        if kv >= s.kv_low_watermark:
+        if fit is not None and cap >= fit[0]:
+            why.append(f"queueing, but the cap is at or above the KV fit ({fit[1]})")
+        elif fit is not None and preempt >= s.min_preemptions:
+            why.append(f"queueing below the KV fit, but with {_preemptions_text(preempt)} in "
+                       "the window the fit is not to be trusted")
+        elif kv >= s.kv_low_watermark:
             why.append(f"queueing, but KV usage is not below the {s.kv_low_watermark:.0%} low "
                        "watermark")
         elif itl is not None and itl > itl_slo:
             why.append("queueing, but the inter-token latency misses its SLO")
         else:
             why.append("queueing, but the KV cache has no room for more sequences")
+    elif itl is not None and itl > itl_slo and running >= s.busy_fraction * cap and within_fit:
+        assert fit is not None
+        why.append(f"ITL p95 misses the SLO with the batch busy, but the cap is within the KV "
+                   f"fit ({fit[1]}): below the fit a late token is not blamed on the batch "
+                   "(PolicySettings.itl_floor_kv_fit_fraction)")
     elif itl is not None and itl > itl_slo:
         why.append(f"ITL p95 misses the SLO, but the batch is not busy (running below "
                    f"{s.busy_fraction:.0%} of the cap), so a smaller cap would not help")
@@ -785,10 +871,22 @@ def _flap(state: AdaptationState, cap: int, new: int, now: float,
     return None
 
 
-def _strong(direction: CapAction, obs: Observation, cap: int, spec: LLMServiceSpec,
-            s: PolicySettings) -> str | None:
+def _strong(direction: CapAction, obs: Observation, cap: int, new: int, spec: LLMServiceSpec,
+            s: PolicySettings, flap: CapChange) -> str | None:
     """Why the evidence is strong enough to undo a recent change, or None."""
     preempt = obs.preemptions or 0.0
+    fit = _kv_fit(obs, s)
+    if fit is not None and flap.kv_fit is not None:
+        # The request mix shifted since that change: the move follows the KV fit of the
+        # sizes now observed (a raise stays within it with no preemption; a lower stops at
+        # it), so it is not the same evidence swinging back.
+        shifted = (f"the request mix shifted: the KV cache holds {fit[0]} sequences of the "
+                   f"size now observed, {flap.kv_fit} when {flap.from_value} was left")
+        if direction is CapAction.RAISE and fit[0] > flap.kv_fit and new <= fit[0] \
+                and preempt < s.min_preemptions:
+            return shifted
+        if direction is CapAction.LOWER and fit[0] < flap.kv_fit and new >= fit[0]:
+            return shifted
     if direction is CapAction.LOWER:
         if preempt >= s.strong_preemptions:
             return f"{preempt:.0f} preemptions (≥ {s.strong_preemptions:.0f})"
