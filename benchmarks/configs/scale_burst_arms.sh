@@ -7,6 +7,13 @@
 #                    idle_timeout = 0.5 s (bounded concurrency, the next step RESULTS.md named)
 #   render-first     this checkout's operator (the branch i16-burst)
 #
+# Added at 00:53 after the first 3 rounds, before running it (ARMS=conn): the render-first
+# operator ran at 0.3 of a core with the same ~70 renders/s as base-43cdc28 at 0.8, so
+# something other than CPU capped it; the first suspect is the client's pool of 32
+# connections to the API server:
+#
+#   render-first-conn128  this checkout's operator with aiohttp's connector limit 128
+#
 # All with this checkout's emulator and client, interleaved in rotating order, REPEAT
 # rounds (default 3), every run stored in benchmarks/data/scale/. Record `uptime` before.
 #
@@ -24,6 +31,16 @@ grep -q '    settings.execution.max_workers = 20' "$handlers"
 sed -i 's/^    settings.execution.max_workers = 20$/&\n    settings.queueing.worker_limit = 50\n    settings.queueing.idle_timeout = 0.5/' \
   "$handlers"
 grep -q 'worker_limit = 50' "$handlers"
+if [ "${ARMS:-}" = conn ]; then
+  mkdir -p "$arms/render-first-conn128"
+  git archive HEAD operator | tar -x -C "$arms/render-first-conn128"
+  kube="$arms/render-first-conn128/operator/llm_operator/controller/kube.py"
+  sed -i 's/TCPConnector(limit=32,/TCPConnector(limit=128,/' "$kube"
+  grep -q 'limit=128' "$kube"
+  uptime
+  exec .venv/bin/python -m benchmarks.scale --n 1000 --repeat "${REPEAT:-2}" --store \
+    --config render-first --config "render-first-conn128=$arms/render-first-conn128" "$@"
+fi
 uptime
 exec .venv/bin/python -m benchmarks.scale --n 1000 --repeat "${REPEAT:-3}" --store \
   --config "base-43cdc28=$arms/base-43cdc28" --config "worker-limit-50=$arms/worker-limit-50" \
