@@ -31,6 +31,23 @@ grep -q '    settings.execution.max_workers = 20' "$handlers"
 sed -i 's/^    settings.execution.max_workers = 20$/&\n    settings.queueing.worker_limit = 50\n    settings.queueing.idle_timeout = 0.5/' \
   "$handlers"
 grep -q 'worker_limit = 50' "$handlers"
+# Added at 00:57 after the conn runs (render-first-conn128 p99 5.0 s at load 9.8 against
+# 119 s for render-first at 7.8-12.3), before running them (ARMS=final): is it the pool
+# alone? This checkout now has the 128 connections (CONNECTIONS in controller/kube.py).
+#
+#   base-conn128          base-43cdc28 with the connector limit 128 (no render first)
+#   render-first-conn128  this checkout's operator
+if [ "${ARMS:-}" = final ]; then
+  mkdir -p "$arms/base-conn128"
+  git archive 43cdc28 operator | tar -x -C "$arms/base-conn128"
+  kube="$arms/base-conn128/operator/llm_operator/controller/kube.py"
+  sed -i 's/TCPConnector(limit=32,/TCPConnector(limit=128,/' "$kube"
+  grep -q 'limit=128' "$kube"
+  uptime
+  exec .venv/bin/python -m benchmarks.scale --n 1000 --repeat "${REPEAT:-2}" --store \
+    --config "base-43cdc28=$arms/base-43cdc28" --config "base-conn128=$arms/base-conn128" \
+    --config render-first-conn128 "$@"
+fi
 if [ "${ARMS:-}" = conn ]; then
   mkdir -p "$arms/render-first-conn128"
   git archive HEAD operator | tar -x -C "$arms/render-first-conn128"

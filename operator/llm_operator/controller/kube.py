@@ -69,6 +69,7 @@ PLURALS: dict[str, str] = {
 }
 MONITORING_GROUP = "monitoring.coreos.com"
 DISCOVERY_TTL_SECONDS = 60.0
+CONNECTIONS = 128  # the client's pool: requests in flight at once
 AUTH_REUSE_SECONDS = 10.0  # credentials read from a refresh hook, reused this long
 FIELD_MANAGER = MANAGED_BY  # the field manager of every server-side apply
 CONTENT_APPLY = "application/apply-patch+yaml"
@@ -291,8 +292,11 @@ class KubeClient:
         """:meth:`request`, also returning the HTTP status (201: created)."""
         check_access(method, path, query)
         if self._session is None:
+            # 128 connections, not 32: in a burst of 1,000 new services (emulated API
+            # server, benchmarks/scale.py) 32 capped the renders at ~70/s with the
+            # operator at 0.3 of a core, each request queueing for a connection.
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=32, ssl=self._ssl))
+                connector=aiohttp.TCPConnector(limit=CONNECTIONS, ssl=self._ssl))
         headers = {"Accept": "application/json", **await self._auth_headers()}
         data = None
         if body is not None:
