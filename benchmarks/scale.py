@@ -192,6 +192,19 @@ def run_once(n: int, workdir: Path, timeout: float, rate: float | None = None,
                                 timeout=30)
             resp.raise_for_status()
 
+        # LLMOP_SCALE_TRACE=FILE: each service's send and arrival times, and the
+        # processes' CPU seconds every 0.25 s, as JSON (for a look at one run, not stored).
+        trace_path = os.environ.get("LLMOP_SCALE_TRACE")
+        samples: list[tuple[float, list[float], float]] = []
+
+        def sample() -> None:
+            while not done.is_set():
+                samples.append((time.time(), [cpu_seconds(op.pid) for op in ops],
+                                cpu_seconds(emu.pid)))
+                time.sleep(0.25)
+
+        if trace_path:
+            threading.Thread(target=sample, daemon=True).start()
         load_before = os.getloadavg()
         start = time.time()
         with ThreadPoolExecutor(8) as pool:
@@ -199,6 +212,9 @@ def run_once(n: int, workdir: Path, timeout: float, rate: float | None = None,
         sent_all = time.time()
         done.wait(timeout)
         finished = time.time()
+        if trace_path:
+            Path(trace_path).write_text(json.dumps(
+                {"start": start, "sent": sent, "arrived": arrived, "cpu": samples}))
         load_after = os.getloadavg()
         latencies = [arrived[k] - sent[k] for k in list(sent) if k in arrived]
         op_cpu = sum(cpu_seconds(op.pid) - before

@@ -177,3 +177,53 @@ def test_scale_section_marks_the_goal_from_each_runs_own_figures(tmp_path: Any) 
     assert not scale.goal_met(scale_run("x", 2.5, 1.0))
     assert scale.parse_config("old=/tmp/a:/tmp/b#2")[1:] == (
         Path("/tmp/a"), Path("/tmp/b"), 2)
+
+
+def test_a_services_bookkeeping_waits_while_others_are_rendered() -> None:
+    # Render first: in a burst, the status writes, Events and tuning step of one service
+    # wait until no other service's workload is being rendered; alone, nothing waits.
+    async def go() -> list[str]:
+        ctx = OperatorContext(settings=Settings(), kube=None)  # type: ignore[arg-type]
+        order: list[str] = []
+        await asyncio.wait_for(ctx.after_renders(), 0.05)  # none in flight: at once
+
+        async def render(name: str, seconds: float) -> None:
+            with ctx.rendering():
+                await asyncio.sleep(seconds)
+            order.append(f"rendered {name}")
+
+        async def bookkeeping() -> None:
+            await ctx.after_renders()
+            order.append("status written")
+
+        await asyncio.gather(render("a", 0.1), render("b", 0.3), bookkeeping())
+        # A render that starts within the quiet time after the others still comes first.
+        tasks = [asyncio.ensure_future(render("c", 0.05))]
+        await asyncio.sleep(0)
+        waiter = asyncio.ensure_future(bookkeeping())
+        await asyncio.sleep(0.06)
+        tasks.append(asyncio.ensure_future(render("d", 0.05)))
+        await asyncio.gather(waiter, *tasks)
+        return order
+
+    assert asyncio.run(go()) == ["rendered a", "rendered b", "status written",
+                                 "rendered c", "rendered d", "status written"]
+
+
+def test_credentials_of_a_refresh_hook_are_read_once_for_a_burst_of_requests() -> None:
+    import kubernetes.client
+
+    from llm_operator.controller.kube import KubeClient
+
+    cfg = kubernetes.client.Configuration(host="http://127.0.0.1:1")
+    cfg.api_key = {"authorization": "Bearer t-1"}
+    reads: list[int] = []
+    cfg.refresh_api_key_hook = lambda c: reads.append(1)
+
+    async def go() -> list[dict[str, str]]:
+        kube = KubeClient(cfg)
+        return list(await asyncio.gather(*(kube._auth_headers() for _ in range(200))))
+
+    headers = asyncio.run(go())
+    assert headers == [{"Authorization": "Bearer t-1"}] * 200
+    assert len(reads) == 1  # one thread hop, not 200

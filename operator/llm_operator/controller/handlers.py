@@ -11,9 +11,12 @@ and renaming a function must not change them.
 - index ``llmservices_by_name``: each LLMService's latest body, so that workload and Job
   events, and the adaptation loop, need no API call to find it.
 - ``reconcile`` (create, update, resume): :func:`.reconcile.reconcile`, then one status
-  write; an unservable spec raises a permanent error. An API server failure (5xx, 429,
-  a timeout) there or in ``tuning`` is retried after :data:`API_FAULT_RETRY_SECONDS`,
-  doubling while it lasts.
+  write, which, like the ``tuning`` step and the Events, waits while other services'
+  workloads are being rendered (render first, :meth:`.context.OperatorContext.after_renders`:
+  in a burst of new services every Deployment comes before the bookkeeping); an
+  unservable spec raises a permanent error. An API server failure (5xx, 429, a timeout)
+  there or in ``tuning`` is retried after :data:`API_FAULT_RETRY_SECONDS`, doubling while
+  it lasts.
 - ``cleanup`` (delete, optional): the children it owns.
 - ``workload-status``/``workload-status-lws``: a managed workload changed.
 - ``tuning`` (create, update, resume; after ``reconcile``), ``tuning-job`` (a tuning Job
@@ -202,6 +205,8 @@ async def llmservice_reconcile(
     async with _api_faults_retried(retry):
         with ctx.metrics.timed_reconcile("handler"):
             outcome = await reconcile(body, ctx, logger, created=reason == "create")
+        # Render first: the status waits while other services' workloads are rendered.
+        await ctx.after_renders()
         # Written now, not staged in kopf's patch: kopf sends that without a precondition
         # at the end of the cycle, over whatever a workload event or the tuning step wrote.
         await write_status(ctx, body, outcome.status_patch)
@@ -274,9 +279,10 @@ async def llmservice_tuning(
     """Create, update and resume: one tuning step (after the ``reconcile`` handler)."""
     if body.meta.get("deletionTimestamp"):
         return
+    ctx = operator_context(memo)
+    await ctx.after_renders()  # render first (after the other services' workloads)
     async with _api_faults_retried(retry):
-        await tuning_step(operator_context(memo), body.meta.namespace or "default",
-                          body.meta.name or "", logger)
+        await tuning_step(ctx, body.meta.namespace or "default", body.meta.name or "", logger)
 
 
 def _finished_or_gone(body: kopf.Body, type: str | None, **_: Any) -> bool:

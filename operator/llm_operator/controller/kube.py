@@ -69,6 +69,8 @@ PLURALS: dict[str, str] = {
 }
 MONITORING_GROUP = "monitoring.coreos.com"
 DISCOVERY_TTL_SECONDS = 60.0
+CONNECTIONS = 128  # the client's pool: requests in flight at once
+AUTH_REUSE_SECONDS = 10.0  # credentials read from a refresh hook, reused this long
 FIELD_MANAGER = MANAGED_BY  # the field manager of every server-side apply
 CONTENT_APPLY = "application/apply-patch+yaml"
 
@@ -216,6 +218,8 @@ class KubeClient:
         self._ssl: ssl.SSLContext | bool = self._ssl_context(config)
         self._groups: set[str] | None = None
         self._groups_at = 0.0
+        self._auth: tuple[float, Mapping[str, Any]] | None = None
+        self._auth_pending: asyncio.Future[Any] | None = None
 
     @classmethod
     def from_environment(cls) -> KubeClient:
@@ -248,7 +252,23 @@ class KubeClient:
     async def _auth_headers(self) -> dict[str, str]:
         cfg = self._cfg
         if cfg.refresh_api_key_hook is not None:  # may run an exec plugin: not in the loop
-            auth: Mapping[str, Any] = await asyncio.to_thread(cfg.auth_settings)
+            # Read in a thread at most once per AUTH_REUSE_SECONDS, shared by the requests
+            # of that time: a thread hop per request was 8% of the operator's CPU in a
+            # burst of 1,000 services (benchmarks/scale.py). The hook refreshes a token
+            # only when it expires, which is minutes, not seconds.
+            now = time.monotonic()
+            if self._auth is None or now - self._auth[0] > AUTH_REUSE_SECONDS:
+                if self._auth_pending is None:
+                    self._auth_pending = asyncio.ensure_future(
+                        asyncio.to_thread(cfg.auth_settings))
+                pending = self._auth_pending
+                try:
+                    fresh = await asyncio.shield(pending)
+                finally:
+                    if self._auth_pending is pending and pending.done():
+                        self._auth_pending = None
+                self._auth = (now, fresh)
+            auth: Mapping[str, Any] = self._auth[1]
         else:
             auth = cast(Mapping[str, Any], cfg.auth_settings())
         token = (auth.get("BearerToken") or {}).get("value")
@@ -274,8 +294,11 @@ class KubeClient:
         """:meth:`request`, also returning the HTTP status (201: created)."""
         check_access(method, path, query)
         if self._session is None:
+            # 128 connections, not 32: in a burst of 1,000 new services (emulated API
+            # server, benchmarks/scale.py) 32 capped the renders at ~70/s with the
+            # operator at 0.3 of a core, each request queueing for a connection.
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=32, ssl=self._ssl))
+                connector=aiohttp.TCPConnector(limit=CONNECTIONS, ssl=self._ssl))
         headers = {"Accept": "application/json", **await self._auth_headers()}
         data = None
         if body is not None:

@@ -86,7 +86,15 @@ async def reconcile(
 
     Returns the status patch (empty when nothing changed) and, for a spec that cannot be
     served or a cluster that lacks a kind, the kopf error to raise after writing it.
+    Counted as a render in flight (:meth:`~.context.OperatorContext.after_renders`).
     """
+    with ctx.rendering():
+        return await _reconcile(body, ctx, logger, created=created)
+
+
+async def _reconcile(
+    body: Mapping[str, Any], ctx: OperatorContext, logger: Any, *, created: bool
+) -> ReconcileOutcome:
     meta = body.get("metadata") or {}
     name, namespace = str(meta.get("name")), str(meta.get("namespace") or "default")
     generation = meta.get("generation")
