@@ -295,12 +295,15 @@ def summarize(doc: dict[str, Any]) -> dict[str, Any]:
     return {"rows": rows, "gridBest": grid_best, "tuner": tuner_row, "defaults": default_row}
 
 
-def render_markdown(doc: dict[str, Any]) -> str:
+def render_markdown(doc: dict[str, Any], section: str = SECTION,
+                    out: Path = OUT) -> str:
     from benchmarks.results_md import markers
 
     cfg = doc["config"]
     s = summarize(doc)
-    begin, end = markers(SECTION)
+    begin, end = markers(section)
+    again = section != SECTION  # a re-run of the same committed config, beside the first
+    data = out.resolve().relative_to(ROOT) if out.resolve().is_relative_to(ROOT) else out
     w, slo = cfg["workload"], cfg["slo"]
     ms = doc["rotation"]["measurements"]
     loads = [m["loadavgBefore"][0] for m in ms]
@@ -308,14 +311,16 @@ def render_markdown(doc: dict[str, Any]) -> str:
     planned = n_cfg * cfg["rotation"]["rounds"]
     partial = doc["partial"]
     lines = [
-        begin, "## Tuning: the tuner against an exhaustive grid and vLLM's defaults", "",
+        begin, "## Tuning: the tuner against an exhaustive grid and vLLM's defaults"
+        + (f", run {cfg['label']} again (same committed config)" if again else ""), "",
         f"Run **{cfg['label']}**"
         + (f" (PARTIAL: {len(ms)} of {planned} rotation measurements"
            + ("" if "grid" in doc else ", grid's cost not measured") + ")" if partial else "")
         + f", started {doc['started']} at commit `{doc['commit'][:10]}`; SLO, workload and "
         f"space are `{doc['configFile']}` (git blob `{doc['configGitBlob'][:10]}`), committed "
-        "before the run. Rendered from `benchmarks/data/tune_paired.json` by "
-        "`.venv/bin/python -m benchmarks.tune_paired --write-results`; harness "
+        f"before the run. Rendered from `{data}` by "
+        "`.venv/bin/python -m benchmarks.tune_paired --write-results"
+        + (f" --out {data} --section {section}" if again else "") + "`; harness "
         "`benchmarks/tune_paired.py`. The earlier run (grid and tuner minutes apart, then "
         "a re-measurement) is in [HISTORY.md](HISTORY.md).",
         "",
@@ -422,12 +427,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--smoke-rounds", type=int, default=None)
     p.add_argument("--skip-grid", action="store_true")
     p.add_argument("--note", default="", help="how the run was made, shown in RESULTS.md")
+    p.add_argument("--section", default=SECTION,
+                   help="RESULTS.md section (another run of the same config goes beside "
+                        "the first, never over it)")
     a = p.parse_args(argv)
     if a.write_results:
         from benchmarks.results_md import RESULTS, replace_section
 
-        replace_section(SECTION, render_markdown(json.loads(a.out.read_text())),
-                        a.results or RESULTS)
+        replace_section(a.section, render_markdown(json.loads(a.out.read_text()), a.section,
+                                                   a.out), a.results or RESULTS)
         return 0
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     run(a.config, a.out, a.smoke_rounds, a.skip_grid, a.note)
