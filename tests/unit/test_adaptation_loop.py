@@ -305,6 +305,12 @@ def test_missing_samples_on_new_pods_wait_without_a_warning_then_warn(
     cond = st.get_condition(up.status_patch["conditions"], st.ConditionType.METRICS_AVAILABLE)
     assert cond is not None and cond["reason"] == "WaitingForFirstSamples"
     assert "no replica serves yet" in cond["message"] and up.events == []
+    # Held for its tuning before serving: no workload, no Available, Ready False.
+    held = {"conditions": [{"type": "Ready", "status": "False", "reason": "TuningBeforeServing",
+                            "message": "", "lastTransitionTime": rfc3339(now - 600)}]}
+    svc, state, d = decision_for(body(mode="Apply", status=held), None, now)
+    up = plan_update(svc, d, None, state, now, policy=POLICY)
+    assert up.events == [], up.events
     # No Available condition at all (a status from before it existed): the Warning stands.
     svc, state, d = decision_for(body(mode="Apply"), None, now)
     up = plan_update(svc, d, None, state, now, policy=POLICY)

@@ -203,11 +203,15 @@ def warmup_seconds(policy: PolicySettings = DEFAULT_POLICY) -> float:
 
 
 def serving_for(conditions: Iterable[Mapping[str, Any]], now: float) -> float | None:
-    """Seconds since the ``Available`` condition turned True; -1 while it is False (no
-    replica serves, so no series is expected); None when it is not set or has no
-    transition time."""
-    cond = st.get_condition(list(conditions), st.ConditionType.AVAILABLE)
-    if cond is not None and cond.get("status") == "False":
+    """Seconds since the ``Available`` condition turned True; -1 while no replica serves
+    (``Available`` False, or not set while ``Ready`` is False: a service held for its
+    tuning before serving has no workload yet), so no series is expected; None when
+    neither says, or no transition time."""
+    conditions = list(conditions)
+    cond = st.get_condition(conditions, st.ConditionType.AVAILABLE)
+    ready = st.get_condition(conditions, st.ConditionType.READY)
+    if (cond is not None and cond.get("status") == "False") or (
+            cond is None and ready is not None and ready.get("status") == "False"):
         return -1.0
     if cond is None or cond.get("status") != "True" or not cond.get("lastTransitionTime"):
         return None
