@@ -17,5 +17,7 @@ def rfc3339(t: float) -> str:
 
 
 def parse_rfc3339(text: str) -> float:
-    """Seconds since the epoch of an RFC 3339 time (``Z`` or an offset)."""
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    """Seconds since the epoch of an RFC 3339 time (``Z`` or an offset; a time without
+    either, as kopf writes its retry times, is taken as UTC)."""
+    when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return (when if when.tzinfo is not None else when.replace(tzinfo=UTC)).timestamp()

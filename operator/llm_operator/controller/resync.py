@@ -41,6 +41,7 @@ import kopf
 
 from ..adaptation.policy import ServiceKey
 from ..constants import API_VERSION, KIND
+from ..timestamps import parse_rfc3339
 from .context import OperatorContext, clock
 from .reconcile import reconcile, write_status
 from .tuning import tuning_step
@@ -76,15 +77,10 @@ class ServiceView:
 
 
 def _epoch(value: Any) -> float | None:
-    if not isinstance(value, str):
-        return None
     try:
-        when = datetime.datetime.fromisoformat(value)
+        return parse_rfc3339(value) if isinstance(value, str) else None
     except ValueError:
         return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=datetime.UTC)  # kopf's timestamps are UTC
-    return when.timestamp()
 
 
 def view_of(key: ServiceKey, body: Mapping[str, Any], progress: kopf.ProgressStorage,
