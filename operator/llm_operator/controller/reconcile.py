@@ -221,6 +221,16 @@ def _switch_incomplete(
     return None
 
 
+async def reconcile_and_write(ctx: OperatorContext, body: Mapping[str, Any],
+                              logger: Any) -> ReconcileOutcome:
+    """A reconciliation outside kopf's ``reconcile`` handler (the tuning step rolling onto
+    tuned settings, the resync): reconcile ``body``, then write its status at once.
+    The caller decides what an ``outcome.error`` means there."""
+    outcome = await reconcile(body, ctx, logger)
+    await write_status(ctx, body, outcome.status_patch)
+    return outcome
+
+
 async def write_status(
     ctx: OperatorContext, obj: Mapping[str, Any], patch: Mapping[str, Any]
 ) -> dict[str, Any] | None:

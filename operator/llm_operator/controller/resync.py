@@ -43,7 +43,7 @@ from ..adaptation.policy import ServiceKey
 from ..constants import API_VERSION, KIND
 from ..timestamps import parse_rfc3339
 from .context import OperatorContext, clock
-from .reconcile import reconcile, write_status
+from .reconcile import reconcile_and_write
 from .tuning import tuning_step
 
 RESYNC_INTERVAL_SECONDS = 15.0
@@ -181,8 +181,7 @@ async def _resync(ctx: OperatorContext, key: ServiceKey, action: Resync,
         return  # written meanwhile
     logger.info(f"Resync: the status of {namespace}/{name} is behind generation "
                 f"{meta.get('generation')} and kopf has nothing left to run: reconciling")
-    outcome = await reconcile(fresh, ctx, logger)
-    await write_status(ctx, fresh, outcome.status_patch)
+    outcome = await reconcile_and_write(ctx, fresh, logger)
     await tuning_step(ctx, namespace, name, logger)
     if outcome.error is not None:
         logger.warning(f"Resync of {namespace}/{name}: {outcome.error}")

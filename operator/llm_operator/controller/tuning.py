@@ -67,7 +67,7 @@ from ..tuning.fingerprint import tuning_fingerprint
 from ..tuning.job import build_tuning_job, tuning_job_name
 from .context import OperatorContext, clock
 from .kube import ConflictError, owned_by
-from .reconcile import reconcile, write_status
+from .reconcile import reconcile_and_write, write_status
 
 JSON = dict[str, Any]
 JOB_API = "batch/v1"
@@ -200,8 +200,7 @@ async def _carry_out(
         # Roll the workload onto the new settings: the same reconciliation as the
         # handler's, with the new status.tuning.applied as render overrides (and, for
         # spec.tuning.placement, a replica lent or returned, a held server released).
-        outcome = await reconcile(written, ctx, logger)
-        await write_status(ctx, written, outcome.status_patch)
+        outcome = await reconcile_and_write(ctx, written, logger)
         if outcome.error is not None:
             logger.warning(f"Re-rendering {namespace}/{name} with the tuned settings failed: "
                            f"{outcome.error}")
