@@ -149,9 +149,7 @@ class LoopDemo:
         self.console.print(f"Rounds of {LOAD.concurrency} clients, {LOAD.num_prompts} requests "
                            f"of {LOAD.input_len}+{LOAD.output_len} tokens, until the engine "
                            f"reports a moved cap in force (at most {LOAD_SECONDS} s)")
-        last = ""
-        in_force: Any = None
-        moved_to: Any = None
+        seen = _Adaptation(pod["metadata"]["name"])
         deadline = time.monotonic() + LOAD_SECONDS
         with self.console.status("Load runs; the operator reads Prometheus every "
                                  "spec.adaptation.intervalSeconds"):
@@ -160,23 +158,8 @@ class LoopDemo:
                               tokenizer=str(self.loop.model_dir))
                 try:
                     while run.running() and time.monotonic() < deadline:
-                        adaptation = (self.svc().get("status") or {}).get("adaptation") or {}
-                        decision = adaptation.get("lastDecision") or {}
-                        key = f"{decision.get('time')}"
-                        if decision and key != last:
-                            last = key
-                            if decision.get("action") in ("lower", "raise"):
-                                moved_to = decision.get("to")
-                            self.console.print(
-                                f"  decision [bold]{decision.get('action')}[/] "
-                                f"{decision.get('from')} -> {decision.get('to')}: "
-                                f"{decision.get('reason')}", highlight=False)
-                        if adaptation.get("capInForce") != in_force:
-                            in_force = adaptation.get("capInForce")
-                            self.console.print(
-                                f"  the engine reports cap [bold]{in_force}[/] in force "
-                                f"({adaptation.get('actuation', '')}; pod "
-                                f"{pod['metadata']['name']}, no restart)", highlight=False)
+                        for line in seen.news(self.svc()):
+                            self.console.print(line, highlight=False)
                         time.sleep(1)
                     if run.running():
                         self.console.print("Load stopped at the demo's time limit")
@@ -189,13 +172,13 @@ class LoopDemo:
                         f"{result.get('p95_itl_ms', 0):.0f} ms")
                 finally:
                     run.kill()
-                if moved_to is not None and in_force == moved_to:
+                if seen.moved_to is not None and seen.in_force == seen.moved_to:
                     break
-        if moved_to is None:
+        if seen.moved_to is None:
             self.console.print("[yellow]The adaptation held the cap during this load[/]")
-        elif in_force != moved_to:
-            self.console.print(f"[yellow]The engine had not reported cap {moved_to} in force "
-                               "when the load ended[/]")
+        elif seen.in_force != seen.moved_to:
+            self.console.print(f"[yellow]The engine had not reported cap {seen.moved_to} in "
+                               "force when the load ended[/]")
 
     def report(self) -> None:
         self.console.rule("5. What the user sees")
@@ -203,6 +186,34 @@ class LoopDemo:
         self.show("get", "llms", "-n", ns, "-o", "wide")
         self.show("get", "events", "-n", ns, "--field-selector",
                   "involvedObject.kind=LLMService")
+
+
+class _Adaptation:
+    """What the demo has shown of ``status.adaptation``: the last decision, the cap the
+    engine reports in force, the cap the last move asked for."""
+
+    def __init__(self, pod_name: str) -> None:
+        self.pod_name = pod_name
+        self.last_decision: str | None = None
+        self.in_force: Any = None
+        self.moved_to: Any = None
+
+    def news(self, svc: dict[str, Any]) -> list[str]:
+        """The lines to print for what changed in ``svc``'s status since the last call."""
+        adaptation = (svc.get("status") or {}).get("adaptation") or {}
+        decision = adaptation.get("lastDecision") or {}
+        lines = []
+        if decision and decision.get("time") != self.last_decision:
+            self.last_decision = decision.get("time")
+            if decision.get("action") in ("lower", "raise"):
+                self.moved_to = decision.get("to")
+            lines.append(f"  decision [bold]{decision.get('action')}[/] {decision.get('from')} "
+                         f"-> {decision.get('to')}: {decision.get('reason')}")
+        if adaptation.get("capInForce") != self.in_force:
+            self.in_force = adaptation.get("capInForce")
+            lines.append(f"  the engine reports cap [bold]{self.in_force}[/] in force "
+                         f"({adaptation.get('actuation', '')}; pod {self.pod_name}, no restart)")
+        return lines
 
 
 def _shown(line: str) -> bool:
