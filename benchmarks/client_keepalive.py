@@ -1,0 +1,133 @@
+"""Were the failed requests of the adaptation runs the load generator's? (issue 12)
+
+Runs adapt-live-1 and -2 saw ServerDisconnectedError in every arm, the static caps
+included. The suspect: the clients (aiohttp) keep an idle connection 15 s, vLLM's server
+(uvicorn) closes it after 5 s (``VLLM_HTTP_TIMEOUT_KEEP_ALIVE``), so a request sent on a
+connection the server is closing at that moment fails. This runs the committed ``step``
+and ``burst`` traces of ``benchmarks/configs/adapt.yaml`` (their client counts change,
+leaving connections idle) at vLLM's default cap, one server, no adaptation, with the
+clients' keep-alive at aiohttp's default and at ``adapt_live.CLIENT_KEEPALIVE_S``,
+interleaved (arm order alternating), ``--repeats`` times, and stores every run::
+
+    .venv/bin/python -m benchmarks.client_keepalive --out benchmarks/data/client_keepalive.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from tests.support.engine import copy_engine_code
+from tests.support.tiny_model import ensure_tiny_llama
+
+from benchmarks.adapt_live import (
+    CLIENT_KEEPALIVE_S,
+    CONFIG,
+    VLLM_PY,
+    Engine,
+    Req,
+    Trace,
+    run_load,
+    score,
+)
+from benchmarks.results_md import RESULTS, markers, replace_section
+from llm_operator.tuner.server import free_port, vllm_lock
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "benchmarks" / "data" / "client_keepalive.json"
+SECTION = "client-keepalive"
+ARMS: dict[str, float | None] = {"aiohttp default (15 s)": None,
+                                 f"{CLIENT_KEEPALIVE_S:g} s": CLIENT_KEEPALIVE_S}
+
+
+def render_markdown(doc: dict[str, Any]) -> str:
+    """RESULTS.md's section: failed requests per keep-alive, by kind and when."""
+    begin, end = markers(SECTION)
+    runs = doc["runs"]
+    loads = [r["loadavgBefore"] for r in runs]
+    lines = [begin, "## Adaptation runs: the failed requests were the load generator's", "",
+             f"Run started {doc['started']}: the `step` and `burst` traces of "
+             f"`{doc['config']}` at vLLM's default cap {doc['cap']}, one vLLM CPU server, no "
+             "adaptation, the clients' keep-alive at aiohttp's default and below the "
+             "server's 5 s, interleaved. Stored: `benchmarks/data/client_keepalive.json`; "
+             "`python -m benchmarks.client_keepalive --write-results`. Machine load "
+             f"(1 min) {min(loads, default=0):.1f}-{max(loads, default=0):.1f} on 2 cores.",
+             "", "| clients' keep-alive | runs | requests | failed | by kind | failed at "
+             "(second into the trace) |", "|---|---:|---:|---:|---|---|"]
+    for arm in dict.fromkeys(r["arm"] for r in runs):
+        rs = [r for r in runs if r["arm"] == arm]
+        kinds: dict[str, int] = {}
+        for r in rs:
+            for k, v in r["errors"].items():
+                if k != "cut":
+                    kinds[k] = kinds.get(k, 0) + v
+        at = sorted(e[0] for r in rs for e in r["errorsAt"])
+        lines.append(f"| {arm} | {len(rs)} | {sum(r['requests'] for r in rs)} | "
+                     f"{sum(r['failed'] for r in rs)} | "
+                     f"{', '.join(f'{k} {v}' for k, v in kinds.items()) or 'none'} | "
+                     f"{', '.join(f'{t:g}' for t in at[:20]) or '-'}"
+                     f"{' ...' if len(at) > 20 else ''} |")
+    return "\n".join([*lines, end]) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("--out", type=Path, default=OUT)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--write-results", action="store_true",
+                   help="only render the stored JSON into RESULTS.md")
+    p.add_argument("--results", type=Path, default=RESULTS)
+    a = p.parse_args(argv)
+    if a.write_results:
+        replace_section(SECTION, render_markdown(json.loads(a.out.read_text())), a.results)
+        return 0
+    cfg = yaml.safe_load(CONFIG.read_text())
+    cap = cfg["engine"]["defaultMaxNumSeqs"]
+    logdir = Path("/tmp/llmop-keepalive")
+    logdir.mkdir(exist_ok=True)
+    model = ensure_tiny_llama(Path("/tmp/llmop-models"), VLLM_PY)
+    eng = Engine(model, cfg, free_port(), copy_engine_code(logdir / f"code-{os.getpid()}"),
+                 logdir / "admission-cap", logdir)
+    doc: dict[str, Any] = {"config": str(CONFIG.relative_to(ROOT)), "cap": cap,
+                           "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                           "runs": []}
+    with vllm_lock():
+        try:
+            eng.start(cap)
+            for rep in range(a.repeats):
+                for trace_name in ("step", "burst"):
+                    arms = list(ARMS.items())
+                    for arm, keepalive in (arms if rep % 2 == 0 else arms[::-1]):
+                        eng.idle()
+                        trace = Trace(cfg["traces"][trace_name]["phases"])
+                        reqs: list[Req] = []
+                        load = os.getloadavg()[0]
+                        t0 = time.monotonic()
+                        asyncio.run(run_load(eng.url, str(model), trace,
+                                             cfg["load"]["retrySeconds"], rep, t0, reqs,
+                                             keepalive_s=keepalive))
+                        m = score(reqs, cfg["slo"], trace, time.monotonic() - t0, t0)
+                        run = {"repeat": rep, "trace": trace_name, "arm": arm,
+                               "loadavgBefore": round(load, 2), "requests": m["requests"],
+                               "failed": m["failed"], "errors": m["errors"],
+                               "errorsAt": m["errorsAt"], "goodputTokS": m["goodputTokS"]}
+                        doc["runs"].append(run)
+                        sys.stderr.write(json.dumps({k: run[k] for k in (
+                            "repeat", "trace", "arm", "requests", "failed",
+                            "loadavgBefore")}) + "\n")
+                        a.out.write_text(json.dumps(doc, indent=1) + "\n")
+        finally:
+            eng.stop()
+    replace_section(SECTION, render_markdown(doc), a.results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
