@@ -310,10 +310,13 @@ def render_markdown(doc: dict[str, Any], section: str = SECTION,
     n_cfg = len(doc["rotation"].get("configs", []))
     planned = n_cfg * cfg["rotation"]["rounds"]
     partial = doc["partial"]
+    digits = section.rsplit("-", 1)[-1]
+    run_label = cfg["label"] + (f", run {digits}" if again and digits.isdigit() else
+                                f" ({section})" if again else "")
     lines = [
         begin, "## Tuning: the tuner against an exhaustive grid and vLLM's defaults"
-        + (f", run {cfg['label']} again (same committed config)" if again else ""), "",
-        f"Run **{cfg['label']}**"
+        + (f", {run_label} (the same committed config again)" if again else ""), "",
+        f"Run **{run_label}**"
         + (f" (PARTIAL: {len(ms)} of {planned} rotation measurements"
            + ("" if "grid" in doc else ", grid's cost not measured") + ")" if partial else "")
         + f", started {doc['started']} at commit `{doc['commit'][:10]}`; SLO, workload and "
@@ -325,8 +328,8 @@ def render_markdown(doc: dict[str, Any], section: str = SECTION,
         "a re-measurement) is in [HISTORY.md](HISTORY.md).",
         "",
         f"**Measured** on {doc['engine']} (6 layers, hidden 768), KV cache "
-        f"{cfg['engine']['kvTokens']:,} tokens, {doc['cpus']} CPU cores shared with other "
-        f"engineers' test runs. Workload: {w['concurrency']} clients, {w['inputTokens']} "
+        f"{cfg['engine']['kvTokens']:,} tokens, {doc['cpus']} CPU cores (the machine's load "
+        f"is given below). Workload: {w['concurrency']} clients, {w['inputTokens']} "
         f"tokens in / {w['outputTokens']} out (a request holds 5 KV blocks of 128: 4 fit; "
         "a preempted request recomputes its 512-token prompt). SLO: TTFT ≤ "
         f"{slo['ttftMs']:g} ms and the request's p95 inter-token gap ≤ {slo['itlMs']:g} ms; "
@@ -360,14 +363,17 @@ def render_markdown(doc: dict[str, Any], section: str = SECTION,
                      f"{r['itlP95Ms']:.1f} | {r['ttftP95Ms']:.0f} | {r['runningMax']:.0f} |")
     if s["rows"]:
         itl = [r["itlP95Ms"] for r in s["rows"]]
-        share = max(r["goodFraction"] for r in s["rows"])
+        shares = [r["goodFraction"] for r in s["rows"]]
+        share = max(shares)
         lines += ["", f"Reading: every configuration's ITL p95 (median of its runs) was "
                   f"{min(itl):.0f}-{max(itl):.0f} ms against the {slo['itlMs']:g} ms objective "
-                  f"and at most {share:.0%} of any configuration's requests met the SLO"
+                  f"and {min(shares):.0%}-{share:.0%} of each configuration's requests met "
+                  "the SLO"
                   + (": on this machine at this load the engine cannot show a difference "
                      "between configurations above its noise (every sd is about as large as "
                      "its mean); the goals below are marked from these figures, not claimed."
-                     if share < 0.5 else ".")]
+                     if share < 0.5 else ": the goodputs differ by the throughput of the "
+                     "requests that met it.")]
     lines += ["", "| method | wall s (search clock) | busy s (server lifetimes) | server "
               "starts | trials | choice |", "|---|---:|---:|---:|---:|---|"]
     for name in ("tuner", "grid"):
