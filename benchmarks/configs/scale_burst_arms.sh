@@ -48,6 +48,22 @@ if [ "${ARMS:-}" = final ]; then
     --config "base-43cdc28=$arms/base-43cdc28" --config "base-conn128=$arms/base-conn128" \
     --config render-first-conn128 "$@"
 fi
+# Added 2026-11-24 03:53 (round 3), before running them (ARMS=gc): a profile of a burst
+# (py-spy, and gc.callbacks in the operator) found 3.5 s of the operator's 16 s of CPU in
+# Python's garbage collector, full collections of 130-260 ms every ~0.8 s; four
+# exploratory bursts with the thresholds set from outside (not stored, see NOTES.md)
+# gave p99 1.63-1.66 s against 2.43-2.55 s.
+#
+#   main-162d9da    the operator as on main at 162d9da (render first, 128 connections)
+#   gc-thresholds   this checkout's operator: gc.freeze() after start-up and thresholds
+#                   (50000, 20, 50) (controller/run.py)
+if [ "${ARMS:-}" = gc ]; then
+  mkdir -p "$arms/main-162d9da"
+  git archive 162d9da operator | tar -x -C "$arms/main-162d9da"
+  uptime
+  exec .venv/bin/python -m benchmarks.scale --n 1000 --repeat "${REPEAT:-3}" --store \
+    --config "main-162d9da=$arms/main-162d9da" --config gc-thresholds "$@"
+fi
 if [ "${ARMS:-}" = conn ]; then
   mkdir -p "$arms/render-first-conn128"
   git archive HEAD operator | tar -x -C "$arms/render-first-conn128"
