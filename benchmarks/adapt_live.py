@@ -83,12 +83,13 @@ OUT = ROOT / "benchmarks" / "data" / "adapt_live.json"
 VLLM_PY = Path(os.environ.get("LLMOP_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
 KEY = ("bench", "chat")
 VOCAB = (10, 990)  # token ids drawn for prompts (the tiny model's vocabulary is 1,000)
-# The clients close a connection idle this long, before vLLM's server does (uvicorn's
-# keep-alive, VLLM_HTTP_TIMEOUT_KEEP_ALIVE, 5 s). With aiohttp's default (15 s) a client
-# could send on a connection the server was closing at that moment: the request fails
-# with ServerDisconnectedError whatever the cap (runs adapt-live-1 and -2 had these in
-# every arm). None: aiohttp's default, as those runs had.
-CLIENT_KEEPALIVE_S: float | None = 2.0
+# How the clients reuse connections: 0 opens a new connection for every request (no
+# keep-alive), None keeps idle ones aiohttp's default 15 s, a number that many seconds.
+# Runs adapt-live-1 and -2 reused connections and saw ServerDisconnectedError in every
+# arm, static caps included: requests sent on a reused connection that vLLM's server
+# (uvicorn, keep-alive 5 s) closed 3-8 s later without a byte, on this loaded machine.
+# With a new connection per request none failed (benchmarks/client_keepalive.py).
+CLIENT_KEEPALIVE_S: float | None = 0
 SECTION = "adaptation"
 
 
@@ -109,6 +110,8 @@ class Req:
     tokens: int = 0
     error: str | None = None
     failed_at: float | None = None  # when the error came (monotonic), not for "cut"
+    detail: str = ""  # the exception's text
+    last_byte_at: float | None = None  # when the last streamed line came (monotonic)
 
 
 @dataclass
@@ -139,6 +142,7 @@ async def _one(session: aiohttp.ClientSession, url: str, model: str, phase: dict
                 r.error = f"HTTP {resp.status}"
                 return
             async for line in resp.content:
+                r.last_byte_at = time.monotonic()
                 if not line.startswith(b"data: "):
                     continue
                 data = line[6:].strip()
@@ -155,6 +159,7 @@ async def _one(session: aiohttp.ClientSession, url: str, model: str, phase: dict
             r.end = time.monotonic()
     except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as exc:
         r.error = type(exc).__name__
+        r.detail = str(exc)[:160]
     if r.error is not None:
         r.failed_at = time.monotonic()
 
@@ -168,6 +173,7 @@ async def run_load(url: str, model: str, trace: Trace, retry_s: float, seed: int
     end = t0 + trace.seconds
     n = max(p["clients"] for p in trace.phases)
     conn = (aiohttp.TCPConnector(limit=0) if keepalive_s is None
+            else aiohttp.TCPConnector(limit=0, force_close=True) if keepalive_s == 0
             else aiohttp.TCPConnector(limit=0, keepalive_timeout=keepalive_s))
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=5)
     async with aiohttp.ClientSession(connector=conn, timeout=timeout) as session:
@@ -407,7 +413,12 @@ def score(reqs: list[Req], slo: dict[str, Any], trace: Trace, wall: float,
         "missed": len(reqs) - len(good), "failed": sum(v for k, v in errors.items()
                                                        if k != "cut"),
         "errors": errors,
-        "errorsAt": [[round(r.failed_at - t0, 1), r.phase, r.error.split(":")[0]]
+        # [second into the trace, phase, kind, seconds since the request was sent,
+        #  seconds since its last streamed line (None: none came), the exception's text]
+        "errorsAt": [[round(r.failed_at - t0, 1), r.phase, r.error.split(":")[0],
+                      round(r.failed_at - r.start, 2),
+                      None if r.last_byte_at is None else round(r.failed_at - r.last_byte_at, 2),
+                      r.detail]
                      for r in reqs if r.error is not None and r.failed_at is not None],
         "ttftP95Ms": round((p95([r.ttft for r in done if r.ttft]) or 0) * 1000),
         "tpotP95Ms": round((p95([tpot(r) for r in done]) or 0) * 1000, 1),
@@ -726,12 +737,15 @@ def render_markdown(doc: dict[str, Any], section: str = SECTION,
 def _client_text(doc: dict[str, Any]) -> str:
     keepalive = doc.get("client", {}).get("keepaliveSeconds")
     if keepalive is None:
-        return ("The clients kept idle connections for aiohttp's default 15 s, longer "
-                "than the server's 5 s keep-alive: a request sent on a connection the "
-                "server was closing failed (ServerDisconnectedError), whatever the arm.")
-    return (f"The clients close a connection idle for {keepalive:g} s, before the "
-            "server's 5 s keep-alive does (no request is sent on a connection the server "
-            "is closing).")
+        return ("The clients reused connections (aiohttp's default keep-alive): under "
+                "load vLLM's server closed some reused connections while their requests "
+                "waited, without a byte (ServerDisconnectedError), in every arm alike "
+                "(see the section on the load generator's connections).")
+    if keepalive == 0:
+        return ("The clients open a new connection for every request (reused ones lost "
+                "waiting requests to vLLM's server under load, in every arm alike: see the "
+                "section on the load generator's connections).")
+    return f"The clients close a connection idle for {keepalive:g} s."
 
 
 def _simulated_lines() -> list[str]:

@@ -1,15 +1,15 @@
 """Were the failed requests of the adaptation runs the load generator's? (issue 12)
 
 Runs adapt-live-1 and -2 saw ServerDisconnectedError in every arm, the static caps
-included. The suspect: the clients (aiohttp) keep an idle connection 15 s, vLLM's server
-(uvicorn) closes it after 5 s (``VLLM_HTTP_TIMEOUT_KEEP_ALIVE``), so a request sent on a
-connection the server is closing at that moment fails. This runs the committed ``step``
-and ``burst`` traces of ``benchmarks/configs/adapt.yaml`` (their client counts change,
-leaving connections idle) at vLLM's default cap, one server, no adaptation, with the
-clients' keep-alive at aiohttp's default and at ``adapt_live.CLIENT_KEEPALIVE_S``,
-interleaved (arm order alternating), ``--repeats`` times, and stores every run::
+included. This runs the committed ``step`` and ``burst`` traces of
+``benchmarks/configs/adapt.yaml`` (their client counts change) at vLLM's default cap, one
+server, no adaptation, with three ways of using connections: aiohttp's default keep-alive
+(15 s, as those runs), idle connections closed after 2 s (before the server's 5 s), and a
+new connection per request; arms rotated each repeat, ``--repeats`` times; every failed
+request's time, age, last streamed line and message are stored::
 
     .venv/bin/python -m benchmarks.client_keepalive --out benchmarks/data/client_keepalive.json
+    .venv/bin/python -m benchmarks.client_keepalive --write-results
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from tests.support.engine import copy_engine_code
 from tests.support.tiny_model import ensure_tiny_llama
 
 from benchmarks.adapt_live import (
-    CLIENT_KEEPALIVE_S,
     CONFIG,
     VLLM_PY,
     Engine,
@@ -43,8 +42,8 @@ from llm_operator.tuner.server import free_port, vllm_lock
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "benchmarks" / "data" / "client_keepalive.json"
 SECTION = "client-keepalive"
-ARMS: dict[str, float | None] = {"aiohttp default (15 s)": None,
-                                 f"{CLIENT_KEEPALIVE_S:g} s": CLIENT_KEEPALIVE_S}
+ARMS: dict[str, float | None] = {"aiohttp default (15 s)": None, "2 s": 2.0,
+                                 "a new connection per request": 0}
 
 
 def render_markdown(doc: dict[str, Any]) -> str:
@@ -52,15 +51,18 @@ def render_markdown(doc: dict[str, Any]) -> str:
     begin, end = markers(SECTION)
     runs = doc["runs"]
     loads = [r["loadavgBefore"] for r in runs]
-    lines = [begin, "## Adaptation runs: the failed requests were the load generator's", "",
+    lines = [begin, "## The load generator's connections: why requests failed in every "
+             "adaptation arm", "",
              f"Run started {doc['started']}: the `step` and `burst` traces of "
              f"`{doc['config']}` at vLLM's default cap {doc['cap']}, one vLLM CPU server, no "
-             "adaptation, the clients' keep-alive at aiohttp's default and below the "
-             "server's 5 s, interleaved. Stored: `benchmarks/data/client_keepalive.json`; "
+             "adaptation, the clients' connections reused with aiohttp's default "
+             "keep-alive, closed after 2 s idle, or new for every request; rotated. "
+             "Stored: `benchmarks/data/client_keepalive.json`; "
              "`python -m benchmarks.client_keepalive --write-results`. Machine load "
              f"(1 min) {min(loads, default=0):.1f}-{max(loads, default=0):.1f} on 2 cores.",
-             "", "| clients' keep-alive | runs | requests | failed | by kind | failed at "
-             "(second into the trace) |", "|---|---:|---:|---:|---|---|"]
+             "", "| clients' connections | runs | requests | failed | by kind | of them "
+             "with no streamed byte | seconds from send to failure (min-max) |",
+             "|---|---:|---:|---:|---|---:|---|"]
     for arm in dict.fromkeys(r["arm"] for r in runs):
         rs = [r for r in runs if r["arm"] == arm]
         kinds: dict[str, int] = {}
@@ -68,12 +70,16 @@ def render_markdown(doc: dict[str, Any]) -> str:
             for k, v in r["errors"].items():
                 if k != "cut":
                     kinds[k] = kinds.get(k, 0) + v
-        at = sorted(e[0] for r in rs for e in r["errorsAt"])
+        errs = [e for r in rs for e in r["errorsAt"]]
+        ages = [e[3] for e in errs if len(e) > 3]
+        silent = sum(1 for e in errs if len(e) > 4 and e[4] is None)
         lines.append(f"| {arm} | {len(rs)} | {sum(r['requests'] for r in rs)} | "
                      f"{sum(r['failed'] for r in rs)} | "
                      f"{', '.join(f'{k} {v}' for k, v in kinds.items()) or 'none'} | "
-                     f"{', '.join(f'{t:g}' for t in at[:20]) or '-'}"
-                     f"{' ...' if len(at) > 20 else ''} |")
+                     f"{silent} | "
+                     + (f"{min(ages):.1f}-{max(ages):.1f}" if ages else "-") + " |")
+    per_run = "; ".join(f"{r['trace']} {r['arm']} {r['failed']}" for r in runs)
+    lines += ["", f"Failed per run, in run order: {per_run}."]
     return "\n".join([*lines, end]) + "\n"
 
 
@@ -104,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
             for rep in range(a.repeats):
                 for trace_name in ("step", "burst"):
                     arms = list(ARMS.items())
-                    for arm, keepalive in (arms if rep % 2 == 0 else arms[::-1]):
+                    k = rep % len(arms)
+                    for arm, keepalive in arms[k:] + arms[:k]:
                         eng.idle()
                         trace = Trace(cfg["traces"][trace_name]["phases"])
                         reqs: list[Req] = []

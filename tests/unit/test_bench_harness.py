@@ -111,12 +111,14 @@ def test_the_mix_goal_is_1_2_x_the_best_static_cap_and_the_bound_is_shown() -> N
     bound = next(line for line in goals.splitlines() if "(bound, not a goal)" in line
                  and "`mix`" in line)
     assert float(bound.split("|")[2]) < 1.2  # no phase-wise switching reaches 1.2 there
-    assert "aiohttp's default 15 s" in text  # that run's clients, said as they were
+    assert "The clients reused connections" in text  # that run's clients, said as they were
 
 
 def test_a_failed_request_carries_its_second_into_the_trace() -> None:
     trace = Trace([{"seconds": 10, "clients": 1, "input": 8, "output": 4}])
-    failed = Req(phase=0, start=101.0, error="ServerDisconnectedError", failed_at=103.5)
+    failed = Req(phase=0, start=101.0, error="ServerDisconnectedError", failed_at=103.5,
+                 last_byte_at=103.0, detail="Server disconnected")
     cut = Req(phase=0, start=104.0, error="cut")
     doc = score([failed, cut], {"ttftMs": 1000, "tpotMs": 20}, trace, wall=10.0, t0=100.0)
-    assert doc["errorsAt"] == [[3.5, 0, "ServerDisconnectedError"]]
+    assert doc["errorsAt"] == [[3.5, 0, "ServerDisconnectedError", 2.5, 0.5,
+                                "Server disconnected"]]
