@@ -79,7 +79,19 @@ def render_markdown(doc: dict[str, Any]) -> str:
                      f"{silent} | "
                      + (f"{min(ages):.1f}-{max(ages):.1f}" if ages else "-") + " |")
     per_run = "; ".join(f"{r['trace']} {r['arm']} {r['failed']}" for r in runs)
+    fresh = [r for r in runs if r["arm"] == "a new connection per request"]
+    reused = [r for r in runs if r["arm"] != "a new connection per request"]
     lines += ["", f"Failed per run, in run order: {per_run}."]
+    if fresh and reused:
+        lines += ["", f"Reading: with the cap fixed, {sum(r['failed'] for r in reused)} of "
+                  f"{sum(r['requests'] for r in reused)} requests on reused connections "
+                  f"failed and {sum(r['failed'] for r in fresh)} of "
+                  f"{sum(r['requests'] for r in fresh)} on new ones: the failures of the "
+                  "adaptation runs adapt-live-1 and -2 (in every arm) came from reusing "
+                  "connections to vLLM's server on this loaded machine, not from a cap "
+                  "(vLLM's access log has 4,072 responses for the 4,189 requests sent: the server "
+                  "never began a response for the failed ones). From run adapt-live-3 on the "
+                  "adaptation benchmark opens a new connection per request."]
     return "\n".join([*lines, end]) + "\n"
 
 
