@@ -46,6 +46,15 @@ ARMS: dict[str, float | None] = {"aiohttp default (15 s)": None, "2 s": 2.0,
                                  "a new connection per request": 0}
 
 
+def _access_log_text(doc: dict[str, Any]) -> str:
+    log = doc.get("serverAccessLog")
+    if not log:
+        return ""
+    return (f"(vLLM's access log has {log['responses']:,} responses for the "
+            f"{log['requestsSent']:,} requests sent: the server never began a response for "
+            "the failed ones). ")
+
+
 def render_markdown(doc: dict[str, Any]) -> str:
     """RESULTS.md's section: failed requests per keep-alive, by kind and when."""
     begin, end = markers(SECTION)
@@ -89,8 +98,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
                   f"{sum(r['requests'] for r in fresh)} on new ones: the failures of the "
                   "adaptation runs adapt-live-1 and -2 (in every arm) came from reusing "
                   "connections to vLLM's server on this loaded machine, not from a cap "
-                  "(vLLM's access log has 4,072 responses for the 4,189 requests sent: the server "
-                  "never began a response for the failed ones). From run adapt-live-3 on the "
+                  + _access_log_text(doc) + "From run adapt-live-3 on the "
                   "adaptation benchmark opens a new connection per request."]
     return "\n".join([*lines, end]) + "\n"
 
@@ -144,6 +152,15 @@ def main(argv: list[str] | None = None) -> int:
                         a.out.write_text(json.dumps(doc, indent=1) + "\n")
         finally:
             eng.stop()
+    # The server's access log: one line per response begun (a request it never read has
+    # none).
+    log = logdir / f"server-{eng.starts:03d}.log"
+    if log.exists():
+        doc["serverAccessLog"] = {
+            "responses": log.read_text(errors="replace").count(
+                '"POST /v1/completions HTTP/1.1" 200'),
+            "requestsSent": sum(r["requests"] for r in doc["runs"])}
+        a.out.write_text(json.dumps(doc, indent=1) + "\n")
     replace_section(SECTION, render_markdown(doc), a.results)
     return 0
 
