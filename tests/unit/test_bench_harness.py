@@ -122,3 +122,15 @@ def test_a_failed_request_carries_its_second_into_the_trace() -> None:
     doc = score([failed, cut], {"ttftMs": 1000, "tpotMs": 20}, trace, wall=10.0, t0=100.0)
     assert doc["errorsAt"] == [[3.5, 0, "ServerDisconnectedError", 2.5, 0.5,
                                 "Server disconnected"]]
+
+
+def test_the_connections_section_sets_reused_against_new_connections() -> None:
+    from benchmarks import client_keepalive
+
+    doc = json.loads((ROOT / "benchmarks" / "data" / "client_keepalive.json").read_text())
+    text = client_keepalive.render_markdown(doc)
+    rows = {line.split("|")[1].strip(): line.split("|") for line in text.splitlines()
+            if line.startswith("| ") and not line.startswith("| clients")}
+    fresh = rows["a new connection per request"]
+    assert int(fresh[4]) == 0 and int(rows["aiohttp default (15 s)"][4]) > 0
+    assert "on reused connections failed and 0 of" in text
