@@ -332,6 +332,13 @@ def check_extra_args(spec: LLMServiceSpec) -> tuple[list[SpecError], list[str]]:
                                     "switch that takes none (vLLM refuses to start: ignored "
                                     "explicit argument)", f"give it alone: {option}"))
             continue
+        if "=" in arg and not arg.split("=", 1)[1] and flag.takes_value:
+            # "--max-loras=", "-O=": argparse hands vLLM an empty string, which a number
+            # refuses (vLLM does not start) and a name or path takes as given.
+            errors.append(SpecError(field, f"gives {option}{spelled} an empty value (nothing "
+                                    "after '=')", f"write its value after '=' "
+                                    f"({option}=VALUE), or remove the item"))
+            continue
         if dest in SECRET_FLAGS:
             errors.append(SpecError(field, f"sets {option}{spelled}, a secret, in clear text "
                                     "(anyone who can read the LLMService or its pods can "
