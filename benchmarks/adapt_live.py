@@ -600,7 +600,7 @@ def render_markdown(doc: dict[str, Any], section: str = SECTION,
         "paused during restarts) are in [HISTORY.md](HISTORY.md).",
         "",
         f"**Measured** on {doc['engine']}, KV cache 4,096 tokens, {doc['cpus']} CPU cores "
-        "shared with other engineers' test runs, scraped every second by a real Prometheus. "
+        "(the machine's load is given below), scraped every second by a real Prometheus. "
         f"SLO: TTFT ≤ {slo['ttftMs']:g} ms and TPOT ≤ {slo['tpotMs']:g} ms per request. "
         "Goodput = output tokens/s of requests meeting it over the trace's **wall time, "
         "restarts included**; the closed-loop clients never pause: a request refused or cut "
