@@ -220,7 +220,7 @@ def run(config: Path, out: Path, smoke_rounds: int | None, skip_grid: bool,
     model = ensure_tiny_llama(WORK / "models", VLLM_PY, **cfg["model"])
     code = copy_engine_code(WORK / f"code-{os.getpid()}")
     doc: dict[str, Any] = {
-        "config": cfg, "configFile": str(config.relative_to(ROOT)),
+        "config": cfg, "configFile": str(config.resolve().relative_to(ROOT)),
         "configGitBlob": _git("hash-object", str(config)), "commit": _git("rev-parse", "HEAD"),
         "engine": "vLLM CPU 0.32, generated Llama ~39 M parameters", "cpus": os.cpu_count(),
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "partial": True,
