@@ -302,7 +302,9 @@ def render_markdown(doc: dict[str, Any], section: str = SECTION,
     cfg = doc["config"]
     s = summarize(doc)
     begin, end = markers(section)
-    again = section != SECTION  # a re-run of the same committed config, beside the first
+    again = section != SECTION  # a section beside the first run's
+    # The same committed config measured again ("run N"), or a new labelled config.
+    rerun = again and doc["configFile"] == str(CONFIG.relative_to(ROOT))
     data = out.resolve().relative_to(ROOT) if out.resolve().is_relative_to(ROOT) else out
     w, slo = cfg["workload"], cfg["slo"]
     ms = doc["rotation"]["measurements"]
@@ -311,11 +313,12 @@ def render_markdown(doc: dict[str, Any], section: str = SECTION,
     planned = n_cfg * cfg["rotation"]["rounds"]
     partial = doc["partial"]
     digits = section.rsplit("-", 1)[-1]
-    run_label = cfg["label"] + (f", run {digits}" if again and digits.isdigit() else
-                                f" ({section})" if again else "")
+    run_label = cfg["label"] + (f", run {digits}" if rerun and digits.isdigit() else
+                                f" ({section})" if rerun else "")
     lines = [
         begin, "## Tuning: the tuner against an exhaustive grid and vLLM's defaults"
-        + (f", {run_label} (the same committed config again)" if again else ""), "",
+        + (f", {run_label} (the same committed config again)" if rerun else
+           f", {run_label} (a new labelled config)" if again else ""), "",
         f"Run **{run_label}**"
         + (f" (PARTIAL: {len(ms)} of {planned} rotation measurements"
            + ("" if "grid" in doc else ", grid's cost not measured") + ")" if partial else "")
