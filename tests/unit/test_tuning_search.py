@@ -382,6 +382,17 @@ def test_grid_lists_only_valid_cells() -> None:
     assert Config(8, 256) in space.grid()
 
 
+def test_grid_changes_the_batched_token_level_once_per_level() -> None:
+    """With the live cap only max-num-batched-tokens needs a server start: the grid runs
+    every cap of a level before the next level, the defaults' level first (the baseline's
+    server), so it starts one server per level, not one per cell."""
+    space = Space(max_num_seqs=(2, 4, 8), max_num_batched_tokens=(512, 2048, 4096),
+                  default_max_num_batched_tokens=2048)
+    levels = [c.max_num_batched_tokens for c in space.grid()]
+    assert levels == [2048] * 3 + [512] * 3 + [4096] * 3
+    assert sum(1 for a, b in zip([None, *levels], levels, strict=False) if a != b) == 3
+
+
 # --- the result ------------------------------------------------------------------------
 
 

@@ -121,10 +121,15 @@ class Space:
         )
 
     def grid(self) -> list[Config]:
-        """Every valid combination of levels (what an exhaustive grid would run)."""
+        """Every valid combination of levels (what an exhaustive grid would run), the
+        batched-token level outermost: with the live admission cap only that knob needs
+        a server start, so a grid in this order starts one server per level (the level
+        vLLM's defaults run first, on the baseline's server), not one per cell."""
         mns_levels: Sequence[int | None] = self.max_num_seqs or (None,)
         mnbt_levels: Sequence[int | None] = self.max_num_batched_tokens or (None,)
-        cells = [Config(a, b) for a in mns_levels for b in mnbt_levels]
+        default = self.default_max_num_batched_tokens
+        first = sorted(mnbt_levels, key=lambda b: b not in (None, default))  # stable
+        cells = [Config(a, b) for b in first for a in mns_levels]
         return [c for c in cells if self.valid(c)]
 
 
@@ -790,8 +795,9 @@ def grid_search(
     clock: Callable[[], float] | None = None,
     progress: Progress | None = None,
 ) -> Outcome:
-    """The exhaustive grid over ``space`` (one server start per cell), measured the same
-    way as :func:`search`, for comparison. The first cell is vLLM's defaults."""
+    """The exhaustive grid over ``space``, measured the same way as :func:`search`, for
+    comparison: one server start per cell, or per batched-token level with the live
+    admission cap (:meth:`Space.grid`'s order). The first cell is vLLM's defaults."""
     import time
 
     budget = budget or Budget(max_trials=10_000, max_seconds=float("inf"))
