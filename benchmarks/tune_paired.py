@@ -260,9 +260,10 @@ def grid_again(out: Path, why: str) -> None:
     if "grid" in doc and "gridFirst" not in doc:
         doc["gridFirst"] = {**doc["grid"], "commit": doc["commit"]}
     _say("grid again (live cap)")
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     doc["grid"] = run_method(cfg, model, code, "grid", grid=True)
-    doc["gridAgain"] = {"commit": _git("rev-parse", "HEAD"), "why": why,
-                        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    doc["gridAgain"] = {"commit": _git("rev-parse", "HEAD"), "why": why, "started": started,
+                        "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     out.write_text(json.dumps(doc, indent=1) + "\n")
 
 
@@ -396,7 +397,12 @@ def render_markdown(doc: dict[str, Any], section: str = SECTION,
                      "between configurations above its noise (every sd is about as large as "
                      "its mean); the goals below are marked from these figures, not claimed."
                      if share < 0.5 else ": the goodputs differ by the throughput of the "
-                     "requests that met it.")]
+                     "requests that met it." if min(shares) >= 0.9 else
+                     ": the goodputs differ by throughput and by the share meeting it; under "
+                     "90% met it for " + ", ".join(
+                         f"{r['label']} ({r['goodFraction']:.0%}, ITL p95 "
+                         f"{r['itlP95Ms']:.0f} ms)"
+                         for r in s["rows"] if r["goodFraction"] < 0.9) + ".")]
     lines += ["", "| method | wall s (search clock) | busy s (server lifetimes) | server "
               "starts | trials | choice |", "|---|---:|---:|---:|---:|---|"]
     again = doc.get("gridAgain")
