@@ -1220,6 +1220,17 @@ ADMISSION_KEY = "maxNumActiveSeqs"  # the ConfigMap key: the cap, one integer
 ADMISSION_CONFIG_MAP_SUFFIX = "-admission-cap"
 METRICS_DIR_VOLUME = "llmop-metrics"
 METRICS_DIR_PATH = "/tmp/llmop-prometheus"  # PROMETHEUS_MULTIPROC_DIR of the server
+# The live-mode server container's command: empty the metrics directory, then run vLLM.
+# prometheus_client's multiprocess collector serves the last value a dead process wrote
+# to a "mostrecent" gauge until the new process sets it, and the emptyDir outlives a
+# container restart inside the pod: without this, a restarted idle engine reports the
+# crashed one's running and waiting requests (vLLM sets them only at its first step),
+# and adaptation would act on them. A new process may also reuse the dead one's PID
+# (PID 1 of a fresh PID namespace) and so its files: only emptying before start is safe.
+METRICS_RESET_SCRIPT = f"""find "$PROMETHEUS_MULTIPROC_DIR" -mindepth 1 -delete
+exec {" ".join(VLLM_COMMAND)} "$@"
+"""
+METRICS_RESET_NAME = "vllm-server"  # $0 of the script; the container's args follow
 # The flags a user's own scheduler would set: live admission then cannot work (the
 # operator falls back to rollouts; see status.live_cap_blocker).
 LIVE_CAP_FLAGS = ("--scheduler-cls", "--max-num-active-seqs")
@@ -1266,12 +1277,14 @@ def with_live_admission(
     ``--max-num-seqs`` = the runner capacity, ``--scheduler-cls`` = the engine module's
     scheduler, the init container that copies it, the cap's ConfigMap volume, and
     ``PROMETHEUS_MULTIPROC_DIR`` on an emptyDir so that the engine-core process's gauges
-    (the cap in force) reach the API server's ``/metrics``. The cap itself is not in the
+    (the cap in force) reach the API server's ``/metrics``, emptied by the container's
+    command before vLLM starts (:data:`METRICS_RESET_SCRIPT`). The cap itself is not in the
     pod template: changing it changes the ConfigMap only, so nothing rolls."""
     out = copy.deepcopy(dict(deployment))
     _, capacity = live_admission_cap(svc, plan, overrides)
     pod = out["spec"]["template"]["spec"]
     container = pod["containers"][0]
+    container["command"] = ["/bin/sh", "-c", METRICS_RESET_SCRIPT, METRICS_RESET_NAME]
     args = container["args"]
     at = args.index("--max-num-seqs")
     args[at + 1] = str(capacity)

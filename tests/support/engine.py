@@ -9,6 +9,7 @@ environment for those paths.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -35,8 +36,11 @@ def copy_engine_code(dst: Path) -> Path:
 
 
 def live_env(code: Path, cap_file: Path, metrics_dir: Path) -> dict[str, str]:
-    """The vLLM container's environment in live mode, with this machine's paths."""
-    metrics_dir.mkdir(parents=True, exist_ok=True)
+    """The vLLM container's environment in live mode, with this machine's paths.
+    ``metrics_dir`` is emptied (a dead server's files there would be served as the new
+    one's gauges until it sets them; the rendered pod empties it before vLLM starts)."""
+    shutil.rmtree(metrics_dir, ignore_errors=True)
+    metrics_dir.mkdir(parents=True)
     return {"PYTHONPATH": str(code), CAP_FILE_ENV: str(cap_file),
             "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)}
 

@@ -70,6 +70,13 @@ def test_live_pod_wiring() -> None:
     assert env["PYTHONPATH"] == rendering.ENGINE_CODE_PATH
     assert env["LLMOP_ADMISSION_CAP_FILE"] == "/etc/llmop/admission/maxNumActiveSeqs"
     assert env["PROMETHEUS_MULTIPROC_DIR"] == rendering.METRICS_DIR_PATH
+    # The emptyDir outlives a container restart: the command empties it, then runs vLLM
+    # with the args (tests/vllm/test_metrics_after_restart.py runs it for real).
+    shell, flag, script, name = container["command"]
+    assert (shell, flag, name) == ("/bin/sh", "-c", "vllm-server")
+    first, last = script.strip().splitlines()
+    assert first == 'find "$PROMETHEUS_MULTIPROC_DIR" -mindepth 1 -delete'
+    assert last == 'exec vllm serve "$@"'
     (init,) = [c for c in pod["initContainers"] if c["name"] != "download-model"]
     assert init["image"] == Settings().operator_image and "engine" in init["command"][2]
     volumes = {v["name"]: v for v in pod["volumes"]}

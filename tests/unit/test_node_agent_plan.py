@@ -25,6 +25,7 @@ from llm_operator.sandbox.local_plan import (
     plan_container,
     port_annotation,
     rewrite_paths,
+    vllm_cli_script,
 )
 from llm_operator.sandbox.node_agent import SUBSTITUTIONS, substitutions_table
 from llm_operator.settings import Settings
@@ -69,7 +70,7 @@ def job() -> dict[str, Any]:
 
 
 def plan_for(obj: dict[str, Any], name: str, tmp: Path, models: Any = None,
-             ports: Any = None) -> Any:
+             ports: Any = None, **kw: Any) -> Any:
     pod = {"metadata": {"name": "p-1", "namespace": "ml"}, "spec": obj["spec"]["template"]["spec"]}
     spec = pod["spec"]
     (container,) = [c for c in [*spec.get("initContainers", []), *spec["containers"]]
@@ -78,7 +79,7 @@ def plan_for(obj: dict[str, Any], name: str, tmp: Path, models: Any = None,
                           operator_python=OP_PY, operator_pythonpath="/src/operator",
                           models={"tiny": MODEL} if models is None else models,
                           ports=ports or {8000: 41234}, kv_cache_bytes=1 << 20,
-                          path_env="/usr/bin")
+                          path_env="/usr/bin", **kw)
 
 
 def test_server_container_runs_vllm_serve_with_its_own_args_on_the_local_model(
@@ -146,7 +147,16 @@ def test_tuning_job_tuner_and_init_container(tmp_path: Path) -> None:
 
 def test_live_cap_pod_reads_the_config_map_volume_locally(tmp_path: Path) -> None:
     dep = deployment(live_cap=True)
-    plan = plan_for(dep, "vllm", tmp_path)
+    plan = plan_for(dep, "vllm", tmp_path, vllm_cli_dir=tmp_path / "bin")
+    # The rendered shell command runs as it is (it empties the metrics emptyDir, then
+    # `exec vllm serve "$@"`); `vllm` on its PATH is the agent's stand-in; the model
+    # argument, port and KV cache are substituted as for a bare `vllm serve`.
+    rendered = dep["spec"]["template"]["spec"]["containers"][0]
+    assert plan.argv[:4] == rendered["command"][:4] and plan.argv[0] == "/bin/sh"
+    assert plan.argv[4] == str(MODEL) and plan.argv[-2:] == ["--kv-cache-memory-bytes",
+                                                            str(1 << 20)]
+    assert plan.env["PATH"].split(":")[:2] == [str(tmp_path / "bin"), str(VLLM_PY.parent)]
+    assert vllm_cli_script(VLLM_PY).startswith(f"#!{VLLM_PY}\n")
     cm_dir = tmp_path / "pod" / "volumes" / "llmop-admission"
     assert plan.env["LLMOP_ADMISSION_CAP_FILE"] == f"{cm_dir}/maxNumActiveSeqs"
     assert plan.env["PROMETHEUS_MULTIPROC_DIR"] == str(tmp_path / "pod" / "volumes"

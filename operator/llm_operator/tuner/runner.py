@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -339,7 +340,9 @@ class LiveCapEvaluator:
     def _start(self, batched: int | None) -> VLLMServer:
         self.starts += 1
         metrics_dir = self.log_dir / f"prometheus-{self.starts:02d}"
-        metrics_dir.mkdir(parents=True, exist_ok=True)
+        # Empty: a dead server's files there would be served as this one's gauges.
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+        metrics_dir.mkdir(parents=True)
         flags = [*self.server_args, "--max-num-seqs", str(self.capacity),
                  "--scheduler-cls", ENGINE_SCHEDULER_CLS]
         if batched is not None:

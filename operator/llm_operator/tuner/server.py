@@ -106,6 +106,10 @@ class VLLMServer:
     start_timeout_s: float = 600.0
     lock: bool = True
     env: dict[str, str] = field(default_factory=dict)
+    # A container's command to run instead of ``python -m ...api_server`` (the rendered
+    # pod's, e.g. a shell script ending in ``exec vllm serve "$@"``, with ``vllm`` on the
+    # PATH of ``env``): it gets the pod's form of the arguments, the model first.
+    command: list[str] | None = None
 
     proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
     startup_s: float = field(default=0.0, init=False)
@@ -142,6 +146,8 @@ class VLLMServer:
         cmd = server_command(self.python, self.model, self.port, self.flags)
         log.info("Starting vLLM: %s", " ".join(cmd[3:]))
         env = {**os.environ, "HF_HUB_OFFLINE": "1", **self.env}
+        if self.command is not None:
+            cmd = [*self.command, self.model, *cmd[5:]]  # vllm serve MODEL --host ... flags
         t0 = time.monotonic()
         self.proc = subprocess.Popen(
             cmd, stdout=self._log_file, stderr=subprocess.STDOUT, env=env,

@@ -1,0 +1,130 @@
+"""A restarted engine reports its own requests, not the dead one's (real vLLM CPU engine).
+
+In live mode the server pod sets ``PROMETHEUS_MULTIPROC_DIR`` on an emptyDir, and an
+emptyDir outlives a container restart inside the pod (a crash, an OOM kill, a failed
+liveness probe). prometheus_client's multiprocess collector serves the last value a dead
+process wrote to a ``mostrecent`` gauge until the new process sets it, and vLLM sets
+``vllm:num_requests_running`` only at its first step: an idle restarted engine would
+report the crashed one's running requests, and adaptation would act on them.
+
+The test runs the rendered container's own command (the wrapper that empties the
+directory, then ``exec vllm serve``) twice on one directory: the first engine is killed
+with requests running, as a container dies; the directory then holds its running count
+(read with prometheus_client, as the API server's /metrics would); the second engine,
+idle, must report no running request, and serve.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from tests.support.engine import LIVE_FLAGS, copy_engine_code, live_env
+from tests.support.tiny_model import ensure_tiny_llama
+from tests.support.vllm_load import engine_metric
+from tests.unit.test_rendering import container_of, hand_plan, make_svc
+
+from llm_operator import rendering, status
+from llm_operator.sandbox.local_plan import vllm_cli_script
+from llm_operator.settings import Settings
+from llm_operator.tuner.server import VLLMServer
+
+ROOT = Path(__file__).resolve().parents[2]
+VLLM_PYTHON = Path(os.environ.get("LLMOP_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
+RUNNING = "vllm:num_requests_running"
+CLIENTS = 6
+
+pytestmark = pytest.mark.skipif(not VLLM_PYTHON.exists(), reason=f"no vLLM at {VLLM_PYTHON}")
+
+# What /metrics would serve from a directory, read the way vLLM's API server reads it.
+_COLLECT = """
+import sys
+from prometheus_client import CollectorRegistry, generate_latest, multiprocess
+registry = CollectorRegistry()
+multiprocess.MultiProcessCollector(registry, path=sys.argv[1])
+sys.stdout.write(generate_latest(registry).decode())
+"""
+
+
+def rendered_command() -> list[str]:
+    svc = make_svc({"model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
+                    "adaptation": {"mode": "Apply"}})
+    docs = rendering.render_all(svc, hand_plan(), Settings(),
+                                live_cap=status.live_cap_in_use(svc.spec, None))
+    return list(container_of(docs[0])["command"])
+
+
+def served(metrics_dir: Path, name: str) -> float:
+    text = subprocess.run([str(VLLM_PYTHON), "-c", _COLLECT, str(metrics_dir)],
+                          capture_output=True, text=True, check=True, timeout=60).stdout
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name + "{") or line.startswith(name + " "))
+
+
+def long_requests(url: str, model: str, n: int) -> list[threading.Thread]:
+    body = json.dumps({"model": model, "prompt": "hello " * 16, "max_tokens": 900,
+                       "ignore_eos": True}).encode()
+
+    def one() -> None:
+        req = urllib.request.Request(f"{url}/v1/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=300) as r:
+                r.read()
+        except Exception:  # noqa: BLE001 - the server is killed under them
+            pass
+
+    threads = [threading.Thread(target=one, daemon=True) for _ in range(n)]
+    for t in threads:
+        t.start()
+    return threads
+
+
+def test_a_restarted_engine_does_not_report_the_dead_ones_requests(tmp_path: Path) -> None:
+    model = str(ensure_tiny_llama(tmp_path / "models", VLLM_PYTHON))
+    command = rendered_command()
+    assert command[:2] == ["/bin/sh", "-c"]
+    metrics = tmp_path / "emptydir"  # the pod's emptyDir: the same for both containers
+    env = live_env(copy_engine_code(tmp_path / "code"), tmp_path / "cap", metrics)
+    # The image's `vllm` (the CPU build's console script fails on its distribution name:
+    # the node agent's stand-in, as the sandbox runs the same command).
+    cli = tmp_path / "bin" / "vllm"
+    cli.parent.mkdir()
+    cli.write_text(vllm_cli_script(VLLM_PYTHON))
+    cli.chmod(0o755)
+    env["PATH"] = f"{cli.parent}{os.pathsep}{os.environ['PATH']}"
+    flags = ["--max-num-seqs", "16", *LIVE_FLAGS, "--max-model-len", "1024",
+             "--kv-cache-memory-bytes", str(16 * 1024 * 1024)]
+
+    def container(n: int) -> VLLMServer:
+        return VLLMServer(model=model, python=str(VLLM_PYTHON), flags=flags, env=env,
+                          command=command, log_path=tmp_path / f"vllm-{n}.log")
+
+    first = container(1)
+    with first:
+        long_requests(first.url, model, CLIENTS)
+        t0 = time.monotonic()
+        while engine_metric(first.url, RUNNING) < CLIENTS and time.monotonic() - t0 < 120:
+            time.sleep(0.5)
+        assert engine_metric(first.url, RUNNING) == CLIENTS, first.log_tail(30)
+        assert first.proc is not None
+        os.killpg(first.proc.pid, signal.SIGKILL)  # the container dies with its processes
+        first.proc.wait(timeout=30)
+    # What the dead engine left: without emptying, the next /metrics would serve this.
+    assert served(metrics, RUNNING) == CLIENTS
+
+    second = container(2)
+    with second:
+        assert engine_metric(second.url, RUNNING) == 0, (
+            f"an idle restarted engine reports {engine_metric(second.url, RUNNING):g} "
+            "running requests: the dead container's gauges")
+        assert engine_metric(second.url, "llmop_admission_cap") == 16  # its own gauges
+        long_requests(second.url, model, 1)[0].join(timeout=300)
+        assert engine_metric(second.url, "vllm:request_success_total") == 1
