@@ -69,7 +69,7 @@ def served(metrics_dir: Path, name: str) -> float:
 
 
 def long_requests(url: str, model: str, n: int) -> list[threading.Thread]:
-    body = json.dumps({"model": model, "prompt": "hello " * 16, "max_tokens": 900,
+    body = json.dumps({"model": model, "prompt": "hello " * 16, "max_tokens": 1000,
                        "ignore_eos": True}).encode()
 
     def one() -> None:
@@ -110,21 +110,24 @@ def test_a_restarted_engine_does_not_report_the_dead_ones_requests(tmp_path: Pat
     first = container(1)
     with first:
         long_requests(first.url, model, CLIENTS)
+        # Kill as soon as requests run: each streams ~1,000 tokens, seconds of work, so
+        # they are still running when the container dies (waiting for all 6 to show
+        # at once missed them on a loaded machine: they had finished).
         t0 = time.monotonic()
-        while engine_metric(first.url, RUNNING) < CLIENTS and time.monotonic() - t0 < 120:
-            time.sleep(0.5)
-        assert engine_metric(first.url, RUNNING) == CLIENTS, first.log_tail(30)
+        while engine_metric(first.url, RUNNING) < 2 and time.monotonic() - t0 < 120:
+            time.sleep(0.1)
         assert first.proc is not None
         os.killpg(first.proc.pid, signal.SIGKILL)  # the container dies with its processes
         first.proc.wait(timeout=30)
     # What the dead engine left: without emptying, the next /metrics would serve this.
-    assert served(metrics, RUNNING) == CLIENTS
+    left = served(metrics, RUNNING)
+    assert left >= 2, first.log_tail(30)
 
     second = container(2)
     with second:
         assert engine_metric(second.url, RUNNING) == 0, (
             f"an idle restarted engine reports {engine_metric(second.url, RUNNING):g} "
-            "running requests: the dead container's gauges")
+            f"running requests: the dead container's gauges ({left:g} left)")
         assert engine_metric(second.url, "llmop_admission_cap") == 16  # its own gauges
         long_requests(second.url, model, 1)[0].join(timeout=300)
         assert engine_metric(second.url, "vllm:request_success_total") == 1
