@@ -204,21 +204,27 @@ def rotate(cfg: dict[str, Any], model: Path, code: Path, configs: list[dict[str,
             raise RuntimeError(f"rotation failed ({proc.returncode}); see {WORK}/rotation.log")
 
 
-def run(config: Path, out: Path, smoke_rounds: int | None, skip_grid: bool,
-        note: str = "") -> None:
+def _model_and_engine(cfg: dict[str, Any]) -> tuple[Path, Path]:
+    """The generated model of the config and a copy of the engine module, as the pod's
+    init container makes it."""
     sys.path.insert(0, str(ROOT))
     from tests.support.engine import copy_engine_code
     from tests.support.tiny_model import ensure_tiny_llama
 
+    WORK.mkdir(parents=True, exist_ok=True)
+    return (ensure_tiny_llama(WORK / "models", VLLM_PY, **cfg["model"]),
+            copy_engine_code(WORK / f"code-{os.getpid()}"))
+
+
+def run(config: Path, out: Path, smoke_rounds: int | None, skip_grid: bool,
+        note: str = "") -> None:
     cfg = yaml.safe_load(config.read_text())
     if smoke_rounds is not None:
         cfg["label"] += "-smoke"
         cfg["rotation"]["rounds"] = smoke_rounds
         cfg["methods"]["tunerMaxTrials"] = 3
         cfg["space"]["maxNumSeqsLevels"] = cfg["space"]["maxNumSeqsLevels"][:3]
-    WORK.mkdir(parents=True, exist_ok=True)
-    model = ensure_tiny_llama(WORK / "models", VLLM_PY, **cfg["model"])
-    code = copy_engine_code(WORK / f"code-{os.getpid()}")
+    model, code = _model_and_engine(cfg)
     doc: dict[str, Any] = {
         "config": cfg, "configFile": str(config.resolve().relative_to(ROOT)),
         "configGitBlob": _git("hash-object", str(config)), "commit": _git("rev-parse", "HEAD"),
@@ -249,14 +255,9 @@ def run(config: Path, out: Path, smoke_rounds: int | None, skip_grid: bool,
 def grid_again(out: Path, why: str) -> None:
     """Run the grid of a stored run once more with the code now (its cost only; goodput
     comes from the rotation); the first grid stays in the JSON as ``gridFirst``."""
-    sys.path.insert(0, str(ROOT))
-    from tests.support.engine import copy_engine_code
-    from tests.support.tiny_model import ensure_tiny_llama
-
     doc = json.loads(out.read_text())
     cfg = doc["config"]
-    model = ensure_tiny_llama(WORK / "models", VLLM_PY, **cfg["model"])
-    code = copy_engine_code(WORK / f"code-{os.getpid()}")
+    model, code = _model_and_engine(cfg)
     if "grid" in doc and "gridFirst" not in doc:
         doc["gridFirst"] = {**doc["grid"], "commit": doc["commit"]}
     _say("grid again (live cap)")
