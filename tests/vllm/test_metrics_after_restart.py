@@ -34,7 +34,7 @@ from tests.unit.test_rendering import container_of, hand_plan, make_svc
 from llm_operator import rendering, status
 from llm_operator.sandbox.local_plan import vllm_cli_script
 from llm_operator.settings import Settings
-from llm_operator.tuner.server import VLLMServer
+from llm_operator.tuner.server import VLLMServer, sample_sums
 
 ROOT = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = Path(os.environ.get("LLMOP_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
@@ -64,8 +64,7 @@ def rendered_command() -> list[str]:
 def served(metrics_dir: Path, name: str) -> float:
     text = subprocess.run([str(VLLM_PYTHON), "-c", _COLLECT, str(metrics_dir)],
                           capture_output=True, text=True, check=True, timeout=60).stdout
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith(name + "{") or line.startswith(name + " "))
+    return sample_sums(text).get(name, 0.0)
 
 
 def long_requests(url: str, model: str, n: int) -> list[threading.Thread]:

@@ -13,11 +13,12 @@ import json
 import os
 import subprocess
 import tempfile
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from ..tuner.server import engine_metric  # noqa: F401 - re-exported for the tests
 
 _CHILD = r"""
 import contextlib, io, json, sys
@@ -59,14 +60,6 @@ class Load:
         if self.goodput:
             args += ["--goodput", *self.goodput]
         return args
-
-
-def engine_metric(base_url: str, name: str) -> float:
-    """A metric straight from a vLLM server's /metrics, summed over its label sets."""
-    with urllib.request.urlopen(f"{base_url}/metrics", timeout=10) as r:
-        text = r.read().decode()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith(name + "{") or line.startswith(name + " "))
 
 
 class LoadRun:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from .bench import BenchTarget, measure
 from .search import Config, Measurement, TrialFailed
-from .server import ServerStartError, VLLMServer
+from .server import ServerStartError, VLLMServer, engine_metric, engine_metrics
 
 log = logging.getLogger(__name__)
 
@@ -215,15 +215,6 @@ class LiveCapUnavailable(Exception):
     would measure one batch limit for every value."""
 
 
-def engine_metric(base_url: str, name: str) -> float | None:
-    """One unlabelled gauge from a server's /metrics (None when absent)."""
-    with urllib.request.urlopen(f"{base_url}/metrics", timeout=10) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith(name + " ") or line.startswith(name + "{"):
-                return float(line.rsplit(" ", 1)[1])
-    return None
-
-
 @dataclass
 class _LiveSession:
     server: VLLMServer
@@ -359,7 +350,7 @@ class LiveCapEvaluator:
         except ServerStartError as exc:
             raise TrialFailed(f"server did not start: {start_error_line(exc)}") from exc
         try:
-            live = engine_metric(server.url, LIVE_METRIC)
+            live = engine_metrics(server.url).get(LIVE_METRIC)
         except Exception as exc:  # noqa: BLE001 - an unreadable /metrics proves no hook
             live, why = None, f" ({exc})"
         else:

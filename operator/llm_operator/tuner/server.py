@@ -217,6 +217,35 @@ def _healthy(url: str) -> bool:
 
 # --- /metrics ---------------------------------------------------------------------------
 
+def _exposition(url: str, timeout_s: float) -> str:
+    with urllib.request.urlopen(f"{url}/metrics", timeout=timeout_s) as r:
+        return str(r.read().decode())
+
+
+def sample_sums(text: str) -> dict[str, float]:
+    """Prometheus exposition text as {sample name: value summed over its label sets}
+    (pure). Counters keep their ``_total`` name; ``_created`` samples are left out."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, float] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if not s.name.endswith("_created"):
+                out[s.name] = out.get(s.name, 0.0) + float(s.value)
+    return out
+
+
+def engine_metrics(url: str, timeout_s: float = 10.0) -> dict[str, float]:
+    """A server's /metrics as :func:`sample_sums`."""
+    return sample_sums(_exposition(url, timeout_s))
+
+
+def engine_metric(url: str, name: str, timeout_s: float = 10.0) -> float:
+    """One sample from a server's /metrics, summed over its label sets (engines); 0 when
+    absent (vLLM exposes a gauge only once it has been set, e.g. at the first step)."""
+    return engine_metrics(url, timeout_s).get(name, 0.0)
+
+
 def read_metrics(url: str, timeout_s: float = 5.0) -> dict[str, float]:
     """The vLLM gauges and counters the tuner uses, summed over engines.
 
@@ -226,23 +255,17 @@ def read_metrics(url: str, timeout_s: float = 5.0) -> dict[str, float]:
     """
     from prometheus_client.parser import text_string_to_metric_families
 
-    with urllib.request.urlopen(f"{url}/metrics", timeout=timeout_s) as r:
-        text = r.read().decode()
-    out: dict[str, float] = {}
+    text = _exposition(url, timeout_s)
     names = {
         "vllm:num_requests_running": "running",
         "vllm:num_requests_waiting": "waiting",
         "vllm:kv_cache_usage_perc": "kv_usage",
-        "vllm:num_preemptions": "preemptions",
+        "vllm:num_preemptions_total": "preemptions",
     }
+    sums = sample_sums(text)
+    out = {key: sums[name] for name, key in names.items() if name in sums}
     for fam in text_string_to_metric_families(text):
-        if fam.name in names:
-            key = names[fam.name]
-            for s in fam.samples:
-                if s.name.endswith("_created"):
-                    continue
-                out[key] = out.get(key, 0.0) + float(s.value)
-        elif fam.name == "vllm:cache_config_info":
+        if fam.name == "vllm:cache_config_info":
             for s in fam.samples:
                 blocks = s.labels.get("num_gpu_blocks")
                 size = s.labels.get("block_size")
