@@ -176,6 +176,20 @@ _QWEN25_72B = ModelFacts(
     max_context=32768,
     vocab_size=152064,
 )
+# Qwen3 14B (one checkpoint, thinking and non-thinking): config.json's 40 layers of
+# hidden 5120 and MLP 17408, untied LM head; 14.8B parameters (13.2B non-embedding), as
+# the model card says and the shapes sum to.
+_QWEN3_14B = ModelFacts(
+    name="Qwen/Qwen3-14B",
+    parameters=14_768_307_200,
+    num_layers=40,
+    hidden_size=5120,
+    num_attention_heads=40,
+    num_key_value_heads=8,
+    head_dim=128,
+    max_context=40960,
+    vocab_size=151936,
+)
 _MISTRAL_7B_V01 = ModelFacts(
     name="mistralai/Mistral-7B-Instruct-v0.1",
     parameters=7_241_732_096,
@@ -260,6 +274,7 @@ _MODEL_ROWS: list[tuple[str, ModelFacts]] = [
     *_aliases(_QWEN25_32B, "Qwen/Qwen2.5-32B", max_context=131072),
     *_aliases(_QWEN25_72B, "Qwen/Qwen2.5-72B-Instruct"),
     *_aliases(_QWEN25_72B, "Qwen/Qwen2.5-72B", max_context=131072),
+    *_aliases(_QWEN3_14B, "Qwen/Qwen3-14B"),
     *_aliases(_MISTRAL_7B_V01, "mistralai/Mistral-7B-v0.1", "mistralai/Mistral-7B-Instruct-v0.1",
               "mistralai/Mistral-7B-Instruct-v0.2"),
     *_aliases(_MISTRAL_7B_V03, "mistralai/Mistral-7B-v0.3", "mistralai/Mistral-7B-Instruct-v0.3"),
@@ -280,8 +295,8 @@ def lookup_model(name: str) -> ModelFacts | None:
 def featured_models() -> list[str]:
     """One id per model the catalog knows (the instruct variant), for messages."""
     return [f.name for f in (_LLAMA31_8B, _LLAMA31_70B, _LLAMA31_405B, _LLAMA32_1B, _LLAMA32_3B,
-                             _QWEN25_7B, _QWEN25_14B, _QWEN25_32B, _QWEN25_72B, _MISTRAL_7B_V03,
-                             _MIXTRAL_8X7B, _GEMMA2_9B, _GEMMA2_27B)]
+                             _QWEN25_7B, _QWEN25_14B, _QWEN25_32B, _QWEN25_72B, _QWEN3_14B,
+                             _MISTRAL_7B_V03, _MIXTRAL_8X7B, _GEMMA2_9B, _GEMMA2_27B)]
 
 
 def model_names() -> list[str]:

@@ -126,6 +126,25 @@ _LL_URL = "https://github.com/LambdaLabsML/vllm-benchmark"
 _LL_MEASURED = ("benchmark_serving.py, 10 ShareGPT prompts at request rate inf (1,369 input "
                 "tokens in all), --num-scheduler-steps 10: each streamed chunk is 10 tokens; "
                 "per-token time = that chunk's inter-token latency / 10")
+_GS = ("GPUStack Performance Lab, Qwen3-14B on H100 (vLLM v0.11.0 baseline, "
+       "'random 32K input')")
+_GS_URL = ("https://github.com/gpustack/gpustack/blob/7ae332aaf05783e657560ef927c527b156e2536d/"
+           "docs/performance-lab/qwen3-14b/h100.md")
+_GS_MEASURED = ("vllm bench serve, random dataset, 32,000 input / 100 output tokens, 100 "
+                "requests sent at once (peak concurrency 100: a burst, compared with a closed "
+                "loop of 100 clients); output tok/s and mean TPOT as printed")
+_YB = ("InferenceBench validation run 2026-06-13-llm-h100 (Qwen2.5-72B-Instruct, bf16, "
+       "vLLM 0.22.1, 4x H100 80GB HBM3, llm.inference.chatbot-short)")
+_YB_URL = ("https://github.com/yobitelcomm/bench/tree/44ab8a8a9cf34007d04445d648adebd224f1c7ef/"
+           "validation-runs/2026-06-13-llm-h100")
+_YB_MEASURED = ("closed loop of N clients over its ten one-line built-in prompts, max_tokens "
+                "128; tpot_p50_ms and throughput_tok_per_s of the c1/c4/c16 envelopes")
+# Input length of the ten one-line questions in Qwen's chat template (default system
+# prompt): about 40-50 tokens, estimated from the prompts, not published. 128 output
+# tokens: the c1 envelope's (total - TTFT) / TPOT = 127 steps.
+_YB_WL = Workload(48, 128)
+_YB_NOTE = ("TP 4 from the commit that published the envelopes ('Qwen2.5-72B-Instruct, "
+            "4xH100'); the envelopes list the host's 8 GPUs and no TP flag")
 _L8 = "meta-llama/Llama-3.1-8B-Instruct"  # Llama 3 8B has the same shape
 _L70 = "meta-llama/Llama-3.1-70B-Instruct"  # Llama 3 70B has the same shape
 
@@ -215,6 +234,23 @@ PUBLISHED: tuple[PublishedPoint, ...] = (
                    measured=_LL_MEASURED,
                    note=_ll70("4xA100-80GB-SXM", 4) + ": the two longest sequences alone "
                    "(chunks 25-72), ITL 281-283 ms per 10"),
+    # Added 2026-11-24 before the model's figures for them were computed (their commit
+    # precedes the recorded comparison): a long-context point (no other was found with a
+    # stated configuration) and a second source of tensor-parallel points.
+    PublishedPoint(_GS, _GS_URL, "Qwen/Qwen3-14B", "H100", Workload(32000, 100), 100,
+                   output_tps=25.48, tpot_ms=277.44, vllm="0.11.0", measured=_GS_MEASURED,
+                   note="9,855 of the 10,000 output tokens were generated (no --ignore-eos); "
+                   "mean TTFT 191 s: the burst queues for the KV cache; the TPOT includes "
+                   "the other requests' prefill chunks"),
+    PublishedPoint(_YB, _YB_URL, "Qwen/Qwen2.5-72B-Instruct", "H100", _YB_WL, 1, tp=4,
+                   output_tps=56.47, tpot_ms=16.05, vllm="0.22.1", measured=_YB_MEASURED,
+                   note=_YB_NOTE),
+    PublishedPoint(_YB, _YB_URL, "Qwen/Qwen2.5-72B-Instruct", "H100", _YB_WL, 4, tp=4,
+                   output_tps=233.72, tpot_ms=16.43, vllm="0.22.1", measured=_YB_MEASURED,
+                   note=_YB_NOTE),
+    PublishedPoint(_YB, _YB_URL, "Qwen/Qwen2.5-72B-Instruct", "H100", _YB_WL, 16, tp=4,
+                   output_tps=890.56, tpot_ms=17.30, vllm="0.22.1", measured=_YB_MEASURED,
+                   note=_YB_NOTE),
 )
 
 # GPUs whose only published source is in sample: no held-out check exists for them yet.
