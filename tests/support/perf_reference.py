@@ -133,7 +133,7 @@ _GS_URL = ("https://github.com/gpustack/gpustack/blob/7ae332aaf05783e657560ef927
 _GS_MEASURED = ("vllm bench serve, random dataset, 32,000 input / 100 output tokens, 100 "
                 "requests sent at once (peak concurrency 100: a burst, compared with a closed "
                 "loop of 100 clients); output tok/s and mean TPOT as printed")
-_YB = ("InferenceBench validation run 2026-06-13-llm-h100 (Qwen2.5-72B-Instruct, bf16, "
+_YB = ("InferenceBench, validation run 2026-06-13-llm-h100 (Qwen2.5-72B-Instruct bf16, "
        "vLLM 0.22.1, 4x H100 80GB HBM3, llm.inference.chatbot-short)")
 _YB_URL = ("https://github.com/yobitelcomm/bench/tree/44ab8a8a9cf34007d04445d648adebd224f1c7ef/"
            "validation-runs/2026-06-13-llm-h100")
