@@ -11,7 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.emulator import CRD_PATH, EmulatorProcess, Kubectl, OperatorProcess, wait_for
+from llm_operator.sandbox.emulator import EmulatorThread
+from tests.support.emulator import (
+    CRD_PATH,
+    EXAMPLES_DIR,
+    EmulatorProcess,
+    Kubectl,
+    OperatorProcess,
+    wait_for,
+)
 
 NAMESPACE = "ml"
 
@@ -47,3 +55,14 @@ def operator(api: EmulatorProcess, kubectl: Kubectl, tmp_path: Path) -> Iterator
         yield proc
     finally:
         proc.stop()
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[EmulatorThread]:
+    """An emulated API server in this process (for tests that drive the operator's own
+    client) holding the CRD and one example LLMService, ``default/llama-3-1-8b``."""
+    with EmulatorThread() as api:
+        k = Kubectl(api.write_kubeconfig(tmp_path / "kubeconfig"), tmp_path / "cache")
+        k.apply(CRD_PATH)
+        k.apply(EXAMPLES_DIR / "llama-3.1-8b-l4.yaml")
+        yield api

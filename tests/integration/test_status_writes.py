@@ -5,8 +5,6 @@ does): a write computed from an older read must not undo what another wrote mean
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import kubernetes.client
@@ -17,20 +15,10 @@ from llm_operator.controller.kube import ConflictError, KubeClient
 from llm_operator.sandbox.emulator import EmulatorThread
 from llm_operator.status import ConditionType, get_condition, rebase_patch, set_condition
 from llm_operator.timestamps import parse_rfc3339
-from tests.support.emulator import CRD_PATH, EXAMPLES_DIR, Kubectl
 
 NAME = "llama-3-1-8b"
 T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T00:01:00Z"
 AT1 = parse_rfc3339(T1)
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[EmulatorThread]:
-    with EmulatorThread() as api:
-        kubectl = Kubectl(api.write_kubeconfig(tmp_path / "kubeconfig"), tmp_path / "cache")
-        kubectl.apply(CRD_PATH)
-        kubectl.apply(EXAMPLES_DIR / "llama-3.1-8b-l4.yaml")
-        yield api
 
 
 def client(server: EmulatorThread) -> KubeClient:

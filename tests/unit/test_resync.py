@@ -89,6 +89,17 @@ def test_a_stalled_retry_is_touched_once_it_is_overdue_and_unchanged_for_a_round
     assert resync_due([v], still_needing([v]), v.retry_at + 5.0) == []  # type: ignore[operator]
 
 
+def test_a_service_found_newer_on_the_server_waits_until_the_index_moves() -> None:
+    """A standby's index is frozen (peering paused its watches): once a read found the
+    service newer than the index shows, the loop leaves it until the index changes."""
+    v = view(service(observed=1, handled_spec=None))
+    assert v is not None and v.needs_handling
+    now = NOW.timestamp()
+    seen = still_needing([v])
+    assert resync_due([v], seen, now, stale={v.key: v.resource_version}) == []
+    assert resync_due([v], seen, now, stale={v.key: "6"}) == [(v.key, Resync.TOUCH)]
+
+
 def test_a_spec_kopf_never_handled_is_touched_even_when_the_status_is_current() -> None:
     """kopf's patch failed on the first cycle of an update: no progress record, the diff
     base still the old spec; reconcile wrote the status, tuning's retry never comes."""

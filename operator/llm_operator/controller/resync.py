@@ -24,6 +24,13 @@ handlers it still owes, with its bookkeeping) when kopf's cycle is open, or, whe
 considers it done but the status is behind, runs the reconciliation and the tuning step
 itself (as the tuning step and the adaptation loop do), after reading it afresh.
 
+The loop acts only on what the index shows: before it touches or reconciles, it reads the
+service and goes on only if the server's ``resourceVersion`` is the index's. A newer one
+means somebody wrote it and this pod's watch has not caught up; in a standby (peering
+paused it, so kopf stopped its watches and its index froze) it always is. Such a service
+is left, and not read again, until the index moves: a standby never touches, reconciles
+or keeps reading services the active operator handles.
+
 At steady state no service needs handling: the loop makes no API call. A loop, not a kopf
 timer: kopf puts its finalizer on every resource a timer matches.
 """
@@ -112,16 +119,23 @@ def view_of(key: ServiceKey, body: Mapping[str, Any], progress: kopf.ProgressSto
 
 def resync_due(
     views: Sequence[ServiceView], previous: Mapping[ServiceKey, str], now: float, *,
+    stale: Mapping[ServiceKey, str] | None = None,
     grace: float = RESYNC_GRACE_SECONDS, limit: int = RESYNC_MAX_PER_ROUND,
 ) -> list[tuple[ServiceKey, Resync]]:
     """The services to resync this round, and how (see the module docstring).
 
     ``previous``: each service that needed handling in the previous round, with the
-    ``resourceVersion`` it had then. At most ``limit``, in the order of ``views``."""
+    ``resourceVersion`` it had then. ``stale``: services found changed on the API server
+    while the index still shows this ``resourceVersion`` (this pod's watch is behind: a
+    standby that peering paused); left alone until the index moves. At most ``limit``, in
+    the order of ``views``."""
+    stale = stale or {}
     due: list[tuple[ServiceKey, Resync]] = []
     for view in views:
         if not view.needs_handling or previous.get(view.key) != view.resource_version:
             continue  # fine, or it changed during the last interval: somebody is on it
+        if stale.get(view.key) == view.resource_version:
+            continue  # already found newer on the server: this pod's index is behind
         if view.retry_at is not None and view.retry_at + grace > now:
             continue  # kopf will retry it itself
         due.append((view.key, Resync.TOUCH if view.kopf_open else Resync.RECONCILE))
@@ -140,6 +154,7 @@ async def resync_loop(ctx: OperatorContext, services: Mapping[ServiceKey, Any],
     """Every :data:`RESYNC_INTERVAL_SECONDS`, resync the stalled services (module
     docstring). Never raises: a resync that fails is logged and tried again later."""
     previous: dict[ServiceKey, str] = {}
+    stale: dict[ServiceKey, str] = {}
     while True:
         await asyncio.sleep(RESYNC_INTERVAL_SECONDS)
         views: list[ServiceView] = []
@@ -149,23 +164,31 @@ async def resync_loop(ctx: OperatorContext, services: Mapping[ServiceKey, Any],
                            settings.persistence.diffbase_storage) if found else None
             if view is not None:
                 views.append(view)
-        due = resync_due(views, previous, clock())
+        due = resync_due(views, previous, clock(), stale=stale)
         previous = still_needing(views)
+        stale = {k: v for k, v in stale.items() if previous.get(k) == v}
         for key, action in due:
             try:
-                await _resync(ctx, key, action, settings, logger)
+                if not await _resync(ctx, key, previous[key], action, settings, logger):
+                    stale[key] = previous[key]
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # one service's failure must not stop the others
                 logger.warning(f"Resync of {key[0]}/{key[1]} failed: {exc!r}")
 
 
-async def _resync(ctx: OperatorContext, key: ServiceKey, action: Resync,
-                  settings: kopf.OperatorSettings, logger: Any) -> None:
+async def _resync(ctx: OperatorContext, key: ServiceKey, seen: str, action: Resync,
+                  settings: kopf.OperatorSettings, logger: Any) -> bool:
+    """Resync one service; False when the server has a newer version than ``seen`` (the
+    index's): somebody wrote it since, and this pod's watch has not caught up. That is
+    how a standby looks (peering paused it: kopf stops its watches, its index freezes):
+    it must not act on what it last saw, and the active operator is on the service."""
     namespace, name = key
     fresh = await ctx.kube.get(API_VERSION, KIND, namespace, name)
     if fresh is None or (fresh.get("metadata") or {}).get("deletionTimestamp"):
-        return
+        return True
+    if str((fresh.get("metadata") or {}).get("resourceVersion") or "") != seen:
+        return False
     if action is Resync.TOUCH:
         patch = kopf.Patch()
         settings.persistence.progress_storage.touch(
@@ -175,13 +198,14 @@ async def _resync(ctx: OperatorContext, key: ServiceKey, action: Resync,
             logger.info(f"Resync: kopf's handling of {namespace}/{name} stalled (no event "
                         f"since its last retry was due): touched it")
             await ctx.kube.merge_patch(API_VERSION, KIND, namespace, name, dict(patch))
-        return
+        return True
     meta, status = fresh.get("metadata") or {}, fresh.get("status") or {}
     if status.get("observedGeneration") == meta.get("generation"):
-        return  # written meanwhile
+        return True  # written meanwhile
     logger.info(f"Resync: the status of {namespace}/{name} is behind generation "
                 f"{meta.get('generation')} and kopf has nothing left to run: reconciling")
     outcome = await reconcile_and_write(ctx, fresh, logger)
     await tuning_step(ctx, namespace, name, logger)
     if outcome.error is not None:
         logger.warning(f"Resync of {namespace}/{name}: {outcome.error}")
+    return True
