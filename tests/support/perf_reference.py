@@ -130,9 +130,9 @@ _GS = ("GPUStack Performance Lab, Qwen3-14B on H100 (vLLM v0.11.0 baseline, "
        "'random 32K input')")
 _GS_URL = ("https://github.com/gpustack/gpustack/blob/7ae332aaf05783e657560ef927c527b156e2536d/"
            "docs/performance-lab/qwen3-14b/h100.md")
-_GS_MEASURED = ("vllm bench serve, random dataset, 32,000 input / 100 output tokens, 100 "
-                "requests sent at once (peak concurrency 100: a burst, compared with a closed "
-                "loop of 100 clients); output tok/s and mean TPOT as printed")
+_GS_MEASURED = ("vllm bench serve, random dataset of fixed lengths, all requests sent at once "
+                "(peak concurrency = requests: a burst, compared with a closed loop of that "
+                "many clients); output tok/s and mean TPOT as printed")
 _YB = ("InferenceBench, validation run 2026-06-13-llm-h100 (Qwen2.5-72B-Instruct bf16, "
        "vLLM 0.22.1, 4x H100 80GB HBM3, llm.inference.chatbot-short)")
 _YB_URL = ("https://github.com/yobitelcomm/bench/tree/44ab8a8a9cf34007d04445d648adebd224f1c7ef/"
@@ -251,6 +251,22 @@ PUBLISHED: tuple[PublishedPoint, ...] = (
     PublishedPoint(_YB, _YB_URL, "Qwen/Qwen2.5-72B-Instruct", "H100", _YB_WL, 16, tp=4,
                    output_tps=890.56, tpot_ms=17.30, vllm="0.22.1", measured=_YB_MEASURED,
                    note=_YB_NOTE),
+    # Added 2026-11-24 after the 32,000-token point missed (+54%), before their figures
+    # were computed: every other fixed-length vLLM baseline run on the same page (random
+    # 4K, 2K and 128-token prompts; ShareGPT has no fixed lengths), to tell a long-context
+    # error from one of the page's setup (a burst, vLLM 0.11) at shorter prompts.
+    PublishedPoint(_GS, _GS_URL, "Qwen/Qwen3-14B", "H100", Workload(4000, 200), 500,
+                   output_tps=438.56, tpot_ms=132.45, vllm="0.11.0", measured=_GS_MEASURED,
+                   note="'random 4K input': 500 requests at once, 1,997,942 input and 99,803 "
+                   "output tokens in 227.57 s"),
+    PublishedPoint(_GS, _GS_URL, "Qwen/Qwen3-14B", "H100", Workload(2000, 100), 500,
+                   output_tps=505.51, tpot_ms=206.51, vllm="0.11.0", measured=_GS_MEASURED,
+                   note="'random 2K input': 500 requests at once, 998,175 input and 50,000 "
+                   "output tokens in 98.91 s"),
+    PublishedPoint(_GS, _GS_URL, "Qwen/Qwen3-14B", "H100", Workload(128, 4), 1000,
+                   output_tps=176.06, tpot_ms=525.31, vllm="0.11.0", measured=_GS_MEASURED,
+                   note="'random 128 input': 1,000 requests at once, 4 output tokens each, "
+                   "in 22.72 s"),
 )
 
 # GPUs whose only published source is in sample: no held-out check exists for them yet.
