@@ -100,8 +100,10 @@ class PublishedPoint:
 
     @property
     def key(self) -> str:
-        """A short id: GPU, TP, kind and batch or clients (test ids, known misses)."""
-        return f"{self.gpu}-tp{self.tp}-{self.model.split('/')[1]}-{self.kind}-c{self.concurrency}"
+        """A short id: GPU, TP, kind, batch or clients, and for a closed loop the prompt
+        length (test ids, known misses)."""
+        key = f"{self.gpu}-tp{self.tp}-{self.model.split('/')[1]}-{self.kind}-c{self.concurrency}"
+        return key + (f"-in{self.workload.input_tokens}" if self.kind == "closed-loop" else "")
 
 
 _IB = ("InferenceBench, 'Recipe: concurrency sweep' (H100-80GB-HBM3, vLLM 0.21.0, fp16, "
