@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,9 @@ from .search import SLO, Measurement, RequestSample, percentile, summarize
 from .server import MetricsSampler
 
 log = logging.getLogger(__name__)
+
+# Measurements so far in this process: each one's prompts come from its own seed.
+_MEASUREMENTS = itertools.count()
 
 
 @dataclass(frozen=True)
@@ -135,8 +139,14 @@ def run_vllm_bench(argv: list[str], log_path: Path | None = None) -> dict[str, A
 
 
 def measure(target: BenchTarget, concurrency: int, sample_metrics: bool = True) -> Measurement:
-    """One benchmark run at ``concurrency`` clients, with the server's gauges sampled."""
-    argv = bench_args(target, concurrency)
+    """One benchmark run at ``concurrency`` clients, with the server's gauges sampled.
+
+    Its prompts are new to the server: the seed is ``target.seed`` plus the number of
+    measurements this process made before. vLLM's prefix cache is on by default (and so in
+    the configuration being tuned); prompts an earlier trial sent would be served from it,
+    and every later trial on the same server (the live cap sweeps them all on one) would
+    look faster than it is."""
+    argv = bench_args(replace(target, seed=target.seed + next(_MEASUREMENTS)), concurrency)
     sampler = MetricsSampler(target.base_url) if sample_metrics else None
     with sampler if sampler is not None else contextlib.nullcontext():
         result = run_vllm_bench(argv, target.log_path)
