@@ -135,6 +135,13 @@ _GS_URL = ("https://github.com/gpustack/gpustack/blob/7ae332aaf05783e657560ef927
 _GS_MEASURED = ("vllm bench serve, random dataset of fixed lengths, all requests sent at once "
                 "(peak concurrency = requests: a burst, compared with a closed loop of that "
                 "many clients); output tok/s and mean TPOT as printed")
+_GS_A100 = ("GPUStack Performance Lab, Qwen3-14B on A100 (vLLM v0.11.0 baseline, "
+            "'Other Benchmark Cases')")
+_GS_A100_URL = ("https://github.com/gpustack/gpustack/blob/10e9444a07c73556f2ef0d10d2b2766bbf54c9c0/"
+                "docs/performance-lab/qwen3-14b/a100.md")
+_GS_A100_NOTE = ("the page says 'NVIDIA A100 GPUs' (serving command without -tp: one GPU) and "
+                 "not which A100: taken as 80 GB; a 40 GB card holds fewer sequences at once "
+                 "but prefills at the same rate (the same chip)")
 _YB = ("InferenceBench, validation run 2026-06-13-llm-h100 (Qwen2.5-72B-Instruct bf16, "
        "vLLM 0.22.1, 4x H100 80GB HBM3, llm.inference.chatbot-short)")
 _YB_URL = ("https://github.com/yobitelcomm/bench/tree/44ab8a8a9cf34007d04445d648adebd224f1c7ef/"
@@ -269,6 +276,21 @@ PUBLISHED: tuple[PublishedPoint, ...] = (
                    output_tps=176.06, tpot_ms=525.31, vllm="0.11.0", measured=_GS_MEASURED,
                    note="'random 128 input': 1,000 requests at once, 4 output tokens each, "
                    "in 22.72 s"),
+    # Added 2026-11-24 with the H100 bursts' figures known, before these were computed:
+    # the same page's A100 twin (vLLM 0.11, the same four fixed-length runs), so that the
+    # prefill-rate miss is checked on a second GPU.
+    PublishedPoint(_GS_A100, _GS_A100_URL, "Qwen/Qwen3-14B", "A100-80GB", Workload(32000, 100),
+                   100, output_tps=13.65, tpot_ms=445.58, vllm="0.11.0",
+                   measured=_GS_MEASURED, note=_GS_A100_NOTE + "; 'random 32K input', 724.56 s"),
+    PublishedPoint(_GS_A100, _GS_A100_URL, "Qwen/Qwen3-14B", "A100-80GB", Workload(4000, 200),
+                   500, output_tps=245.13, tpot_ms=254.61, vllm="0.11.0",
+                   measured=_GS_MEASURED, note=_GS_A100_NOTE + "; 'random 4K input', 407.05 s"),
+    PublishedPoint(_GS_A100, _GS_A100_URL, "Qwen/Qwen3-14B", "A100-80GB", Workload(2000, 100),
+                   500, output_tps=284.64, tpot_ms=301.73, vllm="0.11.0",
+                   measured=_GS_MEASURED, note=_GS_A100_NOTE + "; 'random 2K input', 175.66 s"),
+    PublishedPoint(_GS_A100, _GS_A100_URL, "Qwen/Qwen3-14B", "A100-80GB", Workload(128, 4),
+                   1000, output_tps=149.33, tpot_ms=233.35, vllm="0.11.0",
+                   measured=_GS_MEASURED, note=_GS_A100_NOTE + "; 'random 128 input', 26.79 s"),
 )
 
 # GPUs whose only published source is in sample: no held-out check exists for them yet.
