@@ -38,6 +38,7 @@ from tests.support.tiny_model import tiny_shape
 from benchmarks.results_md import markers, replace_section
 from llm_operator.catalog import lookup_gpu, lookup_model
 from llm_operator.perfmodel import (
+    GPU_EFFICIENCY,
     Efficiency,
     EngineSettings,
     Hardware,
@@ -151,36 +152,48 @@ def tp_errors(rows: list[dict[str, Any]]) -> str:
 
 
 def long_context(rows: list[dict[str, Any]], min_input: int = 8000) -> str:
-    """The held-out long-prompt figures and their source's shorter-prompt runs, in words."""
+    """The held-out long-prompt figures and their source's runs at other prompt lengths
+    and on other GPUs, in words."""
     long_keys = {r["key"] for r in rows
                  if r["input_tokens"] >= min_input and r["sample"] == HELD_OUT}
     if not long_keys:
         return ("No long-context point (prompts of 8k tokens or more with a stated "
                 "configuration) was found in a citable source: the attention and KV-read terms "
                 "at long context have no published check.")
-    sources = {r["source"] for r in rows if r["key"] in long_keys}
-    same = sorted((r for r in rows if r["source"] in sources and r["sample"] == HELD_OUT),
-                  key=lambda r: (-r["input_tokens"], r["metric"]))
-    by_len: dict[int, list[str]] = {}
-    ratio: dict[int, float] = {}
-    for r in same:
-        label = "TPOT" if r["metric"] == "TPOT ms" else "tok/s"
-        by_len.setdefault(r["input_tokens"], []).append(f"{label} {r['error'] * 100:+.0f}%")
-        if r["metric"] == "output tok/s":
-            ratio[r["input_tokens"]] = r["published"] / r["predicted"]
-    runs = "; ".join(f"{n:,}-token prompts: {', '.join(v)}" for n, v in by_len.items())
-    prefill = [ratio[n] for n in ratio if n >= 1000]
+    name = sorted({r["source"].split(",")[0] for r in rows if r["key"] in long_keys})
+    same = [r for r in rows if r["source"].split(",")[0] in name and r["sample"] == HELD_OUT]
+    parts, ratios = [], {}
+    for gpu_name in dict.fromkeys(r["gpu"] for r in same):
+        on = sorted((r for r in same if r["gpu"] == gpu_name),
+                    key=lambda r: (-r["input_tokens"], r["metric"]))
+        by_len: dict[int, list[str]] = {}
+        for r in on:
+            label = "TPOT" if r["metric"] == "TPOT ms" else "tok/s"
+            by_len.setdefault(r["input_tokens"], []).append(f"{label} {r['error'] * 100:+.0f}%")
+        parts.append(f"{gpu_name}: " + "; ".join(f"{n:,} tokens {', '.join(v)}"
+                                                 for n, v in by_len.items()))
+        ratios[gpu_name] = [r["published"] / r["predicted"] for r in on
+                            if r["metric"] == "output tok/s" and r["input_tokens"] >= 1000]
+    span = {g: f"{min(v):.2f}-{max(v):.2f}x" for g, v in ratios.items() if v}
+    # Prefill-bound runs: the share of peak FLOP/s reached is about the model's share
+    # times the measured/predicted throughput ratio.
+    c = GPU_EFFICIENCY.compute
+    reached = {g: f"{min(v) * c:.0%}-{max(v) * c:.0%}" for g, v in ratios.items() if v}
     return (f"Long context (prompts of {min_input:,} tokens or more): one source, "
-            f"{', '.join(sorted(s.split(',')[0] for s in sources))}, whose runs at every prompt "
-            f"length are held out: {runs}. The model misses them all, and the shorter prompts "
-            "by more, so the error is not the long context: in these bursts (all requests "
-            "at once, vLLM 0.11) the measured throughput at 1,000+ token prompts is "
-            f"{min(prefill):.2f}-{max(prefill):.2f}x the model's, which prefills at 60% of peak "
-            "FLOP/s (`GPU_EFFICIENCY.compute`, set from memory and derived from no point: "
-            "these are its first check); at 128-token prompts with 4 output tokens the cost "
-            "per request, which the model's request overhead does not capture, dominates. "
-            "Not refitted, for the reason below. Throughput the planner and tuner expect for "
-            "prefill-heavy services is therefore high by about this much.")
+            f"{', '.join(name)}, bursts of Qwen3-14B with vLLM 0.11 (all requests at once), "
+            f"whose runs at every prompt length and on both GPUs are held out: "
+            f"{' | '.join(parts)}. Measured throughput at 1,000+ token prompts against the "
+            f"model's: {', '.join(f'{g} {x}' for g, x in span.items())}. So the error is "
+            "not the long context (the H100's shorter prompts miss by more) and not the "
+            "model's prefill arithmetic as such (it holds on the A100): with these runs bound "
+            "by prefill, vLLM 0.11 reached about "
+            + ", ".join(f"{x} of the {g}'s" for g, x in reached.items())
+            + f" peak FLOP/s, where the model assumes {c:.0%} (`GPU_EFFICIENCY.compute`, set "
+            "from memory). At "
+            "128-token prompts with 4 output tokens the cost per request under a burst, which "
+            "the model's request overhead does not capture, dominates on both. Not "
+            "refitted, for the reason below: H100 throughput the planner and tuner expect for "
+            "prefill-heavy services is high by the factor above.")
 
 
 def cpu_error_summary(data: dict[str, Any]) -> list[str]:
@@ -363,9 +376,11 @@ def section() -> str:
            "as the 8 that streamed (ambiguous: 10 if vLLM scheduled the other two). GPUStack's "
            "runs sent all their requests at once (bursts of 100-1,000): compared with a closed "
            "loop of that many clients, which differs only as the last requests drain; their "
-           "mean TTFTs (about half of each run) are a queue and are not compared. The 2K-128 "
-           "token runs were added after the 32,000-token one had missed, before their figures "
-           "were computed, and are all of the page's fixed-length vLLM runs. InferenceBench's "
+           "mean TTFTs (about half of each run) are a queue and are not compared. The H100's "
+           "2K-128 token runs were added after its 32,000-token one had missed, and the A100 "
+           "page's after that, each before its figures were computed: they are all of the two "
+           "pages' "
+           "fixed-length vLLM runs. InferenceBench's "
            "Qwen2.5-72B input length (48 tokens: ten one-line questions in the chat template) "
            "is estimated, not published, and its TP 4 comes from the commit that published "
            "the envelopes. That "
