@@ -326,7 +326,10 @@ def render_markdown(doc: dict[str, Any], section: str = SECTION,
     begin, end = markers(section)
     again = section != SECTION  # a section beside the first run's
     # The same committed config measured again ("run N"), or a new labelled config.
-    rerun = again and doc["configFile"] == str(CONFIG.relative_to(ROOT))
+    # ("tuning-2" is tune.yaml's run 2, "tuning-wide-2" tune_wide.yaml's; "tuning-wide" the
+    # first run of another config.)
+    first_config = doc["configFile"] == str(CONFIG.relative_to(ROOT))
+    rerun = again and (first_config or section.rsplit("-", 1)[-1].isdigit())
     data = out.resolve().relative_to(ROOT) if out.resolve().is_relative_to(ROOT) else out
     w, slo = cfg["workload"], cfg["slo"]
     ms = doc["rotation"]["measurements"]
@@ -349,8 +352,9 @@ def render_markdown(doc: dict[str, Any], section: str = SECTION,
         f"before the run. Rendered from `{data}` by "
         "`.venv/bin/python -m benchmarks.tune_paired --write-results"
         + (f" --out {data} --section {section}" if again else "") + "`; harness "
-        "`benchmarks/tune_paired.py`. The earlier run (grid and tuner minutes apart, then "
-        "a re-measurement) is in [HISTORY.md](HISTORY.md).",
+        "`benchmarks/tune_paired.py`."
+        + (" The earlier run (grid and tuner minutes apart, then a re-measurement) is in "
+           "[HISTORY.md](HISTORY.md)." if first_config else ""),
         "",
         f"**Measured** on {doc['engine']} (6 layers, hidden 768), KV cache "
         f"{cfg['engine']['kvTokens']:,} tokens, {doc['cpus']} CPU cores (the machine's load "
