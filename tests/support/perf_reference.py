@@ -142,6 +142,19 @@ _GS_A100_URL = ("https://github.com/gpustack/gpustack/blob/10e9444a07c73556f2ef0
 _GS_A100_NOTE = ("the page says 'NVIDIA A100 GPUs' (serving command without -tp: one GPU) and "
                  "not which A100: taken as 80 GB; a 40 GB card holds fewer sequences at once "
                  "but prefills at the same rate (the same chip)")
+
+def _gpustack(a100: bool, workload: Workload, requests: int, output_tps: float,
+              tpot_ms: float, note: str) -> PublishedPoint:
+    """One of GPUStack's fixed-length vLLM 0.11 bursts of Qwen3-14B (held out)."""
+    if a100:
+        return PublishedPoint(_GS_A100, _GS_A100_URL, "Qwen/Qwen3-14B", "A100-80GB", workload,
+                              requests, output_tps=output_tps, tpot_ms=tpot_ms, vllm="0.11.0",
+                              measured=_GS_MEASURED, note=f"{_GS_A100_NOTE}; {note}")
+    return PublishedPoint(_GS, _GS_URL, "Qwen/Qwen3-14B", "H100", workload, requests,
+                          output_tps=output_tps, tpot_ms=tpot_ms, vllm="0.11.0",
+                          measured=_GS_MEASURED, note=note)
+
+
 _YB = ("InferenceBench, validation run 2026-06-13-llm-h100 (Qwen2.5-72B-Instruct bf16, "
        "vLLM 0.22.1, 4x H100 80GB HBM3, llm.inference.chatbot-short)")
 _YB_URL = ("https://github.com/yobitelcomm/bench/tree/44ab8a8a9cf34007d04445d648adebd224f1c7ef/"
@@ -246,11 +259,10 @@ PUBLISHED: tuple[PublishedPoint, ...] = (
     # Added 2026-11-24 before the model's figures for them were computed (their commit
     # precedes the recorded comparison): a long-context point (no other was found with a
     # stated configuration) and a second source of tensor-parallel points.
-    PublishedPoint(_GS, _GS_URL, "Qwen/Qwen3-14B", "H100", Workload(32000, 100), 100,
-                   output_tps=25.48, tpot_ms=277.44, vllm="0.11.0", measured=_GS_MEASURED,
-                   note="9,855 of the 10,000 output tokens were generated (no --ignore-eos); "
-                   "mean TTFT 191 s: the burst queues for the KV cache; the TPOT includes "
-                   "the other requests' prefill chunks"),
+    _gpustack(False, Workload(32000, 100), 100, 25.48, 277.44,
+              "9,855 of the 10,000 output tokens were generated (no --ignore-eos); "
+              "mean TTFT 191 s: the burst queues for the KV cache; the TPOT includes "
+              "the other requests' prefill chunks"),
     PublishedPoint(_YB, _YB_URL, "Qwen/Qwen2.5-72B-Instruct", "H100", _YB_WL, 1, tp=4,
                    output_tps=56.47, tpot_ms=16.05, vllm="0.22.1", measured=_YB_MEASURED,
                    note=_YB_NOTE),
@@ -264,33 +276,26 @@ PUBLISHED: tuple[PublishedPoint, ...] = (
     # were computed: every other fixed-length vLLM baseline run on the same page (random
     # 4K, 2K and 128-token prompts; ShareGPT has no fixed lengths), to tell a long-context
     # error from one of the page's setup (a burst, vLLM 0.11) at shorter prompts.
-    PublishedPoint(_GS, _GS_URL, "Qwen/Qwen3-14B", "H100", Workload(4000, 200), 500,
-                   output_tps=438.56, tpot_ms=132.45, vllm="0.11.0", measured=_GS_MEASURED,
-                   note="'random 4K input': 500 requests at once, 1,997,942 input and 99,803 "
-                   "output tokens in 227.57 s"),
-    PublishedPoint(_GS, _GS_URL, "Qwen/Qwen3-14B", "H100", Workload(2000, 100), 500,
-                   output_tps=505.51, tpot_ms=206.51, vllm="0.11.0", measured=_GS_MEASURED,
-                   note="'random 2K input': 500 requests at once, 998,175 input and 50,000 "
-                   "output tokens in 98.91 s"),
-    PublishedPoint(_GS, _GS_URL, "Qwen/Qwen3-14B", "H100", Workload(128, 4), 1000,
-                   output_tps=176.06, tpot_ms=525.31, vllm="0.11.0", measured=_GS_MEASURED,
-                   note="'random 128 input': 1,000 requests at once, 4 output tokens each, "
-                   "in 22.72 s"),
+    _gpustack(False, Workload(4000, 200), 500, 438.56, 132.45,
+              "'random 4K input': 500 requests at once, 1,997,942 input and 99,803 "
+              "output tokens in 227.57 s"),
+    _gpustack(False, Workload(2000, 100), 500, 505.51, 206.51,
+              "'random 2K input': 500 requests at once, 998,175 input and 50,000 "
+              "output tokens in 98.91 s"),
+    _gpustack(False, Workload(128, 4), 1000, 176.06, 525.31,
+              "'random 128 input': 1,000 requests at once, 4 output tokens each, "
+              "in 22.72 s"),
     # Added 2026-11-24 with the H100 bursts' figures known, before these were computed:
     # the same page's A100 twin (vLLM 0.11, the same four fixed-length runs), so that the
     # prefill-rate miss is checked on a second GPU.
-    PublishedPoint(_GS_A100, _GS_A100_URL, "Qwen/Qwen3-14B", "A100-80GB", Workload(32000, 100),
-                   100, output_tps=13.65, tpot_ms=445.58, vllm="0.11.0",
-                   measured=_GS_MEASURED, note=_GS_A100_NOTE + "; 'random 32K input', 724.56 s"),
-    PublishedPoint(_GS_A100, _GS_A100_URL, "Qwen/Qwen3-14B", "A100-80GB", Workload(4000, 200),
-                   500, output_tps=245.13, tpot_ms=254.61, vllm="0.11.0",
-                   measured=_GS_MEASURED, note=_GS_A100_NOTE + "; 'random 4K input', 407.05 s"),
-    PublishedPoint(_GS_A100, _GS_A100_URL, "Qwen/Qwen3-14B", "A100-80GB", Workload(2000, 100),
-                   500, output_tps=284.64, tpot_ms=301.73, vllm="0.11.0",
-                   measured=_GS_MEASURED, note=_GS_A100_NOTE + "; 'random 2K input', 175.66 s"),
-    PublishedPoint(_GS_A100, _GS_A100_URL, "Qwen/Qwen3-14B", "A100-80GB", Workload(128, 4),
-                   1000, output_tps=149.33, tpot_ms=233.35, vllm="0.11.0",
-                   measured=_GS_MEASURED, note=_GS_A100_NOTE + "; 'random 128 input', 26.79 s"),
+    _gpustack(True, Workload(32000, 100), 100, 13.65, 445.58,
+              "'random 32K input', 724.56 s"),
+    _gpustack(True, Workload(4000, 200), 500, 245.13, 254.61,
+              "'random 4K input', 407.05 s"),
+    _gpustack(True, Workload(2000, 100), 500, 284.64, 301.73,
+              "'random 2K input', 175.66 s"),
+    _gpustack(True, Workload(128, 4), 1000, 149.33, 233.35,
+              "'random 128 input', 26.79 s"),
 )
 
 # GPUs whose only published source is in sample: no held-out check exists for them yet.
