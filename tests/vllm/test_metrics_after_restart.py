@@ -116,7 +116,7 @@ def test_a_restarted_engine_does_not_report_the_dead_ones_requests(tmp_path: Pat
     # to the directory by then depends on how the 2 cores were shared (under load the
     # count it writes can lag the stream): the set-up is tried again, up to 3 times, until
     # the directory holds at least 2 running requests, what this test needs left.
-    left, first = 0.0, container(1)
+    left = 0.0
     for attempt in range(1, 4):
         first = container(attempt)
         with first:
