@@ -3,9 +3,11 @@
 The kubelet sends SIGTERM to the container's main process (``vllm serve``) after the
 preStop hook; vLLM 0.32 aborts in-flight requests then unless ``--shutdown-timeout`` is
 set. The server here runs with the drain flag as the renderer renders it
-(:func:`llm_operator.rendering.build_vllm_flags`), takes 8 long requests, gets SIGTERM
-while all 8 run, and must finish every one of them in full before it exits, within the
-drain timeout. Without the flag (the rendering before issue 12) the requests are aborted.
+(:func:`llm_operator.rendering.build_vllm_flags`), takes 8 long streamed requests, gets
+SIGTERM once every one of them has streamed tokens (so all 8 are running, seen from the
+client side: the engine's /metrics can answer late under load), and must finish every one
+of them in full before it exits, within the drain timeout. Without the flag (the
+rendering before issue 12) the requests are aborted.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ from typing import Any
 
 import pytest
 from tests.support.tiny_model import ensure_tiny_llama
-from tests.support.vllm_load import engine_metric
 
 from llm_operator import rendering
 from llm_operator.models import RolloutSpec, parse_llmservice
@@ -30,7 +31,7 @@ from llm_operator.tuner.server import VLLMServer
 
 ROOT = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = Path(os.environ.get("LLMOP_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
-REQUESTS, MAX_TOKENS = 8, 600
+REQUESTS, MAX_TOKENS = 8, 900
 
 pytestmark = pytest.mark.skipif(not VLLM_PYTHON.exists(), reason=f"no vLLM at {VLLM_PYTHON}")
 
@@ -58,39 +59,53 @@ def test_sigterm_lets_in_flight_requests_finish(tmp_path: Path) -> None:
     srv = VLLMServer(model=str(model), python=str(VLLM_PYTHON), log_path=tmp_path / "vllm.log",
                      flags=["--max-num-seqs", "16", "--max-model-len", "1024",
                             "--kv-cache-memory-bytes", str(64 * 1024 * 1024), *drain])
-    results: list[dict[str, Any] | str] = []
+    tokens = [0] * REQUESTS  # tokens each request has streamed so far
+    usage: list[dict[str, Any] | str | None] = [None] * REQUESTS  # its final usage, or error
 
-    def one() -> None:
+    def one(i: int) -> None:
         body = json.dumps({"model": str(model), "prompt": "drain " * 8,
-                           "max_tokens": MAX_TOKENS, "ignore_eos": True}).encode()
+                           "max_tokens": MAX_TOKENS, "ignore_eos": True, "stream": True,
+                           "stream_options": {"include_usage": True}}).encode()
         req = urllib.request.Request(f"{srv.url}/v1/completions", data=body,
                                      headers={"Content-Type": "application/json"})
         try:
             with urllib.request.urlopen(req, timeout=timeout_s + 60) as r:
-                results.append(json.loads(r.read()))
+                for line in r:
+                    if not line.startswith(b"data:") or line.strip() == b"data: [DONE]":
+                        continue
+                    chunk = json.loads(line[5:])
+                    if chunk.get("usage"):
+                        usage[i] = chunk["usage"]
+                    if chunk.get("choices"):
+                        tokens[i] += 1
         except Exception as e:  # an aborted request is what the test looks for
-            results.append(repr(e))
+            usage[i] = repr(e)
 
     with srv:
         assert srv.proc is not None
-        threads = [threading.Thread(target=one) for _ in range(REQUESTS)]
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(REQUESTS)]
         for t in threads:
             t.start()
-        deadline = time.monotonic() + 60
-        while engine_metric(srv.url, "vllm:num_requests_running") < REQUESTS:
-            assert time.monotonic() < deadline, srv.log_tail(30)
-            time.sleep(0.1)
+        deadline = time.monotonic() + 120
+        while min(tokens) < 1:
+            assert time.monotonic() < deadline, (tokens, usage, srv.log_tail(30))
+            time.sleep(0.02)
         t0 = time.monotonic()
         os.kill(srv.proc.pid, signal.SIGTERM)  # what the kubelet sends after preStop
+        at_kill = list(tokens)
         for t in threads:
             t.join(timeout=timeout_s + 60)
         rc = srv.proc.wait(timeout=timeout_s + 30)
         exited_s = time.monotonic() - t0
         log = srv.log_tail(80)
-    finished = [r for r in results if isinstance(r, dict)
-                and r["usage"]["completion_tokens"] == MAX_TOKENS]
-    assert len(finished) == REQUESTS, (results, log)
+    # Every request was running when SIGTERM came (900 tokens each: the last one's first
+    # token comes long before the first one's last), and every one finished in full.
+    assert max(at_kill) < MAX_TOKENS, at_kill
+    finished = [u for u in usage if isinstance(u, dict)
+                and u["completion_tokens"] == MAX_TOKENS]
+    assert len(finished) == REQUESTS, (at_kill, usage, log)
     assert "mode=drain" in log
     assert exited_s < timeout_s, f"exited {exited_s:.0f} s after SIGTERM"
     print(f"\ndrain: {len(finished)}/{REQUESTS} in-flight requests finished, "  # noqa: T201
-          f"server exited {exited_s:.1f} s after SIGTERM (rc {rc})")
+          f"server exited {exited_s:.1f} s after SIGTERM (rc {rc}); tokens streamed at "
+          f"SIGTERM: {at_kill}")
