@@ -182,13 +182,39 @@ def test_finds_the_grids_best_region_with_a_fraction_of_its_starts(seed: int) ->
 
 
 def test_pinned_max_num_seqs_is_never_varied() -> None:
+    # 32 x 128-token prompts can fill 4,096 tokens a step: a larger budget is worth a try.
     space = Space(max_num_seqs=(), max_num_batched_tokens=(512, 1024, 2048, 4096),
-                  default_max_num_seqs=16, default_max_num_batched_tokens=DEFAULT_MNBT)
+                  default_max_num_seqs=32, default_max_num_batched_tokens=DEFAULT_MNBT)
     out, ev = run(Surface(mnbt_itl_gain=0.5), space=space)
     assert all(c.max_num_seqs is None for c in ev.started)
     assert any(c.max_num_batched_tokens is not None for c in ev.started)
     assert out.predictions == {}  # no concurrency sweep for a pinned cap
     assert out.baseline is not None and out.baseline.probes == []
+
+
+@pytest.mark.parametrize(("mns", "input_tokens", "tries_larger"), [
+    (16, 128, False),  # 16 prompts of 128 = 2,048: the default budget schedules every step
+    (16, 130, False),  # 2,080 tokens: 1.6% more than the budget, below the 5% a move needs
+    (16, 256, True),   # 4,096: half of a full step's prompts would wait for the next
+])
+def test_no_restart_for_a_batched_token_budget_the_batch_cannot_use(
+        mns: int, input_tokens: int, tries_larger: bool) -> None:
+    """Moving up, the search spends a server start on a larger max-num-batched-tokens only
+    when max-num-seqs prompts can fill more than the current budget; otherwise it says why.
+    (The synthetic surface rewards any larger budget, as a real engine would not.)"""
+    space = Space(max_num_seqs=(), max_num_batched_tokens=(1024, 2048, 4096, 8192),
+                  default_max_num_seqs=mns, default_max_num_batched_tokens=DEFAULT_MNBT)
+    wl = Workload(input_tokens=input_tokens, output_tokens=256, concurrency=mns)
+    ev = FakeEvaluator(Surface(kv_tokens=10**6))
+    out = search(ev, space, wl, SLO_, Budget(12, 1e9), Options(), clock=ev.now)
+    larger = [c for c in ev.started if (c.max_num_batched_tokens or 0) > DEFAULT_MNBT]
+    assert bool(larger) == tries_larger, ev.started
+    if not tries_larger:
+        assert ev.started == [Config()]  # the baseline's server only
+    said = [n for n in out.notes if "max-num-batched-tokens above 2048 not tried" in n]
+    assert bool(said) != tries_larger
+    if said:
+        assert f"needs at most {mns * input_tokens} tokens" in said[0]
 
 
 def test_batched_tokens_move_toward_the_binding_constraint() -> None:

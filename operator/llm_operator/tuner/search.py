@@ -22,7 +22,12 @@ minutes of model loading. This search spends restarts only where they pay:
    says it could win, and move only on a gain larger than the noise margin.
 4. **max-num-batched-tokens** by coordinate steps from vLLM's default, only in the
    direction the binding SLO suggests (ITL-bound: smaller steps; TTFT-bound or neither:
-   more prefill per step), and on only while each step gains.
+   more prefill per step), and on only while each step gains. A larger budget is not
+   tried (no restart spent) when the running batch cannot use it: at most ``max-num-seqs``
+   sequences run, each needing at most its prompt's tokens in a step, so a budget of
+   ``max-num-seqs x input`` tokens already schedules every step in full; when the current
+   budget falls short of that by less than the gain a move must show, no larger one can
+   win.
 
 Every configuration is measured ``repeats`` times at ``C``; the median counts, and a
 trial whose spread exceeds ``noise_threshold`` gets one extra repeat and, if still noisy,
@@ -722,8 +727,27 @@ class _Run:
             cfg = replace(inc.config, max_num_batched_tokens=levels[j])
             if self.tried(cfg) or not self.space.valid(cfg):
                 return
+            if j > i and self.larger_budget_unused(inc.config, cur):
+                return
             if not self.first_better([cfg], "batched-tokens", inc):
                 return
+
+    def larger_budget_unused(self, cfg: Config, budget: int) -> bool:
+        """True (and a note says why) when no max-num-batched-tokens above ``budget`` can
+        gain ``min_gain`` at ``cfg``: a step schedules at most one prompt's worth of tokens
+        for each of at most ``max-num-seqs`` running sequences (a decoding one takes 1), so
+        a larger budget adds at most ``max-num-seqs x input - budget`` tokens to a step."""
+        mns, _ = self.space.effective(cfg)
+        if mns is None:
+            return False
+        need = mns * self.wl.input_tokens
+        if need > budget * (1 + self.opts.min_gain):
+            return False
+        self.notes.append(
+            f"max-num-batched-tokens above {budget} not tried: at max-num-seqs {mns} a step "
+            f"needs at most {need} tokens ({mns} prompts of {self.wl.input_tokens}), so a "
+            f"larger budget cannot gain the {self.opts.min_gain:.0%} a move must show")
+        return True
 
 
 def stopped_reason(exc: Interrupted, trials: Sequence[Trial]) -> str:
