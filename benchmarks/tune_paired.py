@@ -56,6 +56,18 @@ def _git(*args: str) -> str:
                           check=False).stdout.strip()
 
 
+def config_header(blob: str) -> str:
+    """The opening comment of the config as committed (the git blob the run recorded):
+    what the run was for, written before it. Empty when git cannot find the blob."""
+    text = _git("cat-file", "-p", blob) if blob else ""
+    head: list[str] = []
+    for line in text.splitlines():
+        if not line.startswith("#"):
+            break
+        head.append(line.lstrip("#").strip())
+    return " ".join(h for h in head if h)
+
+
 def server_args(cfg: dict[str, Any]) -> str:
     e = cfg["engine"]
     return " ".join([f"--kv-cache-memory-bytes {e['kvTokens'] * KV_BYTES_PER_TOKEN}",
@@ -356,6 +368,8 @@ def render_markdown(doc: dict[str, Any], section: str = SECTION,
         + (" The earlier run (grid and tuner minutes apart, then a re-measurement) is in "
            "[HISTORY.md](HISTORY.md)." if first_config else ""),
         "",
+        *(["The config's opening comment, as committed before the run:", "", f"> {header}",
+           ""] if (header := config_header(doc["configGitBlob"])) else []),
         f"**Measured** on {doc['engine']} (6 layers, hidden 768), KV cache "
         f"{cfg['engine']['kvTokens']:,} tokens, {doc['cpus']} CPU cores (the machine's load "
         f"is given below). Workload: {w['concurrency']} clients, {w['inputTokens']} "

@@ -134,3 +134,15 @@ def test_the_connections_section_sets_reused_against_new_connections() -> None:
     fresh = rows["a new connection per request"]
     assert int(fresh[4]) == 0 and int(rows["aiohttp default (15 s)"][4]) > 0
     assert "on reused connections failed and 0 of" in text
+
+
+def test_a_tuning_section_quotes_its_configs_opening_comment_as_committed() -> None:
+    """A run's section says what the run was for in the words committed before it (read
+    from the git blob the run recorded, not from today's file)."""
+    config = tune_paired.ROOT / "benchmarks" / "configs" / "tune_wide_bound.yaml"
+    blob = tune_paired._git("hash-object", str(config))
+    header = tune_paired.config_header(blob)
+    assert header.startswith("Tuner against grid and vLLM's defaults in one run")
+    assert "written after seeing tune-wide-1 runs 1 and 2" in header
+    assert "label:" not in header  # the comment only, not the settings
+    assert tune_paired.config_header("0" * 40) == ""  # a blob git does not have
