@@ -33,8 +33,8 @@ from llm_operator.tuner.server import VLLMServer
 
 ROOT = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = Path(os.environ.get("LLMOP_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
-CAPACITY, CLIENTS, MAX_TOKENS = 48, 48, 96
-REPORT_S, OBEY_S = 10.0, 30.0
+CAPACITY, CLIENTS, MAX_TOKENS = 48, 48, 192
+REPORT_S, OBEY_S = 10.0, 60.0
 
 pytestmark = pytest.mark.skipif(not VLLM_PYTHON.exists(), reason=f"no vLLM at {VLLM_PYTHON}")
 
