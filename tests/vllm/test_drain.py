@@ -12,16 +12,13 @@ rendering before issue 12) the requests are aborted.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import threading
 import time
-import urllib.request
 from pathlib import Path
-from typing import Any
 
 import pytest
+from tests.support.streams import stream_completions
 from tests.support.tiny_model import ensure_tiny_llama
 
 from llm_operator import rendering
@@ -59,41 +56,19 @@ def test_sigterm_lets_in_flight_requests_finish(tmp_path: Path) -> None:
     srv = VLLMServer(model=str(model), python=str(VLLM_PYTHON), log_path=tmp_path / "vllm.log",
                      flags=["--max-num-seqs", "16", "--max-model-len", "1024",
                             "--kv-cache-memory-bytes", str(64 * 1024 * 1024), *drain])
-    tokens = [0] * REQUESTS  # tokens each request has streamed so far
-    usage: list[dict[str, Any] | str | None] = [None] * REQUESTS  # its final usage, or error
-
-    def one(i: int) -> None:
-        body = json.dumps({"model": str(model), "prompt": "drain " * 8,
-                           "max_tokens": MAX_TOKENS, "ignore_eos": True, "stream": True,
-                           "stream_options": {"include_usage": True}}).encode()
-        req = urllib.request.Request(f"{srv.url}/v1/completions", data=body,
-                                     headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=timeout_s + 60) as r:
-                for line in r:
-                    if not line.startswith(b"data:") or line.strip() == b"data: [DONE]":
-                        continue
-                    chunk = json.loads(line[5:])
-                    if chunk.get("usage"):
-                        usage[i] = chunk["usage"]
-                    if chunk.get("choices"):
-                        tokens[i] += 1
-        except Exception as e:  # an aborted request is what the test looks for
-            usage[i] = repr(e)
-
     with srv:
         assert srv.proc is not None
-        threads = [threading.Thread(target=one, args=(i,)) for i in range(REQUESTS)]
-        for t in threads:
-            t.start()
+        streams = stream_completions(srv.url, str(model), REQUESTS, prompt="drain " * 8,
+                                     max_tokens=MAX_TOKENS, timeout_s=timeout_s + 60)
         deadline = time.monotonic() + 120
-        while min(tokens) < 1:
-            assert time.monotonic() < deadline, (tokens, usage, srv.log_tail(30))
+        while min(streams.tokens) < 1:
+            assert time.monotonic() < deadline, (streams.tokens, streams.usage,
+                                                 srv.log_tail(30))
             time.sleep(0.02)
+        at_kill = list(streams.tokens)
         t0 = time.monotonic()
         os.kill(srv.proc.pid, signal.SIGTERM)  # what the kubelet sends after preStop
-        at_kill = list(tokens)
-        for t in threads:
+        for t in streams.threads:
             t.join(timeout=timeout_s + 60)
         rc = srv.proc.wait(timeout=timeout_s + 30)
         exited_s = time.monotonic() - t0
@@ -101,9 +76,9 @@ def test_sigterm_lets_in_flight_requests_finish(tmp_path: Path) -> None:
     # Every request was running when SIGTERM came (900 tokens each: the last one's first
     # token comes long before the first one's last), and every one finished in full.
     assert max(at_kill) < MAX_TOKENS, at_kill
-    finished = [u for u in usage if isinstance(u, dict)
+    finished = [u for u in streams.usage if isinstance(u, dict)
                 and u["completion_tokens"] == MAX_TOKENS]
-    assert len(finished) == REQUESTS, (at_kill, usage, log)
+    assert len(finished) == REQUESTS, (at_kill, streams.usage, log)
     assert "mode=drain" in log
     assert exited_s < timeout_s, f"exited {exited_s:.0f} s after SIGTERM"
     print(f"\ndrain: {len(finished)}/{REQUESTS} in-flight requests finished, "  # noqa: T201

@@ -16,17 +16,15 @@ idle, must report no running request, and serve.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
-import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 from tests.support.engine import LIVE_FLAGS, copy_engine_code, live_env
+from tests.support.streams import Streams, stream_completions
 from tests.support.tiny_model import ensure_tiny_llama
 from tests.support.vllm_load import engine_metric
 from tests.unit.test_rendering import container_of, hand_plan, make_svc
@@ -67,28 +65,10 @@ def served(metrics_dir: Path, name: str) -> float:
     return sample_sums(text).get(name, 0.0)
 
 
-def long_requests(url: str, model: str, n: int) -> tuple[list[threading.Thread], list[int]]:
-    """``n`` streamed requests of ~4,000 tokens each, and the chunks each has received so
-    far (a request with chunks is running on the engine)."""
-    body = json.dumps({"model": model, "prompt": "hello " * 16, "max_tokens": 4000,
-                       "ignore_eos": True, "stream": True}).encode()
-    chunks = [0] * n
-
-    def one(i: int) -> None:
-        req = urllib.request.Request(f"{url}/v1/completions", data=body,
-                                     headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=300) as r:
-                for line in r:
-                    if line.startswith(b"data:"):
-                        chunks[i] += 1
-        except Exception:  # noqa: BLE001 - the server is killed under them
-            pass
-
-    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(n)]
-    for t in threads:
-        t.start()
-    return threads, chunks
+def long_requests(url: str, model: str, n: int) -> Streams:
+    """``n`` streamed requests of ~4,000 tokens each."""
+    return stream_completions(url, model, n, prompt="hello " * 16, max_tokens=4000,
+                              timeout_s=300)
 
 
 def test_a_restarted_engine_does_not_report_the_dead_ones_requests(tmp_path: Path) -> None:
@@ -120,7 +100,7 @@ def test_a_restarted_engine_does_not_report_the_dead_ones_requests(tmp_path: Pat
     for attempt in range(1, 4):
         first = container(attempt)
         with first:
-            _, chunks = long_requests(first.url, model, CLIENTS)
+            chunks = long_requests(first.url, model, CLIENTS).tokens
             t0 = time.monotonic()
             while sum(c >= 10 for c in chunks) < 2 and time.monotonic() - t0 < 120:
                 time.sleep(0.05)
@@ -139,5 +119,5 @@ def test_a_restarted_engine_does_not_report_the_dead_ones_requests(tmp_path: Pat
             f"an idle restarted engine reports {engine_metric(second.url, RUNNING):g} "
             f"running requests: the dead container's gauges ({left:g} left)")
         assert engine_metric(second.url, "llmop_admission_cap") == 16  # its own gauges
-        long_requests(second.url, model, 1)[0][0].join(timeout=300)
+        long_requests(second.url, model, 1).threads[0].join(timeout=300)
         assert engine_metric(second.url, "vllm:request_success_total") == 1
