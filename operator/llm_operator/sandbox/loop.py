@@ -40,6 +40,10 @@ MODEL_CACHE = Path(os.environ.get("LLMOP_TEST_MODELS", "/tmp/llmop-models"))
 # The CPU KV cache the agent gives each vLLM server: 4,096 tokens of the tiny Llama,
 # so 32 clients preempt and the adaptation has something to act on.
 KV_CACHE_BYTES = 2 * 1024 * 1024
+# Where the loop's API server comes from: the REAL control plane built from Kubernetes'
+# Go modules (:mod:`.cluster`, with the local kubelet) or the EMULATED one (:mod:`.emulator`,
+# with the node agent playing the controllers too).
+BACKENDS = ("cluster", "emulated")
 
 
 def default_vllm_python(project: Path) -> Path:
@@ -84,7 +88,12 @@ class LocalLoop:
 
     def __init__(self, project: Path, workdir: Path, kubectl: str, *, vllm_python: Path,
                  settings: Settings | None = None,
-                 say: Callable[[str], None] | None = None) -> None:
+                 say: Callable[[str], None] | None = None, backend: str = "emulated",
+                 helm: str | None = None) -> None:
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
+        self.backend = backend
+        self.helm = helm
         self.project = project
         self.workdir = workdir
         self.kubectl_path = kubectl
@@ -102,6 +111,10 @@ class LocalLoop:
         self.operator: subprocess.Popen[bytes] | None = None
         self.agent: Any = None
         self.operator_log = workdir / "operator.log"
+        self.operator_kubeconfig = self.kubeconfig
+        self.cluster: Any = None
+        self.installed: Any = None
+        self.validate = "--validate=false"  # the emulator serves no OpenAPI
 
     # --- parts -------------------------------------------------------------------------
     def example(self) -> dict[str, Any]:
@@ -112,15 +125,64 @@ class LocalLoop:
 
     def start(self) -> LocalLoop:
         """Model, API server, CRDs, Prometheus with discovery, operator, node agent."""
-        from .emulator import EmulatorThread
-        from .node_agent import NodeAgent
-
-        ns = self.settings.namespace
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.model_name = self.example()["spec"]["model"]["name"]
         self.say(f"Generating the tiny model for {self.model_name} (cached in {MODEL_CACHE})")
         self.model_dir = ensure_tiny_llama(MODEL_CACHE, self.vllm_python)
         self._stack.callback(self._forget_parts)
+        if self.backend == "cluster":
+            return self._start_on_cluster()
+        return self._start_emulated()
+
+    def _start_on_cluster(self) -> LocalLoop:
+        """The REAL control plane (:mod:`.cluster`), the chart installed by helm with the
+        operator running under its ServiceAccount's token, the local kubelet."""
+        from .cluster import LocalCluster, helm_install, run_tool
+        from .kubelet import LocalKubelet, gpu_nodes
+
+        assert self.model_dir is not None
+        if self.helm is None:
+            raise RuntimeError("the cluster backend installs the chart with helm: pass its "
+                               "path (python tools/install_helm.py installs one)")
+        ns = self.settings.namespace
+        self.validate = "--validate=strict"
+        self.cluster = self._stack.enter_context(
+            LocalCluster(self.workdir / "cluster", out=self.say))
+        self.kubeconfig.write_text(self.cluster.admin_kubeconfig.read_text())
+        self.say(f"REAL Kubernetes control plane on {self.cluster.url} "
+                 f"(KUBECONFIG={self.kubeconfig}, the admin)")
+        self.agent = LocalKubelet(self.kubeconfig, gpu_nodes(), self.workdir / "agent",
+                                  vllm_python=self.vllm_python,
+                                  models={self.model_name: self.model_dir},
+                                  kv_cache_bytes=self.settings.kv_cache_bytes,
+                                  vllm_lock=self.settings.vllm_lock, out=self.say)
+        self.agent.start()
+        self._stack.callback(self.agent.stop)
+        self.kubectl("apply", "--server-side", "-f", "-",
+                     stdin=yaml.safe_dump(podmonitor_crd()))
+        self.installed = helm_install(
+            self.cluster, self.helm, self.kubectl_path,
+            self.project / "charts" / "llm-operator", values={"replicaCount": 0})
+        self.operator_kubeconfig = self.installed.kubeconfig
+        self.say(f"helm install {self.installed.release}: the operator runs as "
+                 f"system:serviceaccount:{self.installed.namespace}:"
+                 f"{self.installed.service_account} (the chart's RBAC)")
+        if ns != "default":
+            run_tool([self.kubectl_path, "create", "namespace", ns], self.kubeconfig)
+        self.discovery = PodMonitorDiscovery(
+            self.kubeconfig, self.workdir / "prometheus", namespaces=[ns], interval_s=1.0,
+            scrape_interval=f"{self.settings.scrape_interval_seconds}s").start()
+        self._stack.callback(self.discovery.stop)
+        self.start_operator()
+        self._stack.callback(self.stop_operator)
+        return self
+
+    def _start_emulated(self) -> LocalLoop:
+        from .emulator import EmulatorThread
+        from .node_agent import NodeAgent
+
+        assert self.model_dir is not None
+        ns = self.settings.namespace
         self.api = self._stack.enter_context(
             EmulatorThread(manifests=[podmonitor_crd()], namespaces=[ns]))
         self.api.write_kubeconfig(self.kubeconfig, ns)
@@ -145,12 +207,12 @@ class LocalLoop:
         return self
 
     def _forget_parts(self) -> None:
-        self.api = self.discovery = self.agent = None
+        self.api = self.discovery = self.agent = self.cluster = None
 
     def start_operator(self) -> None:
         """The operator as its own process (``llm-operator run``), pointed at Prometheus."""
         assert self.discovery is not None and self.discovery.prometheus is not None
-        env = {**self.env, "PYTHONUNBUFFERED": "1",
+        env = {**self.env, "KUBECONFIG": str(self.operator_kubeconfig), "PYTHONUNBUFFERED": "1",
                "LLMOP_HEALTH_PORT": "0", "LLMOP_METRICS_PORT": "0",
                "LLMOP_POD_MONITOR": "enabled",
                "LLMOP_PROMETHEUS_URL": self.discovery.prometheus.url,
@@ -213,7 +275,7 @@ class LocalLoop:
 
     def apply(self, obj: dict[str, Any]) -> str:
         """``kubectl apply`` of one object."""
-        return self.kubectl("apply", "--validate=false", "-n", self.settings.namespace,
+        return self.kubectl("apply", self.validate, "-n", self.settings.namespace,
                             "-f", "-", stdin=yaml.safe_dump(obj))
 
     def pod_url(self, pod: dict[str, Any], port_name: str = "http") -> str | None:

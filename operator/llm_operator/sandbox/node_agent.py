@@ -327,7 +327,7 @@ class PodWorker:
         self.start_time = _now()
         self.stop_event = threading.Event()
         self.thread = threading.Thread(target=self._run, name=f"pod-{self.name}", daemon=True)
-        self.api = Api(agent.kubeconfig, agent.namespace)
+        self.api = Api(agent.kubeconfig, pod["metadata"].get("namespace") or agent.namespace)
         self._written: JSON | None = None
         self._cm_versions: dict[str, str] = {}
         self._reason: str | None = None
