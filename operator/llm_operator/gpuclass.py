@@ -157,12 +157,17 @@ _AKS = GPUClass(
 
 def _nvidia() -> GPUClass:
     # GPU feature discovery writes the product name itself: the GPU table's products are
-    # its label values (catalog.GPUFacts.product).
+    # its label values (catalog.GPUFacts.product). The GPU Operator does not taint GPU
+    # nodes, but many GPU node pools are tainted nvidia.com/gpu: a pod that requests GPUs
+    # only fits GPU nodes anyway, so tolerating that taint never places it elsewhere.
+    # Found on the real control plane: without it the pods of a service stayed Pending
+    # on tainted GPU nodes ("2 node(s) had untolerated taint(s)").
     return GPUClass(
         description="NVIDIA GPU feature discovery / GPU Operator (label "
                     "nvidia.com/gpu.product)",
         product_label=GFD_PRODUCT_LABEL,
         products={p: p for p in gpu_products()},
+        tolerations=[TOLERATE_NVIDIA_GPU_TAINT],
     )
 
 

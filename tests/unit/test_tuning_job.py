@@ -12,6 +12,7 @@ import pytest
 
 from llm_operator.constants import ANNOTATION_FINGERPRINT, LABEL_COMPONENT, LABEL_SERVICE
 from llm_operator.errors import SpecError
+from llm_operator.gpuclass import TOLERATE_NVIDIA_GPU_TAINT
 from llm_operator.models import parse_llmservice
 from llm_operator.planning import make_plan
 from llm_operator.settings import Settings
@@ -81,7 +82,10 @@ def test_job_runs_on_one_replicas_gpus_and_placement_with_the_vllm_image() -> No
     plan = make_plan(svc.spec)
     assert main["resources"]["limits"]["nvidia.com/gpu"] == str(plan.gpus_per_replica)
     assert pod["nodeSelector"]["pool"] == "gpu"
-    assert pod["tolerations"] == BODY["spec"]["scheduling"]["tolerations"]
+    # The user's tolerations first, then the GPU class's (the default class tolerates the
+    # nvidia.com/gpu taint), as on the server pods.
+    assert pod["tolerations"] == [*BODY["spec"]["scheduling"]["tolerations"],
+                                  TOLERATE_NVIDIA_GPU_TAINT]
     assert main["image"] == Settings().default_image
     assert pod["initContainers"][0]["image"] == Settings().operator_image
     assert main["command"] == ["python3", "-m", "llm_operator.tuner"]

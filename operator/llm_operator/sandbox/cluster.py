@@ -22,6 +22,7 @@ error carries the log's tail. :meth:`stop` leaves no process behind.
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import socket
 import ssl
@@ -34,10 +35,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 import yaml
 
-from .pki import Pair, Pki
+if TYPE_CHECKING:  # the PKI needs `cryptography` (the demo and test extras), not the CLI
+    from .pki import Pair
 
 KUBERNETES_VERSION = "v1.37.2"
 ETCD_VERSION = "v3.7.3"
@@ -66,10 +69,18 @@ def binaries_present(bin_dir: Path | None = None) -> bool:
 
 
 def free_port() -> int:
-    """A free TCP port on 127.0.0.1 (the OS picks it)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free TCP port on 127.0.0.1 below Linux's ephemeral range (32768-60999 by
+    default), so that no outgoing connection takes it before the server binds it (the
+    control plane opens many: a port the OS handed out as free was seen taken that way)."""
+    for _ in range(200):
+        port = random.randrange(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in 20000-32000 on 127.0.0.1")
 
 
 def kubeconfig(server: str, ca: Path, user: str, *, client: Pair | None = None,
@@ -259,6 +270,8 @@ class LocalCluster:
 
     # ---------------------------------------------------------------- set-up
     def _pki(self) -> None:
+        from .pki import Pki
+
         pki_dir = self.workdir / "pki"
         if pki_dir.exists():
             shutil.rmtree(pki_dir)
@@ -315,7 +328,7 @@ class LocalCluster:
                 f"--kubeconfig={w / 'controller-manager.kubeconfig'}",
                 f"--authentication-kubeconfig={w / 'controller-manager.kubeconfig'}",
                 f"--authorization-kubeconfig={w / 'controller-manager.kubeconfig'}",
-                "--bind-address=127.0.0.1", f"--secure-port={free_port()}",
+                "--secure-port=0",  # no serving port: nothing here reads its /metrics
                 "--leader-elect=false", f"--controllers={CONTROLLERS}",
                 f"--service-account-private-key-file={self.sa.key}",
                 f"--root-ca-file={self.ca.cert}", "--use-service-account-credentials=true",
@@ -327,8 +340,7 @@ class LocalCluster:
                 str(b / "kube-scheduler"), f"--kubeconfig={w / 'scheduler.kubeconfig'}",
                 f"--authentication-kubeconfig={w / 'scheduler.kubeconfig'}",
                 f"--authorization-kubeconfig={w / 'scheduler.kubeconfig'}",
-                "--bind-address=127.0.0.1", f"--secure-port={free_port()}",
-                "--leader-elect=false", "--v=1",
+                "--secure-port=0", "--leader-elect=false", "--v=1",
             ], logs / "kube-scheduler.log"),
         }
 

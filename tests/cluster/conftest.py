@@ -1,0 +1,139 @@
+"""Cluster tier: the operator against a REAL Kubernetes control plane (etcd,
+kube-apiserver, kube-controller-manager and kube-scheduler v1.37.2, built from Go modules
+by ``bash tools/setup.sh --cluster``), installed by ``helm install`` of the chart and run
+with the chart's ServiceAccount token, so RBAC, admission, the CRD's schema and CEL, the
+Deployment/ReplicaSet/Job controllers, the garbage collector and the scheduler are
+Kubernetes' own. Only the kubelet is local (:mod:`llm_operator.sandbox.kubelet`: pods run
+as local processes).
+
+One control plane for the whole session (it starts in about 10 s); each test gets its own
+namespace and operator process, and every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from llm_operator.sandbox.cluster import (
+    Installed,
+    LocalCluster,
+    binaries_present,
+    cache_dir,
+    helm_install,
+)
+from llm_operator.sandbox.kubelet import LocalKubelet, gpu_nodes
+from llm_operator.sandbox.loop import default_vllm_python
+from llm_operator.sandbox.tiny_model import ensure_tiny_llama
+from tests.support.emulator import ROOT, Kubectl, OperatorProcess, kubectl_binary, wait_for
+
+CHART = ROOT / "charts" / "llm-operator"
+TINY_MODEL_NAME = "llmops-demo/tiny-llama"
+MODEL_CACHE = Path("/tmp/llmop-models")
+
+
+def helm_binary() -> str:
+    """The project's helm (tools/install_helm.py puts it in .cache/bin)."""
+    local = ROOT / ".cache" / "bin" / "helm"
+    found = str(local) if local.exists() else shutil.which("helm")
+    if not found:
+        pytest.fail("no helm: run `python tools/install_helm.py` (tools/test.sh does)")
+    return found
+
+
+class ClusterKubectl(Kubectl):
+    """kubectl as the cluster's admin; the real server validates, so ``apply`` does too."""
+
+    def apply(self, path: Path | str, namespace: str | None = None) -> str:
+        ns = ["-n", namespace] if namespace else []
+        return self.run("apply", "--validate=strict", *ns, "-f", str(path)).stdout
+
+    def apply_obj(self, obj: dict[str, Any], namespace: str | None = None,
+                  check: bool = True) -> Any:
+        ns = ["-n", namespace] if namespace else []
+        return self.run("apply", "--validate=strict", *ns, "-f", "-",
+                        stdin=yaml.safe_dump(obj), check=check)
+
+    def items(self, kind: str, namespace: str | None = None,
+              selector: str | None = None) -> list[dict[str, Any]]:
+        args = ["get", kind, "-o", "json"]
+        args += ["-n", namespace] if namespace else ["-A"]
+        args += ["-l", selector] if selector else []
+        return list(json.loads(self.run(*args).stdout).get("items") or [])
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    if not binaries_present():
+        pytest.fail(f"the control-plane binaries are not in {cache_dir()}: run "
+                    "`bash tools/setup.sh --cluster` (tools/test.sh does)")
+    workdir = tmp_path_factory.mktemp("cluster")
+    with LocalCluster(workdir, out=lambda line: sys.stderr.write(line + "\n")) as running:
+        yield running
+    assert not running.pids(), "a control-plane process outlived the cluster"
+
+
+@pytest.fixture(scope="session")
+def admin(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> ClusterKubectl:
+    return ClusterKubectl(cluster.admin_kubeconfig, tmp_path_factory.mktemp("kube-cache"))
+
+
+@pytest.fixture(scope="session")
+def tiny_model() -> Path:
+    return ensure_tiny_llama(MODEL_CACHE, default_vllm_python(ROOT))
+
+
+@pytest.fixture(scope="session")
+def kubelet(cluster: LocalCluster, tiny_model: Path,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKubelet]:
+    """Two GPU nodes (8 x L4 each, GPU feature discovery's label, the nvidia.com/gpu
+    taint) and one CPU node; their pods run as local processes."""
+    with LocalKubelet(cluster.admin_kubeconfig, gpu_nodes(), tmp_path_factory.mktemp("kubelet"),
+                      vllm_python=default_vllm_python(ROOT),
+                      models={TINY_MODEL_NAME: tiny_model},
+                      out=lambda line: sys.stderr.write(line + "\n")) as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def installed(cluster: LocalCluster, kubelet: LocalKubelet) -> Installed:
+    """``helm install`` of the chart (CRD, RBAC, ServiceAccount, PriorityClasses) with
+    ``replicaCount: 0``: no image can run here, so the operator runs as a local process
+    with the ServiceAccount's token instead of in the chart's pod."""
+    return helm_install(cluster, helm_binary(), kubectl_binary(), CHART,
+                        values={"replicaCount": 0})
+
+
+@pytest.fixture
+def namespace(admin: ClusterKubectl, installed: Installed) -> Iterator[str]:
+    """A fresh namespace for one test, deleted after it (the namespace controller)."""
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    admin.run("create", "namespace", name)
+    yield name
+    admin.run("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def operator(installed: Installed, namespace: str, tmp_path: Path
+             ) -> Iterator[OperatorProcess]:
+    """``llm-operator run`` as the chart's ServiceAccount, cluster-wide as the chart runs it
+    by default (watching one namespace needs the namespace-scoped install, which grants
+    kopf the namespace list it then makes)."""
+    proc = OperatorProcess(installed.kubeconfig, tmp_path / "operator.log", [],
+                           env={"LLMOP_METRICS_PORT": "0"}).start()
+    try:
+        proc.wait_log("Initial authentication has finished", timeout=60)
+        yield proc
+    finally:
+        proc.stop()
+
+
+__all__ = ["ClusterKubectl", "wait_for"]

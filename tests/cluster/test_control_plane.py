@@ -1,0 +1,199 @@
+"""The operator on the REAL control plane (see conftest.py): installed by helm, running
+with the chart's ServiceAccount token, its Deployment rolled out by Kubernetes'
+Deployment and ReplicaSet controllers, its pod placed by the real scheduler on a GPU node
+and run by the local kubelet with vLLM (CPU build) serving a tiny model, everything it
+owns removed by the real garbage collector when the LLMService is deleted.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from typing import Any
+
+import pytest
+import yaml
+
+from llm_operator.sandbox.cluster import KUBERNETES_VERSION, Installed, LocalCluster
+from llm_operator.sandbox.kubelet import LocalKubelet
+from tests.support.emulator import EXAMPLES_DIR, OperatorProcess, wait_for
+
+from .conftest import ClusterKubectl
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
+
+NOT_READY = {"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"}
+OWNED_KINDS = "deployments,replicasets,pods,services,configmaps,jobs,poddisruptionbudgets"
+
+
+def tiny_service(name: str = "tiny") -> dict[str, Any]:
+    """The demo's tiny Llama with tuning and adaptation off: one pod, one GPU."""
+    doc: dict[str, Any] = yaml.safe_load((EXAMPLES_DIR / "tiny-llama-local.yaml").read_text())
+    doc["metadata"] = {"name": name}
+    doc["spec"]["tuning"] = {"mode": "Disabled"}
+    doc["spec"]["adaptation"] = {"mode": "Disabled"}
+    return doc
+
+
+def condition(obj: dict[str, Any] | None, ctype: str) -> dict[str, Any]:
+    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if c.get("type") == ctype:
+            return dict(c)
+    return {}
+
+
+def owned_by(obj: dict[str, Any], uid: str) -> bool:
+    return any(r.get("uid") == uid for r in obj["metadata"].get("ownerReferences") or [])
+
+
+def managers(admin: ClusterKubectl, kind: str, name: str, namespace: str) -> dict[str, Any]:
+    """The object's field managers (kubectl hides managedFields unless asked)."""
+    out = admin.run("get", kind, name, "-n", namespace, "--show-managed-fields", "-o", "json")
+    obj = json.loads(out.stdout)
+    return {m["manager"]: m for m in obj["metadata"].get("managedFields") or []}
+
+
+def forbidden_lines(log: str) -> list[str]:
+    return [line for line in log.splitlines() if re.search(r"\b403\b|Forbidden", line)]
+
+
+def test_the_control_plane_is_kubernetes(cluster: LocalCluster, admin: ClusterKubectl,
+                                         kubelet: LocalKubelet) -> None:
+    """The server is the pinned release, the nodes are Ready with their GPUs, and the
+    node lifecycle controller leaves them untainted (the kubelet's heartbeats count)."""
+    version = admin.run("version", "-o", "json").stdout
+    assert f'"gitVersion": "{KUBERNETES_VERSION}"' in version
+
+    def nodes_ready() -> list[dict[str, Any]] | None:
+        nodes = admin.items("nodes")
+        ok = [n for n in nodes if condition(n, "Ready").get("status") == "True"
+              and not {t["key"] for t in n["spec"].get("taints") or []} & NOT_READY]
+        return nodes if len(ok) == 3 else None
+    # Admission taints a new node not-ready; the node lifecycle controller lifts it once
+    # it sees the kubelet's Ready condition.
+    nodes = wait_for(nodes_ready, 60, "three Ready nodes without the not-ready taint")
+    gpus = {n["metadata"]["name"]: n["status"]["allocatable"].get("nvidia.com/gpu")
+            for n in nodes}
+    assert gpus == {"gpu-node-1": "8", "gpu-node-2": "8", "cpu-node-1": None}
+    for n in nodes:
+        keys = {t["key"] for t in n["spec"].get("taints") or []}
+        assert keys == ({"nvidia.com/gpu"} if n["metadata"]["name"].startswith("gpu") else set())
+
+
+def test_rbac_is_the_charts(admin: ClusterKubectl, installed: Installed) -> None:
+    """The operator's identity can do what the chart grants and nothing more: it may
+    patch Deployments but not read Secrets' values cluster-wide or delete nodes."""
+    sa = f"system:serviceaccount:{installed.namespace}:{installed.service_account}"
+
+    def can(verb: str, resource: str) -> bool:
+        out = admin.run("auth", "can-i", verb, resource, "--as", sa, "-A", check=False)
+        return out.stdout.strip() == "yes"
+    assert can("patch", "deployments.apps")
+    assert can("create", "jobs.batch")
+    assert can("patch", "llmservices.llmops.dev/status")
+    assert not can("delete", "nodes")
+    assert not can("create", "clusterrolebindings.rbac.authorization.k8s.io")
+
+
+def test_the_loop_on_real_controllers(admin: ClusterKubectl, namespace: str,
+                                      operator: OperatorProcess, kubelet: LocalKubelet) -> None:
+    """apply -> the operator's Deployment -> the real ReplicaSet -> a pod the real
+    scheduler binds to a GPU node -> vLLM serving (local kubelet) -> Available; then
+    delete -> the garbage collector removes every object the service owned and the
+    kubelet stops the processes; the operator's log holds no Forbidden answer."""
+    svc = tiny_service()
+    admin.apply_obj(svc, namespace)
+    llms = wait_for(lambda: admin.get("llms", "tiny", namespace), 30, "the LLMService")
+    uid = llms["metadata"]["uid"]
+
+    dep = wait_for(lambda: admin.get("deployment", "tiny", namespace), 60,
+                   "the operator's Deployment")
+    assert owned_by(dep, uid)
+    by = managers(admin, "deployment", "tiny", namespace)
+    assert by["llm-operator"]["operation"] == "Apply", by
+
+    def replica_set() -> dict[str, Any] | None:
+        rs = [r for r in admin.items("replicasets", namespace)
+              if owned_by(r, dep["metadata"]["uid"])]
+        return rs[0] if rs else None
+    rs = wait_for(replica_set, 60, "a ReplicaSet made by the Deployment controller")
+
+    def bound_pod() -> dict[str, Any] | None:
+        pods = [p for p in admin.items("pods", namespace) if owned_by(p, rs["metadata"]["uid"])]
+        return pods[0] if pods and pods[0]["spec"].get("nodeName") else None
+    pod = wait_for(bound_pod, 60, "a server pod bound by the scheduler")
+    assert pod["spec"]["nodeName"].startswith("gpu-node-"), pod["spec"]["nodeName"]
+    limits = pod["spec"]["containers"][0]["resources"]["limits"]
+    assert limits.get("nvidia.com/gpu") == "1", limits
+
+    def available() -> dict[str, Any] | None:
+        obj = admin.get("llms", "tiny", namespace)
+        return obj if condition(obj, "Available").get("status") == "True" else None
+    wait_for(available, 400, "the LLMService Available (vLLM serving in the pod)",
+             interval=2)
+    dep = admin.get("deployment", "tiny", namespace)
+    assert dep is not None and dep["status"].get("availableReplicas") == 1
+
+    def owned_objects() -> set[tuple[str, str]]:
+        """Every object of the namespace with an owner (the service's children and theirs;
+        not the namespace's own kube-root-ca.crt)."""
+        return {(o["kind"], o["metadata"]["name"]) for o in admin.items(OWNED_KINDS, namespace)
+                if o["metadata"].get("ownerReferences")}
+    owned_before = owned_objects()
+    assert {("Deployment", "tiny"), ("ReplicaSet", rs["metadata"]["name"]),
+            ("Pod", pod["metadata"]["name"]), ("Service", "tiny")} <= owned_before
+    assert kubelet.pids(), "the kubelet runs no process for the serving pod"
+
+    admin.run("delete", "llms", "tiny", "-n", namespace, "--wait=true", timeout=120)
+
+    def all_gone() -> bool:
+        return not owned_objects()
+    wait_for(all_gone, 120, f"the garbage collector to remove {sorted(owned_before)}",
+             interval=1)
+    wait_for(lambda: not kubelet.pids(), 60, "the kubelet to stop every process")
+    assert forbidden_lines(operator.log()) == []
+
+
+def test_a_pod_no_node_can_take_reports_the_schedulers_message(
+        admin: ClusterKubectl, namespace: str, operator: OperatorProcess) -> None:
+    """A service asking for a GPU product no node carries stays Pending; the LLMService
+    says so with the real scheduler's own message."""
+    svc = tiny_service("nowhere")
+    svc["spec"]["gpus"] = {**svc["spec"]["gpus"], "product": "H100"}
+    admin.apply_obj(svc, namespace)
+
+    def unschedulable() -> dict[str, Any] | None:
+        c = condition(admin.get("llms", "nowhere", namespace), "PodsScheduled")
+        return c if c.get("status") == "False" else None
+    cond = wait_for(unschedulable, 90, "PodsScheduled=False on the LLMService", interval=1)
+    assert cond["reason"] == "Unschedulable"
+    assert "0/3 nodes are available" in cond["message"], cond["message"]
+    assert "node affinity/selector" in cond["message"], cond["message"]
+    events = admin.items("events", namespace)
+    assert any(e.get("reason") == "FailedScheduling" and
+               e["involvedObject"]["kind"] == "Pod" for e in events)
+
+
+def test_another_field_managers_label_stays(admin: ClusterKubectl, namespace: str,
+                                             operator: OperatorProcess) -> None:
+    """Server-side apply: a label another manager (kubectl) adds to the Deployment
+    survives the operator's next reconcile, which a spec change triggers."""
+    svc = tiny_service("shared")
+    svc["spec"]["gpus"] = {**svc["spec"]["gpus"], "product": "H100"}  # stays Pending: no vLLM
+    admin.apply_obj(svc, namespace)
+    wait_for(lambda: admin.get("deployment", "shared", namespace), 60, "the Deployment")
+    admin.run("label", "deployment", "shared", "-n", namespace, "team=search")
+    changed = copy.deepcopy(svc)
+    changed["spec"]["engine"] = {**changed["spec"]["engine"], "maxModelLen": 512}
+    admin.apply_obj(changed, namespace)
+
+    def rerendered() -> dict[str, Any] | None:
+        dep = admin.get("deployment", "shared", namespace)
+        args = " ".join((dep or {}).get("spec", {}).get("template", {}).get("spec", {})
+                        .get("containers", [{}])[0].get("args") or [])
+        return dep if "--max-model-len 512" in args or "--max-model-len=512" in args else None
+    dep = wait_for(rerendered, 60, "the operator to re-render the Deployment (max-model-len)")
+    assert dep["metadata"]["labels"].get("team") == "search"
+    by = managers(admin, "deployment", "shared", namespace)
+    assert "kubectl-label" in by and by["llm-operator"]["operation"] == "Apply", sorted(by)
