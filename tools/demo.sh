@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# The main job without a cluster. By default the whole loop: installs the operator, vLLM's
-# CPU build and Prometheus (tools/setup.sh --engine), then `llm-operator demo` serves a tiny
-# generated model through the operator against an EMULATED Kubernetes API server (kmock,
-# not a real cluster) and a LOCAL node agent: plan, tuning Job, rollout, load, adaptation.
-# `bash tools/demo.sh --tour`: the quick tour without an engine (plans the examples/).
+# The main job without a cluster of your own. By default the whole loop on a REAL
+# Kubernetes control plane started on this machine: installs the operator, vLLM's CPU
+# build, Prometheus and helm, builds kube-apiserver, etcd, kube-controller-manager and
+# kube-scheduler from Go modules once (tools/setup.sh --demo; cached outside the checkout),
+# then `llm-operator demo` installs the chart with helm and serves a tiny generated model
+# through the operator: plan, tuning Job, rollout, load, adaptation. Pods run as local
+# processes (a local kubelet; no GPU, no container runtime).
+#   bash tools/demo.sh --emulated   the same loop on the EMULATED API server (no Go build)
+#   bash tools/demo.sh --tour       the quick tour without an engine (plans the examples/)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ "${1:-}" = "--tour" ]; then
-  bash tools/setup.sh
-else
-  bash tools/setup.sh --engine
-fi
+case "${1:-}" in
+  --tour) bash tools/setup.sh ;;
+  --emulated) bash tools/setup.sh --engine ;;
+  *) bash tools/setup.sh --demo ;;
+esac
 exec .venv/bin/llm-operator demo "$@"

@@ -3,7 +3,8 @@
 # existing one (each step is skipped when already done). Called by test.sh and demo.sh.
 #
 #   bash tools/setup.sh           # the project venv (.venv) only: enough for `demo --tour`
-#   bash tools/setup.sh --engine  # plus Prometheus (apt) and vLLM CPU (.venv-vllm): the demo
+#   bash tools/setup.sh --engine  # plus Prometheus (apt) and vLLM CPU (.venv-vllm)
+#   bash tools/setup.sh --demo    # plus the control plane and helm: the demo
 #   bash tools/setup.sh --cluster # plus the real control plane (Go build, cached outside)
 #   bash tools/setup.sh --tests   # plus helm and the control plane: everything the tests need
 set -euo pipefail
@@ -11,9 +12,11 @@ cd "$(dirname "$0")/.."
 want_tests=0
 want_engine=0
 want_cluster=0
+want_helm=0
 case "${1:-}" in
-  --tests) want_tests=1; want_engine=1; want_cluster=1 ;;
+  --tests) want_tests=1; want_engine=1; want_cluster=1; want_helm=1 ;;
   --engine) want_engine=1 ;;
+  --demo) want_engine=1; want_cluster=1; want_helm=1 ;;
   --cluster) want_cluster=1 ;;
 esac
 PY=${PYTHON:-python3}
@@ -51,7 +54,7 @@ if ! .venv-vllm/bin/python -c 'import vllm' >/dev/null 2>&1; then
   .venv-vllm/bin/python tools/install_vllm.py .venv-vllm/bin/python 0.32.0
 fi
 
-[ "$want_tests" = 1 ] || exit 0
+[ "$want_helm" = 1 ] || exit 0
 
 step "Installing helm"
 .venv/bin/python tools/install_helm.py

@@ -2,12 +2,15 @@
 tuner run -> the Deployment rolled onto the tuned settings -> under load the adaptation
 changes the cap live -> a spec change re-plans -> delete stops every process.
 
-Emulated: the API server (kmock, the project's emulator) and the node agent (the
-Deployment/Job controllers and the kubelet, running containers as local processes).
-Real: kubectl, the operator process, vLLM (CPU build) serving a generated tiny Llama, the
-tuner in the tuning Job, vLLM's benchmark as the load, and Prometheus finding the pod
-only through the rendered PodMonitor. Budget: about 5 minutes on 2 cores (one vLLM at a
-time: the example tunes BeforeServing).
+On the REAL control plane (kube-apiserver, etcd, kube-controller-manager and
+kube-scheduler v1.37.2 built from Go modules: llm_operator.sandbox.cluster), with the
+chart installed by helm and the operator running under its ServiceAccount's token: the
+Job, Deployment and ReplicaSet controllers, the scheduler and the garbage collector are
+Kubernetes' own. Local: the kubelet (llm_operator.sandbox.kubelet runs each pod's
+containers as local processes). Real too: kubectl, helm, the operator process, vLLM (CPU
+build) serving a generated tiny Llama, the tuner in the tuning Job, vLLM's benchmark as
+the load, and Prometheus finding the pod only through the rendered PodMonitor. Budget:
+about 5 minutes on 2 cores (one vLLM at a time: the example tunes BeforeServing).
 """
 
 from __future__ import annotations
@@ -32,12 +35,13 @@ from llm_operator.sandbox.loop import (
     serves_cap,
 )
 from llm_operator.sandbox.vllm_load import Load, LoadRun
+from tests.cluster.conftest import helm_binary
 from tests.support.emulator import ROOT
 
 T = TypeVar("T")
 # Bounds, not expectations: on an idle 2-core machine the test takes about 5 minutes; the
 # bounds leave room for waiting on the machine-wide vLLM lock (LLMOP_VLLM_LOCK).
-pytestmark = [pytest.mark.timeout(1500)]
+pytestmark = [pytest.mark.timeout(1500), pytest.mark.cluster]
 VLLM_PYTHON = default_vllm_python(ROOT)
 KUBECTL = kubectl_binary()
 MISSING = missing_parts(ROOT, VLLM_PYTHON, KUBECTL)
@@ -78,8 +82,8 @@ def loop(tmp_path: Path) -> Iterator[LocalLoop]:
         pytest.skip("; ".join(MISSING))
     assert KUBECTL is not None
     lines: list[str] = []
-    with LocalLoop(ROOT, tmp_path, KUBECTL, vllm_python=VLLM_PYTHON,
-                   say=lines.append) as running:
+    with LocalLoop(ROOT, tmp_path, KUBECTL, vllm_python=VLLM_PYTHON, say=lines.append,
+                   backend="cluster", helm=helm_binary()) as running:
         yield running
     assert running.operator is not None and running.operator.poll() is not None
 

@@ -233,11 +233,15 @@ def run_demo(console: Console | None = None, *, keep: bool = False,
 def add_parser(sub: Any) -> None:
     """Register ``llm-operator demo`` on the CLI's subparsers."""
     p = sub.add_parser("demo", help="the whole loop on this machine: a tiny model planned, "
-                       "tuned, served by vLLM (CPU), loaded and adapted, against an EMULATED "
-                       "API server and a local node agent (a few minutes); --tour: the "
-                       "quick tour without an engine (about a minute)")
+                       "tuned, served by vLLM (CPU), loaded and adapted, on a REAL local "
+                       "control plane with a local kubelet (a few minutes); --emulated: the "
+                       "same on the emulated API server; --tour: the quick tour without an "
+                       "engine (about a minute)")
     p.add_argument("--tour", action="store_true",
                    help="the quick tour: plan and render the examples, no engine, no pods")
+    p.add_argument("--emulated", action="store_true",
+                   help="the EMULATED API server and node agent instead of the real control "
+                        "plane (no Go build needed)")
     p.add_argument("--keep", action="store_true",
                    help="keep the emulated server and the operator running until Ctrl-C")
     p.add_argument("--project-dir", help="folder with crds/ and examples/ (default: found)")
@@ -254,7 +258,7 @@ def _cmd_demo(args: Any) -> int:
         return 2
     from .loop_demo import run_loop_demo
 
-    return run_loop_demo(project, kubectl_binary(), keep=args.keep)
+    return run_loop_demo(project, kubectl_binary(), keep=args.keep, emulated=args.emulated)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -160,15 +160,18 @@ class LocalLoop:
         self._stack.callback(self.agent.stop)
         self.kubectl("apply", "--server-side", "-f", "-",
                      stdin=yaml.safe_dump(podmonitor_crd()))
+        if ns != "default":
+            run_tool([self.kubectl_path, "create", "namespace", ns], self.kubeconfig)
         self.installed = helm_install(
             self.cluster, self.helm, self.kubectl_path,
-            self.project / "charts" / "llm-operator", values={"replicaCount": 0})
+            self.project / "charts" / "llm-operator",
+            # The namespace-scoped install: a Role in the watched namespace (and the
+            # namespace list kopf then needs), as `-n` below runs the operator.
+            values={"replicaCount": 0, "watchNamespaces": [ns]})
         self.operator_kubeconfig = self.installed.kubeconfig
         self.say(f"helm install {self.installed.release}: the operator runs as "
                  f"system:serviceaccount:{self.installed.namespace}:"
                  f"{self.installed.service_account} (the chart's RBAC)")
-        if ns != "default":
-            run_tool([self.kubectl_path, "create", "namespace", ns], self.kubeconfig)
         self.discovery = PodMonitorDiscovery(
             self.kubeconfig, self.workdir / "prometheus", namespaces=[ns], interval_s=1.0,
             scrape_interval=f"{self.settings.scrape_interval_seconds}s").start()

@@ -33,6 +33,16 @@ from .loop import (
 )
 from .vllm_load import Load, LoadRun
 
+INTRO_CLUSTER = (
+    "[bold]Real[/]: the Kubernetes control plane (kube-apiserver, etcd, "
+    "kube-controller-manager, kube-scheduler v1.37.2, built from Go modules), the chart "
+    "installed by helm, the operator process (llm-operator run) under the chart's "
+    "ServiceAccount token, kubectl, vLLM (CPU build, serving a tiny generated model), the "
+    "tuner in the tuning Job, vLLM's benchmark as the load, and Prometheus, which finds the "
+    "pods only through the rendered PodMonitor.\n"
+    "[bold]Local[/]: the kubelet, which runs each pod the scheduler binds to its nodes as "
+    "local processes (it prints what it substitutes); there is no GPU."
+)
 INTRO = (
     "[bold]Emulated[/]: the Kubernetes API server (kmock, in this process: not a cluster) "
     "and the [bold]node agent[/] that plays the Deployment/Job controllers and the kubelet, "
@@ -229,12 +239,29 @@ def _cell(value: Any) -> str:
     return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
+def helm_binary(project: Path) -> str | None:
+    """helm from ``tools/install_helm.py`` (``.cache/bin``), else on PATH."""
+    import shutil
+
+    local = project / ".cache" / "bin" / "helm"
+    return str(local) if local.exists() else shutil.which("helm")
+
+
 def run_loop_demo(project: Path, kubectl: str | None, console: Console | None = None, *,
-                  keep: bool = False) -> int:
-    """Run the loop demo with the checkout ``project`` and ``kubectl``; the exit code."""
+                  keep: bool = False, emulated: bool = False) -> int:
+    """Run the loop demo with the checkout ``project`` and ``kubectl``; the exit code.
+    On the real control plane unless ``emulated``."""
+    from .cluster import binaries_present, cache_dir
+
     console = console or Console()
     vllm_python = default_vllm_python(project)
     missing = missing_parts(project, vllm_python, kubectl)
+    helm = helm_binary(project)
+    if not emulated and not binaries_present():
+        missing.append(f"the control plane's binaries in {cache_dir()} (bash tools/setup.sh "
+                       "--cluster builds them once)")
+    if not emulated and helm is None:
+        missing.append("helm (python tools/install_helm.py)")
     if missing:
         console.print("[red]error[/] the loop needs: " + "; ".join(missing) +
                       ". `bash tools/demo.sh` installs them; `llm-operator demo --tour` "
@@ -246,7 +273,8 @@ def run_loop_demo(project: Path, kubectl: str | None, console: Console | None = 
         raise SystemExit(128 + signum)  # unwinds the loop: every process it started stops
 
     signal.signal(signal.SIGTERM, terminate)
-    console.print(Panel(INTRO, title="llm-operator demo: the whole loop on one machine",
+    console.print(Panel(INTRO if emulated else INTRO_CLUSTER,
+                        title="llm-operator demo: the whole loop on one machine",
                         border_style="yellow"))
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="llmop-loop-") as tmp:
@@ -258,7 +286,8 @@ def run_loop_demo(project: Path, kubectl: str | None, console: Console | None = 
             if _shown(text):
                 console.print(f"[dim]{text}[/]", highlight=False)
 
-        loop = LocalLoop(project, Path(tmp), kubectl, vllm_python=vllm_python, say=say)
+        loop = LocalLoop(project, Path(tmp), kubectl, vllm_python=vllm_python, say=say,
+                         backend="emulated" if emulated else "cluster", helm=helm)
         with loop:
             demo = LoopDemo(console, loop)
             console.print(f"[bold cyan]$ kubectl apply -f examples/{EXAMPLE_FILE}[/]")
@@ -272,7 +301,9 @@ def run_loop_demo(project: Path, kubectl: str | None, console: Console | None = 
             if keep:
                 console.print(Panel(f"export KUBECONFIG={loop.kubeconfig}\nkubectl get llms "
                                     "-o wide   # ... Ctrl-C to stop",
-                                    title="Still running (emulated API server, local agent)",
+                                    title="Still running (" + (
+                                        "emulated API server, local agent" if emulated else
+                                        "real control plane, local kubelet") + ")",
                                     border_style="yellow"))
                 try:
                     while True:
@@ -282,7 +313,12 @@ def run_loop_demo(project: Path, kubectl: str | None, console: Console | None = 
             console.rule("Stopping")
             loop.kubectl("delete", "llms", demo.name, "-n", loop.settings.namespace,
                          "--wait=false", check=False)
-    console.print(f"\nDone in {time.monotonic() - started:.0f} s. The API server and the node "
-                  "agent were emulated (not a cluster); vLLM, the tuner, Prometheus and "
-                  "kubectl were real.")
+    if emulated:
+        console.print(f"\nDone in {time.monotonic() - started:.0f} s. The API server and the "
+                      "node agent were emulated (not a cluster); vLLM, the tuner, Prometheus "
+                      "and kubectl were real.")
+    else:
+        console.print(f"\nDone in {time.monotonic() - started:.0f} s. The control plane, helm, "
+                      "kubectl, vLLM, the tuner and Prometheus were real; the kubelet ran the "
+                      "pods as local processes, on CPUs.")
     return 0

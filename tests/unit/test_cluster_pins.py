@@ -1,0 +1,34 @@
+"""The control plane's versions are pinned once: the Go modules in tools/cluster say
+which Kubernetes and etcd are built, and the Python side looks for those binaries."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from llm_operator.sandbox.cluster import ETCD_VERSION, KUBERNETES_VERSION, cache_dir
+
+pytestmark = pytest.mark.unit
+TOOLS = Path(__file__).resolve().parents[2] / "tools" / "cluster"
+
+
+def test_go_modules_pin_the_versions_the_cluster_runs() -> None:
+    k8s = re.search(r"^\s*k8s\.io/kubernetes (v\S+)", (TOOLS / "go.mod").read_text(), re.M)
+    etcd = re.search(r"go\.etcd\.io/etcd/server/v3 (v\S+)",
+                     (TOOLS / "etcd" / "go.mod").read_text())
+    assert k8s and k8s.group(1) == KUBERNETES_VERSION
+    assert etcd and etcd.group(1) == ETCD_VERSION
+    assert cache_dir().parent.name == f"kubernetes-{KUBERNETES_VERSION}-etcd-{ETCD_VERSION}"
+
+
+def test_every_staging_module_is_replaced_by_its_published_twin() -> None:
+    """k8s.io/kubernetes points its staging modules at ./staging; each must be replaced
+    by the v0 release of the same minor, or `go build` cannot resolve them."""
+    text = (TOOLS / "go.mod").read_text()
+    minor = KUBERNETES_VERSION.split(".", 1)[1]
+    replaced = re.findall(r"^\s*(k8s\.io/[\w-]+) => (k8s\.io/[\w-]+) (v\S+)$", text, re.M)
+    assert len(replaced) >= 30
+    for old, new, version in replaced:
+        assert old == new and version == f"v0.{minor}", (old, new, version)
