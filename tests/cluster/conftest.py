@@ -128,7 +128,7 @@ def operator(installed: Installed, namespace: str, tmp_path: Path
     by default (watching one namespace needs the namespace-scoped install, which grants
     kopf the namespace list it then makes)."""
     proc = OperatorProcess(installed.kubeconfig, tmp_path / "operator.log", [],
-                           env={"LLMOP_METRICS_PORT": "0"}).start()
+                           env={**installed.env, "LLMOP_METRICS_PORT": "0"}).start()
     try:
         proc.wait_log("Initial authentication has finished", timeout=60)
         yield proc

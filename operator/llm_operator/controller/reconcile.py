@@ -195,6 +195,19 @@ async def _reconcile(
         msg = switch or "; ".join(map(str, failures))
         logger.warning(f"Not every child could be written: {msg}")
         error = kopf.TemporaryError(msg, delay=FAILED_STEP_RETRY_SECONDS)
+        forbidden = [f for f in failures
+                     if isinstance(f.error, ApiError) and f.error.status == 403]
+        before = st.get_condition((current or {}).get("conditions") or [],
+                                  st.ConditionType.CHILDREN_APPLIED)
+        after = st.get_condition(new.get("conditions") or [], st.ConditionType.CHILDREN_APPLIED)
+        if forbidden and (before or {}).get("message") != (after or {}).get("message"):
+            # Once per change, not on every retry: the RBAC the operator runs with lacks a
+            # verb (the chart's role edited, or an older chart); a retry every
+            # FAILED_STEP_RETRY_SECONDS picks the fix up without a restart.
+            said = "; ".join(map(str, forbidden))
+            ctx.post_event(body, "Warning", "ChildForbidden",
+                           f"{said} (the operator's RBAC lacks this verb: the chart's role "
+                           f"grants it; retrying every {FAILED_STEP_RETRY_SECONDS}s)")
         rejected = [f for f in failures if isinstance(f.error, ApiError) and f.error.status == 422]
         if rejected:
             # 422: the API server refuses the child as rendered; retrying cannot help, only

@@ -21,6 +21,7 @@ error carries the log's tail. :meth:`stop` leaves no process behind.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -370,6 +371,7 @@ class Installed:
     namespace: str
     service_account: str
     kubeconfig: Path  # the ServiceAccount's token (TokenRequest): the chart's RBAC applies
+    env: dict[str, str]  # the operator container's environment as the chart renders it
 
 
 def helm_install(cluster: LocalCluster, helm: str, kubectl: str, chart: Path, *,
@@ -400,7 +402,13 @@ def helm_install(cluster: LocalCluster, helm: str, kubectl: str, chart: Path, *,
     path = cluster.workdir / f"{release}-operator.kubeconfig"
     path.write_text(kubeconfig(cluster.url, cluster.ca.cert,
                                f"system:serviceaccount:{namespace}:{names[0]}", token=token))
-    return Installed(release, namespace, names[0], path)
+    deployments = json.loads(run_tool(
+        [kubectl, "get", "deployments", "-n", namespace, "-l",
+         f"app.kubernetes.io/instance={release}", "-o", "json"], admin))["items"]
+    env = {e["name"]: str(e["value"]) for d in deployments
+           for c in d["spec"]["template"]["spec"]["containers"]
+           for e in c.get("env") or [] if "value" in e}
+    return Installed(release, namespace, names[0], path, env)
 
 
 # ------------------------------------------------------------------------------ CLI
@@ -425,7 +433,13 @@ def add_parser(sub: object) -> None:
 
 
 def _cmd_cluster(args: object) -> int:
+    import signal
     import tempfile
+
+    def terminate(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)  # unwinds the `with`: every component stops
+
+    signal.signal(signal.SIGTERM, terminate)
 
     from .kubelet import LocalKubelet, gpu_nodes
 

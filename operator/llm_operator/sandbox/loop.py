@@ -215,7 +215,9 @@ class LocalLoop:
     def start_operator(self) -> None:
         """The operator as its own process (``llm-operator run``), pointed at Prometheus."""
         assert self.discovery is not None and self.discovery.prometheus is not None
-        env = {**self.env, "KUBECONFIG": str(self.operator_kubeconfig), "PYTHONUNBUFFERED": "1",
+        chart_env = dict(self.installed.env) if self.installed is not None else {}
+        env = {**self.env, **chart_env, "KUBECONFIG": str(self.operator_kubeconfig),
+               "PYTHONUNBUFFERED": "1",
                "LLMOP_HEALTH_PORT": "0", "LLMOP_METRICS_PORT": "0",
                "LLMOP_POD_MONITOR": "enabled",
                "LLMOP_PROMETHEUS_URL": self.discovery.prometheus.url,

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
@@ -284,7 +285,7 @@ def run_loop_demo(project: Path, kubectl: str | None, console: Console | None = 
             with agent_log.open("a") as f:
                 f.write(text + "\n")
             if _shown(text):
-                console.print(f"[dim]{text}[/]", highlight=False)
+                console.print(f"[dim]{escape(text)}[/]", highlight=False)
 
         loop = LocalLoop(project, Path(tmp), kubectl, vllm_python=vllm_python, say=say,
                          backend="emulated" if emulated else "cluster", helm=helm)
