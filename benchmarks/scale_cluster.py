@@ -119,6 +119,7 @@ def _measure(cluster: LocalCluster, op: subprocess.Popen[bytes], log_path: Path,
     time.sleep(0.3)
     session = requests.Session()
     session.cert, session.verify = cert, verify
+    session.trust_env = False  # REQUESTS_CA_BUNDLE would replace the cluster CA
     session.mount("https://", requests.adapters.HTTPAdapter(pool_connections=THREADS,
                                                             pool_maxsize=THREADS))
     create_url = f"{url}/apis/llmops.dev/v1alpha1/namespaces/{NAMESPACE}/llmservices"
