@@ -7,6 +7,8 @@
 # and are reused after. Called by `bash tools/setup.sh --cluster` (and --tests).
 set -euo pipefail
 cd "$(dirname "$0")/cluster"
+# Go may be installed outside a non-interactive shell's PATH.
+command -v go >/dev/null || [ ! -x /usr/local/go/bin/go ] || export PATH="/usr/local/go/bin:$PATH"
 command -v go >/dev/null || { echo "Go is needed to build the control plane (go.mod: $(awk '/^go /{print $2}' go.mod))" >&2; exit 1; }
 K8S=$(go list -m -f '{{.Version}}' k8s.io/kubernetes)
 ETCD=$(cd etcd && go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)
@@ -27,7 +29,7 @@ progress() {  # $1: label, $2: package count
     END { printf "  %s: %d packages compiled (the rest were cached)\n", label, n }'
 }
 echo "==> Building Kubernetes $K8S (kube-apiserver, kube-controller-manager, kube-scheduler) into $OUT"
-echo "    (first build on 2 cores: about 20 minutes; later runs reuse the binaries)"
+echo "    (first build on 2 cores: about 5 minutes; later runs reuse the binaries)"
 total=$(go list -deps ./cmd/... | wc -l)
 go mod download
 go build -v -trimpath -ldflags "$LDFLAGS" -o "$OUT.tmp/" ./cmd/... 2>&1 | progress kubernetes "$total"

@@ -43,6 +43,17 @@ class Settings(BaseSettings):
     prometheus_url: str | None = Field(
         None, description="Prometheus base URL for online adaptation; unset disables it"
     )
+    prometheus_ca_file: str | None = Field(
+        None, description="CA bundle that verifies Prometheus' TLS certificate (default: the "
+        "system's CAs)",
+    )
+    prometheus_bearer_token_file: str | None = Field(
+        None, description="File holding a bearer token sent to Prometheus, read on every "
+        "request (e.g. /var/run/secrets/kubernetes.io/serviceaccount/token)",
+    )
+    prometheus_insecure_skip_verify: bool = Field(
+        False, description="Do not verify Prometheus' TLS certificate (not for production)",
+    )
     prometheus_service_label: str = Field(
         "llmservice",
         description="Label on vLLM series naming the LLMService (after relabelling)",

@@ -175,8 +175,8 @@ def test_a_pod_no_node_can_take_reports_the_schedulers_message(
                e["involvedObject"]["kind"] == "Pod" for e in events)
 
 
-def test_another_field_managers_label_stays(admin: ClusterKubectl, namespace: str,
-                                             operator: OperatorProcess) -> None:
+def test_another_managers_label_stays_and_the_scale_subresource_scales(
+        admin: ClusterKubectl, namespace: str, operator: OperatorProcess) -> None:
     """Server-side apply: a label another manager (kubectl) adds to the Deployment
     survives the operator's next reconcile, which a spec change triggers."""
     svc = tiny_service("shared")
@@ -197,3 +197,14 @@ def test_another_field_managers_label_stays(admin: ClusterKubectl, namespace: st
     assert dep["metadata"]["labels"].get("team") == "search"
     by = managers(admin, "deployment", "shared", namespace)
     assert "kubectl-label" in by and by["llm-operator"]["operation"] == "Apply", sorted(by)
+
+    # An autoscaler's way in: the LLMService's scale subresource (what an HPA or KEDA
+    # writes); the operator carries it to the Deployment, and the label stays.
+    admin.run("scale", "llms", "shared", "-n", namespace, "--replicas=2")
+    scaled = wait_for(lambda: (d := admin.get("deployment", "shared", namespace)) and
+                      d["spec"]["replicas"] == 2 and d, 60, "replicas 2 on the Deployment")
+    assert scaled["metadata"]["labels"].get("team") == "search"
+    scale = json.loads(admin.run("get", "--raw", f"/apis/llmops.dev/v1alpha1/namespaces/"
+                                 f"{namespace}/llmservices/shared/scale").stdout)
+    assert scale["spec"]["replicas"] == 2 and "llmops.dev/llmservice=shared" in (
+        scale["status"].get("selector") or ""), scale

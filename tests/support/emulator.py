@@ -145,7 +145,8 @@ class OperatorProcess:
     """``llm-operator run`` as a real subprocess against a kubeconfig; its log in a file."""
 
     def __init__(self, kubeconfig: Path, log_path: Path, namespaces: Sequence[str] = (),
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, peering: str | None = None) -> None:
+        self.peering = peering
         self.kubeconfig = kubeconfig
         self.log_path = log_path
         self.namespaces = list(namespaces)
@@ -154,10 +155,12 @@ class OperatorProcess:
         self._offset = 0
 
     def start(self) -> OperatorProcess:
-        """Start it (standalone: no peering with a standby)."""
+        """Start it (standalone, unless a peering object is named: then one active
+        operator and standbys, as the chart runs them with peering.enabled)."""
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "LLMOP_HEALTH_PORT": "0",
                "PYTHONUNBUFFERED": "1", **self.extra_env}
-        args = [*operator_command(), "run", "--standalone"]
+        args = [*operator_command(), "run",
+                f"--peering={self.peering}" if self.peering else "--standalone"]
         for ns in self.namespaces:
             args += ["-n", ns]
         self._offset = self.log_path.stat().st_size if self.log_path.exists() else 0

@@ -71,22 +71,48 @@ class QueryClient(Protocol):
     def custom_query(self, query: str, params: dict[str, Any] | None = None) -> Any: ...
 
 
-def connect(url: str, timeout_seconds: float = 10.0, retries: int = 1) -> QueryClient:
+def connect(url: str, timeout_seconds: float = 10.0, retries: int = 1, *,
+            ca_file: str | None = None, bearer_token_file: str | None = None,
+            insecure_skip_verify: bool = False) -> QueryClient:
     """A ``PrometheusConnect`` for ``url`` (no request is made yet).
 
     Queries go by POST (the batched expression is long), with a timeout and few retries:
     the timer must not hang on a dead Prometheus; the next tick retries anyway.
+
+    TLS is verified: against ``ca_file`` when given (an in-cluster Prometheus behind a
+    cluster CA), else the system's CAs. ``insecure_skip_verify`` turns verification off
+    and must be asked for. ``bearer_token_file`` (e.g. the pod's projected
+    ServiceAccount token, which the kubelet rotates) is read again on every request.
     """
+    import requests
     from prometheus_api_client import PrometheusConnect
     from urllib3.util.retry import Retry
 
+    session = requests.Session()
+    session.verify = False if insecure_skip_verify else (ca_file or True)
+    if bearer_token_file:
+        session.auth = _BearerTokenFile(bearer_token_file)
     return PrometheusConnect(
         url=url,
-        disable_ssl=True,
+        disable_ssl=insecure_skip_verify,
+        session=session,
         timeout=timeout_seconds,
         method="POST",
         retry=Retry(total=retries, backoff_factor=0.2, status_forcelist=(502, 503, 504)),
     )
+
+
+class _BearerTokenFile:
+    """``requests`` auth: ``Authorization: Bearer <the file's content>``, read per request
+    (a rotated token is picked up without a restart)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __call__(self, request: Any) -> Any:
+        with open(self.path, encoding="utf-8") as f:
+            request.headers["Authorization"] = f"Bearer {f.read().strip()}"
+        return request
 
 
 def signal_queries(

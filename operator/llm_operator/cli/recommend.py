@@ -101,7 +101,10 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     # The tables say when Prometheus is unavailable; no log line on top of them.
     logging.getLogger(prometheus.__name__).setLevel(logging.ERROR)
     now = time.time()
-    client = prometheus.connect(url)
+    client = prometheus.connect(
+        url, ca_file=settings.prometheus_ca_file,
+        bearer_token_file=settings.prometheus_bearer_token_file,
+        insecure_skip_verify=settings.prometheus_insecure_skip_verify)
     observed = prometheus.fetch_observations(
         client, [(namespace, name)], now, args.window,
         service_label=settings.prometheus_service_label,

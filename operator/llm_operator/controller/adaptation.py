@@ -165,7 +165,11 @@ class AdaptationLoop:
     async def observe(self, keys: list[ServiceKey], now: float) -> dict[ServiceKey, Observation]:
         """One batched Prometheus request for ``keys`` (in a thread: the client blocks)."""
         if self._client is None:
-            self._client = prometheus.connect(self.url)
+            settings = self.ctx.settings
+            self._client = prometheus.connect(
+                self.url, ca_file=settings.prometheus_ca_file,
+                bearer_token_file=settings.prometheus_bearer_token_file,
+                insecure_skip_verify=settings.prometheus_insecure_skip_verify)
         t0 = time.perf_counter()
         try:
             return await asyncio.to_thread(
