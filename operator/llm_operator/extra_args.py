@@ -19,15 +19,19 @@ with argparse's rules, and then judged by what it sets:
 from __future__ import annotations
 
 import difflib
-import json
-import re
 from dataclasses import dataclass
-from functools import cache
-from importlib import resources
-from typing import Any
 
 from .errors import SpecError
 from .models import SECRET_TOKEN, AdaptationMode, LLMServiceSpec
+from .serve_args import (  # noqa: F401 - Flag, flag_table... re-exported for their users
+    Arity,
+    Flag,
+    FlagTable,
+    flag_table,
+    is_value,
+    normalize_key,
+    vllm_spelling,
+)
 
 # vLLM flags the operator manages, with the spec field that sets them instead. One
 # place for the planner's checks and the renderer. Flags in UNPINNABLE_FLAGS are
@@ -108,107 +112,10 @@ SECRET_FLAGS: dict[str, str] = {
     "api_key": "set VLLM_API_KEY from a Secret: spec.pod.env with valueFrom.secretKeyRef",
 }
 
-# argparse's test for an item that is a negative number (a value, not a flag).
-_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
-
-Arity = int | str  # as argparse's nargs: 0, 1, n, "?", "+" or "*"
-
-
-@dataclass(frozen=True)
-class Flag:
-    """One option of ``vllm serve``: where its value goes, how many values it takes, and
-    whether giving it again adds to it (an append action) rather than replacing it."""
-
-    dest: str
-    arity: Arity
-    appends: bool = False
-
-    @property
-    def takes_value(self) -> bool:
-        return self.arity != 0
-
-    def wants_more(self, given: int) -> bool:
-        """Whether argparse would take another value after ``given`` of them."""
-        if isinstance(self.arity, int):
-            return given < self.arity
-        return self.arity in ("+", "*") or (self.arity == "?" and given == 0)
-
-    def short_of(self, given: int) -> bool:
-        """Whether ``given`` values are too few (argparse: expected ... argument)."""
-        if isinstance(self.arity, int):
-            return given < self.arity
-        return self.arity == "+" and given == 0
-
-
-@dataclass(frozen=True)
-class FlagTable:
-    """The options of ``vllm serve``: option string -> its :class:`Flag`."""
-
-    vllm_version: str
-    options: dict[str, Flag]
-
-    def resolve(self, option: str) -> tuple[str | None, list[str]]:
-        """The option string argparse picks for ``option`` (exact, or the one option it
-        is a unique prefix of), else None with the candidates (several: ambiguous)."""
-        if option in self.options:
-            return option, []
-        if option.startswith("--"):
-            matches = [o for o in self.options if o.startswith(option)]
-        else:  # argparse: "-n5" is "-n" with the value 5; "-d" prefixes "-dp", "-dcp"...
-            if option[:2] in self.options and len(option) > 2:
-                return option[:2], []
-            matches = [o for o in self.options if o.startswith(option)]
-        if len(matches) == 1:
-            return matches[0], []
-        return None, matches
-
-
-@cache
-def flag_table() -> FlagTable:
-    """The committed option table of the default image's ``vllm serve``."""
-    raw: dict[str, Any] = json.loads(
-        resources.files("llm_operator").joinpath("data/vllm_serve_flags.json").read_text())
-    return FlagTable(
-        vllm_version=raw["vllm"],
-        options={k: Flag(v["dest"], v["arity"], bool(v["appends"]))
-                 for k, v in raw["options"].items()})
-
-
-def is_value(item: str) -> bool:
-    """Whether argparse reads ``item`` as a value rather than an option: it does not
-    start with a dash, or is a lone dash or a negative number. (argparse also reads an
-    item like ``"--x 5"`` as a value; the check refuses such items on their own.)"""
-    return not item.startswith("-") or item == "-" or bool(_NEGATIVE_NUMBER.match(item))
-
-
 def _managed_dests(table: FlagTable) -> dict[str, tuple[str, str]]:
     """destination -> (a managed flag that sets it, the field that owns it)."""
     return {table.options[flag].dest: (flag, field)
             for flag, field in MANAGED_FLAGS.items() if flag in table.options}
-
-
-def vllm_spelling(args: list[str]) -> list[str]:
-    """The items as vLLM rewrites them before its parser sees them, one for one: ``-O3``
-    and ``-O=3`` are ``--optimization-level=3``, and ``-O`` before a level is
-    ``--optimization-level``."""
-    out: list[str] = []
-    for i, arg in enumerate(args):
-        if arg.startswith("-O") and arg != "-O":
-            out.append("--optimization-level=" + (arg[3:] if arg[2] == "=" else arg[2:]))
-        elif arg == "-O" and i + 1 < len(args) and args[i + 1] in {"0", "1", "2", "3"}:
-            out.append("--optimization-level")
-        else:
-            out.append(arg)
-    return out
-
-
-def _normalize(key: str) -> str:
-    """vLLM's preprocessing of a ``--key``: underscores become dashes up to the first
-    dot; a dotted key (``--compilation-config.mode``) sets the option before the dot."""
-    if not key.startswith("--"):
-        return key
-    head = key[2:].split(".", 1)[0]
-    return "--" + head.replace("_", "-")
 
 
 @dataclass
@@ -291,7 +198,7 @@ def check_extra_args(spec: LLMServiceSpec) -> tuple[list[SpecError], list[str]]:
                                     f"{key.split(' ', 1)[1].strip()!r}, or use "
                                     f"{key.split(' ', 1)[0]}=VALUE"))
             continue
-        option, candidates = table.resolve(_normalize(key))
+        option, candidates = table.resolve(normalize_key(key))
         if option is None:
             last = _Open(i, key, _UNKNOWN)
             if candidates:
@@ -301,7 +208,7 @@ def check_extra_args(spec: LLMServiceSpec) -> tuple[list[SpecError], list[str]]:
                                         + (" ..." if len(candidates) > 6 else ""),
                                         "write the whole flag"))
                 continue
-            close_to = difflib.get_close_matches(_normalize(key), list(table.options), n=3)
+            close_to = difflib.get_close_matches(normalize_key(key), list(table.options), n=3)
             hint = f" (did you mean {', '.join(close_to)}?)" if close_to else ""
             problem = f"{key!r} is not an option of vllm serve {table.vllm_version}{hint}"
             if spec.image is None:
@@ -382,7 +289,7 @@ def flag_set(extra_args: list[str], flags: tuple[str, ...]) -> str | None:
     for arg in extra_args:
         if not arg.startswith("-"):
             continue
-        option, _ = table.resolve(_normalize(arg.strip().split("=", 1)[0]))
+        option, _ = table.resolve(normalize_key(arg.strip().split("=", 1)[0]))
         if option in flags:
             return option
     return None

@@ -716,8 +716,9 @@ def tp_alternative(spec: LLMServiceSpec, plan: Plan, *, gpus_per_node: int | Non
     engine = spec.engine.model_copy(update={"tensor_parallel_size": tp})
     alt_spec = spec.model_copy(update={"engine": engine})
     out: list[tuple[Plan, Point]] = []
-    kw = {} if gpus_per_node is None else {"gpus_per_node": gpus_per_node}
-    for s, p in ((spec, plan), (alt_spec, make_plan(alt_spec, **kw))):
+    alt_plan = (make_plan(alt_spec) if gpus_per_node is None
+                else make_plan(alt_spec, gpus_per_node=gpus_per_node))
+    for s, p in ((spec, plan), (alt_spec, alt_plan)):
         i = inputs_for(s, p)
         out.append((p, predict_point(i.model, i.hardware, i.tp, i.workload, i.engine,
                                      spec.workload.concurrency)))

@@ -41,7 +41,7 @@ is conservative for them. User pins always win, but are validated.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,8 +58,16 @@ from .catalog import (
     model_names,
 )
 from .constants import DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_GPUS_PER_NODE, GIB
+from .engine_rules import (
+    VLLM_VERSION,
+    Defaults,
+    EngineSettings,
+    ModelShape,
+    flag_words,
+    refusals,
+)
 from .errors import SpecError, SpecErrors
-from .extra_args import check_extra_args
+from .extra_args import MANAGED_FLAGS, check_extra_args, flag_table
 from .models import (
     AdaptationMode,
     EngineSpec,
@@ -161,6 +169,9 @@ class Plan(BaseModel):
     # Bytes the checkpoint takes on disk (what is downloaded); 0: weight_bytes (a plan
     # written by hand). Differs from weight_bytes for fp8 quantized on load.
     download_bytes: int = 0
+    # Engine settings the planner set otherwise than the spec or vLLM's default would, so
+    # that vLLM starts: what and why (status.plan.adjustments, an Event).
+    adjustments: list[str] = Field(default_factory=list)
 
 
 # --------------------------------------------------------------------------- pure formulas
@@ -695,12 +706,24 @@ def _too_small(spec: LLMServiceSpec, need: _Need, gpu: GPUFacts,
 
 # --------------------------------------------------------------------------- the plan
 
-def make_plan(spec: LLMServiceSpec, *, gpus_per_node: int = DEFAULT_GPUS_PER_NODE) -> Plan:
+def make_plan(spec: LLMServiceSpec, *, gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
+              engine_rules: bool = True) -> Plan:
     """Plan one replica of ``spec``; raise :class:`~llm_operator.errors.SpecError` on
-    a spec that cannot be served (naming the field and the fix).
+    a spec that cannot be served (naming the field and the fix), including one whose
+    engine arguments, as the renderer renders them (:func:`engine_flags` and
+    ``spec.engine.extraArgs``), break a start-up rule of vLLM
+    (:func:`engine_rule_errors`).
 
     ``gpus_per_node``: the GPUs of one node where ``spec.gpus.perNode`` is unset (the
-    operator's ``LLMOP_GPUS_PER_NODE``)."""
+    operator's ``LLMOP_GPUS_PER_NODE``). ``engine_rules=False`` skips vLLM's start-up
+    rules (the vLLM tier gives vLLM itself what the operator would have rendered)."""
+    plan = _make_plan(spec, gpus_per_node)
+    if engine_rules:
+        _raise(engine_rule_errors(spec, plan))
+    return plan
+
+
+def _make_plan(spec: LLMServiceSpec, gpus_per_node: int) -> Plan:
     per_node = spec.gpus.per_node or gpus_per_node
     errors: list[SpecError] = []
     facts: ModelFacts | None = None
@@ -766,9 +789,11 @@ def make_plan(spec: LLMServiceSpec, *, gpus_per_node: int = DEFAULT_GPUS_PER_NOD
                 "blockSize": BLOCK_SIZE}))
     max_model_len = _plan_max_model_len(ex, warnings, facts, pinned_len, fit,
                                         tokens_per_request)
-    seqs, mem_seqs, cap = _plan_max_num_seqs(ex, warnings, spec, gpu, fit, concurrency,
-                                             blocks_per_request, tokens_per_request)
-    batched = _plan_batched_tokens(ex, spec, seqs, max_model_len)
+    adjusted: list[str] = []
+    seqs, mem_seqs, cap = _plan_max_num_seqs(ex, warnings, adjusted, spec, gpu, fit,
+                                             concurrency, blocks_per_request,
+                                             tokens_per_request)
+    batched = _plan_batched_tokens(ex, adjusted, spec, seqs, max_model_len)
     if not ideal and fit.usable_tokens < need.ideal_tokens and choice.tolerated_over is None:
         warnings.append(
             f"KV cache holds {fit.usable_tokens:,} tokens for requests, less than the "
@@ -787,6 +812,7 @@ def make_plan(spec: LLMServiceSpec, *, gpus_per_node: int = DEFAULT_GPUS_PER_NOD
         kv_budget_bytes_per_gpu=fit.kv_budget, tokens_per_request=tokens_per_request,
         memory_max_num_seqs=mem_seqs, max_num_seqs_cap=cap,
         download_bytes=download_bytes(facts, dbytes, spec.model.quantization),
+        adjustments=adjusted,
     )
     sized = with_pod_sizing(spec, _check_utilization(spec, plan, gpus_per_node))
     _raise(_pod_memory_errors(spec, sized) + _host_buffer_errors(spec, sized))
@@ -876,7 +902,7 @@ def _check_utilization(spec: LLMServiceSpec, plan: Plan, gpus_per_node: int) -> 
     default_spec = spec.model_copy(update={"engine": spec.engine.model_copy(
         update={"gpu_memory_utilization": DEFAULT_GPU_MEMORY_UTILIZATION})})
     try:
-        default_gpus = make_plan(default_spec, gpus_per_node=gpus_per_node).gpus_per_replica
+        default_gpus = _make_plan(default_spec, gpus_per_node).gpus_per_replica
     except SpecError:
         return plan
     if plan.gpus_per_replica <= default_gpus:
@@ -1080,9 +1106,10 @@ def _explain_alternatives(ex: list[Explained], warnings: list[str], spec: LLMSer
                                     "alternativePipelineParallelSize": small.pp}))
 
 
-def _plan_max_num_seqs(ex: list[Explained], warnings: list[str], spec: LLMServiceSpec,
-                       gpu: GPUFacts, fit: _Fit, concurrency: int, blocks_per_request: int,
-                       tokens_per_request: int) -> tuple[int, int, int]:
+def _plan_max_num_seqs(ex: list[Explained], warnings: list[str], adjusted: list[str],
+                       spec: LLMServiceSpec, gpu: GPUFacts, fit: _Fit, concurrency: int,
+                       blocks_per_request: int, tokens_per_request: int
+                       ) -> tuple[int, int, int]:
     engine = spec.engine
     blocks = fit.usable_tokens // BLOCK_SIZE
     mem_seqs = max(1, blocks // blocks_per_request)
@@ -1105,15 +1132,20 @@ def _plan_max_num_seqs(ex: list[Explained], warnings: list[str], spec: LLMServic
                "vLLM default cap)")
     batched = engine.max_num_batched_tokens
     if isinstance(batched, int) and batched < value:
-        value = batched  # vLLM refuses max_num_batched_tokens < max_num_seqs
+        adjusted.append(
+            f"maxNumSeqs planned at {batched}, the pinned spec.engine.maxNumBatchedTokens, "
+            f"instead of {value}: vLLM refuses to start with more sequences than batched "
+            "tokens (SchedulerConfig.verify_max_model_len); raise maxNumBatchedTokens for "
+            "more concurrent sequences")
+        value = batched
         formula += ", at most the pinned maxNumBatchedTokens"
         inputs["maxNumBatchedTokens"] = batched
     ex.append(Explained(name="maxNumSeqs", value=value, formula=formula, inputs=inputs))
     return value, mem_seqs, cap
 
 
-def _plan_batched_tokens(ex: list[Explained], spec: LLMServiceSpec, seqs: int,
-                         max_model_len: int) -> int | None:
+def _plan_batched_tokens(ex: list[Explained], adjusted: list[str], spec: LLMServiceSpec,
+                         seqs: int, max_model_len: int) -> int | None:
     engine = spec.engine
     batched = engine.max_num_batched_tokens
     if not isinstance(batched, int):
@@ -1125,6 +1157,11 @@ def _plan_batched_tokens(ex: list[Explained], spec: LLMServiceSpec, seqs: int,
         if seqs > default:
             # vLLM refuses max_num_batched_tokens < max_num_seqs at start, and its default
             # does not follow a large max_num_seqs: left alone, the engine would exit.
+            adjusted.append(
+                f"maxNumBatchedTokens set to {seqs} (maxNumSeqs) instead of vLLM's default "
+                f"{default} for this GPU: vLLM refuses to start with fewer batched tokens "
+                "than sequences (SchedulerConfig.verify_max_model_len); pin "
+                "spec.engine.maxNumBatchedTokens to choose another value")
             ex.append(Explained(name="maxNumBatchedTokens", value=seqs, inputs=inputs,
                                 formula="raised to maxNumSeqs: vLLM's default here is "
                                 f"{default}, and vLLM refuses fewer batched tokens than "
@@ -1135,20 +1172,8 @@ def _plan_batched_tokens(ex: list[Explained], spec: LLMServiceSpec, seqs: int,
                             "GPUs other than A100, 16384 on >= 160 GiB; raised to maxModelLen "
                             "without chunked prefill)"))
         return None
-    errors = []
-    if batched < seqs:
-        errors.append(SpecError(
-            "spec.engine.maxNumBatchedTokens",
-            f"{batched} is smaller than maxNumSeqs {seqs} (vLLM refuses this)",
-            f"set it to at least {seqs}, or lower spec.engine.maxNumSeqs"))
-    if engine.enable_chunked_prefill is False and batched < max_model_len:
-        errors.append(SpecError(
-            "spec.engine.maxNumBatchedTokens",
-            f"{batched} is smaller than maxModelLen {max_model_len:,} with chunked prefill "
-            "off: a long prompt could never be scheduled (vLLM refuses this)",
-            f"set it to at least {max_model_len}, enable chunked prefill, or lower "
-            "spec.engine.maxModelLen"))
-    _raise(errors)
+    # Whether vLLM takes it with the rest (at least maxNumSeqs; at least maxModelLen
+    # without chunked prefill) is checked with every other start-up rule (engine_rules).
     ex.append(Explained(name="maxNumBatchedTokens", value=batched, source="pinned",
                         formula="pinned by the user (>= maxNumSeqs)",
                         inputs={"maxNumSeqs": seqs}))
@@ -1338,6 +1363,225 @@ def with_pod_sizing(spec: LLMServiceSpec, plan: Plan) -> Plan:
         inputs={"weightBytesPerGpu": plan.weight_bytes_per_gpu, "gpusPerPod": gpus,
                 "shmSize": spec.resources.shm_size}))
     return plan.model_copy(update={"explanations": ex, "warnings": warnings})
+
+
+# --------------------------------------------------------------------------- engine
+# The flags of ``vllm serve`` that the spec and the plan decide, in the renderer's order
+# (rendering.build_vllm_flags puts the endpoint flags before them and the drain flag and
+# spec.engine.extraArgs after), and vLLM's start-up rules checked on them with the
+# extraArgs: one list, so what is checked is what the pod runs.
+
+# Engine settings that tuning and adaptation move, by their spec name.
+# They apply only where the user left the field to "auto": a pin always wins.
+OVERRIDABLE: dict[str, str] = {
+    "maxNumSeqs": "max_num_seqs",
+    "maxNumBatchedTokens": "max_num_batched_tokens",
+}
+
+# What a multi-node replica's leader adds after every other argument (its workers join
+# the leader's Ray cluster): rendering.build_leader_worker_set.
+MULTI_NODE_EXECUTOR = ("--distributed-executor-backend", "ray")
+
+
+def effective_engine_value(
+    engine: EngineSpec, key: str, planned: int | None, overrides: Mapping[str, int] | None
+) -> tuple[int | None, str]:
+    """The value of an overridable engine setting and where it came from.
+
+    Precedence: the user's pin (``pinned``), then a tuned/adapted override
+    (``override``), then the plan (``planned``; None leaves vLLM's default).
+    """
+    pinned = getattr(engine, OVERRIDABLE[key])
+    if isinstance(pinned, int):
+        return pinned, "pinned"
+    if overrides and key in overrides:
+        return int(overrides[key]), "override"
+    return planned, "planned"
+
+
+@dataclass(frozen=True)
+class EngineFlag:
+    """One flag of ``vllm serve`` with its value, the spec field that owns it, and where
+    the value came from: ``pinned`` (the field), ``planned``, ``override`` (tuned or
+    adapted), ``adjusted`` (``why`` says how) or ``operator``."""
+
+    items: tuple[str, ...]
+    field: str
+    source: str
+    why: str = ""
+
+
+def _pinned_or_planned(value: object) -> str:
+    return "pinned" if isinstance(value, int) else "planned"
+
+
+def engine_flags(spec: LLMServiceSpec, plan: Plan,
+                 overrides: Mapping[str, int] | None = None) -> list[EngineFlag]:
+    """The engine flags the spec and the plan decide, as the pods get them:
+    parallelism, memory, batching, numerics, then the switches the user set.
+    ``overrides`` (tuned or adapted values) apply where the field is ``auto``."""
+    engine = spec.engine
+    flags = [EngineFlag(("--tensor-parallel-size", str(plan.tensor_parallel_size)),
+                        "spec.engine.tensorParallelSize",
+                        _pinned_or_planned(engine.tensor_parallel_size))]
+    if plan.pipeline_parallel_size > 1:
+        flags.append(EngineFlag(("--pipeline-parallel-size", str(plan.pipeline_parallel_size)),
+                                "spec.engine.pipelineParallelSize",
+                                _pinned_or_planned(engine.pipeline_parallel_size)))
+    flags += [
+        EngineFlag(("--max-model-len", str(plan.max_model_len)), "spec.engine.maxModelLen",
+                   _pinned_or_planned(engine.max_model_len)),
+        EngineFlag(("--gpu-memory-utilization", f"{engine.gpu_memory_utilization:g}"),
+                   "spec.engine.gpuMemoryUtilization", "pinned"),
+    ]
+    seqs, seqs_from = effective_engine_value(engine, "maxNumSeqs", plan.max_num_seqs, overrides)
+    flags.append(EngineFlag(("--max-num-seqs", str(seqs)), "spec.engine.maxNumSeqs", seqs_from))
+    batched, source = effective_engine_value(
+        engine, "maxNumBatchedTokens", plan.max_num_batched_tokens, overrides)
+    why = ""
+    if source != "pinned" and seqs is not None and seqs > (
+            batched or vllm_default_max_num_batched_tokens(
+                GPUFacts(plan.gpu_product, plan.gpu_product, plan.gpu_memory_bytes))):
+        # An adapted or tuned cap above the batch (the adaptation's lower bound may exceed
+        # the plan): vLLM refuses fewer batched tokens than sequences, so raise the batch
+        # with it as the planner does (a pinned batch is checked by the rules instead).
+        batched, source = seqs, "adjusted"
+        why = "raised to max-num-seqs, which vLLM refuses to exceed"
+    if batched is not None:
+        flags.append(EngineFlag(("--max-num-batched-tokens", str(batched)),
+                                "spec.engine.maxNumBatchedTokens", source, why))
+    if engine.dtype != "auto":
+        flags.append(EngineFlag(("--dtype", str(engine.dtype)), "spec.engine.dtype", "pinned"))
+    if engine.kv_cache_dtype != "auto":
+        flags.append(EngineFlag(("--kv-cache-dtype", str(engine.kv_cache_dtype)),
+                                "spec.engine.kvCacheDtype", "pinned"))
+    # fp8 weights are quantized on load when the checkpoint is not already fp8; AWQ and
+    # GPTQ checkpoints carry their quantization_config and vLLM detects it.
+    if spec.model.quantization == Quantization.FP8:
+        flags.append(EngineFlag(("--quantization", "fp8"), "spec.model.quantization",
+                                "pinned"))
+    if engine.enable_chunked_prefill is not None:
+        flags.append(EngineFlag(
+            ("--enable-chunked-prefill" if engine.enable_chunked_prefill
+             else "--no-enable-chunked-prefill",), "spec.engine.enableChunkedPrefill", "pinned"))
+    if engine.enable_prefix_caching is not None:
+        flags.append(EngineFlag(
+            ("--enable-prefix-caching" if engine.enable_prefix_caching
+             else "--no-enable-prefix-caching",), "spec.engine.enablePrefixCaching", "pinned"))
+    return flags
+
+
+def _model_shape(spec: LLMServiceSpec) -> ModelShape:
+    """What the rules know of the model: heads and context from the catalog or
+    spec.model.architecture; whether it has experts only where that is known (the
+    catalog records experts; an architecture says so with activeParameters, and says
+    nothing when it leaves them out)."""
+    try:
+        facts = model_facts(spec)
+    except SpecError:  # a plan written by hand for a model the catalog does not know
+        return ModelShape()
+    moe = facts.num_experts is not None or facts.active_parameters is not None
+    return ModelShape(attention_heads=facts.num_attention_heads,
+                      kv_heads=facts.num_key_value_heads, max_context=facts.max_context,
+                      is_moe=moe if moe or facts.source == "catalog" else None)
+
+
+def _engine_argv(spec: LLMServiceSpec, plan: Plan, overrides: Mapping[str, int] | None
+                 ) -> tuple[list[str], list[EngineFlag | int]]:
+    """The engine's arguments (:func:`engine_flags`, then ``spec.engine.extraArgs``,
+    then what a multi-node leader adds) and, item by item, what set each one: its
+    :class:`EngineFlag`, or the index of the extraArgs item."""
+    owners: list[EngineFlag | int] = []
+    argv: list[str] = []
+    for flag in engine_flags(spec, plan, overrides):
+        argv += flag.items
+        owners += [flag] * len(flag.items)
+    for k, item in enumerate(spec.engine.extra_args):
+        argv.append(item)
+        owners.append(k)
+    if plan.nodes_per_replica > 1:
+        ray = EngineFlag(MULTI_NODE_EXECUTOR, "spec.gpus", "operator",
+                         "a replica over several nodes runs on Ray")
+        argv += MULTI_NODE_EXECUTOR
+        owners += [ray] * len(MULTI_NODE_EXECUTOR)
+    return argv, owners
+
+
+def engine_argv(spec: LLMServiceSpec, plan: Plan,
+                overrides: Mapping[str, int] | None = None) -> list[str]:
+    """The engine's arguments as the pods get them, without the endpoint and drain flags:
+    what :func:`engine_rule_errors` checks."""
+    return _engine_argv(spec, plan, overrides)[0]
+
+
+def engine_settings(spec: LLMServiceSpec, plan: Plan,
+                    overrides: Mapping[str, int] | None = None) -> EngineSettings:
+    """The settings the pods' ``vllm serve`` starts with (:func:`_engine_argv`), each
+    named in messages by the spec field that sets it."""
+    argv, owners = _engine_argv(spec, plan, overrides)
+    table = flag_table()
+    managed = {table.options[f].dest: field for f, field in MANAGED_FLAGS.items()
+               if f in table.options}
+
+    def owner(s: EngineSettings, dest: str) -> EngineFlag | int | None:
+        at = s.read.at.get(s.source_of(dest))
+        return None if at is None else owners[at]
+
+    def where(s: EngineSettings, dest: str) -> str:
+        found = owner(s, dest)
+        if isinstance(found, int):
+            return f"spec.engine.extraArgs[{found}]"
+        if found is not None:
+            return found.field
+        return managed.get(dest, "spec.engine.extraArgs").split(" ")[0]
+
+    def describe(s: EngineSettings, dest: str) -> str:
+        found, words = owner(s, dest), flag_words(s, dest)
+        if isinstance(found, int):
+            return f"{words} (spec.engine.extraArgs[{found}])"
+        if found is None:
+            return (f"{words[:-1]}; set by {where(s, dest)})" if dest in managed else words)
+        value = " ".join(found.items[1:]) or ("true" if s.on(dest) else "false")
+        if found.source == "pinned":
+            return f"{found.field} {value}"
+        said = {"planned": f"planned: {found.field} is auto",
+                "override": f"tuned or adapted: {found.field} is auto"}
+        return f"{found.items[0]} {value} ({said.get(found.source, found.why)})"
+
+    gpu = GPUFacts(plan.gpu_product, plan.gpu_product, plan.gpu_memory_bytes)
+    return EngineSettings.of(
+        argv, defaults=Defaults(vllm_default_max_num_batched_tokens(gpu),
+                                vllm_default_max_num_seqs(gpu)),
+        model=_model_shape(spec), describe=describe, locate=where, table=table)
+
+
+def engine_rule_errors(spec: LLMServiceSpec, plan: Plan,
+                       overrides: Mapping[str, int] | None = None, *,
+                       overridden_only: bool = False) -> list[SpecError]:
+    """One :class:`SpecError` per start-up rule of vLLM (:mod:`llm_operator.engine_rules`)
+    that the pods' engine arguments break: the field to change first (``field``), the
+    others involved and each setting's value in the problem, where vLLM makes the rule,
+    and the fix. ``overridden_only``: only the rules a tuned or adapted value takes part
+    in (the renderer's check: the planner has checked the rest)."""
+    settings = engine_settings(spec, plan, overrides)
+    _, owners = _engine_argv(spec, plan, overrides)
+
+    def moved(dest: str) -> bool:
+        at = settings.read.at.get(settings.source_of(dest))
+        owner = None if at is None else owners[at]
+        return isinstance(owner, EngineFlag) and owner.source in ("override", "adjusted")
+
+    errors = []
+    for refusal in refusals(settings):
+        found = refusal.finding
+        if overridden_only and not any(moved(d) for d in found.dests):
+            continue
+        fields = list(dict.fromkeys(settings.where(d) for d in found.dests))
+        also = f" (with {', '.join(fields[1:])})" if len(fields) > 1 else ""
+        errors.append(SpecError(
+            fields[0], f"{found.problem}{also}, and vLLM {VLLM_VERSION} refuses to start "
+            f"with that ({refusal.rule.source})", found.fix))
+    return errors
 
 
 # --------------------------------------------------------------------------- display

@@ -46,7 +46,6 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from .catalog import GPUFacts
 from .constants import (
     ANNOTATION_SPEC_HASH,
     API_VERSION,
@@ -66,16 +65,20 @@ from .constants import (
 )
 from .errors import SpecError, SpecErrors
 from .gpuclass import GFD_PRODUCT_LABEL, Placement, placement
-from .models import EngineSpec, LLMService, LLMServiceSpec, Quantization
-from .planning import (
+from .models import LLMService, LLMServiceSpec
+from .planning import (  # noqa: F401 - OVERRIDABLE, effective_engine_value re-exported
+    MULTI_NODE_EXECUTOR,
+    OVERRIDABLE,
     Explained,
     Plan,
     cache_size_limit,
     checkpoint_bytes,
+    effective_engine_value,
+    engine_flags,
+    engine_rule_errors,
     managed_flag_errors,
     pod_cpu,
     pod_memory,
-    vllm_default_max_num_batched_tokens,
 )
 from .settings import Settings
 
@@ -261,14 +264,6 @@ RESERVED_KEY_PREFIXES = (f"{GROUP}/", "app.kubernetes.io/", "leaderworkerset.sig
                          "batch.kubernetes.io/", "kopf.zalando.org/")
 RESERVED_LABELS = frozenset({"pod-template-hash", "controller-uid", "job-name"})
 
-# Engine settings that tuning and adaptation move, by their spec name.
-# They apply only where the user left the field to "auto": a pin always wins.
-OVERRIDABLE: dict[str, str] = {
-    "maxNumSeqs": "max_num_seqs",
-    "maxNumBatchedTokens": "max_num_batched_tokens",
-}
-
-
 
 # --- identity: labels, owner references, hashes -------------------------------------
 
@@ -378,22 +373,6 @@ def _check_overrides(overrides: Mapping[str, int]) -> None:
             raise ValueError(f"override {key!r} must be a positive integer, got {value!r}")
 
 
-def effective_engine_value(
-    engine: EngineSpec, key: str, planned: int | None, overrides: Mapping[str, int] | None
-) -> tuple[int | None, str]:
-    """The value of an overridable engine setting and where it came from.
-
-    Precedence: the user's pin (``pinned``), then a tuned/adapted override
-    (``override``), then the plan (``planned``; None leaves vLLM's default).
-    """
-    pinned = getattr(engine, OVERRIDABLE[key])
-    if isinstance(pinned, int):
-        return pinned, "pinned"
-    if overrides and key in overrides:
-        return int(overrides[key]), "override"
-    return planned, "planned"
-
-
 def build_vllm_args(
     svc: LLMService, plan: Plan, overrides: Mapping[str, int] | None = None
 ) -> list[str]:
@@ -412,68 +391,35 @@ def build_vllm_flags(
     Order is fixed: endpoint, parallelism, memory, batching, numerics,
     switches the user set, revision, then ``spec.engine.extraArgs`` verbatim and last.
     ``overrides`` (e.g. ``{"maxNumSeqs": 48}`` from tuning) apply only where the user
-    left the field to ``auto``. Raises :class:`SpecErrors` when extraArgs set a flag the
-    operator manages, and ``ValueError`` on an unknown override key.
+    left the field to ``auto``. The engine's own flags come from
+    :func:`~llm_operator.planning.engine_flags`, which the planner checks against vLLM's
+    start-up rules (:mod:`llm_operator.engine_rules`); with overrides they are checked
+    again here. Raises :class:`SpecErrors` when extraArgs set a flag the operator manages
+    or an override breaks such a rule, and ``ValueError`` on an unknown override key.
     """
     spec = svc.spec
-    engine = spec.engine
     errors = managed_flag_errors(spec)
     if errors:
         raise SpecErrors(errors)
     if overrides:
         _check_overrides(overrides)
+        errors = engine_rule_errors(spec, plan, overrides, overridden_only=True)
+        if errors:  # a tuned or adapted value the engine would refuse with the rest
+            raise SpecErrors(errors)
 
     _, from_volume = model_source(spec)
     args = [
         "--served-model-name", spec.model.name,
         "--host", "0.0.0.0",
         "--port", str(VLLM_PORT),
-        "--tensor-parallel-size", str(plan.tensor_parallel_size),
     ]  # fmt: skip
-    if plan.pipeline_parallel_size > 1:
-        args += ["--pipeline-parallel-size", str(plan.pipeline_parallel_size)]
-    args += [
-        "--max-model-len", str(plan.max_model_len),
-        "--gpu-memory-utilization", f"{engine.gpu_memory_utilization:g}",
-    ]  # fmt: skip
-    max_num_seqs, _ = effective_engine_value(engine, "maxNumSeqs", plan.max_num_seqs, overrides)
-    args += ["--max-num-seqs", str(max_num_seqs)]
-    batched, source = effective_engine_value(
-        engine, "maxNumBatchedTokens", plan.max_num_batched_tokens, overrides
-    )
-    if source != "pinned" and max_num_seqs is not None and max_num_seqs > (
-            batched or vllm_default_max_num_batched_tokens(
-                GPUFacts(plan.gpu_product, plan.gpu_product, plan.gpu_memory_bytes))):
-        # An adapted or tuned cap above the batch (the adaptation's lower bound may exceed
-        # the plan): vLLM refuses fewer batched tokens than sequences, so raise the batch
-        # with it as the planner does (a pinned batch is checked by the planner instead).
-        batched = max_num_seqs
-    if batched is not None:
-        args += ["--max-num-batched-tokens", str(batched)]
-    if engine.dtype != "auto":
-        args += ["--dtype", str(engine.dtype)]
-    if engine.kv_cache_dtype != "auto":
-        args += ["--kv-cache-dtype", str(engine.kv_cache_dtype)]
-    # fp8 weights are quantized on load when the checkpoint is not already fp8; AWQ and
-    # GPTQ checkpoints carry their quantization_config and vLLM detects it.
-    if spec.model.quantization == Quantization.FP8:
-        args += ["--quantization", "fp8"]
-    if engine.enable_chunked_prefill is not None:
-        args.append(
-            "--enable-chunked-prefill"
-            if engine.enable_chunked_prefill
-            else "--no-enable-chunked-prefill"
-        )
-    if engine.enable_prefix_caching is not None:
-        args.append(
-            "--enable-prefix-caching" if engine.enable_prefix_caching
-            else "--no-enable-prefix-caching"
-        )
+    for flag in engine_flags(spec, plan, overrides):
+        args += flag.items
     # A revision selects a hub commit; a model on a volume is whatever the volume holds.
     if spec.model.revision and not from_volume:
         args += ["--revision", spec.model.revision]
     args += ["--shutdown-timeout", str(spec.rollout.drain_seconds)]  # the drain
-    args += list(engine.extra_args)
+    args += list(spec.engine.extra_args)
     return args
 
 
@@ -976,7 +922,7 @@ def build_leader_worker_set(
         "command": ["/bin/sh", "-c", LEADER_SCRIPT, "vllm-leader"],
         # Appended after extraArgs so that the Ray executor always wins (argparse keeps
         # the last): the multiprocessing executor cannot reach other nodes.
-        "args": [*build_vllm_args(svc, plan, overrides), "--distributed-executor-backend", "ray"],
+        "args": [*build_vllm_args(svc, plan, overrides), *MULTI_NODE_EXECUTOR],
         "ports": [{"name": PORT_NAME, "containerPort": VLLM_PORT, "protocol": "TCP"}],
     }
     worker: dict[str, Any] = {

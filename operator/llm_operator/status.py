@@ -157,7 +157,15 @@ def plan_summary(plan: Plan) -> JSON:
         summary["maxNumBatchedTokens"] = plan.max_num_batched_tokens
     if plan.warnings:
         summary["warnings"] = list(plan.warnings)
+    if plan.adjustments:
+        summary["adjustments"] = list(plan.adjustments)
     return summary
+
+
+def adjustments_message(plan: Plan) -> str:
+    """The engine settings the planner set otherwise than asked so that vLLM starts, in
+    one line for an Event (empty: none)."""
+    return "; ".join(plan.adjustments)
 
 
 def plan_message(plan: Plan) -> str:

@@ -364,14 +364,18 @@ def test_init_container_copies_only_the_tuner_and_the_engine(
 ) -> None:
     """From the installed wheel: the package's ``__init__.py``, ``tuner/`` and ``engine/``
     (the admission cap the tuner's live sweep loads into vLLM; every module, no
-    bytecode), nothing else of the operator."""
+    bytecode), and vLLM's start-up rules the tuner checks its candidates against
+    (``engine_rules.py``, the ``vllm serve`` argument reader ``serve_args.py`` and its
+    flag table); nothing else of the operator."""
     files = {str(p.relative_to(copied_tuner)) for p in copied_tuner.rglob("*") if p.is_file()}
     assert "llm_operator/__init__.py" in files
     assert "llm_operator/tuner/__main__.py" in files
     assert "llm_operator/engine/scheduler.py" in files
+    assert "llm_operator/engine_rules.py" in files
     assert not any("controller" in f for f in files), files
-    assert all(f == "llm_operator/__init__.py" or f.startswith(("llm_operator/tuner/",
-                                                                  "llm_operator/engine/"))
+    singles = {"llm_operator/__init__.py", "llm_operator/engine_rules.py",
+               "llm_operator/serve_args.py", "llm_operator/data/vllm_serve_flags.json"}
+    assert all(f in singles or f.startswith(("llm_operator/tuner/", "llm_operator/engine/"))
                for f in files), files
     assert not any("__pycache__" in f or f.endswith(".pyc") for f in files), files
     site = next(clean_install.venv.glob("lib/python3*/site-packages/llm_operator"))

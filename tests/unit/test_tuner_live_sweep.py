@@ -55,8 +55,17 @@ def test_the_default_image_sweeps_caps_live_on_the_copied_engine(tmp_path: Path)
                    check=True, timeout=60, capture_output=True,
                    env={**os.environ, "PYTHONPATH": str(ROOT / "operator")})
     pkg = dst / "llm_operator"
-    assert sorted(p.name for p in pkg.iterdir()) == ["__init__.py", "engine", "tuner"]
+    assert sorted(p.name for p in pkg.iterdir()) == [
+        "__init__.py", "data", "engine", "engine_rules.py", "serve_args.py", "tuner"]
     assert (pkg / "engine" / "scheduler.py").exists() and (pkg / "tuner" / "__main__.py").exists()
+    # The copy alone runs the tuner's check of its candidates against vLLM's rules.
+    probe = ("from llm_operator.tuner.search import Config, Space; "
+             "s = Space(server_args=('--max-model-len', '4096', '--no-enable-chunked-prefill'));"
+             " print(s.valid(Config(8, 2048)), s.valid(Config(8, 4096)))")
+    out = subprocess.run([sys.executable, "-c", probe], check=True, timeout=60,
+                         capture_output=True, text=True, cwd=dst,
+                         env={**os.environ, "PYTHONPATH": str(dst)})
+    assert out.stdout.split() == ["False", "True"], out.stderr
     assert not list(pkg.rglob("__pycache__"))
 
 

@@ -142,11 +142,12 @@ def test_rendered_job_runs_as_the_kubelet_would_and_finds_the_better_region(
                 init["command"][2].replace(CODE_PATH, str(code_dir))]
     subprocess.run(init_cmd, check=True, timeout=60, cwd=tmp_path)
     assert (code_dir / "llm_operator" / "tuner" / "__main__.py").exists()
-    # Only the tuner and the server pod's admission controller (engine/, run as the
-    # servers' --scheduler-cls to sweep caps live) are copied: nothing else of the
-    # operator reaches the vLLM image.
+    # Only the tuner, the server pod's admission controller (engine/, run as the
+    # servers' --scheduler-cls to sweep caps live) and vLLM's start-up rules the tuner
+    # checks its candidates with (engine_rules.py, serve_args.py and its flag table in
+    # data/) are copied: nothing else of the operator reaches the vLLM image.
     assert sorted(p.name for p in (code_dir / "llm_operator").iterdir()) == [
-        "__init__.py", "engine", "tuner"]
+        "__init__.py", "data", "engine", "engine_rules.py", "serve_args.py", "tuner"]
     assert (code_dir / "llm_operator" / "engine" / "scheduler.py").exists()
 
     # 2. The tuner container (vLLM image): `python3` = the vLLM venv's Python; the model

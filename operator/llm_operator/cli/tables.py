@@ -60,6 +60,8 @@ def plan_table(svc: LLMService, plan: Plan) -> RenderableType:
     parts: list[RenderableType] = [table]
     for warning in plan.warnings:
         parts.append(Text(f"warning: {warning}", style="yellow"))
+    for adjusted in plan.adjustments:
+        parts.append(Text(f"adjusted: {adjusted}", style="cyan"))
     return Group(*parts)
 
 

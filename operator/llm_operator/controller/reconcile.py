@@ -188,6 +188,11 @@ async def _reconcile(
                           switch_incomplete=switch)
     if (current.get("plan") or {}) != new.get("plan"):
         ctx.post_event(body, "Normal", "Planned", st.plan_message(plan))
+        if plan.adjustments and (current.get("plan") or {}).get("adjustments") != (
+                new.get("plan") or {}).get("adjustments"):
+            # What the planner changed so that vLLM starts (also in status.plan).
+            ctx.post_event(body, "Normal", "EngineSettingsAdjusted",
+                           st.adjustments_message(plan))
         if dropped:
             ctx.post_event(body, "Warning", "UnknownFields", dropped_message(dropped))
     error: Exception | None = None

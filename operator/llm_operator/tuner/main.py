@@ -238,6 +238,7 @@ def _run(args: argparse.Namespace, mns_levels: tuple[int, ...] | None,
         DEFAULT_MNBT_LADDER,
         SLO,
         Budget,
+        Config,
         Options,
         Space,
         Workload,
@@ -287,7 +288,13 @@ def _run(args: argparse.Namespace, mns_levels: tuple[int, ...] | None,
     if "--max-num-batched-tokens" in pins:
         notes.append("max-num-batched-tokens is pinned by the user: not searched")
     space = Space(max_num_seqs=mns_space, max_num_batched_tokens=mnbt_space,
-                  default_max_num_seqs=d_mns, default_max_num_batched_tokens=d_mnbt)
+                  default_max_num_seqs=d_mns, default_max_num_batched_tokens=d_mnbt,
+                  server_args=tuple(server_args))
+    cells = [Config(a, b) for a in mns_space or (None,) for b in mnbt_space or (None,)]
+    refused = [(c, space.refusals(c)) for c in cells if c != Config() and not space.valid(c)]
+    if refused:
+        notes.append(f"{len(refused)} of {len(cells)} configurations not tried, vLLM would "
+                     f"refuse to start them: e.g. {refused[0][0].label()}: {refused[0][1][0]}")
     log.info("Workload: %d in / %d out tokens at %d clients; SLO: TTFT <= %g ms, ITL p95 <= "
              "%g ms; budget %d trials / %.0f s", wl.input_tokens, wl.output_tokens,
              wl.concurrency, slo.ttft_ms, slo.itl_ms, args.max_trials, args.max_seconds)

@@ -1,6 +1,7 @@
 """The search (pure): which engine settings to try next, and which one won.
 
-Standard library only. Nothing here starts a server or reads a clock: the caller passes
+Standard library only (and :mod:`llm_operator.engine_rules`, vLLM's start-up rules, which
+the tuning Job copies along). Nothing here starts a server or reads a clock: the caller passes
 an :class:`Evaluator` (real vLLM servers in :mod:`.runner`, a synthetic response surface
 in the unit tests) and a ``clock``.
 
@@ -45,6 +46,8 @@ import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
+
+from ..engine_rules import EngineSettings, refusals
 
 # --- inputs -------------------------------------------------------------------------------
 
@@ -109,13 +112,24 @@ class Space:
     max_num_batched_tokens: tuple[int, ...] = ()
     default_max_num_seqs: int | None = None
     default_max_num_batched_tokens: int | None = None
+    # The flags every server gets (the user's pins, max-model-len, extraArgs...): a
+    # configuration is checked with them against vLLM's start-up rules.
+    server_args: tuple[str, ...] = ()
+
+    def refusals(self, cfg: Config) -> list[str]:
+        """Why vLLM would refuse to start a server with ``cfg`` and the server args (its
+        start-up rules, :mod:`llm_operator.engine_rules`: at least as many batched tokens
+        as sequences; at least max-model-len without chunked prefill; room for speculative
+        tokens with LoRA; a pinned --max-num-active-seqs at most max-num-seqs...)."""
+        mns, mnbt = self.effective(cfg)
+        argv = [*self.server_args]
+        argv += ["--max-num-seqs", str(mns)] if mns is not None else []
+        argv += ["--max-num-batched-tokens", str(mnbt)] if mnbt is not None else []
+        return [str(r) for r in refusals(EngineSettings.of(argv))]
 
     def valid(self, cfg: Config) -> bool:
-        """vLLM rejects ``max_num_batched_tokens < max_num_seqs``."""
-        mns = cfg.max_num_seqs if cfg.max_num_seqs is not None else self.default_max_num_seqs
-        mnbt = (cfg.max_num_batched_tokens if cfg.max_num_batched_tokens is not None
-                else self.default_max_num_batched_tokens)
-        return mns is None or mnbt is None or mnbt >= mns
+        """Whether vLLM starts with ``cfg`` (:meth:`refusals` finds nothing)."""
+        return not self.refusals(cfg)
 
     def effective(self, cfg: Config) -> tuple[int | None, int | None]:
         """The values the server actually runs with (a default spelled out equals absent)."""

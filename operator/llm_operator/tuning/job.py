@@ -67,7 +67,9 @@ TUNER_GRACE_SECONDS = 90
 
 # Copies the tuner and the server pod's admission controller (``llm_operator/tuner/``,
 # ``llm_operator/engine/`` and the package's empty ``__init__.py``; both import only the
-# standard library and vLLM, nothing of the operator) from wherever the operator image
+# standard library and vLLM, nothing of the operator), and vLLM's start-up rules the tuner
+# checks its candidates with (``engine_rules.py``, ``serve_args.py`` and the option table
+# in ``data/``) from wherever the operator image
 # installed them (no assumption about its site-packages path). The engine is what the
 # tuner's servers run as ``--scheduler-cls`` when it sweeps caps live
 # (``--live-cap-engine``). No "$(" anywhere: Kubernetes would expand it in command/args.
@@ -77,8 +79,9 @@ COPY_SCRIPT = (
     f"dst = os.path.join('{CODE_PATH}', 'llm_operator'); "
     "[shutil.copytree(os.path.join(src, d), os.path.join(dst, d), "
     "dirs_exist_ok=True, ignore=shutil.ignore_patterns('__pycache__', '*.pyc')) "
-    "for d in ('tuner', 'engine')]; "
-    "shutil.copyfile(os.path.join(src, '__init__.py'), os.path.join(dst, '__init__.py')); "
+    "for d in ('tuner', 'engine', 'data')]; "
+    "[shutil.copyfile(os.path.join(src, f), os.path.join(dst, f)) "
+    "for f in ('__init__.py', 'engine_rules.py', 'serve_args.py')]; "
     "print('Copied the tuner and the engine from', src, 'to', dst)"
 )
 
