@@ -1,6 +1,6 @@
 """Names shared by the CRD, the chart, the renderer and the operator.
 
-One module so that manifests, chart and code agree (see the README's "Layout" section).
+One module so that manifests, chart and code agree (see CONTRIBUTING.md, "Layout").
 """
 
 GROUP = "llmops.dev"

@@ -40,7 +40,7 @@ Each tick (sleeping until the earliest service is due, at most :data:`IDLE_SECON
 Live admission cap (``Apply`` with ``spec.adaptation.liveCap``, the default): the
 reconciliation then changes only the admission-cap ConfigMap, the next decision waits
 for the engines to report the cap, and the cooldown counts from that report; see
-:func:`llm_operator.adaptation.update.live_cap_progress` and the README's "How an
+:func:`llm_operator.adaptation.update.live_cap_progress` and docs/concepts.md, "How an
 adaptation decision reaches the pods".
 
 A change applied by a rollout (``liveCap: false``, a fallback, a multi-node plan) is
