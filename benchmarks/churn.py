@@ -274,6 +274,23 @@ def _lost_values(dep: dict[str, Any], spec: dict[str, Any]) -> list[str]:
     return lost
 
 
+def start_operator_process(env: dict[str, str], log_path: Path,
+                           timeout: float) -> subprocess.Popen[bytes]:
+    """``llm-operator run --standalone -n churn`` appending to ``log_path``; returns once
+    it has logged in (its log since this start says so)."""
+    offset = log_path.stat().st_size if log_path.exists() else 0
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "llm_operator.cli", "run", "--standalone", "-n",
+             NAMESPACE], env=env, stdout=log, stderr=subprocess.STDOUT)
+    until = time.monotonic() + timeout
+    while b"Initial authentication has finished" not in log_path.read_bytes()[offset:]:
+        if time.monotonic() > until or proc.poll() is not None:
+            raise RuntimeError(f"the operator did not start: {log_path.read_text()[-2000:]}")
+        time.sleep(0.1)
+    return proc
+
+
 def run_churn(n: int, workdir: Path, *, rate: float = 0.05, seed: int = 1, kills: int = 1,
               hold: float = 20.0, timeout: float = 600.0) -> dict[str, Any]:
     """One run with a fresh emulator and operator (see the module docstring); the faults
@@ -294,16 +311,7 @@ def run_churn(n: int, workdir: Path, *, rate: float = 0.05, seed: int = 1, kills
     ops: list[subprocess.Popen[bytes]] = []
 
     def start_operator() -> None:
-        offset = log_path.stat().st_size if log_path.exists() else 0
-        with log_path.open("ab") as log:
-            ops.append(subprocess.Popen(
-                [sys.executable, "-m", "llm_operator.cli", "run", "--standalone", "-n",
-                 NAMESPACE], env=env, stdout=log, stderr=subprocess.STDOUT))
-        until = time.monotonic() + 60
-        while b"Initial authentication has finished" not in log_path.read_bytes()[offset:]:
-            if time.monotonic() > until or ops[-1].poll() is not None:
-                raise RuntimeError(f"the operator did not start: {log_path.read_text()[-2000:]}")
-            time.sleep(0.1)
+        ops.append(start_operator_process(env, log_path, 60))
 
     killed = [0]
 
