@@ -90,7 +90,8 @@ def record_published(path: Path = GPU_DATA) -> dict[str, Any]:
 
 def published_table(rows: list[dict[str, Any]], sample: str) -> list[str]:
     out = ["| source | model, GPU, TP | workload (in/out) | clients or batch | published | "
-           "predicted | error |" + (" constants derived from it |" if sample == IN_SAMPLE else ""),
+           "predicted | error |"
+           + (" constants derived from it, or when it was seen |" if sample == IN_SAMPLE else ""),
            "|---|---|---|---|---|---|---|" + ("---|" if sample == IN_SAMPLE else "")]
     for r in rows:
         if r["sample"] != sample:
@@ -328,8 +329,9 @@ def section() -> str:
            "bandwidth, FLOPs over achieved compute, plus per-step and per-sequence overhead), "
            "chunked prefill, the KV-cache bound on the running batch and a closed-loop steady "
            "state (Little's law). GPU figures below are the model's figures **set against "
-           "published measurements**, some of which its constants were derived from (in "
-           "sample: a fit) and the rest not (held out: a prediction); CPU figures are "
+           "published measurements**, some of which its constants were derived from or "
+           "were seen when they were set (in sample: a fit) and the rest added after them "
+           "(held out: a prediction); CPU figures are "
            "**measured on the real vLLM CPU engine** on this machine (2 shared cores, other "
            "jobs running: expect noise of +-20%).", "",
            "Regenerate: `.venv-vllm/bin/python -m benchmarks.cpu_engine_profile` (measures, "
@@ -337,24 +339,30 @@ def section() -> str:
            "(`--record` after a change to the model or the reference points).", "",
            "### Published GPU points: fit (in sample) and prediction (held out)", "",
            "Each point is marked in `tests/support/perf_reference.py`: **in sample** when a "
-           "constant of `GPU_EFFICIENCY` was derived from it (the constant is named), **held "
-           "out** otherwise. `test_fit_*` checks the first at +-25% (a fit, not evidence of "
+           "constant of `GPU_EFFICIENCY` was derived from it, or it was already in the "
+           "model's first commit when the constants were set (the last column says which), "
+           "**held out** when it was added after them. `test_fit_*` checks the first at +-25% "
+           "(a fit, not evidence of "
            "prediction); `test_predicts_held_out_*` checks the second at +-25% (the goal), "
            "with misses kept as strict expected failures that name the error. Stored in "
            "`benchmarks/data/perfmodel_points.json` (`--record`).", "",
            "Error in and out of sample (output tok/s or TPOT, predicted / published - 1):", "",
            *error_summary(gpu_rows), "",
            f"Goal (held out within +-25%): **{held_goal}**.", "",
-           "In sample (the constants were derived from these; compute 0.60 and the all-reduce "
+           "In sample (the constants were derived from these, or these were seen when they "
+           "were set; compute 0.60 and the all-reduce "
            "constants were not derived from any point here):", "",
            *published_table(gpu_rows, IN_SAMPLE), "",
-           "Held out (no constant was derived from these; tensor-parallel points are the only "
+           "Held out (added after the constants were set, none derived from them; "
+           "tensor-parallel points are the only "
            "check of the all-reduce constants):", "",
            *published_table(gpu_rows, HELD_OUT), "",
            *[f"No held-out source for **{g}**: {why}.\n" for g, why in NO_HELD_OUT_SOURCE.items()],
            long_context(gpu_rows), "",
            f"Tensor parallelism (held out): {tp_errors(gpu_rows)}. Lambda's points (vLLM 0.6, "
-           "10-step scheduling) are all slower than the model, more so at TP 8; InferenceBench's "
+           "10-step scheduling) are all slower than the model, more so at TP 8; "
+           "they share the setup (vLLM 0.6, 10-step "
+           "scheduling) of Lambda's single-GPU points, which are in sample; InferenceBench's "
            "Qwen2.5-72B on 4 H100s (vLLM 0.22.1, the project's in-sample H100 sweep is "
            "another of its runs) agrees in TPOT and is slower in throughput at 1 client (its "
            "time to first token and request overhead). So at TP 4 the all-reduce latency (8 us "

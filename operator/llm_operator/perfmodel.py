@@ -50,7 +50,7 @@ from typing import Any
 
 from .catalog import GPUFacts, ModelFacts
 from .models import LLMServiceSpec
-from .planning import Plan, gpu_facts, model_facts
+from .planning import BLOCK_SIZE, Plan, gpu_facts, kv_token_capacity, model_facts
 from .tuner.search import SLO
 
 GIB = 1024**3
@@ -176,7 +176,8 @@ class Efficiency:
 # Calibrated GPU efficiency of vLLM (V1 engine, CUDA graphs, bf16), FITTED to these
 # public measurements (so within +-25% of them is a fit, not a prediction:
 # tests/unit/test_perfmodel.py tests the fit and, apart, the held-out points of
-# tests/support/perf_reference.py, which nothing here was derived from):
+# tests/support/perf_reference.py, all added after these constants were set; Lambda's
+# single-GPU points were already there when they were, and count as in sample):
 #
 # * J. Musgrave, "vLLM throughput-latency sweep on NVIDIA A100" (johnmusgrave.com,
 #   vLLM 0.23, Llama-3.1-8B-Instruct bf16, 1x A100 40GB, 1024 in / 128 out): decode
@@ -378,15 +379,15 @@ def prefill_time(model: ModelShape, hw: Hardware, tp: int, tokens: int,
 
 
 def kv_capacity_from_bytes(model: ModelShape, kv_cache_bytes: float, tp: int = 1,
-                           block_size: int = 16) -> int:
-    """Tokens a KV cache of ``kv_cache_bytes`` per GPU holds: whole blocks of
-    ``block_size`` tokens, floor(bytes / (block_size x KV bytes per token)) x block_size.
+                           block_size: int = BLOCK_SIZE) -> int:
+    """Tokens a KV cache of ``kv_cache_bytes`` per GPU holds: the planner's formula
+    (:func:`llm_operator.planning.kv_token_capacity`, whole blocks of ``block_size``
+    tokens) with this model's KV bytes per token at ``tp``; 0 for no bytes.
 
     This is what vLLM logs as "KV cache size: N tokens" (and what
     ``--kv-cache-memory-bytes`` gives directly).
     """
-    per_block = block_size * model.kv_bytes_per_token(tp)
-    return int(kv_cache_bytes // per_block) * block_size
+    return kv_token_capacity(kv_cache_bytes, model.kv_bytes_per_token(tp), block_size)
 
 
 def kv_cache_bytes_estimate(model: ModelShape, hw: Hardware, tp: int,
@@ -410,7 +411,7 @@ def kv_capacity_tokens(model: ModelShape, hw: Hardware, tp: int,
         return engine.kv_token_capacity
     free = kv_cache_bytes_estimate(model, hw, tp, engine.gpu_memory_utilization,
                                    engine.max_num_batched_tokens)
-    return max(0, kv_capacity_from_bytes(model, free, tp, hw.block_size))
+    return kv_capacity_from_bytes(model, free, tp, hw.block_size)
 
 
 def _blocks(tokens: float, block_size: int) -> float:

@@ -176,7 +176,7 @@ class Plan(BaseModel):
 
 # --------------------------------------------------------------------------- pure formulas
 
-def kv_token_capacity(kv_budget_bytes: int, kv_bytes_per_token: int,
+def kv_token_capacity(kv_budget_bytes: float, kv_bytes_per_token: float,
                       block_size: int = BLOCK_SIZE) -> int:
     """Tokens of KV cache that fit a byte budget, in whole blocks as vLLM allocates them.
 
@@ -184,10 +184,12 @@ def kv_token_capacity(kv_budget_bytes: int, kv_bytes_per_token: int,
     "KV cache size: N tokens" vLLM logs (for a maxModelLen that is a multiple of the
     block size). Example: the tiny test Llama (2 layers, 2 KV heads, head_dim 32, bf16:
     512 bytes/token) with ``--kv-cache-memory-bytes 2097152`` holds 4,096 tokens.
+    The one copy of the formula: the performance model's estimates
+    (:func:`llm_operator.perfmodel.kv_capacity_from_bytes`) call it too.
     """
     if kv_budget_bytes <= 0 or kv_bytes_per_token <= 0:
         return 0
-    return (kv_budget_bytes // (block_size * kv_bytes_per_token)) * block_size
+    return int(kv_budget_bytes // (block_size * kv_bytes_per_token)) * block_size
 
 
 def kv_request_tokens(kv_budget_bytes: int, kv_bytes_per_token: int,

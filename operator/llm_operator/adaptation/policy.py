@@ -110,9 +110,11 @@ class PolicySettings(BaseModel):
         description="An inter-token-latency miss lowers the cap no further than this x the "
         "KV fit (the sequences of the observed size the KV cache holds), and not at all when "
         "the cap is already there; with no KV exhaustion in the window the KV-usage trigger "
-        "stops at the fit too. Below the fit a late token is not blamed on the batch: on the "
-        "CPU engine (run adapt-live-1, load ~20 on 2 cores) an ITL miss with 0 preemptions "
-        "lowered 15 → 3 → 1 and cost goodput. 0 lets an ITL miss lower below the fit (the "
+        "stops at the fit too. Below the fit a late token is not blamed on the batch: on a "
+        "host whose CPU is contended, latency misses without preemptions drove the cap far "
+        "below the fit, which cost goodput and could not be undone while the latency missed "
+        "(tests/unit/test_adaptation_undershoot.py replays those decisions; figures in "
+        "benchmarks/RESULTS.md, 'Adaptation'). 0 lets an ITL miss lower below the fit (the "
         "proportional target alone), where batch interference is known to dominate [1.0]",
     )
     min_preemptions: float = Field(

@@ -3,9 +3,10 @@
 Subcommands: ``run`` (the operator), ``render`` (manifests for LLMService files, like
 ``helm template``), ``plan`` (capacity and parallelism plan, with the predicted curve),
 ``tune`` (the benchmark search, :mod:`.tune`), ``recommend`` (what the online controller
-would decide now, :mod:`.recommend`) and ``demo`` (the operator against an emulated API
-server). Each subcommand parses its files at the boundary and calls one pure function;
-the tables it prints are in :mod:`.tables`.
+would decide now, :mod:`.recommend`) and ``demo`` (the whole loop on this machine, on a
+local real control plane; ``--emulated``: on the emulated API server). Each subcommand
+parses its files at the boundary and calls one pure function; the tables it prints are
+in :mod:`.tables`.
 """
 
 from __future__ import annotations

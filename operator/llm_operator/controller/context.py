@@ -70,10 +70,11 @@ class OperatorContext:
         has for :data:`RENDER_QUIET_SECONDS`, or after
         :data:`RENDER_PRIORITY_MAX_WAIT_SECONDS` at most).
 
-        Render first: in a burst of new services (1,000 at once), the work that follows a
-        workload (status writes, Events, the tuning step) waits here, so that every
-        service's Deployment is written before the bookkeeping of the others, instead of
-        each waiting for a share of all of it (benchmarks/scale.py).
+        Render first: in a burst of new services, the work that follows a workload
+        (status writes, Events, the tuning step) waits here, so that every service's
+        Deployment is written before the bookkeeping of the others, instead of each
+        waiting for a share of all of it (benchmarks/RESULTS.md, "Scale", "What was
+        profiled and changed").
         """
         if self.renders == 0:
             return

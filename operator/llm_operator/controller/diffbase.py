@@ -5,8 +5,9 @@ object without ``status`` and without the system metadata. Its stock
 :meth:`kopf.AnnotationsDiffBaseStorage.build` deep-copies the whole object first and
 drops those parts afterwards; an LLMService's status (plan, conditions, tuning) is most
 of the object, so most of that copy is thrown away, on every event of every service
-(each status write is one more event). In a burst of 1,000 new services that copy was
-the largest single item of kopf's own CPU (``benchmarks/scale.py``, cProfile).
+(each status write is one more event). In a burst of new services that copy was the
+largest single item of kopf's own CPU (cProfile: ``benchmarks/RESULTS.md``, "Scale",
+"What was profiled and changed").
 
 :class:`SlimDiffBaseStorage` hands kopf's build only what the essence keeps (everything
 but ``status`` and ``metadata``, plus the metadata kopf reads: labels, annotations, and

@@ -209,9 +209,9 @@ class KubeClient:
     def __init__(self, config: kubernetes.client.Configuration, timeout: float = 30.0) -> None:
         self._cfg = config
         # The timeout is the API server's: connecting and each read. Not ``total``, which
-        # counts the wait for a free connection of our own pool too: under a burst (1,000
-        # services at once) every queued request then "timed out" without ever being sent,
-        # and the retries queued again (tests/integration/test_kube_timeouts.py).
+        # counts the wait for a free connection of our own pool too: under a burst of new
+        # services every queued request then "timed out" without ever being sent, and the
+        # retries queued again (tests/integration/test_kube_timeouts.py).
         self._timeout = aiohttp.ClientTimeout(total=None, connect=None,
                                               sock_connect=timeout, sock_read=timeout)
         self._session: aiohttp.ClientSession | None = None
@@ -253,9 +253,10 @@ class KubeClient:
         cfg = self._cfg
         if cfg.refresh_api_key_hook is not None:  # may run an exec plugin: not in the loop
             # Read in a thread at most once per AUTH_REUSE_SECONDS, shared by the requests
-            # of that time: a thread hop per request was 8% of the operator's CPU in a
-            # burst of 1,000 services (benchmarks/scale.py). The hook refreshes a token
-            # only when it expires, which is minutes, not seconds.
+            # of that time: a thread hop per request is a fixed cost on every API call,
+            # which a burst of new services multiplies (profiled in benchmarks/RESULTS.md,
+            # "Scale", "What was profiled and changed"). The hook refreshes a token only
+            # when it expires, which is minutes, not seconds.
             now = time.monotonic()
             if self._auth is None or now - self._auth[0] > AUTH_REUSE_SECONDS:
                 if self._auth_pending is None:
@@ -294,9 +295,10 @@ class KubeClient:
         """:meth:`request`, also returning the HTTP status (201: created)."""
         check_access(method, path, query)
         if self._session is None:
-            # 128 connections, not 32: in a burst of 1,000 new services (emulated API
-            # server, benchmarks/scale.py) 32 capped the renders at ~70/s with the
-            # operator at 0.3 of a core, each request queueing for a connection.
+            # 128 connections, not 32: in a burst of new services, 32 capped the renders
+            # while the operator sat mostly idle, each request queueing for a connection
+            # (benchmarks/RESULTS.md, "Scale", "What was profiled and changed": "The
+            # client's pool of connections").
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=CONNECTIONS, ssl=self._ssl))
         headers = {"Accept": "application/json", **await self._auth_headers()}

@@ -12,15 +12,14 @@ from ..settings import Settings
 from . import handlers as _handlers  # noqa: F401  importing registers the kopf handlers
 
 # Python's cyclic garbage collector, tuned for an operator that holds every service it
-# watches: with the default thresholds (700, 10, 10) a burst of 1,000 new services ran a
-# full collection every ~0.8 s, each walking the whole heap (130-260 ms; 3.5 s of the
-# operator's 16 s of CPU for the burst, measured with gc.callbacks), and the heap only
-# grows while services arrive. Young collections every 50,000 allocations and a full one
-# after 50 of the middle generation's (still only when the heap grew by a quarter, as
-# CPython requires) cut the operator's CPU up to the last Deployment of that burst from
-# 4.2 to 3.4 ms per service, for 10% more peak memory (benchmarks/RESULTS.md, Scale).
-# Memory is still freed as before: most objects by reference counting at once, cycles at
-# the next collection.
+# watches: with the default thresholds (700, 10, 10) a burst of new services runs full
+# collections often, each walking the whole heap, and the heap only grows while services
+# arrive. Young collections every 50,000 allocations and a full one after 50 of the
+# middle generation's (still only when the heap grew by a quarter, as CPython requires)
+# trade some peak memory for less CPU per service (the figures: docs/production/scale.md,
+# "Memory and Python's garbage collector", from benchmarks/RESULTS.md, "Scale"). Memory
+# is still freed as before: most objects by reference counting at once, cycles at the
+# next collection.
 GC_THRESHOLDS = (50_000, 20, 50)
 
 

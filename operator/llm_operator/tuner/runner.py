@@ -203,7 +203,7 @@ def split_args(text: str | None) -> list[str]:
 
 # The server pod's admission controller (llm_operator.engine, copied next to the tuner);
 # named here as strings because the tuner imports nothing of the operator
-# (tests/unit/test_tuner_live_cap.py checks they match).
+# (tests/unit/test_tuner_engine_names.py checks they match).
 ENGINE_SCHEDULER_CLS = "llm_operator.engine.scheduler.AdmissionCapScheduler"
 ENGINE_CAP_FILE_ENV = "LLMOP_ADMISSION_CAP_FILE"
 CAP_METRIC = "llmop_admission_cap"
