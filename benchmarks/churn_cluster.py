@@ -261,24 +261,27 @@ def section(rows: list[dict[str, Any]]) -> str:
         "churn passes and no ReplicaSet outlived its Deployment. Not merged with the "
         "emulator's figures (section above). All on this machine's 2 cores.",
         "",
-        "| N | created / updated / deleted | faults (at s, back after s) | client retries "
+        "| run | N | created / updated / deleted | faults (at s, back after s) | client retries "
         "in outages | churn took | converged after the last fault | problems left | "
         "user values checked | operator tracebacks | operator CPU s | operator code |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in rows:
+    for i, r in enumerate(rows, 1):
         faults = ", ".join(f"{f['what']} ({f['at_seconds']:.0f}, {f['back_after_seconds']:.0f})"
                            for f in r["faults"])
         conv = (f"{r['converged_after_faults_seconds']:.0f} s" if r["converged"]
                 else "no (timeout)")
         lines.append(
-            f"| {r['n']:,} | {r['created']:,} / {r['updated']:,} / {r['deleted']:,} | "
+            f"| {i} | {r['n']:,} | {r['created']:,} / {r['updated']:,} / {r['deleted']:,} | "
             f"{faults} | {r['client_outage_retries']:,} | {r['churn_seconds']:.0f} s | "
             f"{conv} | {r['problems_left']} | {r['checked'].get('user_values', 0):,} | "
             f"{r['operator_tracebacks']} | {r['operator_cpu_seconds']:.0f} | "
             f"{r['operator']} |")
-    for r in rows:
-        if not r["converged"]:
+    for i, r in enumerate(rows, 1):
+        if r.get("harness_defect"):
+            lines += ["", f"Run {i} is void (a defect of the local control plane, not of the "
+                          f"operator): {r['harness_defect']}"]
+        elif not r["converged"]:
             lines += ["", f"Not converged at N = {r['n']:,}: {r['problems_left']:,} checks "
                           "still failed when the wait ended; the first are in the data: "
                           + "; ".join(r["problems_sample"][:5])]
@@ -292,7 +295,12 @@ def main() -> int:
     parser.add_argument("--n", type=int, default=None,
                         help="override N (a smoke run; not the registered objective)")
     parser.add_argument("--write", action="store_true", help="update data/ and RESULTS.md")
+    parser.add_argument("--regenerate", action="store_true",
+                        help="rewrite the RESULTS.md section from the stored runs; no run")
     args = parser.parse_args()
+    if args.regenerate:
+        replace_section(NAME, section(json.loads(DATA.read_text())))
+        return 0
     config = yaml.safe_load(args.config.read_text())
     if args.n is not None:
         config["n"] = args.n

@@ -203,13 +203,20 @@ def section(rows: list[dict[str, Any]]) -> str:
     ]
     for i, r in enumerate(rows, 1):
         per = 1000 * r["operator_cpu_seconds_until_handled"] / max(r["n"], 1)
+        void = " (void)" if r.get("harness_defect") else ""
         lines.append(
-            f"| {i} | {r['n']} | {r['rendered']} | {r['p50']:.2f} | {r['p99']:.2f} | "
+            f"| {i}{void} | {r['n']} | {r['rendered']} | {r['p50']:.2f} | {r['p99']:.2f} | "
             f"{r['max']:.2f} | {r['operator_cpu_seconds_until_handled']:.1f} ({per:.0f}) | "
             f"{r['control_plane_cpu_seconds_until_handled']:.1f} | "
             f"{r['operator_peak_rss_mib']:.0f} | "
             f"{r['load_average_before'][0]:.1f}/{r['load_average_after'][0]:.1f} |")
-    capped = [i for i, r in enumerate(rows, 1) if r["handled_after_seconds"] >= 300]
+    void = [i for i, r in enumerate(rows, 1) if r.get("harness_defect")]
+    if void:
+        lines += ["", f"Runs {', '.join(map(str, void))} are void (a defect of the local control "
+                      f"plane, not of the operator): {rows[void[0] - 1]['harness_defect']}"]
+    capped = [i for i, r in enumerate(rows, 1)
+              if r["handled_after_seconds"] >= 300 and not r.get("harness_defect")]
+    rows = [r for r in rows if not r.get("harness_defect")]
     if capped:
         lines += ["", f"Runs {', '.join(map(str, capped))}: the operator had not logged every "
                       "creation as processed 300 s after the last create (the wait's cap), so "

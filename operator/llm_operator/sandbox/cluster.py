@@ -46,8 +46,10 @@ if TYPE_CHECKING:  # the PKI needs `cryptography` (the demo and test extras), no
 KUBERNETES_VERSION = "v1.37.2"
 ETCD_VERSION = "v3.7.3"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
-SERVICE_CIDR = "10.0.0.0/24"
-SERVICE_IP = "10.0.0.1"  # the first address of the range: the `kubernetes` Service
+# A /16 as clusters have (kubeadm's default is 10.96.0.0/12): a /24 ran out of Service
+# IPs at 254 services in the churn on this control plane ("range is full").
+SERVICE_CIDR = "10.96.0.0/16"
+SERVICE_IP = "10.96.0.1"  # the first address of the range: the `kubernetes` Service
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 ADMISSION = ("NamespaceLifecycle,LimitRanger,ServiceAccount,DefaultTolerationSeconds,"
              "Priority,NodeRestriction,MutatingAdmissionWebhook,ValidatingAdmissionWebhook,"
