@@ -1,5 +1,5 @@
 """The bad-input corpus against the REAL kube-apiserver (v1.37.2, built from Go modules:
-``llm_operator.sandbox.cluster``), beside the project's own CRD evaluator: starts a local
+``llm_operator_sandbox.cluster``), beside the project's own CRD evaluator: starts a local
 control plane, installs the CRD, creates every case with ``dryRun=All`` and strict field
 validation (what ``kubectl apply`` does), and writes ``benchmarks/data/
 bad_input_real_server.json`` and its section of ``benchmarks/RESULTS.md``. The cluster
@@ -23,7 +23,7 @@ from tests.support.emulator import CRD_PATH, kubectl_binary
 from tests.support.real_server import replay, summary
 
 from benchmarks.results_md import markers, replace_section
-from llm_operator.sandbox.cluster import KUBERNETES_VERSION, LocalCluster
+from llm_operator_sandbox.cluster import KUBERNETES_VERSION, LocalCluster
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "benchmarks" / "data" / "bad_input_real_server.json"

@@ -1,7 +1,7 @@
 """Churn under faults: N LLMServices created, updated and deleted while the EMULATED API
 server fails a random share of requests, then a check that everything converged.
 
-Runs against the emulated API server (``python -m llm_operator.sandbox.emulator``, its own
+Runs against the emulated API server (``python -m llm_operator_sandbox.emulator``, its own
 process) with the operator as its own process (``llm-operator run``) and this script as
 the client; not a cluster. Faults (``POST /emulator/faults``, a random ``rate`` each):
 500 on every verb of every resource the operator and kopf touch, 409 on the patches of
@@ -43,7 +43,7 @@ import requests
 import yaml
 
 from benchmarks.results_md import markers, replace_section
-from llm_operator.sandbox.processes import stop as stop_process
+from llm_operator_sandbox.processes import stop as stop_process
 
 ROOT = Path(__file__).resolve().parents[1]
 CRD = ROOT / "crds" / "llmservices.llmops.dev.yaml"
@@ -298,7 +298,7 @@ def run_churn(n: int, workdir: Path, *, rate: float = 0.05, seed: int = 1, kills
     works through the churn."""
     kubeconfig = workdir / f"kubeconfig-churn-{n}-{time.monotonic_ns()}.yaml"
     emu = subprocess.Popen(
-        [sys.executable, "-m", "llm_operator.sandbox.emulator", "--kubeconfig", str(kubeconfig),
+        [sys.executable, "-m", "llm_operator_sandbox.emulator", "--kubeconfig", str(kubeconfig),
          "--namespace", NAMESPACE, "-f", str(CRD)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 30

@@ -21,7 +21,7 @@ whose control plane is upgraded or fails over:
 The client retries what failed because of an outage (connection refused or reset, 429,
 500, 503, 504, as kubectl or a GitOps tool would); a create retried after its first
 attempt went through answers 409 AlreadyExists, which counts as done. The control plane
-is the one the cluster tier runs (``llm_operator.sandbox.cluster``, v1.37.2, built from
+is the one the cluster tier runs (``llm_operator_sandbox.cluster``, v1.37.2, built from
 Go modules), the chart installed by helm, the operator under its ServiceAccount token;
 no nodes, so every pod stays Pending, as on a cluster with no free GPU. Figures are
 stored apart from the emulator's (``benchmarks/data/churn_cluster.json``, their own
@@ -63,8 +63,8 @@ from benchmarks.churn import (
 )
 from benchmarks.results_md import markers, replace_section
 from benchmarks.scale import cpu_seconds
-from llm_operator.sandbox.cluster import KUBERNETES_VERSION, LocalCluster, helm_install
-from llm_operator.sandbox.processes import stop as stop_process
+from llm_operator_sandbox.cluster import KUBERNETES_VERSION, LocalCluster, helm_install
+from llm_operator_sandbox.processes import stop as stop_process
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "benchmarks" / "configs" / "churn_cluster.yaml"

@@ -1,6 +1,6 @@
 """Scale: N LLMServices created at once, time from create to rendered Deployment.
 
-Runs against the EMULATED API server (``python -m llm_operator.sandbox.emulator``, its
+Runs against the EMULATED API server (``python -m llm_operator_sandbox.emulator``, its
 own process), with the operator as its own process (``llm-operator run``) and this
 script as the client, all on this machine (2 cores shared by the three processes, and
 by whatever else runs). Not a cluster result: a real API server adds etcd writes, a
@@ -42,7 +42,7 @@ import requests
 import yaml
 
 from benchmarks.results_md import markers, replace_section
-from llm_operator.sandbox.processes import stop as stop_process
+from llm_operator_sandbox.processes import stop as stop_process
 
 ROOT = Path(__file__).resolve().parents[1]
 CRD = ROOT / "crds" / "llmservices.llmops.dev.yaml"
@@ -117,7 +117,7 @@ def run_once(n: int, workdir: Path, timeout: float, rate: float | None = None,
     emu_profile = ["-m", "cProfile", "-o", os.environ["LLMOP_SCALE_PROFILE_EMULATOR"]] if (
         os.environ.get("LLMOP_SCALE_PROFILE_EMULATOR")) else []
     emu = subprocess.Popen(
-        [sys.executable, *emu_profile, "-m", "llm_operator.sandbox.emulator", "--kubeconfig",
+        [sys.executable, *emu_profile, "-m", "llm_operator_sandbox.emulator", "--kubeconfig",
          str(kubeconfig), *[a for ns in namespaces for a in ("--namespace", ns)], "-f", str(CRD)],
         env={**os.environ, "PYTHONPATH": str(emulator_tree / "operator")},
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -1,6 +1,6 @@
 """Scale on the REAL control plane: N LLMServices created at once, time from create to
 the operator's Deployment, against kube-apiserver, etcd, kube-controller-manager and
-kube-scheduler v1.37.2 (``llm_operator.sandbox.cluster``), with the chart installed by
+kube-scheduler v1.37.2 (``llm_operator_sandbox.cluster``), with the chart installed by
 helm and the operator (``llm-operator run``, its own process) under the chart's
 ServiceAccount token. Figures are stored apart from the emulator's
 (``benchmarks/data/scale_cluster/``, their own RESULTS.md section); never merged.
@@ -46,8 +46,8 @@ from benchmarks.scale import (
     percentile,
     service,
 )
-from llm_operator.sandbox.cluster import KUBERNETES_VERSION, LocalCluster, helm_install
-from llm_operator.sandbox.processes import stop as stop_process
+from llm_operator_sandbox.cluster import KUBERNETES_VERSION, LocalCluster, helm_install
+from llm_operator_sandbox.processes import stop as stop_process
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "benchmarks" / "data" / "scale_cluster"

@@ -10,14 +10,14 @@ if [ "${1:-}" = "--unit" ]; then
   shift
   bash tools/setup.sh --unit
   export HF_HUB_OFFLINE=1
-  printf '\n==> ruff\n';  .venv/bin/ruff check operator tests benchmarks tools
+  printf '\n==> ruff\n';  .venv/bin/ruff check operator sandbox tests benchmarks tools
   printf '\n==> pytest -m unit\n'
   exec .venv/bin/python -m pytest -q -m unit "$@"
 fi
 bash tools/setup.sh --tests
 export PATH="$PWD/.cache/bin:$PWD/.venv/bin:$PATH"
 export HF_HUB_OFFLINE=1
-printf '\n==> ruff\n';  .venv/bin/ruff check operator tests benchmarks tools
+printf '\n==> ruff\n';  .venv/bin/ruff check operator sandbox tests benchmarks tools
 printf '\n==> mypy\n';  .venv/bin/mypy
 printf '\n==> import-linter (layering contracts in .importlinter)\n';  .venv/bin/lint-imports
 printf '\n==> hadolint\n';  .venv/bin/hadolint Dockerfile

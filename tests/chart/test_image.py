@@ -31,10 +31,10 @@ import yaml
 
 from llm_operator.models import parse_llmservice
 from llm_operator.planning import make_plan
-from llm_operator.sandbox.processes import stop as stop_process
 from llm_operator.settings import Settings
 from llm_operator.tuning.fingerprint import tuning_fingerprint
 from llm_operator.tuning.job import CODE_PATH, INIT_CONTAINER, build_tuning_job
+from llm_operator_sandbox.processes import stop as stop_process
 from tests.support.emulator import CRD_PATH, EXAMPLES_DIR, EmulatorProcess, Kubectl, wait_for
 
 from .conftest import CHART, ROOT, Render
@@ -283,6 +283,21 @@ def test_console_script_lists_run(clean_install: CleanInstall, tmp_path: Path) -
     proc = run_clean([str(clean_install.script), "run", "--help"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "--standalone" in proc.stdout and "--liveness" in proc.stdout
+
+
+def test_the_image_carries_no_sandbox(clean_install: CleanInstall, tmp_path: Path) -> None:
+    """The local control plane, kubelet, emulated API server and demo
+    (``llm_operator_sandbox``, under sandbox/) stay out of the wheel the image installs;
+    there ``llm-operator demo`` says so and how to get it, instead of a traceback."""
+    import zipfile
+
+    names = zipfile.ZipFile(clean_install.wheel).namelist()
+    assert any(n.startswith("llm_operator/") for n in names)
+    assert not any("sandbox" in n for n in names), [n for n in names if "sandbox" in n]
+    proc = run_clean([str(clean_install.script), "demo"], tmp_path)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert "no sandbox" in proc.stderr and "bash tools/demo.sh" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def test_installed_operator_reconciles_against_the_emulated_api(

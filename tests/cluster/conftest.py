@@ -3,7 +3,7 @@ kube-apiserver, kube-controller-manager and kube-scheduler v1.37.2, built from G
 by ``bash tools/setup.sh --cluster``), installed by ``helm install`` of the chart and run
 with the chart's ServiceAccount token, so RBAC, admission, the CRD's schema and CEL, the
 Deployment/ReplicaSet/Job controllers, the garbage collector and the scheduler are
-Kubernetes' own. Only the kubelet is local (:mod:`llm_operator.sandbox.kubelet`: pods run
+Kubernetes' own. Only the kubelet is local (:mod:`llm_operator_sandbox.kubelet`: pods run
 as local processes).
 
 One control plane for the whole session (it starts in about 10 s); each test gets its own
@@ -23,16 +23,16 @@ from typing import Any
 import pytest
 import yaml
 
-from llm_operator.sandbox.cluster import (
+from llm_operator_sandbox.cluster import (
     Installed,
     LocalCluster,
     binaries_present,
     cache_dir,
     helm_install,
 )
-from llm_operator.sandbox.kubelet import LocalKubelet, gpu_nodes
-from llm_operator.sandbox.loop import default_vllm_python
-from llm_operator.sandbox.tiny_model import ensure_tiny_llama
+from llm_operator_sandbox.kubelet import LocalKubelet, gpu_nodes
+from llm_operator_sandbox.loop import default_vllm_python
+from llm_operator_sandbox.tiny_model import ensure_tiny_llama
 from tests.support.emulator import ROOT, Kubectl, OperatorProcess, kubectl_binary, wait_for
 
 CHART = ROOT / "charts" / "llm-operator"

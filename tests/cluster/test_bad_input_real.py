@@ -10,7 +10,7 @@ import json
 import pytest
 from benchmarks.bad_input_real_server import DATA
 
-from llm_operator.sandbox.cluster import KUBERNETES_VERSION, LocalCluster
+from llm_operator_sandbox.cluster import KUBERNETES_VERSION, LocalCluster
 from tests.support.real_server import EXPLAINED, OTHER_FIELD, replay, summary
 
 from .conftest import ClusterKubectl

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from llm_operator.sandbox.cluster import KUBERNETES_VERSION, Installed, LocalCluster
-from llm_operator.sandbox.kubelet import LocalKubelet
+from llm_operator_sandbox.cluster import KUBERNETES_VERSION, Installed, LocalCluster
+from llm_operator_sandbox.kubelet import LocalKubelet
 from tests.support.emulator import EXAMPLES_DIR, OperatorProcess, wait_for
 
 from .conftest import ClusterKubectl

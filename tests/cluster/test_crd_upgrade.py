@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 import yaml
 
-from llm_operator.sandbox.cluster import Installed, LocalCluster, run_tool
+from llm_operator_sandbox.cluster import Installed, LocalCluster, run_tool
 from tests.support.emulator import OperatorProcess, wait_for
 
 from .conftest import CHART, ClusterKubectl, helm_binary

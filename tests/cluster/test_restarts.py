@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from llm_operator.sandbox.cluster import LocalCluster, helm_install
+from llm_operator_sandbox.cluster import LocalCluster, helm_install
 from tests.support.emulator import OperatorProcess, kubectl_binary, wait_for
 
 from .conftest import CHART, ClusterKubectl, helm_binary

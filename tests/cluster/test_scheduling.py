@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from llm_operator.sandbox.cluster import Installed
+from llm_operator_sandbox.cluster import Installed
 from tests.support.emulator import OperatorProcess, wait_for
 
 from .conftest import ClusterKubectl

@@ -1,5 +1,5 @@
 """End-to-end tier: the real operator process, the EMULATED API server (not a cluster),
-the real kubectl, and the LOCAL node agent (``llm_operator.sandbox.node_agent``) running
+the real kubectl, and the LOCAL node agent (``llm_operator_sandbox.node_agent``) running
 the rendered pods as local processes with the real vLLM CPU engine and the real tuner.
 One vLLM server at a time (2 cores); every wait is bounded.
 """

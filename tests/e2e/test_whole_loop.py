@@ -3,10 +3,10 @@ tuner run -> the Deployment rolled onto the tuned settings -> under load the ada
 changes the cap live -> a spec change re-plans -> delete stops every process.
 
 On the REAL control plane (kube-apiserver, etcd, kube-controller-manager and
-kube-scheduler v1.37.2 built from Go modules: llm_operator.sandbox.cluster), with the
+kube-scheduler v1.37.2 built from Go modules: llm_operator_sandbox.cluster), with the
 chart installed by helm and the operator running under its ServiceAccount's token: the
 Job, Deployment and ReplicaSet controllers, the scheduler and the garbage collector are
-Kubernetes' own. Local: the kubelet (llm_operator.sandbox.kubelet runs each pod's
+Kubernetes' own. Local: the kubelet (llm_operator_sandbox.kubelet runs each pod's
 containers as local processes). Real too: kubectl, helm, the operator process, vLLM (CPU
 build) serving a generated tiny Llama, the tuner in the tuning Job, vLLM's benchmark as
 the load, and Prometheus finding the pod only through the rendered PodMonitor. Budget:
@@ -24,8 +24,8 @@ from typing import Any, TypeVar
 
 import pytest
 
-from llm_operator.sandbox.demo import kubectl_binary
-from llm_operator.sandbox.loop import (
+from llm_operator_sandbox.demo import kubectl_binary
+from llm_operator_sandbox.loop import (
     LocalLoop,
     condition,
     default_vllm_python,
@@ -34,7 +34,7 @@ from llm_operator.sandbox.loop import (
     server_pods,
     serves_cap,
 )
-from llm_operator.sandbox.vllm_load import Load, LoadRun
+from llm_operator_sandbox.vllm_load import Load, LoadRun
 from tests.cluster.conftest import helm_binary
 from tests.support.emulator import ROOT
 

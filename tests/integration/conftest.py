@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from llm_operator.sandbox.emulator import EmulatorThread
+from llm_operator_sandbox.emulator import EmulatorThread
 from tests.support.emulator import (
     CRD_PATH,
     EXAMPLES_DIR,

@@ -1,7 +1,7 @@
 """Sharing children with others, and multi-step switches when a step fails: the real
 operator process against the EMULATED API server (kmock with the project's fixes, among
 them a partial server-side apply, the scale subresource and fault injection; see
-``llm_operator.sandbox.emulator`` for what it does and does not emulate). Not a cluster:
+``llm_operator_sandbox.emulator`` for what it does and does not emulate). Not a cluster:
 no controller acts on what is written, and RBAC is not enforced (403s are injected)."""
 
 from __future__ import annotations

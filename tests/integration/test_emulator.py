@@ -1,5 +1,5 @@
 """The fixes the project makes to kmock's emulated API server, checked through the real
-kubectl and raw HTTP (what kopf and kubectl rely on; see llm_operator.sandbox.emulator)."""
+kubectl and raw HTTP (what kopf and kubectl rely on; see llm_operator_sandbox.emulator)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from llm_operator.sandbox.emulator import (
+from llm_operator_sandbox.emulator import (
     EmulatorThread,
     apply_patch,
     field_paths,

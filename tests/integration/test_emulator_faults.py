@@ -1,5 +1,5 @@
 """The fault kinds the EMULATED API server injects (``POST /emulator/faults``; see the
-module docstring of llm_operator.sandbox.emulator): delays, random rates, subresource
+module docstring of llm_operator_sandbox.emulator): delays, random rates, subresource
 faults, slow and closed watches. The operator's behaviour under them is in
 tests/integration/test_faults.py."""
 
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from llm_operator.sandbox.emulator import EmulatorThread
+from llm_operator_sandbox.emulator import EmulatorThread
 
 CMS = "/api/v1/namespaces/default/configmaps"
 

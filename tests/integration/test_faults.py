@@ -1,6 +1,6 @@
 """Faults, end to end: the real operator process against the EMULATED API server (not a
 cluster), which injects them (``POST /emulator/faults``, see
-llm_operator.sandbox.emulator): API 500s and 409s, slow and closed watches, the
+llm_operator_sandbox.emulator): API 500s and 409s, slow and closed watches, the
 operator killed (SIGKILL) mid-tuning, mid-rollout and mid-status-write, a tuning pod
 evicted or OOM-killed. No kubelet or Job controller runs here: the tests write the Job's
 and the Pod's status as they would (as tests/integration/test_tuning_operator.py does).

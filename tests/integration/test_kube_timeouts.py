@@ -12,7 +12,7 @@ import kubernetes.client
 import pytest
 
 from llm_operator.controller.kube import KubeClient
-from llm_operator.sandbox.emulator import EmulatorThread
+from llm_operator_sandbox.emulator import EmulatorThread
 
 
 def client(url: str, timeout: float) -> KubeClient:

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from llm_operator.sandbox.node_agent import PORTS_ANNOTATION, NodeAgent
+from llm_operator_sandbox.node_agent import PORTS_ANNOTATION, NodeAgent
 from tests.integration.conftest import NAMESPACE
 from tests.support.emulator import EmulatorProcess, Kubectl, wait_for
 

@@ -21,8 +21,8 @@ from llm_operator.controller.context import OperatorContext
 from llm_operator.controller.diffbase import SlimDiffBaseStorage
 from llm_operator.controller.kube import KubeClient
 from llm_operator.controller.progress import GenerationProgressStorage
-from llm_operator.sandbox.emulator import EmulatorThread
 from llm_operator.settings import Settings
+from llm_operator_sandbox.emulator import EmulatorThread
 
 NAME = "llama-3-1-8b"
 KEY = ("default", NAME)

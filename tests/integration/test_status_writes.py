@@ -12,9 +12,9 @@ import pytest
 
 from llm_operator.constants import API_VERSION, KIND
 from llm_operator.controller.kube import ConflictError, KubeClient
-from llm_operator.sandbox.emulator import EmulatorThread
 from llm_operator.status import ConditionType, get_condition, rebase_patch, set_condition
 from llm_operator.timestamps import parse_rfc3339
+from llm_operator_sandbox.emulator import EmulatorThread
 
 NAME = "llama-3-1-8b"
 T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T00:01:00Z"

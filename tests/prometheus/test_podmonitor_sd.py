@@ -6,7 +6,7 @@ adaptation queries (:mod:`llm_operator.adaptation.prometheus`). Emulated: the AP
 ``/metrics`` is a recorded real vLLM exposition (:mod:`tests.support.metrics_replay`);
 the pods point at the replay servers by the node agent's ``sandbox.llmops.dev/ports``
 annotation, the only substitution. Nothing tells Prometheus a target or a label: the
-discovery (:class:`llm_operator.sandbox.prometheus.PodMonitorDiscovery`) reads the API
+discovery (:class:`llm_operator_sandbox.prometheus.PodMonitorDiscovery`) reads the API
 and writes the jobs the Prometheus Operator would write.
 """
 
@@ -20,13 +20,13 @@ from typing import Any
 import pytest
 
 from llm_operator.adaptation import prometheus as adaptation_prometheus
-from llm_operator.sandbox.emulator import EmulatorThread
-from llm_operator.sandbox.prometheus import (
+from llm_operator.settings import Settings
+from llm_operator_sandbox.emulator import EmulatorThread
+from llm_operator_sandbox.prometheus import (
     PodMonitorDiscovery,
     podmonitor_crd,
     prometheus_available,
 )
-from llm_operator.settings import Settings
 from tests.support.metrics_replay import KV_PRESSURE, Recording, ReplayServer
 from tests.support.podmonitor import pod_of, rendered
 

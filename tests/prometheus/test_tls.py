@@ -21,8 +21,8 @@ import yaml
 
 from llm_operator.adaptation import prometheus
 from llm_operator.adaptation.prometheus import _BearerTokenFile
-from llm_operator.sandbox.cluster import free_port
-from llm_operator.sandbox.pki import Pki
+from llm_operator_sandbox.cluster import free_port
+from llm_operator_sandbox.pki import Pki
 from tests.support.prometheus import prometheus_available
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.timeout(120)]

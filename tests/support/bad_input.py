@@ -8,7 +8,7 @@ to the command line), run through every stage that could meet it:
 - ``plan``: what the operator (and ``llm-operator plan/render``) does with the object:
   parse, plan, render, and then check that what it renders is valid: strictly against
   the Kubernetes schemas (``kubernetes-validate``), against the name, label and
-  resource-name rules a real API server applies (:mod:`llm_operator.sandbox.k8s_rules`)
+  resource-name rules a real API server applies (:mod:`llm_operator_sandbox.k8s_rules`)
   and, for the engine's arguments, against vLLM's option table;
 - ``cli``: ``llm-operator plan`` and ``render`` on the file, through their ``main()``
   with captured output.
@@ -43,9 +43,9 @@ from llm_operator.extra_args import Flag, flag_table, is_value, vllm_spelling
 from llm_operator.models import ints_beyond_int64, parse_llmservice
 from llm_operator.planning import make_plan
 from llm_operator.rendering import render_all, with_placement
-from llm_operator.sandbox.k8s_rules import object_errors
 from llm_operator.settings import Settings
 from llm_operator.status import live_cap_in_use
+from llm_operator_sandbox.k8s_rules import object_errors
 from tests.support.crd import apply_defaults, crd_schema, load_crd, validate_resource
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,7 +1,7 @@
 """Test support for the integration tier: the EMULATED API server, kubectl, the operator.
 
 The emulated Kubernetes API server itself lives in the package
-(:mod:`llm_operator.sandbox.emulator`, because ``llm-operator demo`` uses it too); its
+(:mod:`llm_operator_sandbox.emulator`, because ``llm-operator demo`` uses it too); its
 fixes to kmock are documented there and tested in ``tests/integration/test_emulator.py``.
 Here: running it as a separate process, a thin ``kubectl`` wrapper (the real binary) and
 the operator as a real subprocess (``llm-operator run``) whose log the tests read.
@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from llm_operator.sandbox.processes import stop as stop_process
+from llm_operator_sandbox.processes import stop as stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_PATH = ROOT / "crds" / "llmservices.llmops.dev.yaml"
@@ -66,7 +66,7 @@ def wait_for(
 
 
 class EmulatorProcess:
-    """``python -m llm_operator.sandbox.emulator`` on 127.0.0.1, a free port, with a
+    """``python -m llm_operator_sandbox.emulator`` on 127.0.0.1, a free port, with a
     kubeconfig written into ``workdir``."""
 
     def __init__(self, workdir: Path) -> None:
@@ -79,7 +79,7 @@ class EmulatorProcess:
         """Start it and wait until the kubeconfig exists (the server listens by then)."""
         log = self.log_path.open("wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "llm_operator.sandbox.emulator",
+            [sys.executable, "-m", "llm_operator_sandbox.emulator",
              "--kubeconfig", str(self.kubeconfig)],
             stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir,
         )

@@ -3,7 +3,7 @@
 It listens on 127.0.0.1, keeps its TSDB in a temporary folder and scrapes static
 targets every second. Each target carries the labels the rendered PodMonitor's
 relabelling would give a vLLM pod (``llmservice``, ``namespace``), so queries written
-for a cluster work unchanged. The process itself is :mod:`llm_operator.sandbox.prometheus`
+for a cluster work unchanged. The process itself is :mod:`llm_operator_sandbox.prometheus`
 (the demo runs it too, with discovery through the rendered PodMonitor).
 """
 
@@ -13,7 +13,7 @@ import contextlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from llm_operator.sandbox.prometheus import (  # noqa: F401 - re-exported for the tiers
+from llm_operator_sandbox.prometheus import (  # noqa: F401 - re-exported for the tiers
     PROMETHEUS_BIN,
     PrometheusServer,
     prometheus_available,

@@ -17,8 +17,8 @@ import pytest
 from llm_operator.controller.context import OperatorContext
 from llm_operator.controller.diffbase import SlimDiffBaseStorage
 from llm_operator.controller.reconcile import reconcile
-from llm_operator.sandbox import emulator
 from llm_operator.settings import Settings
+from llm_operator_sandbox import emulator
 
 
 class NoCopy:

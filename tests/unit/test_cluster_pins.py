@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from llm_operator.sandbox.cluster import ETCD_VERSION, KUBERNETES_VERSION, cache_dir
+from llm_operator_sandbox.cluster import ETCD_VERSION, KUBERNETES_VERSION, cache_dir
 
 pytestmark = pytest.mark.unit
 TOOLS = Path(__file__).resolve().parents[2] / "tools" / "cluster"

@@ -620,8 +620,8 @@ def test_a_name_no_service_could_have_is_refused_by_the_crd_and_the_parser(name:
 def test_the_longest_allowed_name_renders_valid_children() -> None:
     from llm_operator.planning import make_plan
     from llm_operator.rendering import render_all
-    from llm_operator.sandbox.k8s_rules import object_errors
     from llm_operator.settings import Settings
+    from llm_operator_sandbox.k8s_rules import object_errors
 
     svc = parse_llmservice({**_service({**BASE_SPEC, "gpus": {"product": "H100"}}),
                             "metadata": {"name": "a" * 63}})
@@ -672,7 +672,7 @@ def test_implausible_values_are_refused_by_the_crd_and_the_parser(
 
 def test_fields_the_api_server_dropped_are_found_from_the_last_applied_configuration() -> None:
     from llm_operator.models import LAST_APPLIED, dropped_fields
-    from llm_operator.sandbox.k8s_rules import prune
+    from llm_operator_sandbox.k8s_rules import prune
 
     given = _service(_merge(BASE_SPEC, {
         "engine": {"maxNumSeq": 64},                       # a typo: pruned as unknown

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from llm_operator.sandbox.k8s_rules import object_errors
+from llm_operator_sandbox.k8s_rules import object_errors
 
 
 def deployment(name: str = "web", labels: dict[str, str] | None = None,

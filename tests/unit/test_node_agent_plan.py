@@ -18,7 +18,10 @@ import pytest
 from llm_operator.models import parse_llmservice
 from llm_operator.planning import make_plan
 from llm_operator.rendering import render_all
-from llm_operator.sandbox.local_plan import (
+from llm_operator.settings import Settings
+from llm_operator.tuning.fingerprint import tuning_fingerprint
+from llm_operator.tuning.job import build_tuning_job
+from llm_operator_sandbox.local_plan import (
     VLLM_CLI_SHIM,
     CannotRun,
     expand,
@@ -27,10 +30,7 @@ from llm_operator.sandbox.local_plan import (
     rewrite_paths,
     vllm_cli_script,
 )
-from llm_operator.sandbox.node_agent import SUBSTITUTIONS, substitutions_table
-from llm_operator.settings import Settings
-from llm_operator.tuning.fingerprint import tuning_fingerprint
-from llm_operator.tuning.job import build_tuning_job
+from llm_operator_sandbox.node_agent import SUBSTITUTIONS, substitutions_table
 
 ROOT = Path(__file__).resolve().parents[2]
 VLLM_PY = Path("/venvs/vllm/bin/python")
@@ -195,7 +195,7 @@ def test_production_doc_lists_every_substitution() -> None:
     doc = (ROOT / "docs" / "production" / "node-agent.md").read_text()
     assert substitutions_table() in doc, (
         "docs/production/node-agent.md is out of date: paste substitutions_table() "
-        "(python -c 'from llm_operator.sandbox.node_agent import substitutions_table; "
+        "(python -c 'from llm_operator_sandbox.node_agent import substitutions_table; "
         "print(substitutions_table())')")
     readme = (ROOT / "README.md").read_text()
     assert "docs/production/node-agent.md#what-it-substitutes-and-what-a-cluster-does-instead" \

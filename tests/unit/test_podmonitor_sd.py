@@ -1,5 +1,5 @@
 """The rendered PodMonitor translated into Prometheus file-based discovery
-(:mod:`llm_operator.sandbox.podmonitor_sd`), checked against the operator's own renderer.
+(:mod:`llm_operator_sandbox.podmonitor_sd`), checked against the operator's own renderer.
 
 The relabel rules are run here by :func:`relabel`, a small re-implementation of
 Prometheus' relabelling (keep, drop, replace, hashmod; full-match regexes; ``__``
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from tests.support.podmonitor import pod_of, rendered
 
-from llm_operator.sandbox import podmonitor_sd
+from llm_operator_sandbox import podmonitor_sd
 
 # --- Prometheus' relabelling, for the assertions -----------------------------------------
 

@@ -1,4 +1,4 @@
-"""The loop's pure helpers (:mod:`llm_operator.sandbox.loop`): what the demo and the e2e
+"""The loop's pure helpers (:mod:`llm_operator_sandbox.loop`): what the demo and the e2e
 tier read from pods and from the tuner's log."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import yaml
 from llm_operator import rendering
 from llm_operator.models import parse_llmservice
 from llm_operator.planning import make_plan
-from llm_operator.sandbox import loop as sandbox_loop
 from llm_operator.settings import Settings
+from llm_operator_sandbox import loop as sandbox_loop
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -82,6 +82,30 @@ def _cmd_run(args: argparse.Namespace) -> int:
                         peering=args.peering, liveness=args.liveness)
 
 
+def _add_sandbox_parsers(sub: Any) -> None:
+    """``demo`` and ``cluster`` come from the sandbox package (a development checkout's:
+    ``bash tools/setup.sh``); the operator's image does not carry it, and there they say
+    so instead of failing on an import."""
+    try:
+        from llm_operator_sandbox.cluster import add_parser as add_cluster_parser
+        from llm_operator_sandbox.demo import add_parser as add_demo_parser
+    except ImportError:
+        for verb in ("demo", "cluster"):
+            p = sub.add_parser(verb, help=f"(not in this install) the sandbox's {verb}")
+            p.set_defaults(func=_sandbox_missing)
+        return
+    add_demo_parser(sub)
+    add_cluster_parser(sub)
+
+
+def _sandbox_missing(args: argparse.Namespace) -> int:
+    sys.stderr.write(
+        f"llm-operator {args.command}: this install has no sandbox (the local control "
+        "plane, kubelet and demo are not part of the operator's image). Fix: from a "
+        "checkout of the repository, run `bash tools/demo.sh`.\n")
+    return 2
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
     parser = argparse.ArgumentParser(prog="llm-operator", description=__doc__.splitlines()[0])
@@ -110,13 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_recommend_parser(sub)
 
-    from ..sandbox.demo import add_parser as add_demo_parser
-
-    add_demo_parser(sub)
-
-    from ..sandbox.cluster import add_parser as add_cluster_parser
-
-    add_cluster_parser(sub)
+    _add_sandbox_parsers(sub)
 
     from .tune import add_parser as add_tune_parser
 

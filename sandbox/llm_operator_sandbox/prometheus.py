@@ -4,7 +4,7 @@
 on 127.0.0.1 with a throwaway TSDB. :class:`PodMonitorDiscovery` keeps it pointed at the
 pods of the (emulated) API server: every ``interval_s`` it lists the PodMonitors and Pods,
 writes the scrape jobs the Prometheus Operator would write (through
-:mod:`llm_operator.sandbox.podmonitor_sd`, with file-based discovery) and, when the jobs
+:mod:`llm_operator_sandbox.podmonitor_sd`, with file-based discovery) and, when the jobs
 changed, reloads Prometheus (``POST /-/reload``). It never talks to the node agent: what
 Prometheus scrapes follows from the API objects alone, as on a cluster.
 """
@@ -30,7 +30,8 @@ from typing import Any
 
 import yaml
 
-from ..tuner.server import free_port
+from llm_operator.tuner.server import free_port
+
 from . import podmonitor_sd
 from .processes import stop as stop_process
 

@@ -42,7 +42,7 @@ from .local_plan import DEFAULT_KV_CACHE_BYTES, port_annotation
 from .node_agent import DEFAULT_LOCK, PORTS_ANNOTATION, PodWorker, descendants, free_port
 
 JSON = dict[str, Any]
-log = logging.getLogger("llm_operator.sandbox.kubelet")
+log = logging.getLogger("llm_operator_sandbox.kubelet")
 
 HEARTBEAT_SECONDS = 10.0
 LEASE_SECONDS = 40

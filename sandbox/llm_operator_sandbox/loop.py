@@ -29,7 +29,8 @@ from typing import Any
 
 import yaml
 
-from ..rendering import ADMISSION_CONFIG_MAP_SUFFIX
+from llm_operator.rendering import ADMISSION_CONFIG_MAP_SUFFIX
+
 from .processes import stop as stop_process
 from .prometheus import PodMonitorDiscovery, podmonitor_crd, prometheus_available
 from .tiny_model import ensure_tiny_llama
@@ -65,7 +66,7 @@ def missing_parts(project: Path, vllm_python: Path, kubectl: str | None) -> list
     try:
         from . import node_agent  # noqa: F401
     except ImportError as exc:
-        missing.append(f"the local node agent (llm_operator.sandbox.node_agent): {exc}")
+        missing.append(f"the local node agent (llm_operator_sandbox.node_agent): {exc}")
     return missing
 
 

@@ -61,7 +61,8 @@ from typing import Any
 
 from kubernetes import client, config, watch
 
-from ..constants import LABEL_MANAGED_BY, MANAGED_BY
+from llm_operator.constants import LABEL_MANAGED_BY, MANAGED_BY
+
 from .local_plan import (
     DEFAULT_KV_CACHE_BYTES,
     SUBSTITUTIONS,
@@ -77,7 +78,7 @@ __all__ = ["NodeAgent", "SUBSTITUTIONS", "Substitution", "PORTS_ANNOTATION",
            "substitutions_table"]
 
 JSON = dict[str, Any]
-log = logging.getLogger("llm_operator.sandbox.node_agent")
+log = logging.getLogger("llm_operator_sandbox.node_agent")
 
 PORTS_ANNOTATION = "sandbox.llmops.dev/ports"
 AGENT_ANNOTATION = "sandbox.llmops.dev/node-agent"  # marks the pods this agent runs

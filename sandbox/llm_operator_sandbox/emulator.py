@@ -72,7 +72,7 @@ controller (a Deployment gets no status unless somebody writes it), admission we
 schema validation and CEL rules, authentication and RBAC (every
 token may do everything; 403s come only from injected faults).
 
-Run it: ``python -m llm_operator.sandbox.emulator --port 0 --kubeconfig kubeconfig.yaml``.
+Run it: ``python -m llm_operator_sandbox.emulator --port 0 --kubeconfig kubeconfig.yaml``.
 """
 
 from __future__ import annotations
@@ -1387,9 +1387,9 @@ class EmulatorThread:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m llm_operator.sandbox.emulator``: serve until interrupted."""
+    """``python -m llm_operator_sandbox.emulator``: serve until interrupted."""
     parser = argparse.ArgumentParser(
-        prog="python -m llm_operator.sandbox.emulator",
+        prog="python -m llm_operator_sandbox.emulator",
         description="An EMULATED Kubernetes API server (in memory; not a cluster)",
     )
     parser.add_argument("--host", default="127.0.0.1")

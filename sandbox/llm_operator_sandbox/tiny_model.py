@@ -3,7 +3,7 @@ vLLM CPU engine, with no hub access.
 
 Runs with the vLLM venv's Python (it needs torch, transformers and tokenizers)::
 
-    .venv-vllm/bin/python operator/llm_operator/sandbox/tiny_model.py OUTDIR [--hidden 128]
+    .venv-vllm/bin/python sandbox/llm_operator_sandbox/tiny_model.py OUTDIR [--hidden 128]
 
 or from code in that interpreter: ``make_tiny_llama(outdir)``. The project's own venv
 does not have torch; call the script through a subprocess from there

@@ -3,11 +3,13 @@
 By default it runs the whole loop (:func:`run_loop_demo`, :mod:`.loop`): a tiny generated
 model planned, tuned by a real tuning Job, rolled out, served by the real vLLM CPU engine
 under load from vLLM's benchmark, watched by a real Prometheus through the rendered
-PodMonitor and adapted live; the API server and the node agent that runs the pods are
-emulated. ``--tour`` gives the quick tour without an engine (:func:`run_demo`):
+PodMonitor and adapted live, on a REAL local control plane (kube-apiserver, etcd,
+controller-manager and scheduler v1.37.2) with a local kubelet; ``--emulated`` runs it on
+the emulated API server and node agent instead. ``--tour`` gives the quick tour without
+an engine (:func:`run_demo`):
 
 The tour starts an EMULATED Kubernetes API server in this process (see
-:mod:`llm_operator.sandbox.emulator`: in memory, no scheduler, no kubelet, no GPUs), then
+:mod:`llm_operator_sandbox.emulator`: in memory, no scheduler, no kubelet, no GPUs), then
 drives everything else for real: ``kubectl apply`` of the CRD and the examples, the
 operator as its own process (``llm-operator run``), and ``kubectl get`` to show what it
 did. Where a Deployment controller would report pods available, the demo says so and
@@ -42,7 +44,7 @@ LOOP_EXAMPLE = "tiny-llama-local.yaml"
 def find_project_dir(start: Path | None = None) -> Path | None:
     """The folder holding ``crds/`` and ``examples/``: the current directory (a checkout)
     or the checkout the package was installed from in editable mode."""
-    candidates = [start or Path.cwd(), Path(__file__).resolve().parents[3]]
+    candidates = [start or Path.cwd(), Path(__file__).resolve().parents[2]]
     for base in candidates:
         if (base / "crds" / CRD_FILE).exists() and (base / "examples").is_dir():
             return base
@@ -262,7 +264,7 @@ def _cmd_demo(args: Any) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m llm_operator.sandbox.demo``."""
+    """``python -m llm_operator_sandbox.demo``."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="llm-operator demo")
