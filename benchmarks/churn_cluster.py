@@ -98,8 +98,8 @@ class ClusterClient(Client):
                     method, self.url + path, timeout=60,
                     data=None if body is None else json.dumps(body),
                     headers={"Content-Type": content_type})
-            except requests.ConnectionError:
-                resp = None
+            except (requests.ConnectionError, requests.Timeout):
+                resp = None  # an outage, or an API server too busy to answer in 60 s
             if resp is not None and resp.status_code not in OUTAGE:
                 if method == "POST" and resp.status_code == 409 and attempt:
                     resp.status_code = 201  # an earlier attempt created it
