@@ -281,7 +281,9 @@ def section(rows: list[dict[str, Any]]) -> str:
         if r.get("harness_defect"):
             lines += ["", f"Run {i} is void (a defect of the local control plane, not of the "
                           f"operator): {r['harness_defect']}"]
-        elif not r["converged"]:
+        elif r.get("note"):
+            lines += ["", f"Run {i}: {r['note']}."]
+        if not r.get("harness_defect") and not r["converged"]:
             lines += ["", f"Not converged at N = {r['n']:,}: {r['problems_left']:,} checks "
                           "still failed when the wait ended; the first are in the data: "
                           + "; ".join(r["problems_sample"][:5])]
