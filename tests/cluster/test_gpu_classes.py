@@ -19,7 +19,7 @@ from llm_operator_sandbox.kubelet import GPU_TAINT, LocalKubelet, NodeSpec
 from tests.support.emulator import OperatorProcess, wait_for
 
 from .conftest import ClusterKubectl
-from .test_control_plane import tiny_service
+from .test_control_plane import forbidden_lines, tiny_service
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
@@ -54,7 +54,7 @@ def test_the_class_label_places_the_pod(class_name: str, cluster: LocalCluster,
         pod = wait_for(bound, 90, f"the server pod bound by the scheduler ({class_name})")
         assert pod["spec"]["nodeName"] == node.name, pod["spec"]["nodeName"]
         assert pod["spec"]["nodeSelector"].get(gpu_class.product_label) == value
-        assert "forbidden" not in op.log().lower()
+        assert forbidden_lines(op.log()) == []
     finally:
         admin.run("delete", "llms", f"on-{class_name}", "-n", namespace, "--wait=false",
                   check=False)

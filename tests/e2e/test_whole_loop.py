@@ -188,9 +188,10 @@ def test_the_whole_loop(loop: LocalLoop) -> None:
 
     wait("the Deployment rendered with --max-model-len 512", rendered_512, 60, loop)
 
-    # 5. Delete: every pod, child and process goes.
-    pids = loop.pids()
-    assert pids
+    # 5. Delete: every pod, child and process goes. The re-render rolls the pod (maxSurge
+    # 0 by default: the old pod stops before the new one starts), so wait for the new
+    # pod's processes first.
+    pids = wait("the re-rendered pod's processes", lambda: loop.pids() or None, 120, loop)
     loop.kubectl("delete", "llms", name, "-n", loop.settings.namespace, "--wait=false")
     wait("every child and pod gone", lambda: not any(
         loop.get(kind).get("items") for kind in ("deployments", "jobs", "pods", "podmonitors")),

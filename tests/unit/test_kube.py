@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -79,3 +80,25 @@ def test_every_client_call_is_declared_for_rbac() -> None:
 def test_ownership() -> None:
     assert owned_by(child(), "u1") and not owned_by(child(), "u2")
     assert owner_name(child()) == "llm"
+
+
+def test_a_403_of_a_terminating_namespace_is_not_the_rbacs() -> None:
+    """The API server refuses writes into a namespace being deleted with 403 and the
+    NamespaceTerminating cause (seen on kube-apiserver 1.37 in the cluster tier); the
+    operator must not report that as a verb its RBAC lacks (ChildForbidden)."""
+    from llm_operator.controller.kube import ApiError
+
+    terminating = json.dumps({
+        "kind": "Status", "code": 403, "reason": "Forbidden",
+        "message": 'services "nowhere" is forbidden: unable to create new content in '
+                   "namespace t-1 because it is being terminated",
+        "details": {"name": "nowhere", "kind": "services",
+                    "causes": [{"reason": "NamespaceTerminating", "field": "metadata.namespace",
+                                "message": "namespace t-1 is being terminated"}]}})
+    rbac = json.dumps({
+        "kind": "Status", "code": 403, "reason": "Forbidden",
+        "message": 'services "x" is forbidden: User "system:serviceaccount:a:b" cannot '
+                   'create resource "services" in API group "" in the namespace "t-1"'})
+    assert ApiError(403, terminating).namespace_terminating
+    assert not ApiError(403, rbac).namespace_terminating
+    assert not ApiError(500, terminating).namespace_terminating

@@ -194,6 +194,19 @@ class ApiError(Exception):
             message = body
         super().__init__(f"({status}) {message}")
 
+    @property
+    def namespace_terminating(self) -> bool:
+        """A 403 because the namespace is being deleted (the API server's
+        ``NamespaceTerminating`` cause): not the operator's RBAC, and nothing to fix."""
+        if self.status != 403:
+            return False
+        try:
+            causes = (json.loads(self.body).get("details") or {}).get("causes") or []
+        except (ValueError, AttributeError):
+            causes = []
+        return (any(c.get("reason") == "NamespaceTerminating" for c in causes)
+                or "because it is being terminated" in str(self))
+
 
 class KubeClient:
     """The operator's API access. Built once at startup (kopf's ``memo``), never at import.

@@ -200,8 +200,10 @@ async def _reconcile(
         msg = switch or "; ".join(map(str, failures))
         logger.warning(f"Not every child could be written: {msg}")
         error = kopf.TemporaryError(msg, delay=FAILED_STEP_RETRY_SECONDS)
+        # A 403 from a namespace being deleted is not the RBAC's: the service goes with it.
         forbidden = [f for f in failures
-                     if isinstance(f.error, ApiError) and f.error.status == 403]
+                     if isinstance(f.error, ApiError) and f.error.status == 403
+                     and not f.error.namespace_terminating]
         before = st.get_condition((current or {}).get("conditions") or [],
                                   st.ConditionType.CHILDREN_APPLIED)
         after = st.get_condition(new.get("conditions") or [], st.ConditionType.CHILDREN_APPLIED)
