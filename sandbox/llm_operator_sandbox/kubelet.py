@@ -40,6 +40,7 @@ from kubernetes import client, config, watch
 
 from .local_plan import DEFAULT_KV_CACHE_BYTES, port_annotation
 from .node_agent import DEFAULT_LOCK, PORTS_ANNOTATION, PodWorker, descendants, free_port
+from .processes import stop_all
 
 JSON = dict[str, Any]
 log = logging.getLogger("llm_operator_sandbox.kubelet")
@@ -170,11 +171,7 @@ class LocalKubelet:
         with self._lock:
             workers = list(self.workers.values())
             self.workers.clear()
-        threads = [threading.Thread(target=w.stop) for w in workers]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        stop_all(w.stop for w in workers)
 
     def __enter__(self) -> LocalKubelet:
         return self.start()

@@ -73,6 +73,7 @@ from .local_plan import (
     port_annotation,
     vllm_cli_script,
 )
+from .processes import stop_all
 
 __all__ = ["NodeAgent", "SUBSTITUTIONS", "Substitution", "PORTS_ANNOTATION",
            "substitutions_table"]
@@ -785,11 +786,7 @@ class NodeAgent:
             t.join(timeout=15)
         workers = [*self.workers.values(), *self._stopping]
         self.workers.clear()
-        threads = [threading.Thread(target=w.stop) for w in workers]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        stop_all(w.stop for w in workers)
 
     def __enter__(self) -> NodeAgent:
         return self.start()
