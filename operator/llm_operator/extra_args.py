@@ -75,6 +75,11 @@ PLAN_BREAKING: dict[str, tuple[str, str]] = {
     "data_parallel_backend": _DP,
     "data_parallel_hybrid_lb": _DP,
     "data_parallel_external_lb": _DP,
+    "prefill_context_parallel_size": (
+        "multiplies the GPUs one engine needs (vLLM's world size is tensor x pipeline x "
+        "prefill-context parallel), while the pod asks for tensor x pipeline only",
+        "remove it; size the engine with spec.engine.tensorParallelSize and "
+        "pipelineParallelSize"),
     "kv_cache_memory_bytes": (
         "fixes the KV cache size in bytes, so the planned KV capacity and max-num-seqs "
         "no longer hold", "remove it and set spec.engine.gpuMemoryUtilization"),

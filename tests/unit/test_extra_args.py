@@ -53,6 +53,7 @@ def test_every_spelling_of_a_managed_flag_is_refused_naming_its_field(
 @pytest.mark.parametrize(("args", "words"), [
     (["--data-parallel-size=2"], "spec.replicas"),
     (["-dp", "2"], "spec.replicas"),
+    (["--prefill-context-parallel-size", "2"], "tensorParallelSize"),
     (["--kv-cache-memory-bytes", "2097152"], "gpuMemoryUtilization"),
     (["--num-gpu-blocks-override=100"], "gpuMemoryUtilization"),
     (["--block-size", "32"], "remove it"),
