@@ -66,7 +66,7 @@ from ..tuning import placement as tp
 from ..tuning.fingerprint import tuning_fingerprint
 from ..tuning.job import build_tuning_job, tuning_job_name
 from .context import OperatorContext, clock
-from .kube import ConflictError, owned_by
+from .kube import ApiError, ConflictError, owned_by
 from .reconcile import reconcile_and_write, write_status
 
 JSON = dict[str, Any]
@@ -154,7 +154,17 @@ async def tuning_step(
                              now, pending=pending, held=held)
         if decision.action not in (tc.TuningAction.NONE, tc.TuningAction.WAIT):
             logger.info(f"Tuning {namespace}/{name}: {decision.action}: {decision.why}")
-        await _carry_out(ctx, obj, svc, plan, fingerprint, status, decision, job, now, logger)
+        try:
+            await _carry_out(ctx, obj, svc, plan, fingerprint, status, decision, job, now,
+                             logger)
+        except ApiError as exc:
+            if not exc.namespace_terminating:
+                raise
+            # Deleting the namespace deleted the Job's pod too: no retry can be created,
+            # and none is wanted (seen on the real API server, tests/cluster).
+            logger.info(f"Tuning {namespace}/{name}: its namespace is being deleted, "
+                        "so no Job is created")
+            return None
         return decision
 
 
