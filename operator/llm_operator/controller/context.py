@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +49,7 @@ class OperatorContext:
     tuning_progress_task: asyncio.Task[None] | None = None
     resync_task: asyncio.Task[None] | None = None
     present: set[ServiceKey] = field(default_factory=set)
+    retries: dict[Hashable, asyncio.Task[None]] = field(default_factory=dict)
     renders: int = 0
     _quiet: asyncio.Event | None = None
 
@@ -99,6 +100,40 @@ class OperatorContext:
             await self.kube.post_event(obj, type=type, reason=reason, message=message)
 
         task = asyncio.create_task(post())
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+
+    def retry_in_background(self, key: Hashable, step: Callable[[], Awaitable[None]],
+                            delays: Sequence[float], is_fault: Callable[[BaseException], bool],
+                            logger: Any) -> None:
+        """Run ``step`` again after each of ``delays`` until it succeeds, for an event
+        handler whose step failed on an API fault (kopf retries change handlers, never
+        event handlers: without this their result is lost until the next event). One
+        retry task per ``key``: a step that reads the current state needs no second one.
+        An error that is not a fault (``is_fault``) ends the retries, logged."""
+        if key in self.retries:
+            return
+
+        async def retry() -> None:
+            try:
+                for attempt, delay in enumerate(delays, start=1):
+                    await asyncio.sleep(delay)
+                    try:
+                        await step()
+                        return
+                    except Exception as exc:  # noqa: BLE001 - logged; the loop decides
+                        if not is_fault(exc):
+                            logger.error(f"Retry {attempt} of {key} failed, not retried: "
+                                         f"{exc!r}")
+                            return
+                        logger.warning(f"Retry {attempt} of {len(delays)} of {key} failed: "
+                                       f"{exc}")
+                logger.error(f"Gave up on {key} after {len(delays)} retries")
+            finally:
+                self.retries.pop(key, None)
+
+        task = asyncio.create_task(retry())
+        self.retries[key] = task
         self.background.add(task)
         task.add_done_callback(self.background.discard)
 

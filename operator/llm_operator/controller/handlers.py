@@ -101,6 +101,17 @@ MANAGED_WATCHES = (("apps", "v1", "deployments"), ("leaderworkerset.x-k8s.io", "
 # server is not hammered by every service at once.
 API_FAULT_RETRY_SECONDS = 5
 API_FAULT_MAX_RETRY_SECONDS = 60
+# An event handler's step that failed on an API fault is tried again after each of these
+# (about 5 minutes in all: an API server or etcd restart is over well within it).
+EVENT_RETRY_DELAYS_SECONDS = (2.0, 4.0, 8.0, 16.0, 30.0, 60.0, 60.0, 60.0, 60.0)
+
+
+def api_fault(exc: BaseException) -> bool:
+    """An API server failure worth retrying: a 5xx or 429 answer, no answer in time, or no
+    connection (the answers :func:`_api_faults_retried` retries)."""
+    if isinstance(exc, ApiError):
+        return exc.status >= 500 or exc.status == 429
+    return isinstance(exc, (TimeoutError, aiohttp.ClientError))
 
 
 @contextlib.asynccontextmanager
@@ -262,11 +273,25 @@ async def server_pod_event(
     namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, logger: kopf.Logger,
     **kwargs: Any,
 ) -> None:
-    """A server pod appeared, changed or went: set its LLMService's PodsScheduled."""
+    """A server pod appeared, changed or went: set its LLMService's PodsScheduled. On an
+    API fault the step is retried in the background (kopf ignores an event handler's
+    error), reading the indexes as they are then."""
     key = pod_service_key(namespace, labels)
-    if key is not None:
-        await pods_changed(operator_context(memo), key, kwargs[INDEX], kwargs[POD_INDEX],
-                           logger)
+    if key is None:
+        return
+    ctx = operator_context(memo)
+
+    async def step() -> None:
+        await pods_changed(ctx, key, kwargs[INDEX], kwargs[POD_INDEX], logger)
+    try:
+        await step()
+    except Exception as exc:
+        if not api_fault(exc):
+            raise
+        logger.warning(f"{key[0]}/{key[1]}: could not update PodsScheduled ({exc}); "
+                       "retrying in the background")
+        ctx.retry_in_background(("pod-scheduling", key), step, EVENT_RETRY_DELAYS_SECONDS,
+                                api_fault, logger)
 
 
 # --------------------------------------------------------------------------- tuning
