@@ -41,8 +41,9 @@ fi
 
 [ "$want_engine" = 1 ] || exit 0
 
-if ! command -v prometheus >/dev/null 2>&1; then
-  step "Installing Prometheus (Debian package)"
+# The package brings promtool too: the chart tier checks and unit-tests the alerts with it.
+if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
+  step "Installing Prometheus and promtool (Debian package)"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends prometheus

@@ -21,6 +21,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from tests.support.schemas import load_schema
+
 from .conftest import CHART, NAMESPACE, RELEASE, ROOT, Render, run_helm
 from .test_rbac import operator_access
 
@@ -44,6 +46,11 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "kps"}}},
         "settings": {"podMonitor": "enabled"},
     },
+    "alerts": {
+        "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "kps"}}},
+        "prometheusRule": {"enabled": True, "labels": {"release": "kps"},
+                           "alerts": {"LLMOperatorDown": {"for": "2m"}}},
+    },
     "prometheus": {
         "settings": {
             "prometheusUrl": "http://prometheus-operated.monitoring:9090",
@@ -64,7 +71,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
 }
 
 # Kinds no Kubernetes release defines. Each is checked another way (see the tests below).
-CUSTOM_KINDS = {"ServiceMonitor", "ClusterKopfPeering", "KopfPeering"}
+CUSTOM_KINDS = {"ServiceMonitor", "PrometheusRule", "ClusterKopfPeering", "KopfPeering"}
 
 # What the operator does with each resource, so exactly these verbs (namespaced part):
 # derived from the code (see tests/chart/test_rbac.py, which also checks resourceNames).
@@ -135,6 +142,8 @@ def test_rendered_objects_pass_kubernetes_validate_strict(render: Render, name: 
         if kind in CUSTOM_KINDS:
             if (group, kind) in crds:
                 jsonschema.validate(doc, crd_schema(crds[group, kind]))
+            elif kind == "PrometheusRule":  # the Prometheus Operator's CRD, as data
+                jsonschema.validate(doc, load_schema("prometheusrule"))
             else:
                 # No schema offline for the Prometheus Operator's kinds; asserted field by
                 # field in test_service_monitor_scrapes_the_metrics_service.
@@ -158,7 +167,7 @@ def test_defaults_render_one_standalone_operator(render: Render) -> None:
     assert kinds == sorted(
         [
             "ServiceAccount", "CustomResourceDefinition", "ClusterRole",
-            "ClusterRoleBinding", "Service", "Deployment", "PriorityClass",
+            "ClusterRoleBinding", "Service", "Deployment", "PriorityClass", "ConfigMap",
         ]
     )  # fmt: skip
     deploy = result.one("Deployment")
@@ -464,6 +473,9 @@ def test_service_monitor_scrapes_the_metrics_service(render: Render) -> None:
     (endpoint,) = sm["spec"]["endpoints"]
     assert endpoint["port"] == svc["spec"]["ports"][0]["name"]
     assert endpoint["path"] == "/metrics"
+    # The operator's per-service series keep the LLMService's namespace (the dashboard and
+    # the alerts select by it), not the operator pod's.
+    assert endpoint["honorLabels"] is True
     assert env_of(deployment_container(result.docs))["LLMOP_POD_MONITOR"] == "enabled"
 
 

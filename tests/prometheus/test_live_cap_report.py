@@ -25,7 +25,7 @@ import pytest
 
 from llm_operator import status as st
 from llm_operator.adaptation import prometheus
-from llm_operator.adaptation.policy import CapAction, CapDecision
+from llm_operator.adaptation.policy import CapAction, CapDecision, DecisionCause
 from llm_operator.adaptation.update import (
     current_state,
     live_cap_progress,
@@ -122,7 +122,8 @@ def test_a_decision_reaches_the_engine_and_its_report_lands_in_status(
     svc = parse_services([b])[(NAMESPACE, NAME)]
     state = current_state(svc.spec, svc.status)
     decision = CapDecision(namespace=NAMESPACE, name=NAME, action=CapAction.LOWER,
-                           current=32, value=12, reason="lower 32 -> 12 (test)", at=now)
+                           current=32, value=12, reason="lower 32 -> 12 (test)",
+                           cause=DecisionCause.KV_USAGE, at=now)
     up = plan_update(svc, decision, seen, state, now,
                      progress=live_cap_progress({}, seen, now))
     assert up.adaptation["capRequested"] == 12 and up.adaptation["capInForce"] == 32
@@ -148,7 +149,7 @@ def test_a_decision_reaches_the_engine_and_its_report_lands_in_status(
     state = current_state(svc.spec, svc.status)
     assert state is not None and state.current == 12
     hold = CapDecision(namespace=NAMESPACE, name=NAME, action=CapAction.HOLD, current=12,
-                       value=12, reason="hold (test)", at=now)
+                       value=12, reason="hold (test)", cause=DecisionCause.APPLYING, at=now)
     done = plan_update(svc, hold, seen, state, now, progress=progress)
     assert done.adaptation["capInForce"] == 12 and "capRequested" not in done.adaptation
     cond = st.get_condition(done.status_patch["conditions"], st.ConditionType.LIVE_CAP)

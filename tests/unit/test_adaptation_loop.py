@@ -344,14 +344,14 @@ def test_operator_metrics_count_decisions_by_direction_and_service() -> None:
     from prometheus_client import generate_latest
 
     m = OperatorMetrics()
-    m.decision(NS, "a", "lower", "Apply", 32)
-    m.decision(NS, "a", "hold", "Apply", 32)
+    m.decision(NS, "a", "lower", "Apply", "kv_usage", 32)
+    m.decision(NS, "a", "hold", "Apply", "cooldown", 32)
     m.query_error(RuntimeError("x"))
     with m.timed_reconcile("adaptation"):
         pass
     text = generate_latest(m.registry).decode()
-    assert ('llmop_adaptation_decisions_total{direction="lower",llmservice="a",mode="Apply",'
-            'namespace="team-a"} 1.0') in text
+    assert ('llmop_adaptation_decisions_total{cause="kv_usage",direction="lower",'
+            'llmservice="a",mode="Apply",namespace="team-a"} 1.0') in text
     assert 'llmop_adaptation_max_num_seqs{llmservice="a",namespace="team-a"} 32.0' in text
     assert "llmop_prometheus_query_errors_total 1.0" in text
     assert 'llmop_reconcile_duration_seconds_count{trigger="adaptation"} 1.0' in text

@@ -388,8 +388,45 @@ class CapAction(StrEnum):
     HOLD = "hold"
 
 
+class DecisionCause(StrEnum):
+    """What a decision turned on, as one code of a fixed set (the ``cause`` label of the
+    operator's ``llmop_adaptation_decisions_total``; the reason text says the rest).
+
+    Holds: ``pinned`` (spec.engine.maxNumSeqs), ``disabled`` (mode Disabled),
+    ``no_state`` (the running cap not known yet), ``no_data`` (missing, unavailable,
+    stale or too little data), ``settling`` (the window still holds samples from before
+    the last change), ``steady`` (nothing asks for a move), ``at_bound`` (a move is
+    wanted but the cap is at the bound it would cross), ``cooldown``, ``flap`` (the move
+    would undo a recent change without strong evidence), ``applying`` (a change on its
+    way: a rollout or the engines' report of a live cap). Moves: ``out_of_bounds`` (the
+    cap was outside its bounds), ``preemptions`` / ``kv_usage`` (KV exhaustion or usage
+    above the high watermark), ``ttft_slo`` (KV pressure with the TTFT p95 above its SLO,
+    ``preemptions: Tolerate``), ``itl_slo`` (inter-token latency p95 above its SLO with
+    the batch busy), ``queue`` (running at the cap with requests waiting and KV room),
+    ``below_kv_fit`` (a queue below the KV fit)."""
+
+    PINNED = "pinned"
+    DISABLED = "disabled"
+    NO_STATE = "no_state"
+    NO_DATA = "no_data"
+    SETTLING = "settling"
+    STEADY = "steady"
+    AT_BOUND = "at_bound"
+    COOLDOWN = "cooldown"
+    FLAP = "flap"
+    APPLYING = "applying"
+    OUT_OF_BOUNDS = "out_of_bounds"
+    PREEMPTIONS = "preemptions"
+    KV_USAGE = "kv_usage"
+    TTFT_SLO = "ttft_slo"
+    ITL_SLO = "itl_slo"
+    QUEUE = "queue"
+    BELOW_KV_FIT = "below_kv_fit"
+
+
 class CapDecision(_Camel):
-    """One decision for one service: the action, the new cap, why, and the numbers behind it."""
+    """One decision for one service: the action, the new cap, why (``reason`` for a
+    person, ``cause`` as a code), and the numbers behind it."""
 
     namespace: str
     name: str
@@ -397,6 +434,7 @@ class CapDecision(_Camel):
     current: int | None
     value: int | None = Field(description="The cap after the decision (current on hold)")
     reason: str
+    cause: DecisionCause = Field(description="What the decision turned on, as a code")
     evidence: Evidence = Field(default_factory=dict)
     at: float
 
@@ -448,40 +486,45 @@ def decide(
         namespace, name = observation.namespace, observation.name
     ev: Evidence = {} if observation is None else observation.summary()
 
-    def hold(current: int | None, reason: str) -> CapDecision:
+    def hold(current: int | None, cause: DecisionCause, reason: str) -> CapDecision:
         return CapDecision(namespace=namespace, name=name, action=CapAction.HOLD, current=current,
-                        value=current, reason=reason, evidence=ev, at=now)
+                           value=current, reason=reason, cause=cause, evidence=ev, at=now)
 
     pinned = spec.engine.max_num_seqs
     if isinstance(pinned, int):
-        return hold(pinned, f"Pinned by the user (spec.engine.maxNumSeqs={pinned}): never changed")
+        return hold(pinned, DecisionCause.PINNED,
+                    f"Pinned by the user (spec.engine.maxNumSeqs={pinned}): never changed")
     if spec.adaptation.mode is AdaptationMode.DISABLED:
         cur = None if state is None else state.current
-        return hold(cur, "Adaptation is disabled (spec.adaptation.mode=Disabled)")
+        return hold(cur, DecisionCause.DISABLED,
+                    "Adaptation is disabled (spec.adaptation.mode=Disabled)")
     if state is None:
-        return hold(None, "The current max-num-seqs is not known yet (no plan or status)")
+        return hold(None, DecisionCause.NO_STATE,
+                    "The current max-num-seqs is not known yet (no plan or status)")
 
     cap = state.current
     bounds = bounds_for(spec, limits, settings)
     ev.update({"cap": cap, "lowerBound": bounds.lower, "upperBound": bounds.upper})
 
-    def move(to: int, reason: str) -> CapDecision:
+    def move(to: int, cause: DecisionCause, reason: str) -> CapDecision:
         action = CapAction.RAISE if to > cap else CapAction.LOWER
         return CapDecision(namespace=namespace, name=name, action=action, current=cap, value=to,
-                        reason=reason, evidence=ev, at=now)
+                           reason=reason, cause=cause, evidence=ev, at=now)
 
     # Bounds first: a cap outside them is wrong whatever the load (e.g. the user narrowed
     # them); moving inside is not subject to data, cooldown or step limits.
     if cap > bounds.upper:
-        return move(bounds.upper, f"Lower {cap} → {bounds.upper}: above the upper bound "
+        return move(bounds.upper, DecisionCause.OUT_OF_BOUNDS,
+                    f"Lower {cap} → {bounds.upper}: above the upper bound "
                     f"{bounds.upper} set by {bounds.upper_source}")
     if cap < bounds.lower:
-        return move(bounds.lower, f"Raise {cap} → {bounds.lower}: below the lower bound "
+        return move(bounds.lower, DecisionCause.OUT_OF_BOUNDS,
+                    f"Raise {cap} → {bounds.lower}: below the lower bound "
                     f"{bounds.lower} set by {bounds.lower_source}")
 
     problem = _data_problem(observation, state, now, settings)
     if problem is not None:
-        return hold(cap, f"Hold at {cap}: {problem}")
+        return hold(cap, problem[0], f"Hold at {cap}: {problem[1]}")
     assert observation is not None  # _data_problem returns a problem for None
     obs = observation
     fit = _kv_fit(obs, settings)
@@ -490,8 +533,9 @@ def decide(
 
     want = _want(obs, cap, spec, settings)
     if want is None:
-        return hold(cap, f"Hold at {cap}: {_calm_text(obs, cap, spec, settings)}")
-    direction, target, why = want
+        return hold(cap, DecisionCause.STEADY,
+                    f"Hold at {cap}: {_calm_text(obs, cap, spec, settings)}")
+    direction, target, why, cause = want
 
     # Bounds, then step limit.
     bounded = min(max(target, bounds.lower), bounds.upper)
@@ -513,7 +557,8 @@ def decide(
     verb = "lower" if direction is CapAction.LOWER else "raise"
     if new == cap:
         end = "lower" if direction is CapAction.LOWER else "upper"
-        return hold(cap, f"Hold at {cap}: would {verb} ({why}) but the cap is at its {end} "
+        return hold(cap, DecisionCause.AT_BOUND,
+                    f"Hold at {cap}: would {verb} ({why}) but the cap is at its {end} "
                     f"bound ({bounds.lower if end == 'lower' else bounds.upper})")
 
     if state.last_change_at is not None:
@@ -521,7 +566,8 @@ def decide(
         cooldown = spec.adaptation.cooldown_seconds
         if since < cooldown:
             ev["cooldownRemainingSeconds"] = round(cooldown - since)
-            return hold(cap, f"Hold at {cap}: would {verb} to {new} ({why}) but the last change "
+            return hold(cap, DecisionCause.COOLDOWN, f"Hold at {cap}: would {verb} to {new} "
+                        f"({why}) but the last change "
                         f"was {since:.0f} s ago, within the {cooldown} s cooldown "
                         "(spec.adaptation.cooldownSeconds)")
 
@@ -529,7 +575,8 @@ def decide(
     if flap is not None:
         strong = _strong(direction, obs, cap, new, spec, settings, flap)
         if strong is None:
-            return hold(cap, f"Hold at {cap}: would {verb} to {new} ({why}) but that returns to "
+            return hold(cap, DecisionCause.FLAP, f"Hold at {cap}: would {verb} to {new} ({why}) "
+                        "but that returns to "
                         f"{flap.from_value}, left {now - flap.at:.0f} s ago ({flap.reason}); "
                         f"within the {settings.flap_window_seconds:.0f} s flap window only "
                         "strong evidence may undo a change")
@@ -539,7 +586,7 @@ def decide(
     text = f"{verb.capitalize()} {cap} → {new}: {why}"
     if notes:
         text += "; " + "; ".join(notes)
-    return move(new, text)
+    return move(new, cause, text)
 
 
 def record(state: AdaptationState, decision: CapDecision, settings: PolicySettings = DEFAULT_POLICY,
@@ -642,15 +689,16 @@ def data_quality(
 
 def _data_problem(
     obs: Observation | None, state: AdaptationState, now: float, s: PolicySettings
-) -> str | None:
+) -> tuple[DecisionCause, str] | None:
     reason, text = data_quality(obs, now, s)
     if reason is not MetricsReason.OBSERVED:
-        return text
+        return DecisionCause.NO_DATA, text
     assert obs is not None  # data_quality reports NO_SERIES for None
     if state.last_change_at is not None and \
             obs.evaluated_at - obs.window_seconds < state.last_change_at:
-        return (f"the {obs.window_seconds:.0f} s window still holds samples from before the last "
-                f"change ({obs.evaluated_at - state.last_change_at:.0f} s ago)")
+        return DecisionCause.SETTLING, (
+            f"the {obs.window_seconds:.0f} s window still holds samples from before the last "
+            f"change ({obs.evaluated_at - state.last_change_at:.0f} s ago)")
     return None
 
 
@@ -691,8 +739,10 @@ def _fit_floor(fit: tuple[int, str] | None, s: PolicySettings) -> int | None:
 
 def _want(
     obs: Observation, cap: int, spec: LLMServiceSpec, s: PolicySettings
-) -> tuple[CapAction, int, str] | None:
-    """The move the evidence asks for (before bounds, steps, cooldown and flapping)."""
+) -> tuple[CapAction, int, str, DecisionCause] | None:
+    """The move the evidence asks for (before bounds, steps, cooldown and flapping) and
+    its cause: of the lower triggers the first of TTFT (Tolerate), preemptions, KV usage,
+    inter-token latency that applies."""
     assert obs.running_mean is not None and obs.kv_usage_mean is not None
     running, kv = obs.running_mean, obs.kv_usage_mean
     waiting = obs.waiting_mean or 0.0
@@ -754,7 +804,15 @@ def _want(
             targets.append((n, how))
         target, how = min(targets)
         target = min(max(target, 1), cap - 1)
-        return CapAction.LOWER, target, "; ".join(reasons) + f" ({how})"
+        if pressure and spec.adaptation.preemptions == PreemptionPolicy.TOLERATE:
+            cause = DecisionCause.TTFT_SLO
+        elif pressure and exhausting:
+            cause = DecisionCause.PREEMPTIONS
+        elif pressure:
+            cause = DecisionCause.KV_USAGE
+        else:
+            cause = DecisionCause.ITL_SLO
+        return CapAction.LOWER, target, "; ".join(reasons) + f" ({how})", cause
 
     # Raise side.
     queued = waiting > s.min_waiting
@@ -776,7 +834,7 @@ def _want(
                    f"{s.kv_low_watermark:.0%} low watermark), {itl_txt}; demand {demand}")
             if target < demand:
                 why += f", KV room for {limit} ({how})"
-            return CapAction.RAISE, target, why
+            return CapAction.RAISE, target, why, DecisionCause.QUEUE
     calm = preempt < s.min_preemptions
     peak = running if obs.running_max is None else max(running, obs.running_max)
     if fit is not None and cap < fit[0] and queued and calm and demand > cap \
@@ -792,7 +850,7 @@ def _want(
         if itl is not None and itl > itl_slo:
             why += (f"; the inter-token latency p95 ({itl * 1000:.0f} ms) misses its SLO, "
                     "which does not hold a cap below the KV fit")
-        return CapAction.RAISE, target, why
+        return CapAction.RAISE, target, why, DecisionCause.BELOW_KV_FIT
     return None
 
 

@@ -37,11 +37,28 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
+from ..engine.cap import METRIC_CAP, METRIC_LIVE
 from .policy import Observation, ServiceKey, unavailable
 
 log = logging.getLogger(__name__)
 
 SIGNAL_LABEL = "llmop_signal"
+
+# vLLM's series (V1 names; the ``_OLD`` ones are the pre-V1 fallbacks). The dashboard
+# (tools/dashboard.py) imports these, so a rename here reaches its panels too.
+VLLM_RUNNING = "vllm:num_requests_running"
+VLLM_WAITING = "vllm:num_requests_waiting"
+VLLM_WAITING_BY_REASON = "vllm:num_requests_waiting_by_reason"
+VLLM_KV_USAGE = "vllm:kv_cache_usage_perc"
+VLLM_KV_USAGE_OLD = "vllm:gpu_cache_usage_perc"
+VLLM_PREEMPTIONS = "vllm:num_preemptions_total"
+VLLM_REQUEST_SUCCESS = "vllm:request_success_total"
+VLLM_TTFT = "vllm:time_to_first_token_seconds"
+VLLM_ITL = "vllm:inter_token_latency_seconds"
+VLLM_ITL_OLD = "vllm:time_per_output_token_seconds"
+VLLM_PROMPT_TOKENS = "vllm:request_prompt_tokens"
+VLLM_GENERATION_TOKENS = "vllm:request_generation_tokens"
+VLLM_CACHE_CONFIG = "vllm:cache_config_info"
 
 # Signal name -> Observation field for the plain numeric signals.
 _FIELDS = {
@@ -137,34 +154,34 @@ def signal_queries(
         return (f"sum by ({by}) (rate({metric}_sum{sel}[{w}])) / "
                 f"sum by ({by}) (rate({metric}_count{sel}[{w}]))")
 
-    kv_new, kv_old = "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"
+    kv_new, kv_old = VLLM_KV_USAGE, VLLM_KV_USAGE_OLD
     return {
-        "samples": f"max by ({by}) (count_over_time(vllm:num_requests_running{sel}[{w}]))",
-        "last_sample_at": f"max by ({by}) (timestamp(vllm:num_requests_running{sel}))",
-        "replicas": f"count by ({by}) (vllm:num_requests_running{sel})",
-        "running_mean": gauge("avg", "avg", "vllm:num_requests_running"),
-        "running_max": gauge("max", "max", "vllm:num_requests_running"),
-        "waiting_mean": gauge("avg", "avg", "vllm:num_requests_waiting"),
-        "waiting_max": gauge("max", "max", "vllm:num_requests_waiting"),
+        "samples": f"max by ({by}) (count_over_time({VLLM_RUNNING}{sel}[{w}]))",
+        "last_sample_at": f"max by ({by}) (timestamp({VLLM_RUNNING}{sel}))",
+        "replicas": f"count by ({by}) ({VLLM_RUNNING}{sel})",
+        "running_mean": gauge("avg", "avg", VLLM_RUNNING),
+        "running_max": gauge("max", "max", VLLM_RUNNING),
+        "waiting_mean": gauge("avg", "avg", VLLM_WAITING),
+        "waiting_max": gauge("max", "max", VLLM_WAITING),
         "waiting_capacity_mean": (
             f"avg by ({by}) (avg_over_time("
-            f'vllm:num_requests_waiting_by_reason{{{service_label}!="",reason="capacity"}}[{w}]))'
+            f'{VLLM_WAITING_BY_REASON}{{{service_label}!="",reason="capacity"}}[{w}]))'
         ),
         "kv_usage_mean": f"avg by ({by}) (avg_over_time({kv_new}{sel}[{w}]) "
                          f"or avg_over_time({kv_old}{sel}[{w}]))",
         "kv_usage_max": f"max by ({by}) (max_over_time({kv_new}{sel}[{w}]) "
                         f"or max_over_time({kv_old}{sel}[{w}]))",
-        "preemption_rate": f"sum by ({by}) (rate(vllm:num_preemptions_total{sel}[{w}]))",
-        "request_rate": f"sum by ({by}) (rate(vllm:request_success_total{sel}[{w}]))",
-        "ttft_p95": p95("vllm:time_to_first_token_seconds"),
-        "itl_p95": p95("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
-        "mean_prompt_tokens": mean_of("vllm:request_prompt_tokens"),
-        "mean_generation_tokens": mean_of("vllm:request_generation_tokens"),
-        "kv_config": f"max by ({by}, num_gpu_blocks, block_size) (vllm:cache_config_info{sel})",
+        "preemption_rate": f"sum by ({by}) (rate({VLLM_PREEMPTIONS}{sel}[{w}]))",
+        "request_rate": f"sum by ({by}) (rate({VLLM_REQUEST_SUCCESS}{sel}[{w}]))",
+        "ttft_p95": p95(VLLM_TTFT),
+        "itl_p95": p95(VLLM_ITL, VLLM_ITL_OLD),
+        "mean_prompt_tokens": mean_of(VLLM_PROMPT_TOKENS),
+        "mean_generation_tokens": mean_of(VLLM_GENERATION_TOKENS),
+        "kv_config": f"max by ({by}, num_gpu_blocks, block_size) ({VLLM_CACHE_CONFIG}{sel})",
         # The live admission cap (llm_operator.engine), as the engines report it now.
-        "cap_in_force_min": f"min by ({by}) (llmop_admission_cap{sel})",
-        "cap_in_force_max": f"max by ({by}) (llmop_admission_cap{sel})",
-        "live_cap_min": f"min by ({by}) (llmop_admission_live{sel})",
+        "cap_in_force_min": f"min by ({by}) ({METRIC_CAP}{sel})",
+        "cap_in_force_max": f"max by ({by}) ({METRIC_CAP}{sel})",
+        "live_cap_min": f"min by ({by}) ({METRIC_LIVE}{sel})",
     }
 
 
@@ -249,6 +266,63 @@ def fetch_observations(
             on_error(exc)
         return {k: unavailable(k[0], k[1], now, window_seconds, why) for k in wanted}
     return {k: observed[k] for k in wanted if k in observed}
+
+
+# --- the timeline (``llm-operator plot timeline``): the same signals as range queries ----
+# The operator's own series (llm_operator.controller.metrics, served on LLMOP_METRICS_PORT).
+OPERATOR_CAP_SERIES = "llmop_adaptation_max_num_seqs"
+OPERATOR_DECISIONS_SERIES = "llmop_adaptation_decisions_total"
+# The signals of :func:`signal_queries` a timeline shows, read back over a time range.
+TIMELINE_SIGNALS = ("running_mean", "waiting_mean", "kv_usage_mean", "preemption_rate",
+                    "cap_in_force_max")
+
+
+class RangeQueryClient(Protocol):
+    """The part of ``prometheus_api_client.PrometheusConnect`` the timeline uses."""
+
+    def custom_query_range(self, query: str, start_time: Any, end_time: Any, step: str,
+                           params: dict[str, Any] | None = None) -> Any: ...
+
+
+def timeline_queries(namespace: str, name: str, window_seconds: float,
+                     service_label: str = "llmservice",
+                     namespace_label: str = "namespace") -> dict[str, str]:
+    """The PromQL of a service's timeline: :data:`TIMELINE_SIGNALS` as the adaptation loop
+    reads them (every service; the caller keeps ``namespace/name``'s series), the cap the
+    operator set (``cap_decided``) and its decision counters by direction (``decisions``,
+    raw: the caller takes the differences, so a counter's first decision is not lost)."""
+    signals = signal_queries(window_seconds, service_label, namespace_label)
+    by = f"{namespace_label}, {service_label}"
+    sel = f'{{{namespace_label}="{namespace}",{service_label}="{name}"}}'
+    return {
+        **{k: signals[k] for k in TIMELINE_SIGNALS},
+        "cap_decided": f"max by ({by}) ({OPERATOR_CAP_SERIES}{sel})",
+        "decisions": f"sum by ({by}, direction) ({OPERATOR_DECISIONS_SERIES}{sel})",
+    }
+
+
+def fetch_timeline(client: RangeQueryClient, namespace: str, name: str, start: float,
+                   end: float, step_seconds: float, window_seconds: float, *,
+                   service_label: str = "llmservice", namespace_label: str = "namespace",
+                   ) -> dict[str, list[dict[str, Any]]]:
+    """Each query of :func:`timeline_queries` as a range query from ``start`` to ``end``
+    (blocking): signal -> the matrix's series of ``namespace/name`` (``metric`` labels and
+    ``values`` pairs, as Prometheus returns them). Errors propagate: the command line
+    reports them."""
+    from datetime import UTC, datetime
+
+    t0, t1 = datetime.fromtimestamp(start, UTC), datetime.fromtimestamp(end, UTC)
+    step = f"{max(1, round(step_seconds))}s"
+    out: dict[str, list[dict[str, Any]]] = {}
+    for signal, query in timeline_queries(namespace, name, window_seconds, service_label,
+                                          namespace_label).items():
+        matrix = client.custom_query_range(query, start_time=t0, end_time=t1, step=step)
+        if not isinstance(matrix, list):
+            raise ValueError(f"not a Prometheus range vector: {str(matrix)[:80]!r}")
+        out[signal] = [s for s in matrix if isinstance(s, dict)
+                       and s.get("metric", {}).get(service_label) == name
+                       and s.get("metric", {}).get(namespace_label, "") == namespace]
+    return out
 
 
 def _describe(exc: Exception) -> str:

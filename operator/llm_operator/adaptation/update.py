@@ -37,6 +37,7 @@ from .policy import (
     CapAction,
     CapDecision,
     CapLimits,
+    DecisionCause,
     MetricsReason,
     Observation,
     PolicySettings,
@@ -552,4 +553,5 @@ def waiting_decision(svc: Service, state: AdaptationState, obs: Observation | No
     """A hold while a live cap change is on its way (:attr:`LiveCapProgress.wait`)."""
     return CapDecision(namespace=svc.key[0], name=svc.key[1], action=CapAction.HOLD,
                        current=state.current, value=state.current, reason=reason,
+                       cause=DecisionCause.APPLYING,
                        evidence={} if obs is None else obs.summary(), at=now)

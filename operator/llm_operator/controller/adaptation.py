@@ -65,7 +65,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..adaptation import prometheus
-from ..adaptation.policy import Observation, ServiceKey, decide, policy_for_scrape
+from ..adaptation.policy import (
+    Observation,
+    ServiceKey,
+    bounds_for,
+    decide,
+    policy_for_scrape,
+)
 from ..adaptation.update import (
     IDLE_SECONDS,
     LiveCapProgress,
@@ -210,9 +216,13 @@ class AdaptationLoop:
                              warn_again=warn_again, progress=progress,
                              rollout_state=rolling)
         mode = svc.spec.adaptation.mode.value
-        self.metrics.decision(ns, name, decision.action.value, mode,
+        self.metrics.decision(ns, name, decision.action.value, mode, decision.cause.value,
                               decision.value if update.rollout else
                               (state.current if state else None))
+        bounds = bounds_for(svc.spec, cap_limits(status), self.policy)
+        fit = decision.evidence.get("kvFit")
+        self.metrics.adaptation_limits(ns, name, lower=bounds.lower, upper=bounds.upper,
+                                       kv_fit=fit if isinstance(fit, int) else None)
         if decision.changed or update.events:
             log.info(f"Adaptation of {ns}/{name} ({mode}): {decision.reason}")
 
@@ -222,8 +232,7 @@ class AdaptationLoop:
         self.written[svc.key] = update.adaptation
 
         if update.rollout or svc.key in self.pending_rollout:
-            with self.metrics.timed_reconcile("adaptation"):
-                outcome = await reconcile(written, ctx, log)
+            outcome = await reconcile(written, ctx, log, trigger="adaptation")
             await write_status(ctx, written, outcome.status_patch)
             if outcome.error is not None:
                 self.pending_rollout.add(svc.key)  # retried on the next tick

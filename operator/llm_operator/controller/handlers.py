@@ -214,8 +214,8 @@ async def llmservice_reconcile(
     """Create, update and resume: one reconciliation (idempotent)."""
     ctx = operator_context(memo)
     async with _api_faults_retried(retry):
-        with ctx.metrics.timed_reconcile("handler"):
-            outcome = await reconcile(body, ctx, logger, created=reason == "create")
+        outcome = await reconcile(body, ctx, logger, created=reason == "create",
+                                  trigger="handler")
         # Render first: the status waits while other services' workloads are rendered.
         await ctx.after_renders()
         # Written now, not staged in kopf's patch: kopf sends that without a precondition
@@ -231,6 +231,18 @@ async def llmservice_delete(
 ) -> None:
     """Delete the children."""
     await delete_owned(operator_context(memo), body, logger)
+
+
+def _deleted(type: str | None, **_: Any) -> bool:
+    return type == "DELETED"
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL, when=_deleted, id="forget-metrics")
+async def llmservice_gone(
+    namespace: str | None, name: str | None, memo: kopf.Memo, **_: Any
+) -> None:
+    """The LLMService is gone: drop its series from the operator's metrics."""
+    operator_context(memo).metrics.forget_service(namespace or "default", name or "")
 
 
 def _changed_or_deleted(type: str, **_: Any) -> bool:

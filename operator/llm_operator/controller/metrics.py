@@ -8,19 +8,46 @@ not collide.
 
 Series (all prefixed ``llmop_``):
 
-``adaptation_decisions_total{namespace, llmservice, direction, mode}``
+``adaptation_decisions_total{namespace, llmservice, direction, mode, cause}``
     decisions of the online controller: ``direction`` raise, lower or hold; ``mode``
-    Apply or Recommend (a raise or lower in Recommend mode is a recommendation).
+    Apply or Recommend (a raise or lower in Recommend mode is a recommendation);
+    ``cause`` the code of what the decision turned on, one of
+    :class:`~llm_operator.adaptation.policy.DecisionCause` (``pinned``, ``disabled``,
+    ``no_state``, ``no_data``, ``settling``, ``steady``, ``at_bound``, ``cooldown``,
+    ``flap``, ``applying``, ``out_of_bounds``, ``preemptions``, ``kv_usage``,
+    ``ttft_slo``, ``itl_slo``, ``queue``, ``below_kv_fit``; never free text).
 ``adaptation_max_num_seqs{namespace, llmservice}``
     the cap the service runs with after the latest decision.
+``adaptation_kv_fit{namespace, llmservice}``
+    the sequences of the observed request size the KV cache holds (the policy's KV
+    fit), the latest one known; absent until the first decision that knew it.
+``adaptation_bound{namespace, llmservice, bound}``
+    ``bound`` ``min`` or ``max``: the caps adaptation may move between.
+``service_slo_seconds{namespace, llmservice, objective}``
+    ``objective`` ``ttft_p95`` or ``itl_p95``: the latency objectives the spec sets
+    (``spec.workload.slo``; an objective left to its default has no series).
+``service_spec_replicas{namespace, llmservice}``
+    the replicas the spec asks for (0: scaled to zero on purpose, not unavailable).
+``service_condition{namespace, llmservice, type, status}``
+    one-hot, like kube-state-metrics' ``kube_deployment_status_condition``: for each
+    condition of the LLMService's status (``type`` Available, Ready, ...), 1 on its
+    current ``status`` (``true``, ``false``, ``unknown``) and 0 on the other two.
 ``prometheus_query_errors_total`` / ``prometheus_query_duration_seconds``
     the batched observation query (one per tick for all services).
 ``tuning_jobs_started_total`` / ``tuning_jobs_succeeded_total`` /
 ``tuning_jobs_failed_total`` ``{namespace, llmservice}``
-    tuning Jobs, for the tuning wiring.
-``reconcile_duration_seconds{trigger}``
-    one reconciliation (parse, plan, render, apply); ``trigger`` says who ran it
-    (``handler``, ``adaptation``, ``tuning``).
+    tuning Jobs, for the tuning wiring; 0 from the service's first reconciliation.
+``reconcile_duration_seconds{trigger}`` / ``reconcile_errors_total{trigger}``
+    one reconciliation (parse, plan, render, apply) and those that failed (raised, or
+    ended with an error for kopf to raise: children not written, spec invalid);
+    ``trigger`` says who ran it (``handler``, ``adaptation``, ``tuning``, ``resync``,
+    ``workload``).
+``reconcile_in_flight``
+    reconciliations running now.
+
+Every per-service series of a service is removed when the service is deleted
+(:meth:`OperatorMetrics.forget_service`); the adaptation gauges also when it is no longer
+adapted (:meth:`OperatorMetrics.forget`).
 """
 
 from __future__ import annotations
@@ -29,15 +56,50 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from ..models import LLMServiceSpec, SLOSpec
 
 log = logging.getLogger(__name__)
 
 NAMESPACE = "llmop"
 SERVICE_LABELS = ("namespace", "llmservice")
+RECONCILE_TRIGGERS = ("handler", "adaptation", "tuning", "resync", "workload")
+"""Who runs a reconciliation (the ``trigger`` label); the error counters of each start at 0
+so that ``increase()`` sees the first error."""
+CONDITION_STATUSES = ("true", "false", "unknown")
+"""The ``status`` values of ``llmop_service_condition`` (the condition's status, lowercased)."""
+
+
+def slo_objectives(slo: SLOSpec) -> dict[str, float]:
+    """``objective`` label -> seconds, for the objectives the spec sets (pure)."""
+    return {objective: getattr(slo, field) / 1000.0
+            for objective, field in (("ttft_p95", "ttft_p95_ms"), ("itl_p95", "itl_p95_ms"))
+            if field in slo.model_fields_set}
+
+
+def condition_states(conditions: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """Condition type -> ``true``, ``false`` or ``unknown`` (pure); a status other than
+    True or False counts as unknown."""
+    states: dict[str, str] = {}
+    for cond in conditions:
+        ctype = cond.get("type")
+        if isinstance(ctype, str) and ctype:
+            status = str(cond.get("status", "")).lower()
+            states[ctype] = status if status in ("true", "false") else "unknown"
+    return states
+
+
+@dataclass
+class ReconcileRun:
+    """What the code inside :meth:`OperatorMetrics.timed_reconcile` reports back: set
+    ``failed`` for a reconciliation that ends with an error without raising it."""
+
+    failed: bool = False
 
 
 class OperatorMetrics:
@@ -47,11 +109,31 @@ class OperatorMetrics:
         self.registry = registry if registry is not None else CollectorRegistry()
         reg = self.registry
         self.decisions = Counter(
-            "adaptation_decisions", "Online adaptation decisions by direction and service",
-            [*SERVICE_LABELS, "direction", "mode"], namespace=NAMESPACE, registry=reg)
+            "adaptation_decisions", "Online adaptation decisions by direction, cause and "
+            "service", [*SERVICE_LABELS, "direction", "mode", "cause"], namespace=NAMESPACE,
+            registry=reg)
         self.max_num_seqs = Gauge(
             "adaptation_max_num_seqs", "The max-num-seqs a service runs with after the latest "
             "adaptation decision", SERVICE_LABELS, namespace=NAMESPACE, registry=reg)
+        self.kv_fit = Gauge(
+            "adaptation_kv_fit", "Sequences of the observed request size the KV cache holds "
+            "(the adaptation policy's KV fit)", SERVICE_LABELS, namespace=NAMESPACE,
+            registry=reg)
+        self.bound = Gauge(
+            "adaptation_bound", "The lowest (bound=min) and highest (bound=max) max-num-seqs "
+            "adaptation may set", [*SERVICE_LABELS, "bound"], namespace=NAMESPACE,
+            registry=reg)
+        self.slo_seconds = Gauge(
+            "service_slo_seconds", "Latency objectives the LLMService's spec sets "
+            "(spec.workload.slo)", [*SERVICE_LABELS, "objective"], namespace=NAMESPACE,
+            registry=reg)
+        self.spec_replicas = Gauge(
+            "service_spec_replicas", "Replicas the LLMService asks for (spec.replicas; 0: "
+            "scaled to zero on purpose)", SERVICE_LABELS, namespace=NAMESPACE, registry=reg)
+        self.condition = Gauge(
+            "service_condition", "The LLMService's status conditions, one-hot: 1 on the "
+            "current status of each condition type", [*SERVICE_LABELS, "type", "status"],
+            namespace=NAMESPACE, registry=reg)
         self.prometheus_errors = Counter(
             "prometheus_query_errors", "Failed Prometheus queries of the adaptation loop",
             namespace=NAMESPACE, registry=reg)
@@ -72,16 +154,64 @@ class OperatorMetrics:
             "reconcile_duration_seconds", "Duration of one reconciliation of an LLMService",
             ["trigger"], namespace=NAMESPACE, registry=reg,
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0))
+        self.reconcile_errors = Counter(
+            "reconcile_errors", "Reconciliations of an LLMService that failed", ["trigger"],
+            namespace=NAMESPACE, registry=reg)
+        for trigger in RECONCILE_TRIGGERS:
+            self.reconcile_errors.labels(trigger)
+        self.reconcile_in_flight = Gauge(
+            "reconcile_in_flight", "Reconciliations of LLMServices running now",
+            namespace=NAMESPACE, registry=reg)
+        self._conditions: dict[tuple[str, str], set[str]] = {}
         self._server: Any = None
         self._thread: threading.Thread | None = None
 
     # -- recording helpers ---------------------------------------------------------------
-    def decision(self, namespace: str, name: str, direction: str, mode: str,
+    def decision(self, namespace: str, name: str, direction: str, mode: str, cause: str,
                  cap: int | None) -> None:
-        """Count one adaptation decision and remember the resulting cap."""
-        self.decisions.labels(namespace, name, direction, mode).inc()
+        """Count one adaptation decision by its cause code and remember the resulting cap."""
+        self.decisions.labels(namespace, name, direction, mode, cause).inc()
         if cap is not None:
             self.max_num_seqs.labels(namespace, name).set(cap)
+
+    def adaptation_limits(self, namespace: str, name: str, *, lower: int, upper: int,
+                          kv_fit: int | None) -> None:
+        """The bounds adaptation moves the cap between, and the KV fit when this decision
+        knew it (None: the last one known stays, e.g. while a change is on its way)."""
+        self.bound.labels(namespace, name, "min").set(lower)
+        self.bound.labels(namespace, name, "max").set(upper)
+        if kv_fit is not None:
+            self.kv_fit.labels(namespace, name).set(kv_fit)
+
+    def service_spec(self, namespace: str, name: str, spec: LLMServiceSpec) -> None:
+        """What a reconciliation read of the spec: the replicas asked for, the latency
+        objectives it sets (:func:`slo_objectives`; the others go); and the service's
+        tuning counters start at 0, so that ``increase()`` sees the first failure."""
+        self.spec_replicas.labels(namespace, name).set(spec.replicas)
+        for counter in (self.tuning_started, self.tuning_succeeded, self.tuning_failed):
+            counter.labels(namespace, name)
+        wanted = slo_objectives(spec.workload.slo)
+        for objective in ("ttft_p95", "itl_p95"):
+            if objective in wanted:
+                self.slo_seconds.labels(namespace, name, objective).set(wanted[objective])
+            else:
+                with contextlib.suppress(KeyError):
+                    self.slo_seconds.remove(namespace, name, objective)
+
+    def conditions(self, namespace: str, name: str,
+                   conditions: Sequence[Mapping[str, Any]]) -> None:
+        """The service's status conditions as the one-hot ``service_condition``; types no
+        longer in the list go."""
+        key = (namespace, name)
+        states = condition_states(conditions)
+        for gone in self._conditions.get(key, set()) - set(states):
+            self.condition.remove_by_labels(
+                {"namespace": namespace, "llmservice": name, "type": gone})
+        for ctype, current in states.items():
+            for status in CONDITION_STATUSES:
+                self.condition.labels(namespace, name, ctype, status).set(
+                    1 if status == current else 0)
+        self._conditions[key] = set(states)
 
     def tuning_event(self, namespace: str, name: str, reason: str) -> None:
         """Count a tuning milestone by its Event reason (TuningStarted, TuningSucceeded,
@@ -92,22 +222,42 @@ class OperatorMetrics:
             counter.labels(namespace=namespace, llmservice=name).inc()
 
     def forget(self, namespace: str, name: str) -> None:
-        """Drop the per-service gauge of a service that is gone or no longer adapted."""
-        with contextlib.suppress(KeyError):
-            self.max_num_seqs.remove(namespace, name)
+        """Drop the adaptation gauges of a service that is gone or no longer adapted."""
+        labels = {"namespace": namespace, "llmservice": name}
+        for gauge in (self.max_num_seqs, self.kv_fit, self.bound):
+            gauge.remove_by_labels(labels)
+
+    def forget_service(self, namespace: str, name: str) -> None:
+        """Drop every series of a deleted service (counters included)."""
+        labels = {"namespace": namespace, "llmservice": name}
+        for metric in (self.decisions, self.max_num_seqs, self.kv_fit, self.bound,
+                       self.slo_seconds, self.spec_replicas, self.condition, self.tuning_started,
+                       self.tuning_succeeded, self.tuning_failed):
+            metric.remove_by_labels(labels)
+        self._conditions.pop((namespace, name), None)
 
     def query_error(self, _exc: BaseException | None = None) -> None:
         """Count one failed Prometheus query (usable as ``on_error``)."""
         self.prometheus_errors.inc()
 
     @contextlib.contextmanager
-    def timed_reconcile(self, trigger: str) -> Iterator[None]:
-        """Time one reconciliation: ``with metrics.timed_reconcile("handler"): ...``."""
+    def timed_reconcile(self, trigger: str) -> Iterator[ReconcileRun]:
+        """Time one reconciliation and count it in flight:
+        ``with metrics.timed_reconcile("handler") as run: ...``. An exception out of the
+        block (not a cancellation) or ``run.failed`` set counts it as an error."""
         t0 = time.perf_counter()
+        run = ReconcileRun()
+        self.reconcile_in_flight.inc()
         try:
-            yield
+            yield run
+        except Exception:
+            run.failed = True
+            raise
         finally:
+            self.reconcile_in_flight.dec()
             self.reconcile_seconds.labels(trigger).observe(time.perf_counter() - t0)
+            if run.failed:
+                self.reconcile_errors.labels(trigger).inc()
 
     # -- serving -------------------------------------------------------------------------
     def serve(self, port: int, addr: str = "0.0.0.0") -> bool:

@@ -79,17 +79,22 @@ class ReconcileOutcome:
 
 
 async def reconcile(
-    body: Mapping[str, Any], ctx: OperatorContext, logger: Any, *, created: bool = False
+    body: Mapping[str, Any], ctx: OperatorContext, logger: Any, *, created: bool = False,
+    trigger: str = "handler",
 ) -> ReconcileOutcome:
     """Parse, plan, render, apply, and compute the status of one LLMService
     (``created``: kopf saw it appear, so its children are most likely absent).
 
     Returns the status patch (empty when nothing changed) and, for a spec that cannot be
     served or a cluster that lacks a kind, the kopf error to raise after writing it.
-    Counted as a render in flight (:meth:`~.context.OperatorContext.after_renders`).
+    Counted as a render in flight (:meth:`~.context.OperatorContext.after_renders`), and
+    in the operator's metrics by ``trigger`` (who runs it: ``handler``, ``adaptation``,
+    ``tuning``, ``resync``, ``workload``).
     """
-    with ctx.rendering():
-        return await _reconcile(body, ctx, logger, created=created)
+    with ctx.rendering(), ctx.metrics.timed_reconcile(trigger) as run:
+        outcome = await _reconcile(body, ctx, logger, created=created)
+        run.failed = outcome.error is not None
+        return outcome
 
 
 async def _reconcile(
@@ -102,6 +107,10 @@ async def _reconcile(
     now = clock()
     try:
         svc = parse_llmservice(body)
+        ctx.metrics.service_spec(namespace, name, svc.spec)
+        # The conditions as stored, so a restarted operator reports them before it writes.
+        ctx.metrics.conditions(namespace, name,
+                               (body.get("status") or {}).get("conditions") or [])
         plan = with_placement(make_plan(svc.spec, gpus_per_node=ctx.settings.gpus_per_node),
                               svc.spec, ctx.settings)
         dropped = dropped_fields(body)
@@ -242,11 +251,11 @@ def _switch_incomplete(
 
 
 async def reconcile_and_write(ctx: OperatorContext, body: Mapping[str, Any],
-                              logger: Any) -> ReconcileOutcome:
+                              logger: Any, *, trigger: str) -> ReconcileOutcome:
     """A reconciliation outside kopf's ``reconcile`` handler (the tuning step rolling onto
     tuned settings, the resync): reconcile ``body``, then write its status at once.
     The caller decides what an ``outcome.error`` means there."""
-    outcome = await reconcile(body, ctx, logger)
+    outcome = await reconcile(body, ctx, logger, trigger=trigger)
     await write_status(ctx, body, outcome.status_patch)
     return outcome
 
@@ -258,15 +267,20 @@ async def write_status(
     it) over the status stored now: the conditions it changed go into the stored list,
     with ``resourceVersion`` as the precondition (see :func:`~llm_operator.status.rebase_patch`
     and :meth:`~llm_operator.controller.kube.KubeClient.update_status`).
-    Returns the LLMService as written (None when it is gone)."""
+    Returns the LLMService as written (None when it is gone); its conditions go to the
+    operator's metrics (``llmop_service_condition``)."""
     if not patch:
         return dict(obj)
     meta = obj.get("metadata") or {}
     base = obj.get("status") or {}
-    return await ctx.kube.update_status(
-        f"{GROUP}/{VERSION}", KIND, str(meta.get("namespace") or "default"),
-        str(meta.get("name")), lambda fresh: st.rebase_patch(patch, base, fresh.get("status")),
-        known=obj)
+    namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name"))
+    written = await ctx.kube.update_status(
+        f"{GROUP}/{VERSION}", KIND, namespace, name,
+        lambda fresh: st.rebase_patch(patch, base, fresh.get("status")), known=obj)
+    if written is not None:
+        ctx.metrics.conditions(namespace, name,
+                               (written.get("status") or {}).get("conditions") or [])
+    return written
 
 
 def _args_summary(plan: Plan) -> str:
@@ -330,7 +344,7 @@ async def workload_changed(
             return
         kind = body.get("kind")
         logger.info(f"{kind} {namespace}/{body.meta.name} was deleted: re-creating it")
-        outcome = await reconcile(fresh, ctx, logger)
+        outcome = await reconcile(fresh, ctx, logger, trigger="workload")
         svc_body = fresh
     else:
         replicas = int((svc_body.get("spec") or {}).get("replicas", 1))

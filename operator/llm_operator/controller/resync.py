@@ -204,7 +204,7 @@ async def _resync(ctx: OperatorContext, key: ServiceKey, seen: str, action: Resy
         return True  # written meanwhile
     logger.info(f"Resync: the status of {namespace}/{name} is behind generation "
                 f"{meta.get('generation')} and kopf has nothing left to run: reconciling")
-    outcome = await reconcile_and_write(ctx, fresh, logger)
+    outcome = await reconcile_and_write(ctx, fresh, logger, trigger="resync")
     await tuning_step(ctx, namespace, name, logger)
     if outcome.error is not None:
         logger.warning(f"Resync of {namespace}/{name}: {outcome.error}")

@@ -210,7 +210,7 @@ async def _carry_out(
         # Roll the workload onto the new settings: the same reconciliation as the
         # handler's, with the new status.tuning.applied as render overrides (and, for
         # spec.tuning.placement, a replica lent or returned, a held server released).
-        outcome = await reconcile_and_write(ctx, written, logger)
+        outcome = await reconcile_and_write(ctx, written, logger, trigger="tuning")
         if outcome.error is not None:
             logger.warning(f"Re-rendering {namespace}/{name} with the tuned settings failed: "
                            f"{outcome.error}")
