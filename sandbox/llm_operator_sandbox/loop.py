@@ -30,6 +30,7 @@ from typing import Any
 import yaml
 
 from llm_operator.rendering import ADMISSION_CONFIG_MAP_SUFFIX
+from llm_operator.tuner.server import free_port
 
 from .processes import stop as stop_process
 from .prometheus import PodMonitorDiscovery, podmonitor_crd, prometheus_available
@@ -217,9 +218,13 @@ class LocalLoop:
         """The operator as its own process (``llm-operator run``), pointed at Prometheus."""
         assert self.discovery is not None and self.discovery.prometheus is not None
         chart_env = dict(self.installed.env) if self.installed is not None else {}
+        # The operator's own /metrics (decisions, the cap it set), scraped by the same
+        # Prometheus: `llm-operator plot timeline` draws the decisions from them.
+        metrics_port = free_port()
+        self.discovery.add_static_job("llm-operator", f"127.0.0.1:{metrics_port}")
         env = {**self.env, **chart_env, "KUBECONFIG": str(self.operator_kubeconfig),
                "PYTHONUNBUFFERED": "1",
-               "LLMOP_HEALTH_PORT": "0", "LLMOP_METRICS_PORT": "0",
+               "LLMOP_HEALTH_PORT": "0", "LLMOP_METRICS_PORT": str(metrics_port),
                "LLMOP_POD_MONITOR": "enabled",
                "LLMOP_PROMETHEUS_URL": self.discovery.prometheus.url,
                "LLMOP_SCRAPE_INTERVAL_SECONDS": str(self.settings.scrape_interval_seconds),

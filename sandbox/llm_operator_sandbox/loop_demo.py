@@ -55,6 +55,8 @@ INTRO = (
 # The load: 32 clients of 128 prompt / 128 output tokens against a 4,096-token KV cache.
 LOAD = Load(concurrency=32, num_prompts=320, input_len=128, output_len=128)
 LOAD_SECONDS = 180  # rounds of LOAD until a moved cap is in force, at most this long
+# Where the demo writes its two PNGs (outside the run's folder, which it removes).
+PLOTS_DIR = Path(tempfile.gettempdir()) / "llmop-demo-plots"
 
 
 class LoopDemo:
@@ -191,6 +193,41 @@ class LoopDemo:
             self.console.print(f"[yellow]The engine had not reported cap {seen.moved_to} in "
                                "force when the load ended[/]")
 
+    def plots(self, since: float | None) -> list[Path]:
+        """The tuning trials and the adaptation timeline as PNGs in :data:`PLOTS_DIR`
+        (``llm-operator plot``'s code). Best effort: without matplotlib, or when a plot
+        cannot be made, it says so and the demo goes on."""
+        self.console.rule("6. Plots")
+        from llm_operator.cli.plot import read_timeline, write_timeline_png, write_tuning_png
+        from llm_operator.plots import PlotsUnavailable, require_matplotlib, trials_from_document
+
+        try:
+            require_matplotlib()
+        except PlotsUnavailable as exc:
+            self.console.print(f"[yellow]No plots[/]: {escape(str(exc))}")
+            return []
+        ns, written = self.loop.settings.namespace, []
+        try:
+            trials = trials_from_document(self.svc(), f"{ns}/{self.name}, the demo's tuning Job")
+            written.append(write_tuning_png(trials, PLOTS_DIR / "tuning-trials.png"))
+        except Exception as exc:  # noqa: BLE001 - a plot never fails the demo
+            self.console.print(f"[yellow]No tuning plot[/]: {escape(str(exc))}")
+        prom = self.loop.discovery.prometheus if self.loop.discovery else None
+        if prom is not None and since is not None:
+            end = time.time()
+            scrape = self.loop.settings.scrape_interval_seconds
+            step = max(scrape, (end - since) / 240)
+            try:
+                timeline = read_timeline(prom.url, ns, self.name, since, end, step,
+                                         max(step, 2 * scrape))
+                written.append(write_timeline_png(timeline,
+                                                  PLOTS_DIR / "adaptation-timeline.png"))
+            except Exception as exc:  # noqa: BLE001 - a plot never fails the demo
+                self.console.print(f"[yellow]No timeline plot[/]: {escape(str(exc))}")
+        for path in written:
+            self.console.print(f"wrote [bold]{escape(str(path))}[/]", soft_wrap=True)
+        return written
+
     def report(self) -> None:
         self.console.rule("5. What the user sees")
         ns = self.loop.settings.namespace
@@ -296,9 +333,12 @@ def run_loop_demo(project: Path, kubectl: str | None, console: Console | None = 
             demo.plan()
             demo.tuning()
             pod = demo.rollout()
+            load_began = None
             if pod is not None:
+                load_began = time.time() - 60  # the minute before the load: the cap at rest
                 demo.load_and_adapt(pod)
             demo.report()
+            demo.plots(load_began)
             if keep:
                 console.print(Panel(f"export KUBECONFIG={loop.kubeconfig}\nkubectl get llms "
                                     "-o wide   # ... Ctrl-C to stop",

@@ -190,6 +190,9 @@ class PodMonitorDiscovery:
         self.interval_s = interval_s
         self.scrape_interval = scrape_interval
         self.errors: dict[str, str] = {}
+        # Scrape jobs besides the PodMonitors' (e.g. the operator process run outside a
+        # pod: its /metrics); set with :meth:`add_static_job`.
+        self.static_jobs: list[dict[str, Any]] = []
         self.prometheus: PrometheusServer | None = None
         self._monitors: list[dict[str, Any]] = []
         self._config_key: str | None = None
@@ -278,10 +281,19 @@ class PodMonitorDiscovery:
         return True
 
     def config(self) -> dict[str, Any]:
-        """The prometheus.yml for the monitors read last."""
-        return podmonitor_sd.prometheus_config(
+        """The prometheus.yml for the monitors read last (and the static jobs)."""
+        config = podmonitor_sd.prometheus_config(
             self._monitors, self.sd_dir, scrape_interval=self.scrape_interval,
             evaluation_interval=self.scrape_interval)
+        config["scrape_configs"] += self.static_jobs
+        return config
+
+    def add_static_job(self, job: str, address: str) -> None:
+        """Scrape ``address`` (``host:port``, ``/metrics``) as ``job`` from the next pass on
+        (the series keep their own labels)."""
+        self.static_jobs = [j for j in self.static_jobs if j["job_name"] != job] + [
+            {"job_name": job, "honor_labels": True,
+             "static_configs": [{"targets": [address]}]}]
 
     # --- lifecycle -------------------------------------------------------------------
     def start(self, prometheus: bool = True) -> PodMonitorDiscovery:

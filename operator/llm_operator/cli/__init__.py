@@ -3,7 +3,8 @@
 Subcommands: ``run`` (the operator), ``render`` (manifests for LLMService files, like
 ``helm template``), ``plan`` (capacity and parallelism plan, with the predicted curve),
 ``tune`` (the benchmark search, :mod:`.tune`), ``recommend`` (what the online controller
-would decide now, :mod:`.recommend`) and ``demo`` (the whole loop on this machine, on a
+would decide now, :mod:`.recommend`), ``plot`` (PNGs of a tuning run and of an
+adaptation timeline, :mod:`.plot`) and ``demo`` (the whole loop on this machine, on a
 local real control plane; ``--emulated``: on the emulated API server). Each subcommand
 parses its files at the boundary and calls one pure function; the tables it prints are
 in :mod:`.tables`.
@@ -139,6 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
     from .tune import add_parser as add_tune_parser
 
     add_tune_parser(sub)
+
+    from .plot import add_parser as add_plot_parser
+
+    add_plot_parser(sub)
     return parser
 
 
