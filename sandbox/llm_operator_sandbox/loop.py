@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from llm_operator.rendering import ADMISSION_CONFIG_MAP_SUFFIX
+from llm_operator.rendering.admission import ADMISSION_CONFIG_MAP_SUFFIX
 
 from .processes import stop as stop_process
 from .prometheus import PodMonitorDiscovery, podmonitor_crd, prometheus_available

@@ -34,7 +34,8 @@ from llm_operator.adaptation.update import (
 )
 from llm_operator.models import parse_llmservice
 from llm_operator.planning import make_plan
-from llm_operator.rendering import ADMISSION_KEY, render_all
+from llm_operator.rendering import render_all
+from llm_operator.rendering.admission import ADMISSION_KEY
 from llm_operator.settings import Settings
 from llm_operator.tuner.server import VLLMServer
 from tests.conftest import vllm_python

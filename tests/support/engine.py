@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from llm_operator.engine.cap import CAP_FILE_ENV
-from llm_operator.rendering import (
+from llm_operator.rendering.admission import (
     ENGINE_CODE_PATH,
     ENGINE_SCHEDULER_CLS,
     build_engine_init_container,

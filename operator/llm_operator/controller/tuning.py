@@ -60,7 +60,8 @@ from ..constants import (
 from ..errors import SpecError, SpecErrors
 from ..models import LLMService, parse_llmservice
 from ..planning import Plan, make_plan
-from ..rendering import COMPONENT_TUNING, image_for
+from ..rendering.identity import COMPONENT_TUNING
+from ..rendering.pod import image_for
 from ..tuning import control as tc
 from ..tuning import placement as tp
 from ..tuning.fingerprint import tuning_fingerprint

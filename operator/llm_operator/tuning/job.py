@@ -27,30 +27,25 @@ from ..errors import SpecError
 from ..extra_args import flag_set
 from ..models import LLMService
 from ..planning import Plan
-from ..rendering import (
-    COMPONENT_TUNING,
+from ..rendering.admission import LIVE_CAP_FLAGS
+from ..rendering.deployment import PROGRESS_MARGIN_SECONDS
+from ..rendering.download import build_download_container, download_budget_seconds
+from ..rendering.identity import COMPONENT_TUNING, labels_for, owner_reference
+from ..rendering.leaderworkerset import is_multi_node
+from ..rendering.placement import scheduling_fields, with_gpu_class
+from ..rendering.pod import (
     CONTAINER_SECURITY_CONTEXT,
-    LIVE_CAP_FLAGS,
     POD_SECURITY_CONTEXT,
-    PROGRESS_MARGIN_SECONDS,
-    build_download_container,
     build_env,
     build_resources,
-    build_vllm_flags,
     build_volume_mounts,
     build_volumes,
-    download_budget_seconds,
     image_for,
-    is_multi_node,
-    labels_for,
-    model_source,
-    owner_reference,
     pod_identity_fields,
     pod_template_metadata,
-    scheduling_fields,
     startup_budget_seconds,
-    with_gpu_class,
 )
+from ..rendering.vllm_args import build_vllm_flags, model_source
 from ..settings import Settings
 from .placement import job_priority_class
 
