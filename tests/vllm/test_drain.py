@@ -21,10 +21,10 @@ import pytest
 from tests.support.streams import stream_completions
 from tests.support.tiny_model import ensure_tiny_llama
 
+from llm_operator.inpod.tuner.server import VLLMServer
 from llm_operator.models import RolloutSpec, parse_llmservice
 from llm_operator.planning import make_plan
 from llm_operator.rendering.vllm_args import build_vllm_flags
-from llm_operator.tuner.server import VLLMServer
 
 ROOT = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = Path(os.environ.get("LLMOP_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))

@@ -15,30 +15,33 @@ from .identity import COMPONENT_SERVER, child_metadata, with_spec_hash
 from .vllm_args import VLLM_COMMAND
 
 # --- live admission cap (issue 12) ----------------------------------------------------
-# The server pod runs :mod:`llm_operator.engine` inside vLLM as its ``--scheduler-cls``;
-# an init container from the operator image copies it (as the tuning Job copies the
-# tuner), and the cap reaches it through a ConfigMap mounted as a volume.
+# The server pod runs :mod:`llm_operator.inpod.engine` inside vLLM as its
+# ``--scheduler-cls``; an init container from the operator image copies it (as the tuning
+# Job copies the tuner), and the cap reaches it through a ConfigMap mounted as a volume.
 
 ENGINE_INIT_CONTAINER = "copy-engine"
 ENGINE_CODE_VOLUME = "llmop-engine"
 ENGINE_CODE_PATH = "/opt/llmop-engine"  # on the vLLM container's PYTHONPATH
-ENGINE_SCHEDULER_CLS = "llm_operator.engine.scheduler.AdmissionCapScheduler"
+ENGINE_SCHEDULER_CLS = "llm_operator.inpod.engine.scheduler.AdmissionCapScheduler"
 
-# Copies ``llm_operator/engine/`` and the package's ``__init__.py`` (nothing else of the
-# operator) from wherever the operator image installed it. No "$(" (Kubernetes expands it).
+# Copies ``llm_operator/inpod/engine/`` and the two empty ``__init__.py`` above it (nothing
+# else of the operator) from wherever the operator image installed it. No "$(" (Kubernetes
+# expands it).
 ENGINE_COPY_SCRIPT = (
     "import llm_operator, os, shutil; "
     "src = os.path.dirname(llm_operator.__file__); "
     f"dst = os.path.join('{ENGINE_CODE_PATH}', 'llm_operator'); "
-    "shutil.copytree(os.path.join(src, 'engine'), os.path.join(dst, 'engine'), "
+    "shutil.copytree(os.path.join(src, 'inpod', 'engine'), "
+    "os.path.join(dst, 'inpod', 'engine'), "
     "dirs_exist_ok=True, ignore=shutil.ignore_patterns('__pycache__', '*.pyc')); "
-    "shutil.copyfile(os.path.join(src, '__init__.py'), os.path.join(dst, '__init__.py')); "
+    "[shutil.copyfile(os.path.join(src, f), os.path.join(dst, f)) "
+    "for f in ('__init__.py', os.path.join('inpod', '__init__.py'))]; "
     "print('Copied the admission controller from', src, 'to', dst)"
 )
 
 
 def build_engine_init_container(operator_image: str) -> dict[str, Any]:
-    """The init container that copies :mod:`llm_operator.engine` into the server pod."""
+    """The init container that copies :mod:`llm_operator.inpod.engine` into the server pod."""
     return {
         "name": ENGINE_INIT_CONTAINER,
         "image": operator_image,
