@@ -25,7 +25,7 @@ RUN pip wheel --no-deps --wheel-dir /wheels . \
  && python -m venv /opt/venv \
  && /opt/venv/bin/pip install /wheels/llm_operator-*.whl \
  && /opt/venv/bin/llm-operator --help >/dev/null \
- && /opt/venv/bin/python -c "import llm_operator.tuner.main"
+ && /opt/venv/bin/python -c "import llm_operator.inpod.tuner.main"
 
 
 FROM python:3.11-slim

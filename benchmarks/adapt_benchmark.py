@@ -66,8 +66,8 @@ from llm_operator.adaptation.policy import (
     decide,
     record,
 )
+from llm_operator.inpod.tuner.server import VLLMServer, free_port, vllm_lock
 from llm_operator.models import LLMServiceSpec
-from llm_operator.tuner.server import VLLMServer, free_port, vllm_lock
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -326,7 +326,7 @@ def flaps(history: list[tuple[float, int, int]], window_s: float) -> int:
 def simulate_day(day_minutes: int = 24 * 60) -> dict[str, Any]:
     """A day of diurnal load on a GPU model (perfmodel), one decision a minute."""
     from llm_operator import perfmodel as pm
-    from llm_operator.tuner.search import SLO
+    from llm_operator.inpod.tuner.search import SLO
 
     # Llama-3.1-8B-like shape on one A100 80 GB with a KV cache of 64k tokens (a
     # deliberately tight cache so the day crosses the preemption line at its peak).

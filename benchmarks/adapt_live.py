@@ -7,7 +7,7 @@ KV cache of 4,096 tokens), scraped every second by a real Prometheus. Arms, per 
 
 - **live**: the operator's policy (:func:`llm_operator.adaptation.policy.decide`) every
   few seconds; a change is written to the admission-cap file the engine module
-  (:mod:`llm_operator.engine`, ``--scheduler-cls``) re-reads, as the kubelet refreshes the
+  (:mod:`llm_operator.inpod.engine`, ``--scheduler-cls``) re-reads, as the kubelet refreshes the
   ConfigMap volume; the next decision waits for the engine's report
   (``llmop_admission_cap``) and the cooldown counts from it. One server, never restarted.
 - **rollout**: the same policy; a change stops the server and starts it again with the
@@ -74,8 +74,8 @@ from llm_operator.adaptation.policy import (
     policy_for_scrape,
     record,
 )
+from llm_operator.inpod.tuner.server import VLLMServer, free_port, vllm_lock
 from llm_operator.models import LLMServiceSpec
-from llm_operator.tuner.server import VLLMServer, free_port, vllm_lock
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "benchmarks" / "configs" / "adapt.yaml"

@@ -37,7 +37,7 @@ from benchmarks.adapt_live import (
     score,
 )
 from benchmarks.results_md import RESULTS, markers, replace_section
-from llm_operator.tuner.server import free_port, vllm_lock
+from llm_operator.inpod.tuner.server import free_port, vllm_lock
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "benchmarks" / "data" / "client_keepalive.json"

@@ -4,7 +4,7 @@
 Everything is fixed in ``benchmarks/configs/tune.yaml`` before the run. Three steps, on
 the real vLLM CPU engine (the larger generated Llama, a KV cache that holds 4 requests):
 
-1. **tuner**: the operator's tuner (``python -m llm_operator.tuner``) as the tuning Job
+1. **tuner**: the operator's tuner (``python -m llm_operator.inpod.tuner``) as the tuning Job
    runs it, sweeping max-num-seqs live on one server (``--live-cap-engine``): its
    choice, wall time, busy time (server lifetimes) and server starts;
 2. **rotation**: every cell the grid visits, the tuner's choice and vLLM's defaults,
@@ -104,7 +104,7 @@ def run_method(cfg: dict[str, Any], model: Path, code: Path, name: str,
            "LLMOP_TERMINATION_LOG": str(out.with_suffix(".msg"))}
     load0 = os.getloadavg()
     t0 = time.monotonic()
-    proc = subprocess.run([str(VLLM_PY), "-m", "llm_operator.tuner",
+    proc = subprocess.run([str(VLLM_PY), "-m", "llm_operator.inpod.tuner",
                            *tuner_argv(cfg, model, code, out, grid)],
                           env=env, capture_output=True, text=True, check=False)
     wall = time.monotonic() - t0
@@ -158,9 +158,9 @@ _ROTATE = r"""
 import json, os, sys, time
 from dataclasses import asdict
 from pathlib import Path
-from llm_operator.tuner.bench import BenchTarget
-from llm_operator.tuner.runner import LiveCapEvaluator
-from llm_operator.tuner.search import SLO, Config
+from llm_operator.inpod.tuner.bench import BenchTarget
+from llm_operator.inpod.tuner.runner import LiveCapEvaluator
+from llm_operator.inpod.tuner.search import SLO, Config
 spec = json.loads(sys.argv[1])
 slo = SLO(ttft_ms=spec["slo"]["ttftMs"], itl_ms=spec["slo"]["itlMs"])
 w = spec["workload"]

@@ -11,7 +11,7 @@ committed JSON differs from what this module generates, so nobody edits the JSON
 
 Series names come from the code that exports or queries them: vLLM's from
 :mod:`llm_operator.adaptation.prometheus`, the live admission cap's from
-:mod:`llm_operator.engine.cap`; the operator's own (``llmop_*``, served by
+:mod:`llm_operator.inpod.engine.cap`; the operator's own (``llmop_*``, served by
 :mod:`llm_operator.controller.metrics`) are checked against its registry by a unit test.
 The labels are the rendered PodMonitor's defaults (``namespace``, ``llmservice``); the
 operator's per-service series carry the same two labels (the chart's ServiceMonitor keeps
@@ -52,7 +52,7 @@ from grafana_foundation_sdk.models import dashboard as dash_m
 from grafana_foundation_sdk.models import prometheus as prom_m
 
 from llm_operator.adaptation import prometheus as vllm
-from llm_operator.engine.cap import METRIC_CAP, METRIC_CAPACITY
+from llm_operator.inpod.engine.cap import METRIC_CAP, METRIC_CAPACITY
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CHART_JSON = REPO_ROOT / "charts" / "llm-operator" / "files" / "dashboard.json"

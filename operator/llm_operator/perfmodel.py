@@ -49,9 +49,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .catalog import GPUFacts, ModelFacts
+from .inpod.tuner.search import SLO
 from .models import LLMServiceSpec
 from .planning import BLOCK_SIZE, Plan, gpu_facts, kv_token_capacity, model_facts
-from .tuner.search import SLO
 
 GIB = 1024**3
 

@@ -1369,7 +1369,7 @@ def with_pod_sizing(spec: LLMServiceSpec, plan: Plan) -> Plan:
 
 # --------------------------------------------------------------------------- engine
 # The flags of ``vllm serve`` that the spec and the plan decide, in the renderer's order
-# (rendering.build_vllm_flags puts the endpoint flags before them and the drain flag and
+# (rendering.vllm_args.build_vllm_flags puts the endpoint flags before them and the drain flag and
 # spec.engine.extraArgs after), and vLLM's start-up rules checked on them with the
 # extraArgs: one list, so what is checked is what the pod runs.
 
@@ -1381,7 +1381,7 @@ OVERRIDABLE: dict[str, str] = {
 }
 
 # What a multi-node replica's leader adds after every other argument (its workers join
-# the leader's Ray cluster): rendering.build_leader_worker_set.
+# the leader's Ray cluster): rendering.leaderworkerset.build_leader_worker_set.
 MULTI_NODE_EXECUTOR = ("--distributed-executor-backend", "ray")
 
 

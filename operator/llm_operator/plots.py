@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
-from .tuner.result import RESULT_KIND, TABLE_COLUMNS, TuningResult
+from .inpod.tuner.result import RESULT_KIND, TABLE_COLUMNS, TuningResult
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

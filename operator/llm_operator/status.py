@@ -25,8 +25,8 @@ from .constants import VLLM_PORT
 from .errors import SpecError
 from .extra_args import flag_set
 from .models import AdaptationMode, EngineSpec, LLMServiceSpec
-from .planning import Plan
-from .rendering import LIVE_CAP_FLAGS, effective_engine_value
+from .planning import Plan, effective_engine_value
+from .rendering.admission import LIVE_CAP_FLAGS
 from .timestamps import rfc3339
 
 JSON = dict[str, Any]

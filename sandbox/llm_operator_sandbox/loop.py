@@ -29,8 +29,8 @@ from typing import Any
 
 import yaml
 
-from llm_operator.rendering import ADMISSION_CONFIG_MAP_SUFFIX
-from llm_operator.tuner.server import free_port
+from llm_operator.inpod.tuner.server import free_port
+from llm_operator.rendering.admission import ADMISSION_CONFIG_MAP_SUFFIX
 
 from .processes import stop as stop_process
 from .prometheus import PodMonitorDiscovery, podmonitor_crd, prometheus_available

@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from llm_operator.tuner.server import free_port
+from llm_operator.inpod.tuner.server import free_port
 
 from . import podmonitor_sd
 from .processes import stop as stop_process

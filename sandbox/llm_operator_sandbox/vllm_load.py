@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llm_operator.tuner.server import engine_metric  # noqa: F401 - re-exported for the tests
+from llm_operator.inpod.tuner.server import engine_metric  # noqa: F401 - re-exported for the tests
 
 _CHILD = r"""
 import contextlib, io, json, sys

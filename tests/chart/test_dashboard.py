@@ -16,7 +16,7 @@ import pytest
 from tools import dashboard
 
 from llm_operator.controller.metrics import OperatorMetrics
-from llm_operator.engine import cap
+from llm_operator.inpod.engine import cap
 
 from .conftest import NAMESPACE, Render
 

@@ -257,7 +257,7 @@ def test_build_context_holds_the_package_and_nothing_else(tmp_path: Path) -> Non
                 assert (ROOT / src).exists(), src
     for path in (".git", ".venv", ".venv-vllm", ".cache", "tests", "tests/integration/data",
                  "benchmarks", "docs", "charts", "operator/llm_operator/__pycache__",
-                 "operator/llm_operator.egg-info", "operator/llm_operator/tuner/x.pyc"):
+                 "operator/llm_operator.egg-info", "operator/llm_operator/inpod/tuner/x.pyc"):
         assert not in_build_context(path), f"{path} would be sent to the Docker build"
     context = copy_build_context(tmp_path / "ctx")
     assert sorted(p.name for p in context.iterdir()) == ["README.md", "operator",
@@ -377,40 +377,43 @@ def copied_tuner(clean_install: CleanInstall, tmp_path_factory: pytest.TempPathF
 def test_init_container_copies_only_the_tuner_and_the_engine(
     clean_install: CleanInstall, copied_tuner: Path
 ) -> None:
-    """From the installed wheel: the package's ``__init__.py``, ``tuner/`` and ``engine/``
-    (the admission cap the tuner's live sweep loads into vLLM; every module, no
-    bytecode), and vLLM's start-up rules the tuner checks its candidates against
+    """From the installed wheel: the package's ``__init__.py``, ``inpod/`` with ``tuner/``
+    and ``engine/`` (the admission cap the tuner's live sweep loads into vLLM; every
+    module, no bytecode), and vLLM's start-up rules the tuner checks its candidates against
     (``engine_rules.py``, the ``vllm serve`` argument reader ``serve_args.py`` and its
     flag table); nothing else of the operator."""
     files = {str(p.relative_to(copied_tuner)) for p in copied_tuner.rglob("*") if p.is_file()}
     assert "llm_operator/__init__.py" in files
-    assert "llm_operator/tuner/__main__.py" in files
-    assert "llm_operator/engine/scheduler.py" in files
+    assert "llm_operator/inpod/tuner/__main__.py" in files
+    assert "llm_operator/inpod/engine/scheduler.py" in files
     assert "llm_operator/engine_rules.py" in files
     assert not any("controller" in f for f in files), files
-    singles = {"llm_operator/__init__.py", "llm_operator/engine_rules.py",
+    singles = {"llm_operator/__init__.py", "llm_operator/inpod/__init__.py",
+               "llm_operator/engine_rules.py",
                "llm_operator/serve_args.py", "llm_operator/data/vllm_serve_flags.json"}
-    assert all(f in singles or f.startswith(("llm_operator/tuner/", "llm_operator/engine/"))
+    assert all(f in singles
+               or f.startswith(("llm_operator/inpod/tuner/", "llm_operator/inpod/engine/"))
                for f in files), files
     assert not any("__pycache__" in f or f.endswith(".pyc") for f in files), files
     site = next(clean_install.venv.glob("lib/python3*/site-packages/llm_operator"))
-    installed = {f"llm_operator/tuner/{p.name}" for p in (site / "tuner").glob("*.py")}
+    installed = {f"llm_operator/inpod/tuner/{p.name}"
+                 for p in (site / "inpod" / "tuner").glob("*.py")}
     assert installed <= files, installed - files
 
 
 def test_copied_tuner_runs_from_pythonpath_alone(
     clean_install: CleanInstall, copied_tuner: Path, tmp_path: Path
 ) -> None:
-    """``python -m llm_operator.tuner --help`` with ``PYTHONPATH`` at the copy, as the
+    """``python -m llm_operator.inpod.tuner --help`` with ``PYTHONPATH`` at the copy, as the
     tuner container runs it: it needs no vLLM for that (the venv has none) and imports
     nothing of the operator (the copied ``llm_operator`` has no other module, and it
     shadows the installed one)."""
     env = {"PYTHONPATH": str(copied_tuner)}
-    proc = run_clean([str(clean_install.python), "-m", "llm_operator.tuner", "--help"],
+    proc = run_clean([str(clean_install.python), "-m", "llm_operator.inpod.tuner", "--help"],
                      tmp_path, **env)
     assert proc.returncode == 0, proc.stderr
     assert "--model" in proc.stdout and "--output" in proc.stdout
-    code = ("import importlib.util, llm_operator.tuner.main as m; print(m.__file__); "
+    code = ("import importlib.util, llm_operator.inpod.tuner.main as m; print(m.__file__); "
             "print(importlib.util.find_spec('vllm') is None)")
     proc = run_clean([str(clean_install.python), "-c", code], tmp_path, **env)
     assert proc.returncode == 0, proc.stderr

@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 import yaml
 
-from llm_operator.tuner.server import free_port
+from llm_operator.inpod.tuner.server import free_port
 from tests.integration.conftest import NAMESPACE
 from tests.support.emulator import Kubectl, OperatorProcess, wait_for
 from tests.support.metrics_replay import KV_PRESSURE, Recording, ReplayServer

@@ -1,4 +1,4 @@
-"""The real tuner process (``python -m llm_operator.tuner``, as the tuning Job runs it)
+"""The real tuner process (``python -m llm_operator.inpod.tuner``, as the tuning Job runs it)
 stopped early: by SIGTERM (a preempted or deleted pod) and by its own deadline. It must
 stop its vLLM server and leave the best result so far, marked partial with how many
 trials ran, where the kubelet reads the termination message.
@@ -94,7 +94,7 @@ def start_tuner(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[str], Pat
     env = {**os.environ, "PYTHONPATH": f"{fake}{os.pathsep}{ROOT / 'operator'}",
            "LLMOP_TERMINATION_LOG": str(term), "LLMOP_VLLM_LOCK": "",
            "FAKE_BENCH_SECONDS": "1"}
-    cmd = [sys.executable, "-m", "llm_operator.tuner", "--model", str(tmp_path / "model"),
+    cmd = [sys.executable, "-m", "llm_operator.inpod.tuner", "--model", str(tmp_path / "model"),
            "--input-tokens", "8", "--output-tokens", "8", "--concurrency", "8",
            "--repeats", "1", "--min-prompts", "2", "--waves", "1", "--sweep-points", "2",
            "--max-trials", "12", "--fingerprint", "abcdef0123456789",

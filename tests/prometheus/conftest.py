@@ -22,7 +22,7 @@ import pytest
 
 from llm_operator.adaptation import prometheus
 from llm_operator.adaptation.policy import Observation
-from llm_operator.tuner.server import VLLMServer
+from llm_operator.inpod.tuner.server import VLLMServer
 from tests.conftest import vllm_python
 from tests.support.prometheus import (
     PrometheusServer,

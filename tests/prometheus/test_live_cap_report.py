@@ -32,11 +32,12 @@ from llm_operator.adaptation.update import (
     parse_services,
     plan_update,
 )
+from llm_operator.inpod.tuner.server import VLLMServer
 from llm_operator.models import parse_llmservice
 from llm_operator.planning import make_plan
-from llm_operator.rendering import ADMISSION_KEY, render_all
+from llm_operator.rendering import render_all
+from llm_operator.rendering.admission import ADMISSION_KEY
 from llm_operator.settings import Settings
-from llm_operator.tuner.server import VLLMServer
 from tests.conftest import vllm_python
 from tests.prometheus.conftest import NAMESPACE
 from tests.support.engine import LIVE_FLAGS, copy_engine_code, live_env, write_cap

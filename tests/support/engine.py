@@ -14,8 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from llm_operator.engine.cap import CAP_FILE_ENV
-from llm_operator.rendering import (
+from llm_operator.inpod.engine.cap import CAP_FILE_ENV
+from llm_operator.rendering.admission import (
     ENGINE_CODE_PATH,
     ENGINE_SCHEDULER_CLS,
     build_engine_init_container,
@@ -31,7 +31,9 @@ def copy_engine_code(dst: Path) -> Path:
     script = init["command"][2].replace(ENGINE_CODE_PATH, str(dst))
     subprocess.run([sys.executable, "-c", script], check=True, timeout=60,
                    env={**os.environ, "PYTHONPATH": str(ROOT / "operator")})
-    assert sorted(p.name for p in (dst / "llm_operator").iterdir()) == ["__init__.py", "engine"]
+    assert sorted(p.name for p in (dst / "llm_operator").iterdir()) == ["__init__.py", "inpod"]
+    assert sorted(p.name for p in (dst / "llm_operator" / "inpod").iterdir()) == [
+        "__init__.py", "engine"]
     return dst
 
 

@@ -192,7 +192,7 @@ def record(out: Path, seconds: float = 45.0, interval_s: float = 1.0,
     and a cap of 64, load it with vLLM's own benchmark (``concurrency`` clients, 128
     prompt / 256 output tokens), and record its ``/metrics`` every ``interval_s`` for
     ``seconds`` once requests run."""
-    from llm_operator.tuner.server import VLLMServer
+    from llm_operator.inpod.tuner.server import VLLMServer
     from tests.conftest import vllm_python
     from tests.support.tiny_model import ensure_tiny_llama
     from tests.support.vllm_load import Load, LoadRun

@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 
 from llm_operator import rendering
+from llm_operator.constants import VLLM_PORT
 from llm_operator.models import parse_llmservice
 from llm_operator.planning import make_plan
 from llm_operator.settings import Settings
@@ -39,7 +40,7 @@ def pod_of(deployment: dict[str, Any], suffix: str = "abcde", *, ready: bool = T
     annotations = {}
     if local_port is not None:
         annotations[podmonitor_sd.PORTS_ANNOTATION] = json.dumps(
-            {"http": local_port, str(rendering.VLLM_PORT): local_port})
+            {"http": local_port, str(VLLM_PORT): local_port})
     return {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": f"{meta['name']}-7d9f-{suffix}", "namespace": meta["namespace"],

@@ -1,5 +1,5 @@
-"""Tuning results built with the tuner's own code (``llm_operator.tuner.search`` records,
-``llm_operator.tuner.result.result_from_outcome`` and ``TuningResult.to_message``), so
+"""Tuning results built with the tuner's own code (``llm_operator.inpod.tuner.search`` records,
+``llm_operator.inpod.tuner.result.result_from_outcome`` and ``TuningResult.to_message``), so
 the operator-side tests read exactly the termination message a tuning Job writes.
 
 The measurements are shaped on what the real CPU engine showed (see docs/TESTING.md): a
@@ -9,8 +9,8 @@ delivers more goodput. They are test inputs, not benchmark claims.
 
 from __future__ import annotations
 
-from llm_operator.tuner.result import TuningResult, result_from_outcome
-from llm_operator.tuner.search import Config, Measurement, Outcome, Trial
+from llm_operator.inpod.tuner.result import TuningResult, result_from_outcome
+from llm_operator.inpod.tuner.search import Config, Measurement, Outcome, Trial
 
 SLO = {"ttftP95Ms": 15000.0, "itlP95Ms": 100.0}
 WORKLOAD = {"inputTokens": 128, "outputTokens": 256, "concurrency": 48}

@@ -36,7 +36,7 @@ from llm_operator import constants
 from llm_operator.errors import SpecErrors
 from llm_operator.models import LLMServiceSpec, parse_llmservice
 from llm_operator.planning import make_plan
-from llm_operator.rendering import image_for
+from llm_operator.rendering.pod import image_for
 from llm_operator.settings import Settings
 
 CRD = load_crd()

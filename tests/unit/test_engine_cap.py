@@ -1,4 +1,4 @@
-"""The admission cap file as the engine reads it (:mod:`llm_operator.engine.cap`).
+"""The admission cap file as the engine reads it (:mod:`llm_operator.inpod.engine.cap`).
 
 Standard library only, so these run without vLLM; the same behaviour on the real engine
 is tested in ``tests/vllm/test_live_cap.py``.
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from llm_operator.engine.cap import CapReader, parse_cap
+from llm_operator.inpod.engine.cap import CapReader, parse_cap
 
 
 @pytest.mark.parametrize(("text", "cap", "said"), [

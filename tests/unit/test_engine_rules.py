@@ -12,11 +12,12 @@ from tests.support.engine_refusals import Case, baseline, cases, rendered_args, 
 from llm_operator import rendering
 from llm_operator.engine_rules import RULES, EngineSettings, refusals
 from llm_operator.errors import SpecError, SpecErrors
+from llm_operator.inpod.tuner.search import Config, Space
 from llm_operator.planning import make_plan
+from llm_operator.rendering.vllm_args import build_vllm_flags
 from llm_operator.serve_args import read_args
 from llm_operator.settings import Settings
 from llm_operator.status import plan_summary
-from llm_operator.tuner.search import Config, Space
 
 pytestmark = pytest.mark.unit
 
@@ -53,7 +54,7 @@ def test_the_planner_refuses_the_case_naming_its_fields_the_rule_and_the_fix(
 def test_the_baseline_plans_and_renders_what_the_corpus_gives_vllm() -> None:
     svc = baseline()
     plan = make_plan(svc.spec)
-    args = rendering.build_vllm_flags(svc, plan)
+    args = build_vllm_flags(svc, plan)
     engine = rendered_args(svc)
     at = args.index(engine[0])
     assert args[at:at + len(engine)] == engine  # the harness's arguments are the pod's
@@ -86,9 +87,9 @@ def test_an_override_that_breaks_a_rule_is_refused_at_render_naming_it() -> None
                               "extraArgs": ["--max-num-active-seqs", "6"]}})
     plan = make_plan(svc.spec)
     assert plan.max_num_seqs >= 6
-    rendering.build_vllm_flags(svc, plan, {"maxNumSeqs": 6})
+    build_vllm_flags(svc, plan, {"maxNumSeqs": 6})
     with pytest.raises(SpecErrors) as info:
-        rendering.build_vllm_flags(svc, plan, {"maxNumSeqs": 4})
+        build_vllm_flags(svc, plan, {"maxNumSeqs": 4})
     assert "tuned or adapted: spec.engine.maxNumSeqs is auto" in str(info.value)
     assert info.value.errors[0].field == "spec.engine.extraArgs[0]"
 

@@ -16,7 +16,7 @@ from llm_operator.errors import SpecError, SpecErrors
 from llm_operator.extra_args import check_extra_args, flag_table
 from llm_operator.models import LLMServiceSpec
 from llm_operator.planning import make_plan
-from llm_operator.rendering import build_vllm_args
+from llm_operator.rendering.vllm_args import build_vllm_args
 
 ROOT = Path(__file__).resolve().parents[2]
 

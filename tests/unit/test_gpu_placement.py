@@ -33,13 +33,15 @@ from llm_operator.errors import SpecError
 from llm_operator.gpuclass import PRESETS
 from llm_operator.models import LLMServiceSpec
 from llm_operator.planning import make_plan
+from llm_operator.rendering.deployment import build_deployment
+from llm_operator.rendering.placement import gpu_placement, with_placement
 from llm_operator.settings import Settings
 from llm_operator.status import plan_summary
 from llm_operator.tuning.job import build_tuning_job
 
 
 def pod_of(svc_spec: dict[str, Any], settings: Settings) -> dict[str, Any]:
-    deployment = rendering.build_deployment(make_svc(svc_spec), hand_plan(), settings)
+    deployment = build_deployment(make_svc(svc_spec), hand_plan(), settings)
     validate_manifest(deployment)
     return dict(deployment["spec"]["template"]["spec"])
 
@@ -86,12 +88,12 @@ def test_aks_has_no_product_label_so_the_plan_warns() -> None:
     svc = make_svc(l4())
     pod = pod_of(l4(), settings)
     assert pod["nodeSelector"] == {"kubernetes.azure.com/accelerator": "nvidia"}
-    placed = rendering.gpu_placement(svc.spec, settings)
+    placed = gpu_placement(svc.spec, settings)
     assert placed.warnings and "node.kubernetes.io/instance-type" in placed.warnings[0]
     # A user who pins the VM size gets no warning.
     pinned = make_svc(l4(scheduling={"nodeSelector": {
         "node.kubernetes.io/instance-type": "Standard_NC24ads_A100_v4"}}))
-    assert rendering.gpu_placement(pinned.spec, settings).warnings == []
+    assert gpu_placement(pinned.spec, settings).warnings == []
 
 
 # --- unknown products ------------------------------------------------------------------
@@ -101,7 +103,7 @@ def test_an_unknown_product_is_refused_naming_the_field_and_the_known_values() -
     svc = make_svc({"model": {"name": "m/x"},
                     "gpus": {"product": "RTX-6000-Ada", "memoryGib": 48}})
     with pytest.raises(SpecError) as err:
-        rendering.build_deployment(svc, hand_plan(), Settings())
+        build_deployment(svc, hand_plan(), Settings())
     assert err.value.field == "spec.gpus.product"
     assert "NVIDIA-H100-80GB-HBM3" in err.value.fix
     assert "spec.scheduling.nodeSelector nvidia.com/gpu.product" in err.value.fix
@@ -110,7 +112,7 @@ def test_an_unknown_product_is_refused_naming_the_field_and_the_known_values() -
 def test_a_product_the_class_lacks_is_refused_even_when_the_table_knows_it() -> None:
     svc = make_svc({"model": {"name": "m/x"}, "gpus": {"product": "L40S"}})
     with pytest.raises(SpecError, match="'gke'.*cloud.google.com/gke-accelerator"):
-        rendering.build_deployment(svc, hand_plan(), Settings(gpu_class="gke"))
+        build_deployment(svc, hand_plan(), Settings(gpu_class="gke"))
 
 
 def test_the_users_label_places_a_product_the_class_does_not_know() -> None:
@@ -159,7 +161,7 @@ def test_a_selector_naming_another_gpu_than_spec_gpus_product_is_refused(
         gpu_class: str, scheduling: dict[str, Any], field: str, words: str) -> None:
     svc = make_svc(l4(scheduling=scheduling))
     with pytest.raises(SpecError) as err:
-        rendering.build_deployment(svc, hand_plan(), Settings(gpu_class=gpu_class))
+        build_deployment(svc, hand_plan(), Settings(gpu_class=gpu_class))
     assert field in err.value.field
     assert "spec.gpus.product is 'L4'" in err.value.problem
     assert words in err.value.fix
@@ -216,7 +218,7 @@ def test_an_unknown_class_is_refused_at_start() -> None:
 
 
 def test_the_placement_explains_class_and_label() -> None:
-    placed = rendering.gpu_placement(make_svc(l4()).spec, Settings(gpu_class="eks"))
+    placed = gpu_placement(make_svc(l4()).spec, Settings(gpu_class="eks"))
     assert placed.explanation == (
         "GPU class 'eks': nodeSelector karpenter.k8s.aws/instance-gpu-name=l4")
     assert set(PRESETS) == {"nvidia", "gke", "eks", "aks"}
@@ -225,7 +227,7 @@ def test_the_placement_explains_class_and_label() -> None:
 def test_the_plan_says_which_class_and_label_placed_the_pod() -> None:
     spec = LLMServiceSpec.model_validate(
         {"model": {"name": "meta-llama/Llama-3.1-8B-Instruct"}, "gpus": {"product": "L4"}})
-    plan = rendering.with_placement(make_plan(spec, gpus_per_node=8), spec,
+    plan = with_placement(make_plan(spec, gpus_per_node=8), spec,
                                     Settings(gpu_class="gke"))
     placement = [e for e in plan_summary(plan)["explanations"] if e["name"] == "placement"]
     assert placement == [{"name": "placement", "value": "cloud.google.com/gke-accelerator="

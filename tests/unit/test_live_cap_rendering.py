@@ -25,6 +25,12 @@ from tests.unit.test_rendering import (
 
 from llm_operator import rendering, status
 from llm_operator.planning import make_plan
+from llm_operator.rendering.admission import (
+    ADMISSION_PATH,
+    ENGINE_CODE_PATH,
+    ENGINE_SCHEDULER_CLS,
+    METRICS_DIR_PATH,
+)
 from llm_operator.settings import Settings
 
 LIVE_SPEC: dict[str, Any] = {
@@ -55,7 +61,7 @@ def test_the_cap_moves_the_config_map_only_never_the_pods() -> None:
     b, _, cm_b = render(LIVE_SPEC, {"maxNumSeqs": 24})
     assert a == b
     assert flag_value(args_of(a), "--max-num-seqs") == "256"  # the plan's runner capacity
-    assert flag_value(args_of(a), "--scheduler-cls") == rendering.ENGINE_SCHEDULER_CLS
+    assert flag_value(args_of(a), "--scheduler-cls") == ENGINE_SCHEDULER_CLS
     assert cm_a["data"] == {"maxNumActiveSeqs": "96"} and cm_b["data"] == {
         "maxNumActiveSeqs": "24"}
     assert cm_a["metadata"]["name"] == "llama-admission-cap"
@@ -67,9 +73,9 @@ def test_live_pod_wiring() -> None:
     pod = deployment["spec"]["template"]["spec"]
     container = container_of(deployment)
     env = {e["name"]: e.get("value") for e in container["env"]}
-    assert env["PYTHONPATH"] == rendering.ENGINE_CODE_PATH
+    assert env["PYTHONPATH"] == ENGINE_CODE_PATH
     assert env["LLMOP_ADMISSION_CAP_FILE"] == "/etc/llmop/admission/maxNumActiveSeqs"
-    assert env["PROMETHEUS_MULTIPROC_DIR"] == rendering.METRICS_DIR_PATH
+    assert env["PROMETHEUS_MULTIPROC_DIR"] == METRICS_DIR_PATH
     # The emptyDir outlives a container restart: the command empties it, then runs vLLM
     # with the args (tests/vllm/test_metrics_after_restart.py runs it for real).
     shell, flag, script, name = container["command"]
@@ -82,8 +88,8 @@ def test_live_pod_wiring() -> None:
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["llmop-admission"]["configMap"]["name"] == "llama-admission-cap"
     mounts = {m["mountPath"] for m in container["volumeMounts"]}
-    assert {rendering.ENGINE_CODE_PATH, rendering.ADMISSION_PATH,
-            rendering.METRICS_DIR_PATH} <= mounts
+    assert {ENGINE_CODE_PATH, ADMISSION_PATH,
+            METRICS_DIR_PATH} <= mounts
 
 
 def test_cap_above_the_capacity_is_rendered_at_the_capacity() -> None:

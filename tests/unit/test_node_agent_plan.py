@@ -129,7 +129,7 @@ def test_tuning_job_tuner_and_init_container(tmp_path: Path) -> None:
     assert init.env["PYTHONPATH"] == "/src/operator"
 
     tuner = plan_for(j, "tuner", tmp_path)
-    assert tuner.argv[:3] == [str(VLLM_PY), "-m", "llm_operator.tuner"]
+    assert tuner.argv[:3] == [str(VLLM_PY), "-m", "llm_operator.inpod.tuner"]
     args = tuner.argv[3:]
     assert args[args.index("--model") + 1] == str(MODEL)
     # The container's /tmp: a private folder with a short path (vLLM's sockets live there).

@@ -25,6 +25,7 @@ from tests.support.tiny_model import tiny_shape
 
 from llm_operator.catalog import lookup_gpu, lookup_model
 from llm_operator.cli.tables import curve_table
+from llm_operator.inpod.tuner.search import SLO
 from llm_operator.perfmodel import (
     Efficiency,
     EngineSettings,
@@ -42,7 +43,6 @@ from llm_operator.perfmodel import (
     suggest_start,
 )
 from llm_operator.planning import kv_token_capacity
-from llm_operator.tuner.search import SLO
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU_DATA = ROOT / "benchmarks" / "data" / "cpu_engine_profile.json"

@@ -34,7 +34,8 @@ from llm_operator.cli.tables import plan_table
 from llm_operator.constants import GIB
 from llm_operator.errors import SpecError, SpecErrors
 from llm_operator.models import parse_quantity
-from llm_operator.planning import make_plan
+from llm_operator.planning import cache_size_limit, make_plan
+from llm_operator.rendering.deployment import build_deployment
 from llm_operator.settings import Settings
 from llm_operator.tuning.fingerprint import tuning_fingerprint
 from llm_operator.tuning.job import build_tuning_job
@@ -53,7 +54,7 @@ def volume(pod: dict[str, Any], name: str) -> dict[str, Any]:
 
 def render(spec: dict[str, Any], **plan: Any) -> dict[str, Any]:
     """The Deployment for ``spec`` with a hand plan (Llama 3.1 8B on one H100 unless changed)."""
-    return rendering.build_deployment(make_svc(spec), hand_plan(**plan), Settings())
+    return build_deployment(make_svc(spec), hand_plan(**plan), Settings())
 
 
 def planned(spec: dict[str, Any]) -> tuple[Any, Any]:
@@ -69,7 +70,7 @@ def test_default_cache_is_sized_from_the_plan_and_requested(model: str, gib: int
     """The old fixed 100Gi emptyDir evicted these mid-download, forever."""
     svc, plan = planned({"model": {"name": model}, "gpus": H100})
     assert round(plan.weight_bytes / GIB) == gib
-    deployment = rendering.build_deployment(svc, plan, Settings())
+    deployment = build_deployment(svc, plan, Settings())
     size = volume(pod_of(deployment), "model-cache")["emptyDir"]["sizeLimit"]
     assert parse_quantity(size) >= plan.weight_bytes * 1.1 + 5 * GIB
     assert parse_quantity(size) < plan.weight_bytes * 1.1 + 6 * GIB  # whole GiB, no more
@@ -112,7 +113,7 @@ def test_a_model_too_big_for_an_emptydir_needs_a_claim() -> None:
 
 def test_the_threshold_admits_70b_class_models() -> None:
     svc, plan = planned({"model": {"name": LLAMA_70B}, "gpus": H100})
-    size = rendering.cache_size_limit(svc.spec, plan)
+    size = cache_size_limit(svc.spec, plan)
     assert size is not None and parse_quantity(size) <= 300 * GIB
 
 
@@ -312,9 +313,9 @@ def test_plan_explains_the_pod_requests_and_the_cache() -> None:
     assert explained["cpuRequest"].value == "12" and explained["cpuRequest"].source == "pinned"
     memory = explained["memoryRequest"]
     assert memory.source == "planned" and "shmSize" in memory.formula
-    assert memory.value == container_of(rendering.build_deployment(svc, plan, Settings()))[
+    assert memory.value == container_of(build_deployment(svc, plan, Settings()))[
         "resources"]["requests"]["memory"]
-    assert explained["modelCacheSize"].value == rendering.cache_size_limit(svc.spec, plan)
+    assert explained["modelCacheSize"].value == cache_size_limit(svc.spec, plan)
     console = Console(width=200, record=True, file=io.StringIO())
     console.print(plan_table(svc, plan))  # what `llm-operator plan` prints
     text = console.export_text()

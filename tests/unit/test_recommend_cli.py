@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from llm_operator.cli import main
-from llm_operator.tuner.server import free_port
+from llm_operator.inpod.tuner.server import free_port
 
 
 @pytest.mark.parametrize(

@@ -28,7 +28,14 @@ from llm_operator import rendering
 from llm_operator.constants import ANNOTATION_SPEC_HASH, DEFAULT_IMAGE, GIB, LABEL_SERVICE
 from llm_operator.errors import SpecErrors
 from llm_operator.models import LLMService, parse_llmservice
-from llm_operator.planning import Plan
+from llm_operator.planning import Plan, effective_engine_value
+from llm_operator.rendering.deployment import build_deployment
+from llm_operator.rendering.identity import COMPONENT_TUNING, labels_for, spec_hash
+from llm_operator.rendering.leaderworkerset import RAY_JOIN_TIMEOUT_SECONDS, build_leader_worker_set
+from llm_operator.rendering.pod import MODEL_MOUNT_PATH
+from llm_operator.rendering.podmonitor import build_pod_monitor, prometheus_pod_label
+from llm_operator.rendering.service import build_service
+from llm_operator.rendering.vllm_args import build_vllm_args
 from llm_operator.settings import Settings
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -310,9 +317,9 @@ def test_max_num_seqs_pin_wins_over_override_and_plan(
     source: str,
 ) -> None:
     svc = make_svc({"model": {"name": "m/x"}, "engine": engine})
-    args = rendering.build_vllm_args(svc, hand_plan(max_num_seqs=plan_value), overrides)
+    args = build_vllm_args(svc, hand_plan(max_num_seqs=plan_value), overrides)
     assert flag_value(args, "--max-num-seqs") == expected
-    _, got_source = rendering.effective_engine_value(
+    _, got_source = effective_engine_value(
         svc.spec.engine, "maxNumSeqs", plan_value, overrides
     )
     assert got_source == source
@@ -334,7 +341,7 @@ def test_max_num_batched_tokens_pin_override_plan(
     expected: str | None,
 ) -> None:
     svc = make_svc({"model": {"name": "m/x"}, "engine": engine})
-    args = rendering.build_vllm_args(svc, hand_plan(max_num_batched_tokens=plan_value), overrides)
+    args = build_vllm_args(svc, hand_plan(max_num_batched_tokens=plan_value), overrides)
     assert flag_value(args, "--max-num-batched-tokens") == expected
 
 
@@ -344,7 +351,7 @@ def test_extra_args_come_last_and_verbatim() -> None:
         {"model": {"name": "m/x", "revision": "abc"}, "engine": {
             "extraArgs": extra, "enablePrefixCaching": False, "dtype": "float16"}}
     )
-    args = rendering.build_vllm_args(svc, hand_plan(), {"maxNumSeqs": 7})
+    args = build_vllm_args(svc, hand_plan(), {"maxNumSeqs": 7})
     assert args[-len(extra):] == extra
     assert args[0] == "m/x" and "--model" not in args  # the model is positional, first
     assert "--revision" in args[: -len(extra)]
@@ -366,7 +373,7 @@ def test_extra_args_may_not_set_managed_flags(arg: str, index: int) -> None:
     svc = make_svc({"model": {"name": "m/x"},
                     "engine": {"extraArgs": [arg, "1"] if takes_value else [arg]}})
     with pytest.raises(SpecErrors) as excinfo:
-        rendering.build_vllm_args(svc, hand_plan())
+        build_vllm_args(svc, hand_plan())
     (error,) = excinfo.value.errors
     assert error.field == f"spec.engine.extraArgs[{index}]"
     assert "spec.engine." in error.fix
@@ -374,9 +381,9 @@ def test_extra_args_may_not_set_managed_flags(arg: str, index: int) -> None:
 
 def test_unknown_override_is_a_programming_error() -> None:
     with pytest.raises(ValueError, match="maxModelLen"):
-        rendering.build_vllm_args(make_svc(), hand_plan(), {"maxModelLen": 4096})
+        build_vllm_args(make_svc(), hand_plan(), {"maxModelLen": 4096})
     with pytest.raises(ValueError, match="positive"):
-        rendering.build_vllm_args(make_svc(), hand_plan(), {"maxNumSeqs": 0})
+        build_vllm_args(make_svc(), hand_plan(), {"maxNumSeqs": 0})
 
 
 @pytest.mark.parametrize(
@@ -397,7 +404,7 @@ def test_unknown_override_is_a_programming_error() -> None:
 def test_switches_only_when_the_user_set_them(
     engine: dict[str, Any], present: list[str], absent: list[str]
 ) -> None:
-    args = rendering.build_vllm_args(make_svc({"model": {"name": "m/x"}, "engine": engine}),
+    args = build_vllm_args(make_svc({"model": {"name": "m/x"}, "engine": engine}),
                                      hand_plan())
     for flag in present:
         assert flag in args
@@ -408,7 +415,7 @@ def test_switches_only_when_the_user_set_them(
 def test_parallelism_and_gpu_requests_follow_the_plan() -> None:
     svc = make_svc({"model": {"name": "m/x"}, "gpus": {"resourceName": "nvidia.com/gpu"}})
     plan = hand_plan(tensor_parallel_size=4, pipeline_parallel_size=2, gpus_per_replica=8)
-    deployment = rendering.build_deployment(svc, plan, Settings())
+    deployment = build_deployment(svc, plan, Settings())
     args = args_of(deployment)
     assert flag_value(args, "--tensor-parallel-size") == "4"
     assert flag_value(args, "--pipeline-parallel-size") == "2"
@@ -431,12 +438,12 @@ def test_model_from_volume_is_mounted_read_only_and_offline() -> None:
         {"model": {"name": "my-model", "revision": "ignored",
                    "volume": {"claimName": "models", "subPath": "a/b"}}}
     )
-    deployment = rendering.build_deployment(svc, hand_plan(), Settings())
+    deployment = build_deployment(svc, hand_plan(), Settings())
     args = args_of(deployment)
     container = container_of(deployment)
     mounts = container["volumeMounts"]
-    mount = next(m for m in mounts if m["mountPath"] == rendering.MODEL_MOUNT_PATH)
-    assert args[0] == rendering.MODEL_MOUNT_PATH
+    mount = next(m for m in mounts if m["mountPath"] == MODEL_MOUNT_PATH)
+    assert args[0] == MODEL_MOUNT_PATH
     assert flag_value(args, "--served-model-name") == "my-model"
     assert "--revision" not in args  # a volume holds one revision already
     assert mount == {"name": "model", "mountPath": "/mnt/models", "readOnly": True,
@@ -448,10 +455,10 @@ def test_model_from_volume_is_mounted_read_only_and_offline() -> None:
 
 
 def test_hub_model_has_no_model_volume_and_stays_online() -> None:
-    deployment = rendering.build_deployment(make_svc(), hand_plan(), Settings())
+    deployment = build_deployment(make_svc(), hand_plan(), Settings())
     container = container_of(deployment)
     assert args_of(deployment)[0] == "meta-llama/Llama-3.1-8B-Instruct"
-    assert all(m["mountPath"] != rendering.MODEL_MOUNT_PATH for m in container["volumeMounts"])
+    assert all(m["mountPath"] != MODEL_MOUNT_PATH for m in container["volumeMounts"])
     # No token, not offline: only vLLM's usage statistics switched off.
     assert container["env"] == [{"name": "VLLM_NO_USAGE_STATS", "value": "1"},
                                 {"name": "DO_NOT_TRACK", "value": "1"}]
@@ -461,7 +468,7 @@ def test_hub_model_has_no_model_volume_and_stays_online() -> None:
                                           ({"name": "hf", "key": "HF_TOKEN"}, "HF_TOKEN")])
 def test_token_comes_from_the_secret_reference(ref: dict[str, str], key: str) -> None:
     svc = make_svc({"model": {"name": "meta-llama/Llama-3.1-8B", "tokenSecretRef": ref}})
-    env = container_of(rendering.build_deployment(svc, hand_plan(), Settings()))["env"]
+    env = container_of(build_deployment(svc, hand_plan(), Settings()))["env"]
     assert [e for e in env if e["name"] == "HF_TOKEN"] == [
         {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": key}}}]
 
@@ -478,7 +485,7 @@ def test_token_comes_from_the_secret_reference(ref: dict[str, str], key: str) ->
 )
 def test_cache_volume_and_shm(cache: dict[str, str], expected: dict[str, Any]) -> None:
     svc = make_svc({"model": {"name": "m/x"}, "cache": cache, "resources": {"shmSize": "8Gi"}})
-    deployment = rendering.build_deployment(svc, hand_plan(), Settings())
+    deployment = build_deployment(svc, hand_plan(), Settings())
     volumes = deployment["spec"]["template"]["spec"]["volumes"]
     mounts = {m["name"]: m["mountPath"] for m in container_of(deployment)["volumeMounts"]}
     assert expected in volumes
@@ -493,7 +500,7 @@ def test_cache_volume_and_shm(cache: dict[str, str], expected: dict[str, Any]) -
 def test_startup_budget_fits_loading_at_200_mb_per_second(weight_gb: int) -> None:
     weight = weight_gb * 10**9
     svc = make_svc({"model": {"name": "m/x"}, "cache": {"claimName": "hf"}})
-    deployment = rendering.build_deployment(svc, hand_plan(weight_bytes=weight), Settings())
+    deployment = build_deployment(svc, hand_plan(weight_bytes=weight), Settings())
     probe = container_of(deployment)["startupProbe"]
     allowed = probe["periodSeconds"] * probe["failureThreshold"]
     needed = 600 + weight / (200 * 10**6)
@@ -505,7 +512,7 @@ def test_startup_budget_fits_loading_at_200_mb_per_second(weight_gb: int) -> Non
 
 def test_startup_budget_grows_with_weights() -> None:
     thresholds = [
-        container_of(rendering.build_deployment(make_svc(), hand_plan(weight_bytes=w),
+        container_of(build_deployment(make_svc(), hand_plan(weight_bytes=w),
                                                 Settings()))["startupProbe"]["failureThreshold"]
         for w in (2 * 10**9, 16 * 10**9, 141 * 10**9)
     ]
@@ -513,7 +520,7 @@ def test_startup_budget_grows_with_weights() -> None:
 
 
 def test_readiness_and_liveness_on_health() -> None:
-    container = container_of(rendering.build_deployment(make_svc(), hand_plan(), Settings()))
+    container = container_of(build_deployment(make_svc(), hand_plan(), Settings()))
     for probe in ("readinessProbe", "livenessProbe"):
         assert container[probe]["httpGet"] == {"path": "/health", "port": "http"}
     assert container["ports"] == [{"name": "http", "containerPort": 8000, "protocol": "TCP"}]
@@ -522,7 +529,7 @@ def test_readiness_and_liveness_on_health() -> None:
 @pytest.mark.parametrize("replicas", [0, 1, 3])
 def test_rollout_never_needs_a_spare_gpu(replicas: int) -> None:
     svc = make_svc({"model": {"name": "m/x"}, "replicas": replicas})
-    spec = rendering.build_deployment(svc, hand_plan(), Settings())["spec"]
+    spec = build_deployment(svc, hand_plan(), Settings())["spec"]
     assert spec["replicas"] == replicas
     assert spec["strategy"] == {"type": "RollingUpdate",
                                 "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
@@ -549,13 +556,13 @@ def test_node_selector(
 ) -> None:
     gpus = {"product": product} if product else {}
     svc = make_svc({"model": {"name": "m/x"}, "gpus": gpus, "scheduling": scheduling})
-    pod = rendering.build_deployment(svc, hand_plan(), Settings())["spec"]["template"]["spec"]
+    pod = build_deployment(svc, hand_plan(), Settings())["spec"]["template"]["spec"]
     assert pod.get("nodeSelector") == expected
 
 
 def test_user_cpu_and_memory_win_over_the_derived_ones() -> None:
     svc = make_svc({"model": {"name": "m/x"}, "resources": {"cpu": "8", "memory": "64Gi"}})
-    sized = container_of(rendering.build_deployment(svc, hand_plan(), Settings()))
+    sized = container_of(build_deployment(svc, hand_plan(), Settings()))
     assert sized["resources"]["requests"] == {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "1",
                                               "ephemeral-storage": "22Gi"}
     # No CPU limit ever; the user's memory is request = limit.
@@ -570,7 +577,7 @@ def test_image_from_spec_else_settings(spec_image: str | None, expected: str) ->
     if spec_image:
         spec["image"] = spec_image
     settings = Settings(default_image="registry.local/vllm:1")
-    container = container_of(rendering.build_deployment(make_svc(spec), hand_plan(), settings))
+    container = container_of(build_deployment(make_svc(spec), hand_plan(), settings))
     assert container["image"] == expected
     # Explicit, whatever the image's entrypoint: images differ (and 0.11 rejects --model).
     assert container["command"] == ["vllm", "serve"]
@@ -596,7 +603,7 @@ def test_labels_and_selectors_agree() -> None:
         assert selector == {"llmops.dev/llmservice": "llama", "llmops.dev/component": "server"}
         assert selector.items() <= pod_labels.items()
         # A tuning Job's pods (same service, other component) never receive traffic.
-        tuning = rendering.labels_for(make_svc(), rendering.COMPONENT_TUNING)
+        tuning = labels_for(make_svc(), COMPONENT_TUNING)
         assert not selector.items() <= tuning.items()
 
 
@@ -626,23 +633,23 @@ def test_kopf_annotations_are_never_copied() -> None:
 
 def test_spec_hash_is_stable_self_excluding_and_tracks_changes() -> None:
     svc = make_svc()
-    a = rendering.build_deployment(svc, hand_plan(), Settings())
-    b = rendering.build_deployment(make_svc(), hand_plan(), Settings())
+    a = build_deployment(svc, hand_plan(), Settings())
+    b = build_deployment(make_svc(), hand_plan(), Settings())
     h = a["metadata"]["annotations"][ANNOTATION_SPEC_HASH]
     assert h == b["metadata"]["annotations"][ANNOTATION_SPEC_HASH]
-    assert rendering.spec_hash(a) == h  # the annotation itself is left out of the hash
-    tuned = rendering.build_deployment(svc, hand_plan(), Settings(), {"maxNumSeqs": 64})
+    assert spec_hash(a) == h  # the annotation itself is left out of the hash
+    tuned = build_deployment(svc, hand_plan(), Settings(), {"maxNumSeqs": 64})
     assert tuned["metadata"]["annotations"][ANNOTATION_SPEC_HASH] != h
     # A pinned field does not move, so an override there changes nothing at all.
     pinned = make_svc({"model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
                        "engine": {"maxNumSeqs": 256}})
-    p1 = rendering.build_deployment(pinned, hand_plan(), Settings())
-    p2 = rendering.build_deployment(pinned, hand_plan(), Settings(), {"maxNumSeqs": 64})
+    p1 = build_deployment(pinned, hand_plan(), Settings())
+    p2 = build_deployment(pinned, hand_plan(), Settings(), {"maxNumSeqs": 64})
     assert p1 == p2
 
 
 def test_service_shape() -> None:
-    service = rendering.build_service(make_svc())
+    service = build_service(make_svc())
     assert service["spec"]["type"] == "ClusterIP"
     assert service["spec"]["ports"] == [{"name": "http", "port": 8000, "targetPort": "http",
                                          "protocol": "TCP"}]
@@ -672,7 +679,7 @@ def test_pod_monitor_only_when_wanted(setting: str, discovered: bool | None,
 
 def test_pod_monitor_relabels_service_and_namespace() -> None:
     settings = Settings(prometheus_service_label="svc", prometheus_namespace_label="ns")
-    monitor = rendering.build_pod_monitor(make_svc(), settings)
+    monitor = build_pod_monitor(make_svc(), settings)
     (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
     assert endpoint["port"] == "http" and endpoint["path"] == "/metrics"
     targets = {r["targetLabel"]: r["sourceLabels"] for r in endpoint["relabelings"]}
@@ -680,7 +687,7 @@ def test_pod_monitor_relabels_service_and_namespace() -> None:
         "svc": ["__meta_kubernetes_pod_label_llmops_dev_llmservice"],
         "ns": ["__meta_kubernetes_namespace"],
     }
-    assert rendering.prometheus_pod_label(LABEL_SERVICE) == targets["svc"][0]
+    assert prometheus_pod_label(LABEL_SERVICE) == targets["svc"][0]
     validate_manifest(monitor)
 
 
@@ -902,7 +909,7 @@ def test_leader_serves_the_deployment_args_with_the_ray_executor(
     lws = multi_node(spec, overrides)[0]
     lead, _ = containers_of(lws)
     plan = hand_plan(**LLAMA_405B_PLAN)
-    expected = rendering.build_vllm_args(make_svc(spec), plan, overrides)
+    expected = build_vllm_args(make_svc(spec), plan, overrides)
     # The same arguments the Deployment would pass, then the Ray executor (after the
     # user's extraArgs, so that it wins: the default executor cannot reach other nodes).
     assert lead["args"] == [*expected, "--distributed-executor-backend", "ray"]
@@ -935,7 +942,7 @@ def test_probes_only_on_the_leader_and_its_budget_covers_the_workers_joining() -
     startup = lead["startupProbe"]
     allowed = startup["periodSeconds"] * startup["failureThreshold"]
     loading = 600 + LLAMA_405B_PLAN["weight_bytes"] / (200 * 10**6)
-    assert loading + rendering.RAY_JOIN_TIMEOUT_SECONDS <= allowed
+    assert loading + RAY_JOIN_TIMEOUT_SECONDS <= allowed
 
 
 def test_only_leaders_receive_traffic_and_are_scraped() -> None:
@@ -943,13 +950,13 @@ def test_only_leaders_receive_traffic_and_are_scraped() -> None:
     leader, worker = templates_of(lws)
     leader_labels = leader["metadata"]["labels"]
     worker_labels = worker["metadata"]["labels"]
-    tuning = rendering.labels_for(make_svc(LLAMA_405B_SPEC), rendering.COMPONENT_TUNING)
+    tuning = labels_for(make_svc(LLAMA_405B_SPEC), COMPONENT_TUNING)
     for selector in (service["spec"]["selector"], monitor["spec"]["selector"]["matchLabels"]):
         assert selector.items() <= leader_labels.items()
         assert not selector.items() <= worker_labels.items()
         assert not selector.items() <= tuning.items()
     # Every server pod, leader or worker, still carries the service's labels.
-    assert rendering.labels_for(make_svc(LLAMA_405B_SPEC), "server").items() \
+    assert labels_for(make_svc(LLAMA_405B_SPEC), "server").items() \
         <= worker_labels.items()
 
 
@@ -984,9 +991,9 @@ def test_too_long_a_name_for_lws_is_a_spec_error(replicas: int) -> None:
     spec = {**LLAMA_405B_SPEC, "replicas": replicas}
     plan = hand_plan(**LLAMA_405B_PLAN)
     limit = 52 - len("-lws") - len(f"-{replicas - 1}")
-    rendering.build_leader_worker_set(make_svc(spec, name="a" * limit), plan, Settings())
+    build_leader_worker_set(make_svc(spec, name="a" * limit), plan, Settings())
     with pytest.raises(SpecErrors) as excinfo:
-        rendering.build_leader_worker_set(make_svc(spec, name="a" * (limit + 1)), plan,
+        build_leader_worker_set(make_svc(spec, name="a" * (limit + 1)), plan,
                                           Settings())
     (error,) = excinfo.value.errors
     assert error.field == "metadata.name"
@@ -996,15 +1003,15 @@ def test_too_long_a_name_for_lws_is_a_spec_error(replicas: int) -> None:
 def test_multi_node_identity_hash_and_owner() -> None:
     svc = make_svc(LLAMA_405B_SPEC, annotations={"kopf.zalando.org/x": "{}", "team": "a"})
     plan = hand_plan(**LLAMA_405B_PLAN)
-    first = rendering.build_leader_worker_set(svc, plan, Settings())
-    again = rendering.build_leader_worker_set(make_svc(LLAMA_405B_SPEC), plan, Settings())
+    first = build_leader_worker_set(svc, plan, Settings())
+    again = build_leader_worker_set(make_svc(LLAMA_405B_SPEC), plan, Settings())
     h = first["metadata"]["annotations"][ANNOTATION_SPEC_HASH]
     assert list(first["metadata"]["annotations"]) == [ANNOTATION_SPEC_HASH]
-    assert h == again["metadata"]["annotations"][ANNOTATION_SPEC_HASH] == rendering.spec_hash(first)
-    tuned = rendering.build_leader_worker_set(svc, plan, Settings(), {"maxNumSeqs": 64})
+    assert h == again["metadata"]["annotations"][ANNOTATION_SPEC_HASH] == spec_hash(first)
+    tuned = build_leader_worker_set(svc, plan, Settings(), {"maxNumSeqs": 64})
     assert tuned["metadata"]["annotations"][ANNOTATION_SPEC_HASH] != h
     assert first["metadata"]["ownerReferences"][0]["uid"] == UID
-    assert first["metadata"]["labels"] == rendering.labels_for(svc, "server")
+    assert first["metadata"]["labels"] == labels_for(svc, "server")
     for template in templates_of(first):
         assert "annotations" not in template["metadata"]
 

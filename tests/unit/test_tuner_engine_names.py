@@ -3,9 +3,9 @@ nothing of the operator): they must match what the server pod runs."""
 
 from __future__ import annotations
 
-from llm_operator.engine.cap import CAP_FILE_ENV, METRIC_CAP
-from llm_operator.rendering import ENGINE_SCHEDULER_CLS
-from llm_operator.tuner import runner
+from llm_operator.inpod.engine.cap import CAP_FILE_ENV, METRIC_CAP
+from llm_operator.inpod.tuner import runner
+from llm_operator.rendering.admission import ENGINE_SCHEDULER_CLS
 
 
 def test_the_tuner_and_the_server_pod_name_the_same_engine() -> None:

@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 from tests.unit.test_tuning_job import BODY, _job
 
-from llm_operator.tuner import runner
-from llm_operator.tuner.bench import BenchTarget
-from llm_operator.tuner.main import build_parser
-from llm_operator.tuner.search import SLO, Config
+from llm_operator.inpod.tuner import runner
+from llm_operator.inpod.tuner.bench import BenchTarget
+from llm_operator.inpod.tuner.main import build_parser
+from llm_operator.inpod.tuner.search import SLO, Config
 from llm_operator.tuning.job import CODE_PATH, COPY_SCRIPT
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,10 +56,12 @@ def test_the_default_image_sweeps_caps_live_on_the_copied_engine(tmp_path: Path)
                    env={**os.environ, "PYTHONPATH": str(ROOT / "operator")})
     pkg = dst / "llm_operator"
     assert sorted(p.name for p in pkg.iterdir()) == [
-        "__init__.py", "data", "engine", "engine_rules.py", "serve_args.py", "tuner"]
-    assert (pkg / "engine" / "scheduler.py").exists() and (pkg / "tuner" / "__main__.py").exists()
+        "__init__.py", "data", "engine_rules.py", "inpod", "serve_args.py"]
+    assert sorted(p.name for p in (pkg / "inpod").iterdir()) == ["__init__.py", "engine", "tuner"]
+    assert (pkg / "inpod" / "engine" / "scheduler.py").exists()
+    assert (pkg / "inpod" / "tuner" / "__main__.py").exists()
     # The copy alone runs the tuner's check of its candidates against vLLM's rules.
-    probe = ("from llm_operator.tuner.search import Config, Space; "
+    probe = ("from llm_operator.inpod.tuner.search import Config, Space; "
              "s = Space(server_args=('--max-model-len', '4096', '--no-enable-chunked-prefill'));"
              " print(s.valid(Config(8, 2048)), s.valid(Config(8, 4096)))")
     out = subprocess.run([sys.executable, "-c", probe], check=True, timeout=60,

@@ -3,7 +3,7 @@ sandbox and the tests, summing a sample over its label sets (one per engine)."""
 
 from __future__ import annotations
 
-from llm_operator.tuner.server import sample_sums
+from llm_operator.inpod.tuner.server import sample_sums
 
 # The shape vLLM 0.32 exposes, with two engines (data parallel) and a label value that
 # holds a space and a brace.

@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from llm_operator.tuner.result import (
+from llm_operator.inpod.tuner.result import (
     TERMINATION_LIMIT,
     ResultParseError,
     parse_result,
     result_from_outcome,
 )
-from llm_operator.tuner.search import (
+from llm_operator.inpod.tuner.search import (
     SLO,
     Budget,
     Config,

@@ -3,7 +3,7 @@
 The kubelet sends SIGTERM to the container's main process (``vllm serve``) after the
 preStop hook; vLLM 0.32 aborts in-flight requests then unless ``--shutdown-timeout`` is
 set. The server here runs with the drain flag as the renderer renders it
-(:func:`llm_operator.rendering.build_vllm_flags`), takes 8 long streamed requests, gets
+(:func:`llm_operator.rendering.vllm_args.build_vllm_flags`), takes 8 long streamed requests, gets
 SIGTERM once every one of them has streamed tokens (so all 8 are running, seen from the
 client side: the engine's /metrics can answer late under load), and must finish every one
 of them in full before it exits, within the drain timeout. Without the flag (the
@@ -21,10 +21,10 @@ import pytest
 from tests.support.streams import stream_completions
 from tests.support.tiny_model import ensure_tiny_llama
 
-from llm_operator import rendering
+from llm_operator.inpod.tuner.server import VLLMServer
 from llm_operator.models import RolloutSpec, parse_llmservice
 from llm_operator.planning import make_plan
-from llm_operator.tuner.server import VLLMServer
+from llm_operator.rendering.vllm_args import build_vllm_flags
 
 ROOT = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = Path(os.environ.get("LLMOP_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
@@ -40,7 +40,7 @@ def rendered_drain_flag() -> list[str]:
         "metadata": {"name": "drain", "namespace": "ml"},
         "spec": {"model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
                  "gpus": {"product": "NVIDIA-L4"}}})
-    flags = rendering.build_vllm_flags(svc, make_plan(svc.spec))
+    flags = build_vllm_flags(svc, make_plan(svc.spec))
     if "--shutdown-timeout" not in flags:
         return []
     at = flags.index("--shutdown-timeout")

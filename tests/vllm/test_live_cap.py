@@ -1,7 +1,7 @@
 """The admission cap steered live inside the real vLLM CPU engine (issue 12).
 
 One server (``--max-num-seqs 48``, ample KV cache) runs the engine module the server
-pod's init container copies (:mod:`llm_operator.engine`, copied here by that same
+pod's init container copies (:mod:`llm_operator.inpod.engine`, copied here by that same
 command) as its ``--scheduler-cls``, with the cap file and ``PROMETHEUS_MULTIPROC_DIR`` the
 rendered pod sets. 48 client threads keep the engine saturated while the test writes the
 cap file the way the kubelet refreshes a ConfigMap volume (an atomic rename), and reads
@@ -29,7 +29,7 @@ from tests.support.engine import LIVE_FLAGS, copy_engine_code, live_env, write_c
 from tests.support.tiny_model import ensure_tiny_llama
 from tests.support.vllm_load import engine_metric
 
-from llm_operator.tuner.server import VLLMServer
+from llm_operator.inpod.tuner.server import VLLMServer
 
 ROOT = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = Path(os.environ.get("LLMOP_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))

@@ -35,11 +35,11 @@ from typing import Any
 import pytest
 from tests.support.tiny_model import ensure_tiny_llama
 
+from llm_operator.inpod.tuner.result import TERMINATION_LIMIT, TuningResult, parse_result
+from llm_operator.inpod.tuner.server import VLLMServer
 from llm_operator.models import parse_llmservice
 from llm_operator.planning import make_plan
 from llm_operator.settings import Settings
-from llm_operator.tuner.result import TERMINATION_LIMIT, TuningResult, parse_result
-from llm_operator.tuner.server import VLLMServer
 from llm_operator.tuning.fingerprint import tuning_fingerprint
 from llm_operator.tuning.job import (
     CODE_PATH,
@@ -141,14 +141,16 @@ def test_rendered_job_runs_as_the_kubelet_would_and_finds_the_better_region(
     init_cmd = [sys.executable, init["command"][1],
                 init["command"][2].replace(CODE_PATH, str(code_dir))]
     subprocess.run(init_cmd, check=True, timeout=60, cwd=tmp_path)
-    assert (code_dir / "llm_operator" / "tuner" / "__main__.py").exists()
-    # Only the tuner, the server pod's admission controller (engine/, run as the
+    assert (code_dir / "llm_operator" / "inpod" / "tuner" / "__main__.py").exists()
+    # Only the tuner, the server pod's admission controller (inpod/engine/, run as the
     # servers' --scheduler-cls to sweep caps live) and vLLM's start-up rules the tuner
     # checks its candidates with (engine_rules.py, serve_args.py and its flag table in
     # data/) are copied: nothing else of the operator reaches the vLLM image.
     assert sorted(p.name for p in (code_dir / "llm_operator").iterdir()) == [
-        "__init__.py", "data", "engine", "engine_rules.py", "serve_args.py", "tuner"]
-    assert (code_dir / "llm_operator" / "engine" / "scheduler.py").exists()
+        "__init__.py", "data", "engine_rules.py", "inpod", "serve_args.py"]
+    assert sorted(p.name for p in (code_dir / "llm_operator" / "inpod").iterdir()) == [
+        "__init__.py", "engine", "tuner"]
+    assert (code_dir / "llm_operator" / "inpod" / "engine" / "scheduler.py").exists()
 
     # 2. The tuner container (vLLM image): `python3` = the vLLM venv's Python; the model
     #    volume mounted at /mnt/models = the generated model folder; /opt/llmop = the

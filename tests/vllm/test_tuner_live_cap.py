@@ -3,7 +3,7 @@
 
 The tuner and the engine module are copied into one folder by the commands the pods run
 (the tuning Job's init container for the tuner, the server pod's for the engine), and
-``python -m llm_operator.tuner --live-cap-engine`` runs under the vLLM interpreter with
+``python -m llm_operator.inpod.tuner --live-cap-engine`` runs under the vLLM interpreter with
 that folder on its PYTHONPATH. Three caps and vLLM's default are measured with one
 server start (the restart-per-cap tuner needs four), and each trial's running batch
 stays within its cap.
@@ -38,7 +38,7 @@ def test_one_server_start_measures_every_cap(tmp_path: Path) -> None:
                    check=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT / "operator")})
     logs = tmp_path / "logs"
     cmd = [
-        str(VLLM_PYTHON), "-m", "llm_operator.tuner", "--model", str(model),
+        str(VLLM_PYTHON), "-m", "llm_operator.inpod.tuner", "--model", str(model),
         "--live-cap-engine", str(code), "--grid",
         "--max-num-seqs-levels", ",".join(map(str, CAPS)),
         "--max-num-batched-tokens-levels", "2048", "--default-max-num-seqs", "16",

@@ -15,7 +15,7 @@ import pytest
 from tests.support.tiny_model import ensure_tiny_llama
 from tests.support.vllm_load import engine_metric
 
-from llm_operator.tuner.server import VLLMServer
+from llm_operator.inpod.tuner.server import VLLMServer
 
 ROOT = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = Path(os.environ.get("LLMOP_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
@@ -25,8 +25,8 @@ PROMPT_TOKENS, PROMPTS, MEASUREMENTS = 384, 8, 3
 
 MEASURE = """
 import sys
-from llm_operator.tuner.bench import BenchTarget, measure
-from llm_operator.tuner.search import SLO
+from llm_operator.inpod.tuner.bench import BenchTarget, measure
+from llm_operator.inpod.tuner.search import SLO
 url, model, prompts, tokens, n = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:])
 target = BenchTarget(base_url=url, model=model, tokenizer=model, input_tokens=tokens,
                      output_tokens=4, slo=SLO(60000, 10000), waves=1, min_prompts=prompts)

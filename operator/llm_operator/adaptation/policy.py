@@ -248,7 +248,7 @@ class Observation(_Camel):
         None, description="KV-cache size of one replica in tokens (blocks x block size)"
     )
     kv_block_size: int | None = Field(None, description="Tokens per KV block")
-    # What the engine reports of its admission cap (llm_operator.engine; absent where the
+    # What the engine reports of its admission cap (llm_operator.inpod.engine; absent where the
     # pods do not run it): lowest and highest cap in force over the replicas, and the
     # lowest of llmop_admission_live (0: some replica cannot change it live).
     cap_in_force_min: float | None = None

@@ -21,7 +21,7 @@ fallbacks joined with ``or``):
 
 vLLM does not export its ``--max-num-seqs``: the current cap comes from the operator's
 status (or ``--current`` in the CLI). Where the pods run the live admission cap
-(:mod:`llm_operator.engine`), ``llmop_admission_cap`` is the cap in force as each engine
+(:mod:`llm_operator.inpod.engine`), ``llmop_admission_cap`` is the cap in force as each engine
 reports it and ``llmop_admission_live`` whether it can change it live.
 
 The service and namespace label names are settings (``LLMOP_PROMETHEUS_SERVICE_LABEL``,
@@ -37,7 +37,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
-from ..engine.cap import METRIC_CAP, METRIC_LIVE
+from ..inpod.engine.cap import METRIC_CAP, METRIC_LIVE
 from .policy import Observation, ServiceKey, unavailable
 
 log = logging.getLogger(__name__)
@@ -178,7 +178,7 @@ def signal_queries(
         "mean_prompt_tokens": mean_of(VLLM_PROMPT_TOKENS),
         "mean_generation_tokens": mean_of(VLLM_GENERATION_TOKENS),
         "kv_config": f"max by ({by}, num_gpu_blocks, block_size) ({VLLM_CACHE_CONFIG}{sel})",
-        # The live admission cap (llm_operator.engine), as the engines report it now.
+        # The live admission cap (llm_operator.inpod.engine), as the engines report it now.
         "cap_in_force_min": f"min by ({by}) ({METRIC_CAP}{sel})",
         "cap_in_force_max": f"max by ({by}) ({METRIC_CAP}{sel})",
         "live_cap_min": f"min by ({by}) ({METRIC_LIVE}{sel})",

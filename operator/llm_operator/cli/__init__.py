@@ -29,7 +29,7 @@ from ..settings import Settings
 def _cmd_plan(args: argparse.Namespace) -> int:
     from ..perfmodel import NoPrediction, curve_for, suggest_for, tp_alternative
     from ..planning import make_plan
-    from ..rendering import with_placement
+    from ..rendering.placement import with_placement
     from .tables import curve_table, plan_table
 
     console = Console()

@@ -10,10 +10,10 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from ..inpod.tuner.search import SLO
 from ..models import LLMService
 from ..perfmodel import Point, knee
 from ..planning import Explained, Plan, human_bytes
-from ..tuner.search import SLO
 
 
 def _fmt(key: str, value: Any) -> str:

@@ -1,7 +1,7 @@
-"""``llm-operator tune``: run the tuner under a Python that has vLLM.
+"""``llm-operator tune``, on this machine: run the in-pod tuner under a Python with vLLM.
 
 The operator's own environment has no vLLM (and must not need it), so the command
-re-executes ``python -m llm_operator.tuner`` under a vLLM interpreter with this
+re-executes ``python -m llm_operator.inpod.tuner`` under a vLLM interpreter with this
 package's parent folder on ``PYTHONPATH``, exactly as the tuning Job does in the vLLM
 image. Standard library only.
 """
@@ -80,7 +80,7 @@ def tuner_command(python: str, argv: Sequence[str]) -> tuple[list[str], dict[str
     model = _model_arg(argv)
     if model and Path(model).is_dir():  # a local model: never reach for the hub
         env.setdefault("HF_HUB_OFFLINE", "1")
-    return [python, "-m", "llm_operator.tuner", *argv], env
+    return [python, "-m", "llm_operator.inpod.tuner", *argv], env
 
 
 def _model_arg(argv: Sequence[str]) -> str | None:
@@ -99,7 +99,7 @@ def run_tuner(python: str, argv: Sequence[str]) -> int:
 def _cmd_tune(args: argparse.Namespace) -> int:
     import sys
 
-    from ..tuner.main import build_parser
+    from ..inpod.tuner.main import build_parser
 
     try:
         python = find_vllm_python(args.vllm_python)
@@ -112,7 +112,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Add ``tune`` to the ``llm-operator`` command line (same options as the tuner)."""
-    from ..tuner.main import build_parser
+    from ..inpod.tuner.main import build_parser
 
     p = sub.add_parser(
         "tune", parents=[build_parser(add_help=False)],

@@ -91,7 +91,7 @@ from ..adaptation.update import (
     waiting_decision,
 )
 from ..models import AdaptationMode
-from ..rendering import LWS_API_VERSION, LWS_KIND, LWS_NAME_SUFFIX
+from ..rendering.leaderworkerset import LWS_API_VERSION, LWS_KIND, LWS_NAME_SUFFIX
 from ..status import live_cap_in_use
 from .context import OperatorContext, clock
 from .reconcile import reconcile, write_status

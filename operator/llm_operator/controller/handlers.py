@@ -73,7 +73,7 @@ from ..constants import (
     VERSION,
 )
 from ..podscheduling import PodScheduling
-from ..rendering import COMPONENT_SERVER, COMPONENT_TUNING
+from ..rendering.identity import COMPONENT_SERVER, COMPONENT_TUNING
 from ..settings import Settings
 from ..tuning.control import ObservedJob
 from .adaptation import AdaptationLoop

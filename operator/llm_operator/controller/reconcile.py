@@ -40,15 +40,10 @@ from ..constants import GROUP, KIND, VERSION
 from ..errors import SpecError, SpecErrors
 from ..models import dropped_fields, dropped_message, parse_llmservice
 from ..planning import Plan, make_plan
-from ..rendering import (
-    LWS_API_VERSION,
-    LWS_KIND,
-    LWS_NAME_SUFFIX,
-    is_multi_node,
-    render_all,
-    serving_selector,
-    with_placement,
-)
+from ..rendering import render_all
+from ..rendering.identity import serving_selector
+from ..rendering.leaderworkerset import LWS_API_VERSION, LWS_KIND, LWS_NAME_SUFFIX, is_multi_node
+from ..rendering.placement import with_placement
 from ..tuning.placement import held_before_serving, serving_view
 from .context import OperatorContext, clock
 from .kube import (

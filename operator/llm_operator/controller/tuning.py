@@ -1,5 +1,8 @@
-"""Tuning on rollout, operator side: each step fetches what
-:func:`llm_operator.tuning.control.decide` needs, calls it, and carries the decision out.
+"""Tuning on rollout, the operator's I/O edge: the steps kopf's handlers run.
+
+Each step fetches what :func:`llm_operator.tuning.control.decide` (the pure decision, in
+:mod:`llm_operator.tuning`) needs, calls it, and carries the decision out against the
+API server. The tuner itself runs in the Job's pod (:mod:`llm_operator.inpod.tuner`).
 The kopf handlers that call it are in :mod:`.handlers`:
 
 - ``tuning`` (create, update, resume of an LLMService; runs after ``reconcile``): one
@@ -60,7 +63,8 @@ from ..constants import (
 from ..errors import SpecError, SpecErrors
 from ..models import LLMService, parse_llmservice
 from ..planning import Plan, make_plan
-from ..rendering import COMPONENT_TUNING, image_for
+from ..rendering.identity import COMPONENT_TUNING
+from ..rendering.pod import image_for
 from ..tuning import control as tc
 from ..tuning import placement as tp
 from ..tuning.fingerprint import tuning_fingerprint

@@ -75,11 +75,12 @@ from typing import Any
 
 from .. import status as st
 from ..constants import ANNOTATION_FINGERPRINT, ANNOTATION_RETUNE
+from ..inpod.tuner.result import TABLE_COLUMNS, ResultParseError, Score, TuningResult, parse_result
 from ..models import LLMService, TuningMode, TuningPlacement
-from ..planning import Plan
-from ..rendering import OVERRIDABLE, PROGRESS_MARGIN_SECONDS, is_multi_node
+from ..planning import OVERRIDABLE, Plan
+from ..rendering.deployment import PROGRESS_MARGIN_SECONDS
+from ..rendering.leaderworkerset import is_multi_node
 from ..timestamps import parse_rfc3339, rfc3339
-from ..tuner.result import TABLE_COLUMNS, ResultParseError, Score, TuningResult, parse_result
 from .fingerprint import revision_note
 from .placement import placement_error, runs_on_spare
 

@@ -36,7 +36,7 @@ def fingerprint_inputs(svc: LLMService, plan: Plan, image: str | None = None) ->
     memory share, the workload profile with its SLO, and the user's pins and extra
     arguments (they fix the server the search runs against). Not: replicas, scheduling,
     budgets, adaptation, names. ``image`` is the image actually run (pass
-    ``rendering.image_for(svc, settings)``; default ``spec.image``).
+    ``rendering.pod.image_for(svc, settings)``; default ``spec.image``).
     """
     spec = svc.spec
     engine = spec.engine

@@ -3,12 +3,12 @@ image, with this project's tuner code copied in by an init container.
 
 Why this shape: the tuner must start vLLM servers with candidate settings on the very
 GPUs a replica gets, so it runs in the vLLM image; it needs no custom image because an
-init container from the operator's image copies the tuner (``llm_operator.tuner``, which
+init container from the operator's image copies the tuner (``llm_operator.inpod.tuner``, which
 imports nothing of the operator) into a shared ``emptyDir`` that the tuner container puts
 on ``PYTHONPATH`` (the tuner imports only the standard library and what vLLM installs).
 With the default image the tuner sweeps max-num-seqs on one server per
 max-num-batched-tokens through the server pod's admission controller
-(``llm_operator.engine``, copied alongside; see :func:`sweeps_caps_live`).
+(``llm_operator.inpod.engine``, copied alongside; see :func:`sweeps_caps_live`).
 The result comes back as the container's termination message (compact JSON, read from
 the pod status by the operator, no extra RBAC); the full trial table is the pod's log.
 
@@ -27,35 +27,30 @@ from ..errors import SpecError
 from ..extra_args import flag_set
 from ..models import LLMService
 from ..planning import Plan
-from ..rendering import (
-    COMPONENT_TUNING,
+from ..rendering.admission import LIVE_CAP_FLAGS
+from ..rendering.deployment import PROGRESS_MARGIN_SECONDS
+from ..rendering.download import build_download_container, download_budget_seconds
+from ..rendering.identity import COMPONENT_TUNING, labels_for, owner_reference
+from ..rendering.leaderworkerset import is_multi_node
+from ..rendering.placement import scheduling_fields, with_gpu_class
+from ..rendering.pod import (
     CONTAINER_SECURITY_CONTEXT,
-    LIVE_CAP_FLAGS,
     POD_SECURITY_CONTEXT,
-    PROGRESS_MARGIN_SECONDS,
-    build_download_container,
     build_env,
     build_resources,
-    build_vllm_flags,
     build_volume_mounts,
     build_volumes,
-    download_budget_seconds,
     image_for,
-    is_multi_node,
-    labels_for,
-    model_source,
-    owner_reference,
     pod_identity_fields,
     pod_template_metadata,
-    scheduling_fields,
     startup_budget_seconds,
-    with_gpu_class,
 )
+from ..rendering.vllm_args import build_vllm_flags, model_source
 from ..settings import Settings
 from .placement import job_priority_class
 
 CODE_VOLUME = "tuner-code"
-CODE_PATH = "/opt/llmop"  # PYTHONPATH of the tuner container; holds llm_operator/tuner/
+CODE_PATH = "/opt/llmop"  # PYTHONPATH of the tuner container; holds llm_operator/inpod/
 TERMINATION_LOG = "/dev/termination-log"
 WORK_DIR = "/tmp/llmop-tuning"  # server logs, benchmark log, full result JSON
 TUNER_CONTAINER = "tuner"
@@ -65,9 +60,10 @@ JOB_NAME_MAX = 52  # pods are "<job>-<5 chars>" and carry job-name labels (<= 63
 # few seconds, the tuner waits up to 30 s) and writes the partial result in this time.
 TUNER_GRACE_SECONDS = 90
 
-# Copies the tuner and the server pod's admission controller (``llm_operator/tuner/``,
-# ``llm_operator/engine/`` and the package's empty ``__init__.py``; both import only the
-# standard library and vLLM, nothing of the operator), and vLLM's start-up rules the tuner
+# Copies the code that runs in pods, ``llm_operator/inpod/`` (the tuner and the server pod's
+# admission controller, ``inpod/engine/``; both import only the standard library and vLLM,
+# nothing of the operator) with the package's empty ``__init__.py``, and vLLM's start-up
+# rules the tuner
 # checks its candidates with (``engine_rules.py``, ``serve_args.py`` and the option table
 # in ``data/``) from wherever the operator image
 # installed them (no assumption about its site-packages path). The engine is what the
@@ -79,7 +75,7 @@ COPY_SCRIPT = (
     f"dst = os.path.join('{CODE_PATH}', 'llm_operator'); "
     "[shutil.copytree(os.path.join(src, d), os.path.join(dst, d), "
     "dirs_exist_ok=True, ignore=shutil.ignore_patterns('__pycache__', '*.pyc')) "
-    "for d in ('tuner', 'engine', 'data')]; "
+    "for d in ('inpod', 'data')]; "
     "[shutil.copyfile(os.path.join(src, f), os.path.join(dst, f)) "
     "for f in ('__init__.py', 'engine_rules.py', 'serve_args.py')]; "
     "print('Copied the tuner and the engine from', src, 'to', dst)"
@@ -150,7 +146,7 @@ def sweeps_caps_live(svc: LLMService) -> bool:
 
 
 def tuner_args(svc: LLMService, plan: Plan, fingerprint: str) -> list[str]:
-    """The arguments of ``python3 -m llm_operator.tuner`` for ``svc``."""
+    """The arguments of ``python3 -m llm_operator.inpod.tuner`` for ``svc``."""
     spec = svc.spec
     wl = spec.workload
     model, _ = model_source(spec)
@@ -175,7 +171,7 @@ def tuner_args(svc: LLMService, plan: Plan, fingerprint: str) -> list[str]:
     if not isinstance(spec.engine.max_num_seqs, int):
         args += ["--hint-max-num-seqs", str(start_hint(svc, plan))]
     if sweeps_caps_live(svc):
-        # The init container copied llm_operator/engine next to the tuner.
+        # The init container copied llm_operator/inpod/engine next to the tuner.
         args += ["--live-cap-engine", CODE_PATH]
     args += [
         "--fingerprint", fingerprint,
@@ -260,7 +256,7 @@ def build_tuning_job(
         "name": TUNER_CONTAINER,
         "image": image_for(svc, settings),
         "imagePullPolicy": "IfNotPresent",
-        "command": ["python3", "-m", "llm_operator.tuner"],
+        "command": ["python3", "-m", "llm_operator.inpod.tuner"],
         "args": tuner_args(svc, plan, fingerprint),
         "env": env,
         "resources": build_resources(spec, plan),

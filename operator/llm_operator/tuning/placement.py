@@ -36,8 +36,8 @@ from typing import Any
 
 from ..errors import SpecError
 from ..models import LLMService, TuningMode, TuningPlacement
-from ..planning import Plan
-from ..rendering import OVERRIDABLE, is_multi_node
+from ..planning import OVERRIDABLE, Plan
+from ..rendering.leaderworkerset import is_multi_node
 from ..settings import Settings
 
 # status.tuning.state values (control.State; not imported: control imports this module)

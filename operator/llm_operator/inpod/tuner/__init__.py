@@ -1,4 +1,4 @@
-"""The tuner: a benchmark-driven search of vLLM batch settings under a latency SLO.
+"""The in-pod tuner: a benchmark-driven search of vLLM batch settings under a latency SLO.
 
 Runs inside the tuning Job, under the vLLM image's Python, copied in by an init container
 (see :mod:`llm_operator.tuning.job`); ``llm-operator tune`` runs it the same way on this

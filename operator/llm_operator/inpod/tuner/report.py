@@ -12,7 +12,7 @@ from typing import Any
 
 from .search import Outcome, Trial
 
-log = logging.getLogger("llm_operator.tuner")
+log = logging.getLogger("llm_operator.inpod.tuner")
 
 
 def _trial_line(t: Trial) -> str:

@@ -201,10 +201,10 @@ def split_args(text: str | None) -> list[str]:
     return shlex.split(text) if text else []
 
 
-# The server pod's admission controller (llm_operator.engine, copied next to the tuner);
-# named here as strings because the tuner imports nothing of the operator
+# The server pod's admission controller (llm_operator.inpod.engine, copied next to the
+# tuner); named here as strings because the tuner imports nothing of the operator
 # (tests/unit/test_tuner_engine_names.py checks they match).
-ENGINE_SCHEDULER_CLS = "llm_operator.engine.scheduler.AdmissionCapScheduler"
+ENGINE_SCHEDULER_CLS = "llm_operator.inpod.engine.scheduler.AdmissionCapScheduler"
 ENGINE_CAP_FILE_ENV = "LLMOP_ADMISSION_CAP_FILE"
 CAP_METRIC = "llmop_admission_cap"
 LIVE_METRIC = "llmop_admission_live"  # 1: the engine's vLLM has the hook (max_num_active_reqs)
@@ -242,7 +242,7 @@ class LiveCapEvaluator:
     model: str
     target_template: BenchTarget
     capacity: int
-    engine_path: str  # a folder holding llm_operator/engine
+    engine_path: str  # a folder holding llm_operator/inpod/engine
     server_args: list[str] = field(default_factory=list)
     default_max_num_seqs: int | None = None  # what a trial without a cap runs with
     default_max_num_batched_tokens: int | None = None  # vLLM's, so None and it share a server

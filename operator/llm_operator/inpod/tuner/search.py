@@ -47,7 +47,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from ..engine_rules import EngineSettings, refusals
+from ...engine_rules import EngineSettings, refusals
 
 # --- inputs -------------------------------------------------------------------------------
 

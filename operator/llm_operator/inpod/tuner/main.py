@@ -1,4 +1,4 @@
-"""``python -m llm_operator.tuner``: the tuner's command line (what the tuning Job runs).
+"""``python -m llm_operator.inpod.tuner``: the tuner's command line (what the tuning Job runs).
 
 Runs under the vLLM image's Python with this package on ``PYTHONPATH``. Either starts
 its own vLLM servers (``--model``) or measures one it is given (``--url``; no restarts,
@@ -32,7 +32,7 @@ from pathlib import Path
 from .result import TuningResult, failed_result, result_from_outcome
 from .search import Interrupted
 
-log = logging.getLogger("llm_operator.tuner")
+log = logging.getLogger("llm_operator.inpod.tuner")
 
 TERMINATION_ENV = "LLMOP_TERMINATION_LOG"
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
@@ -54,7 +54,7 @@ def _levels(text: str | None) -> tuple[int, ...] | None:
 def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
     """The tuner's arguments (``llm-operator tune`` takes the same ones)."""
     p = argparse.ArgumentParser(
-        prog="python -m llm_operator.tuner", add_help=add_help,
+        prog="python -m llm_operator.inpod.tuner", add_help=add_help,
         description="Search vLLM batch settings for the most goodput within a latency SLO.",
     )
     src = p.add_mutually_exclusive_group(required=True)
@@ -109,11 +109,11 @@ def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
                    help="hard wall time from start: the run stops this long after it "
                    "started, even mid-trial, and reports the best result so far as partial")
     p.add_argument("--live-cap-engine", default=None, metavar="DIR",
-                   help="a folder holding llm_operator/engine (the server pod's admission "
-                        "controller): sweep max-num-seqs on one running server through its "
-                        "live cap instead of one server start per value (--model mode); an "
-                        "engine reporting llmop_admission_live other than 1 falls back to one "
-                        "start per value")
+                   help="a folder holding llm_operator/inpod/engine (the server pod's "
+                        "admission controller): sweep max-num-seqs on one running server "
+                        "through its live cap instead of one server start per value (--model "
+                        "mode); an engine reporting llmop_admission_live other than 1 falls "
+                        "back to one start per value")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--progress", choices=("auto", "bar", "log"), default="auto")
     p.add_argument("-v", "--verbose", action="store_true")

@@ -1,0 +1,149 @@
+"""The live admission cap (pure): the ConfigMap that carries it, and the Deployment
+wired to read it (issue 12).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from ..models import LLMService
+from ..planning import Plan, effective_engine_value
+from ..settings import Settings
+from .identity import COMPONENT_SERVER, child_metadata, with_spec_hash
+from .vllm_args import VLLM_COMMAND
+
+# --- live admission cap (issue 12) ----------------------------------------------------
+# The server pod runs :mod:`llm_operator.inpod.engine` inside vLLM as its
+# ``--scheduler-cls``; an init container from the operator image copies it (as the tuning
+# Job copies the tuner), and the cap reaches it through a ConfigMap mounted as a volume.
+
+ENGINE_INIT_CONTAINER = "copy-engine"
+ENGINE_CODE_VOLUME = "llmop-engine"
+ENGINE_CODE_PATH = "/opt/llmop-engine"  # on the vLLM container's PYTHONPATH
+ENGINE_SCHEDULER_CLS = "llm_operator.inpod.engine.scheduler.AdmissionCapScheduler"
+
+# Copies ``llm_operator/inpod/engine/`` and the two empty ``__init__.py`` above it (nothing
+# else of the operator) from wherever the operator image installed it. No "$(" (Kubernetes
+# expands it).
+ENGINE_COPY_SCRIPT = (
+    "import llm_operator, os, shutil; "
+    "src = os.path.dirname(llm_operator.__file__); "
+    f"dst = os.path.join('{ENGINE_CODE_PATH}', 'llm_operator'); "
+    "shutil.copytree(os.path.join(src, 'inpod', 'engine'), "
+    "os.path.join(dst, 'inpod', 'engine'), "
+    "dirs_exist_ok=True, ignore=shutil.ignore_patterns('__pycache__', '*.pyc')); "
+    "[shutil.copyfile(os.path.join(src, f), os.path.join(dst, f)) "
+    "for f in ('__init__.py', os.path.join('inpod', '__init__.py'))]; "
+    "print('Copied the admission controller from', src, 'to', dst)"
+)
+
+
+def build_engine_init_container(operator_image: str) -> dict[str, Any]:
+    """The init container that copies :mod:`llm_operator.inpod.engine` into the server pod."""
+    return {
+        "name": ENGINE_INIT_CONTAINER,
+        "image": operator_image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["python3", "-c", ENGINE_COPY_SCRIPT],
+        "volumeMounts": [{"name": ENGINE_CODE_VOLUME, "mountPath": ENGINE_CODE_PATH}],
+        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"},
+                      "limits": {"memory": "128Mi"}},
+    }
+
+
+ADMISSION_VOLUME = "llmop-admission"
+ADMISSION_PATH = "/etc/llmop/admission"  # the ConfigMap volume (read-only)
+ADMISSION_KEY = "maxNumActiveSeqs"  # the ConfigMap key: the cap, one integer
+ADMISSION_CONFIG_MAP_SUFFIX = "-admission-cap"
+METRICS_DIR_VOLUME = "llmop-metrics"
+METRICS_DIR_PATH = "/tmp/llmop-prometheus"  # PROMETHEUS_MULTIPROC_DIR of the server
+# The live-mode server container's command: empty the metrics directory, then run vLLM.
+# prometheus_client's multiprocess collector serves the last value a dead process wrote
+# to a "mostrecent" gauge until the new process sets it, and the emptyDir outlives a
+# container restart inside the pod: without this, a restarted idle engine reports the
+# crashed one's running and waiting requests (vLLM sets them only at its first step),
+# and adaptation would act on them. A new process may also reuse the dead one's PID
+# (PID 1 of a fresh PID namespace) and so its files: only emptying before start is safe.
+METRICS_RESET_SCRIPT = f"""find "$PROMETHEUS_MULTIPROC_DIR" -mindepth 1 -delete
+exec {" ".join(VLLM_COMMAND)} "$@"
+"""
+METRICS_RESET_NAME = "vllm-server"  # $0 of the script; the container's args follow
+# The flags a user's own scheduler would set: live admission then cannot work (the
+# operator falls back to rollouts; see status.live_cap_blocker).
+LIVE_CAP_FLAGS = ("--scheduler-cls", "--max-num-active-seqs")
+
+
+def admission_config_map_name(svc: LLMService) -> str:
+    """The ConfigMap that carries the admission cap to the server pods."""
+    return f"{svc.metadata.name}{ADMISSION_CONFIG_MAP_SUFFIX}"
+
+
+def live_admission_cap(
+    svc: LLMService, plan: Plan, overrides: Mapping[str, int] | None = None
+) -> tuple[int, int]:
+    """``(cap, capacity)`` in live mode: the runner capacity is the plan's memory bound,
+    the cap what tuning or adaptation set (else the plan's value), at most the capacity."""
+    capacity = plan.max_num_seqs
+    cap, _ = effective_engine_value(svc.spec.engine, "maxNumSeqs", plan.max_num_seqs, overrides)
+    return min(int(cap or capacity), capacity), capacity
+
+
+def build_admission_config_map(svc: LLMService, cap: int) -> dict[str, Any]:
+    """The per-service ConfigMap whose one key the engine reads as its admission cap.
+
+    Mounted as a volume (not through env or subPath, which the kubelet never refreshes):
+    a change reaches the running pods when the kubelet next syncs them, typically within
+    60-90 s, without a restart. Only the operator writes it; clients of the model's API
+    cannot reach it.
+    """
+    meta = child_metadata(svc, COMPONENT_SERVER)
+    meta["name"] = admission_config_map_name(svc)
+    return with_spec_hash({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": meta,
+        "data": {ADMISSION_KEY: str(cap)},
+    })
+
+
+def with_live_admission(
+    deployment: Mapping[str, Any], svc: LLMService, plan: Plan, settings: Settings,
+    overrides: Mapping[str, int] | None = None,
+) -> dict[str, Any]:
+    """``deployment`` (from :func:`~.deployment.build_deployment`) with the live admission
+    cap wired in: ``--max-num-seqs`` = the runner capacity, ``--scheduler-cls`` = the engine
+    module's scheduler, the init container that copies it, the cap's ConfigMap volume, and
+    ``PROMETHEUS_MULTIPROC_DIR`` on an emptyDir so that the engine-core process's gauges
+    (the cap in force) reach the API server's ``/metrics``, emptied by the container's
+    command before vLLM starts (:data:`METRICS_RESET_SCRIPT`). The cap itself is not in the
+    pod template: changing it changes the ConfigMap only, so nothing rolls."""
+    out = copy.deepcopy(dict(deployment))
+    _, capacity = live_admission_cap(svc, plan, overrides)
+    pod = out["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    container["command"] = ["/bin/sh", "-c", METRICS_RESET_SCRIPT, METRICS_RESET_NAME]
+    args = container["args"]
+    at = args.index("--max-num-seqs")
+    args[at + 1] = str(capacity)
+    args[at + 2:at + 2] = ["--scheduler-cls", ENGINE_SCHEDULER_CLS]
+    container.setdefault("env", []).extend([
+        {"name": "PYTHONPATH", "value": ENGINE_CODE_PATH},
+        {"name": "LLMOP_ADMISSION_CAP_FILE", "value": f"{ADMISSION_PATH}/{ADMISSION_KEY}"},
+        {"name": "PROMETHEUS_MULTIPROC_DIR", "value": METRICS_DIR_PATH},
+    ])
+    container.setdefault("volumeMounts", []).extend([
+        {"name": ENGINE_CODE_VOLUME, "mountPath": ENGINE_CODE_PATH, "readOnly": True},
+        {"name": ADMISSION_VOLUME, "mountPath": ADMISSION_PATH, "readOnly": True},
+        {"name": METRICS_DIR_VOLUME, "mountPath": METRICS_DIR_PATH},
+    ])
+    pod.setdefault("volumes", []).extend([
+        {"name": ENGINE_CODE_VOLUME, "emptyDir": {"sizeLimit": "16Mi"}},
+        {"name": ADMISSION_VOLUME,
+         "configMap": {"name": admission_config_map_name(svc), "optional": False}},
+        {"name": METRICS_DIR_VOLUME, "emptyDir": {"sizeLimit": "256Mi"}},
+    ])
+    pod["initContainers"] = [*pod.get("initContainers", []),
+                             build_engine_init_container(settings.operator_image)]
+    return with_spec_hash(out)

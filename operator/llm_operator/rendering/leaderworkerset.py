@@ -1,0 +1,218 @@
+"""The server LeaderWorkerSet (pure): instead of the Deployment when the plan spreads one
+replica over several nodes (pipeline stages across nodes).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from ..constants import VLLM_PORT
+from ..errors import SpecError, SpecErrors
+from ..models import LLMService
+from ..planning import MULTI_NODE_EXECUTOR, Plan
+from ..settings import Settings
+from .identity import (
+    COMPONENT_SERVER,
+    LABEL_ROLE,
+    ROLE_LEADER,
+    ROLE_WORKER,
+    labels_for,
+    with_spec_hash,
+)
+from .pod import (
+    CONTAINER_NAME,
+    CONTAINER_SECURITY_CONTEXT,
+    PORT_NAME,
+    build_env,
+    build_resources,
+    build_volume_mounts,
+    image_for,
+    pod_template_metadata,
+)
+from .server import build_probes, rolling_update, server_pod_spec, workload_metadata
+from .vllm_args import VLLM_COMMAND, build_vllm_args
+
+# --- multi-node replicas (LeaderWorkerSet) ---
+# One replica on several nodes runs as one LeaderWorkerSet group, the way vLLM documents
+# it (docs.vllm.ai deployment/frameworks/lws and examples/online_serving/
+# multi-node-serving.sh): the leader starts a Ray head and, once every node of the group
+# has joined, runs ``vllm serve`` with the Ray executor; each worker joins the head.
+LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
+LWS_KIND = "LeaderWorkerSet"
+# The LeaderWorkerSet may not share the Service's name: LWS creates a headless Service
+# named after the LeaderWorkerSet (pod DNS ``<lws>-<group>.<lws>.<namespace>``, the value
+# of LWS_LEADER_ADDRESS) only if no Service of that name exists, so the ClusterIP Service
+# named after the LLMService would silently take its place and workers could never
+# resolve the leader.
+LWS_NAME_SUFFIX = "-lws"
+# StatefulSet pods carry ``controller-revision-hash: <statefulset>-<hash of <= 10
+# chars>``, a label value of at most 63 characters; LWS names its worker StatefulSets
+# ``<lws>-<group index>``, so that name must fit 52 characters.
+STATEFULSET_NAME_MAX = 52
+LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+RAY_PORT = 6379  # the Ray head's GCS port (Ray's default)
+# How long the leader waits for every worker to join its Ray cluster before it gives up
+# (the container exits, and LWS recreates the whole group); the leader's startup probe
+# allows this on top of the loading budget. Workers may need an image pull on their node.
+RAY_JOIN_TIMEOUT_SECONDS = 600
+# Only shell variables (``${VAR}``) and ``"$@"``: Kubernetes rewrites ``$(VAR)`` and
+# ``$$`` in command and args, so neither may appear. LWS injects LWS_LEADER_ADDRESS and
+# LWS_GROUP_SIZE into every container; the leader's ``vllm serve`` arguments arrive as
+# the positional parameters (``sh -c SCRIPT NAME ARGS...``), so no argument is ever
+# re-parsed by the shell. ``exec`` makes vllm / ray PID 1, so they receive SIGTERM.
+RAY_WAIT_FOR_NODES = f"""import os, sys, time
+import ray
+want = int(os.environ["LWS_GROUP_SIZE"])
+ray.init(address="auto")
+deadline = time.monotonic() + {RAY_JOIN_TIMEOUT_SECONDS}
+while True:
+    alive = sum(1 for node in ray.nodes() if node["Alive"])
+    print(f"Ray nodes alive: {{alive}}/{{want}}", flush=True)
+    if alive >= want:
+        break
+    if time.monotonic() > deadline:
+        sys.exit(f"Gave up after {RAY_JOIN_TIMEOUT_SECONDS} s waiting for {{want}} Ray nodes")
+    time.sleep(5)
+"""
+LEADER_SCRIPT = f"""set -e
+ray start --head --port={RAY_PORT} --disable-usage-stats
+python3 -c '{RAY_WAIT_FOR_NODES}'
+exec {" ".join(VLLM_COMMAND)} "$@"
+"""
+WORKER_SCRIPT = f"""head="${{LWS_LEADER_ADDRESS}}:{RAY_PORT}"
+until ray health-check --address="${{head}}" >/dev/null 2>&1; do
+  echo "Waiting for the Ray head at ${{head}}"
+  sleep 5
+done
+exec ray start --address="${{head}}" --block --disable-usage-stats
+"""
+
+
+def is_multi_node(plan: Plan) -> bool:
+    """Whether one replica spans nodes (then it runs as a LeaderWorkerSet)."""
+    return plan.nodes_per_replica > 1
+
+
+def leader_worker_set_name(svc: LLMService) -> str:
+    """The LeaderWorkerSet's name: not the Service's (see ``LWS_NAME_SUFFIX``)."""
+    return f"{svc.metadata.name}{LWS_NAME_SUFFIX}"
+
+
+def gpus_per_pod(plan: Plan) -> int:
+    """GPUs each pod of a multi-node replica requests: the replica's ``TP x PP`` GPUs
+    shared over its nodes. Rounded up when they do not divide evenly (every pod of the
+    group has the same size, so Ray then leaves a GPU or so of the last node idle)."""
+    return math.ceil(plan.gpus_per_replica / plan.nodes_per_replica)
+
+
+
+def _lws_name_errors(svc: LLMService) -> list[SpecError]:
+    name = leader_worker_set_name(svc)
+    last_group = f"-{max(svc.spec.replicas - 1, 0)}"
+    longest = len(name) + len(last_group)
+    if longest <= STATEFULSET_NAME_MAX:
+        return []
+    limit = len(svc.metadata.name) - (longest - STATEFULSET_NAME_MAX)
+    return [
+        SpecError(
+            "metadata.name",
+            f"is too long for a replica spread over nodes: it runs as LeaderWorkerSet "
+            f"{name!r}, whose worker StatefulSets ({name}{last_group}) must fit "
+            f"{STATEFULSET_NAME_MAX} characters",
+            f"use a name of at most {limit} characters",
+        )
+    ]
+
+
+def build_leader_worker_set(
+    svc: LLMService, plan: Plan, settings: Settings, overrides: Mapping[str, int] | None = None
+) -> dict[str, Any]:
+    """The vLLM server of ``svc`` as a LeaderWorkerSet (``leaderworkerset.x-k8s.io/v1``),
+    for a plan whose replica spans ``plan.nodes_per_replica`` nodes.
+
+    One group per replica (``replicas`` = ``spec.replicas``, ``size`` = nodes per replica).
+    The leader pod starts a Ray head, waits until all ``size`` nodes have joined (at most
+    ``RAY_JOIN_TIMEOUT_SECONDS``) and then runs ``vllm serve`` with the arguments of
+    :func:`~.vllm_args.build_vllm_args` plus ``--distributed-executor-backend ray``: vLLM places its
+    TP x PP workers over the Ray cluster. Each worker pod joins the head at
+    ``$LWS_LEADER_ADDRESS``. Every pod requests one node's share of the GPUs
+    (:func:`gpus_per_pod`) and holds the same model source, cache and scheduling as a
+    Deployment pod (each node loads its own pipeline stage's weights). Only the leader
+    serves port 8000 and has probes; it carries ``llmops.dev/role: leader``, which the
+    Service and the PodMonitor select.
+
+    Raises :class:`SpecErrors` when ``metadata.name`` is too long for the names LWS
+    derives from it, or (as :func:`~.vllm_args.build_vllm_args` does) for managed flags in
+    extraArgs.
+    """
+    errors = _lws_name_errors(svc)
+    if errors:
+        raise SpecErrors(errors)
+    spec = svc.spec
+    image = image_for(svc, settings)
+    per_pod = gpus_per_pod(plan)
+    env = build_env(spec)
+
+    leader: dict[str, Any] = {
+        "name": CONTAINER_NAME,
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        # sh -c SCRIPT $0 "$@": the vLLM arguments stay a list, never re-split by a shell.
+        "command": ["/bin/sh", "-c", LEADER_SCRIPT, "vllm-leader"],
+        # Appended after extraArgs so that the Ray executor always wins (argparse keeps
+        # the last): the multiprocessing executor cannot reach other nodes.
+        "args": [*build_vllm_args(svc, plan, overrides), *MULTI_NODE_EXECUTOR],
+        "ports": [{"name": PORT_NAME, "containerPort": VLLM_PORT, "protocol": "TCP"}],
+    }
+    worker: dict[str, Any] = {
+        "name": CONTAINER_NAME,
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["/bin/sh", "-c", WORKER_SCRIPT],
+    }
+    for container in (leader, worker):
+        if env:
+            container["env"] = copy.deepcopy(env)
+        container["resources"] = build_resources(spec, plan, per_pod)
+        container["volumeMounts"] = build_volume_mounts(spec)
+    # The leader's startup includes waiting for the workers to join.
+    leader.update(build_probes(plan, extra_startup_seconds=RAY_JOIN_TIMEOUT_SECONDS))
+    for container in (leader, worker):
+        container["securityContext"] = copy.deepcopy(CONTAINER_SECURITY_CONTEXT)
+
+    def template(role: str, container: dict[str, Any]) -> dict[str, Any]:
+        labels = {**labels_for(svc, COMPONENT_SERVER), LABEL_ROLE: role}
+        return {"metadata": pod_template_metadata(svc, labels),
+                "spec": server_pod_spec(svc, container, plan, settings)}
+
+    metadata = workload_metadata(svc)
+    metadata["name"] = leader_worker_set_name(svc)
+    lws: dict[str, Any] = {
+        "apiVersion": LWS_API_VERSION,
+        "kind": LWS_KIND,
+        "metadata": metadata,
+        "spec": {
+            "replicas": spec.replicas,
+            # LeaderCreated: the workers start with the leader. LeaderReady would wait for
+            # a leader that only becomes ready once the workers have joined: a deadlock.
+            "startupPolicy": "LeaderCreated",
+            # As for the Deployment: by default replace one group at a time in place,
+            # never needing a spare group's worth of GPUs; spec.rollout.maxSurge surges.
+            "rolloutStrategy": {
+                "type": "RollingUpdate",
+                "rollingUpdateConfiguration": rolling_update(spec),
+            },
+            "leaderWorkerTemplate": {
+                "size": plan.nodes_per_replica,
+                # A Ray cluster does not survive losing a member: if any pod or container
+                # of the group restarts, recreate the whole group.
+                "restartPolicy": "RecreateGroupOnPodRestart",
+                "leaderTemplate": template(ROLE_LEADER, leader),
+                "workerTemplate": template(ROLE_WORKER, worker),
+            },
+        },
+    }
+    return with_spec_hash(lws)

@@ -1,0 +1,260 @@
+"""Pod pieces (pure) shared by the server pods and the tuning Job: image, environment,
+volumes, resources, probes' budget, security contexts, pod metadata and identity.
+
+The tuning Job (:func:`llm_operator.tuning.job.build_tuning_job`) runs the same image on
+the same GPUs with the same model source, so these are separate builders it reuses.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from ..constants import DEFAULT_GPU_RESOURCE, GROUP
+from ..errors import SpecError, SpecErrors
+from ..gpuclass import GFD_PRODUCT_LABEL
+from ..models import LLMService, LLMServiceSpec
+from ..planning import Plan, cache_size_limit, pod_cpu, pod_memory
+from ..settings import Settings
+
+CONTAINER_NAME = "vllm"
+PORT_NAME = "http"
+HEALTH_PATH = "/health"
+METRICS_PATH = "/metrics"
+
+# Where volumes land inside the vLLM container.
+HF_CACHE_PATH = "/root/.cache/huggingface"  # HF_HOME of the vllm-openai image (runs as root)
+MODEL_MOUNT_PATH = "/mnt/models"  # a model from spec.model.volume
+SHM_PATH = "/dev/shm"
+
+GPU_PRODUCT_LABEL = GFD_PRODUCT_LABEL  # set on GPU nodes by GPU feature discovery
+
+VOLUME_SHM = "dshm"
+VOLUME_CACHE = "model-cache"
+VOLUME_MODEL = "model"
+
+# Startup budget: the startup probe must outlast model loading, or the kubelet kills
+# vLLM in the middle of reading its weights and the pod never becomes ready.
+#   budget_seconds  = STARTUP_BASE_SECONDS + ceil(weight_bytes / LOAD_BYTES_PER_SECOND)
+#   failureThreshold = ceil(budget_seconds / STARTUP_PERIOD_SECONDS)
+# The base (10 min) covers engine start, CUDA graph capture / torch.compile warm-up and
+# KV-cache allocation; the second term reads every weight byte at a conservative
+# 200 MB/s (slow network storage: a cache or model PVC). The download from the hub is not
+# in it: the init container DOWNLOAD_CONTAINER fetches the model before vLLM starts, within
+# its own budget (below). Example: Llama 3.1 70B in bf16 (141 GB) -> 600 + 706 s = 1306 s
+# -> failureThreshold 131.
+STARTUP_BASE_SECONDS = 600
+LOAD_BYTES_PER_SECOND = 200 * 10**6
+STARTUP_PERIOD_SECONDS = 10
+
+# --- pod customisation (spec.pod) ---
+# Environment variables the operator sets in some container it renders (vLLM, the
+# download, the tuner), and prefixes it or LeaderWorkerSet own: spec.pod.env may not set
+# them (one owner per name; a duplicate name also breaks server-side apply).
+USAGE_STATS_ENV = (("VLLM_NO_USAGE_STATS", "1"), ("DO_NOT_TRACK", "1"))
+# HF_HUB_OFFLINE only where the operator sets it (a model on a volume): with a hub model
+# and a pre-filled cache claim, the user may set it (the download step then does nothing).
+RESERVED_ENV = frozenset({"HF_TOKEN", "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK",
+                          "PYTHONPATH", "PYTHONUNBUFFERED"})
+RESERVED_ENV_PREFIXES = ("LLMOP_", "LWS_")
+# Label and annotation keys the operator or the controllers of its children own.
+RESERVED_KEY_PREFIXES = (f"{GROUP}/", "app.kubernetes.io/", "leaderworkerset.sigs.k8s.io/",
+                         "batch.kubernetes.io/", "kopf.zalando.org/")
+RESERVED_LABELS = frozenset({"pod-template-hash", "controller-uid", "job-name"})
+
+
+def image_for(svc: LLMService, settings: Settings) -> str:
+    """``spec.image`` when the user set it, else the operator's default vLLM image."""
+    return svc.spec.image or settings.default_image
+
+
+# Variables that choose which GPUs a process sees: the device plugin sets them per pod.
+DEVICE_ENV = frozenset({"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"})
+
+
+def pod_spec_errors(spec: LLMServiceSpec) -> list[SpecError]:
+    """What ``spec.pod`` may not set: environment names, labels and annotations the
+    operator (or LeaderWorkerSet, the Job and Deployment controllers) owns, and an
+    environment name given twice."""
+    errors: list[SpecError] = []
+    seen: set[str] = set()
+    for i, var in enumerate(spec.pod.env):
+        field = f"spec.pod.env[{i}].name"
+        offline = var.name == "HF_HUB_OFFLINE" and spec.model.volume is not None
+        if var.name in RESERVED_ENV or var.name.startswith(RESERVED_ENV_PREFIXES) or offline:
+            what = {"HF_TOKEN": "spec.model.tokenSecretRef sets it",
+                    "HF_HUB_OFFLINE": "the operator sets it for a model on a volume"}
+            errors.append(SpecError(
+                field, f"{var.name!r} is set by the operator "
+                f"({what.get(var.name, 'it manages this variable')})",
+                "remove it" + (" and use spec.model.tokenSecretRef"
+                               if var.name == "HF_TOKEN" else "")))
+        elif var.name in DEVICE_ENV:
+            errors.append(SpecError(
+                field, f"{var.name!r} would choose the pod's GPUs, which the device plugin "
+                "does: vLLM could see fewer GPUs than the plan's tensorParallelSize x "
+                "pipelineParallelSize, and refuse to start", "remove it: the pod sees "
+                "exactly the GPUs it requests (spec.gpus)"))
+        elif var.name in seen:
+            errors.append(SpecError(field, f"{var.name!r} is given twice", "keep one"))
+        elif (var.value is None) == (var.value_from is None):
+            errors.append(SpecError(f"spec.pod.env[{i}]", "needs exactly one of value and "
+                                    "valueFrom", "set value, or valueFrom"))
+        seen.add(var.name)
+    for kind, keys in (("labels", spec.pod.labels), ("annotations", spec.pod.annotations)):
+        for key in keys:
+            if key.startswith(RESERVED_KEY_PREFIXES) or key in RESERVED_LABELS:
+                errors.append(SpecError(
+                    f"spec.pod.{kind}[{key}]",
+                    "is owned by the operator or the controller of its pods (prefixes "
+                    f"{', '.join(RESERVED_KEY_PREFIXES)}; {', '.join(sorted(RESERVED_LABELS))})",
+                    "use a key of your own domain"))
+    return errors
+
+
+def build_env(spec: LLMServiceSpec) -> list[dict[str, Any]]:
+    """Container environment: vLLM's usage statistics off, the Hugging Face token from its
+    Secret, offline mode for a model on a volume (nothing to download; fail fast instead
+    of reaching the hub), then ``spec.pod.env`` as given. Raises :class:`SpecErrors` for a
+    ``spec.pod`` that collides with what the operator sets (:func:`pod_spec_errors`)."""
+    errors = pod_spec_errors(spec)
+    if errors:
+        raise SpecErrors(errors)
+    # vLLM reports usage to its maintainers unless told not to (vllm/usage/usage_lib.py
+    # reads both variables).
+    env: list[dict[str, Any]] = [{"name": n, "value": v} for n, v in USAGE_STATS_ENV]
+    ref = spec.model.token_secret_ref
+    if ref is not None:
+        env.append(
+            {
+                "name": "HF_TOKEN",
+                "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}},
+            }
+        )
+    if spec.model.volume is not None:
+        env.append({"name": "HF_HUB_OFFLINE", "value": "1"})
+    env += [var.rendered() for var in spec.pod.env]
+    return env
+
+
+def build_volumes(spec: LLMServiceSpec, plan: Plan) -> list[dict[str, Any]]:
+    """Pod volumes: /dev/shm in memory (NCCL and vLLM's workers need more than the
+    container runtime's 64 MiB), the model cache (``spec.cache.claimName``, else an
+    emptyDir sized by :func:`~llm_operator.planning.cache_size_limit`, which raises
+    :class:`SpecError` for a cache that cannot hold the model), and the model's PVC if any."""
+    volumes: list[dict[str, Any]] = [
+        {
+            "name": VOLUME_SHM,
+            "emptyDir": {"medium": "Memory", "sizeLimit": spec.resources.shm_size},
+        }
+    ]
+    if spec.cache.claim_name:
+        volumes.append(
+            {"name": VOLUME_CACHE, "persistentVolumeClaim": {"claimName": spec.cache.claim_name}}
+        )
+    else:
+        size = cache_size_limit(spec, plan)
+        volumes.append({"name": VOLUME_CACHE, "emptyDir": {"sizeLimit": size}})
+    if spec.model.volume is not None:
+        volumes.append(
+            {
+                "name": VOLUME_MODEL,
+                "persistentVolumeClaim": {
+                    "claimName": spec.model.volume.claim_name,
+                    "readOnly": True,
+                },
+            }
+        )
+    return volumes
+
+
+def build_volume_mounts(spec: LLMServiceSpec) -> list[dict[str, Any]]:
+    """The vLLM container's mounts of :func:`build_volumes`."""
+    mounts: list[dict[str, Any]] = [
+        {"name": VOLUME_SHM, "mountPath": SHM_PATH},
+        {"name": VOLUME_CACHE, "mountPath": HF_CACHE_PATH},
+    ]
+    if spec.model.volume is not None:
+        mount: dict[str, Any] = {
+            "name": VOLUME_MODEL,
+            "mountPath": MODEL_MOUNT_PATH,
+            "readOnly": True,
+        }
+        if spec.model.volume.sub_path:
+            mount["subPath"] = spec.model.volume.sub_path
+        mounts.append(mount)
+    return mounts
+
+
+def build_resources(
+    spec: LLMServiceSpec, plan: Plan, gpus_per_pod: int | None = None
+) -> dict[str, Any]:
+    """Container resources: ``TP x PP`` GPUs of ``spec.gpus.resourceName`` (requests =
+    limits, as extended resources require), CPU and memory, and the emptyDir cache as
+    ``ephemeral-storage``. ``gpus_per_pod`` replaces ``TP x PP`` for a pod holding one
+    node's share of a multi-node replica (see :func:`~.leaderworkerset.gpus_per_pod`).
+
+    CPU: ``spec.resources.cpu``, else 2 + the pod's GPUs (:func:`~llm_operator.planning.
+    pod_cpu`); a request only (a CPU limit throttles the tokenizer and scheduler threads).
+    Memory: ``spec.resources.memory`` as request = limit; else the plan's estimate
+    (:func:`~llm_operator.planning.pod_memory_bytes`, which counts /dev/shm: a memory
+    emptyDir counts against the pod's memory) as a request only, so an estimate on the low
+    side costs no OOM kill. Ephemeral storage: the emptyDir cache's size as a request (so
+    the scheduler picks a node whose disk holds the model), no limit (vLLM's compile
+    caches in the container's writable layer must not get the pod evicted).
+    """
+    gpus = str(plan.gpus_per_replica if gpus_per_pod is None else gpus_per_pod)
+    sized = plan if gpus_per_pod is None else plan.model_copy(
+        update={"gpus_per_replica": gpus_per_pod, "nodes_per_replica": 1})
+    requests: dict[str, str] = {"cpu": pod_cpu(spec, sized), "memory": pod_memory(spec, sized)}
+    limits: dict[str, str] = {}
+    if spec.resources.memory:
+        limits["memory"] = spec.resources.memory
+    cache = cache_size_limit(spec, plan)
+    if cache is not None:
+        requests["ephemeral-storage"] = cache
+    resource = spec.gpus.resource_name or DEFAULT_GPU_RESOURCE  # see with_gpu_class
+    requests[resource] = gpus
+    limits[resource] = gpus
+    return {"requests": requests, "limits": limits}
+
+
+def startup_budget_seconds(plan: Plan) -> int:
+    """Seconds the startup probe allows for loading: see ``STARTUP_BASE_SECONDS``."""
+    return STARTUP_BASE_SECONDS + math.ceil(plan.weight_bytes / LOAD_BYTES_PER_SECOND)
+
+
+# What the vLLM containers may do. The vllm-openai image runs as root, with HF_HOME under
+# /root; what is safe without that changing: no privilege escalation (no setuid binary is
+# needed), the runtime's default seccomp profile (what `docker run` applies, vLLM's
+# documented way to run), and of the runtime's default capabilities only the three a root
+# process needs to read and write caches and volumes written by another user (CHOWN,
+# DAC_OVERRIDE, FOWNER); NET_RAW, MKNOD, SETUID/SETGID, KILL etc. are dropped. Not set:
+# runAsNonRoot / runAsUser (the image's HF_HOME and caches are root's), and
+# readOnlyRootFilesystem (vLLM, torch.compile and Triton write caches under /root/.cache
+# and /tmp).
+CONTAINER_SECURITY_CONTEXT: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"], "add": ["CHOWN", "DAC_OVERRIDE", "FOWNER"]},
+}
+POD_SECURITY_CONTEXT: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def pod_template_metadata(svc: LLMService, labels: Mapping[str, str]) -> dict[str, Any]:
+    """A pod template's metadata: the operator's ``labels`` plus ``spec.pod.labels`` and
+    ``spec.pod.annotations`` (colliding keys are refused by :func:`build_env`)."""
+    meta: dict[str, Any] = {"labels": {**svc.spec.pod.labels, **labels}}
+    if svc.spec.pod.annotations:
+        meta["annotations"] = dict(svc.spec.pod.annotations)
+    return meta
+
+
+def pod_identity_fields(spec: LLMServiceSpec) -> dict[str, Any]:
+    """Pod-spec fields from ``spec.pod``: serviceAccountName, imagePullSecrets."""
+    fields: dict[str, Any] = {}
+    if spec.pod.service_account_name:
+        fields["serviceAccountName"] = spec.pod.service_account_name
+    if spec.pod.image_pull_secrets:
+        fields["imagePullSecrets"] = [{"name": s.name} for s in spec.pod.image_pull_secrets]
+    return fields
