@@ -39,6 +39,12 @@ def _cell(text: str, limit: int = 260) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
+def _code(text: str) -> str:
+    """A table cell as a code span, so that a message quoting a pattern is not read as
+    markdown (``[a-z](...)`` became a link); doubled backticks when it holds one."""
+    return f"`` {text} ``" if "`" in text else f"`{text}`"
+
+
 def doc_markdown(judged: list[Judged]) -> str:
     """The docs page: one row per corpus case."""
     lines = [
@@ -67,7 +73,7 @@ def doc_markdown(judged: list[Judged]) -> str:
         how = j.outcomes[c.refused_by].how
         where = WHERE[c.refused_by] + (f": {how}" if how and c.refused_by == "crd" else "")
         lines.append(f"| {i} | {c.kind} | {_cell(c.mistake)} | `{_cell(c.example, 140)}` | "
-                     f"{where} | {_cell(j.message())} |")
+                     f"{where} | {_code(_cell(j.message()))} |")
     return "\n".join(lines) + "\n"
 
 
