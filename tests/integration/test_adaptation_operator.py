@@ -30,6 +30,7 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from llm_operator.inpod.tuner.server import free_port
 from tests.integration.conftest import NAMESPACE
@@ -244,9 +245,14 @@ def test_apply_lowers_the_cap_under_kv_pressure_then_respects_the_cooldown(
     # The operator's own metrics count the decisions by direction and service.
     with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as r:
         text = r.read().decode()
-    labels = f'llmservice="{name}",mode="Apply",namespace="{NAMESPACE}"'
-    assert f'llmop_adaptation_decisions_total{{direction="lower",{labels}}} 1.0' in text
-    assert f'llmop_adaptation_decisions_total{{direction="hold",{labels}}}' in text
+    decisions = [s for family in text_string_to_metric_families(text)
+                 for s in family.samples if s.name == "llmop_adaptation_decisions_total"
+                 and s.labels.get("llmservice") == name and s.labels.get("mode") == "Apply"
+                 and s.labels.get("namespace") == NAMESPACE]
+    lowered = [s for s in decisions if s.labels["direction"] == "lower" and s.value]
+    assert [(s.labels["cause"], s.value) for s in lowered] in (
+        [("preemptions", 1.0)], [("kv_usage", 1.0)]), decisions  # the KV pressure's cause
+    assert any(s.labels["direction"] == "hold" for s in decisions)
     assert f'llmop_adaptation_max_num_seqs{{llmservice="{name}",namespace="{NAMESPACE}"}} ' \
            f'{float(new_cap)}' in text
     assert "Online adaptation started" in op.log()
