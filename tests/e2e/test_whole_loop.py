@@ -199,9 +199,11 @@ def test_the_whole_loop(loop: LocalLoop) -> None:
     wait("every process the agent ran stopped",
          lambda: not loop.pids() and not any(alive(p) for p in pids), 60, loop)
     assert loop.discovery is not None and loop.discovery.prometheus is not None
-    wait("Prometheus scraping nothing", lambda: loop.discovery is not None
+    # Only the operator's own /metrics is scraped then (a static job, not a PodMonitor).
+    wait("Prometheus scraping no pod", lambda: loop.discovery is not None
          and loop.discovery.prometheus is not None
-         and not loop.discovery.prometheus.targets(), 30, loop)
+         and {t["labels"].get("job") for t in loop.discovery.prometheus.targets()}
+         <= {"llm-operator"}, 30, loop)
     # The chart's RBAC covered every call of the whole loop: no 403 in the operator's log.
     forbidden = [line for line in loop.operator_log.read_text(errors="replace").splitlines()
                  if "forbidden" in line.lower()]
