@@ -5,12 +5,13 @@
    args and env run under the vLLM interpreter against a real vLLM, and the termination
    message it writes is what the operator would read. The search must find the
    known-better region of a space where one exists: 48 clients on a KV cache that holds
-   them all run a batch of 48 whose decode steps are slow (per-request ITL p95 ~20 ms
-   on an idle machine, ~30 ms under other jobs' load), so under a 12 ms ITL objective
-   almost no request is good with vLLM's default cap, while a cap of about 6-24 keeps
-   steps fast (7-10 ms at 24 when idle) at the price of queueing, which the loose TTFT
-   objective allows. The objective sits well clear of both sides, so that the load
-   other jobs put on this shared machine does not decide the outcome.
+   them all run a batch of 48 whose decode steps are slow (per-request ITL p95 39-41 ms
+   with vLLM 0.32 on an idle machine), so under a 20 ms ITL objective almost no request
+   is good with vLLM's default cap, while a cap of about 3-12 keeps steps fast (7-11 ms)
+   at the price of queueing, which the loose TTFT objective allows. The objective sits
+   about 2x from both sides: a 12 ms objective (the one used before vLLM 0.32) sat 10%
+   above the 10-11 ms of a cap of 6, and a CI run under other load measured no good
+   request at either cap, so the baseline was kept.
 2. ``llm-operator tune --url`` against a KV-constrained server the test started (4,096
    KV tokens, 128 in / 256 out: 10 requests fit): the one-server concurrency sweep shows
    the knee: the running batch saturates at what the KV cache admits, preemptions
@@ -65,7 +66,7 @@ KV_TIGHT = 16 * 1024 * 1024  # 4,096 tokens: 10 whole requests fit
 # known size, the CPU stand-in for the GPU memory the plan sizes on a cluster.
 CPU_KV_ARGS = f" --kv-cache-memory-bytes {KV_ROOMY}"
 FIT = 4096 // (IN_TOKENS + OUT_TOKENS)
-SLO_TTFT_MS, SLO_ITL_MS = 30000, 12
+SLO_TTFT_MS, SLO_ITL_MS = 30000, 20
 
 pytestmark = pytest.mark.skipif(not VLLM_PYTHON.exists(), reason=f"no vLLM at {VLLM_PYTHON}")
 
@@ -187,20 +188,22 @@ def test_rendered_job_runs_as_the_kubelet_would_and_finds_the_better_region(
     message = term.read_text()
     assert len(message.encode()) <= TERMINATION_LIMIT
     result: TuningResult = parse_result(message)
+    # On a failure, the tuner's own table and result (a str message is not truncated).
+    why = proc.stdout[-4000:]
     assert result.fingerprint == fp
     assert result.state in ("Succeeded", "Partial"), result.reason
     assert 1 <= result.trials <= 2
     assert result.baseline is not None and result.best is not None
     # The regime is real: with vLLM's default cap the batch of 48 misses the ITL objective...
-    assert result.baseline.itl_p95_ms > SLO_ITL_MS, result.model_dump()
+    assert result.baseline.itl_p95_ms > SLO_ITL_MS, why
     # ...and the tuner lands on a cap that keeps steps fast, with far more goodput than the
     # defaults measured the same way (medians of repeats).
     # With two trials the second verifies the cap the concurrency sweep on the baseline
     # server predicts: 6 on a quiet machine, 3 when other work shared the 2 cores (both
     # seen here); any cap well below the 48 clients passes.
     cap = result.best.settings.max_num_seqs
-    assert cap is not None and 2 <= cap <= 32, result.model_dump()
-    assert result.best.goodput > 1.5 * result.baseline.goodput, result.model_dump()
+    assert cap is not None and 2 <= cap <= 32, why
+    assert result.best.goodput > 1.5 * result.baseline.goodput, why
     assert result.best.itl_p95_ms < result.baseline.itl_p95_ms
     # A person can read the trial table in the pod log, and the full result file.
     assert "max-num-seqs" in proc.stdout and "baseline" in proc.stdout
