@@ -7,15 +7,17 @@
 #   bash tools/setup.sh --demo    # plus the control plane and helm: the demo
 #   bash tools/setup.sh --cluster # plus the real control plane (Go build, cached outside)
 #   bash tools/setup.sh --unit    # .venv with the test tools only: the unit tier
-#   bash tools/setup.sh --tests   # plus helm and the control plane: everything the tests need
+#   bash tools/setup.sh --tests   # plus helm, the control plane and the Prometheus Operator
+#                                 # (Go build, cached outside): everything the tests need
 set -euo pipefail
 cd "$(dirname "$0")/.."
 want_tests=0
 want_engine=0
 want_cluster=0
+want_prometheus_operator=0
 want_helm=0
 case "${1:-}" in
-  --tests) want_tests=1; want_engine=1; want_cluster=1; want_helm=1 ;;
+  --tests) want_tests=1; want_engine=1; want_cluster=1; want_helm=1; want_prometheus_operator=1 ;;
   --unit) want_tests=1 ;;
   --engine) want_engine=1 ;;
   --demo) want_engine=1; want_cluster=1; want_helm=1 ;;
@@ -37,6 +39,10 @@ step "Installing llm-operator into .venv (extras: $extras)"
 if [ "$want_cluster" = 1 ]; then
   step "The real Kubernetes control plane (etcd, kube-apiserver, controller-manager, scheduler)"
   bash tools/build_cluster.sh
+fi
+if [ "$want_prometheus_operator" = 1 ]; then
+  step "The Prometheus Operator (the chart beside kube-prometheus-stack, cluster tier)"
+  bash tools/build_prometheus_operator.sh
 fi
 
 [ "$want_engine" = 1 ] || exit 0

@@ -112,6 +112,8 @@ class Component:
     log: Path
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
+    env: dict[str, str] | None = None  # added to this process's environment
+
 
     def start(self) -> None:
         self.log.parent.mkdir(parents=True, exist_ok=True)
@@ -119,7 +121,8 @@ class Component:
             out.write(f"\n==== start {self.starts + 1}: {' '.join(self.args)}\n".encode())
             out.flush()
             self.proc = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
+                                         stdin=subprocess.DEVNULL, start_new_session=True,
+                                         env={**os.environ, **self.env} if self.env else None)
         self.starts += 1
 
     def alive(self) -> bool:
