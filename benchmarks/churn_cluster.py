@@ -39,6 +39,8 @@ import argparse
 import json
 import os
 import random
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -200,6 +202,8 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
                 "problems_left": len(left), "problems_sample": left[:20],
                 "checked": checked,
                 "operator_tracebacks": log_path.read_text(errors="replace").count("Traceback"),
+                "operator_errors_by_handler": errors_by_handler(
+                    log_path.read_text(errors="replace")),
                 "operator_cpu_seconds": round(op_cpu[0] + cpu_seconds(ops[-1].pid), 1),
                 "control_plane_cpu_seconds_lower_bound":
                     round(sum(cpu_seconds(pid) for pid in control) - cp_before, 1),
@@ -291,12 +295,28 @@ def section(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+_HANDLER_FAILED = re.compile(
+    r"Handler '([^']+)' failed (with an exception|temporarily|permanently)")
+
+
+def errors_by_handler(log: str) -> dict[str, int]:
+    """How often kopf reported each handler failing, by handler and kind of failure
+    (``pod-scheduling: exception`` is one kopf logged with a traceback and dropped)."""
+    counts: dict[str, int] = {}
+    for handler, how in _HANDLER_FAILED.findall(log):
+        key = f"{handler}: {'exception' if how.startswith('with') else how}"
+        counts[key] = counts.get(key, 0) + 1
+    return dict(sorted(counts.items()))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=Path, default=CONFIG)
     parser.add_argument("--n", type=int, default=None,
                         help="override N (a smoke run; not the registered objective)")
     parser.add_argument("--write", action="store_true", help="update data/ and RESULTS.md")
+    parser.add_argument("--keep-log", type=Path, default=None,
+                        help="copy the operator's log here after the run")
     parser.add_argument("--regenerate", action="store_true",
                         help="rewrite the RESULTS.md section from the stored runs; no run")
     args = parser.parse_args()
@@ -307,7 +327,11 @@ def main() -> int:
     if args.n is not None:
         config["n"] = args.n
     with tempfile.TemporaryDirectory(prefix="llmop-churn-cluster-") as tmp:
-        row = run(config, Path(tmp))
+        try:
+            row = run(config, Path(tmp))
+        finally:
+            if args.keep_log is not None and (Path(tmp) / "operator.log").exists():
+                shutil.copy(Path(tmp) / "operator.log", args.keep_log)
     sys.stdout.write(json.dumps(row, indent=1) + "\n")
     if args.write:
         rows = [*json.loads(DATA.read_text()), row] if DATA.exists() else [row]
