@@ -146,3 +146,19 @@ def test_a_tuning_section_quotes_its_configs_opening_comment_as_committed() -> N
     assert "written after seeing tune-wide-1 runs 1 and 2" in header
     assert "label:" not in header  # the comment only, not the settings
     assert tune_paired.config_header("0" * 40) == ""  # a blob git does not have
+
+
+def test_the_client_ab_section_is_what_results_md_holds_and_names_each_runs_arms() -> None:
+    """RESULTS.md's client-ab section is rendered from the stored runs and their configs
+    (each run with its own objective, as committed), so it cannot drift from them."""
+    from benchmarks import client_ab
+
+    runs = {f"client-ab-{d.name.rsplit('_', 1)[1]}": client_ab.load(d)
+            for d in sorted(client_ab.DATA.glob("client_ab_*"))
+            if d.is_dir() and any(d.glob("*.json"))}
+    text = client_ab.section(runs)
+    assert text in (client_ab.ROOT / "benchmarks" / "RESULTS.md").read_text()
+    first = runs["client-ab-1"]
+    assert [r["arm"] for r in first.burst] == ["A", "B", "B", "A"]
+    assert first.objective.startswith("Objective: B is kept if")
+    assert "| 1 | A (own aiohttp transport) | 0.7 | 11.4 | 17.8 |" in text
