@@ -109,3 +109,31 @@ def test_an_exec_plugins_token_is_sent_and_renewed_before_it_expires(
     renewed = {f"Bearer t-{n}" for n in range(2, out["runs_at_close"] + 1)}
     assert seen[200] in renewed, seen[200]  # the request after the burst: a renewed token
     assert out["runs_after"] == out["runs_at_close"], "renewals went on after close()"
+
+
+def test_proxy_variables_in_the_environment_do_not_divert_api_calls(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """As the transport before it: the client talks to the API server the kubeconfig or
+    the pod names, not through a proxy some variable of the environment names (the
+    library's session would; controller/kube.py gives it one that does not)."""
+    from kubernetes_asyncio.client import Configuration
+
+    for var in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    for var in ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy"):
+        monkeypatch.setenv(var, "http://127.0.0.1:9")  # nothing listens on port 9
+    seen: list[str] = []
+
+    async def scenario() -> Any:
+        runner, url = await recording_server(seen)
+        cfg = Configuration()
+        cfg.host = url
+        kube = KubeClient(cfg, timeout=5)
+        try:
+            return await kube.get("v1", "ConfigMap", "default", "cm")
+        finally:
+            await kube.close()
+            await runner.cleanup()
+
+    assert asyncio.run(scenario()) is None  # the server's 404, not a proxy's refusal
+    assert len(seen) == 1

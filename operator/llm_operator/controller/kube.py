@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import ssl
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -222,6 +223,32 @@ async def _keep_credentials_fresh(loader: KubeConfigLoader, cfg: Configuration) 
             log.warning("Could not renew the kubeconfig's credentials: %s", exc)
 
 
+async def _session_without_env_lookups(api: ApiClient, cfg: Configuration) -> None:
+    """Give ``api`` an aiohttp session that does not read the environment per request.
+
+    kubernetes_asyncio makes its session with ``trust_env=True``: aiohttp then looks up
+    proxy variables and ``~/.netrc`` for every request, two thread hops each, which was
+    most of the extra client CPU the first A/B measured (benchmarks/RESULTS.md,
+    "client-ab"). The operator talks to its API server only and, like the transport
+    before it, takes no proxy from the environment (a kubeconfig's ``proxy-url`` still
+    applies: the library passes it per request). Same TLS context as the library's,
+    same pool size and read buffer; the library's unused session is closed."""
+    ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert)
+    if cfg.cert_file:
+        ctx.load_cert_chain(cfg.cert_file, keyfile=cfg.key_file)
+    if not cfg.verify_ssl:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    if cfg.disable_strict_ssl_verification:
+        ctx.verify_flags &= ~ssl.VERIFY_X509_STRICT
+    rest = api.rest_client
+    unused = rest.pool_manager
+    rest.pool_manager = aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=cfg.connection_pool_maxsize, ssl=ctx),
+        trust_env=False, read_bufsize=2**21)
+    await unused.close()
+
+
 class KubeClient:
     """The operator's API access. Built once at startup (kopf's ``memo``), never at import.
 
@@ -303,6 +330,7 @@ class KubeClient:
         if self._api is None:  # in the event loop: aiohttp's session belongs to it
             self._api = ApiClient(self._cfg)
             self._api.user_agent = USER_AGENT
+            await _session_without_env_lookups(self._api, self._cfg)
         headers = {"Accept": "application/json", **self._api.default_headers}
         if body is not None:
             headers["Content-Type"] = content_type or "application/json"
