@@ -8,17 +8,15 @@ import asyncio
 import time
 import urllib.request
 
-import kubernetes.client
 import pytest
+from kubernetes_asyncio.client import Configuration
 
 from llm_operator.controller.kube import KubeClient
 from llm_operator_sandbox.emulator import EmulatorThread
 
 
 def client(url: str, timeout: float) -> KubeClient:
-    cfg = kubernetes.client.Configuration()
-    cfg.host = url
-    return KubeClient(cfg, timeout=timeout)
+    return KubeClient(Configuration(host=url), timeout=timeout)
 
 
 def test_a_burst_larger_than_the_pool_waits_its_turn_instead_of_timing_out() -> None:

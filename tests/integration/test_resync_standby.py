@@ -12,8 +12,8 @@ import logging
 from typing import Any
 
 import kopf
-import kubernetes.client
 import pytest
+from kubernetes_asyncio.client import Configuration
 
 from llm_operator.constants import API_VERSION, KIND, PROGRESS_PREFIX
 from llm_operator.controller import resync
@@ -51,9 +51,7 @@ def run_loop(server: EmulatorThread, written_since: bool,
         prefix=PROGRESS_PREFIX, key="last-handled-configuration")
 
     async def scenario() -> tuple[dict[str, Any], int]:
-        cfg = kubernetes.client.Configuration()
-        cfg.host = server.url
-        kube = CountingKube(cfg)
+        kube = CountingKube(Configuration(host=server.url))
         try:
             frozen = await kube.get(API_VERSION, KIND, *KEY)
             assert frozen is not None

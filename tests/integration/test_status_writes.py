@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import kubernetes.client
 import pytest
+from kubernetes_asyncio.client import Configuration
 
 from llm_operator.constants import API_VERSION, KIND
 from llm_operator.controller.kube import ConflictError, KubeClient
@@ -22,9 +22,7 @@ AT1 = parse_rfc3339(T1)
 
 
 def client(server: EmulatorThread) -> KubeClient:
-    cfg = kubernetes.client.Configuration()
-    cfg.host = server.url
-    return KubeClient(cfg)
+    return KubeClient(Configuration(host=server.url))
 
 
 def conds_patch(status: dict[str, Any], ctype: ConditionType, ok: bool, reason: str,

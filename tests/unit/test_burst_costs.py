@@ -208,22 +208,3 @@ def test_a_services_bookkeeping_waits_while_others_are_rendered() -> None:
 
     assert asyncio.run(go()) == ["rendered a", "rendered b", "status written",
                                  "rendered c", "rendered d", "status written"]
-
-
-def test_credentials_of_a_refresh_hook_are_read_once_for_a_burst_of_requests() -> None:
-    import kubernetes.client
-
-    from llm_operator.controller.kube import KubeClient
-
-    cfg = kubernetes.client.Configuration(host="http://127.0.0.1:1")
-    cfg.api_key = {"authorization": "Bearer t-1"}
-    reads: list[int] = []
-    cfg.refresh_api_key_hook = lambda c: reads.append(1)
-
-    async def go() -> list[dict[str, str]]:
-        kube = KubeClient(cfg)
-        return list(await asyncio.gather(*(kube._auth_headers() for _ in range(200))))
-
-    headers = asyncio.run(go())
-    assert headers == [{"Authorization": "Bearer t-1"}] * 200
-    assert len(reads) == 1  # one thread hop, not 200

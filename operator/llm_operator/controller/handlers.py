@@ -5,6 +5,7 @@ handler is thin: it takes what kopf hands over, calls one function of the contro
 carries its outcome out. Handler ids are pinned: they name kopf's progress annotations,
 and renaming a function must not change them.
 
+- login (``operator``): kopf's own credentials, by the operator's client's loaders.
 - startup/cleanup (``operator``): kopf's bookkeeping under ``llmops.dev``, the typed
   :class:`~.context.OperatorContext` (settings, API client, metrics), the metrics server
   and the adaptation loop; released again on exit.
@@ -129,6 +130,15 @@ async def _api_faults_retried(retry: int) -> AsyncIterator[None]:
 
 
 # --------------------------------------------------------------------------- operator
+@kopf.on.login(id="operator-login")
+async def operator_login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """kopf's own connection (its watches and patches), from the loaders the operator's
+    client uses (kubernetes_asyncio: in-cluster, else the kubeconfig). Named, not left
+    to kopf's pick: kopf prefers the blocking ``kubernetes`` package whenever it is
+    installed, which the image does not carry but a development environment may."""
+    return await kopf.login_via_async_client(**kwargs)
+
+
 @kopf.on.startup(id="operator-startup")
 async def operator_startup(settings: kopf.OperatorSettings, memo: kopf.Memo,
                            logger: kopf.Logger, **kwargs: Any) -> None:
@@ -154,7 +164,7 @@ async def operator_startup(settings: kopf.OperatorSettings, memo: kopf.Memo,
         return
     own = memo.get("settings")
     ctx = OperatorContext(settings=own if isinstance(own, Settings) else Settings(),
-                          kube=KubeClient.from_environment())
+                          kube=await KubeClient.from_environment())
     memo[CONTEXT_KEY] = ctx
     ctx.metrics.serve(ctx.settings.metrics_port)
     services = kwargs.get(INDEX)

@@ -1,10 +1,9 @@
 """Kubernetes I/O: the one module that calls the API server (besides kopf itself).
 
-Credentials come from the official ``kubernetes`` client's loaders; requests go through
-one wrapper, :meth:`KubeClient.request` (aiohttp in the event loop, see
-:class:`KubeClient` for why), which speaks raw JSON (any kind, including custom
-resources, with no model classes in between) and turns API errors into the few
-outcomes the callers handle: 404 is "absent" (``None``/``False``), 409 is
+Credentials, TLS and the HTTP transport are kubernetes_asyncio's (see :class:`KubeClient`);
+requests go through one wrapper, :meth:`KubeClient.request`, which speaks raw JSON (any
+kind, including custom resources, with no model classes in between) and turns API errors
+into the few outcomes the callers handle: 404 is "absent" (``None``/``False``), 409 is
 :class:`ConflictError` (retry soon), a kind the cluster does not serve is
 :class:`MissingAPIError` (say so in the status, retry later); everything else
 propagates to kopf's backoff.
@@ -26,6 +25,7 @@ request): the chart's RBAC is tested against that table and kopf's own needs
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import ssl
@@ -33,13 +33,15 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, cast
+from typing import Any
 
 import aiohttp
-import kubernetes.client
-import kubernetes.config
-from kubernetes.config.config_exception import ConfigException
+from kubernetes_asyncio.client import ApiClient, Configuration
+from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.config import ConfigException, load_incluster_config, load_kube_config
+from kubernetes_asyncio.config.kube_config import KubeConfigLoader
 
+from .. import __version__
 from ..constants import (
     ANNOTATION_SPEC_HASH,
     API_VERSION,
@@ -70,7 +72,8 @@ PLURALS: dict[str, str] = {
 MONITORING_GROUP = "monitoring.coreos.com"
 DISCOVERY_TTL_SECONDS = 60.0
 CONNECTIONS = 128  # the client's pool: requests in flight at once
-AUTH_REUSE_SECONDS = 10.0  # credentials read from a refresh hook, reused this long
+CREDENTIALS_REFRESH_SECONDS = 60.0  # a kubeconfig's expiring credentials: checked this often
+USER_AGENT = f"{MANAGED_BY}/{__version__}"
 FIELD_MANAGER = MANAGED_BY  # the field manager of every server-side apply
 CONTENT_APPLY = "application/apply-patch+yaml"
 
@@ -208,89 +211,106 @@ class ApiError(Exception):
                 or "because it is being terminated" in str(self))
 
 
+async def _keep_credentials_fresh(loader: KubeConfigLoader, cfg: Configuration) -> None:
+    """Run the kubeconfig's loader again every :data:`CREDENTIALS_REFRESH_SECONDS`: an exec
+    plugin, GCP or OIDC token is renewed when it expires within five minutes (the
+    library's rule), a ``tokenFile`` read again. A failure is logged and tried again."""
+    while True:
+        await asyncio.sleep(CREDENTIALS_REFRESH_SECONDS)
+        try:
+            await loader.load_and_set(cfg)
+        except Exception as exc:  # noqa: BLE001 - the current credentials may still work
+            log.warning("Could not renew the kubeconfig's credentials: %s", exc)
+
+
+async def _session_without_env_lookups(api: ApiClient, cfg: Configuration) -> None:
+    """Give ``api`` an aiohttp session that does not read the environment per request.
+
+    kubernetes_asyncio makes its session with ``trust_env=True``: aiohttp then looks up
+    proxy variables and ``~/.netrc`` for every request, two thread hops each, which was
+    most of the extra client CPU the first A/B measured (benchmarks/RESULTS.md,
+    "client-ab"). The operator talks to its API server only and, like the transport
+    before it, takes no proxy from the environment (a kubeconfig's ``proxy-url`` still
+    applies: the library passes it per request). Same TLS context as the library's,
+    same pool size and read buffer; the library's unused session is closed."""
+    ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert)
+    if cfg.cert_file:
+        ctx.load_cert_chain(cfg.cert_file, keyfile=cfg.key_file)
+    if not cfg.verify_ssl:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    if cfg.disable_strict_ssl_verification:
+        ctx.verify_flags &= ~ssl.VERIFY_X509_STRICT
+    rest = api.rest_client
+    unused = rest.pool_manager
+    rest.pool_manager = aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=cfg.connection_pool_maxsize, ssl=ctx),
+        trust_env=False, read_bufsize=2**21)
+    await unused.close()
+
+
 class KubeClient:
     """The operator's API access. Built once at startup (kopf's ``memo``), never at import.
 
-    Credentials come from the official client's loaders (in-cluster service account or
-    kubeconfig, with its token refresh); requests go out through aiohttp (kopf's own
-    HTTP client) inside the event loop, so nothing blocks the loop and concurrent calls
-    are not capped by the default thread pool (six threads on two cores) as the blocking
-    client in ``asyncio.to_thread`` would be. CPU per call measured about the same both
-    ways in ``benchmarks/scale.py``.
+    The transport is kubernetes_asyncio's :class:`~kubernetes_asyncio.client.ApiClient`:
+    its loaders read the credentials (in-cluster service account, else the kubeconfig),
+    it builds the TLS context and sends each request through aiohttp in the event loop,
+    so nothing blocks the loop. Its session honours ``HTTPS_PROXY``/``NO_PROXY`` (as
+    kubectl does) and ``~/.netrc``, which aiohttp looks up in a thread on each request:
+    two short thread hops per call, about 0.17 ms of CPU. Requests are raw paths with
+    JSON in and out (any kind, custom resources too; no model classes), so the calls,
+    their RBAC view and the error handling stay this module's.
     """
 
-    def __init__(self, config: kubernetes.client.Configuration, timeout: float = 30.0) -> None:
+    def __init__(self, config: Configuration, timeout: float = 30.0) -> None:
+        # 128 connections, not 32: in a burst of new services, 32 capped the renders
+        # while the operator sat mostly idle, each request queueing for a connection
+        # (benchmarks/RESULTS.md, "Scale", "What was profiled and changed": "The
+        # client's pool of connections").
+        config.connection_pool_maxsize = CONNECTIONS
         self._cfg = config
-        # The timeout is the API server's: connecting and each read. Not ``total``, which
-        # counts the wait for a free connection of our own pool too: under a burst of new
-        # services every queued request then "timed out" without ever being sent, and the
-        # retries queued again (tests/integration/test_kube_timeouts.py).
+        # The timeout is the API server's: connecting and each read. Not ``total``, nor
+        # ``connect``, which count the wait for a free connection of our own pool too:
+        # under a burst of new services every queued request then "timed out" without
+        # ever being sent, and the retries queued again (tests/integration/
+        # test_kube_timeouts.py). Hence a ClientTimeout, not the library's (connect, read).
         self._timeout = aiohttp.ClientTimeout(total=None, connect=None,
                                               sock_connect=timeout, sock_read=timeout)
-        self._session: aiohttp.ClientSession | None = None
-        self._ssl: ssl.SSLContext | bool = self._ssl_context(config)
+        self._api: ApiClient | None = None
         self._groups: set[str] | None = None
         self._groups_at = 0.0
-        self._auth: tuple[float, Mapping[str, Any]] | None = None
-        self._auth_pending: asyncio.Future[Any] | None = None
+        self._refresh: asyncio.Task[None] | None = None
 
     @classmethod
-    def from_environment(cls) -> KubeClient:
-        """In-cluster credentials in a pod, else the current kubeconfig (``$KUBECONFIG``)."""
-        cfg = kubernetes.client.Configuration()
-        try:
-            kubernetes.config.load_incluster_config(client_configuration=cfg)
-        except ConfigException:
-            kubernetes.config.load_kube_config(client_configuration=cfg)
-        return cls(cfg)
+    async def from_environment(cls) -> KubeClient:
+        """In-cluster credentials in a pod, else the current kubeconfig (``$KUBECONFIG``).
 
-    @staticmethod
-    def _ssl_context(cfg: kubernetes.client.Configuration) -> ssl.SSLContext | bool:
-        if not cfg.host.startswith("https"):
-            return False
-        ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert)
-        if cfg.cert_file:
-            ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
-        if not cfg.verify_ssl:
-            ctx.check_hostname = False
-            ctx.verify_mode = ssl.CERT_NONE
-        return ctx
+        In a pod the library re-reads the (rotated) service account token each minute on
+        its own. From a kubeconfig, credentials that expire (an exec plugin such as
+        ``aws eks get-token``, OIDC, a ``tokenFile``) are renewed by a task that runs the
+        loader again every :data:`CREDENTIALS_REFRESH_SECONDS`; each part renews only
+        what expires within five minutes."""
+        cfg = Configuration()
+        try:
+            load_incluster_config(client_configuration=cfg)
+            return cls(cfg)
+        except ConfigException:
+            loader = await load_kube_config(client_configuration=cfg)
+        client = cls(cfg)
+        client._refresh = asyncio.create_task(_keep_credentials_fresh(loader, cfg),
+                                              name="llmop-kube-credentials")
+        return client
 
     async def close(self) -> None:
-        """Release the connection pool."""
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
-
-    async def _auth_headers(self) -> dict[str, str]:
-        cfg = self._cfg
-        if cfg.refresh_api_key_hook is not None:  # may run an exec plugin: not in the loop
-            # Read in a thread at most once per AUTH_REUSE_SECONDS, shared by the requests
-            # of that time: a thread hop per request is a fixed cost on every API call,
-            # which a burst of new services multiplies (profiled in benchmarks/RESULTS.md,
-            # "Scale", "What was profiled and changed"). The hook refreshes a token only
-            # when it expires, which is minutes, not seconds.
-            now = time.monotonic()
-            if self._auth is None or now - self._auth[0] > AUTH_REUSE_SECONDS:
-                if self._auth_pending is None:
-                    self._auth_pending = asyncio.ensure_future(
-                        asyncio.to_thread(cfg.auth_settings))
-                pending = self._auth_pending
-                try:
-                    fresh = await asyncio.shield(pending)
-                finally:
-                    if self._auth_pending is pending and pending.done():
-                        self._auth_pending = None
-                self._auth = (now, fresh)
-            auth: Mapping[str, Any] = self._auth[1]
-        else:
-            auth = cast(Mapping[str, Any], cfg.auth_settings())
-        token = (auth.get("BearerToken") or {}).get("value")
-        if token:
-            return {"Authorization": str(token)}
-        if cfg.username and cfg.password:
-            return {"Authorization": str(cfg.get_basic_auth_token())}
-        return {}
+        """Release the connection pool (and stop renewing credentials)."""
+        if self._refresh is not None:
+            self._refresh.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._refresh
+            self._refresh = None
+        if self._api is not None:
+            await self._api.close()
+            self._api = None
 
     # -- the one wrapper -----------------------------------------------------------------
     async def request(
@@ -307,26 +327,26 @@ class KubeClient:
     ) -> tuple[int, JSON | None]:
         """:meth:`request`, also returning the HTTP status (201: created)."""
         check_access(method, path, query)
-        if self._session is None:
-            # 128 connections, not 32: in a burst of new services, 32 capped the renders
-            # while the operator sat mostly idle, each request queueing for a connection
-            # (benchmarks/RESULTS.md, "Scale", "What was profiled and changed": "The
-            # client's pool of connections").
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=CONNECTIONS, ssl=self._ssl))
-        headers = {"Accept": "application/json", **await self._auth_headers()}
-        data = None
+        if self._api is None:  # in the event loop: aiohttp's session belongs to it
+            self._api = ApiClient(self._cfg)
+            self._api.user_agent = USER_AGENT
+            await _session_without_env_lookups(self._api, self._cfg)
+        headers = {"Accept": "application/json", **self._api.default_headers}
         if body is not None:
             headers["Content-Type"] = content_type or "application/json"
-            data = json.dumps(body)
-        async with self._session.request(
-            method, self._cfg.host.rstrip("/") + path, params=list(query) or None, data=data,
-            headers=headers, timeout=self._timeout, proxy=self._cfg.proxy or None,
-        ) as resp:
-            text = await resp.text()
-            if not 200 <= resp.status < 300:
-                raise ApiError(resp.status, text)
-        return resp.status, (json.loads(text) if text else None)
+        params = list(query)
+        await self._api.update_params_for_auth(headers, params, ["BearerToken"])
+        try:
+            # ApiClient.request, not call_api: call_api walks every body through the
+            # OpenAPI models' (de)serializer, which for raw JSON changes nothing and cost
+            # 0.2 ms of CPU per apply of a Deployment (0.5 against 0.73 ms in all).
+            resp = await self._api.request(
+                method, str(self._cfg.host).rstrip("/") + path, query_params=params,
+                headers=headers, body=body, _request_timeout=self._timeout)
+        except ApiException as exc:
+            text = exc.body.decode() if isinstance(exc.body, bytes) else str(exc.body or "")
+            raise ApiError(int(exc.status or 0), text or str(exc.reason or "")) from None
+        return resp.status, (json.loads(resp.data) if resp.data else None)
 
     # -- reads ---------------------------------------------------------------------------
     async def get(
