@@ -9,7 +9,8 @@ the adaptation loop calls them each tick, counted by :class:`OperatorMetrics.dec
 (the counter and gauge Prometheus scrapes from the operator); a move reaches the engine as
 the kubelet delivers the ConfigMap (the cap file replaced). The loop's timer and that file
 write are this test's. ``LLMOP_PLOTS_DIR=DIR`` keeps the PNG there (the README's
-docs/images/adaptation-timeline.png comes from this test).
+docs/images/adaptation-timeline.png is the demo's, ``bash tools/demo.sh``, which writes the
+same plot from the operator's own run).
 """
 
 from __future__ import annotations
