@@ -16,6 +16,7 @@ from typing import Any
 import aiohttp.web
 import pytest
 import yaml
+from kubernetes_asyncio.client import Configuration
 from kubernetes_asyncio.config import kube_config
 
 from llm_operator.controller import kube as kube_module
@@ -116,8 +117,6 @@ def test_proxy_variables_in_the_environment_do_not_divert_api_calls(
     """As the transport before it: the client talks to the API server the kubeconfig or
     the pod names, not through a proxy some variable of the environment names (the
     library's session would; controller/kube.py gives it one that does not)."""
-    from kubernetes_asyncio.client import Configuration
-
     for var in ("NO_PROXY", "no_proxy"):
         monkeypatch.delenv(var, raising=False)
     for var in ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy"):

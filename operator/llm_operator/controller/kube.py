@@ -28,7 +28,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import ssl
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -223,7 +222,7 @@ async def _keep_credentials_fresh(loader: KubeConfigLoader, cfg: Configuration) 
             log.warning("Could not renew the kubeconfig's credentials: %s", exc)
 
 
-async def _session_without_env_lookups(api: ApiClient, cfg: Configuration) -> None:
+def _session_without_env_lookups(api: ApiClient) -> None:
     """Give ``api`` an aiohttp session that does not read the environment per request.
 
     kubernetes_asyncio makes its session with ``trust_env=True``: aiohttp then looks up
@@ -231,22 +230,15 @@ async def _session_without_env_lookups(api: ApiClient, cfg: Configuration) -> No
     most of the extra client CPU the first A/B measured (benchmarks/RESULTS.md,
     "client-ab"). The operator talks to its API server only and, like the transport
     before it, takes no proxy from the environment (a kubeconfig's ``proxy-url`` still
-    applies: the library passes it per request). Same TLS context as the library's,
-    same pool size and read buffer; the library's unused session is closed."""
-    ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert)
-    if cfg.cert_file:
-        ctx.load_cert_chain(cfg.cert_file, keyfile=cfg.key_file)
-    if not cfg.verify_ssl:
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
-    if cfg.disable_strict_ssl_verification:
-        ctx.verify_flags &= ~ssl.VERIFY_X509_STRICT
+    applies: the library passes it per request). The new session takes over the
+    library's connector (its TLS context and pool size); the library's session is
+    detached from it, unused."""
     rest = api.rest_client
-    unused = rest.pool_manager
+    library = rest.pool_manager
     rest.pool_manager = aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=cfg.connection_pool_maxsize, ssl=ctx),
-        trust_env=False, read_bufsize=2**21)
-    await unused.close()
+        connector=library.connector, trust_env=False,
+        read_bufsize=2**21)  # the library's: a watch event can be a large object
+    library.detach()
 
 
 class KubeClient:
@@ -255,11 +247,10 @@ class KubeClient:
     The transport is kubernetes_asyncio's :class:`~kubernetes_asyncio.client.ApiClient`:
     its loaders read the credentials (in-cluster service account, else the kubeconfig),
     it builds the TLS context and sends each request through aiohttp in the event loop,
-    so nothing blocks the loop. Its session honours ``HTTPS_PROXY``/``NO_PROXY`` (as
-    kubectl does) and ``~/.netrc``, which aiohttp looks up in a thread on each request:
-    two short thread hops per call, about 0.17 ms of CPU. Requests are raw paths with
-    JSON in and out (any kind, custom resources too; no model classes), so the calls,
-    their RBAC view and the error handling stay this module's.
+    so nothing blocks the loop. Its session is replaced by one that takes no proxy or
+    ``~/.netrc`` from the environment (:func:`_session_without_env_lookups`). Requests
+    are raw paths with JSON in and out (any kind, custom resources too; no model
+    classes), so the calls, their RBAC view and the error handling stay this module's.
     """
 
     def __init__(self, config: Configuration, timeout: float = 30.0) -> None:
@@ -330,7 +321,7 @@ class KubeClient:
         if self._api is None:  # in the event loop: aiohttp's session belongs to it
             self._api = ApiClient(self._cfg)
             self._api.user_agent = USER_AGENT
-            await _session_without_env_lookups(self._api, self._cfg)
+            _session_without_env_lookups(self._api)
         headers = {"Accept": "application/json", **self._api.default_headers}
         if body is not None:
             headers["Content-Type"] = content_type or "application/json"
