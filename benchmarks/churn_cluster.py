@@ -187,6 +187,7 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
                 time.sleep(5)
             # The components restarted have new pids: their CPU is not summed here.
             control = [c.proc.pid for c in cluster.components.values() if c.proc is not None]
+            log = log_path.read_text(errors="replace")
             return {
                 "config": str(CONFIG.relative_to(ROOT)), "n": n, "seed": seed,
                 "api_server": f"kube-apiserver {KUBERNETES_VERSION}",
@@ -201,9 +202,8 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
                 else round(converged_after, 1),
                 "problems_left": len(left), "problems_sample": left[:20],
                 "checked": checked,
-                "operator_tracebacks": log_path.read_text(errors="replace").count("Traceback"),
-                "operator_errors_by_handler": errors_by_handler(
-                    log_path.read_text(errors="replace")),
+                "operator_tracebacks": log.count("Traceback"),
+                "operator_errors_by_handler": errors_by_handler(log),
                 "operator_cpu_seconds": round(op_cpu[0] + cpu_seconds(ops[-1].pid), 1),
                 "control_plane_cpu_seconds_lower_bound":
                     round(sum(cpu_seconds(pid) for pid in control) - cp_before, 1),

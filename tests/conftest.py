@@ -8,6 +8,7 @@ prometheus and vllm (real Prometheus, real vLLM on the CPU).
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,17 @@ ROOT = Path(__file__).resolve().parent.parent
 def repo_root() -> Path:
     """The repository's top folder."""
     return ROOT
+
+
+@pytest.fixture(scope="session")
+def promtool() -> str:
+    """Path of promtool; fails (never skips) when it is missing."""
+    found = shutil.which("promtool") or ("/usr/bin/promtool"
+                                         if Path("/usr/bin/promtool").exists() else None)
+    if found is None:
+        pytest.fail("promtool not found: it comes with Debian's prometheus package; fix: "
+                    "bash tools/setup.sh --tests (or apt-get install prometheus)")
+    return found
 
 
 def vllm_python() -> Path:

@@ -2,7 +2,7 @@
 # Build the Prometheus Operator the cluster tier runs beside the control plane (the test
 # of the chart with kube-prometheus-stack's selectors), from the Go module proxy, into
 # $LLMOP_CACHE (default ~/.cache/llm-operator)/prometheus-operator-VERSION/{bin,crds};
-# reused after. Called by `bash tools/setup.sh --cluster` (and --tests).
+# reused after. Called by `bash tools/setup.sh --tests` only (the demo does not need it).
 #
 # The release's own go.mod points two of its modules at sub-folders (`replace ... =>
 # ./pkg/apis/monitoring`, `./pkg/client`), which a module download leaves out, so `go
@@ -21,7 +21,7 @@ if [ -x "$OUT/bin/operator" ] && ls "$OUT"/crds/*.yaml >/dev/null 2>&1; then
 fi
 export GOFLAGS="${GOFLAGS:-} -buildvcs=false"
 start=$(date +%s)
-echo "==> Building the Prometheus Operator $VERSION into $OUT (first build on 2 cores: about 4 minutes)"
+echo "==> Building the Prometheus Operator $VERSION into $OUT (first build on 2 cores: about 5 minutes)"
 src=$(go mod download -json "$MOD@$VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
 work=$(mktemp -d)
 trap 'chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"' EXIT

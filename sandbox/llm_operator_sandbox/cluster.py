@@ -114,7 +114,6 @@ class Component:
     starts: int = 0
     env: dict[str, str] | None = None  # added to this process's environment
 
-
     def start(self) -> None:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with self.log.open("ab") as out:

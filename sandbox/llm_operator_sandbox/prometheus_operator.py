@@ -108,13 +108,11 @@ def generated_config(kubectl: str, kubeconfig: Path, namespace: str, prometheus:
                      ) -> str | None:
     """The Prometheus configuration the operator generated for ``prometheus`` (YAML
     text), or None while there is none."""
-    out = run_tool([kubectl, "get", "secrets", "-n", namespace, "-o", "json"], kubeconfig)
-    for item in json.loads(out)["items"]:
-        if item["metadata"]["name"] == f"prometheus-{prometheus}":
-            data = (item.get("data") or {}).get("prometheus.yaml.gz")
-            if data:
-                return gzip.decompress(base64.b64decode(data)).decode()
-    return None
+    out = run_tool([kubectl, "get", "secret", f"prometheus-{prometheus}", "-n", namespace,
+                    "--ignore-not-found", "-o", "json"], kubeconfig)
+    data = ((json.loads(out) if out.strip() else {}).get("data") or {}).get(
+        "prometheus.yaml.gz")
+    return gzip.decompress(base64.b64decode(data)).decode() if data else None
 
 
 def generated_rule_files(kubectl: str, kubeconfig: Path, namespace: str, prometheus: str

@@ -23,7 +23,6 @@ ours. The dashboard's ConfigMap is checked for what the stack's Grafana sidecar 
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -43,7 +42,7 @@ from llm_operator_sandbox.prometheus_operator import (
     operator_dir,
     operator_present,
 )
-from tests.chart.test_alerts import ALERTS, PROMTOOL_TESTS, promtool_run
+from tests.chart.test_alerts import ALERTS, PROMTOOL_TESTS, assert_rules_pass_promtool
 from tests.support.emulator import EXAMPLES_DIR, ROOT, OperatorProcess, kubectl_binary, wait_for
 
 from .conftest import CHART, ClusterKubectl, helm_binary
@@ -114,7 +113,7 @@ def jobs(config: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
 
 
 def test_the_stack_scrapes_the_operator_and_its_services_and_loads_the_alerts(
-    stack: Stack, tmp_path: Path
+    stack: Stack, promtool: str, tmp_path: Path
 ) -> None:
     admin, installed = stack.admin, stack.installed
     operator = OperatorProcess(installed.kubeconfig, tmp_path / "operator.log", [],
@@ -168,13 +167,9 @@ def test_the_stack_scrapes_the_operator_and_its_services_and_loads_the_alerts(
     alerts = [rule["alert"] for group in yaml.safe_load(ours[0])["groups"]
               for rule in group["rules"]]
     assert sorted(alerts) == sorted(ALERTS)
-    promtool = _promtool_path()
     (tmp_path / "prometheus-rules.yaml").write_text(ours[0])
     (tmp_path / "alerts.test.yaml").write_text(PROMTOOL_TESTS.read_text())
-    check = promtool_run(promtool, "check", "rules", "prometheus-rules.yaml", cwd=tmp_path)
-    assert check.returncode == 0, check.stdout + check.stderr
-    test = promtool_run(promtool, "test", "rules", "alerts.test.yaml", cwd=tmp_path)
-    assert test.returncode == 0 and "SUCCESS" in test.stdout, test.stdout + test.stderr
+    assert_rules_pass_promtool(promtool, tmp_path)
 
     # --- The control: a Prometheus selecting another release gets none of it -----------
     other = wait_for(lambda: config_of(stack, "other"), 60, "the other Prometheus' config")
@@ -193,10 +188,3 @@ def test_the_dashboard_is_where_the_stacks_grafana_sidecar_looks(stack: Stack) -
     (data,) = maps[0]["data"].values()
     assert json.loads(data) == json.loads(DASHBOARD.read_text())
 
-
-def _promtool_path() -> str:
-    found = shutil.which("promtool") or "/usr/bin/promtool"
-    if not Path(found).exists():
-        pytest.fail("promtool not found: it comes with Debian's prometheus package; fix: "
-                    "bash tools/setup.sh --tests")
-    return found

@@ -10,8 +10,8 @@
    is good with vLLM's default cap, while a cap of about 3-12 keeps steps fast (7-11 ms)
    at the price of queueing, which the loose TTFT objective allows. The objective sits
    about 2x from both sides: a 12 ms objective (the one used before vLLM 0.32) sat 10%
-   above the 10-11 ms of a cap of 6, and a CI run under other load measured no good
-   request at either cap, so the baseline was kept.
+   above the 10-11 ms of a cap of 6, and in a CI run under other load the verified cap
+   did not beat the baseline, which was kept.
 2. ``llm-operator tune --url`` against a KV-constrained server the test started (4,096
    KV tokens, 128 in / 256 out: 10 requests fit): the one-server concurrency sweep shows
    the knee: the running batch saturates at what the KV cache admits, preemptions
