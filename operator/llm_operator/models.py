@@ -446,6 +446,8 @@ class TuningPlacement(StrEnum):
 class TuningSpec(_Model):
     mode: TuningMode = TuningMode.ON_ROLLOUT
     max_trials: int = Field(default=12, ge=1, le=100)
+    # The lower end of a candidate's paired interval must clear 1 + this / 100 (issue 32).
+    min_gain_percent: int = Field(default=5, ge=0, le=100)
     max_duration_minutes: int = Field(default=60, ge=1, le=24 * 60)
     max_retries: int = Field(default=2, ge=0, le=10)
     placement: TuningPlacement = TuningPlacement.SPARE

@@ -168,7 +168,10 @@ def _trials(source: str, records: Sequence[Mapping[str, Any]], best: Any, baseli
         points=_points_from_records(records, {**_throughputs(best, baseline),
                                               **(throughput or {})}),
         slo_ttft_ms=ttft, slo_itl_ms=itl, chosen=chosen, default_max_num_seqs=default_mns,
-        concurrency=_int((doc.get("workload") or {}).get("concurrency")), note=note)
+        concurrency=_int((doc.get("workload") or {}).get("concurrency")),
+        # The decision with its paired interval (results since issue 32) is what a reader
+        # needs beside the medians the points show.
+        note="; ".join(x for x in (str(doc.get("decision") or ""), note) if x))
 
 
 def trials_from_status(tuning: Mapping[str, Any], source: str) -> TuningTrials:

@@ -247,31 +247,37 @@ class FakeLiveEvaluator(FakeEvaluator):
     def needs_start(self, config: Config) -> bool:
         return config.max_num_batched_tokens != self.batched
 
+    starts: int = 0
+
     def start(self, config: Config) -> FakeSession:
         if not self.needs_start(config):
             self.started.append(config)
             return FakeSession(self.surface, config, self.rng, self.clock, startup_s=0.0)
         self.batched = config.max_num_batched_tokens
+        self.starts += 1
         return super().start(config)
 
 
 def test_a_time_budget_buys_more_trials_when_the_cap_moves_on_a_running_server() -> None:
     # The budget holds one server start (40 s) and the baseline's runs and probes, with
-    # 70 s more: room for a trial's runs (about 37 s) but not for a start with them: with
-    # a live cap the search goes on (no start to pay); with a start per trial it stops
-    # after the baseline, saying why.
+    # 90 s more. A run takes about 18 s. With a start per trial the baseline takes 5 runs
+    # (its runs pair with a candidate's), and a candidate would need a start and 3 runs
+    # (95 s): the search stops after the baseline, saying why. With a live cap the
+    # baseline takes 3 runs, and a candidate's 3 interleaved pairs need no start
+    # (6 runs, 111 s, within the 2 runs saved plus 90 s): the search goes on.
     space = Space(max_num_seqs=ladder(1, WL.concurrency), max_num_batched_tokens=(),
                   default_max_num_seqs=DEFAULT_MNS, default_max_num_batched_tokens=DEFAULT_MNBT)
     base_ev = FakeEvaluator(Surface())
     search(base_ev, space, WL, SLO_, Budget(1, 1e9), Options(), clock=base_ev.now)
-    budget_s = base_ev.now() + 70.0
+    budget_s = base_ev.now() + 90.0
     per_start = FakeEvaluator(Surface())
     out_start = search(per_start, space, WL, SLO_, Budget(12, budget_s), Options(),
                        clock=per_start.now)
     live = FakeLiveEvaluator(Surface())
     out_live = search(live, space, WL, SLO_, Budget(12, budget_s), Options(), clock=live.now)
     assert len(per_start.started) == 1 and "next trial needs" in out_start.stop_reason
-    assert len(live.started) >= 2 and all(c.max_num_seqs for c in live.started[1:])
+    assert any(c.max_num_seqs for c in live.started)
+    assert live.starts == 1  # the caps moved on the one running server
     assert out_live.best is not None and out_start.best is not None
     assert out_live.best.score >= out_start.best.score
 
@@ -332,13 +338,13 @@ def test_a_config_that_cannot_start_is_recorded_and_the_search_goes_on() -> None
     assert out.best.score > out.baseline.score  # type: ignore[union-attr]
 
 
-def test_noisy_measurements_get_an_extra_repeat_and_a_conservative_score() -> None:
+def test_noisy_trials_are_flagged_and_scored_by_their_median_never_their_worst_run(
+) -> None:
     out, _ = run(Surface(noise=0.4), opts=Options(noise_threshold=0.1))
     noisy = [t for t in out.trials if t.noisy]
     assert noisy, "with 40% noise some trial must be flagged"
     for t in noisy:
-        assert len(t.runs) == 3  # repeats + one extra
-        assert t.score == min(m.goodput_tps for m in t.runs) < t.median
+        assert t.score == t.median > min(m.goodput_tps for m in t.runs)
 
 
 def test_flat_surface_reports_no_big_win() -> None:

@@ -34,7 +34,15 @@ When a run is wanted (``spec.tuning.mode``):
 ``best``, ``baseline``, ``improvement``, ``trials``, ``wallSeconds``, ``table``
     the evidence: the best configuration and vLLM's defaults measured the same way
     (goodput in output tokens/s within the SLO, spread over repeats, p95 latencies,
-    preemptions), their ratio, and the trial table (one record per server start).
+    preemptions), their ratio, and the trial table (one record per trial, with its
+    paired ratio and interval against the configuration it was compared with).
+``versusDefaults``, ``decision``
+    the kept configuration against vLLM's defaults measured in pairs: ``ratio`` (the
+    typical goodput ratio), ``low``/``high`` (its interval), ``confidence``, ``pairs``,
+    ``interleaved``; absent when the defaults were kept. ``decision`` is the sentence the
+    ``TuningSucceeded`` Event carries, e.g. "--max-num-seqs 4: 0.60x (0.55-0.66x, 94%
+    confidence, 6 pairs) of vLLM's defaults; kept vLLM's defaults (interval not above
+    1.05x)".
     The Job and its log are deleted once the result is recorded, so the table lives
     here and in the cache.
 ``applied``
@@ -441,7 +449,8 @@ def decide(
                          "llmops.dev/retune=<any new value> to run the tuner"}
         _carry(cur, new, "retuneRequest")
         if same:
-            _carry(cur, new, "applied", "best", "baseline", "improvement", "finishedAt")
+            _carry(cur, new, "applied", "best", "baseline", "improvement", "versusDefaults",
+                   "decision", "finishedAt")
         return TuningDecision(TuningAction.PENDING, new,
                               why="waiting for the llmops.dev/retune annotation")
 
@@ -559,7 +568,8 @@ def _running(svc: LLMService, cur: Mapping[str, Any], fingerprint: str, job_name
     if same:
         # The settings stay as they were while a new run of the same fingerprint goes on,
         # with the evidence that chose them.
-        _carry(cur, new, "applied", "best", "baseline", "improvement", "finishedAt",
+        _carry(cur, new, "applied", "best", "baseline", "improvement", "versusDefaults",
+               "decision", "finishedAt",
                "lastFailure")
     return new
 
@@ -687,11 +697,15 @@ def trial_table(rows: Sequence[Sequence[Any]]) -> list[JSON]:
 def applied_settings(result: TuningResult, tunable: Sequence[str]) -> JSON:
     """What the Deployment should run with: the best configuration's tunable settings,
     or nothing when the best is the baseline or does not beat it (then vLLM's defaults
-    were as good as anything tried, and the service keeps its planned values)."""
+    were as good as anything tried, and the service keeps its planned values). A result
+    with a paired interval against the defaults (``versusDefaults``) already is the
+    decision; an older one without it is judged by its medians."""
     best, base = result.best, result.baseline
     if best is None:
         return {}
-    if base is not None and (best.settings == base.settings or best.goodput <= base.goodput):
+    if base is not None and best.settings == base.settings:
+        return {}
+    if result.versus_defaults is None and base is not None and best.goodput <= base.goodput:
         return {}
     values = {"maxNumSeqs": best.settings.max_num_seqs,
               "maxNumBatchedTokens": best.settings.max_num_batched_tokens}
@@ -715,6 +729,9 @@ def _accept(svc: LLMService, cur: JSON, fingerprint: str, result: TuningResult, 
         "best": score_summary(result.best),
         "baseline": score_summary(result.baseline),
         "improvement": result.improvement,
+        "versusDefaults": (result.versus_defaults.model_dump(by_alias=True, exclude_none=True)
+                           if result.versus_defaults is not None else None),
+        "decision": result.decision or None,
         "applied": applied,
         "finishedAt": rfc3339(now),
         "slo": dict(result.slo),
@@ -754,7 +771,9 @@ def accepted_message(result: TuningResult, applied: Mapping[str, int], source: s
     partial = "" if result.state == "Succeeded" else (
         f" (partial, {result.trials} trial(s): {result.reason or 'the budget ran out'})")
     evidence = ""
-    if best is not None:
+    if result.decision:
+        evidence = result.decision
+    elif best is not None:
         evidence = f"best goodput {best.goodput:g} tok/s"
         if base is not None:
             ratio = f"{result.improvement:g}x " if result.improvement is not None else ""

@@ -159,6 +159,7 @@ def tuner_args(svc: LLMService, plan: Plan, fingerprint: str) -> list[str]:
         "--slo-ttft-ms", f"{wl.slo.ttft_p95_ms:g}",
         "--slo-itl-ms", f"{wl.slo.itl_p95_ms:g}",
         "--max-trials", str(spec.tuning.max_trials),
+        "--min-gain", f"{spec.tuning.min_gain_percent / 100:g}",
         "--max-seconds", str(spec.tuning.max_duration_minutes * 60),
         # One server start may take as long as the Deployment's startup probe allows
         # for this model's weights (a fixed 900 s cut 70B+ loads short).

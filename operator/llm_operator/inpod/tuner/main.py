@@ -72,7 +72,9 @@ def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
                    help="trials at most (each a server start unless --live-cap-engine "
                    "sweeps caps on one server)")
     p.add_argument("--max-seconds", type=float, default=3600.0, help="wall time budget")
-    p.add_argument("--repeats", type=int, default=2, help="measurements per configuration")
+    p.add_argument("--repeats", type=int, default=3,
+                   help="pairs of measurements a comparison starts with (and the baseline's "
+                   "runs)")
     p.add_argument("--waves", type=float, default=2.0,
                    help="prompts per measurement = waves x concurrency")
     p.add_argument("--min-prompts", type=int, default=24,
@@ -82,7 +84,14 @@ def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--sweep-points", type=int, default=5,
                    help="client concurrencies below the workload's to probe on the baseline")
     p.add_argument("--min-gain", type=float, default=0.05,
-                   help="a configuration must beat the best so far by this fraction")
+                   help="a configuration replaces the incumbent only when the lower end of "
+                   "its paired interval is above 1 + this (default 0.05: 5%%)")
+    p.add_argument("--confidence", type=float, default=0.90,
+                   help="confidence of that interval (exact Wilcoxon signed-rank on the "
+                   "paired goodput ratios; default 0.90)")
+    p.add_argument("--max-pairs", type=int, default=12,
+                   help="pairs of measurements at most for one comparison, spent only while "
+                   "its interval straddles 1 + min-gain (default 12)")
     p.add_argument("--server-args", default="",
                    help="fixed vLLM flags for every server (pins, parallelism, KV size), "
                    "one shell-quoted string; a searched flag given here is pinned")
@@ -181,6 +190,12 @@ def _check(args: argparse.Namespace) -> str | None:
             return f"--{name.replace('_', '-')} must be at least 1"
     if args.deadline_seconds is not None and args.deadline_seconds <= 0:
         return "--deadline-seconds must be positive"
+    if not 0.5 <= args.confidence < 1:
+        return "--confidence must be at least 0.5 and below 1 (e.g. 0.90)"
+    if args.min_gain < 0:
+        return "--min-gain must be 0 or more (e.g. 0.05 for 5%)"
+    if args.max_pairs < args.repeats:
+        return "--max-pairs must be at least --repeats"
     for name in ("slo_ttft_ms", "slo_itl_ms", "max_seconds", "waves", "start_timeout"):
         if getattr(args, name) <= 0:
             return f"--{name.replace('_', '-')} must be positive"
@@ -332,8 +347,9 @@ def _run(args: argparse.Namespace, mns_levels: tuple[int, ...] | None,
                                         log_dir=args.log_dir, start_timeout_s=args.start_timeout)
 
     opts = Options(repeats=args.repeats, noise_threshold=args.noise_threshold,
-                   sweep_points=args.sweep_points,
-                   min_gain=args.min_gain, hint_max_num_seqs=args.hint_max_num_seqs,
+                   sweep_points=args.sweep_points, confidence=args.confidence,
+                   max_pairs=args.max_pairs, min_gain=args.min_gain,
+                   hint_max_num_seqs=args.hint_max_num_seqs,
                    can_restart=args.url is None)
     budget = Budget(max_trials=args.max_trials, max_seconds=args.max_seconds)
     use_rich = {"auto": None, "bar": True, "log": False}[args.progress]
@@ -369,7 +385,9 @@ def _run(args: argparse.Namespace, mns_levels: tuple[int, ...] | None,
                 {"index": t.index, "phase": t.phase, "config": asdict(t.config),
                  "score": t.score, "median": t.median, "spread": t.spread,
                  "noisy": t.noisy, "startup_s": t.startup_s, "wall_s": t.wall_s,
-                 "error": t.error,
+                 "error": t.error, "against": t.against, "pairs": t.pairs,
+                 "versus": (t.comparison.to_dict() if t.comparison is not None
+                            and t.pairs else None),
                  "runs": [_m(m) for m in t.runs], "probes": [_m(m) for m in t.probes]}
                 for t in outcome.trials
             ],

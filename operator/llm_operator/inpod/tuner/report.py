@@ -25,10 +25,13 @@ def _trial_line(t: Trial) -> str:
         extra = (f"; ttft p95 {t.mean_of('ttft_p95_ms'):.0f} ms, itl p95 "
                  f"{t.mean_of('itl_p95_ms'):.1f} ms, preemptions/run "
                  f"{t.mean_of('preemptions'):.0f}, running max {last.running_max:.0f}")
-    noisy = " NOISY (scored by its worst run)" if t.noisy else ""
+    noisy = " NOISY" if t.noisy else ""
+    cmp = t.comparison
+    versus = (f"; against trial {t.against}: {cmp.text()}" if cmp is not None and cmp.pairs
+              else "")
     return (f"Trial {t.index} ({t.phase}) {t.config.label()}: goodput {t.score:.0f} tok/s "
-            f"[runs {runs}; spread {t.spread:.0%}]{noisy}{extra}; startup {t.startup_s:.0f} s, "
-            f"trial {t.wall_s:.0f} s")
+            f"(median) [runs {runs}; spread {t.spread:.0%}]{noisy}{versus}{extra}; startup "
+            f"{t.startup_s:.0f} s, trial {t.wall_s:.0f} s")
 
 
 class LogProgress:
@@ -98,7 +101,8 @@ class LogProgress:
 
 
 HEADERS = ("#", "phase", "max-num-seqs", "max-num-batched-tokens", "goodput tok/s", "spread",
-           "throughput tok/s", "TTFT p95 ms", "ITL p95 ms", "preempt/run", "startup s", "note")
+           "vs (interval)", "throughput tok/s", "TTFT p95 ms", "ITL p95 ms", "preempt/run",
+           "startup s", "note")
 
 
 def table_data(outcome: Outcome) -> list[list[str]]:
@@ -120,6 +124,7 @@ def table_data(outcome: Outcome) -> list[list[str]]:
             "default" if t.config.max_num_batched_tokens is None
             else str(t.config.max_num_batched_tokens),
             f"{t.score:.0f}" if t.ok else "-", f"{t.spread:.0%}" if t.ok else "-",
+            _versus(t),
             f"{t.mean_of('output_tps'):.0f}" if t.ok else "-",
             f"{t.mean_of('ttft_p95_ms'):.0f}" if t.ok else "-",
             f"{t.mean_of('itl_p95_ms'):.1f}" if t.ok else "-",
@@ -129,15 +134,23 @@ def table_data(outcome: Outcome) -> list[list[str]]:
     return rows
 
 
+def _versus(t: Trial) -> str:
+    """``#1: 1.22x (1.12-1.29x, 94% confidence, 5 pairs)``, or ``-`` for the baseline."""
+    cmp = t.comparison
+    if cmp is None or not cmp.pairs:
+        return "-"
+    return f"#{t.against}: {cmp.text()}"
+
+
 def summary_lines(outcome: Outcome) -> list[str]:
-    """The verdict in a few sentences."""
+    """The verdict in a few sentences: the decision with its interval first."""
     out = []
     b, base = outcome.best, outcome.baseline
     if b is not None and base is not None and base.ok:
-        imp = outcome.improvement
-        out.append(f"Best: {b.config.label()} at {b.score:.0f} tok/s goodput; baseline (vLLM "
-                   f"defaults) {base.score:.0f} tok/s; improvement "
-                   + (f"{imp:.2f}x" if imp is not None else "n/a (baseline goodput 0)"))
+        out.append(f"Decision: {outcome.decision()}")
+        out.append(f"Kept {b.config.describe()}: median goodput {b.score:.0f} tok/s; vLLM's "
+                   f"defaults {base.score:.0f} tok/s (medians of their runs; the decision "
+                   "uses the paired interval)")
     pb = outcome.predicted_best
     if pb is not None:
         out.append(f"Sweep prediction: max-num-seqs {pb[0]} -> {pb[1]:.0f} tok/s")

@@ -44,6 +44,19 @@ class Score(_M):
     preemptions: float = 0.0  # per run, mean
 
 
+class Interval(_M):
+    """A configuration's goodput against vLLM's defaults, measured in pairs: the typical
+    ratio and its interval at ``confidence`` (:mod:`.compare`). ``None`` for a ratio or
+    an end means more than 100x (the defaults had no goodput)."""
+
+    ratio: float | None = None
+    low: float | None = None
+    high: float | None = None
+    confidence: float = 0.0  # what the interval achieves
+    pairs: int = 0
+    interleaved: bool = True  # both arms measured back to back on one server
+
+
 class Prediction(_M):
     """The cap the one-server concurrency sweep predicts best, and its goodput."""
 
@@ -61,7 +74,11 @@ class TuningResult(_M):
     fingerprint: str | None = None
     best: Score | None = None
     baseline: Score | None = None
-    improvement: float | None = None  # best / baseline goodput
+    improvement: float | None = None  # best / baseline goodput (the interval's ratio)
+    # The kept configuration against vLLM's defaults (absent when the defaults were kept).
+    versus_defaults: Interval | None = Field(None, alias="versusDefaults")
+    # One sentence: the figure with its interval and what was kept (status, the Event).
+    decision: str = ""
     predicted: Prediction | None = None  # the sweep's best cap (--url mode: unverified)
     trials: int = 0  # measured configurations (server starts unless swept live)
     wall_seconds: float = Field(0.0, alias="wallSeconds")
@@ -89,7 +106,8 @@ class TuningResult(_M):
 
 
 TABLE_COLUMNS = ("trial", "phase", "maxNumSeqs", "maxNumBatchedTokens", "goodput", "spread",
-                 "ttftP95Ms", "itlP95Ms", "preemptions", "startupS", "error")
+                 "ttftP95Ms", "itlP95Ms", "preemptions", "startupS", "error", "against",
+                 "ratio", "low", "high", "pairs")
 
 
 def _score(trial: Trial) -> Score:
@@ -115,9 +133,30 @@ def table_rows(outcome: Outcome) -> list[list[Any]]:
             round(t.score, 1) if t.ok else None, round(t.spread, 3),
             round(t.mean_of("ttft_p95_ms"), 1), round(t.mean_of("itl_p95_ms"), 2),
             round(t.mean_of("preemptions"), 1), round(t.startup_s, 1),
-            (t.error or "")[:80] or None,
+            (t.error or "")[:80] or None, *_comparison_cells(t),
         ])
     return rows
+
+
+def _comparison_cells(t: Trial) -> list[Any]:
+    """``against, ratio, low, high, pairs`` of a trial compared with another (Nones for
+    the baseline)."""
+    cmp = t.comparison
+    if cmp is None or not cmp.pairs:
+        return [t.against, None, None, None, None]
+    d = cmp.to_dict()
+    return [t.against, d["ratio"], d["low"], d["high"], d["pairs"]]
+
+
+def interval_of(outcome: Outcome) -> Interval | None:
+    """The kept configuration against vLLM's defaults, as the result carries it."""
+    cmp = outcome.versus_defaults
+    if cmp is None:
+        return None
+    d = cmp.to_dict()
+    return Interval(ratio=d["ratio"], low=d["low"], high=d["high"],
+                    confidence=float(d["confidence"] or 0.0), pairs=int(d["pairs"] or 0),
+                    interleaved=bool(d["interleaved"]))
 
 
 def result_from_outcome(outcome: Outcome, slo: dict[str, float], workload: dict[str, int],
@@ -137,7 +176,9 @@ def result_from_outcome(outcome: Outcome, slo: dict[str, float], workload: dict[
         fingerprint=fingerprint,
         best=_score(outcome.best) if outcome.best is not None else None,
         baseline=_score(outcome.baseline) if outcome.baseline and outcome.baseline.ok else None,
-        improvement=round(imp, 3) if imp is not None else None,
+        improvement=round(imp, 3) if imp is not None and imp != float("inf") else None,
+        versus_defaults=interval_of(outcome),
+        decision=outcome.decision() if outcome.baseline is not None else "",
         predicted=Prediction(max_num_seqs=pb[0], goodput=round(pb[1], 1)) if pb else None,
         trials=len(outcome.trials),
         wall_seconds=round(outcome.wall_s, 1),

@@ -30,10 +30,19 @@ minutes of model loading. This search spends restarts only where they pay:
    budget falls short of that by less than the gain a move must show, no larger one can
    win.
 
-Every configuration is measured ``repeats`` times at ``C``; the median counts, and a
-trial whose spread exceeds ``noise_threshold`` gets one extra repeat and, if still noisy,
-is scored by its worst repeat (it can win only if even that beats the others). When the
-budget (trials, wall time) runs out the best result so far is kept and marked partial.
+**Deciding.** A configuration replaces the incumbent (vLLM's defaults first) only on a
+paired comparison (:mod:`.compare`): on one live-cap server the two arms are measured
+interleaved at ``C`` (incumbent, candidate, candidate, incumbent, ...), each pair gives a
+goodput ratio, and the candidate wins only when the exact Wilcoxon signed-rank interval of the
+typical ratio, at ``confidence`` (90%), lies above ``1 + min_gain``. ``repeats`` pairs first; more,
+up to ``max_pairs``, only while the interval straddles that line and the budget allows.
+Where the arms need separate servers (another max-num-batched-tokens, or no live cap) the
+i-th runs of the two servers are paired, and the comparison says so. No arm is ever scored
+by its worst run. The winner is then confirmed against vLLM's defaults directly (when it
+won against another incumbent), so the gain reported is always a measured interval against
+the defaults; a winner not confirmed falls back to the last one that was, or to the
+defaults. When the budget (trials, wall time) runs out the best result so far is kept and
+marked partial.
 
 Pinned settings are never varied: a pinned knob has no levels in :class:`Space` and is
 passed to every server as a fixed flag by the caller.
@@ -41,13 +50,15 @@ passed to every server as a fixed flag by the caller.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from ...engine_rules import EngineSettings, refusals
+from .compare import DEFAULT_CONFIDENCE, DEFAULT_MAX_PAIRS, Comparison, Verdict, pairs_for
 
 # --- inputs -------------------------------------------------------------------------------
 
@@ -92,6 +103,11 @@ class Config:
             self.max_num_batched_tokens
         )
         return f"mns={mns} mnbt={mnbt}"
+
+    def describe(self) -> str:
+        """The flags a person would type, e.g. ``--max-num-seqs 4``; ``vLLM's defaults``
+        when none is set."""
+        return " ".join(self.flags()) or "vLLM's defaults"
 
 
 DEFAULT_MNS_LADDER = (1, 2, 3, 4, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 80, 96, 128, 160,
@@ -170,9 +186,11 @@ class Budget:
 class Options:
     """How carefully to measure."""
 
-    repeats: int = 2  # measurements of each configuration at the workload concurrency
+    repeats: int = 3  # pairs of a comparison first (and the baseline's runs at C)
     noise_threshold: float = 0.15  # (max - min) / median above which a trial is noisy
-    min_gain: float = 0.05  # a move must beat the incumbent by this fraction
+    min_gain: float = 0.05  # the interval's lower end must clear 1 + min_gain to move
+    confidence: float = DEFAULT_CONFIDENCE  # of the paired interval a move must clear
+    max_pairs: int = DEFAULT_MAX_PAIRS  # pairs at most while the interval straddles
     sweep_min_concurrency: int = 2
     sweep_points: int = 5  # client concurrencies below C on the baseline server, at most
     refine_margin: float = 0.85  # refine a neighbour only if predicted >= margin x best
@@ -356,6 +374,18 @@ class Trial:
     wall_s: float = 0.0
     error: str | None = None
     noise_threshold: float = 0.15
+    against: int | None = None  # the trial this one was compared with (its reference)
+    pairs: list[tuple[float, float]] = field(default_factory=list)  # (reference, this)
+    interleaved: bool = True  # the pairs measured back to back on one server
+    confidence: float = DEFAULT_CONFIDENCE
+    measured: int = 0  # measurements at C taken during this trial, the reference's too
+
+    @property
+    def comparison(self) -> Comparison | None:
+        """This trial against its reference (None for the baseline)."""
+        if self.against is None:
+            return None
+        return Comparison(tuple(self.pairs), self.interleaved, self.confidence)
 
     @property
     def ok(self) -> bool:
@@ -378,16 +408,16 @@ class Trial:
 
     @property
     def noisy(self) -> bool:
-        """Spread above the threshold even after the extra repeat."""
+        """Spread of its runs above the threshold (shown to a person; decisions use
+        paired intervals, which account for noise themselves)."""
         return self.spread > self.noise_threshold
 
     @property
     def score(self) -> float:
-        """What the search compares: the median, or the worst repeat when noisy."""
+        """The median goodput of its runs (-1 when it failed): what orders candidates
+        and what tables show. Whether it beat another is :attr:`comparison`'s to say."""
         if not self.ok:
             return -1.0
-        if self.noisy:
-            return min(m.goodput_tps for m in self.runs)
         return self.median
 
     def mean_of(self, attr: str) -> float:
@@ -408,6 +438,7 @@ class Outcome:
     predictions: dict[int, float] = field(default_factory=dict)  # cap -> predicted goodput
     wall_s: float = 0.0
     notes: list[str] = field(default_factory=list)
+    min_gain: float = 0.05
 
     @property
     def predicted_best(self) -> tuple[int, float] | None:
@@ -418,11 +449,56 @@ class Outcome:
         return cap, self.predictions[cap]
 
     @property
-    def improvement(self) -> float | None:
-        """best / baseline goodput (None when the baseline has no goodput)."""
-        if self.best is None or self.baseline is None or self.baseline.score <= 0:
+    def versus_defaults(self) -> Comparison | None:
+        """The kept configuration against vLLM's defaults, measured in pairs (None when the
+        defaults were kept or there is no baseline)."""
+        if self.best is None or self.baseline is None or self.best is self.baseline:
             return None
-        return self.best.score / self.baseline.score
+        cmp = self.best.comparison
+        return cmp if self.best.against == self.baseline.index else None
+
+    @property
+    def strongest_rejected(self) -> Trial | None:
+        """Of the candidates compared directly with vLLM's defaults and not kept, the one
+        with the highest median ratio (what a person asks about when the defaults stay)."""
+        if self.baseline is None:
+            return None
+        cands = [t for t in self.trials if t is not self.best and t.ok and t.pairs
+                 and t.against == self.baseline.index]
+        return max(cands, key=lambda t: t.comparison.estimate  # type: ignore[union-attr]
+                   ) if cands else None
+
+    @property
+    def improvement(self) -> float | None:
+        """Median paired ratio of the kept configuration's goodput to vLLM's defaults (1.0
+        when the defaults were kept; None without a baseline)."""
+        if self.baseline is None or not self.baseline.ok or self.best is None:
+            return None
+        cmp = self.versus_defaults
+        if cmp is not None:
+            return cmp.estimate
+        if self.best is not self.baseline and self.best.against is None and \
+                self.baseline.score > 0:  # the grid's best: medians, unpaired
+            return self.best.score / self.baseline.score
+        return 1.0
+
+    def decision(self) -> str:
+        """One sentence a person reads: the figure with its interval and what was kept,
+        e.g. ``--max-num-seqs 4: 0.60x (0.55-0.66x, 94% confidence, 6 pairs) of vLLM's
+        defaults; kept vLLM's defaults (interval not above 1.05x)``."""
+        if self.baseline is None or not self.baseline.ok:
+            return "no baseline measured: nothing to compare"
+        line = f"{1 + self.min_gain:.2f}x"
+        cmp = self.versus_defaults
+        if cmp is not None and self.best is not None:
+            what = self.best.config.describe()
+            return (f"{what}: {cmp.text()} of vLLM's defaults; kept {what} (interval "
+                    f"above {line})")
+        other = self.strongest_rejected
+        if other is None or other.comparison is None:
+            return "kept vLLM's defaults: no other configuration was compared with them"
+        return (f"{other.config.describe()}: {other.comparison.text()} of vLLM's defaults; "
+                f"kept vLLM's defaults (interval not above {line})")
 
 
 # --- prediction (pure) --------------------------------------------------------------------
@@ -515,22 +591,34 @@ class _Run:
         self.notes: list[str] = []
         self.predictions: dict[int, float] = {}
         self.waited_s = 0.0
+        self.base: Trial | None = None
+        self.chain: list[Trial] = []  # accepted challengers, in order (after the baseline)
 
     # budget -----------------------------------------------------------------------
     def elapsed(self) -> float:
         return self.clock() - self.t0 - self.waited_s
 
+    def _per_run_s(self) -> float:
+        """Seconds one measurement at ``C`` has taken at most so far (0 before any)."""
+        return max((m.duration_s for t in self.trials for m in t.runs), default=0.0)
+
     def _est_trial_s(self, cfg: Config | None = None) -> float:
         done = [t for t in self.trials if t.wall_s > 0]
         if not done:
             return 0.0
-        # A later trial has no probes: estimate from startup + repeats of the ones seen.
-        per_run = [t.wall_s - t.startup_s - sum(p.duration_s for p in t.probes)
-                   for t in done]
-        per_run_each = [max(0.0, w) / max(1, len(t.runs)) for w, t in zip(per_run, done,
-                                                                           strict=True)]
+        # Per measurement, from what the trials cost beyond their starts and probes.
+        per_run = max(
+            max(0.0, t.wall_s - t.startup_s - sum(p.duration_s for p in t.probes))
+            / max(1, t.measured or len(t.runs)) for t in done)
+        if cfg is not None and self.base is not None and self.interleavable(
+                self.incumbent_config(), cfg):
+            return 2 * self.opts.repeats * per_run  # both arms, no start
         start = max(t.startup_s for t in done) if self._starts_server(cfg) else 0.0
-        return start + self.opts.repeats * max(per_run_each)
+        return start + self.opts.repeats * per_run
+
+    def incumbent_config(self) -> Config:
+        inc = self.incumbent()
+        return inc.config if inc is not None else Config()
 
     def _starts_server(self, cfg: Config | None) -> bool:
         """Whether the next trial (``cfg``, when known) pays a server start: an evaluator
@@ -563,39 +651,44 @@ class _Run:
                 return t
         return None
 
-    def run_trial(self, cfg: Config, phase: str,
-                  probe_plan: Callable[[Trial], list[int]] | None = None) -> Trial:
+    def _new_trial(self, cfg: Config, phase: str) -> Trial:
         trial = Trial(index=len(self.trials) + 1, config=cfg, phase=phase,
-                      noise_threshold=self.opts.noise_threshold)
+                      noise_threshold=self.opts.noise_threshold,
+                      confidence=self.opts.confidence)
         self.trials.append(trial)
         self.progress("trial-start", trial=trial)
+        return trial
+
+    def run_trial(self, cfg: Config, phase: str,
+                  probe_plan: Callable[[Trial], list[int]] | None = None,
+                  runs: int | None = None,
+                  enough: Callable[[Trial], bool] | None = None) -> Trial:
+        """One server (start) for ``cfg``: ``runs`` measurements at ``C`` (``repeats`` by
+        default; fewer once ``enough(trial)`` says so, after ``repeats``), then the
+        probes of ``probe_plan``."""
+        trial = self._new_trial(cfg, phase)
+        runs = runs or self.opts.repeats
         t_start = self.clock()
         session: Session | None = None
         try:
-            session = self.ev.start(cfg)
-            trial.startup_s = session.startup_s
-            for _ in range(self.opts.repeats):
-                trial.runs.append(session.measure(self.wl.concurrency))
-                self.progress("run", trial=trial)
-            if (self.opts.repeats >= 2 and trial.spread > self.opts.noise_threshold
-                    and self.time_left(trial.runs[-1].duration_s)):
-                trial.runs.append(session.measure(self.wl.concurrency))
-                self.progress("run", trial=trial, note="extra repeat: noisy")
-            if probe_plan is not None:
-                for c in probe_plan(trial):
-                    if not self.time_left(2 * trial.runs[-1].duration_s):
-                        self.notes.append("concurrency sweep cut short by the time budget")
+            with self._recording(trial, lambda: len(trial.runs)):
+                session = self.ev.start(cfg)
+                trial.startup_s = session.startup_s
+                for i in range(runs):
+                    if i >= self.opts.repeats and (
+                            (enough is not None and enough(trial))
+                            or not self.time_left(trial.runs[-1].duration_s)):
                         break
-                    trial.probes.append(session.measure(c))
-                    self.progress("probe", trial=trial, concurrency=c)
-        except TrialFailed as exc:
-            trial.error = str(exc) or type(exc).__name__
-        except Interrupted as exc:
-            # A trial cut short before its repeats is no evidence; one whose repeats
-            # finished (only its probes were cut) still counts.
-            if len(trial.runs) < self.opts.repeats:
-                trial.error = f"interrupted: {exc}"
-            raise
+                    trial.runs.append(session.measure(self.wl.concurrency))
+                    trial.measured += 1
+                    self.progress("run", trial=trial)
+                if probe_plan is not None:
+                    for c in probe_plan(trial):
+                        if not self.time_left(2 * trial.runs[-1].duration_s):
+                            self.notes.append("concurrency sweep cut short by the time budget")
+                            break
+                        trial.probes.append(session.measure(c))
+                        self.progress("probe", trial=trial, concurrency=c)
         finally:
             waited = float(getattr(session, "waited_s", 0.0) or 0.0)
             if session is not None:
@@ -606,22 +699,137 @@ class _Run:
         self.progress("trial-done", trial=trial)
         return trial
 
+    @contextlib.contextmanager
+    def _recording(self, trial: Trial, evidence: Callable[[], int]) -> Iterator[None]:
+        """A failed trial records why and the search goes on; a stop request (Interrupted)
+        goes on up, and a trial cut short before ``repeats`` measurements (or pairs,
+        ``evidence()``) is no evidence. One whose repeats finished (only its probes or
+        extra pairs were cut) still counts."""
+        try:
+            yield
+        except TrialFailed as exc:
+            trial.error = str(exc) or type(exc).__name__
+        except Interrupted as exc:
+            if evidence() < self.opts.repeats:
+                trial.error = f"interrupted: {exc}"
+            raise
+
+    def interleavable(self, ref: Config, cand: Config) -> bool:
+        """Whether both arms run on the server that is up now, so their measurements can
+        alternate without a start: an evaluator with the live cap (``needs_start``) and
+        the same max-num-batched-tokens."""
+        needs_start = getattr(self.ev, "needs_start", None)
+        if needs_start is None:
+            return False
+        same = self.space.effective(ref)[1] == self.space.effective(cand)[1]
+        return same and not needs_start(ref) and not needs_start(cand)
+
+    def _decided(self, trial: Trial) -> bool:
+        cmp = trial.comparison
+        return cmp is not None and cmp.verdict(self.opts.min_gain) is not Verdict.UNDECIDED
+
+    def challenge(self, cfg: Config, phase: str, ref: Trial) -> Trial:
+        """Measure ``cfg`` against ``ref`` in pairs (see the module docstring): interleaved
+        on one live-cap server, else the i-th runs of the two servers; pairs beyond
+        ``repeats`` only while the comparison is undecided."""
+        if self.interleavable(ref.config, cfg):
+            return self._interleaved(cfg, phase, ref)
+        n = min(max(self.opts.repeats, len(ref.runs)), self.opts.max_pairs)
+
+        def enough(t: Trial) -> bool:
+            t.pairs = [(a.goodput_tps, b.goodput_tps) for a, b in zip(ref.runs, t.runs,
+                                                                      strict=False)]
+            return self._decided(t)
+
+        trial = self.run_trial(cfg, phase, runs=n, enough=enough)
+        trial.against, trial.interleaved = ref.index, False
+        enough(trial)
+        return trial
+
+    def _measure(self, cfg: Config, trial: Trial) -> Measurement:
+        session = self.ev.start(cfg)
+        waited = float(getattr(session, "waited_s", 0.0) or 0.0)
+        self.waited_s += waited
+        trial.startup_s += session.startup_s
+        try:
+            return session.measure(self.wl.concurrency)
+        finally:
+            session.close()
+
+    def _interleaved(self, cfg: Config, phase: str, ref: Trial) -> Trial:
+        trial = self._new_trial(cfg, phase)
+        trial.against = ref.index
+        t_start, waited0 = self.clock(), self.waited_s
+        try:
+            with self._recording(trial, lambda: len(trial.pairs)):
+                while len(trial.pairs) < self.opts.max_pairs:
+                    if len(trial.pairs) >= self.opts.repeats and (
+                            self._decided(trial) or not self.time_left(2 * self._per_run_s())):
+                        break
+                    # Alternate the order (AB, BA, ...): a drift within a pair falls on both.
+                    order = (ref, trial) if len(trial.pairs) % 2 == 0 else (trial, ref)
+                    got: dict[int, float] = {}
+                    for t in order:
+                        m = self._measure(t.config, trial)
+                        t.runs.append(m)
+                        trial.measured += 1
+                        got[t.index] = m.goodput_tps
+                        self.progress("run", trial=t)
+                    trial.pairs.append((got[ref.index], got[trial.index]))
+        finally:
+            trial.wall_s = self.clock() - t_start - (self.waited_s - waited0)
+        self.progress("trial-done", trial=trial)
+        return trial
+
     def incumbent(self) -> Trial | None:
-        ok = [t for t in self.trials if t.ok]
-        return max(ok, key=lambda t: t.score) if ok else None
+        """The configuration in force: the last accepted challenger, else the baseline."""
+        if self.chain:
+            return self.chain[-1]
+        return self.base if self.base is not None and self.base.ok else None
 
     def first_better(self, cfgs: Sequence[Config], phase: str, inc: Trial) -> bool:
-        """Run ``cfgs`` in order until one beats ``inc``; False when none did or the
-        budget ran out first."""
+        """Challenge ``inc`` with ``cfgs`` in order until one wins; False when none did or
+        the budget ran out first."""
         for cfg in cfgs:
             if not self.can_afford(cfg):
                 return False
-            if self.beats(self.run_trial(cfg, phase), inc):
+            if self.beats(self.challenge(cfg, phase, inc)):
+                self.chain.append(self.trials[-1])
                 return True
         return False
 
-    def beats(self, cand: Trial, inc: Trial) -> bool:
-        return cand.ok and cand.score > inc.score * (1 + self.opts.min_gain)
+    def beats(self, cand: Trial) -> bool:
+        """Whether ``cand``'s paired comparison with its reference says it is better."""
+        cmp = cand.comparison
+        return cand.ok and cmp is not None and cmp.verdict(self.opts.min_gain) is Verdict.BETTER
+
+    def confirm(self) -> Trial | None:
+        """The configuration to keep, with a measured comparison against vLLM's defaults:
+        the last accepted challenger if it won against the baseline itself, else it is
+        measured against the baseline now (and kept if it wins); one that is not confirmed
+        gives way to the one accepted before it, and at last to the defaults."""
+        base = self.base
+        if base is None or not base.ok:
+            return None
+        for t in reversed(self.chain):
+            if t.against == base.index:
+                return t
+            if not self.can_afford(t.config):
+                self.notes.append(f"{t.config.label()} was not confirmed against vLLM's "
+                                  f"defaults ({self.stop_reason}): not kept")
+                continue
+            again = self.challenge(t.config, "confirm", base)
+            if self.beats(again):
+                return again
+            self.notes.append(f"{t.config.label()} beat {self._label_of(t.against)} but not "
+                              "vLLM's defaults when measured against them: not kept")
+        return base
+
+    def _label_of(self, index: int | None) -> str:
+        for t in self.trials:
+            if t.index == index:
+                return t.config.label()
+        return "?"
 
     # phases -----------------------------------------------------------------------
     def baseline(self) -> Trial:
@@ -637,7 +845,14 @@ class _Run:
             return sweep_concurrencies(self.wl.concurrency, mns_levels, self.opts,
                                        kv_cap, limit)
 
-        return self.run_trial(Config(), "baseline", plan)
+        # Without the live cap every configuration has its own server, so a comparison
+        # pairs the i-th runs of two servers: the baseline needs the runs a decision at
+        # the stated confidence needs.
+        runs = self.opts.repeats
+        if getattr(self.ev, "needs_start", None) is None:
+            runs = max(runs, min(pairs_for(self.opts.confidence), self.opts.max_pairs))
+        self.base = self.run_trial(Config(), "baseline", plan, runs=runs)
+        return self.base
 
     def predict(self, base: Trial) -> dict[int, float]:
         """Predicted goodput by cap, from the baseline's repeats and probes."""
@@ -687,7 +902,7 @@ class _Run:
         else:
             if not self.can_afford(Config(max_num_seqs=start)):
                 return
-            self.run_trial(Config(max_num_seqs=start), "verify")
+            self.first_better([Config(max_num_seqs=start)], "verify", base)
         # Hill-climb on the ladder from the incumbent among mns levels.
         while True:
             inc = self.incumbent()
@@ -811,14 +1026,17 @@ def search(
             if not run.stop_reason:
                 complete = True
                 run.stop_reason = "converged"
+        best = run.confirm() if base.ok else None
     except Interrupted as exc:
         complete = False
         run.stop_reason = stopped_reason(exc, run.trials)
         base = run.trials[0] if run.trials else None  # the baseline is always trial 1
-    best = run.incumbent()
+        # No time to confirm: keep the last challenger that won against the defaults.
+        won = [t for t in run.chain if base is not None and t.against == base.index]
+        best = won[-1] if won else (base if base is not None and base.ok else None)
     outcome = Outcome(trials=run.trials, baseline=base, best=best, complete=complete,
                       stop_reason=run.stop_reason, predictions=run.predictions,
-                      wall_s=run.elapsed(), notes=run.notes)
+                      wall_s=run.elapsed(), notes=run.notes, min_gain=run.opts.min_gain)
     run.progress("done", outcome=outcome)
     return outcome
 
@@ -856,8 +1074,11 @@ def grid_search(
         complete = False
         run.stop_reason = stopped_reason(exc, run.trials)
         base = run.trials[0] if run.trials else None
-    outcome = Outcome(trials=run.trials, baseline=base, best=run.incumbent(),
+    ok = [t for t in run.trials if t.ok]
+    # The grid is a reference for benchmarks: its best is the highest median, unpaired.
+    outcome = Outcome(trials=run.trials, baseline=base,
+                      best=max(ok, key=lambda t: t.score) if ok else None,
                       complete=complete, stop_reason=run.stop_reason or "grid done",
-                      wall_s=run.elapsed())
+                      wall_s=run.elapsed(), min_gain=run.opts.min_gain)
     run.progress("done", outcome=outcome)
     return outcome
