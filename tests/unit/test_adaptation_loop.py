@@ -132,13 +132,13 @@ def test_running_cap_is_what_the_renderer_uses() -> None:
     assert running_cap(pinned, adapted) == 16
 
 
-def test_cap_limits_take_the_knee_only_from_a_successful_run() -> None:
+def test_cap_limits_take_the_tuned_value_only_from_a_successful_run() -> None:
     tuning: dict[str, Any] = {"state": "Succeeded", "best": {"maxNumSeqs": 96}}
     status = {"plan": {"maxNumSeqs": 256}, "tuning": tuning}
     assert cap_limits(status).plan_max_num_seqs == 256
-    assert cap_limits(status).tuned_knee == 96
+    assert cap_limits(status).tuned == 96
     tuning["state"] = "Failed"
-    assert cap_limits(status).tuned_knee is None
+    assert cap_limits(status).tuned is None
 
 
 def test_the_state_keeps_history_but_takes_the_cap_from_the_render() -> None:

@@ -148,14 +148,15 @@ def running_cap(spec: LLMServiceSpec, status: Mapping[str, Any]) -> int | None:
 
 
 def cap_limits(status: Mapping[str, Any]) -> CapLimits:
-    """Upper limits for the cap from status: the planner's memory limit and the tuner's
-    measured knee (the best configuration's max-num-seqs) when a run succeeded."""
+    """What status says of the cap's range: the planner's memory limit (an upper bound)
+    and the tuning result (the best configuration's max-num-seqs, when a run succeeded:
+    where the cap starts, not a bound)."""
     plan = (status.get("plan") or {}).get("maxNumSeqs")
     tuning = status.get("tuning") or {}
-    knee = (tuning.get("best") or {}).get("maxNumSeqs") if tuning.get("state") == "Succeeded" \
+    tuned = (tuning.get("best") or {}).get("maxNumSeqs") if tuning.get("state") == "Succeeded" \
         else None
     return CapLimits(plan_max_num_seqs=plan if isinstance(plan, int) and plan > 0 else None,
-                     tuned_knee=knee if isinstance(knee, int) and knee > 0 else None)
+                     tuned=tuned if isinstance(tuned, int) and tuned > 0 else None)
 
 
 def current_state(spec: LLMServiceSpec, status: Mapping[str, Any]) -> AdaptationState | None:
