@@ -242,6 +242,33 @@ def test_recommend_after_apply_keeps_the_applied_cap(pressure: Observation) -> N
     assert st.engine_overrides({**status, "adaptation": up.adaptation})["maxNumSeqs"] == 40
 
 
+# --------------------------------------------------------------------------- range
+@pytest.mark.parametrize("mode", ["Apply", "Recommend"])
+def test_status_shows_the_tuned_value_and_what_set_each_bound(pressure: Observation,
+                                                              mode: str) -> None:
+    # Issue 32 item 2: kubectl describe shows the tuning result (where the cap started)
+    # apart from the bounds (what the cap may move between, and what set each end).
+    now = pressure.evaluated_at
+    tuned = {"plan": {"maxNumSeqs": PLAN_CAP},
+             "tuning": {"state": "Succeeded", "best": {"maxNumSeqs": 16},
+                        "applied": {"maxNumSeqs": 16}}}
+    svc, state, d = decision_for(body(mode=mode, status=tuned), pressure, now)
+    assert state is not None and state.current == 16  # the tuned value is the start
+    up = plan_update(svc, d, pressure, state, now, policy=POLICY)
+    ad = up.status_patch["adaptation"]
+    assert ad["tuned"] == 16 == up.tuned
+    assert ad["bounds"] == {"lower": 1, "upper": PLAN_CAP,
+                            "lowerSource": "spec.adaptation.minMaxNumSeqs",
+                            "upperSource": "the planner's memory limit"}
+    assert up.bounds is not None and up.bounds.upper == PLAN_CAP
+    # A retune that failed: the tuned value goes from status (null in the merge patch).
+    failed = {**tuned, "tuning": {**tuned["tuning"], "state": "Failed"},
+              "adaptation": up.adaptation}
+    svc, state, d = decision_for(body(mode=mode, status=failed), pressure, now + 30)
+    up = plan_update(svc, d, pressure, state, now + 30, policy=POLICY)
+    assert up.status_patch["adaptation"]["tuned"] is None and "tuned" not in up.adaptation
+
+
 # --------------------------------------------------------------------------- metrics
 def test_prometheus_down_holds_with_a_condition_and_one_warning(pressure: Observation) -> None:
     now = pressure.evaluated_at

@@ -34,6 +34,7 @@ from ..timestamps import parse_rfc3339, rfc3339
 from .policy import (
     DEFAULT_POLICY,
     AdaptationState,
+    Bounds,
     CapAction,
     CapDecision,
     CapLimits,
@@ -43,6 +44,7 @@ from .policy import (
     PolicySettings,
     ServiceKey,
     adaptation_status,
+    bounds_for,
     data_quality,
     record,
 )
@@ -359,12 +361,27 @@ def after_rollout(state: AdaptationState, progress: RolloutProgress | None, now:
 @dataclass
 class Update:
     """What one decision writes: the status patch, the Events, and whether the workload
-    must be re-rendered (Apply mode, the cap moved)."""
+    must be re-rendered (Apply mode, the cap moved); the bounds the decision moved within
+    and the tuning result, as written to ``status.adaptation`` (``bounds``, ``tuned``)."""
 
     status_patch: JSON
     events: list[st.Notice] = field(default_factory=list)
     rollout: bool = False
     adaptation: JSON = field(default_factory=dict)  # status.adaptation after the patch
+    bounds: Bounds | None = None
+    tuned: int | None = None
+
+
+def cap_range(spec: LLMServiceSpec, status: Mapping[str, Any],
+              policy: PolicySettings = DEFAULT_POLICY) -> tuple[Bounds, int | None, JSON]:
+    """The bounds the cap moves within, the tuning result and both as ``status.adaptation``
+    fields (pure): ``bounds`` (``lower``, ``upper`` and what set each: ``lowerSource``,
+    ``upperSource``) and ``tuned`` (``status.tuning.best.maxNumSeqs`` of a successful run,
+    null when none: where the cap started, never a bound)."""
+    limits = cap_limits(status)
+    bounds = bounds_for(spec, limits, policy)
+    return bounds, limits.tuned, {"bounds": bounds.model_dump(by_alias=True),
+                                  "tuned": limits.tuned}
 
 
 def plan_update(
@@ -420,6 +437,8 @@ def plan_update(
                     f"{decision.reason}"))
         else:
             adaptation["recommendedMaxNumSeqs"] = None
+    bounds, tuned, range_fields = cap_range(svc.spec, status, policy)
+    adaptation.update(range_fields)
     conds = list(status.get("conditions") or [])
     if mode is AdaptationMode.APPLY and state is not None:
         rollout, conds = _live_cap(svc, status, adaptation, events, conds, rollout,
@@ -455,7 +474,8 @@ def plan_update(
         events.append(st.Notice("Warning", str(reason), message))
     merged = {**before, **adaptation}
     return Update(status_patch=patch, events=events, rollout=rollout,
-                  adaptation={k: v for k, v in merged.items() if v is not None})
+                  adaptation={k: v for k, v in merged.items() if v is not None},
+                  bounds=bounds, tuned=tuned)
 
 
 def _live_cap(
