@@ -33,6 +33,7 @@ from llm_operator.adaptation.policy import (
 )
 from llm_operator.models import LLMServiceSpec
 from llm_operator_sandbox.loop import Settings as DemoLoop
+from llm_operator_sandbox.loop_demo import _Adaptation
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = yaml.safe_load((ROOT / "examples" / "tiny-llama-local.yaml").read_text())
@@ -193,3 +194,14 @@ def test_below_the_tuned_value_a_latency_miss_still_lets_a_queue_raise_to_it() -
     d = decide(o, AdaptationState(current=2), SPEC, NOW, limits=LIMITS, settings=POLICY)
     assert d.action is CapAction.RAISE and d.value == 3, d.reason  # one 50 % step of 2
     assert "above the tuned value 4 (status.tuning) only a latency within the SLO" in d.reason
+
+
+def test_the_demo_prints_the_range_and_the_tuned_value_once() -> None:
+    seen = _Adaptation("tiny-llama-0")
+    status = {"status": {"adaptation": {
+        "tuned": TUNED, "bounds": {"lower": 1, "upper": 256, "lowerSource": "x",
+                                   "upperSource": "the planner's memory limit"}}}}
+    assert seen.news(status) == [
+        "  the cap moves between 1 and 256 (upper: the planner's memory limit); tuned value 4: "
+        "where it starts, not a bound"]
+    assert seen.news(status) == []  # said once, until it changes

@@ -18,7 +18,9 @@ from the report. Otherwise the Deployment rolls onto the new ``--max-num-seqs``,
 (:func:`rollout_progress`): until then the next decision holds, and the cooldown counts
 from the rollout's completion.
 ``Recommend`` writes ``status.adaptation.recommendedMaxNumSeqs`` and an Event, never the
-workload.
+workload. Both modes write ``status.adaptation.bounds`` (the range the cap moves in and
+what set each end) and ``status.adaptation.tuned`` (the tuning result the cap started
+from, not a bound): :func:`cap_range`.
 """
 
 from __future__ import annotations
