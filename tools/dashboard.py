@@ -71,6 +71,7 @@ OP_DECISIONS = "llmop_adaptation_decisions_total"
 OP_MAX_NUM_SEQS = "llmop_adaptation_max_num_seqs"
 OP_KV_FIT = "llmop_adaptation_kv_fit"
 OP_BOUND = "llmop_adaptation_bound"
+OP_TUNED = "llmop_adaptation_tuned_max_num_seqs"
 OP_SLO = "llmop_service_slo_seconds"
 OP_CONDITION = "llmop_service_condition"
 OP_TUNING_STARTED = "llmop_tuning_jobs_started_total"
@@ -135,12 +136,16 @@ def service_panels() -> list[PanelSpec]:
              Query(f"min by ({BY}) ({METRIC_CAP}{{{SEL}}})", "cap in force (engine)"),
              Query(f"max by ({BY}) ({OP_MAX_NUM_SEQS}{{{SEL}}})", "cap decided (operator)"))),
         PanelSpec(
-            "Cap, its bounds, the KV fit and vLLM's limit",
-            "The decided cap between the bounds adaptation may move in, the sequences the KV "
-            "cache holds at the observed request size (the policy's KV fit) and vLLM's "
-            "--max-num-seqs (the runner's request slots).",
+            "Cap, its bounds, the tuned value, the KV fit and vLLM's limit",
+            "The decided cap between the bounds adaptation may move in (min: "
+            "spec.adaptation.minMaxNumSeqs; max: the planner's memory limit or "
+            "spec.adaptation.maxMaxNumSeqs), the tuning result it started from (not a bound: "
+            "live evidence may raise above it), the sequences the KV cache holds at the "
+            "observed request size (the policy's KV fit) and vLLM's --max-num-seqs (the "
+            "runner's request slots).",
             (Query(f"max by ({BY}) ({OP_MAX_NUM_SEQS}{{{SEL}}})", "cap decided"),
              Query(f"max by ({BY}, bound) ({OP_BOUND}{{{SEL}}})", "bound {{bound}}"),
+             Query(f"max by ({BY}) ({OP_TUNED}{{{SEL}}})", "tuned (start, not a bound)"),
              Query(f"max by ({BY}) ({OP_KV_FIT}{{{SEL}}})", "KV fit"),
              Query(f"max by ({BY}) ({METRIC_CAPACITY}{{{SEL}}})",
                    "vLLM --max-num-seqs"))),

@@ -237,20 +237,31 @@ class LoopDemo:
 
 
 class _Adaptation:
-    """What the demo has shown of ``status.adaptation``: the last decision, the cap the
-    engine reports in force, the cap the last move asked for."""
+    """What the demo has shown of ``status.adaptation``: the range the cap moves in and
+    the tuned value it started from, the last decision, the cap the engine reports in
+    force, the cap the last move asked for."""
 
     def __init__(self, pod_name: str) -> None:
         self.pod_name = pod_name
         self.last_decision: str | None = None
         self.in_force: Any = None
         self.moved_to: Any = None
+        self.cap_range: Any = None
 
     def news(self, svc: dict[str, Any]) -> list[str]:
         """The lines to print for what changed in ``svc``'s status since the last call."""
         adaptation = (svc.get("status") or {}).get("adaptation") or {}
         decision = adaptation.get("lastDecision") or {}
         lines = []
+        bounds = adaptation.get("bounds") or {}
+        cap_range = (bounds.get("lower"), bounds.get("upper"), adaptation.get("tuned"))
+        if bounds and cap_range != self.cap_range:
+            self.cap_range = cap_range
+            tuned = adaptation.get("tuned")
+            lines.append(f"  the cap moves between {bounds.get('lower')} and {bounds.get('upper')} "
+                         f"(upper: {bounds.get('upperSource')}); "
+                         + ("no tuned value" if tuned is None else
+                            f"tuned value {tuned}: where it starts, not a bound"))
         if decision and decision.get("time") != self.last_decision:
             self.last_decision = decision.get("time")
             if decision.get("action") in ("lower", "raise"):

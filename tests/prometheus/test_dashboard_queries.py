@@ -16,7 +16,8 @@ to the engine's cap file (the ConfigMap channel). The service's SLO and conditio
 recorded as the reconciliation records them; reconciliations are timed around the real
 plan and render; one query goes to a dead Prometheus (a real query error), one
 reconciliation fails. No tuning Job runs here: the tuning counters stand at the 0 the
-reconciliation starts them at.
+reconciliation starts them at, and the tuned value is the start cap, as the status of a
+run that chose it would give it (:class:`CapLimits`).
 
 The queries are read from ``charts/llm-operator/files/dashboard.json`` (what the chart
 ships) with Grafana's variables filled in for this service; each must return at least
@@ -42,6 +43,7 @@ from llm_operator.adaptation import prometheus
 from llm_operator.adaptation.policy import (
     AdaptationState,
     CapChange,
+    CapLimits,
     bounds_for,
     decide,
     policy_for_scrape,
@@ -134,7 +136,8 @@ class Loop:
         self.cap_file = cap_file
         self.metrics = metrics
         self.settings = policy_for_scrape(WINDOW_S, SCRAPE_S)
-        self.bounds = bounds_for(SPEC, None, self.settings)
+        self.limits = CapLimits(tuned=START_CAP)  # as if a tuning run had chosen it
+        self.bounds = bounds_for(SPEC, self.limits, self.settings)
         self.state = AdaptationState(current=START_CAP)
         self.decisions: list[tuple[str, str, int | None]] = []
 
@@ -150,13 +153,14 @@ class Loop:
             self.metrics.prometheus_seconds.observe(time.perf_counter() - t0)
         state = self.state
         d = decide(observed.get((NAMESPACE, NAME)), state, SPEC, now, namespace=NAMESPACE,
-                   name=NAME, settings=self.settings)
+                   name=NAME, limits=self.limits, settings=self.settings)
         self.metrics.decision(NAMESPACE, NAME, d.action.value, SPEC.adaptation.mode.value,
                               d.cause.value, d.value if d.changed else state.current)
         fit = d.evidence.get("kvFit")
         self.metrics.adaptation_limits(NAMESPACE, NAME, lower=self.bounds.lower,
                                        upper=self.bounds.upper,
-                                       kv_fit=fit if isinstance(fit, int) else None)
+                                       kv_fit=fit if isinstance(fit, int) else None,
+                                       tuned=self.limits.tuned)
         self.decisions.append((d.action.value, d.cause.value, d.value))
         if d.changed and d.value is not None:
             reconcile_once(self.metrics)  # the reconciliation that writes the ConfigMap

@@ -288,8 +288,8 @@ def test_raise_is_limited_by_kv_room() -> None:
     ("limits", "adaptation", "upper", "source"),
     [
         (CapLimits(plan_max_num_seqs=18), {}, 18, "the planner's memory limit"),
-        (CapLimits(plan_max_num_seqs=40, tuned_knee=19), {}, 19, "the tuner's measured knee"),
-        (CapLimits(plan_max_num_seqs=40, tuned_knee=30), {"maxMaxNumSeqs": 20}, 20,
+        (CapLimits(plan_max_num_seqs=18, tuned=16), {}, 18, "the planner's memory limit"),
+        (CapLimits(plan_max_num_seqs=40, tuned=12), {"maxMaxNumSeqs": 20}, 20,
          "spec.adaptation.maxMaxNumSeqs"),
     ],
 )
@@ -300,6 +300,28 @@ def test_raise_stops_at_the_smallest_upper_bound(
     assert d.action is CapAction.RAISE and d.value == upper
     assert f"clamped to the upper bound {upper} ({source})" in d.reason
     assert bounds_for(spec(**adaptation), limits).upper_source == source
+
+
+def test_the_tuned_value_is_where_the_cap_starts_not_its_ceiling() -> None:
+    # Issue 32 item 2: the tuner chose 16, the live load queues at 16 with the KV cache
+    # 30 % used and the latency within the SLO. The tuned value used to be the upper
+    # bound ("the tuner's measured knee") and held this queue; now the planner's limit
+    # and maxMaxNumSeqs are the only upper bounds, and the reason says the cap leaves
+    # the tuned value.
+    limits = CapLimits(plan_max_num_seqs=40, tuned=16)
+    bounds = bounds_for(spec(), limits)
+    assert (bounds.upper, bounds.upper_source) == (40, "the planner's memory limit")
+    d = decide(obs(**QUEUEING), state(16), spec(), NOW, limits=limits)
+    assert d.action is CapAction.RAISE and d.value == 22, d.reason  # the demand
+    assert "raises above the tuned value 16 (status.tuning)" in d.reason
+    assert (d.evidence["tuned"], d.evidence["upperBound"]) == (16, 40)
+    # Already above it, a further raise says it stays above; with no tuning run, nothing.
+    d = decide(obs(**QUEUEING), state(16), spec(), NOW, limits=CapLimits(tuned=12))
+    assert "stays above the tuned value 12" in d.reason
+    d = decide(obs(**QUEUEING), state(16), spec(), NOW, limits=CapLimits())
+    assert "tuned value" not in d.reason and d.evidence["tuned"] is None
+    # Without a plan or maxMaxNumSeqs the default ceiling bounds it, never the tuned value.
+    assert bounds_for(spec(), CapLimits(tuned=4)).upper_source.startswith("the default ceiling")
 
 
 def test_cap_above_a_narrowed_upper_bound_moves_at_once_even_without_data() -> None:

@@ -132,13 +132,13 @@ def test_running_cap_is_what_the_renderer_uses() -> None:
     assert running_cap(pinned, adapted) == 16
 
 
-def test_cap_limits_take_the_knee_only_from_a_successful_run() -> None:
+def test_cap_limits_take_the_tuned_value_only_from_a_successful_run() -> None:
     tuning: dict[str, Any] = {"state": "Succeeded", "best": {"maxNumSeqs": 96}}
     status = {"plan": {"maxNumSeqs": 256}, "tuning": tuning}
     assert cap_limits(status).plan_max_num_seqs == 256
-    assert cap_limits(status).tuned_knee == 96
+    assert cap_limits(status).tuned == 96
     tuning["state"] = "Failed"
-    assert cap_limits(status).tuned_knee is None
+    assert cap_limits(status).tuned is None
 
 
 def test_the_state_keeps_history_but_takes_the_cap_from_the_render() -> None:
@@ -240,6 +240,33 @@ def test_recommend_after_apply_keeps_the_applied_cap(pressure: Observation) -> N
     up = plan_update(svc, d, pressure, state, now, policy=POLICY)
     assert "maxNumSeqs" not in up.status_patch["adaptation"]
     assert st.engine_overrides({**status, "adaptation": up.adaptation})["maxNumSeqs"] == 40
+
+
+# --------------------------------------------------------------------------- range
+@pytest.mark.parametrize("mode", ["Apply", "Recommend"])
+def test_status_shows_the_tuned_value_and_what_set_each_bound(pressure: Observation,
+                                                              mode: str) -> None:
+    # Issue 32 item 2: kubectl describe shows the tuning result (where the cap started)
+    # apart from the bounds (what the cap may move between, and what set each end).
+    now = pressure.evaluated_at
+    tuned = {"plan": {"maxNumSeqs": PLAN_CAP},
+             "tuning": {"state": "Succeeded", "best": {"maxNumSeqs": 16},
+                        "applied": {"maxNumSeqs": 16}}}
+    svc, state, d = decision_for(body(mode=mode, status=tuned), pressure, now)
+    assert state is not None and state.current == 16  # the tuned value is the start
+    up = plan_update(svc, d, pressure, state, now, policy=POLICY)
+    ad = up.status_patch["adaptation"]
+    assert ad["tuned"] == 16 == up.tuned
+    assert ad["bounds"] == {"lower": 1, "upper": PLAN_CAP,
+                            "lowerSource": "spec.adaptation.minMaxNumSeqs",
+                            "upperSource": "the planner's memory limit"}
+    assert up.bounds is not None and up.bounds.upper == PLAN_CAP
+    # A retune that failed: the tuned value goes from status (null in the merge patch).
+    failed = {**tuned, "tuning": {**tuned["tuning"], "state": "Failed"},
+              "adaptation": up.adaptation}
+    svc, state, d = decision_for(body(mode=mode, status=failed), pressure, now + 30)
+    up = plan_update(svc, d, pressure, state, now + 30, policy=POLICY)
+    assert up.status_patch["adaptation"]["tuned"] is None and "tuned" not in up.adaptation
 
 
 # --------------------------------------------------------------------------- metrics

@@ -583,6 +583,9 @@ def test_printer_columns_show_what_was_chosen() -> None:
     assert columns["Ready"]["jsonPath"] == '.status.conditions[?(@.type=="Ready")].status'
     assert columns["Age"] == {"name": "Age", "type": "date",
                               "jsonPath": ".metadata.creationTimestamp"}
+    # -o wide: the tuning result apart from the upper bound (issue 32: it is not one).
+    assert columns["Tuned"]["jsonPath"] == ".status.adaptation.tuned"
+    assert columns["CapMax"]["jsonPath"] == ".status.adaptation.bounds.upper"
     for column in columns.values():
         assert _schema_has_path(column["jsonPath"]), column
         if column["type"] == "integer":

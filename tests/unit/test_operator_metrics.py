@@ -76,6 +76,17 @@ def test_decisions_count_by_cause_and_limits_are_gauges() -> None:
     m.adaptation_limits(NS, NAME, lower=2, upper=16, kv_fit=None)  # fit not known this time
     assert value(m, "llmop_adaptation_kv_fit", **KEY) == 6  # the latest known stays
     assert value(m, "llmop_adaptation_bound", **KEY, bound="max") == 16
+    assert value(m, "llmop_adaptation_tuned_max_num_seqs", **KEY) is None  # no tuning run
+
+
+def test_the_tuned_value_is_its_own_series_not_a_bound() -> None:
+    # Issue 32 item 2: the tuning result is shown beside the bounds, not as one of them.
+    m = OperatorMetrics()
+    m.adaptation_limits(NS, NAME, lower=1, upper=256, kv_fit=15, tuned=4)
+    assert value(m, "llmop_adaptation_tuned_max_num_seqs", **KEY) == 4
+    assert value(m, "llmop_adaptation_bound", **KEY, bound="max") == 256
+    m.adaptation_limits(NS, NAME, lower=1, upper=256, kv_fit=15, tuned=None)  # retune failed
+    assert value(m, "llmop_adaptation_tuned_max_num_seqs", **KEY) is None
 
 
 def test_service_spec_sets_replicas_slos_and_zero_tuning_counters() -> None:
@@ -140,7 +151,7 @@ def test_forget_drops_adaptation_gauges_and_forget_service_everything() -> None:
         m.service_spec(NS, name, parse_llmservice(
             body(workload={"slo": {"ttftP95Ms": 800}})).spec)
         m.decision(NS, name, "raise", "Apply", "queue", 12)
-        m.adaptation_limits(NS, name, lower=1, upper=16, kv_fit=10)
+        m.adaptation_limits(NS, name, lower=1, upper=16, kv_fit=10, tuned=8)
         m.conditions(NS, name, [{"type": "Available", "status": "True"}])
         m.tuning_event(NS, name, "TuningFailed")
 
@@ -151,6 +162,7 @@ def test_forget_drops_adaptation_gauges_and_forget_service_everything() -> None:
     assert value(m, "llmop_adaptation_kv_fit", **KEY) is None
     assert value(m, "llmop_adaptation_bound", **KEY, bound="min") is None
     assert value(m, "llmop_adaptation_bound", **KEY, bound="max") is None
+    assert value(m, "llmop_adaptation_tuned_max_num_seqs", **KEY) is None
     assert value(m, "llmop_service_condition", **KEY, type="Available", status="true") == 1
     m.forget_service(NS, NAME)  # deleted: nothing of it is left
     assert f'llmservice="{NAME}"' not in scrape(m)

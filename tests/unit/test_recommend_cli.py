@@ -56,3 +56,19 @@ def test_a_pinned_cap_from_the_file_is_held(tmp_path: Path,
     assert rc == 0
     out = capsys.readouterr().out
     assert "Pinned by the user" in out and "12 → 12" in out
+
+
+@pytest.mark.parametrize("flag", ["--tuned", "--knee"])  # --knee: the former name
+def test_the_tuned_value_is_shown_and_is_not_the_upper_bound(
+        flag: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 32 item 2: the tuning result is where the cap starts, not its ceiling.
+    monkeypatch.setenv("COLUMNS", "300")  # one table row per line
+    argv = ["recommend", "--prometheus", f"http://127.0.0.1:{free_port()}",
+            "--service", "ns/svc", "--current", "4", flag, "4", "--plan-max", "64"]
+    assert main([*argv, "-o", "json"]) == 0
+    evidence = json.loads(capsys.readouterr().out)["decision"]["evidence"]
+    assert (evidence["tuned"], evidence["upperBound"]) == (4, 64)
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "upper: the planner's memory limit" in out
+    assert "4 (the tuning result: where the cap starts, not a bound)" in out

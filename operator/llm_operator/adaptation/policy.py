@@ -13,8 +13,13 @@ Policy, in the order it is checked:
 1. A cap the user pinned (``spec.engine.maxNumSeqs``) or ``spec.adaptation.mode:
    Disabled`` is never moved.
 2. A current cap outside its bounds is moved inside them at once. Bounds: lower
-   ``spec.adaptation.minMaxNumSeqs``; upper the smallest of the planner's memory limit,
-   the tuner's measured knee and ``spec.adaptation.maxMaxNumSeqs``.
+   ``spec.adaptation.minMaxNumSeqs``; upper the smaller of the planner's memory limit
+   and ``spec.adaptation.maxMaxNumSeqs`` (``default_upper_bound`` when neither is known).
+   The tuning result (``status.tuning.best.maxNumSeqs``, :attr:`CapLimits.tuned`, the
+   evidence key ``tuned``) is where the cap starts, never a bound: the tuner measured it
+   against a synthetic load, the policy watches the live one. A raise above it needs the
+   inter-token latency within its SLO (item 5) and says that it leaves the tuned value;
+   a raise that then preempts or misses the latency SLO is lowered again (item 4).
 3. Missing, unavailable, stale or too little data, or a window that still holds samples
    from before the last change: hold, and say which.
 4. Lower on preemptions (at least one, and at least 1% of the requests finished in the
@@ -25,7 +30,9 @@ Policy, in the order it is checked:
    KV exhaustion (preemptions) the lower never goes below the KV fit: a latency miss
    stops at it (``itl_floor_kv_fit_fraction``) and neither full KV nor a late token
    lowers a cap already within it; only preemptions at or below the fit (the sizes are
-   off) lower further, scaled from usage. With
+   off) lower further, scaled from usage. A cap above the tuned value is the exception:
+   there a latency miss with the batch busy lowers it, below the fit if need be, but not
+   below the tuned value (the live evidence the raise rested on is gone). With
    ``spec.adaptation.preemptions: Tolerate`` the KV signals lower only together with a
    TTFT p95 above its SLO and no queue (a queue explains a late first token, and a
    smaller batch would lengthen it); the latency trigger is the same in both modes.
@@ -34,7 +41,8 @@ Policy, in the order it is checked:
    observed demand (running + waiting), limited by the KV room. Below the KV fit a
    queue, no preemption and running that reached the cap at some point of the window
    (its max: a window straddling a burst's return or a change of request mix has a low
-   mean) are enough: the cap goes to the demand up to the fit whatever the latency.
+   mean) are enough: the cap goes to the demand up to the fit whatever the latency, but
+   not above the tuned value while the latency misses its SLO.
 6. Otherwise hold. The gap between the two watermarks (and between the "at the cap"
    and "busy" fractions) is the hysteresis band in which nothing moves.
 7. A move waits out the cooldown after the last change, is limited to
@@ -43,6 +51,10 @@ Policy, in the order it is checked:
    reason says so). A shift of the request mix is strong evidence: each change records
    the KV fit of its time, and a move that follows a KV fit changed since (a raise within
    a larger fit with no preemption, a lower to no less than a smaller one) may return.
+   Around the tuned value: a lower that undoes a raise above it, to no less than the
+   tuned value, may return whatever triggered it (the raise was live evidence that did
+   not hold); a raise back above it to a value such a lower left needs a change of
+   request mix, not a queue alone (the queue is what the undone raise rested on).
 
 All thresholds live in :class:`PolicySettings`, each documented with its default.
 """
@@ -173,7 +185,7 @@ class PolicySettings(BaseModel):
     )
     history_length: int = Field(10, ge=1, description="Changes kept in the state's history [10]")
     default_upper_bound: int = Field(
-        1024, ge=1, description="Upper bound when no plan, knee or maxMaxNumSeqs is known [1024]"
+        1024, ge=1, description="Upper bound when no plan or maxMaxNumSeqs is known [1024]"
     )
 
 
@@ -361,13 +373,16 @@ class AdaptationState(_Camel):
 
 
 class CapLimits(_Camel):
-    """Upper limits other parts of the operator found for the cap."""
+    """What other parts of the operator found for the cap: the planner's memory limit (an
+    upper bound) and the tuning result (the starting point, not a bound)."""
 
     plan_max_num_seqs: int | None = Field(
         None, ge=1, description="The planner's memory limit (Plan.max_num_seqs)"
     )
-    tuned_knee: int | None = Field(
-        None, ge=1, description="The tuner's measured knee (best max-num-seqs), when known"
+    tuned: int | None = Field(
+        None, ge=1, description="The tuner's best max-num-seqs (status.tuning.best), when a "
+        "run succeeded: where the cap starts and what a raise above it names; never a bound "
+        "(a measurement under a synthetic load must not hold the live load back)"
     )
 
 
@@ -446,21 +461,20 @@ class CapDecision(_Camel):
 
 def bounds_for(spec: LLMServiceSpec, limits: CapLimits | None = None,
                settings: PolicySettings = DEFAULT_POLICY) -> Bounds:
-    """The bounds of the cap: ``minMaxNumSeqs`` up to the smallest known upper limit."""
+    """The bounds of the cap: ``minMaxNumSeqs`` up to the smaller of the planner's memory
+    limit and ``maxMaxNumSeqs``. The tuning result (``limits.tuned``) is not one of them."""
     limits = limits or CapLimits()
     lower = spec.adaptation.min_max_num_seqs
     uppers: list[tuple[int, str]] = []
     if limits.plan_max_num_seqs is not None:
         uppers.append((limits.plan_max_num_seqs, "the planner's memory limit"))
-    if limits.tuned_knee is not None:
-        uppers.append((limits.tuned_knee, "the tuner's measured knee"))
     if isinstance(spec.adaptation.max_max_num_seqs, int):
         uppers.append((spec.adaptation.max_max_num_seqs, "spec.adaptation.maxMaxNumSeqs"))
     if uppers:
         upper, source = min(uppers)
     else:
         upper, source = settings.default_upper_bound, (
-            "the default ceiling (no plan, knee or maxMaxNumSeqs known)")
+            "the default ceiling (no plan or maxMaxNumSeqs known)")
     if upper < lower:  # a conflicting spec: the user's lower bound wins, say so
         upper, source = lower, f"spec.adaptation.minMaxNumSeqs (above {source}, {upper})"
     return Bounds(lower=lower, upper=upper, lower_source="spec.adaptation.minMaxNumSeqs",
@@ -504,7 +518,9 @@ def decide(
 
     cap = state.current
     bounds = bounds_for(spec, limits, settings)
-    ev.update({"cap": cap, "lowerBound": bounds.lower, "upperBound": bounds.upper})
+    tuned = None if limits is None else limits.tuned
+    ev.update({"cap": cap, "lowerBound": bounds.lower, "upperBound": bounds.upper,
+               "tuned": tuned})
 
     def move(to: int, cause: DecisionCause, reason: str) -> CapDecision:
         action = CapAction.RAISE if to > cap else CapAction.LOWER
@@ -531,10 +547,10 @@ def decide(
     if fit is not None:
         ev["kvFit"] = fit[0]
 
-    want = _want(obs, cap, spec, settings)
+    want = _want(obs, cap, spec, settings, tuned)
     if want is None:
         return hold(cap, DecisionCause.STEADY,
-                    f"Hold at {cap}: {_calm_text(obs, cap, spec, settings)}")
+                    f"Hold at {cap}: {_calm_text(obs, cap, spec, settings, tuned)}")
     direction, target, why, cause = want
 
     # Bounds, then step limit.
@@ -556,10 +572,12 @@ def decide(
     ev["target"] = target
     verb = "lower" if direction is CapAction.LOWER else "raise"
     if new == cap:
-        end = "lower" if direction is CapAction.LOWER else "upper"
+        end, at, source = (("lower", bounds.lower, bounds.lower_source)
+                           if direction is CapAction.LOWER else
+                           ("upper", bounds.upper, bounds.upper_source))
         return hold(cap, DecisionCause.AT_BOUND,
                     f"Hold at {cap}: would {verb} ({why}) but the cap is at its {end} "
-                    f"bound ({bounds.lower if end == 'lower' else bounds.upper})")
+                    f"bound ({at}) set by {source}")
 
     if state.last_change_at is not None:
         since = now - state.last_change_at
@@ -573,7 +591,7 @@ def decide(
 
     flap = _flap(state, cap, new, now, settings)
     if flap is not None:
-        strong = _strong(direction, obs, cap, new, spec, settings, flap)
+        strong = _strong(direction, obs, cap, new, spec, settings, flap, tuned)
         if strong is None:
             return hold(cap, DecisionCause.FLAP, f"Hold at {cap}: would {verb} to {new} ({why}) "
                         "but that returns to "
@@ -583,6 +601,11 @@ def decide(
         notes.append(f"returns to {flap.from_value} left {now - flap.at:.0f} s ago, allowed "
                      f"on strong evidence: {strong}")
 
+    if direction is CapAction.RAISE and tuned is not None and new > tuned:
+        notes.append(f"{'raises' if cap <= tuned else 'stays'} above the tuned value {tuned} "
+                     "(status.tuning): the tuning result is where the cap starts, not its "
+                     "ceiling, and the live evidence above says the cap holds the batch back; "
+                     "preemptions or a latency miss lower it again")
     text = f"{verb.capitalize()} {cap} → {new}: {why}"
     if notes:
         text += "; " + "; ".join(notes)
@@ -737,12 +760,24 @@ def _fit_floor(fit: tuple[int, str] | None, s: PolicySettings) -> int | None:
     return max(1, math.floor(s.itl_floor_kv_fit_fraction * fit[0]))
 
 
+def _itl_stop(floor: int | None, cap: int, tuned: int | None) -> int | None:
+    """The lowest cap an inter-token-latency miss may lower to: the KV-fit floor
+    (:func:`_fit_floor`), except for a cap raised above the tuned value within that floor,
+    which a latency miss may lower back to the tuned value (the SLO the raise rested on no
+    longer holds)."""
+    if tuned is not None and floor is not None and tuned < cap <= floor:
+        return tuned
+    return floor
+
+
 def _want(
-    obs: Observation, cap: int, spec: LLMServiceSpec, s: PolicySettings
+    obs: Observation, cap: int, spec: LLMServiceSpec, s: PolicySettings,
+    tuned: int | None = None,
 ) -> tuple[CapAction, int, str, DecisionCause] | None:
     """The move the evidence asks for (before bounds, steps, cooldown and flapping) and
     its cause: of the lower triggers the first of TTFT (Tolerate), preemptions, KV usage,
-    inter-token latency that applies."""
+    inter-token latency that applies. ``tuned``: the tuning result (not a bound; see
+    the module's policy, items 4 and 5)."""
     assert obs.running_mean is not None and obs.kv_usage_mean is not None
     running, kv = obs.running_mean, obs.kv_usage_mean
     waiting = obs.waiting_mean or 0.0
@@ -751,6 +786,7 @@ def _want(
     itl = obs.itl_p95_seconds
     fit = _kv_fit(obs, s)
     floor = _fit_floor(fit, s)
+    stop = _itl_stop(floor, cap, tuned)
 
     # Lower side.
     reasons: list[str] = []
@@ -776,7 +812,7 @@ def _want(
         reasons.append(f"KV cache {kv:.0%} used on average, above the "
                        f"{s.kv_high_watermark:.0%} high watermark")
     itl_miss = itl is not None and itl > itl_slo and running >= s.busy_fraction * cap \
-        and (floor is None or cap > floor)
+        and (stop is None or cap > stop)
     if itl_miss:
         assert itl is not None
         reasons.append(f"inter-token latency p95 {itl * 1000:.0f} ms above the "
@@ -797,7 +833,13 @@ def _want(
             assert itl is not None
             n = math.floor(running * itl_slo / itl)
             how = f"{n} sequences would bring the latency within the SLO"
-            if floor is not None and fit is not None and n < floor:
+            if stop is not None and stop != floor:  # a cap raised above the tuned value
+                if n < stop:
+                    how = (f"{n} sequences would bring the latency within the SLO, but a "
+                           f"latency miss lowers a cap raised above the tuned value {stop} "
+                           "(status.tuning) back to it, no further")
+                    n = stop
+            elif floor is not None and fit is not None and n < floor:
                 how = (f"{n} sequences would bring the latency within the SLO, but a latency "
                        f"miss lowers no further than the KV fit: {fit[1]}")
                 n = floor
@@ -844,17 +886,26 @@ def _want(
         # back: go to the demand, up to the fit, whatever the latency and the KV usage (a
         # latency miss does not lower below the fit either, so the two never fight).
         target = min(demand, fit[0])
-        why = (f"below the KV fit with a queue: running reached the cap (max {peak:.0f}, "
-               f"mean {running:.1f} of {cap}) with {waiting:.1f} requests waiting and no "
-               f"preemption; demand {demand}, KV room for {fit[0]} ({fit[1]})")
-        if itl is not None and itl > itl_slo:
-            why += (f"; the inter-token latency p95 ({itl * 1000:.0f} ms) misses its SLO, "
-                    "which does not hold a cap below the KV fit")
-        return CapAction.RAISE, target, why, DecisionCause.BELOW_KV_FIT
+        late = itl is not None and itl > itl_slo
+        if late and tuned is not None and target > max(cap, tuned):
+            target = max(cap, tuned)  # above the tuned value only with the SLO met
+        if target > cap:
+            why = (f"below the KV fit with a queue: running reached the cap (max {peak:.0f}, "
+                   f"mean {running:.1f} of {cap}) with {waiting:.1f} requests waiting and no "
+                   f"preemption; demand {demand}, KV room for {fit[0]} ({fit[1]})")
+            if late:
+                assert itl is not None
+                why += (f"; the inter-token latency p95 ({itl * 1000:.0f} ms) misses its SLO, "
+                        "which does not hold a cap below the KV fit")
+                if target == tuned:
+                    why += (f", but above the tuned value {tuned} (status.tuning) only a "
+                            "latency within the SLO raises")
+            return CapAction.RAISE, target, why, DecisionCause.BELOW_KV_FIT
     return None
 
 
-def _calm_text(obs: Observation, cap: int, spec: LLMServiceSpec, s: PolicySettings) -> str:
+def _calm_text(obs: Observation, cap: int, spec: LLMServiceSpec, s: PolicySettings,
+               tuned: int | None = None) -> str:
     assert obs.running_mean is not None and obs.kv_usage_mean is not None
     running, kv, waiting = obs.running_mean, obs.kv_usage_mean, obs.waiting_mean or 0.0
     itl = obs.itl_p95_seconds
@@ -891,6 +942,11 @@ def _calm_text(obs: Observation, cap: int, spec: LLMServiceSpec, s: PolicySettin
         elif kv >= s.kv_low_watermark:
             why.append(f"queueing, but KV usage is not below the {s.kv_low_watermark:.0%} low "
                        "watermark")
+        elif itl is not None and itl > itl_slo and fit is not None and tuned is not None \
+                and tuned <= cap < fit[0]:
+            why.append(f"queueing below the KV fit, but the inter-token latency misses its SLO "
+                       f"and the cap is at or above the tuned value {tuned} (status.tuning): "
+                       "above it only a latency within the SLO raises")
         elif itl is not None and itl > itl_slo:
             why.append("queueing, but the inter-token latency misses its SLO")
         else:
@@ -932,8 +988,13 @@ def _flap(state: AdaptationState, cap: int, new: int, now: float,
 
 
 def _strong(direction: CapAction, obs: Observation, cap: int, new: int, spec: LLMServiceSpec,
-            s: PolicySettings, flap: CapChange) -> str | None:
-    """Why the evidence is strong enough to undo a recent change, or None."""
+            s: PolicySettings, flap: CapChange, tuned: int | None = None) -> str | None:
+    """Why the evidence is strong enough to undo a recent change, or None. Around the
+    tuned value (``tuned``): a lower that undoes a raise above it, to no less than it, is
+    strong whatever triggered it (the raise rested on a queue with the SLO met and no KV
+    exhaustion, and the live load no longer bears it); a raise back above it to a value
+    left by such a lower is not strong on a queue alone (the queue is what the raise that
+    did not hold rested on), only on a change of request mix."""
     preempt = obs.preemptions or 0.0
     fit = _kv_fit(obs, s)
     if fit is not None and flap.kv_fit is not None:
@@ -947,13 +1008,19 @@ def _strong(direction: CapAction, obs: Observation, cap: int, new: int, spec: LL
             return shifted
         if direction is CapAction.LOWER and fit[0] < flap.kv_fit and new >= fit[0]:
             return shifted
+    above_tuned = tuned is not None and max(flap.from_value, flap.to_value) > tuned
     if direction is CapAction.LOWER:
+        if above_tuned and new >= (tuned or 0):
+            return (f"it undoes a raise above the tuned value {tuned} (status.tuning) that "
+                    "the live load does not bear")
         if preempt >= s.strong_preemptions:
             return f"{preempt:.0f} preemptions (≥ {s.strong_preemptions:.0f})"
         itl, slo = obs.itl_p95_seconds, spec.workload.slo.itl_p95_ms / 1000.0
         if itl is not None and itl >= s.strong_itl_factor * slo and \
                 (obs.running_mean or 0) >= s.busy_fraction * cap:
             return f"ITL p95 {itl * 1000:.0f} ms ≥ {s.strong_itl_factor} x the SLO"
+        return None
+    if above_tuned:
         return None
     waiting, kv_max = obs.waiting_mean or 0.0, obs.kv_usage_max
     if waiting >= s.strong_waiting_fraction * cap and kv_max is not None \

@@ -18,7 +18,9 @@ from the report. Otherwise the Deployment rolls onto the new ``--max-num-seqs``,
 (:func:`rollout_progress`): until then the next decision holds, and the cooldown counts
 from the rollout's completion.
 ``Recommend`` writes ``status.adaptation.recommendedMaxNumSeqs`` and an Event, never the
-workload.
+workload. Both modes write ``status.adaptation.bounds`` (the range the cap moves in and
+what set each end) and ``status.adaptation.tuned`` (the tuning result the cap started
+from, not a bound): :func:`cap_range`.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from ..timestamps import parse_rfc3339, rfc3339
 from .policy import (
     DEFAULT_POLICY,
     AdaptationState,
+    Bounds,
     CapAction,
     CapDecision,
     CapLimits,
@@ -43,6 +46,7 @@ from .policy import (
     PolicySettings,
     ServiceKey,
     adaptation_status,
+    bounds_for,
     data_quality,
     record,
 )
@@ -148,14 +152,15 @@ def running_cap(spec: LLMServiceSpec, status: Mapping[str, Any]) -> int | None:
 
 
 def cap_limits(status: Mapping[str, Any]) -> CapLimits:
-    """Upper limits for the cap from status: the planner's memory limit and the tuner's
-    measured knee (the best configuration's max-num-seqs) when a run succeeded."""
+    """What status says of the cap's range: the planner's memory limit (an upper bound)
+    and the tuning result (the best configuration's max-num-seqs, when a run succeeded:
+    where the cap starts, not a bound)."""
     plan = (status.get("plan") or {}).get("maxNumSeqs")
     tuning = status.get("tuning") or {}
-    knee = (tuning.get("best") or {}).get("maxNumSeqs") if tuning.get("state") == "Succeeded" \
+    tuned = (tuning.get("best") or {}).get("maxNumSeqs") if tuning.get("state") == "Succeeded" \
         else None
     return CapLimits(plan_max_num_seqs=plan if isinstance(plan, int) and plan > 0 else None,
-                     tuned_knee=knee if isinstance(knee, int) and knee > 0 else None)
+                     tuned=tuned if isinstance(tuned, int) and tuned > 0 else None)
 
 
 def current_state(spec: LLMServiceSpec, status: Mapping[str, Any]) -> AdaptationState | None:
@@ -358,12 +363,27 @@ def after_rollout(state: AdaptationState, progress: RolloutProgress | None, now:
 @dataclass
 class Update:
     """What one decision writes: the status patch, the Events, and whether the workload
-    must be re-rendered (Apply mode, the cap moved)."""
+    must be re-rendered (Apply mode, the cap moved); the bounds the decision moved within
+    and the tuning result, as written to ``status.adaptation`` (``bounds``, ``tuned``)."""
 
     status_patch: JSON
     events: list[st.Notice] = field(default_factory=list)
     rollout: bool = False
     adaptation: JSON = field(default_factory=dict)  # status.adaptation after the patch
+    bounds: Bounds | None = None
+    tuned: int | None = None
+
+
+def cap_range(spec: LLMServiceSpec, status: Mapping[str, Any],
+              policy: PolicySettings = DEFAULT_POLICY) -> tuple[Bounds, int | None, JSON]:
+    """The bounds the cap moves within, the tuning result and both as ``status.adaptation``
+    fields (pure): ``bounds`` (``lower``, ``upper`` and what set each: ``lowerSource``,
+    ``upperSource``) and ``tuned`` (``status.tuning.best.maxNumSeqs`` of a successful run,
+    null when none: where the cap started, never a bound)."""
+    limits = cap_limits(status)
+    bounds = bounds_for(spec, limits, policy)
+    return bounds, limits.tuned, {"bounds": bounds.model_dump(by_alias=True),
+                                  "tuned": limits.tuned}
 
 
 def plan_update(
@@ -419,6 +439,8 @@ def plan_update(
                     f"{decision.reason}"))
         else:
             adaptation["recommendedMaxNumSeqs"] = None
+    bounds, tuned, range_fields = cap_range(svc.spec, status, policy)
+    adaptation.update(range_fields)
     conds = list(status.get("conditions") or [])
     if mode is AdaptationMode.APPLY and state is not None:
         rollout, conds = _live_cap(svc, status, adaptation, events, conds, rollout,
@@ -454,7 +476,8 @@ def plan_update(
         events.append(st.Notice("Warning", str(reason), message))
     merged = {**before, **adaptation}
     return Update(status_patch=patch, events=events, rollout=rollout,
-                  adaptation={k: v for k, v in merged.items() if v is not None})
+                  adaptation={k: v for k, v in merged.items() if v is not None},
+                  bounds=bounds, tuned=tuned)
 
 
 def _live_cap(

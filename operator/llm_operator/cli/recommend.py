@@ -55,7 +55,9 @@ def add_parser(sub: Any) -> None:
                         "(default: $LLMOP_SCRAPE_INTERVAL_SECONDS, 30)")
     p.add_argument("--plan-max", type=int, metavar="N",
                    help="the planner's memory limit for the cap (default: from -f's plan)")
-    p.add_argument("--knee", type=int, metavar="N", help="the tuner's measured knee, if known")
+    p.add_argument("--tuned", "--knee", dest="tuned", type=int, metavar="N",
+                   help="the tuning result (status.tuning.best.maxNumSeqs), if known: named "
+                        "by a raise above it, never a bound (--knee: its former name)")
     p.add_argument("-o", "--output", choices=("table", "json"), default="table")
     p.set_defaults(func=cmd_recommend)
 
@@ -111,7 +113,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         namespace_label=settings.prometheus_namespace_label,
     )
     obs = observed.get((namespace, name))
-    limits = CapLimits(plan_max_num_seqs=args.plan_max or plan_max, tuned_knee=args.knee)
+    limits = CapLimits(plan_max_num_seqs=args.plan_max or plan_max, tuned=args.tuned)
     decision = decide(obs, AdaptationState(current=current), spec, now, namespace=namespace,
                       name=name, limits=limits, settings=policy)
 
@@ -200,7 +202,10 @@ def decision_table(decision: CapDecision, spec: LLMServiceSpec, limits: CapLimit
     table.add_column("value")
     table.add_row("action", f"[bold {colour}]{decision.action.value}[/]")
     table.add_row("max-num-seqs", f"{decision.current} → {decision.value}")
-    table.add_row("bounds", f"{bounds.lower} .. {bounds.upper} (upper: {bounds.upper_source})")
+    table.add_row("bounds", f"{bounds.lower} .. {bounds.upper} (lower: {bounds.lower_source}; "
+                            f"upper: {bounds.upper_source})")
+    table.add_row("tuned", "not known" if limits.tuned is None else
+                  f"{limits.tuned} (the tuning result: where the cap starts, not a bound)")
     table.add_row("SLO", f"TTFT p95 {spec.workload.slo.ttft_p95_ms:g} ms, "
                          f"ITL p95 {spec.workload.slo.itl_p95_ms:g} ms")
     table.add_row("reason", decision.reason)

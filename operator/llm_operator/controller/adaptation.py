@@ -68,7 +68,6 @@ from ..adaptation import prometheus
 from ..adaptation.policy import (
     Observation,
     ServiceKey,
-    bounds_for,
     decide,
     policy_for_scrape,
 )
@@ -219,10 +218,11 @@ class AdaptationLoop:
         self.metrics.decision(ns, name, decision.action.value, mode, decision.cause.value,
                               decision.value if update.rollout else
                               (state.current if state else None))
-        bounds = bounds_for(svc.spec, cap_limits(status), self.policy)
         fit = decision.evidence.get("kvFit")
-        self.metrics.adaptation_limits(ns, name, lower=bounds.lower, upper=bounds.upper,
-                                       kv_fit=fit if isinstance(fit, int) else None)
+        if update.bounds is not None:  # the bounds and tuned value plan_update wrote
+            self.metrics.adaptation_limits(
+                ns, name, lower=update.bounds.lower, upper=update.bounds.upper,
+                kv_fit=fit if isinstance(fit, int) else None, tuned=update.tuned)
         if decision.changed or update.events:
             log.info(f"Adaptation of {ns}/{name} ({mode}): {decision.reason}")
 

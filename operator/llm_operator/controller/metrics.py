@@ -22,7 +22,12 @@ Series (all prefixed ``llmop_``):
     the sequences of the observed request size the KV cache holds (the policy's KV
     fit), the latest one known; absent until the first decision that knew it.
 ``adaptation_bound{namespace, llmservice, bound}``
-    ``bound`` ``min`` or ``max``: the caps adaptation may move between.
+    ``bound`` ``min`` or ``max``: the caps adaptation may move between
+    (``spec.adaptation.minMaxNumSeqs``; the smaller of the planner's memory limit and
+    ``spec.adaptation.maxMaxNumSeqs``).
+``adaptation_tuned_max_num_seqs{namespace, llmservice}``
+    the tuning result (``status.tuning.best.maxNumSeqs``): where the cap started, not a
+    bound; absent while no tuning run succeeded.
 ``service_slo_seconds{namespace, llmservice, objective}``
     ``objective`` ``ttft_p95`` or ``itl_p95``: the latency objectives the spec sets
     (``spec.workload.slo``; an objective left to its default has no series).
@@ -123,6 +128,10 @@ class OperatorMetrics:
             "adaptation_bound", "The lowest (bound=min) and highest (bound=max) max-num-seqs "
             "adaptation may set", [*SERVICE_LABELS, "bound"], namespace=NAMESPACE,
             registry=reg)
+        self.tuned = Gauge(
+            "adaptation_tuned_max_num_seqs", "The tuning result (status.tuning.best."
+            "maxNumSeqs): where adaptation starts, not a bound", SERVICE_LABELS,
+            namespace=NAMESPACE, registry=reg)
         self.slo_seconds = Gauge(
             "service_slo_seconds", "Latency objectives the LLMService's spec sets "
             "(spec.workload.slo)", [*SERVICE_LABELS, "objective"], namespace=NAMESPACE,
@@ -175,13 +184,18 @@ class OperatorMetrics:
             self.max_num_seqs.labels(namespace, name).set(cap)
 
     def adaptation_limits(self, namespace: str, name: str, *, lower: int, upper: int,
-                          kv_fit: int | None) -> None:
-        """The bounds adaptation moves the cap between, and the KV fit when this decision
-        knew it (None: the last one known stays, e.g. while a change is on its way)."""
+                          kv_fit: int | None, tuned: int | None = None) -> None:
+        """The bounds adaptation moves the cap between, the KV fit when this decision
+        knew it (None: the last one known stays, e.g. while a change is on its way) and
+        the tuning result (None: no run succeeded, the series goes)."""
         self.bound.labels(namespace, name, "min").set(lower)
         self.bound.labels(namespace, name, "max").set(upper)
         if kv_fit is not None:
             self.kv_fit.labels(namespace, name).set(kv_fit)
+        if tuned is not None:
+            self.tuned.labels(namespace, name).set(tuned)
+        else:
+            self.tuned.remove_by_labels({"namespace": namespace, "llmservice": name})
 
     def service_spec(self, namespace: str, name: str, spec: LLMServiceSpec) -> None:
         """What a reconciliation read of the spec: the replicas asked for, the latency
@@ -224,13 +238,13 @@ class OperatorMetrics:
     def forget(self, namespace: str, name: str) -> None:
         """Drop the adaptation gauges of a service that is gone or no longer adapted."""
         labels = {"namespace": namespace, "llmservice": name}
-        for gauge in (self.max_num_seqs, self.kv_fit, self.bound):
+        for gauge in (self.max_num_seqs, self.kv_fit, self.bound, self.tuned):
             gauge.remove_by_labels(labels)
 
     def forget_service(self, namespace: str, name: str) -> None:
         """Drop every series of a deleted service (counters included)."""
         labels = {"namespace": namespace, "llmservice": name}
-        for metric in (self.decisions, self.max_num_seqs, self.kv_fit, self.bound,
+        for metric in (self.decisions, self.max_num_seqs, self.kv_fit, self.bound, self.tuned,
                        self.slo_seconds, self.spec_replicas, self.condition, self.tuning_started,
                        self.tuning_succeeded, self.tuning_failed):
             metric.remove_by_labels(labels)
