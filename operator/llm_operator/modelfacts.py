@@ -80,11 +80,15 @@ class ModelFacts:
     # --- what config.json adds (defaults: a dense model of full-attention layers)
     # Layers holding K and V for every token; None: all num_layers.
     full_attention_layers: int | None = None
+    # Gemma 4: the full-attention layers' own head size and KV heads (None: as the rest).
+    full_attention_head_dim: int | None = None
+    full_attention_kv_heads: int | None = None
     sliding_window_layers: int = 0  # layers keeping at most sliding_window tokens
     sliding_window: int | None = None
     state_layers: int = 0  # linear-attention / Mamba layers: a fixed state per sequence
     state_elements_per_layer: int = 0  # that state's elements per sequence, all ranks
     state_kind: str | None = None  # "linear_attention" | "mamba2"
+    state_dtype: str | None = None  # mamba_ssm_cache_dtype where set (None: the model's)
     mla_kv_dim: int | None = None  # MLA: kv_lora_rank + qk_rope_head_dim per token, layer
     shared_experts: int = 0
     moe_intermediate_size: int | None = None
@@ -117,6 +121,14 @@ class ModelFacts:
         if self.full_attention_layers is None:
             return self.num_layers
         return self.full_attention_layers
+
+    @property
+    def full_head_dim(self) -> int:
+        return self.full_attention_head_dim or self.head_dim
+
+    @property
+    def full_kv_heads(self) -> int:
+        return self.full_attention_kv_heads or self.num_key_value_heads
 
     @property
     def is_mla(self) -> bool:
@@ -169,6 +181,20 @@ def _text_config(config: Mapping[str, Any]) -> dict[str, Any]:
     return dict(config)
 
 
+def _is_pattern(c: Mapping[str, Any]) -> bool:
+    return bool(c.get("hybrid_override_pattern") or c.get("layers_block_type"))
+
+
+# Fields of architectures the planner does not model, and what each is: such a config is
+# refused naming it, rather than planned with wrong KV or weights.
+UNMODELLED: dict[str, str] = {
+    "compress_ratios": "compressed sparse attention (DeepSeek-V4's per-layer KV compression)",
+    "block_configs": "per-layer block shapes (Nemotron NAS / DeciLM: heads and MLP widths "
+                     "differ by layer)",
+    "swa_num_key_value_heads": "sliding-window layers with their own KV heads (MiMo-V2)",
+}
+
+
 @dataclass(frozen=True)
 class _Layers:
     full: int
@@ -185,6 +211,14 @@ def _layer_plan(c: Mapping[str, Any], layers: int, experts: int | None) -> _Laye
     """Per-layer types from whichever field the family uses."""
     window = c.get("sliding_window") if isinstance(c.get("sliding_window"), int) else None
     pattern = c.get("hybrid_override_pattern")
+    blocks = c.get("layers_block_type")
+    if isinstance(blocks, list) and blocks and not pattern:  # Nemotron-H, newer configs
+        pattern = "".join(_BLOCK_LETTERS.get(str(b), "?") for b in blocks)
+        if "?" in pattern:
+            odd = next(str(b) for b in blocks if str(b) not in _BLOCK_LETTERS)
+            raise ValueError(f"config.json layers_block_type has {odd!r}, a block the "
+                             "planner does not model (it knows " + ", ".join(_BLOCK_LETTERS)
+                             + "): give spec.model.architecture")
     if isinstance(pattern, str) and pattern:  # Nemotron-H: one character per layer
         attn, mamba = pattern.count("*"), pattern.count("M")
         moe, mlp = pattern.count("E"), pattern.count("-")
@@ -232,6 +266,7 @@ def _layer_plan(c: Mapping[str, Any], layers: int, experts: int | None) -> _Laye
 
 # deepseek_sparse_attention (GLM-5.2+): MLA layers whose lightning indexer's small key
 # cache (index_head_dim fp8) is not counted.
+_BLOCK_LETTERS = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
 _LAYER_KINDS = {"full_attention": "full", "attention": "full", "global": "full",
                 "deepseek_sparse_attention": "full",
                 "sliding_attention": "sliding", "chunked_attention": "sliding",
@@ -382,12 +417,20 @@ def _groups(c: Mapping[str, Any], layers: _Layers, heads: int, kv_heads: int, he
     norms = (4 if c.get("model_type") in ("gemma2", "gemma3_text") else 2) * hidden
     moe_inter = int(_first(c, ("moe_intermediate_size", "expert_intermediate_size"))
                     or inter)
+    # Dense layers of a MoE model (DeepSeek's first_k_dense_replace, Llama-4 Maverick's
+    # interleaved ones) may have their own width.
+    dense_inter = int(_first(c, ("dense_intermediate_size", "intermediate_size_mlp")) or inter)
     # Gated MLPs have gate, up and down; Nemotron-H's squared-ReLU MLPs up and down.
-    mats = 2 if c.get("mlp_hidden_act") == "relu2" or c.get("hybrid_override_pattern") else 3
-    expert = mats * hidden * moe_inter
+    mats = 2 if c.get("mlp_hidden_act") == "relu2" or _is_pattern(c) else 3
+    # Nemotron-3's latent experts work in moe_latent_size, with one down and one up
+    # projection between it and the hidden size per MoE layer.
+    latent = int(c.get("moe_latent_size") or 0)
+    expert = mats * (latent or hidden) * moe_inter
     shared_inter = int(_first(c, ("shared_expert_intermediate_size",
-                                  "moe_shared_expert_intermediate_size")) or 0)
-    n_shared = int(_first(c, ("n_shared_experts", "num_shared_experts")) or 0)
+                                  "moe_shared_expert_intermediate_size",
+                                  "shared_intermediate_size", "share_expert_dim")) or 0)
+    n_shared = int(_first(c, ("n_shared_experts", "num_shared_experts")) or (
+        1 if str(c.get("model_type")).startswith("llama4") else 0))  # Llama-4: one, always
     shared = (mats * hidden * shared_inter if shared_inter
               else n_shared * mats * hidden * moe_inter)
     tied = bool(c.get("tie_word_embeddings", False))
@@ -395,11 +438,11 @@ def _groups(c: Mapping[str, Any], layers: _Layers, heads: int, kv_heads: int, he
         "embeddings": vocab * hidden * (1 if tied else 2) + hidden,
         "attention": layers.attention * attn,
         "state": layers.state * _state_params(c, layers.state_kind, hidden),
-        "mlp": layers.mlp * mats * hidden * inter,
+        "mlp": layers.mlp * mats * hidden * (dense_inter if experts else inter),
         "experts": layers.moe * (experts or 0) * expert,
         "active_experts": layers.moe * (top_k or 1) * expert if experts else 0,
         "shared_experts": layers.moe * shared,
-        "router": layers.moe * hidden * (experts or 0),
+        "router": layers.moe * (hidden * (experts or 0) + 2 * hidden * latent),
         "norms": int(c["num_hidden_layers"]) * norms,
     }
     return g
@@ -419,6 +462,12 @@ def facts_from_hf_config(config: Mapping[str, Any], name: str | None = None,
     the key that is missing or that the planner does not model.
     """
     c = _text_config(config)
+    for key, what in UNMODELLED.items():
+        if c.get(key) is not None:
+            raise ValueError(f"config.json has {key}: {what}, which the planner does not "
+                             "model yet: give spec.model.architecture")
+    if not c.get("num_hidden_layers") and isinstance(c.get("layers_block_type"), list):
+        c["num_hidden_layers"] = len(c["layers_block_type"])
     for key in ("hidden_size", "num_hidden_layers", "num_attention_heads"):
         if not c.get(key):
             raise ValueError(f"config.json has no {key}: not a decoder transformer the "
@@ -477,11 +526,18 @@ def facts_from_hf_config(config: Mapping[str, Any], name: str | None = None,
         tie_word_embeddings=bool(c.get("tie_word_embeddings", False)),
         source=CONFIG_JSON,
         full_attention_layers=layers.full,
+        # Gemma 4's global layers (attention_k_eq_v shares K and V there: counted as two,
+        # the conservative bound).
+        full_attention_head_dim=int(c["global_head_dim"]) if c.get("global_head_dim") else None,
+        full_attention_kv_heads=int(c["num_global_key_value_heads"])
+        if c.get("num_global_key_value_heads") else None,
         sliding_window_layers=layers.sliding,
         sliding_window=layers.window,
         state_layers=layers.state,
         state_elements_per_layer=_state_elements(c, layers.state_kind),
         state_kind=layers.state_kind,
+        state_dtype=str(c["mamba_ssm_cache_dtype"]) if layers.state and c.get(
+            "mamba_ssm_cache_dtype") not in (None, "auto") else None,
         mla_kv_dim=mla_dim,
         shared_experts=int(_first(c, ("n_shared_experts", "num_shared_experts")) or (
             1 if c.get("shared_expert_intermediate_size") else 0)) if experts else 0,

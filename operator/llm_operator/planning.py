@@ -230,13 +230,18 @@ def kv_bytes_per_token(facts: ModelFacts, tp: int, pp: int, kv_dtype_bytes: int,
     (:func:`kv_bytes_per_sequence`) are spread over those tokens (rounded up); without,
     sliding-window layers count as full attention (the conservative bound).
     """
-    kv_layers = facts.kv_layers + (facts.sliding_window_layers if tokens <= 0 else 0)
-    layers = math.ceil(kv_layers / pp)
     if facts.mla_kv_dim is not None:
+        layers = math.ceil((facts.kv_layers + (facts.sliding_window_layers if tokens <= 0
+                                               else 0)) / pp)
         per_token = layers * facts.mla_kv_dim * kv_dtype_bytes
     else:
-        per_token = (2 * layers * math.ceil(facts.num_key_value_heads / tp)
-                     * facts.head_dim * kv_dtype_bytes)
+        full = (2 * math.ceil(facts.kv_layers / pp) * math.ceil(facts.full_kv_heads / tp)
+                * facts.full_head_dim * kv_dtype_bytes)
+        # Without a length, sliding-window layers as full ones (their own heads).
+        extra = (2 * math.ceil(facts.sliding_window_layers / pp)
+                 * math.ceil(facts.num_key_value_heads / tp) * facts.head_dim
+                 * kv_dtype_bytes) if tokens <= 0 else 0
+        per_token = full + extra
     if tokens <= 0 or not (facts.sliding_window_layers or facts.state_layers):
         return per_token
     per_seq = kv_bytes_per_sequence(facts, tp, pp, kv_dtype_bytes, tokens, state_dtype_bytes)
@@ -249,7 +254,8 @@ def kv_bytes_per_sequence(facts: ModelFacts, tp: int, pp: int, kv_dtype_bytes: i
     token: sliding-window layers hold min(tokens, window + one block) tokens of K and V
     (vLLM's SlidingWindowSpec frees the blocks that leave the window); linear-attention
     and Mamba layers hold a fixed state, ceil(state elements / TP) x state dtype bytes
-    (vLLM's MambaSpec; mamba_ssm_cache_dtype auto = the model's dtype)."""
+    (vLLM's MambaSpec; config.json's mamba_ssm_cache_dtype where set, else the model's
+    dtype: the conv part, in the model's dtype in vLLM, counted alike, a few %)."""
     sliding = 0
     if facts.sliding_window_layers and facts.sliding_window:
         held = min(tokens, facts.sliding_window + BLOCK_SIZE)
@@ -294,11 +300,12 @@ def weight_bytes(facts: ModelFacts, dtype_bytes: int, quantization: Quantization
 def valid_tensor_parallel_sizes(facts: ModelFacts, limit: int) -> list[int]:
     """TP sizes vLLM accepts for this model, up to ``limit``: TP divides the attention
     heads, and the KV heads divide TP or TP divides the KV heads."""
-    heads, kv = facts.num_attention_heads, facts.num_key_value_heads
+    heads = facts.num_attention_heads
     if facts.is_mla:  # one latent KV "head", replicated on every rank: heads % TP only
         return [t for t in range(1, limit + 1) if heads % t == 0]
+    kvs = {facts.num_key_value_heads, facts.full_kv_heads}  # Gemma 4: two KV head counts
     return [t for t in range(1, limit + 1)
-            if heads % t == 0 and (kv % t == 0 or t % kv == 0)]
+            if heads % t == 0 and all(kv % t == 0 or t % kv == 0 for kv in kvs)]
 
 
 def vllm_default_max_num_seqs(gpu: GPUFacts) -> int:
@@ -871,7 +878,7 @@ def _make_plan(spec: LLMServiceSpec, gpus_per_node: int,
                  concurrency=concurrency, request_blocks=blocks_per_request,
                  output_tokens=wl.output_tokens, ttft_s=wl.slo.ttft_p95_ms / 1000,
                  itl_s=wl.slo.itl_p95_ms / 1000, seq_tokens=tokens_per_request,
-                 state_bytes=dbytes)
+                 state_bytes=DTYPE_BYTES.get(facts.state_dtype or dtype, dbytes))
     count = spec.gpus.count if isinstance(spec.gpus.count, int) else None
     cands = _candidates(need, facts, engine, count)
     choice = _choose_detail(need, cands)
@@ -1169,6 +1176,9 @@ def _explain_kv(need: _Need, fit: _Fit) -> Explained:
     else:
         formula = "2 x ceil(layers / PP) x ceil(kv_heads / TP) x head_dim x kv bytes (per GPU)"
         inputs.update(numKeyValueHeads=facts.num_key_value_heads, headDim=facts.head_dim)
+    if facts.full_attention_head_dim or facts.full_attention_kv_heads:
+        inputs.update(fullAttentionHeadDim=facts.full_head_dim,
+                      fullAttentionKeyValueHeads=facts.full_kv_heads)
     if facts.full_attention_layers is not None:
         inputs["fullAttentionLayers"] = facts.full_attention_layers
         formula = formula.replace("layers", "full-attention layers", 1)
@@ -1180,7 +1190,7 @@ def _explain_kv(need: _Need, fit: _Fit) -> Explained:
                     "and Mamba layers a fixed state / TP")
         inputs.update(slidingWindowLayers=facts.sliding_window_layers,
                       slidingWindow=facts.sliding_window, stateLayers=facts.state_layers,
-                      stateKind=facts.state_kind,
+                      stateKind=facts.state_kind, stateBytes=need.state_bytes,
                       stateElementsPerLayer=facts.state_elements_per_layer,
                       sequenceTokens=need.seq_tokens, bytesPerSequence=per_seq)
     inputs["modelFacts"] = facts.source

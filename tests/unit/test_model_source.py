@@ -185,4 +185,4 @@ def test_plan_command_from_the_hub(hub: str, tmp_path: Path,
     assert "performance model does not read" in out
     # A folder without config.json: a clear error naming the option.
     assert cli.main(["plan", str(svc), "--model-config", str(tmp_path)]) == 2
-    assert "has no config.json" in capsys.readouterr().err
+    assert "has no config.json" in " ".join(capsys.readouterr().err.split())
