@@ -518,7 +518,9 @@ def facts_from_hf_config(config: Mapping[str, Any], name: str | None = None,
         num_layers=layers_n,
         hidden_size=hidden,
         num_attention_heads=heads,
-        num_key_value_heads=1 if mla_dim else kv_heads,
+        # As config.json says (MLA configs give as many as heads); the planner's MLA rules
+        # read mla_kv_dim, as vLLM's one latent "head".
+        num_key_value_heads=kv_heads,
         head_dim=head_dim,
         max_context=max_context(c),
         vocab_size=int(c["vocab_size"]) if c.get("vocab_size") else None,

@@ -76,7 +76,7 @@ from .engine_rules import (
 )
 from .errors import SpecError, SpecErrors
 from .extra_args import MANAGED_FLAGS, check_extra_args, flag_table
-from .modelfacts import CATALOG, QUANT_BYTES_PER_WEIGHT, estimated_weight_bytes
+from .modelfacts import CATALOG, CONFIG_JSON, QUANT_BYTES_PER_WEIGHT, estimated_weight_bytes
 from .models import (
     AdaptationMode,
     EngineSpec,
@@ -291,6 +291,8 @@ def weight_bytes(facts: ModelFacts, dtype_bytes: int, quantization: Quantization
             return facts.weight_bytes
         return estimated_weight_bytes(facts, dtype_bytes)
     if quantization == Quantization.NONE:
+        if facts.weight_bytes and DTYPE_BYTES.get(facts.dtype) == dtype_bytes:
+            return facts.weight_bytes  # the index's bytes, in the dtype vLLM serves
         return math.ceil(facts.parameters * dtype_bytes)
     embed = min(facts.embedding_parameters, int(facts.parameters))
     linear = facts.parameters - embed
@@ -830,7 +832,7 @@ def make_plan(spec: LLMServiceSpec, *, gpus_per_node: int = DEFAULT_GPUS_PER_NOD
     :func:`model_facts`; ``spec.model.architecture`` still wins)."""
     plan = _make_plan(spec, gpus_per_node, facts)
     if engine_rules:
-        _raise(engine_rule_errors(spec, plan))
+        _raise(engine_rule_errors(spec, plan, facts=facts))
     return plan
 
 
@@ -1077,6 +1079,10 @@ def _explain_facts(ex: list[Explained], spec: LLMServiceSpec, facts: ModelFacts,
             "bytesPerQuantizedWeight": QUANT_BYTES_PER_WEIGHT[facts.quantization],
             "quantizedGroups": list(facts.quantized_groups), "dtype": dtype,
             "dtypeBytes": dbytes}
+    elif quant == Quantization.NONE and facts.weight_bytes and weights == facts.weight_bytes:
+        formula = ("the checkpoint's bytes: model.safetensors.index.json metadata.total_size "
+                   "(stored in the dtype vLLM serves)")
+        inputs = {"parameters": facts.parameters, "dtype": dtype, "dtypeBytes": dbytes}
     elif quant == Quantization.NONE:
         formula = "parameters x dtype bytes"
         inputs = {"parameters": facts.parameters, "dtype": dtype, "dtypeBytes": dbytes}
@@ -1643,19 +1649,20 @@ def engine_flags(spec: LLMServiceSpec, plan: Plan,
     return flags
 
 
-def _model_shape(spec: LLMServiceSpec) -> ModelShape:
+def _model_shape(spec: LLMServiceSpec, read: ModelFacts | None = None) -> ModelShape:
     """What the rules know of the model: heads and context from the catalog or
     spec.model.architecture; whether it has experts only where that is known (the
     catalog records experts; an architecture says so with activeParameters, and says
-    nothing when it leaves them out)."""
+    nothing when it leaves them out); ``read``: facts from config.json (see
+    :func:`model_facts`), whose experts are known either way."""
     try:
-        facts = model_facts(spec)
+        facts = model_facts(spec, read)
     except SpecError:  # a plan written by hand for a model the catalog does not know
         return ModelShape()
     moe = facts.num_experts is not None or facts.active_parameters is not None
     return ModelShape(attention_heads=facts.num_attention_heads,
                       kv_heads=facts.num_key_value_heads, max_context=facts.max_context,
-                      is_moe=moe if moe or facts.source == "catalog" else None)
+                      is_moe=moe if moe or facts.source in (CATALOG, CONFIG_JSON) else None)
 
 
 def _engine_argv(spec: LLMServiceSpec, plan: Plan, overrides: Mapping[str, int] | None
@@ -1687,9 +1694,10 @@ def engine_argv(spec: LLMServiceSpec, plan: Plan,
 
 
 def engine_settings(spec: LLMServiceSpec, plan: Plan,
-                    overrides: Mapping[str, int] | None = None) -> EngineSettings:
+                    overrides: Mapping[str, int] | None = None, *,
+                    facts: ModelFacts | None = None) -> EngineSettings:
     """The settings the pods' ``vllm serve`` starts with (:func:`_engine_argv`), each
-    named in messages by the spec field that sets it."""
+    named in messages by the spec field that sets it; ``facts``: as :func:`make_plan`'s."""
     argv, owners = _engine_argv(spec, plan, overrides)
     table = flag_table()
     managed = {table.options[f].dest: field for f, field in MANAGED_FLAGS.items()
@@ -1724,18 +1732,20 @@ def engine_settings(spec: LLMServiceSpec, plan: Plan,
     return EngineSettings.of(
         argv, defaults=Defaults(vllm_default_max_num_batched_tokens(gpu),
                                 vllm_default_max_num_seqs(gpu)),
-        model=_model_shape(spec), describe=describe, locate=where, table=table)
+        model=_model_shape(spec, facts), describe=describe, locate=where, table=table)
 
 
 def engine_rule_errors(spec: LLMServiceSpec, plan: Plan,
                        overrides: Mapping[str, int] | None = None, *,
-                       overridden_only: bool = False) -> list[SpecError]:
+                       overridden_only: bool = False,
+                       facts: ModelFacts | None = None) -> list[SpecError]:
     """One :class:`SpecError` per start-up rule of vLLM (:mod:`llm_operator.engine_rules`)
     that the pods' engine arguments break: the field to change first (``field``), the
     others involved and each setting's value in the problem, where vLLM makes the rule,
     and the fix. ``overridden_only``: only the rules a tuned or adapted value takes part
-    in (the renderer's check: the planner has checked the rest)."""
-    settings = engine_settings(spec, plan, overrides)
+    in (the renderer's check: the planner has checked the rest). ``facts``: the model's
+    facts read from its config.json, as given to :func:`make_plan`."""
+    settings = engine_settings(spec, plan, overrides, facts=facts)
     _, owners = _engine_argv(spec, plan, overrides)
 
     def moved(dest: str) -> bool:

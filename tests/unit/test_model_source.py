@@ -174,6 +174,11 @@ def test_plan_command_reads_a_local_folder(tmp_path: Path,
     out = capsys.readouterr().out
     assert "weightBytes from model.safetensors.index.json" in out
     assert facts_from_folder(folder, "x").weight_bytes == 13_761_300_000
+    # render plans the same way: the manifests of a model the catalog does not know.
+    assert cli.main(["render", str(svc), "--model-config", str(folder)]) == 0
+    docs = list(yaml.safe_load_all(capsys.readouterr().out))
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    assert "openai/gpt-oss-20b" in json.dumps(deployment)
 
 
 def test_plan_command_from_the_hub(hub: str, tmp_path: Path,

@@ -292,6 +292,32 @@ def test_plan_of_an_mla_moe_model_from_its_config() -> None:
     assert summary["factSources"]["weightBytes"] == SAFETENSORS_INDEX
 
 
+def test_engine_rules_see_the_read_facts() -> None:
+    from llm_operator.planning import engine_settings
+
+    facts = facts_from_hf_config(DEEPSEEK_V3, name="deepseek-ai/DeepSeek-V3")
+    s = spec("deepseek-ai/DeepSeek-V3")
+    plan = make_plan(s, facts=facts)
+    model = engine_settings(s, plan, facts=facts).model
+    # MLA configs give as many KV heads as heads, as vLLM's GQA rules expect of them.
+    assert (model.attention_heads, model.kv_heads, model.is_moe) == (128, 128, True)
+
+
+def test_unquantized_checkpoint_bytes_from_the_index() -> None:
+    # Mirrors Qwen/Qwen3-32B: bf16, 65,524,246,528 bytes in its index.
+    qwen = {"model_type": "qwen3", "hidden_size": 5120, "num_hidden_layers": 64,
+            "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128,
+            "intermediate_size": 25600, "vocab_size": 151936,
+            "max_position_embeddings": 40960, "torch_dtype": "bfloat16"}
+    none = facts_quant_none()
+    facts = facts_from_hf_config(qwen, index={"metadata": {"total_size": 65_524_246_528}})
+    assert weight_bytes(facts, 2, none) == 65_524_246_528
+    # Stored in float32, served in bf16: parameters x 2, not the index's bytes.
+    f32 = facts_from_hf_config({**qwen, "torch_dtype": "float32"},
+                               index={"metadata": {"total_size": 131_048_493_056}})
+    assert weight_bytes(f32, 2, none) == f32.parameters * 2
+
+
 def test_plan_without_facts_still_refuses_an_unknown_model() -> None:
     with pytest.raises(SpecError, match="not in the built-in catalog"):
         make_plan(spec("deepseek-ai/DeepSeek-V3"))

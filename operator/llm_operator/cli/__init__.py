@@ -88,10 +88,11 @@ def _cmd_render(args: argparse.Namespace) -> int:
     settings = Settings()
     docs: list[dict[str, Any]] = []
     for _path, svc in load_services(args.files):
+        facts = _read_facts(args.model_config, svc.spec)
         # As the operator renders a new service (no status yet): live cap where it applies.
         docs.extend(render_all(
-            svc, make_plan(svc.spec, gpus_per_node=settings.gpus_per_node), settings,
-            live_cap=live_cap_in_use(svc.spec, None)))
+            svc, make_plan(svc.spec, gpus_per_node=settings.gpus_per_node, facts=facts),
+            settings, live_cap=live_cap_in_use(svc.spec, None)))
     sys.stdout.write(yaml.safe_dump_all(docs, sort_keys=False, explicit_start=True))
     return 0
 
@@ -144,6 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("render", help="print the manifests the operator would apply")
     p.add_argument("files", nargs="+", help="LLMService YAML files ('-' for stdin)")
+    p.add_argument("--model-config", metavar="DIR|hub", default=None,
+                   help="plan from the model's config.json, as `plan --model-config`")
     p.set_defaults(func=_cmd_render)
 
     p = sub.add_parser("run", help="run the operator against the current kubeconfig")
