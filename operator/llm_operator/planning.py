@@ -660,6 +660,14 @@ def _checkpoint_quantization_errors(spec: LLMServiceSpec, facts: ModelFacts) -> 
     """spec.model.quantization against a checkpoint its publisher quantized (config.json's
     quantization_config): vLLM refuses a different method at start."""
     quant = spec.model.quantization
+    if (facts.quantization is None and facts.source == CONFIG_JSON
+            and quant in (Quantization.AWQ, Quantization.GPTQ)):
+        return [SpecError(
+            "spec.model.quantization",
+            f"{quant.value} needs a checkpoint quantized with it, and {spec.model.name}'s "
+            "config.json has no quantization_config: vLLM refuses to start",
+            "name the quantized checkpoint (e.g. an ...-AWQ repository), or use fp8, which "
+            "vLLM applies to an unquantized checkpoint as it loads it")]
     if facts.quantization is None or quant == Quantization.NONE:
         return []
     method = (facts.quantization_method or "").lower()

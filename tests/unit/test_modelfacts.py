@@ -331,6 +331,19 @@ def test_spec_quantization_other_than_the_checkpoints_is_refused() -> None:
     assert "mxfp4" in exc.value.problem
 
 
+def test_awq_on_an_unquantized_config_is_refused_and_fp8_matches_fp8() -> None:
+    base = {k: v for k, v in DEEPSEEK_V3.items() if k != "quantization_config"}
+    plain = facts_from_hf_config(base, name="deepseek-ai/DeepSeek-V3-bf16")
+    with pytest.raises(SpecError) as exc:
+        make_plan(spec("deepseek-ai/DeepSeek-V3-bf16", model={"quantization": "awq"}),
+                  facts=plain)
+    assert exc.value.field == "spec.model.quantization"
+    assert "no quantization_config" in exc.value.problem
+    fp8 = facts_from_hf_config(DEEPSEEK_V3, name="deepseek-ai/DeepSeek-V3")
+    plan = make_plan(spec("deepseek-ai/DeepSeek-V3", model={"quantization": "fp8"}), facts=fp8)
+    assert plan.weight_bytes == weight_bytes(fp8, 2, facts_quant_none())
+
+
 def test_gpt_oss_plan_spreads_the_window_over_the_request() -> None:
     facts = facts_from_hf_config(GPT_OSS_120B, name="openai/gpt-oss-120b")
     s = spec("openai/gpt-oss-120b", workload={"concurrency": 64, "inputTokens": 1536,
