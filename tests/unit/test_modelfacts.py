@@ -318,6 +318,17 @@ def test_unquantized_checkpoint_bytes_from_the_index() -> None:
     assert weight_bytes(f32, 2, none) == f32.parameters * 2
 
 
+def test_status_names_the_catalog_and_the_spec_as_sources() -> None:
+    catalog = plan_summary(make_plan(spec("meta-llama/Llama-3.1-8B-Instruct")))
+    assert catalog["factSources"] == {"architecture": "catalog", "parameters": "catalog",
+                                      "gpu": "GPU table"}
+    typed = make_plan(spec("my/model", model={"architecture": {
+        "parameters": 8.03e9, "numLayers": 32, "hiddenSize": 4096, "numAttentionHeads": 32,
+        "numKeyValueHeads": 8, "maxContext": 8192}}, gpus={"memoryGib": 80}))
+    assert typed.fact_sources["architecture"] == "spec.model.architecture"
+    assert typed.fact_sources["gpu"] == "spec.gpus.memoryGib"
+
+
 def test_plan_without_facts_still_refuses_an_unknown_model() -> None:
     with pytest.raises(SpecError, match="not in the built-in catalog"):
         make_plan(spec("deepseek-ai/DeepSeek-V3"))
