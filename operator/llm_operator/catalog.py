@@ -17,46 +17,17 @@ A model the catalog does not know can be described in the spec
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from .modelfacts import SPEC, ModelFacts, facts_from_hf_config
 from .models import Architecture
 
+__all__ = ["GPUFacts", "ModelFacts", "architecture_from_hf_config", "facts_from_architecture",
+           "lookup_gpu", "lookup_model"]
+
 MIB = 1024**2
-
-
-@dataclass(frozen=True)
-class ModelFacts:
-    """Architecture facts of one model, as the planner needs them."""
-
-    name: str  # Hugging Face id (canonical spelling) or the served name
-    parameters: float  # total, all experts included
-    num_layers: int
-    hidden_size: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int
-    max_context: int  # what vLLM derives as the longest --max-model-len
-    vocab_size: int | None
-    dtype: str = "bfloat16"  # the checkpoint's dtype (config.json torch_dtype)
-    active_parameters: float | None = None  # per token; None = parameters (dense)
-    num_experts: int | None = None  # mixture of experts: experts per layer
-    num_experts_per_token: int | None = None
-    tie_word_embeddings: bool = False
-    source: str = "catalog"  # catalog | spec.model.architecture | config.json
-
-    @property
-    def active(self) -> float:
-        """Parameters used per token (all of them for a dense model)."""
-        return self.active_parameters if self.active_parameters is not None else self.parameters
-
-    @property
-    def embedding_parameters(self) -> int:
-        """Input embedding plus LM head (one matrix when tied); 0 when vocab is unknown."""
-        if not self.vocab_size:
-            return 0
-        return self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2)
 
 
 @dataclass(frozen=True)
@@ -362,91 +333,14 @@ def gpu_products() -> list[str]:
 
 # --------------------------------------------------------------------------- config.json
 
-def _first(config: Mapping[str, Any], keys: Iterable[str]) -> Any:
-    for key in keys:
-        if config.get(key) is not None:
-            return config[key]
-    return None
-
-
-def _max_context(config: Mapping[str, Any]) -> int:
-    """Longest context as vLLM derives it: the smallest length key, times rope scaling."""
-    keys = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length",
-            "max_sequence_length", "model_max_length")
-    lengths = [int(config[k]) for k in keys if isinstance(config.get(k), int | float)]
-    if not lengths:
-        raise ValueError("config.json has no max_position_embeddings")
-    length = min(lengths)
-    scaling = config.get("rope_scaling") or {}
-    rope_type = scaling.get("rope_type", scaling.get("type"))
-    # vLLM multiplies by the factor except for rope types that already state the length.
-    if scaling.get("factor") and rope_type not in (None, "default", "su", "longrope", "llama3"):
-        length = int(scaling.get("original_max_position_embeddings", length) * scaling["factor"])
-    return length
-
-
-def _parameters(config: Mapping[str, Any], heads: int, kv_heads: int, head_dim: int,
-                experts: int | None, top_k: int | None) -> tuple[int, int]:
-    """Total and active parameter counts of a decoder-only transformer with gated MLP."""
-    hidden = int(config["hidden_size"])
-    layers = int(config["num_hidden_layers"])
-    inter = int(config.get("intermediate_size") or 4 * hidden)
-    vocab = int(config.get("vocab_size") or 0)
-    attn = hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2  # q, o, k, v
-    if config.get("attention_bias") or config.get("model_type") == "qwen2":
-        attn += (heads + 2 * kv_heads) * head_dim  # q, k, v biases
-    expert = 3 * hidden * inter  # gate, up, down
-    # Gemma 2 normalises before and after both attention and MLP: four norms a layer.
-    norms = (4 if config.get("model_type") in ("gemma2", "gemma3_text") else 2) * hidden
-    n_exp = experts or 1
-    router = hidden * experts if experts else 0
-    per_layer = attn + n_exp * expert + router + norms
-    per_layer_active = attn + (top_k or 1) * expert + router + norms if experts else per_layer
-    tied = bool(config.get("tie_word_embeddings", False))
-    embed = vocab * hidden * (1 if tied else 2) + hidden  # + final norm
-    return layers * per_layer + embed, layers * per_layer_active + embed
-
-
-def architecture_from_hf_config(config: Mapping[str, Any], name: str | None = None) -> ModelFacts:
-    """Turn a Hugging Face ``config.json`` (as a dict) into :class:`ModelFacts`.
-
-    Handles a missing ``head_dim`` (= hidden / heads), a missing ``num_key_value_heads``
-    (= heads, plain multi-head attention), mixture of experts (``num_local_experts``
-    and ``num_experts_per_tok``), a nested ``text_config`` (multimodal wrappers) and
-    rope scaling of the context. The parameter count is computed from the shapes
-    (attention, gated MLP per expert, norms, embeddings; tied or not). Raises
-    ``ValueError`` naming the missing key when the config is not a decoder transformer.
+def architecture_from_hf_config(config: Mapping[str, Any], name: str | None = None,
+                                index: Mapping[str, Any] | None = None) -> ModelFacts:
+    """Turn a Hugging Face ``config.json`` (as a dict), and optionally its safetensors
+    index, into :class:`ModelFacts`: see :func:`llm_operator.modelfacts.facts_from_hf_config`
+    (MLA, per-layer attention types, experts, quantization, vision towers, a nested
+    ``text_config``). Raises ``ValueError`` naming the key that is missing or not modelled.
     """
-    if "num_hidden_layers" not in config and isinstance(config.get("text_config"), Mapping):
-        config = {**config["text_config"], **{k: v for k, v in config.items()
-                                              if k in ("torch_dtype", "dtype")}}
-    for key in ("hidden_size", "num_hidden_layers", "num_attention_heads"):
-        if not config.get(key):
-            raise ValueError(f"config.json has no {key}")
-    hidden = int(config["hidden_size"])
-    heads = int(config["num_attention_heads"])
-    kv_heads = int(config.get("num_key_value_heads") or heads)
-    head_dim = int(config.get("head_dim") or hidden // heads)
-    experts = config.get("num_local_experts") or config.get("num_experts")
-    top_k = config.get("num_experts_per_tok")
-    total, active = _parameters(config, heads, kv_heads, head_dim, experts, top_k)
-    return ModelFacts(
-        name=name or str(config.get("_name_or_path") or "local-model"),
-        parameters=total,
-        active_parameters=active if experts else None,
-        num_experts=int(experts) if experts else None,
-        num_experts_per_token=int(top_k) if experts and top_k else None,
-        num_layers=int(config["num_hidden_layers"]),
-        hidden_size=hidden,
-        num_attention_heads=heads,
-        num_key_value_heads=kv_heads,
-        head_dim=head_dim,
-        max_context=_max_context(config),
-        vocab_size=int(config["vocab_size"]) if config.get("vocab_size") else None,
-        dtype=str(config.get("torch_dtype") or config.get("dtype") or "float32"),
-        tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
-        source="config.json",
-    )
+    return facts_from_hf_config(config, name=name, index=index)
 
 
 def facts_from_architecture(arch: Architecture, name: str) -> ModelFacts:
@@ -463,5 +357,5 @@ def facts_from_architecture(arch: Architecture, name: str) -> ModelFacts:
         head_dim=arch.head_dim or math.ceil(arch.hidden_size / arch.num_attention_heads),
         max_context=arch.max_context,
         vocab_size=arch.vocab_size,
-        source="spec.model.architecture",
+        source=SPEC,
     )

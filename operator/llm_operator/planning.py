@@ -34,8 +34,16 @@ How the plan is reached (one replica):
    lowered (with a warning) to :data:`MODEL_LEN_MARGIN` of what requests can use when
    one such sequence would not fit with that margin.
 
-Sliding-window layers (Gemma 2, Mistral v0.1) are counted as full attention: the plan
-is conservative for them. User pins always win, but are validated.
+KV by layer type (facts read from a model's config.json, :mod:`~llm_operator.modelfacts`):
+full-attention layers pay K and V for every token; multi-head latent attention (MLA)
+pays one latent of ``kv_lora_rank + qk_rope_head_dim`` elements per token and layer, the
+same on every TP rank (vLLM replicates the latent cache: no KV-head split, so no
+KV-head divisibility rule for TP); sliding-window layers pay at most window + one block
+of tokens per sequence; linear-attention and Mamba layers pay a fixed state per
+sequence. The per-sequence parts are spread over the workload's request length, so
+"KV bytes per token" is an effective figure (estimated) for such models. Catalog and
+``spec.model.architecture`` models count every layer as full attention (conservative
+for Gemma 2 and Mistral v0.1). User pins always win, but are validated.
 """
 
 from __future__ import annotations
@@ -68,6 +76,7 @@ from .engine_rules import (
 )
 from .errors import SpecError, SpecErrors
 from .extra_args import MANAGED_FLAGS, check_extra_args, flag_table
+from .modelfacts import CATALOG, CONFIG_JSON, QUANT_BYTES_PER_WEIGHT, estimated_weight_bytes
 from .models import (
     AdaptationMode,
     EngineSpec,
@@ -172,6 +181,10 @@ class Plan(BaseModel):
     # Engine settings the planner set otherwise than the spec or vLLM's default would, so
     # that vLLM starts: what and why (status.plan.adjustments, an Event).
     adjustments: list[str] = Field(default_factory=list)
+    # Where each model fact came from: {"architecture": "config.json", "weightBytes":
+    # "model.safetensors.index.json", ...}: catalog, config.json, the safetensors index,
+    # or spec.model.architecture (status.plan.factSources).
+    fact_sources: dict[str, str] = Field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- pure formulas
@@ -205,11 +218,53 @@ def kv_request_tokens(kv_budget_bytes: int, kv_bytes_per_token: int,
     return max(0, capacity - NULL_BLOCKS * block_size)
 
 
-def kv_bytes_per_token(facts: ModelFacts, tp: int, pp: int, kv_dtype_bytes: int) -> int:
-    """KV bytes one token takes on one GPU:
-    2 x ceil(layers / PP) x ceil(kv_heads / TP) x head_dim x kv_dtype_bytes."""
-    return (2 * math.ceil(facts.num_layers / pp) * math.ceil(facts.num_key_value_heads / tp)
-            * facts.head_dim * kv_dtype_bytes)
+def kv_bytes_per_token(facts: ModelFacts, tp: int, pp: int, kv_dtype_bytes: int,
+                       tokens: int = 0, state_dtype_bytes: int = 2) -> int:
+    """KV bytes one token takes on one GPU.
+
+    Full-attention layers: 2 x ceil(layers / PP) x ceil(kv_heads / TP) x head_dim x
+    kv_dtype_bytes. MLA layers: ceil(layers / PP) x (kv_lora_rank + qk_rope_head_dim) x
+    kv_dtype_bytes, not divided by TP (vLLM's MLAAttentionSpec: one latent "head",
+    replicated on every rank). With ``tokens`` (a sequence's length), the per-sequence
+    bytes of sliding-window and linear-attention/Mamba layers
+    (:func:`kv_bytes_per_sequence`) are spread over those tokens (rounded up); without,
+    sliding-window layers count as full attention (the conservative bound).
+    """
+    if facts.mla_kv_dim is not None:
+        layers = math.ceil((facts.kv_layers + (facts.sliding_window_layers if tokens <= 0
+                                               else 0)) / pp)
+        per_token = layers * facts.mla_kv_dim * kv_dtype_bytes
+    else:
+        full = (2 * math.ceil(facts.kv_layers / pp) * math.ceil(facts.full_kv_heads / tp)
+                * facts.full_head_dim * kv_dtype_bytes)
+        # Without a length, sliding-window layers as full ones (their own heads).
+        extra = (2 * math.ceil(facts.sliding_window_layers / pp)
+                 * math.ceil(facts.num_key_value_heads / tp) * facts.head_dim
+                 * kv_dtype_bytes) if tokens <= 0 else 0
+        per_token = full + extra
+    if tokens <= 0 or not (facts.sliding_window_layers or facts.state_layers):
+        return per_token
+    per_seq = kv_bytes_per_sequence(facts, tp, pp, kv_dtype_bytes, tokens, state_dtype_bytes)
+    return per_token + math.ceil(per_seq / tokens)
+
+
+def kv_bytes_per_sequence(facts: ModelFacts, tp: int, pp: int, kv_dtype_bytes: int,
+                          tokens: int, state_dtype_bytes: int = 2) -> int:
+    """Bytes one sequence of ``tokens`` takes on one GPU in the layers that do not pay per
+    token: sliding-window layers hold min(tokens, window + one block) tokens of K and V
+    (vLLM's SlidingWindowSpec frees the blocks that leave the window); linear-attention
+    and Mamba layers hold a fixed state, ceil(state elements / TP) x state dtype bytes
+    (vLLM's MambaSpec; config.json's mamba_ssm_cache_dtype where set, else the model's
+    dtype: the conv part, in the model's dtype in vLLM, counted alike, a few %)."""
+    sliding = 0
+    if facts.sliding_window_layers and facts.sliding_window:
+        held = min(tokens, facts.sliding_window + BLOCK_SIZE)
+        sliding = (2 * math.ceil(facts.sliding_window_layers / pp)
+                   * math.ceil(facts.num_key_value_heads / tp) * facts.head_dim
+                   * kv_dtype_bytes * held)
+    state = (math.ceil(facts.state_layers / pp)
+             * math.ceil(facts.state_elements_per_layer / tp) * state_dtype_bytes)
+    return sliding + state
 
 
 def serving_dtype(facts: ModelFacts, engine: EngineSpec) -> str:
@@ -226,9 +281,18 @@ def kv_dtype_bytes(engine: EngineSpec, dtype_bytes: int) -> int:
 
 
 def weight_bytes(facts: ModelFacts, dtype_bytes: int, quantization: Quantization) -> int:
-    """Bytes of the whole model's weights. Quantized: linear layers at the quantized
-    size, embeddings and LM head kept in the serving dtype (as vLLM loads them)."""
+    """Bytes of the whole model's weights. A checkpoint quantized by its publisher
+    (config.json's quantization_config): the safetensors index's total_size, else
+    estimated from its parameter groups (:func:`~llm_operator.modelfacts.estimated_weight_bytes`).
+    Quantized on load or by spec.model.quantization: linear layers at the quantized size,
+    embeddings and LM head kept in the serving dtype (as vLLM loads them)."""
+    if facts.quantization is not None:
+        if facts.weight_bytes:
+            return facts.weight_bytes
+        return estimated_weight_bytes(facts, dtype_bytes)
     if quantization == Quantization.NONE:
+        if facts.weight_bytes and DTYPE_BYTES.get(facts.dtype) == dtype_bytes:
+            return facts.weight_bytes  # the index's bytes, in the dtype vLLM serves
         return math.ceil(facts.parameters * dtype_bytes)
     embed = min(facts.embedding_parameters, int(facts.parameters))
     linear = facts.parameters - embed
@@ -238,9 +302,12 @@ def weight_bytes(facts: ModelFacts, dtype_bytes: int, quantization: Quantization
 def valid_tensor_parallel_sizes(facts: ModelFacts, limit: int) -> list[int]:
     """TP sizes vLLM accepts for this model, up to ``limit``: TP divides the attention
     heads, and the KV heads divide TP or TP divides the KV heads."""
-    heads, kv = facts.num_attention_heads, facts.num_key_value_heads
+    heads = facts.num_attention_heads
+    if facts.is_mla:  # one latent KV "head", replicated on every rank: heads % TP only
+        return [t for t in range(1, limit + 1) if heads % t == 0]
+    kvs = {facts.num_key_value_heads, facts.full_kv_heads}  # Gemma 4: two KV head counts
     return [t for t in range(1, limit + 1)
-            if heads % t == 0 and (kv % t == 0 or t % kv == 0)]
+            if heads % t == 0 and all(kv % t == 0 or t % kv == 0 for kv in kvs)]
 
 
 def vllm_default_max_num_seqs(gpu: GPUFacts) -> int:
@@ -284,10 +351,14 @@ def managed_flag_errors(spec: LLMServiceSpec) -> list[SpecError]:
 
 # --------------------------------------------------------------------------- facts
 
-def model_facts(spec: LLMServiceSpec) -> ModelFacts:
-    """The model's facts: ``spec.model.architecture`` if given, else the catalog."""
+def model_facts(spec: LLMServiceSpec, read: ModelFacts | None = None) -> ModelFacts:
+    """The model's facts: ``spec.model.architecture`` if given (the user's override),
+    else ``read`` (the model's own config.json, read at an edge: the command line's
+    ``--model-config``), else the catalog."""
     if spec.model.architecture is not None:
         return facts_from_architecture(spec.model.architecture, spec.model.name)
+    if read is not None:
+        return read
     facts = lookup_model(spec.model.name)
     if facts is None:
         raise SpecError(
@@ -356,6 +427,10 @@ class _Need:
     output_tokens: int = 0
     ttft_s: float = 0.0  # the SLO: TTFT and ITL p95 objectives, seconds
     itl_s: float = 0.0
+    # The sequence length over which per-sequence KV (sliding windows, linear-attention
+    # and Mamba state) is spread, and the state's dtype bytes.
+    seq_tokens: int = 0
+    state_bytes: int = 2
 
 
 @dataclass(frozen=True)
@@ -375,7 +450,8 @@ class _Fit:
 
 def _evaluate(need: _Need, tp: int, pp: int) -> _Fit:
     per_gpu = math.ceil(need.weights / (tp * pp))
-    kv_tok = kv_bytes_per_token(need.facts, tp, pp, need.kv_bytes)
+    kv_tok = kv_bytes_per_token(need.facts, tp, pp, need.kv_bytes, need.seq_tokens,
+                                need.state_bytes)
     budget = need.usable - per_gpu
     return _Fit(tp, pp, per_gpu, kv_tok, budget, kv_token_capacity(budget, kv_tok),
                 kv_request_tokens(budget, kv_tok))
@@ -571,12 +647,49 @@ def contradictions(spec: LLMServiceSpec) -> list[SpecError]:
     return errors
 
 
+# spec.model.quantization values that name the method a checkpoint was quantized with
+# (vLLM refuses a --quantization that differs from the checkpoint's quantization_config).
+_SPEC_QUANT_MATCHES: dict[Quantization, tuple[str, ...]] = {
+    Quantization.FP8: ("fp8",),
+    Quantization.AWQ: ("awq", "awq_marlin"),
+    Quantization.GPTQ: ("gptq", "gptq_marlin"),
+}
+
+
+def _checkpoint_quantization_errors(spec: LLMServiceSpec, facts: ModelFacts) -> list[SpecError]:
+    """spec.model.quantization against a checkpoint its publisher quantized (config.json's
+    quantization_config): vLLM refuses a different method at start."""
+    quant = spec.model.quantization
+    if (facts.quantization is None and facts.source == CONFIG_JSON
+            and quant in (Quantization.AWQ, Quantization.GPTQ)):
+        return [SpecError(
+            "spec.model.quantization",
+            f"{quant.value} needs a checkpoint quantized with it, and {spec.model.name}'s "
+            "config.json has no quantization_config: vLLM refuses to start",
+            "name the quantized checkpoint (e.g. an ...-AWQ repository), or use fp8, which "
+            "vLLM applies to an unquantized checkpoint as it loads it")]
+    if facts.quantization is None or quant == Quantization.NONE:
+        return []
+    method = (facts.quantization_method or "").lower()
+    if method in _SPEC_QUANT_MATCHES.get(quant, ()) or (
+            quant == Quantization.FP8 and facts.quantization == "fp8"):
+        return []
+    return [SpecError(
+        "spec.model.quantization",
+        f"{quant.value} differs from the checkpoint's own quantization "
+        f"({facts.quantization_method}, {facts.quantization} weights, from "
+        f"{facts.source_of('quantization')}): vLLM refuses a --quantization other than the "
+        "checkpoint's", "remove spec.model.quantization (vLLM reads the checkpoint's), or "
+        "name an unquantized checkpoint")]
+
+
 def _pin_errors(spec: LLMServiceSpec, facts: ModelFacts,
                 tokens_per_request: int, per_node: int) -> list[SpecError]:
     """Pins that cannot be served, whatever the GPUs."""
     engine, errors = spec.engine, managed_flag_errors(spec)
+    errors += _checkpoint_quantization_errors(spec, facts)
     if (spec.model.quantization in (Quantization.AWQ, Quantization.GPTQ)
-            and spec.model.architecture is None and spec.model.volume is None):
+            and facts.source == CATALOG and spec.model.volume is None):
         # The catalog's ids are the publishers' unquantized checkpoints: vLLM finds no
         # quantization config in them and exits at start.
         errors.append(SpecError(
@@ -591,9 +704,11 @@ def _pin_errors(spec: LLMServiceSpec, facts: ModelFacts,
     if isinstance(tp, int) and tp not in valid:
         errors.append(SpecError(
             "spec.engine.tensorParallelSize",
-            f"{tp} does not divide the model's {facts.num_attention_heads} attention heads "
-            f"(with {facts.num_key_value_heads} KV heads, which vLLM needs to divide TP or "
-            "be divided by it)",
+            f"{tp} does not divide the model's {facts.num_attention_heads} attention heads"
+            + (" (multi-head latent attention: the latent KV cache is replicated on every "
+               "rank, so only the heads constrain TP)" if facts.is_mla else
+               f" (with {facts.num_key_value_heads} KV heads, which vLLM needs to divide TP "
+               "or be divided by it)"),
             "use one of: " + ", ".join(map(str, valid)) + ", or leave it auto"))
     if isinstance(pp, int) and pp > facts.num_layers:
         errors.append(SpecError(
@@ -660,7 +775,8 @@ def _too_small(spec: LLMServiceSpec, need: _Need, gpu: GPUFacts,
     """The error for GPUs that cannot hold the weights plus one sequence, with what would."""
     engine = spec.engine
     auto_need = _Need(need.facts, need.weights, need.kv_bytes, need.usable, need.hard_tokens,
-                      need.hard_tokens, need.per_node)
+                      need.hard_tokens, need.per_node, seq_tokens=need.seq_tokens,
+                      state_bytes=need.state_bytes)
     tps = valid_tensor_parallel_sizes(need.facts, need.per_node)
     auto = _choose(auto_need, [(t, 1) for t in tps] + [(tps[-1], p) for p in
                                                         range(2, need.facts.num_layers + 1)])[0]
@@ -673,7 +789,8 @@ def _too_small(spec: LLMServiceSpec, need: _Need, gpu: GPUFacts,
             continue
         trial = _Need(need.facts, need.weights, need.kv_bytes,
                       usable_bytes_per_gpu(other, engine.gpu_memory_utilization),
-                      need.hard_tokens, need.hard_tokens, need.per_node)
+                      need.hard_tokens, need.hard_tokens, need.per_node,
+                      seq_tokens=need.seq_tokens, state_bytes=need.state_bytes)
         if _choose(trial, cands)[0] is not None:
             bigger.append(product)
     fits = [_evaluate(need, tp, pp) for tp, pp in cands]
@@ -709,7 +826,7 @@ def _too_small(spec: LLMServiceSpec, need: _Need, gpu: GPUFacts,
 # --------------------------------------------------------------------------- the plan
 
 def make_plan(spec: LLMServiceSpec, *, gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
-              engine_rules: bool = True) -> Plan:
+              engine_rules: bool = True, facts: ModelFacts | None = None) -> Plan:
     """Plan one replica of ``spec``; raise :class:`~llm_operator.errors.SpecError` on
     a spec that cannot be served (naming the field and the fix), including one whose
     engine arguments, as the renderer renders them (:func:`engine_flags` and
@@ -718,20 +835,23 @@ def make_plan(spec: LLMServiceSpec, *, gpus_per_node: int = DEFAULT_GPUS_PER_NOD
 
     ``gpus_per_node``: the GPUs of one node where ``spec.gpus.perNode`` is unset (the
     operator's ``LLMOP_GPUS_PER_NODE``). ``engine_rules=False`` skips vLLM's start-up
-    rules (the vLLM tier gives vLLM itself what the operator would have rendered)."""
-    plan = _make_plan(spec, gpus_per_node)
+    rules (the vLLM tier gives vLLM itself what the operator would have rendered).
+    ``facts``: the model's facts read from its config.json at an edge (see
+    :func:`model_facts`; ``spec.model.architecture`` still wins)."""
+    plan = _make_plan(spec, gpus_per_node, facts)
     if engine_rules:
-        _raise(engine_rule_errors(spec, plan))
+        _raise(engine_rule_errors(spec, plan, facts=facts))
     return plan
 
 
-def _make_plan(spec: LLMServiceSpec, gpus_per_node: int) -> Plan:
+def _make_plan(spec: LLMServiceSpec, gpus_per_node: int,
+               read: ModelFacts | None = None) -> Plan:
     per_node = spec.gpus.per_node or gpus_per_node
     errors: list[SpecError] = []
     facts: ModelFacts | None = None
     gpu: GPUFacts | None = None
     try:
-        facts = model_facts(spec)
+        facts = model_facts(spec, read)
     except SpecError as exc:
         errors.append(exc)
     try:
@@ -767,7 +887,8 @@ def _make_plan(spec: LLMServiceSpec, gpus_per_node: int) -> Plan:
                  max(hard, concurrency * blocks_per_request * BLOCK_SIZE), per_node,
                  concurrency=concurrency, request_blocks=blocks_per_request,
                  output_tokens=wl.output_tokens, ttft_s=wl.slo.ttft_p95_ms / 1000,
-                 itl_s=wl.slo.itl_p95_ms / 1000)
+                 itl_s=wl.slo.itl_p95_ms / 1000, seq_tokens=tokens_per_request,
+                 state_bytes=DTYPE_BYTES.get(facts.state_dtype or dtype, dbytes))
     count = spec.gpus.count if isinstance(spec.gpus.count, int) else None
     cands = _candidates(need, facts, engine, count)
     choice = _choose_detail(need, cands)
@@ -814,11 +935,25 @@ def _make_plan(spec: LLMServiceSpec, gpus_per_node: int) -> Plan:
         kv_budget_bytes_per_gpu=fit.kv_budget, tokens_per_request=tokens_per_request,
         memory_max_num_seqs=mem_seqs, max_num_seqs_cap=cap,
         download_bytes=download_bytes(facts, dbytes, spec.model.quantization),
-        adjustments=adjusted,
+        adjustments=adjusted, fact_sources=fact_sources(spec, facts),
     )
-    sized = with_pod_sizing(spec, _check_utilization(spec, plan, gpus_per_node))
+    sized = with_pod_sizing(spec, _check_utilization(spec, plan, gpus_per_node, read))
     _raise(_pod_memory_errors(spec, sized) + _host_buffer_errors(spec, sized))
     return sized
+
+
+def fact_sources(spec: LLMServiceSpec, facts: ModelFacts) -> dict[str, str]:
+    """Where each fact the plan used came from, for status.plan.factSources."""
+    sources = {"architecture": facts.source,
+               "parameters": facts.source_of("parameters"),
+               "gpu": "spec.gpus.memoryGib" if spec.gpus.memory_gib else "GPU table"}
+    if facts.quantization is not None:
+        sources["quantization"] = facts.source_of("quantization")
+    if facts.weight_bytes:
+        sources["weightBytes"] = facts.source_of("weight_bytes")
+    if facts.full_attention_layers is not None:
+        sources["layerTypes"] = facts.source
+    return sources
 
 
 def _pod_memory_errors(spec: LLMServiceSpec, plan: Plan) -> list[SpecError]:
@@ -894,7 +1029,8 @@ def _explain_rollout(ex: list[Explained], spec: LLMServiceSpec, gpus: int) -> No
                                 "drainSeconds": spec.rollout.drain_seconds}))
 
 
-def _check_utilization(spec: LLMServiceSpec, plan: Plan, gpus_per_node: int) -> Plan:
+def _check_utilization(spec: LLMServiceSpec, plan: Plan, gpus_per_node: int,
+                       read: ModelFacts | None = None) -> Plan:
     """A gpuMemoryUtilization below the default that multiplies the GPUs: say so, and
     refuse more than twice the GPUs unless the user pinned the count (a typo such as
     0.09 for 0.9 must not silently turn one GPU into sixteen)."""
@@ -904,7 +1040,7 @@ def _check_utilization(spec: LLMServiceSpec, plan: Plan, gpus_per_node: int) -> 
     default_spec = spec.model_copy(update={"engine": spec.engine.model_copy(
         update={"gpu_memory_utilization": DEFAULT_GPU_MEMORY_UTILIZATION})})
     try:
-        default_gpus = _make_plan(default_spec, gpus_per_node).gpus_per_replica
+        default_gpus = _make_plan(default_spec, gpus_per_node, read).gpus_per_replica
     except SpecError:
         return plan
     if plan.gpus_per_replica <= default_gpus:
@@ -938,10 +1074,26 @@ def _explain_facts(ex: list[Explained], spec: LLMServiceSpec, facts: ModelFacts,
                 "gpuMemoryUtilizationSource": "pinned" if util_pinned else "default",
                 "overheadBytes": OVERHEAD_BYTES_PER_GPU}))
     quant = spec.model.quantization
-    if quant == Quantization.NONE:
+    if facts.quantization is not None:
+        if facts.weight_bytes:
+            formula = ("the checkpoint's bytes: model.safetensors.index.json metadata.total_size "
+                       f"({facts.quantization} weights, quantized by its publisher)")
+        else:
+            formula = ("estimated: the groups the checkpoint quantizes x its bytes per weight "
+                       "+ the rest x dtype bytes (no safetensors index read)")
+        inputs: dict[str, Any] = {
+            "parameters": facts.parameters, "quantization": facts.quantization,
+            "quantMethod": facts.quantization_method,
+            "bytesPerQuantizedWeight": QUANT_BYTES_PER_WEIGHT[facts.quantization],
+            "quantizedGroups": list(facts.quantized_groups), "dtype": dtype,
+            "dtypeBytes": dbytes}
+    elif quant == Quantization.NONE and facts.weight_bytes and weights == facts.weight_bytes:
+        formula = ("the checkpoint's bytes: model.safetensors.index.json metadata.total_size "
+                   "(stored in the dtype vLLM serves)")
+        inputs = {"parameters": facts.parameters, "dtype": dtype, "dtypeBytes": dbytes}
+    elif quant == Quantization.NONE:
         formula = "parameters x dtype bytes"
-        inputs: dict[str, Any] = {"parameters": facts.parameters, "dtype": dtype,
-                                  "dtypeBytes": dbytes}
+        inputs = {"parameters": facts.parameters, "dtype": dtype, "dtypeBytes": dbytes}
     else:
         formula = ("(parameters - embeddings) x quantized bytes/param + embeddings x "
                    "dtype bytes")
@@ -974,7 +1126,9 @@ def _explain_parallelism(ex: list[Explained], warnings: list[str], spec: LLMServ
         name="tensorParallelSize", value=fit.tp, source="pinned" if tp_pinned else "planned",
         formula="pinned by the user" if tp_pinned else
         f"smallest TP dividing the {facts.num_attention_heads} attention heads "
-        f"({facts.num_key_value_heads} KV heads), at most {need.per_node} per node, "
+        + ("(multi-head latent attention: one latent KV cache replicated on every rank, so "
+           "no KV-head rule)" if facts.is_mla else f"({facts.num_key_value_heads} KV heads)")
+        + f", at most {need.per_node} per node, "
         f"whose weights/(TP x PP) + KV reserve fit the usable memory: {aim}",
         inputs={"weightBytes": need.weights, "usableBytesPerGpu": need.usable,
                 "reserveTokens": need.ideal_tokens if ideal else need.hard_tokens,
@@ -1020,12 +1174,42 @@ def _explain_parallelism(ex: list[Explained], warnings: list[str], spec: LLMServ
         formula="weights / (TP x PP)",
         inputs={"weightBytes": need.weights, "tensorParallelSize": fit.tp,
                 "pipelineParallelSize": fit.pp}))
-    ex.append(Explained(
-        name="kvBytesPerToken", value=fit.kv_per_token, unit="bytes",
-        formula="2 x ceil(layers / PP) x ceil(kv_heads / TP) x head_dim x kv bytes (per GPU)",
-        inputs={"numLayers": facts.num_layers, "pipelineParallelSize": fit.pp,
-                "numKeyValueHeads": facts.num_key_value_heads, "tensorParallelSize": fit.tp,
-                "headDim": facts.head_dim, "kvBytes": need.kv_bytes}))
+    ex.append(_explain_kv(need, fit))
+
+
+def _explain_kv(need: _Need, fit: _Fit) -> Explained:
+    """kvBytesPerToken, with the formula of the model's layer types."""
+    facts = need.facts
+    inputs: dict[str, Any] = {"numLayers": facts.num_layers, "pipelineParallelSize": fit.pp,
+                              "tensorParallelSize": fit.tp, "kvBytes": need.kv_bytes}
+    if facts.mla_kv_dim is not None:
+        formula = ("multi-head latent attention: ceil(layers / PP) x (kv_lora_rank + "
+                   "qk_rope_head_dim) x kv bytes per GPU; the latent cache is replicated on "
+                   "every TP rank (vLLM's MLAAttentionSpec), so TP does not divide it")
+        inputs["mlaKvDim"] = facts.mla_kv_dim
+    else:
+        formula = "2 x ceil(layers / PP) x ceil(kv_heads / TP) x head_dim x kv bytes (per GPU)"
+        inputs.update(numKeyValueHeads=facts.num_key_value_heads, headDim=facts.head_dim)
+    if facts.full_attention_head_dim or facts.full_attention_kv_heads:
+        inputs.update(fullAttentionHeadDim=facts.full_head_dim,
+                      fullAttentionKeyValueHeads=facts.full_kv_heads)
+    if facts.full_attention_layers is not None:
+        inputs["fullAttentionLayers"] = facts.full_attention_layers
+        formula = formula.replace("layers", "full-attention layers", 1)
+    if facts.sliding_window_layers or facts.state_layers:
+        per_seq = kv_bytes_per_sequence(facts, fit.tp, fit.pp, need.kv_bytes, need.seq_tokens,
+                                        need.state_bytes)
+        formula += (" + (estimated) per-sequence bytes over the request's tokens: "
+                    "sliding-window layers hold min(tokens, window + 16), linear-attention "
+                    "and Mamba layers a fixed state / TP")
+        inputs.update(slidingWindowLayers=facts.sliding_window_layers,
+                      slidingWindow=facts.sliding_window, stateLayers=facts.state_layers,
+                      stateKind=facts.state_kind, stateBytes=need.state_bytes,
+                      stateElementsPerLayer=facts.state_elements_per_layer,
+                      sequenceTokens=need.seq_tokens, bytesPerSequence=per_seq)
+    inputs["modelFacts"] = facts.source
+    return Explained(name="kvBytesPerToken", value=fit.kv_per_token, unit="bytes",
+                     formula=formula, inputs=inputs)
 
 
 def _plan_max_model_len(ex: list[Explained], warnings: list[str], facts: ModelFacts,
@@ -1473,19 +1657,20 @@ def engine_flags(spec: LLMServiceSpec, plan: Plan,
     return flags
 
 
-def _model_shape(spec: LLMServiceSpec) -> ModelShape:
+def _model_shape(spec: LLMServiceSpec, read: ModelFacts | None = None) -> ModelShape:
     """What the rules know of the model: heads and context from the catalog or
     spec.model.architecture; whether it has experts only where that is known (the
     catalog records experts; an architecture says so with activeParameters, and says
-    nothing when it leaves them out)."""
+    nothing when it leaves them out); ``read``: facts from config.json (see
+    :func:`model_facts`), whose experts are known either way."""
     try:
-        facts = model_facts(spec)
+        facts = model_facts(spec, read)
     except SpecError:  # a plan written by hand for a model the catalog does not know
         return ModelShape()
     moe = facts.num_experts is not None or facts.active_parameters is not None
     return ModelShape(attention_heads=facts.num_attention_heads,
                       kv_heads=facts.num_key_value_heads, max_context=facts.max_context,
-                      is_moe=moe if moe or facts.source == "catalog" else None)
+                      is_moe=moe if moe or facts.source in (CATALOG, CONFIG_JSON) else None)
 
 
 def _engine_argv(spec: LLMServiceSpec, plan: Plan, overrides: Mapping[str, int] | None
@@ -1517,9 +1702,10 @@ def engine_argv(spec: LLMServiceSpec, plan: Plan,
 
 
 def engine_settings(spec: LLMServiceSpec, plan: Plan,
-                    overrides: Mapping[str, int] | None = None) -> EngineSettings:
+                    overrides: Mapping[str, int] | None = None, *,
+                    facts: ModelFacts | None = None) -> EngineSettings:
     """The settings the pods' ``vllm serve`` starts with (:func:`_engine_argv`), each
-    named in messages by the spec field that sets it."""
+    named in messages by the spec field that sets it; ``facts``: as :func:`make_plan`'s."""
     argv, owners = _engine_argv(spec, plan, overrides)
     table = flag_table()
     managed = {table.options[f].dest: field for f, field in MANAGED_FLAGS.items()
@@ -1554,18 +1740,20 @@ def engine_settings(spec: LLMServiceSpec, plan: Plan,
     return EngineSettings.of(
         argv, defaults=Defaults(vllm_default_max_num_batched_tokens(gpu),
                                 vllm_default_max_num_seqs(gpu)),
-        model=_model_shape(spec), describe=describe, locate=where, table=table)
+        model=_model_shape(spec, facts), describe=describe, locate=where, table=table)
 
 
 def engine_rule_errors(spec: LLMServiceSpec, plan: Plan,
                        overrides: Mapping[str, int] | None = None, *,
-                       overridden_only: bool = False) -> list[SpecError]:
+                       overridden_only: bool = False,
+                       facts: ModelFacts | None = None) -> list[SpecError]:
     """One :class:`SpecError` per start-up rule of vLLM (:mod:`llm_operator.engine_rules`)
     that the pods' engine arguments break: the field to change first (``field``), the
     others involved and each setting's value in the problem, where vLLM makes the rule,
     and the fix. ``overridden_only``: only the rules a tuned or adapted value takes part
-    in (the renderer's check: the planner has checked the rest)."""
-    settings = engine_settings(spec, plan, overrides)
+    in (the renderer's check: the planner has checked the rest). ``facts``: the model's
+    facts read from its config.json, as given to :func:`make_plan`."""
+    settings = engine_settings(spec, plan, overrides, facts=facts)
     _, owners = _engine_argv(spec, plan, overrides)
 
     def moved(dest: str) -> bool:

@@ -159,6 +159,8 @@ def plan_summary(plan: Plan) -> JSON:
         summary["warnings"] = list(plan.warnings)
     if plan.adjustments:
         summary["adjustments"] = list(plan.adjustments)
+    if plan.fact_sources:
+        summary["factSources"] = dict(plan.fact_sources)
     return summary
 
 

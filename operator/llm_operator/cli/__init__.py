@@ -35,15 +35,24 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     console = Console()
     settings = Settings()
     for _path, svc in load_services(args.files):
-        plan = with_placement(make_plan(svc.spec, gpus_per_node=settings.gpus_per_node),
-                              svc.spec, settings)
+        facts = _read_facts(args.model_config, svc.spec)
+        plan = with_placement(make_plan(svc.spec, gpus_per_node=settings.gpus_per_node,
+                                        facts=facts), svc.spec, settings)
         console.print(plan_table(svc, plan))
+        if facts is not None and svc.spec.model.architecture is None:
+            console.print(f"Model facts read from {args.model_config}: " + ", ".join(
+                f"{fact} from {source}" for fact, source in plan.fact_sources.items()))
         if not args.no_curve:
             try:
                 points, slo = curve_for(svc.spec, plan)
                 start = suggest_for(svc.spec, plan)
             except NoPrediction as exc:
                 console.print(f"No predicted curve: {exc}.")
+                continue
+            except SpecError:
+                # The performance model reads the catalog or spec.model.architecture only.
+                console.print("No predicted curve: the performance model does not read "
+                              "facts from config.json yet.")
                 continue
             console.print(curve_table(points, f"Predicted: {plan.model_name} on "
                                       f"{plan.gpu_product}, TP {plan.tensor_parallel_size}", slo))
@@ -60,6 +69,17 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _read_facts(source: str | None, spec: Any) -> Any:
+    """The model's facts from ``--model-config`` (a folder, or ``hub``), or None."""
+    if source is None:
+        return None
+    from .modelsource import facts_from_folder, facts_from_hub
+
+    if source == "hub":
+        return facts_from_hub(spec.model.name, spec.model.revision)
+    return facts_from_folder(source, spec.model.name)
+
+
 def _cmd_render(args: argparse.Namespace) -> int:
     from ..planning import make_plan
     from ..rendering import render_all
@@ -68,10 +88,11 @@ def _cmd_render(args: argparse.Namespace) -> int:
     settings = Settings()
     docs: list[dict[str, Any]] = []
     for _path, svc in load_services(args.files):
+        facts = _read_facts(args.model_config, svc.spec)
         # As the operator renders a new service (no status yet): live cap where it applies.
         docs.extend(render_all(
-            svc, make_plan(svc.spec, gpus_per_node=settings.gpus_per_node), settings,
-            live_cap=live_cap_in_use(svc.spec, None)))
+            svc, make_plan(svc.spec, gpus_per_node=settings.gpus_per_node, facts=facts),
+            settings, live_cap=live_cap_in_use(svc.spec, None)))
     sys.stdout.write(yaml.safe_dump_all(docs, sort_keys=False, explicit_start=True))
     return 0
 
@@ -115,10 +136,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plan", help="print the capacity and parallelism plan, with reasons")
     p.add_argument("files", nargs="+", help="LLMService YAML files ('-' for stdin)")
     p.add_argument("--no-curve", action="store_true", help="omit the predicted curve")
+    p.add_argument("--model-config", metavar="DIR|hub", default=None,
+                   help="read the model's facts from its config.json (and safetensors "
+                   "index): a local folder, or 'hub' for spec.model.name at "
+                   "spec.model.revision (HF_ENDPOINT, HF_TOKEN honoured); "
+                   "spec.model.architecture still wins")
     p.set_defaults(func=_cmd_plan)
 
     p = sub.add_parser("render", help="print the manifests the operator would apply")
     p.add_argument("files", nargs="+", help="LLMService YAML files ('-' for stdin)")
+    p.add_argument("--model-config", metavar="DIR|hub", default=None,
+                   help="plan from the model's config.json, as `plan --model-config`")
     p.set_defaults(func=_cmd_render)
 
     p = sub.add_parser("run", help="run the operator against the current kubeconfig")

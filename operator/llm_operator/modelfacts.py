@@ -1,0 +1,567 @@
+"""A model's facts (pure): what the planner knows of a model, and how a Hugging Face
+``config.json`` (with its ``model.safetensors.index.json``) turns into them.
+
+:class:`ModelFacts` is the one shape the planner reads, whichever way the facts came:
+the built-in catalog, ``spec.model.architecture``, or the model's own ``config.json``
+(:func:`facts_from_hf_config`). Each fact says where it came from
+(:meth:`ModelFacts.source_of`).
+
+What ``config.json`` says beyond heads and layers, and how each is read (the field names
+are those of the model families named; the rule's source is named where vLLM has one):
+
+- **Multi-head latent attention** (DeepSeek-V3/R1, Kimi-K2, GLM-5: ``kv_lora_rank``,
+  ``qk_rope_head_dim``): one latent vector of ``kv_lora_rank + qk_rope_head_dim``
+  elements per token per layer, no separate K and V, the same on every tensor-parallel
+  rank (vLLM's ``MLAAttentionSpec``: one KV head of that size, replicated over TP).
+- **Per-layer attention types**: ``layer_types`` (gpt-oss, Qwen3.5, Gemma 3:
+  ``full_attention``, ``sliding_attention``, ``linear_attention``), Gemma 2's alternation
+  (even layers slide), Gemma 3's ``sliding_window_pattern``, Qwen3-Next's
+  ``full_attention_interval``, Nemotron-H's ``hybrid_override_pattern`` (``*`` attention,
+  ``M`` Mamba-2, ``-`` MLP, ``E`` experts). A sliding-window layer keeps at most the window
+  of tokens per sequence; a linear-attention or Mamba layer keeps a fixed state per
+  sequence and nothing per token.
+- **Experts**: ``num_local_experts`` / ``num_experts`` / ``n_routed_experts``, experts per
+  token (``num_experts_per_tok`` / ``experts_per_token``), ``moe_intermediate_size``,
+  shared experts (``n_shared_experts``, ``shared_expert_intermediate_size``) and dense
+  first layers (``first_k_dense_replace``): total and active parameters.
+- **Quantization** (``quantization_config``): fp8, modelopt FP8/NVFP4, MXFP4, AWQ/GPTQ,
+  compressed-tensors; weight bytes are the safetensors index's ``total_size`` where it is
+  given, else estimated from the parameter groups at the method's bytes per weight.
+- **Vision tower** (``vision_config``): noted, its parameters estimated from its shapes.
+- A multimodal wrapper's ``text_config`` holds the language model's facts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+# Where a fact came from (status.plan and `llm-operator plan` show it).
+CATALOG = "catalog"
+SPEC = "spec.model.architecture"
+CONFIG_JSON = "config.json"
+SAFETENSORS_INDEX = "model.safetensors.index.json"
+
+# Bytes per weight of each checkpoint quantization, scales included (estimated where the
+# safetensors index gives no total_size):
+# fp8: 1 byte (block or channel scales are < 0.1%); NVFP4: 4 bits + one fp8 scale per 16;
+# MXFP4: 4 bits + one 8-bit scale per 32; int4 (AWQ/GPTQ/compressed-tensors w4a16):
+# 4 bits + a 16-bit scale and a 4-bit zero per group of 128; int8: 1 byte.
+QUANT_BYTES_PER_WEIGHT: dict[str, float] = {
+    "fp8": 1.0,
+    "nvfp4": 0.5 + 1 / 16,
+    "mxfp4": 0.5 + 1 / 32,
+    "int4": 0.5 + 2.5 / 128,
+    "int8": 1.0,
+}
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """Architecture facts of one model, as the planner needs them."""
+
+    name: str  # Hugging Face id (canonical spelling) or the served name
+    parameters: float  # total, all experts included
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    max_context: int  # what vLLM derives as the longest --max-model-len
+    vocab_size: int | None
+    dtype: str = "bfloat16"  # the checkpoint's dtype (config.json torch_dtype)
+    active_parameters: float | None = None  # per token; None = parameters (dense)
+    num_experts: int | None = None  # mixture of experts: routed experts per layer
+    num_experts_per_token: int | None = None
+    tie_word_embeddings: bool = False
+    source: str = CATALOG  # catalog | spec.model.architecture | config.json
+    # --- what config.json adds (defaults: a dense model of full-attention layers)
+    # Layers holding K and V for every token; None: all num_layers.
+    full_attention_layers: int | None = None
+    # Gemma 4: the full-attention layers' own head size and KV heads (None: as the rest).
+    full_attention_head_dim: int | None = None
+    full_attention_kv_heads: int | None = None
+    sliding_window_layers: int = 0  # layers keeping at most sliding_window tokens
+    sliding_window: int | None = None
+    state_layers: int = 0  # linear-attention / Mamba layers: a fixed state per sequence
+    state_elements_per_layer: int = 0  # that state's elements per sequence, all ranks
+    state_kind: str | None = None  # "linear_attention" | "mamba2"
+    state_dtype: str | None = None  # mamba_ssm_cache_dtype where set (None: the model's)
+    mla_kv_dim: int | None = None  # MLA: kv_lora_rank + qk_rope_head_dim per token, layer
+    shared_experts: int = 0
+    moe_intermediate_size: int | None = None
+    quantization: str | None = None  # the checkpoint's: fp8, nvfp4, mxfp4, int4, int8
+    quantization_method: str | None = None  # config.json's quant_method as written
+    weight_bytes: int | None = None  # the checkpoint's bytes (safetensors index)
+    # Bytes per group of parameters, estimated (None: not derived), for a checkpoint
+    # without an index: {"embeddings": n, "attention": n, ...}.
+    parameter_groups: tuple[tuple[str, int], ...] = ()
+    quantized_groups: tuple[str, ...] = ()  # the groups the checkpoint quantizes
+    vision_parameters: int = 0  # a vision tower's (estimated from vision_config)
+    # (fact, source) pairs where a fact's source differs from `source`.
+    sources: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def active(self) -> float:
+        """Parameters used per token (all of them for a dense model)."""
+        return self.active_parameters if self.active_parameters is not None else self.parameters
+
+    @property
+    def embedding_parameters(self) -> int:
+        """Input embedding plus LM head (one matrix when tied); 0 when vocab is unknown."""
+        if not self.vocab_size:
+            return 0
+        return self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2)
+
+    @property
+    def kv_layers(self) -> int:
+        """Layers holding K and V (or MLA's latent) for every token."""
+        if self.full_attention_layers is None:
+            return self.num_layers
+        return self.full_attention_layers
+
+    @property
+    def full_head_dim(self) -> int:
+        return self.full_attention_head_dim or self.head_dim
+
+    @property
+    def full_kv_heads(self) -> int:
+        return self.full_attention_kv_heads or self.num_key_value_heads
+
+    @property
+    def is_mla(self) -> bool:
+        return self.mla_kv_dim is not None
+
+    def source_of(self, fact: str) -> str:
+        """Where ``fact`` (a field name) came from."""
+        return dict(self.sources).get(fact, self.source)
+
+
+# --------------------------------------------------------------------------- config.json
+
+def _first(config: Mapping[str, Any], keys: Iterable[str]) -> Any:
+    for key in keys:
+        if config.get(key) is not None:
+            return config[key]
+    return None
+
+
+def max_context(config: Mapping[str, Any]) -> int:
+    """Longest context as vLLM derives it (``_get_and_verify_max_len``): the smallest
+    length key, times the rope scaling factor except for rope types that already state
+    the length; YaRN from its ``original_max_position_embeddings``."""
+    keys = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length",
+            "max_sequence_length", "model_max_length")
+    lengths = [int(config[k]) for k in keys if isinstance(config.get(k), int | float)]
+    if not lengths:
+        raise ValueError("config.json has no max_position_embeddings: give "
+                         "spec.model.architecture.maxContext")
+    length = min(lengths)
+    scaling = config.get("rope_scaling") or {}
+    rope_type = scaling.get("rope_type", scaling.get("type"))
+    if scaling.get("factor") and rope_type not in (None, "default", "su", "longrope", "llama3"):
+        length = int(scaling.get("original_max_position_embeddings", length) * scaling["factor"])
+    return length
+
+
+def _text_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The language model's config: a multimodal wrapper's ``text_config`` (or
+    ``llm_config``), with the wrapper's dtype, quantization and tying where the inner one
+    does not say."""
+    for key in ("text_config", "llm_config", "language_config"):
+        inner = config.get(key)
+        if "num_hidden_layers" not in config and isinstance(inner, Mapping):
+            merged = dict(inner)
+            for outer in ("torch_dtype", "dtype", "quantization_config", "tie_word_embeddings"):
+                if outer in config and outer not in merged:
+                    merged[outer] = config[outer]
+            return merged
+    return dict(config)
+
+
+def _is_pattern(c: Mapping[str, Any]) -> bool:
+    return bool(c.get("hybrid_override_pattern") or c.get("layers_block_type"))
+
+
+# Fields of architectures the planner does not model, and what each is: such a config is
+# refused naming it, rather than planned with wrong KV or weights.
+UNMODELLED: dict[str, str] = {
+    "compress_ratios": "compressed sparse attention (DeepSeek-V4's per-layer KV compression)",
+    "block_configs": "per-layer block shapes (Nemotron NAS / DeciLM: heads and MLP widths "
+                     "differ by layer)",
+    "swa_num_key_value_heads": "sliding-window layers with their own KV heads (MiMo-V2)",
+}
+
+
+@dataclass(frozen=True)
+class _Layers:
+    full: int
+    sliding: int
+    window: int | None
+    state: int
+    state_kind: str | None
+    attention: int  # layers with attention weights (full + sliding)
+    moe: int  # layers with experts
+    mlp: int  # layers with a dense MLP
+
+
+def _layer_plan(c: Mapping[str, Any], layers: int, experts: int | None) -> _Layers:
+    """Per-layer types from whichever field the family uses."""
+    window = c.get("sliding_window") if isinstance(c.get("sliding_window"), int) else None
+    pattern = c.get("hybrid_override_pattern")
+    blocks = c.get("layers_block_type")
+    if isinstance(blocks, list) and blocks and not pattern:  # Nemotron-H, newer configs
+        pattern = "".join(_BLOCK_LETTERS.get(str(b), "?") for b in blocks)
+        if "?" in pattern:
+            odd = next(str(b) for b in blocks if str(b) not in _BLOCK_LETTERS)
+            raise ValueError(f"config.json layers_block_type has {odd!r}, a block the "
+                             "planner does not model (it knows " + ", ".join(_BLOCK_LETTERS)
+                             + "): give spec.model.architecture")
+    if isinstance(pattern, str) and pattern:  # Nemotron-H: one character per layer
+        attn, mamba = pattern.count("*"), pattern.count("M")
+        moe, mlp = pattern.count("E"), pattern.count("-")
+        return _Layers(attn, 0, None, mamba, "mamba2" if mamba else None, attn, moe, mlp)
+    types = c.get("layer_types")
+    if not isinstance(types, list) or len(types) != layers:
+        types = None
+        interval = c.get("full_attention_interval")
+        mt = str(c.get("model_type", ""))
+        if isinstance(interval, int) and interval > 0:  # Qwen3-Next: 3 linear, 1 full
+            types = ["full_attention" if (i + 1) % interval == 0 else "linear_attention"
+                     for i in range(layers)]
+        elif mt == "gemma2" and window:  # Gemma 2: even layers slide
+            types = ["sliding_attention" if i % 2 == 0 else "full_attention"
+                     for i in range(layers)]
+        elif mt.startswith("gemma3") and window:  # Gemma 3: 5 sliding, then 1 full
+            every = int(c.get("sliding_window_pattern") or 6)
+            types = ["full_attention" if (i + 1) % every == 0 else "sliding_attention"
+                     for i in range(layers)]
+        elif window and c.get("use_sliding_window", True) is not False:
+            # Mistral v0.1: every layer slides (Qwen2/3 say use_sliding_window false).
+            max_len = _first(c, ("max_position_embeddings",)) or 0
+            if window < max_len:
+                types = ["sliding_attention"] * layers
+    if types is None:
+        types = ["full_attention"] * layers
+    kinds = [str(t) for t in types]
+    unknown = sorted({k for k in kinds if k not in _LAYER_KINDS})
+    if unknown:
+        raise ValueError(f"config.json layer_types has {unknown[0]!r}, a layer type the "
+                         "planner does not model (it knows " + ", ".join(sorted(_LAYER_KINDS))
+                         + "): give spec.model.architecture")
+    sliding = sum(_LAYER_KINDS[k] == "sliding" for k in kinds)
+    state = sum(_LAYER_KINDS[k] == "state" for k in kinds)
+    full = layers - sliding - state
+    if sliding and not window:
+        raise ValueError("config.json has sliding-window layers in layer_types but no "
+                         "sliding_window size: give spec.model.architecture")
+    kind = ("mamba2" if any(k == "mamba" for k in kinds) else "linear_attention") if state \
+        else None
+    moe = _moe_layers(c, layers) if experts else 0
+    return _Layers(full, sliding, window if sliding else None, state, kind,
+                   full + sliding, moe, layers - moe)
+
+
+# deepseek_sparse_attention (GLM-5.2+): MLA layers whose lightning indexer's small key
+# cache (index_head_dim fp8) is not counted.
+_BLOCK_LETTERS = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
+_LAYER_KINDS = {"full_attention": "full", "attention": "full", "global": "full",
+                "deepseek_sparse_attention": "full",
+                "sliding_attention": "sliding", "chunked_attention": "sliding",
+                "local": "sliding", "linear_attention": "state", "mamba": "state"}
+
+
+def _moe_layers(c: Mapping[str, Any], layers: int) -> int:
+    """Layers with experts: all but DeepSeek's ``first_k_dense_replace`` dense ones,
+    every ``moe_layer_freq`` / ``decoder_sparse_step`` / Llama-4's
+    ``interleave_moe_layer_step``-th, none of Qwen's ``mlp_only_layers``."""
+    first = int(c.get("first_k_dense_replace") or 0)
+    freq = c.get("moe_layer_freq")
+    if isinstance(freq, list):  # MiniMax-M3, MiMo-V2: 1 for a layer with experts
+        return sum(1 for f in freq[:layers] if f)
+    step = int(_first(c, ("moe_layer_freq", "decoder_sparse_step",
+                          "interleave_moe_layer_step")) or 1)
+    only_mlp = set(c.get("mlp_only_layers") or [])
+    return sum(1 for i in range(first, layers)
+               if (i + 1) % step == 0 and i not in only_mlp) if step > 1 else \
+        sum(1 for i in range(first, layers) if i not in only_mlp)
+
+
+def _state_elements(c: Mapping[str, Any], kind: str | None) -> int:
+    """A linear-attention or Mamba layer's state per sequence, elements (vLLM's
+    ``MambaStateShapeCalculator``: conv state (kernel - 1) x conv channels, plus the
+    recurrent state)."""
+    if kind == "mamba2":  # Nemotron-H
+        heads = int(_first(c, ("mamba_num_heads",)) or 0)
+        head_dim = int(_first(c, ("mamba_head_dim",)) or 0)
+        state = int(_first(c, ("ssm_state_size", "mamba_d_state")) or 0)
+        groups = int(_first(c, ("n_groups", "mamba_n_groups")) or 1)
+        kernel = int(_first(c, ("conv_kernel", "mamba_d_conv")) or 4)
+        inner = heads * head_dim
+        return (kernel - 1) * (inner + 2 * groups * state) + heads * head_dim * state
+    if kind == "linear_attention":  # Qwen3-Next / 3.5 gated DeltaNet
+        k_heads = int(c.get("linear_num_key_heads") or 0)
+        v_heads = int(c.get("linear_num_value_heads") or 0)
+        k_dim = int(c.get("linear_key_head_dim") or 0)
+        v_dim = int(c.get("linear_value_head_dim") or 0)
+        kernel = int(c.get("linear_conv_kernel_dim") or 4)
+        conv = 2 * k_heads * k_dim + v_heads * v_dim
+        return (kernel - 1) * conv + v_heads * k_dim * v_dim
+    return 0
+
+
+def _quantization(c: Mapping[str, Any], hf_quant: Mapping[str, Any] | None = None
+                  ) -> tuple[str | None, str | None, bool]:
+    """(bytes class, quant_method as written, attention quantized?) of the checkpoint:
+    config.json's ``quantization_config``, else modelopt's ``hf_quant_config.json``."""
+    q = c.get("quantization_config")
+    if not isinstance(q, Mapping) and isinstance(hf_quant, Mapping):
+        inner = hf_quant.get("quantization")
+        if isinstance(inner, Mapping):
+            q = {"quant_method": "modelopt", **inner}
+    if not isinstance(q, Mapping):
+        return None, None, False
+    method = str(q.get("quant_method") or q.get("quant_algo") or "").lower()
+    skipped = " ".join(str(m) for key in ("modules_to_not_convert", "ignore",
+                                          "exclude_modules", "ignored_layers")
+                       for m in (q.get(key) or []))
+    attention = "attn" not in skipped
+    if method in ("fp8", "fbgemm_fp8"):
+        return "fp8", method, attention
+    if method == "mxfp4":
+        return "mxfp4", method, False  # gpt-oss: only the experts are MXFP4
+    if method in ("modelopt", "modelopt_fp4", "nvfp4"):
+        algo = str(q.get("quant_algo") or method).upper()
+        if algo == "MIXED_PRECISION":  # NVFP4 MLPs/experts, fp8 attention (estimated)
+            algos = " ".join(str(v.get("quant_algo", "")) for v in
+                             (q.get("quantized_layers") or {}).values() if isinstance(v, Mapping))
+            algo = "NVFP4" if "FP4" in algos.upper() else "FP8"
+        return ("nvfp4" if "FP4" in algo else "fp8"), method, attention
+    if method in ("awq", "gptq", "awq_marlin", "gptq_marlin", "auto-round"):
+        bits = int(q.get("bits") or q.get("w_bit") or 4)
+        return ("int4" if bits == 4 else "int8"), method, attention
+    if method == "compressed-tensors":
+        fmt = str(q.get("format") or "")
+        groups = q.get("config_groups") or {}
+        # Mixed groups (fp8 attention, 4-bit MLPs): the narrowest, as MLPs dominate.
+        all_weights = [g.get("weights") or {} for g in groups.values()
+                       if isinstance(g, Mapping)] if isinstance(groups, Mapping) else []
+        weights = min(all_weights, key=lambda w: int(w.get("num_bits") or 8), default={})
+        bits = int(weights.get("num_bits") or 8)
+        if "nvfp4" in fmt or (bits == 4 and weights.get("type") == "float"):
+            return "nvfp4", method, attention
+        if bits == 4:
+            return "int4", method, attention
+        return ("fp8" if weights.get("type") == "float" or "float" in fmt else "int8"), \
+            method, attention
+    raise ValueError(
+        f"config.json quantization_config.quant_method {method or '(none)'!r} is not one "
+        "the planner knows (fp8, modelopt FP8/NVFP4, mxfp4, awq, gptq, compressed-tensors): "
+        "give spec.model.architecture and spec.model.quantization")
+
+
+def _mla_params(c: Mapping[str, Any], hidden: int, heads: int) -> tuple[int, int]:
+    """MLA attention weights per layer, and the latent KV size per token."""
+    rank = int(c["kv_lora_rank"])
+    rope = int(c.get("qk_rope_head_dim") or 64)
+    nope = int(c.get("qk_nope_head_dim") or 128)
+    v_dim = int(c.get("v_head_dim") or nope)
+    q_rank = c.get("q_lora_rank")
+    if q_rank:
+        q = hidden * int(q_rank) + int(q_rank) + int(q_rank) * heads * (nope + rope)
+    else:
+        q = hidden * heads * (nope + rope)
+    kv = hidden * (rank + rope) + rank + rank * heads * (nope + v_dim)
+    return q + kv + heads * v_dim * hidden, rank + rope
+
+
+def _state_params(c: Mapping[str, Any], kind: str | None, hidden: int) -> int:
+    """A linear-attention or Mamba layer's weights (in and out projections), estimated."""
+    if kind == "mamba2":
+        heads = int(c.get("mamba_num_heads") or 0)
+        inner = heads * int(c.get("mamba_head_dim") or 0)
+        groups = int(_first(c, ("n_groups",)) or 1)
+        state = int(c.get("ssm_state_size") or 0)
+        return hidden * (2 * inner + 2 * groups * state + heads) + inner * hidden
+    k = int(c.get("linear_num_key_heads") or 0) * int(c.get("linear_key_head_dim") or 0)
+    v = int(c.get("linear_num_value_heads") or 0) * int(c.get("linear_value_head_dim") or 0)
+    return hidden * (2 * k + 2 * v) + v * hidden
+
+
+def _vision_parameters(config: Mapping[str, Any]) -> int:
+    """A vision tower's weights from ``vision_config``, estimated: per block attention
+    4 h^2 and an MLP 2 h x intermediate."""
+    v = config.get("vision_config")
+    if not isinstance(v, Mapping):
+        return 0
+    h = int(_first(v, ("hidden_size", "embed_dim", "width")) or 0)
+    depth = int(_first(v, ("depth", "num_hidden_layers", "layers")) or 0)
+    inter = int(_first(v, ("intermediate_size", "mlp_dim")) or 4 * h)
+    return depth * (4 * h * h + 2 * h * inter)
+
+
+def _groups(c: Mapping[str, Any], layers: _Layers, heads: int, kv_heads: int, head_dim: int,
+            experts: int | None, top_k: int | None) -> dict[str, int]:
+    """Parameters by group (total, and the routed experts a token uses as "active")."""
+    hidden = int(c["hidden_size"])
+    inter = int(c.get("intermediate_size") or 4 * hidden)
+    vocab = int(c.get("vocab_size") or 0)
+    if c.get("kv_lora_rank"):
+        attn = _mla_params(c, hidden, heads)[0]
+    else:
+        attn = hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2  # q, o, k, v
+        if c.get("attention_bias") or c.get("model_type") == "qwen2":
+            attn += (heads + 2 * kv_heads) * head_dim  # q, k, v biases
+    norms = (4 if c.get("model_type") in ("gemma2", "gemma3_text") else 2) * hidden
+    moe_inter = int(_first(c, ("moe_intermediate_size", "expert_intermediate_size"))
+                    or inter)
+    # Dense layers of a MoE model (DeepSeek's first_k_dense_replace, Llama-4 Maverick's
+    # interleaved ones) may have their own width.
+    dense_inter = int(_first(c, ("dense_intermediate_size", "intermediate_size_mlp")) or inter)
+    # Gated MLPs have gate, up and down; Nemotron-H's squared-ReLU MLPs up and down.
+    mats = 2 if c.get("mlp_hidden_act") == "relu2" or _is_pattern(c) else 3
+    # Nemotron-3's latent experts work in moe_latent_size, with one down and one up
+    # projection between it and the hidden size per MoE layer.
+    latent = int(c.get("moe_latent_size") or 0)
+    expert = mats * (latent or hidden) * moe_inter
+    shared_inter = int(_first(c, ("shared_expert_intermediate_size",
+                                  "moe_shared_expert_intermediate_size",
+                                  "shared_intermediate_size", "share_expert_dim")) or 0)
+    n_shared = int(_first(c, ("n_shared_experts", "num_shared_experts")) or (
+        1 if str(c.get("model_type")).startswith("llama4") else 0))  # Llama-4: one, always
+    shared = (mats * hidden * shared_inter if shared_inter
+              else n_shared * mats * hidden * moe_inter)
+    tied = bool(c.get("tie_word_embeddings", False))
+    g = {
+        "embeddings": vocab * hidden * (1 if tied else 2) + hidden,
+        "attention": layers.attention * attn,
+        "state": layers.state * _state_params(c, layers.state_kind, hidden),
+        "mlp": layers.mlp * mats * hidden * (dense_inter if experts else inter),
+        "experts": layers.moe * (experts or 0) * expert,
+        "active_experts": layers.moe * (top_k or 1) * expert if experts else 0,
+        "shared_experts": layers.moe * shared,
+        "router": layers.moe * (hidden * (experts or 0) + 2 * hidden * latent),
+        "norms": int(c["num_hidden_layers"]) * norms,
+    }
+    return g
+
+
+def facts_from_hf_config(config: Mapping[str, Any], name: str | None = None,
+                         index: Mapping[str, Any] | None = None,
+                         hf_quant_config: Mapping[str, Any] | None = None) -> ModelFacts:
+    """Turn a Hugging Face ``config.json`` (a dict), and optionally its
+    ``model.safetensors.index.json``, into :class:`ModelFacts`.
+
+    Handles a missing ``head_dim`` (= hidden / heads), a missing ``num_key_value_heads``
+    (= heads), MLA, per-layer attention types, experts (shared and routed), a checkpoint's
+    quantization, a vision tower and a nested ``text_config``. The parameter count is
+    computed from the shapes; the index's ``metadata.total_size`` gives the weight bytes
+    (and its ``total_parameters``, where written, the count). Raises ``ValueError`` naming
+    the key that is missing or that the planner does not model.
+    """
+    c = _text_config(config)
+    for key, what in UNMODELLED.items():
+        if c.get(key) is not None:
+            raise ValueError(f"config.json has {key}: {what}, which the planner does not "
+                             "model yet: give spec.model.architecture")
+    if not c.get("num_hidden_layers") and isinstance(c.get("layers_block_type"), list):
+        c["num_hidden_layers"] = len(c["layers_block_type"])
+    for key in ("hidden_size", "num_hidden_layers", "num_attention_heads"):
+        if not c.get(key):
+            raise ValueError(f"config.json has no {key}: not a decoder transformer the "
+                             "planner can read; give spec.model.architecture")
+    hidden = int(c["hidden_size"])
+    layers_n = int(c["num_hidden_layers"])
+    heads = int(c["num_attention_heads"])
+    kv_heads = int(c.get("num_key_value_heads") or heads)
+    head_dim = int(c.get("head_dim") or hidden // heads)
+    experts_raw = _first(c, ("num_local_experts", "num_experts", "n_routed_experts"))
+    experts = int(experts_raw) if experts_raw else None
+    top_k_raw = _first(c, ("num_experts_per_tok", "experts_per_token", "moe_topk",
+                           "top_k_experts"))
+    top_k = int(top_k_raw) if experts and top_k_raw else None
+    layers = _layer_plan(c, layers_n, experts)
+    g = _groups(c, layers, heads, kv_heads, head_dim, experts, top_k)
+    vision = _vision_parameters(config)
+    common = g["embeddings"] + g["attention"] + g["state"] + g["mlp"] + g["shared_experts"] \
+        + g["router"] + g["norms"]
+    total = common + g["experts"] + vision
+    active = common + g["active_experts"] + vision
+    sources: list[tuple[str, str]] = []
+    quant, method, attn_quantized = _quantization(c, hf_quant_config)
+    meta = (index or {}).get("metadata") or {}
+    if isinstance(meta.get("total_parameters"), int):
+        total = int(meta["total_parameters"])
+        sources.append(("parameters", SAFETENSORS_INDEX))
+    weight_bytes = int(meta["total_size"]) if isinstance(meta.get("total_size"), int) else None
+    if weight_bytes is not None:
+        sources.append(("weight_bytes", SAFETENSORS_INDEX))
+    quantized: tuple[str, ...] = ()
+    if quant == "mxfp4":
+        quantized = ("experts",)
+    elif quant:
+        quantized = ("experts", "shared_experts", "mlp", "state") + (
+            ("attention",) if attn_quantized else ())
+    mla_dim = None
+    if c.get("kv_lora_rank"):
+        mla_dim = int(c["kv_lora_rank"]) + int(c.get("qk_rope_head_dim") or 64)
+    groups = tuple((k, v) for k, v in g.items() if k != "active_experts" and v) + (
+        (("vision", vision),) if vision else ())
+    return ModelFacts(
+        name=name or str(config.get("_name_or_path") or "local-model"),
+        parameters=total,
+        active_parameters=active if experts else None,
+        num_experts=experts,
+        num_experts_per_token=top_k,
+        num_layers=layers_n,
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        # As config.json says (MLA configs give as many as heads); the planner's MLA rules
+        # read mla_kv_dim, as vLLM's one latent "head".
+        num_key_value_heads=kv_heads,
+        head_dim=head_dim,
+        max_context=max_context(c),
+        vocab_size=int(c["vocab_size"]) if c.get("vocab_size") else None,
+        dtype=str(c.get("torch_dtype") or c.get("dtype") or "float32").removeprefix("torch."),
+        tie_word_embeddings=bool(c.get("tie_word_embeddings", False)),
+        source=CONFIG_JSON,
+        full_attention_layers=layers.full,
+        # Gemma 4's global layers (attention_k_eq_v shares K and V there: counted as two,
+        # the conservative bound).
+        full_attention_head_dim=int(c["global_head_dim"]) if c.get("global_head_dim") else None,
+        full_attention_kv_heads=int(c["num_global_key_value_heads"])
+        if c.get("num_global_key_value_heads") else None,
+        sliding_window_layers=layers.sliding,
+        sliding_window=layers.window,
+        state_layers=layers.state,
+        state_elements_per_layer=_state_elements(c, layers.state_kind),
+        state_kind=layers.state_kind,
+        state_dtype=str(c["mamba_ssm_cache_dtype"]) if layers.state and c.get(
+            "mamba_ssm_cache_dtype") not in (None, "auto") else None,
+        mla_kv_dim=mla_dim,
+        shared_experts=int(_first(c, ("n_shared_experts", "num_shared_experts")) or (
+            1 if c.get("shared_expert_intermediate_size") else 0)) if experts else 0,
+        moe_intermediate_size=int(c["moe_intermediate_size"])
+        if experts and c.get("moe_intermediate_size") else None,
+        quantization=quant,
+        quantization_method=method,
+        weight_bytes=weight_bytes,
+        parameter_groups=groups,
+        quantized_groups=quantized,
+        vision_parameters=vision,
+        sources=tuple(sources),
+    )
+
+
+def estimated_weight_bytes(facts: ModelFacts, dtype_bytes: float) -> int:
+    """A quantized checkpoint's weight bytes from its parameter groups: the quantized
+    groups at :data:`QUANT_BYTES_PER_WEIGHT`, the rest (embeddings, norms, router, and
+    what the method leaves out) at ``dtype_bytes``."""
+    assert facts.quantization is not None
+    per = QUANT_BYTES_PER_WEIGHT[facts.quantization]
+    groups = dict(facts.parameter_groups)
+    quantized = sum(groups.get(k, 0) for k in facts.quantized_groups)
+    rest = facts.parameters - quantized
+    return math.ceil(quantized * per + rest * dtype_bytes)
