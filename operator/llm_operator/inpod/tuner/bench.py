@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .search import SLO, Measurement, RequestSample, percentile, summarize
-from .server import MetricsSampler
+from .server import EngineReportedNothing, MetricsSampler
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +139,10 @@ def run_vllm_bench(argv: list[str], log_path: Path | None = None) -> dict[str, A
 
 
 def measure(target: BenchTarget, concurrency: int, sample_metrics: bool = True) -> Measurement:
-    """One benchmark run at ``concurrency`` clients, with the server's gauges sampled.
+    """One benchmark run at ``concurrency`` clients. Running and waiting requests,
+    preemptions and the engine's ITL p95 are what the engine counted over the run's window
+    (its /metrics read at the start and the end); a run the engine reports nothing for
+    raises :class:`~.server.EngineReportedNothing` (the trial fails), never a zero.
 
     Its prompts are new to the server: the seed is ``target.seed`` plus the number of
     measurements this process made before. vLLM's prefix cache is on by default (and so in
@@ -157,4 +160,9 @@ def measure(target: BenchTarget, concurrency: int, sample_metrics: bool = True) 
         itls_s=all_gaps, server=sampler.summary() if sampler is not None else None,
     )
     log.debug("vLLM request_goodput %.2f req/s", result.get("request_goodput") or 0.0)
+    if m.completed and target.output_tokens > 1 and not all_gaps and (
+            m.engine_itl_p95_ms is None):
+        raise EngineReportedNothing(
+            f"no inter-token gap was measured at {concurrency} clients (the benchmark "
+            "returned none and the engine's histogram holds none): the run is not measured")
     return m

@@ -231,12 +231,15 @@ class Measurement:
     good_fraction: float = 1.0
     ttft_miss: int = 0  # requests over the TTFT objective
     itl_miss: int = 0  # requests over the ITL objective
-    running_max: float = 0.0  # peak running batch the server reported
-    running_mean: float = 0.0
+    running_max: float = 0.0  # peak running batch: sampled, never below running_mean
+    running_mean: float = 0.0  # over the run's window, from the engine's counters
+    waiting_mean: float = 0.0  # likewise (time requests spent WAITING / the window)
     preemptions: float = 0.0
     kv_usage_max: float = 0.0
     kv_tokens: float | None = None  # KV cache capacity the server reported
-    metric_samples: int = 0  # /metrics samples behind running_max (few: do not trust it)
+    metric_samples: int = 0  # /metrics samples behind the sampled peaks
+    engine_itl_p95_ms: float | None = None  # the engine's ITL histogram over the window
+    engine_finished: float | None = None  # requests the engine counted as finished
     requests: tuple[RequestSample, ...] = ()
 
 
@@ -292,7 +295,9 @@ def summarize(
         output_tps=out_tokens / dur,
         request_rate=len(done) / dur,
         ttft_p95_ms=percentile([r.ttft_s for r in done], 95) * 1000.0,
-        itl_p95_ms=percentile(list(itls_s) or [r.itl_p95_s for r in done], 95) * 1000.0,
+        itl_p95_ms=(percentile(list(itls_s), 95) * 1000.0 if itls_s else
+                    server["itl_p95_s"] * 1000.0 if "itl_p95_s" in server else
+                    percentile([r.itl_p95_s for r in done], 95) * 1000.0),
         completed=len(done),
         failed=len(requests) - len(done),
         good_fraction=n_good / len(requests) if requests else 0.0,
@@ -300,10 +305,13 @@ def summarize(
         itl_miss=sum(1 for r in done if r.itl_p95_s * 1000.0 > slo.itl_ms),
         running_max=server.get("running_max", 0.0),
         running_mean=server.get("running_mean", 0.0),
+        waiting_mean=server.get("waiting_mean", 0.0),
         preemptions=server.get("preemptions", 0.0),
         kv_usage_max=server.get("kv_usage_max", 0.0),
         kv_tokens=server.get("kv_tokens"),
         metric_samples=int(server.get("samples", 0)),
+        engine_itl_p95_ms=(server["itl_p95_s"] * 1000.0 if "itl_p95_s" in server else None),
+        engine_finished=server.get("finished"),
         requests=tuple(requests),
     )
 
@@ -875,9 +883,9 @@ class _Run:
         default = self.space.default_max_num_seqs
         if default is not None:
             limit = min(limit, default)
-        # Only from runs the sampler saw throughout (a lone sample may be the drain).
-        reached = max((m.running_max for m in base.runs if m.metric_samples >= 4),
-                      default=0.0)
+        # running_max is never below the window's mean from the engine's counters, so a
+        # sampler that missed the busy part cannot make a cap look unreached.
+        reached = max((m.running_max for m in base.runs), default=0.0)
         if 0 < reached < limit:
             limit = int(reached) + 1
         return limit

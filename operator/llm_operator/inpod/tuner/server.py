@@ -247,15 +247,17 @@ def engine_metric(url: str, name: str, timeout_s: float = 10.0) -> float:
 
 
 def read_metrics(url: str, timeout_s: float = 5.0) -> dict[str, float]:
-    """The vLLM gauges and counters the tuner uses, summed over engines.
+    """The vLLM gauges and counters the tuner uses, summed over engines: :func:`gauges`
+    of the server's /metrics."""
+    return gauges(_exposition(url, timeout_s))
 
-    Keys: ``running``, ``waiting``, ``kv_usage`` (0..1), ``preemptions`` (counter),
-    ``kv_tokens`` (KV cache capacity in tokens, from ``vllm:cache_config_info``; absent
-    when the server does not say).
-    """
+
+def gauges(text: str) -> dict[str, float]:
+    """From exposition text (pure), keys ``running``, ``waiting``, ``kv_usage`` (0..1),
+    ``preemptions`` (counter), ``kv_tokens`` (KV cache capacity in tokens, from
+    ``vllm:cache_config_info``; absent when the server does not say)."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    text = _exposition(url, timeout_s)
     names = {
         "vllm:num_requests_running": "running",
         "vllm:num_requests_waiting": "waiting",
@@ -275,9 +277,84 @@ def read_metrics(url: str, timeout_s: float = 5.0) -> dict[str, float]:
     return out
 
 
+# Counters and histograms of a run's window (vLLM 0.32 names; summed over engines).
+FINISHED = "vllm:request_success_total"
+PREEMPTIONS = "vllm:num_preemptions_total"
+RUNNING_TIME = "vllm:request_inference_time_seconds_sum"  # time each request spent RUNNING
+QUEUE_TIME = "vllm:request_queue_time_seconds_sum"  # time each request spent WAITING
+ITL_HISTOGRAM = "vllm:inter_token_latency_seconds"
+
+
+def histogram_buckets(text: str, name: str) -> dict[float, float]:
+    """Cumulative bucket counts of histogram ``name`` by upper bound, summed over the
+    other labels (engines), from exposition text (pure)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[float, float] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name == f"{name}_bucket" and "le" in s.labels:
+                le = float(s.labels["le"])
+                out[le] = out.get(le, 0.0) + float(s.value)
+    return out
+
+
+def histogram_quantile(q: float, buckets: dict[float, float]) -> float | None:
+    """The ``q`` quantile of cumulative ``buckets`` the way Prometheus interpolates it
+    (linearly within the bucket; the last finite bound when it falls in ``+Inf``);
+    None when the histogram holds no observation (pure)."""
+    bounds = sorted(buckets)
+    if not bounds or buckets[bounds[-1]] <= 0:
+        return None
+    rank = q * buckets[bounds[-1]]
+    prev_bound, prev_count = 0.0, 0.0
+    for b in bounds:
+        count = buckets[b]
+        if count >= rank:
+            if b == float("inf"):
+                return prev_bound
+            if count == prev_count:
+                return b
+            return prev_bound + (b - prev_bound) * (rank - prev_count) / (count - prev_count)
+        prev_bound, prev_count = b, count
+    return prev_bound
+
+
+def window_stats(before: str, after: str, window_s: float) -> dict[str, float]:
+    """What the engine itself counted between two reads of its /metrics (pure): requests
+    finished, preemptions, the mean running and waiting requests over the window (Little's
+    law: the time requests spent RUNNING, or WAITING, divided by the window) and the p95
+    of the inter-token latency histogram (seconds; absent when it holds nothing new).
+
+    Counters and histograms count every step, so unlike point samples of the gauges
+    they miss nothing under load."""
+    a, b = sample_sums(before), sample_sums(after)
+
+    def delta(name: str) -> float:
+        return max(0.0, b.get(name, 0.0) - a.get(name, 0.0))
+
+    out = {"finished": delta(FINISHED), "preemptions": delta(PREEMPTIONS)}
+    if window_s > 0:
+        out["running_mean"] = delta(RUNNING_TIME) / window_s
+        out["waiting_mean"] = delta(QUEUE_TIME) / window_s
+    hb, ha = histogram_buckets(after, ITL_HISTOGRAM), histogram_buckets(before, ITL_HISTOGRAM)
+    diff = {le: max(0.0, n - ha.get(le, 0.0)) for le, n in hb.items()}
+    p95 = histogram_quantile(0.95, diff)
+    if p95 is not None:
+        out["itl_p95_s"] = p95
+    return out
+
+
+class EngineReportedNothing(RuntimeError):
+    """A run whose window the engine's own counters do not show (no request finished, or
+    /metrics unreadable at its start or end): an error, never a zero."""
+
+
 class MetricsSampler:
-    """Sample /metrics in a thread while a benchmark runs: peak and mean running batch,
-    peak waiting, peak KV usage and the preemptions during the window."""
+    """A run's window on the engine: /metrics read at its start and its end (the counters
+    and histograms of :func:`window_stats`), and sampled in a thread between them for the
+    peaks only gauges show (running batch, KV usage); a sample that misses under load
+    only loses a peak, never a count."""
 
     def __init__(self, url: str, interval_s: float = 0.5) -> None:
         self.url = url
@@ -285,11 +362,19 @@ class MetricsSampler:
         self.samples: list[dict[str, float]] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._first: dict[str, float] = {}
+        self._texts: list[str | None] = [None, None]
+        self._times = [0.0, 0.0]
+
+    def _read_window_end(self, i: int) -> None:
+        try:
+            self._texts[i] = _exposition(self.url, 10.0)
+        except Exception as exc:  # noqa: BLE001 - judged in window()
+            log.warning("Could not read %s/metrics at the run's %s: %s", self.url,
+                        ("start", "end")[i], exc)
+        self._times[i] = time.monotonic()
 
     def __enter__(self) -> MetricsSampler:
-        with contextlib.suppress(Exception):
-            self._first = read_metrics(self.url)
+        self._read_window_end(0)
         self._thread = threading.Thread(target=self._run, name="metrics-sampler", daemon=True)
         self._thread.start()
         return self
@@ -305,22 +390,36 @@ class MetricsSampler:
             self._thread.join(timeout=10)
         with contextlib.suppress(Exception):
             self.samples.append(read_metrics(self.url))
+        self._read_window_end(1)
+
+    def window(self) -> dict[str, float]:
+        """:func:`window_stats` of the run; :class:`EngineReportedNothing` when /metrics
+        could not be read at either end or no request finished in the window."""
+        before, after = self._texts
+        if before is None or after is None:
+            raise EngineReportedNothing(
+                f"{self.url}/metrics could not be read at the run's "
+                f"{'start' if before is None else 'end'}: the run is not measured")
+        stats = window_stats(before, after, self._times[1] - self._times[0])
+        if stats["finished"] <= 0:
+            raise EngineReportedNothing(
+                f"the engine at {self.url} counted no finished request "
+                f"({FINISHED}) during the run: nothing was measured")
+        return stats
 
     def summary(self) -> dict[str, float]:
-        """Peak/mean of the sampled gauges and the preemption count in the window."""
-        if not self.samples:
-            return {}
+        """The run's window: counts, means and the ITL p95 from the engine's counters and
+        histograms (:meth:`window`), and the peaks of the sampled gauges (``samples``
+        says how many samples the peaks rest on)."""
+        out = self.window()
         running = [s.get("running", 0.0) for s in self.samples]
-        busy = [r for r in running if r > 0] or [0.0]
-        out = {
-            "samples": float(len(self.samples)),
-            "running_max": max(running),
-            "running_mean": sum(busy) / len(busy),
-            "waiting_max": max(s.get("waiting", 0.0) for s in self.samples),
-            "kv_usage_max": max(s.get("kv_usage", 0.0) for s in self.samples),
-            "preemptions": self.samples[-1].get("preemptions", 0.0)
-            - self._first.get("preemptions", 0.0),
-        }
-        if "kv_tokens" in self.samples[-1]:
-            out["kv_tokens"] = self.samples[-1]["kv_tokens"]
+        # A peak is at least the mean over the window, whatever the samples missed.
+        out["running_max"] = max([*running, out.get("running_mean", 0.0)])
+        out["samples"] = float(len(self.samples))
+        if self.samples:
+            out["waiting_max"] = max(s.get("waiting", 0.0) for s in self.samples)
+            out["kv_usage_max"] = max(s.get("kv_usage", 0.0) for s in self.samples)
+        kv_tokens = gauges(self._texts[1] or "").get("kv_tokens")
+        if kv_tokens is not None:
+            out["kv_tokens"] = kv_tokens
         return out
