@@ -43,7 +43,12 @@ OUT = ROOT / "benchmarks" / "data" / "tune_paired.json"
 VLLM_PY = Path(os.environ.get("LLMOP_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
 WORK = Path("/tmp/llmop-tune-paired")
 SECTION = "tuning"
-KV_BYTES_PER_TOKEN = 2 * 6 * 4 * 64 * 2
+
+
+def kv_bytes_per_token(model: dict[str, Any]) -> int:
+    """bf16 K and V of every layer: 2 x layers x KV heads x head size x 2 bytes (6 KiB
+    for the 39 M model of tune.yaml)."""
+    return 2 * model["layers"] * model["kv_heads"] * (model["hidden"] // model["heads"]) * 2
 
 
 def _say(text: str) -> None:
@@ -70,7 +75,8 @@ def config_header(blob: str) -> str:
 
 def server_args(cfg: dict[str, Any]) -> str:
     e = cfg["engine"]
-    return " ".join([f"--kv-cache-memory-bytes {e['kvTokens'] * KV_BYTES_PER_TOKEN}",
+    kv_bytes = e["kvTokens"] * kv_bytes_per_token(cfg["model"])
+    return " ".join([f"--kv-cache-memory-bytes {kv_bytes}",
                      f"--max-model-len {e['maxModelLen']}", *e.get("extraFlags", [])])
 
 
@@ -119,6 +125,9 @@ def run_method(cfg: dict[str, Any], model: Path, code: Path, name: str,
         "choice": {"maxNumSeqs": settings.get("maxNumSeqs"),
                    "maxNumBatchedTokens": settings.get("maxNumBatchedTokens")},
         "choiceGoodputOwn": best.get("goodput"),
+        # The tuner's own decision with its paired interval (tuners since issue 32).
+        "decision": data["result"].get("decision"),
+        "versusDefaults": data["result"].get("versusDefaults"),
         "state": data["result"]["state"],
         "trials": len(trials),
         "serverStarts": sum(1 for t in trials if t["startup_s"] > 0),
@@ -329,6 +338,41 @@ def summarize(doc: dict[str, Any]) -> dict[str, Any]:
     return {"rows": rows, "gridBest": grid_best, "tuner": tuner_row, "defaults": default_row}
 
 
+def _fit_text(cfg: dict[str, Any]) -> str:
+    """How many requests the KV cache holds, in the engine's blocks (128 tokens on the
+    CPU engine)."""
+    w, block = cfg["workload"], 128
+    blocks = -(-(w["inputTokens"] + w["outputTokens"]) // block)
+    fit = cfg["engine"]["kvTokens"] // (blocks * block)
+    return (f"a request holds {blocks} KV blocks of {block}: {fit} fit; a preempted request "
+            f"recomputes its {w['inputTokens']}-token prompt")
+
+
+def paired_by_round(doc: dict[str, Any], a: dict[str, Any], b: dict[str, Any]) -> Any:
+    """``b`` against ``a`` from the rotation, paired by round (each round measured every
+    configuration once, back to back): a :class:`~llm_operator.inpod.tuner.compare.
+    Comparison`, the statistic the tuner decides with."""
+    from llm_operator.inpod.tuner.compare import Comparison
+
+    by: dict[int, dict[str, float]] = {}
+    for m in doc["rotation"]["measurements"]:
+        for key, c in (("a", a), ("b", b)):
+            if m["config"] == c:
+                by.setdefault(m["round"], {})[key] = m["goodput_tps"]
+    pairs = tuple((v["a"], v["b"]) for _r, v in sorted(by.items()) if len(v) == 2)
+    return Comparison(pairs)
+
+
+def _goal(cmp: Any, goal: float) -> str:
+    """met / not met / undecided against ``goal`` by the paired interval."""
+    lo, hi, _conf = cmp.interval
+    if lo >= goal:
+        return "**met**"
+    if hi < goal:
+        return "**not met**"
+    return f"**undecided** (the interval includes {goal:g})"
+
+
 def render_markdown(doc: dict[str, Any], section: str = SECTION,
                     out: Path = OUT) -> str:
     from benchmarks.results_md import markers
@@ -370,11 +414,11 @@ def render_markdown(doc: dict[str, Any], section: str = SECTION,
         "",
         *(["The config's opening comment, as committed before the run:", "", f"> {header}",
            ""] if (header := config_header(doc["configGitBlob"])) else []),
-        f"**Measured** on {doc['engine']} (6 layers, hidden 768), KV cache "
+        f"**Measured** on {doc['engine']} ({cfg['model']['layers']} layers, hidden "
+        f"{cfg['model']['hidden']}), KV cache "
         f"{cfg['engine']['kvTokens']:,} tokens, {doc['cpus']} CPU cores (the machine's load "
         f"is given below). Workload: {w['concurrency']} clients, {w['inputTokens']} "
-        f"tokens in / {w['outputTokens']} out (a request holds 5 KV blocks of 128: 4 fit; "
-        "a preempted request recomputes its 512-token prompt). SLO: TTFT ≤ "
+        f"tokens in / {w['outputTokens']} out ({_fit_text(cfg)}). SLO: TTFT ≤ "
         f"{slo['ttftMs']:g} ms and the request's p95 inter-token gap ≤ {slo['itlMs']:g} ms; "
         "goodput = output tokens/s of requests meeting it, measured by the tuner's own "
         "measurement (`vllm.benchmarks.serve`, "
@@ -384,9 +428,10 @@ def render_markdown(doc: dict[str, Any], section: str = SECTION,
         f"choice and vLLM's defaults were measured round-robin on one live-cap server, "
         f"{cfg['rotation']['rounds']} rounds, the order rotated by one each round, each "
         "configuration the same number of times; the grid's best is picked from these "
-        "measurements; then the grid itself ran for its cost. vLLM's defaults are cap 128 "
-        "through the admission cap at the server's capacity 128 (the scheduler then admits "
-        "as vLLM's own). Machine load (1-min loadavg before each measurement): "
+        "measurements; then the grid itself ran for its cost. vLLM's defaults are cap "
+        f"{cfg['engine']['defaultMaxNumSeqs']} through the admission cap at the server's "
+        f"capacity {cfg['engine']['capacity']} (the scheduler then admits as vLLM's own). "
+        "Machine load (1-min loadavg before each measurement): "
         + (f"median {statistics.median(loads):.1f}, range {min(loads):.1f}-{max(loads):.1f} "
            "on 2 cores" if loads else "n/a") + "; interleaving spreads it over the "
         "configurations, it does not remove it." + (f" {doc['note']}" if doc.get("note") else ""),
@@ -422,6 +467,9 @@ def render_markdown(doc: dict[str, Any], section: str = SECTION,
                          f"{r['label']} ({r['goodFraction']:.0%}, ITL p95 "
                          f"{r['itlP95Ms']:.0f} ms)"
                          for r in s["rows"] if r["goodFraction"] < 0.9) + ".")]
+    decision = (doc.get("tuner") or {}).get("decision")
+    if decision:
+        lines += ["", f"The tuner's own decision (its paired interval, issue 32): {decision}."]
     lines += ["", "| method | wall s (search clock) | busy s (server lifetimes) | server "
               "starts | trials | choice |", "|---|---:|---:|---:|---:|---|"]
     again = doc.get("gridAgain")
@@ -439,10 +487,10 @@ def render_markdown(doc: dict[str, Any], section: str = SECTION,
     lines += ["", f"Without the live cap a grid starts one server per cell: {cells + 1} starts "
               "(its cells and the defaults) for this space, against the live grid's above.", ""]
     lines += ["### Goals, from this run's own figures", "",
-              "| goal | figure | met |", "|---|---|---|"]
-
-    def rel(r: dict[str, Any]) -> float:
-        return r["sd"] / r["mean"] if r["mean"] else 0.0
+              "Goodput goals are the typical ratio of the rotation's measurements paired by "
+              "round, with its exact Wilcoxon signed-rank interval (the statistic the tuner "
+              "decides with; few rounds give a wide interval at a low confidence, stated).",
+              "", "| goal | figure | met |", "|---|---|---|"]
 
     t, g, d = s["tuner"], s["gridBest"], s["defaults"]
     if t and g and not g["mean"]:
@@ -450,20 +498,16 @@ def render_markdown(doc: dict[str, Any], section: str = SECTION,
                      "no configuration met the SLO in any measurement (goodput 0 for all): "
                      "the run cannot tell them apart | **not shown** |")
         t = None
+    # Goodput ratios as intervals (issue 32): the rotation's measurements paired by round,
+    # the typical ratio and its exact signed-rank interval, as the tuner decides.
     if t and g:
-        x = t["mean"] / g["mean"]
-        noise = (x - 0.95) ** 2 < (x * (rel(t) ** 2 + rel(g) ** 2) ** 0.5) ** 2
-        lines.append(f"| tuner's choice ≥ 0.95 x grid's best goodput | {t['mean']:.0f} / "
-                     f"{g['mean']:.0f} = {x:.2f} (± {(rel(t) ** 2 + rel(g) ** 2) ** 0.5:.0%}) | "
-                     f"{'**met**' if x >= 0.95 else '**not met**'}"
-                     f"{' (within the noise)' if noise else ''} |")
+        c = paired_by_round(doc, g["config"], t["config"])
+        lines.append(f"| tuner's choice ≥ 0.95 x grid's best goodput | {c.text()} | "
+                     f"{_goal(c, 0.95)} |")
     if t and d:
-        x = t["mean"] / d["mean"] if d["mean"] else float("inf")
-        sd = (rel(t) ** 2 + rel(d) ** 2) ** 0.5
-        lines.append(f"| tuner's choice ≥ 1.5 x vLLM's defaults | {t['mean']:.0f} / "
-                     f"{d['mean']:.0f} = {x:.2f} (± {sd:.0%}) | "
-                     f"{'**met**' if x >= 1.5 else '**not met**'}"
-                     f"{' (within the noise)' if abs(x - 1.5) < x * sd else ''} |")
+        c = paired_by_round(doc, d["config"], t["config"])
+        lines.append(f"| tuner's choice ≥ 1.5 x vLLM's defaults | {c.text()} | "
+                     f"{_goal(c, 1.5)} |")
     tu, gr = doc.get("tuner"), doc.get("grid")
     if tu and gr:
         for key, what in (("serverStarts", "server starts"), ("busySeconds", "busy time")):
