@@ -457,3 +457,11 @@ def test_parse_result_reads_a_log_fallback_and_rejects_garbage() -> None:
         parse_result(json.dumps({"kind": "something-else"}))
     with pytest.raises(ResultParseError):
         parse_result("")
+
+
+def test_a_given_server_is_measured_only_the_repeats_it_was_asked_for() -> None:
+    # --url mode compares nothing: its baseline needs no runs for pairs.
+    ev = FakeEvaluator(Surface())
+    out = search(ev, kv_space(), WL, SLO_, Budget(12, 1e9),
+                 Options(repeats=1, can_restart=False), clock=ev.now)
+    assert out.baseline is not None and len(out.baseline.runs) == 1
