@@ -125,8 +125,8 @@ class LoopDemo:
         tuning = (svc.get("status") or {}).get("tuning") or {}
         table = Table(title=f"Tuning: {tuning.get('state')} ({tuning.get('source', '')}), "
                       f"{tuning.get('wallSeconds', 0):.0f} s")
-        keys = ("trial", "phase", "maxNumSeqs", "goodput", "ttftP95Ms", "itlP95Ms",
-                "preemptions", "error")
+        keys = ("trial", "phase", "maxNumSeqs", "goodput", "against", "ratio", "low", "high",
+                "pairs", "ttftP95Ms", "itlP95Ms", "preemptions", "error")
         for col in keys:
             table.add_column(col)
         for row in tuning.get("table") or []:
@@ -134,6 +134,9 @@ class LoopDemo:
         if tuning.get("table"):
             self.console.print(table)
         self.console.print(f"best {tuning.get('best')}; applied {tuning.get('applied')}")
+        # The decision with its paired interval against vLLM's defaults (issue 32).
+        self.console.print(f"Decision: {tuning.get('decision') or 'none recorded'}",
+                           highlight=False)
         self.console.print(f"Tuned: {condition(svc, 'Tuned').get('message', '')}",
                            highlight=False)
         return svc

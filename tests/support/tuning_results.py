@@ -23,10 +23,16 @@ def _measurement(goodput: float, preemptions: float, ttft: float, itl: float) ->
                        preemptions=preemptions)
 
 
-def _trial(index: int, cfg: Config, phase: str, goodputs: tuple[float, float],
-           preemptions: float = 0.0, ttft: float = 4000.0, itl: float = 40.0) -> Trial:
+def _trial(index: int, cfg: Config, phase: str, goodputs: tuple[float, ...],
+           preemptions: float = 0.0, ttft: float = 4000.0, itl: float = 40.0,
+           against: tuple[float, ...] = ()) -> Trial:
+    """A trial; with ``against``, compared with the baseline (index 0) in pairs, the
+    baseline's goodputs of each pair given."""
     return Trial(index=index, config=cfg, phase=phase, startup_s=35.0, wall_s=95.0,
-                 runs=[_measurement(g, preemptions, ttft, itl) for g in goodputs])
+                 runs=[_measurement(g, preemptions, ttft, itl) for g in goodputs],
+                 against=0 if against else None,
+                 pairs=list(zip(against, goodputs, strict=True)) if against else [],
+                 measured=2 * len(against))
 
 
 def kv_constrained_result(fingerprint: str | None, *, best_max_num_seqs: int = 24,
@@ -34,16 +40,20 @@ def kv_constrained_result(fingerprint: str | None, *, best_max_num_seqs: int = 2
                           defaults_best: bool = False, complete: bool = True) -> TuningResult:
     """A search over max-num-seqs where the defaults preempt and a lower cap wins
     (``defaults_best``: every candidate is worse than vLLM's defaults)."""
-    base = _trial(0, Config(), "baseline", (820.0, 860.0), preemptions=87.0, ttft=9000.0)
-    better = 1.0 if not defaults_best else 0.0
+    base = _trial(0, Config(), "baseline", (820.0, 860.0, 840.0), preemptions=87.0,
+                  ttft=9000.0)
+    ref = (830.0, 850.0, 845.0, 825.0, 855.0)  # the defaults, interleaved with each candidate
+
+    def runs(good: float, bad: float) -> tuple[float, ...]:
+        g = good if not defaults_best else bad
+        return (g, g + 20.0, g - 10.0, g + 5.0, g - 15.0)
+
     trials = [
         base,
-        _trial(1, Config(max_num_seqs=16), "verify",
-               (1150.0 * better + 700.0 * (1 - better), 1170.0 * better + 720.0 * (1 - better))),
+        _trial(1, Config(max_num_seqs=16), "verify", runs(1150.0, 700.0), against=ref),
         _trial(2, Config(max_num_seqs=best_max_num_seqs,
                          max_num_batched_tokens=best_batched_tokens), "refine",
-               (1310.0 * better + 760.0 * (1 - better), 1290.0 * better + 780.0 * (1 - better)),
-               preemptions=3.0),
+               runs(1310.0, 760.0), preemptions=3.0, against=ref),
     ]
     best = base if defaults_best else trials[2]
     outcome = Outcome(trials=trials, baseline=base, best=best, complete=complete,

@@ -502,6 +502,10 @@ class Outcome:
             what = self.best.config.describe()
             return (f"{what}: {cmp.text()} of vLLM's defaults; kept {what} (interval "
                     f"above {line})")
+        if self.best is not None and self.best is not self.baseline:  # the grid: unpaired
+            what = self.best.config.describe()
+            return (f"{what}: median goodput {self.best.score:.0f} tok/s against vLLM's "
+                    f"defaults' {self.baseline.score:.0f} (medians, not paired); kept {what}")
         other = self.strongest_rejected
         if other is None or other.comparison is None:
             return "kept vLLM's defaults: no other configuration was compared with them"
