@@ -359,16 +359,11 @@ def section() -> str:
            *published_table(gpu_rows, HELD_OUT), "",
            *[f"No held-out source for **{g}**: {why}.\n" for g, why in NO_HELD_OUT_SOURCE.items()],
            long_context(gpu_rows), "",
-           f"Tensor parallelism (held out): {tp_errors(gpu_rows)}. Lambda's points (vLLM 0.6, "
-           "10-step scheduling) are all slower than the model, more so at TP 8; "
-           "they share the setup (vLLM 0.6, 10-step "
-           "scheduling) of Lambda's single-GPU points, which are in sample; InferenceBench's "
-           "Qwen2.5-72B on 4 H100s (vLLM 0.22.1, the project's in-sample H100 sweep is "
-           "another of its runs) agrees in TPOT and is slower in throughput at 1 client (its "
-           "time to first token and request overhead). So at TP 4 the all-reduce latency (8 us "
-           "per all-reduce, from memory) and the shard bandwidth agree with a recent vLLM; TP 8 "
-           "has only Lambda's two points. Not refitted: the constants would then be fitted to "
-           "these points, which would stop being a prediction.", "",
+           f"Tensor parallelism (held out): {tp_errors(gpu_rows)}. Until issue 34 the "
+           "all-reduce latency was 8 us (from memory) and every TP point here was slower than "
+           "the model (TP 4 -11% to -17%, TP 8 -22% and -26%); it is now 28 us, fitted to "
+           "NVIDIA's measured Qwen3-32B TP 2 points of AIConfigurator's silicon_sample.csv "
+           "(see the next section), none of the points here: they stay held out.", "",
            "Notes: the InferenceBench page gives no request lengths for `chatbot-short`; 50 "
            "output tokens follow from its own TTFT, TPOT and throughput at 4 and 16 clients, "
            "and 512 input tokens from its 14 ms TTFT (both inferred). Its concurrency-1 "
