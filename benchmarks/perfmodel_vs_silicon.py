@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 from tests.support.aic import AIC_SOURCE, gpu_facts, hardware, model, read_rows, silicon_csv
 
-from benchmarks.results_md import markers, replace_section
+from benchmarks.results_md import emit, markers
 from llm_operator.perfmodel import EngineSettings, ModelShape, Workload, predict_point
 from llm_operator.planning import vllm_default_max_num_batched_tokens, vllm_default_max_num_seqs
 
@@ -192,11 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", type=Path, default=CONFIG)
     args = ap.parse_args(argv)
     data = record(args.config) if args.record else json.loads(DATA.read_text())
-    text = section(data)
-    if args.write:
-        replace_section(SECTION, text)
-    sys.stdout.write(text)
-    return 0
+    return emit(SECTION, section(data), args.write)
 
 
 if __name__ == "__main__":
