@@ -83,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", type=Path, default=CONFIG)
     ap.add_argument("--batches", type=int, nargs="*", default=[])
     ap.add_argument("--only", default="", help="substring of the keys to run")
+    ap.add_argument("--at", nargs="*", default=[], metavar="KEY=BATCH",
+                    help="one more batch size for one stored cell (the planner's picks: "
+                    "benchmarks/planner_vs_aic.py --missing prints them)")
     ap.add_argument("--brief", action="store_true",
                     help="Llama-3.1-8B on A100/H100 at batch 1/8/32 (the seed's figures)")
     args = ap.parse_args(argv)
@@ -109,6 +112,14 @@ def main(argv: list[str] | None = None) -> int:
     data.setdefault("estimator", cfg["estimator"]["label"])
     data.setdefault("package", cfg["estimator"]["package"])
     cells = data.setdefault("cells", {})
+    if args.at:
+        for item in args.at:
+            k, b = item.rsplit("=", 1)
+            c = cells[k]
+            c["batches"][b] = estimate(c["aic"], c["system"], c["tp"], c["input"], c["output"],
+                                       int(b))
+        DATA.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+        return 0
     for model, m in cfg["models"].items():
         for gpu, system in cfg["gpus"].items():
             for tp in m["tp"]:

@@ -70,3 +70,23 @@ def test_held_out_shares_stay_at_least_where_the_refit_put_them() -> None:
     assert s["tpot"]["within"] >= 0.85
     assert s["tps"]["within"] >= 0.80
     assert s["ttft"]["within"] >= 0.40
+
+
+def test_results_md_has_the_planner_against_the_stored_estimates() -> None:
+    """The aic-estimator sections of benchmarks/RESULTS.md are what the current planner
+    and performance model give against the stored estimator figures (else: .venv/bin/python
+    -m benchmarks.planner_vs_aic [--config benchmarks/configs/aic_estimator_2.yaml]
+    --write)."""
+    from benchmarks.planner_vs_aic import CONFIG as EST_CONFIG
+    from benchmarks.planner_vs_aic import DATA as EST_DATA
+    from benchmarks.planner_vs_aic import load, scenarios, section
+    from benchmarks.results_md import RESULTS
+
+    text = RESULTS.read_text()
+    root = EST_CONFIG.parents[2]
+    for path, name in ((EST_CONFIG, "aic-estimator"),
+                       (EST_CONFIG.with_name("aic_estimator_2.yaml"), "aic-estimator-2")):
+        cfg = load(path)
+        cfg["config"] = str(path.relative_to(root))
+        rows = scenarios(cfg, json.loads(EST_DATA.read_text()))
+        assert section(rows, cfg, name) in text, name
