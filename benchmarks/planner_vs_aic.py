@@ -185,7 +185,7 @@ def section(rows: list[dict[str, Any]], cfg: dict[str, Any], name: str = SECTION
              f"**{cfg['estimator']['label']}**: every figure here is a model's, none measured. "
              "AIConfigurator 0.12.0's `cli_estimate` (vLLM backend, aggregated serving, bf16) at "
              "each batch size; stored in `benchmarks/data/aic_estimator.json`. Pre-registered "
-             "in `benchmarks/configs/aic_estimator.yaml`: 48 scenarios (Llama-3.1-8B TP 1/2, "
+             f"in `{cfg['config']}`: 48 scenarios (Llama-3.1-8B TP 1/2, "
              "Qwen3-32B TP 1/2, Llama-3.1-70B TP 2/4 x H100/H200 x 512/256 and 2048/512 tokens "
              + ("with as many clients as the batch (saturated, no queue) "
                 if cfg.get("saturated") else "with 256 clients ")
