@@ -37,3 +37,21 @@ def test_qwen3_32b_h100_tpot_within_25_percent_for_90_percent(
     rows = [r for r in fresh if r["group"] == "Qwen3-32B bf16 H100"]
     assert len(rows) == 90
     assert summarise(rows, 0.25)["tpot"]["within"] >= 0.90
+
+
+def test_stored_estimate_is_what_the_installed_estimator_gives() -> None:
+    """One stored cell of benchmarks/data/aic_estimator.json against the installed
+    estimator (run in .venv-aic: about 5 s)."""
+    import subprocess
+
+    from benchmarks.planner_vs_aic import DATA as EST_DATA
+
+    from tests.support.aic import ROOT, aic_python
+
+    cell = json.loads(EST_DATA.read_text())["cells"]["Qwen/Qwen3-32B|H100|tp2|512/256"]
+    code = ("import json, logging; logging.disable(logging.WARNING); "
+            "from benchmarks.aic_estimate import estimate; "
+            "print(json.dumps(estimate('Qwen/Qwen3-32B', 'h100_sxm', 2, 512, 256, 64)))")
+    out = subprocess.run([str(aic_python()), "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120, check=True).stdout.strip().splitlines()[-1]
+    assert json.loads(out) == cell["batches"]["64"]
