@@ -14,11 +14,16 @@ How (every formula is in one function below, with its inputs):
   moved over achieved memory bandwidth (weights once per step, divided by TP, plus
   the KV cache every running sequence reads) and FLOPs over achieved compute, plus
   the tensor-parallel all-reduces and a fixed per-step and per-sequence overhead
-  (scheduler, sampling, detokenisation: the CPU side of the engine).
+  (scheduler, sampling, detokenisation: the CPU side of the engine). On a GPU the
+  per-sequence part runs beside the GPU's work (vLLM V1's async output processing): the
+  step takes the longer of the two (``Efficiency.overlap_seq_overhead``).
 * **Chunked prefill**: a prompt enters as a chunk of up to ``max-num-batched-tokens``
   minus the decode tokens of that step, in the same step as the running sequences'
   decode tokens. That step is longer (compute-bound), which is the inter-token
-  latency spike users see when new requests arrive.
+  latency spike users see when new requests arrive. A new request's TTFT is its own
+  prefill plus the prompts of a share of the other running requests ahead of it
+  (``Efficiency.prefill_queue_share``: closed loops of equal lengths arrive in clumps and
+  vLLM prefills first come, first served).
 * **KV capacity** bounds the running batch: vLLM admits requests while their prompt
   fits in free KV blocks, so the cache fills to about ``capacity / (input + output/2)``
   sequences; beyond ``capacity / (input + output)`` the growing sequences run out of
