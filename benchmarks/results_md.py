@@ -25,3 +25,14 @@ def replace_section(name: str, section: str, path: Path = RESULTS) -> None:
     else:
         text = text.rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n"
     path.write_text(text)
+
+
+def emit(name: str, section: str, write: bool) -> int:
+    """Print section ``name``, and with ``write`` replace it in RESULTS.md (a benchmark's
+    ``--write``); returns the exit status."""
+    import sys
+
+    if write:
+        replace_section(name, section)
+    sys.stdout.write(section)
+    return 0

@@ -8,7 +8,10 @@
 #   bash tools/setup.sh --cluster # plus the real control plane (Go build, cached outside)
 #   bash tools/setup.sh --unit    # .venv with the test tools only: the unit tier
 #   bash tools/setup.sh --tests   # plus helm, the control plane and the Prometheus Operator
-#                                 # (Go build, cached outside): everything the tests need
+#                                 # (Go build, cached outside) and AIConfigurator (.venv-aic):
+#                                 # everything the tests need
+#   bash tools/setup.sh --aic     # only NVIDIA AIConfigurator 0.12.0 in .venv-aic (benchmarks
+#                                 # and the aic tier; never in the operator's image)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 want_tests=0
@@ -16,8 +19,11 @@ want_engine=0
 want_cluster=0
 want_prometheus_operator=0
 want_helm=0
+want_aic=0
 case "${1:-}" in
-  --tests) want_tests=1; want_engine=1; want_cluster=1; want_helm=1; want_prometheus_operator=1 ;;
+  --tests) want_tests=1; want_engine=1; want_cluster=1; want_helm=1; want_prometheus_operator=1
+           want_aic=1 ;;
+  --aic) want_aic=1 ;;
   --unit) want_tests=1 ;;
   --engine) want_engine=1 ;;
   --demo) want_engine=1; want_cluster=1; want_helm=1 ;;
@@ -26,6 +32,16 @@ esac
 PY=${PYTHON:-python3}
 
 step() { printf '\n==> %s\n' "$*"; }
+
+# NVIDIA AIConfigurator (Apache-2.0): its measured vLLM GPU points and its estimator, for
+# benchmarks/perfmodel_vs_silicon.py, benchmarks/aic_estimate.py and the aic test tier.
+# Its own venv (about 850 MB, 30 s to 2 min): never the project's .venv or image.
+if [ "$want_aic" = 1 ] && ! .venv-aic/bin/python -c 'import aiconfigurator_core' >/dev/null 2>&1; then
+  step "Installing AIConfigurator 0.12.0 into .venv-aic (about 850 MB)"
+  "$PY" -m venv .venv-aic
+  .venv-aic/bin/pip install -q --disable-pip-version-check aiconfigurator==0.12.0
+fi
+[ "${1:-}" = "--aic" ] && exit 0
 
 if [ ! -x .venv/bin/python ]; then
   step "Creating .venv"

@@ -1,0 +1,199 @@
+"""The performance model against the vLLM serving points NVIDIA measured on GPUs and
+ships in AIConfigurator 0.12.0 (issue 34, section 1). Not a unit test.
+
+    .venv/bin/python -m benchmarks.perfmodel_vs_silicon            # print the section
+    .venv/bin/python -m benchmarks.perfmodel_vs_silicon --record   # store the comparison
+    .venv/bin/python -m benchmarks.perfmodel_vs_silicon --write    # and replace it in RESULTS.md
+
+Everything it compares is fixed in ``benchmarks/configs/aic_silicon.yaml`` (committed
+before the first run): the rows (vLLM, aggregated serving, one pipeline stage, the
+groups the config names), the figures (TPOT, TTFT, and output tok/s derived from them),
+the +-25% band, and the fit subset a re-fit may use. ``--record`` needs the CSV, from
+the AIConfigurator install in ``.venv-aic`` (``bash tools/setup.sh --aic``), and stores
+each row's measured and predicted figures in ``benchmarks/data/perfmodel_vs_silicon.json``
+(a derived table with its attribution); the section is rendered from that file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import yaml
+from tests.support.aic import AIC_SOURCE, gpu_facts, hardware, model, read_rows, silicon_csv
+
+from benchmarks.results_md import emit, markers
+from llm_operator.perfmodel import EngineSettings, ModelShape, Workload, predict_point
+from llm_operator.planning import vllm_default_max_num_batched_tokens, vllm_default_max_num_seqs
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = ROOT / "benchmarks" / "configs" / "aic_silicon_2.yaml"  # the current run
+DATA = ROOT / "benchmarks" / "data" / "perfmodel_vs_silicon.json"
+# Run 1 (aic-silicon-1, configs/aic_silicon.yaml): the model before its re-fit.
+BEFORE = ROOT / "benchmarks" / "data" / "perfmodel_vs_silicon_1.json"
+SECTION = "aic-silicon"
+FIGURES = ("tpot", "tps", "ttft")
+LABELS = {"tpot": "TPOT", "tps": "output tok/s", "ttft": "TTFT"}
+
+
+def load_config(path: Path = CONFIG) -> dict[str, Any]:
+    return dict(yaml.safe_load(path.read_text()))
+
+
+def in_fit(row: dict[str, Any], config: dict[str, Any]) -> bool:
+    """Whether a row is in the config's declared fit subset."""
+    fit = config.get("fitSubset") or {}
+    return bool(fit) and row["group"] == fit.get("group") and row["tp"] == fit.get("tp")
+
+
+def predict_rows(config: dict[str, Any], csv_path: Path) -> list[dict[str, Any]]:
+    """Each selected row with the model's figures at the same setting."""
+    groups = {g["name"]: g for g in config["groups"]}
+    util = float(config["engine"]["gpuMemoryUtilization"])
+    out = []
+    for r in read_rows(csv_path, config["groups"]):
+        g = groups[r.group]
+        fp8 = g["quantization"] == "fp8"
+        shape = ModelShape.from_facts(model(g["model"]), quantization=g["quantization"],
+                                      kv_cache_dtype=config["engine"]["kvCacheDtype"])
+        hw = hardware(g["gpu"], fp8=fp8)
+        facts = gpu_facts(g["gpu"])
+        engine = EngineSettings(max_num_seqs=vllm_default_max_num_seqs(facts),
+                                max_num_batched_tokens=vllm_default_max_num_batched_tokens(facts),
+                                gpu_memory_utilization=util)
+        row = asdict(r)
+        row["measured"] = {"tpot": r.tpot_ms, "ttft": r.ttft_ms, "tps": r.measured_tps}
+        try:
+            p = predict_point(shape, hw, r.tp, Workload(r.isl, r.osl), engine, r.concurrency)
+        except ValueError as e:  # the model finds no room for one request
+            row["predicted"], row["error"], row["note"] = None, None, str(e)
+        else:
+            pred = {"tpot": p.tpot_s * 1e3, "ttft": p.ttft_s * 1e3, "tps": p.output_tps}
+            row["predicted"] = {k: round(v, 3) for k, v in pred.items()}
+            row["error"] = {k: round(pred[k] / row["measured"][k] - 1, 4) for k in FIGURES}
+            row["limit"] = p.limit
+        row["measured"] = {k: round(v, 3) for k, v in row["measured"].items()}
+        row["fit"] = in_fit(row, config)
+        out.append(row)
+    return out
+
+
+def record(config_path: Path = CONFIG, path: Path = DATA) -> dict[str, Any]:
+    csv_path = silicon_csv()
+    if csv_path is None:
+        sys.exit("silicon_sample.csv not found: install AIConfigurator in .venv-aic "
+                 "(bash tools/setup.sh --aic) or set LLMOP_AIC_CSV")
+    config = load_config(config_path)
+    data = {"label": config["label"], "config": str(config_path.relative_to(ROOT)),
+            "source": AIC_SOURCE, "model": "llm_operator.perfmodel GPU_EFFICIENCY",
+            "band": config["band"], "fitted": bool(config.get("fittedToSubset", False)),
+            "rows": predict_rows(config, csv_path)}
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    return data
+
+
+def summarise(rows: list[dict[str, Any]], band: float) -> dict[str, Any]:
+    """Share within the band, median and worst error of each figure."""
+    ok = [r for r in rows if r["error"] is not None]
+    out: dict[str, Any] = {"rows": len(rows), "predicted": len(ok)}
+    for k in FIGURES:
+        errs = [r["error"][k] for r in ok]
+        out[k] = {"within": (sum(abs(e) <= band for e in errs) / len(errs)) if errs else None,
+                  "median": statistics.median(errs) if errs else None,
+                  "worst": max(errs, key=abs) if errs else None}
+    return out
+
+
+def _cell(s: dict[str, Any], k: str) -> str:
+    f = s[k]
+    if f["within"] is None:
+        return "-"
+    return f"{f['within'] * 100:.0f}% (median {f['median'] * 100:+.0f}%)"
+
+
+def section(data: dict[str, Any]) -> str:
+    rows, band = data["rows"], data["band"]
+    begin, end = markers(SECTION)
+    versions = sorted({r["vllm"] for r in rows})
+    fit = [r for r in rows if r["fit"]]
+    held = [r for r in rows if not r["fit"]]
+    lines = [begin, f"## Performance model against NVIDIA's measured vLLM points ({data['label']})",
+             "",
+             "**Measured on GPUs by NVIDIA, not by this project** (this project has run no GPU): "
+             f"{data['source']}; vLLM versions in these rows: {', '.join(versions)} (the "
+             "Llama-3.1-70B rows do not state theirs). The model's figures are **estimated** "
+             "(`llm_operator.perfmodel`) at each row's model, GPU, TP, precision, input and "
+             "output length and concurrency, with vLLM's default batch settings for the GPU. "
+             "Output tok/s is derived from each row's TTFT and TPOT (c x OSL / (TTFT + (OSL - 1) "
+             "TPOT)); the CSV has no throughput column. Pre-registered in "
+             f"`{data['config']}` (groups, figures, the +-{band * 100:.0f}% band, the fit "
+             "subset); stored in `benchmarks/data/perfmodel_vs_silicon.json`. Regenerate: "
+             "`.venv/bin/python -m benchmarks.perfmodel_vs_silicon --record --write` (needs "
+             "`.venv-aic`).", "",
+             f"Share of rows within +-{band * 100:.0f}% (median error, predicted / measured - 1):",
+             "",
+             "| rows | n | TPOT | output tok/s | TTFT | vLLM |",
+             "|---|---|---|---|---|---|"]
+    for name in dict.fromkeys(r["group"] for r in rows):
+        g = [r for r in rows if r["group"] == name]
+        s = summarise(g, band)
+        tag = " (TP 2 rows: the declared fit subset)" if any(r["fit"] for r in g) else ""
+        lines.append(f"| {name}{tag} | {s['predicted']} of {s['rows']} | {_cell(s, 'tpot')} | "
+                     f"{_cell(s, 'tps')} | {_cell(s, 'ttft')} | "
+                     f"{', '.join(sorted({r['vllm'] for r in g}))} |")
+    fit_label = ("fit subset (declared, Qwen3-32B bf16 H100 TP 2): the model was fitted to it"
+                 if data.get("fitted") else "declared fit subset (Qwen3-32B bf16 H100 TP 2): "
+                 "not used for fitting in this run")
+    for label, g in (("all rows", rows), (fit_label, fit),
+                     ("held out (every other row)", held)):
+        if not g:
+            continue
+        s = summarise(g, band)
+        lines.append(f"| **{label}** | {s['predicted']} of {s['rows']} | {_cell(s, 'tpot')} | "
+                     f"{_cell(s, 'tps')} | {_cell(s, 'ttft')} | |")
+    if BEFORE.exists() and data["label"] != json.loads(BEFORE.read_text())["label"]:
+        old = json.loads(BEFORE.read_text())
+        lines += ["", f"Before and after the re-fit ({old['label']}: the model fitted to none "
+                  f"of these rows; {data['label']}: re-fitted on the declared subset only):", "",
+                  "| rows | run | TPOT | output tok/s | TTFT |", "|---|---|---|---|---|"]
+        for label, pick in (("held out", lambda r: not r["fit"]),
+                            ("fit subset", lambda r: r["fit"])):
+            for d in (old, data):
+                s = summarise([r for r in d["rows"] if pick(r)], band)
+                lines.append(f"| {label} | {d['label']} | {_cell(s, 'tpot')} | "
+                             f"{_cell(s, 'tps')} | {_cell(s, 'ttft')} |")
+        g = [r for r in data["rows"] if not r["fit"]]
+        s = summarise(g, band)
+        want = {"tpot": 0.90, "tps": 0.90, "ttft": 0.75}
+        goals = "Goals on held-out rows (aic_silicon.yaml), share within +-25%: " + "; ".join(
+            f"{LABELS[k]} >= {v:.0%}: {s[k]['within']:.0%} "
+            + ("(met)" if s[k]["within"] >= v else "(**not met**)") for k, v in want.items())
+        lines += ["", goals]
+    lines += ["", "By concurrency (held out):", "",
+              "| clients | n | TPOT | output tok/s | TTFT |", "|---|---|---|---|---|"]
+    for c in sorted({r["concurrency"] for r in held}):
+        g = [r for r in held if r["concurrency"] == c]
+        s = summarise(g, band)
+        lines.append(f"| {c} | {s['predicted']} | {_cell(s, 'tpot')} | {_cell(s, 'tps')} | "
+                     f"{_cell(s, 'ttft')} |")
+    lines += ["", end]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--record", action="store_true", help="re-run the model on the CSV")
+    ap.add_argument("--write", action="store_true", help="replace the section in RESULTS.md")
+    ap.add_argument("--config", type=Path, default=CONFIG)
+    args = ap.parse_args(argv)
+    data = record(args.config) if args.record else json.loads(DATA.read_text())
+    return emit(SECTION, section(data), args.write)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

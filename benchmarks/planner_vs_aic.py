@@ -1,0 +1,278 @@
+"""The planner's starting max-num-seqs and KV capacity against AIConfigurator's
+estimator (issue 34), from the estimator's stored figures. Not a unit test.
+
+    .venv/bin/python -m benchmarks.planner_vs_aic            # print the section
+    .venv/bin/python -m benchmarks.planner_vs_aic --write    # and replace it in RESULTS.md
+    .venv/bin/python -m benchmarks.planner_vs_aic --missing  # batch sizes still to estimate
+
+Fixed before the run in ``benchmarks/configs/aic_estimator.yaml``: 48 scenarios (3
+models x H100/H200 x 2 TP x 2 workloads x 2 SLOs), the landscape and goodput rule, what
+is reported. The estimator's figures come from ``benchmarks/data/aic_estimator.json``
+(``.venv-aic/bin/python -m benchmarks.aic_estimate``); the planner's side runs here, in
+the project's environment, on the current planner and performance model. Every
+throughput and latency figure is **estimated** (AIConfigurator's estimator, vLLM kernel
+tables 0.24), not measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import statistics
+import sys
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+from tests.support.aic import QWEN3_32B
+
+from benchmarks.results_md import emit, markers
+from llm_operator.catalog import lookup_gpu
+from llm_operator.models import LLMServiceSpec, parse_llmservice
+from llm_operator.perfmodel import Point, inputs_for, suggest_for, suggest_start
+from llm_operator.planning import Plan, make_plan
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = ROOT / "benchmarks" / "configs" / "aic_estimator.yaml"
+DATA = ROOT / "benchmarks" / "data" / "aic_estimator.json"
+SECTION = "aic-estimator"  # aic-estimator-2 writes "aic-estimator-2"
+
+
+def spec_for(model: str, gpu: str, tp: int, wl: dict[str, Any], slo: dict[str, Any]
+             ) -> LLMServiceSpec:
+    """An LLMService for one scenario: TP pinned, one pipeline stage, bf16."""
+    m: dict[str, Any] = {"name": model}
+    if model == QWEN3_32B.name:  # not in the catalog: its config.json facts
+        f = QWEN3_32B
+        m["architecture"] = {
+            "parameters": f.parameters, "numLayers": f.num_layers, "hiddenSize": f.hidden_size,
+            "numAttentionHeads": f.num_attention_heads, "numKeyValueHeads": f.num_key_value_heads,
+            "headDim": f.head_dim, "maxContext": f.max_context, "vocabSize": f.vocab_size}
+    facts = lookup_gpu(gpu)
+    assert facts is not None, gpu
+    body = {"model": m, "gpus": {"product": facts.product},
+            "engine": {"tensorParallelSize": tp, "pipelineParallelSize": 1},
+            "workload": {"inputTokens": wl["input"], "outputTokens": wl["output"],
+                         "concurrency": wl["concurrency"],
+                         "slo": {"ttftP95Ms": slo["ttftMs"], "itlP95Ms": slo["tpotMs"]}}}
+    return parse_llmservice({"metadata": {"name": "svc", "namespace": "ml"}, "spec": body}).spec
+
+
+def goodput(est: dict[str, Any] | None, b: int, wl: dict[str, Any], slo: dict[str, Any],
+            saturated: bool = False) -> tuple[float, str]:
+    """Output tok/s at batch ``b`` under the SLO (the config's rule), and why it is 0.
+    ``saturated``: b clients (aic-estimator-2), else the workload's, the rest queueing."""
+    if est is None:
+        return 0.0, "not estimated"
+    if "oom" in est:
+        return 0.0, "OOM"
+    c, osl = (b if saturated else wl["concurrency"]), wl["output"]
+    r_ms = est["ttftMs"] + (osl - 1) * est["tpotMs"]
+    wait = max(0.0, (c / b - 1)) * r_ms
+    tps = b * osl / (r_ms / 1e3)
+    if est["tpotMs"] > slo["tpotMs"]:
+        return 0.0, f"TPOT {est['tpotMs']:.0f} ms"
+    if est["ttftMs"] + wait > slo["ttftMs"]:
+        return 0.0, f"TTFT {est['ttftMs'] + wait:,.0f} ms"
+    return tps, "meets"
+
+
+def pick_for(spec: LLMServiceSpec, plan: Plan, saturated: bool, top: int) -> int:
+    """The tuner's start for a planned replica; ``saturated``: with the client count
+    unknown, at most ``top`` (aic-estimator-2)."""
+    if not saturated:
+        return suggest_for(spec, plan).max_num_seqs
+    i = inputs_for(spec, plan)
+    wl = replace(i.workload, concurrency=None)
+    return suggest_start(i.model, i.hardware, i.tp, wl, i.engine, i.slo,
+                         upper=min(plan.max_num_seqs, top)).max_num_seqs
+
+
+def load(path: Path) -> dict[str, Any]:
+    """A config; a second run's names its base and overrides it."""
+    cfg = dict(yaml.safe_load(path.read_text()))
+    if "base" in cfg:
+        cfg = {**yaml.safe_load((ROOT / cfg["base"]).read_text()), **cfg}
+    return cfg
+
+
+def scenarios(cfg: dict[str, Any], data: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    sat = bool(cfg.get("saturated"))
+    top = max(cfg["batchGrid"])
+    for model, m in cfg["models"].items():
+        for gpu in cfg["gpus"]:
+            for tp in m["tp"]:
+                for wl in cfg["workloads"]:
+                    k = f"{model}|{gpu}|tp{tp}|{wl['input']}/{wl['output']}"
+                    cell = data["cells"].get(k)
+                    for slo in cfg["slos"]:
+                        spec = spec_for(model, gpu, tp, wl, slo)
+                        plan: Plan = make_plan(spec)
+                        pick = pick_for(spec, plan, sat, top)
+                        b = pick if sat else min(pick, wl["concurrency"])
+                        row: dict[str, Any] = {
+                            "key": k, "slo": slo["name"], "model": model, "gpu": gpu, "tp": tp,
+                            "workload": wl["name"], "planMaxNumSeqs": plan.max_num_seqs,
+                            "pick": pick, "kvTokens": plan.kv_token_capacity,
+                            "kvGiB": plan.kv_budget_bytes_per_gpu / 2**30,
+                            "ourLargestBatch": plan.memory_max_num_seqs}
+                        if cell is None:
+                            row["missing"] = True
+                            out.append(row)
+                            continue
+                        batches = {int(x): v for x, v in cell["batches"].items()}
+                        land = {x: goodput(v, x, wl, slo, sat) for x, v in batches.items()
+                                if x <= (top if sat else wl["concurrency"])}
+                        best_b = max(land, key=lambda x: (land[x][0], -x))
+                        got, why = goodput(batches.get(b), b, wl, slo, sat)
+                        row.update(best=land[best_b][0], bestBatch=best_b, got=got, why=why,
+                                   ratio=(got / land[best_b][0]) if land[best_b][0] else None,
+                                   missing=b not in batches, estBatch=b,
+                                   theirLargestBatch=cell.get("kv", {}).get("largestBatch"),
+                                   theirMemory=cell.get("kv", {}).get("at", {}).get("memory"))
+                        out.append(row)
+    return out
+
+
+@contextlib.contextmanager
+def _mean_tpot_slo() -> Iterator[None]:
+    """Judge the performance model's points by mean TPOT instead of ITL p95 (a
+    diagnostic: the estimator gives a mean, the spec's SLO is a p95)."""
+    orig = Point.meets
+    Point.meets = lambda self, slo: (  # type: ignore[method-assign]
+        self.ttft_s * 1e3 <= slo.ttft_ms and self.tpot_s * 1e3 <= slo.itl_ms)
+    try:
+        yield
+    finally:
+        Point.meets = orig  # type: ignore[method-assign]
+
+
+def diagnostic(cfg: dict[str, Any]) -> list[str]:
+    """aic-estimator-2 only: the same comparison with the pick judged by mean TPOT."""
+    if not cfg.get("saturated"):
+        return []
+    with _mean_tpot_slo():
+        rows = scenarios(cfg, json.loads(DATA.read_text()))
+    ratios = [r["ratio"] for r in rows if not r.get("missing") and r["ratio"] is not None]
+    if not ratios:
+        return []
+    return ["", "Diagnostic, not the pre-registered figure: with the performance model's "
+            "points judged by mean TPOT (what the estimator gives) instead of ITL p95 (what "
+            "the spec's SLO is), the pick reaches a median "
+            f"{statistics.median(ratios):.2f} of the best, >= 0.9 in "
+            f"{sum(x >= 0.9 for x in ratios)} of {len(ratios)} scenarios. Most of the gap is "
+            "the chunked-prefill spike: a step that carries a new prompt (38 ms more for 512 "
+            "tokens of Qwen3-32B on an H200) is more than 5% of a request's steps from about "
+            "16 sequences, so the model's ITL p95 passes the 50 ms objective long before the "
+            "mean does. The rest: the pick is the smallest cap within 2% of the best goodput "
+            "the model sees, and the model's throughput flattens sooner than the estimator's "
+            "(its 0.12 ms per sequence floor: Llama-3.1-8B on an H100 peaks at 128, the "
+            "estimator's at 256 or beyond). Not changed: the p95 is what the spec asks for, "
+            "and the per-sequence cost would be re-fitted only on a declared subset."]
+
+
+def section(rows: list[dict[str, Any]], cfg: dict[str, Any], name: str = SECTION) -> str:
+    begin, end = markers(name)
+    done = [r for r in rows if not r.get("missing")]
+    rated = [r for r in done if r["ratio"] is not None]
+    ratios = [r["ratio"] for r in rated]
+    lines = [begin, f"## The planner's start and KV capacity against AIConfigurator's estimator "
+             f"({cfg['label']})", "",
+             f"**{cfg['estimator']['label']}**: every figure here is a model's, none measured. "
+             "AIConfigurator 0.12.0's `cli_estimate` (vLLM backend, aggregated serving, bf16) at "
+             "each batch size; stored in `benchmarks/data/aic_estimator.json`. Pre-registered "
+             f"in `{cfg['config']}`: 48 scenarios (Llama-3.1-8B TP 1/2, "
+             "Qwen3-32B TP 1/2, Llama-3.1-70B TP 2/4 x H100/H200 x 512/256 and 2048/512 tokens "
+             + ("with as many clients as the batch (saturated, no queue) "
+                if cfg.get("saturated") else "with 256 clients ")
+             + "x SLO TTFT <= 2 s, TPOT <= 50 ms or TTFT <= 1 s, TPOT <= 25 ms). Goodput at "
+             "batch b: the estimator's output tok/s when its TPOT and its TTFT"
+             + ("" if cfg.get("saturated") else " plus the queue wait of the clients beyond b")
+             + " meet the SLO, else 0. Our pick: the tuner's start (`suggest_start`: our "
+             "performance model's knee under the SLO"
+             + (", client count unknown" if cfg.get("saturated") else ", at 256 clients")
+             + ") on the planner's plan. Regenerate: `.venv-aic/bin/python -m "
+             "benchmarks.aic_estimate` (and `--at` for the picks `--missing` lists), then "
+             f"`.venv/bin/python -m benchmarks.planner_vs_aic --config {cfg['config']} "
+             "--write`.", ""]
+    if ratios:
+        lines.append(
+            f"Our pick's goodput / the landscape's best: median {statistics.median(ratios):.2f}, "
+            f"minimum {min(ratios):.2f}, >= 0.9 in {sum(x >= 0.9 for x in ratios)} of "
+            f"{len(ratios)} scenarios (goal: >= 0.9 in >= 90%); {len(done) - len(rated)} "
+            f"scenarios where nothing on the grid meets the SLO; {len(rows) - len(done)} not "
+            "estimated yet.")
+    miss = [r for r in rated if r["got"] == 0]
+    lines += ["", f"Scenarios where the pick misses the SLO or the KV cache in the estimate: "
+              f"{len(miss)}" + (": " + "; ".join(f"{r['key']} {r['slo']} (pick {r['pick']}: "
+                                                   f"{r['why']})" for r in miss) if miss else "."),
+              "", "| model, GPU, TP, tokens | SLO | pick | plan's cap | goodput at pick | best "
+              "(batch) | ratio |", "|---|---|---|---|---|---|---|"]
+    for r in done:
+        ratio = f"{r['ratio']:.2f}" if r["ratio"] is not None else "-"
+        lines.append(f"| {r['key']} | {r['slo']} | {r['pick']} | {r['planMaxNumSeqs']} | "
+                     f"{r['got']:,.0f} ({r['why']}) | {r['best']:,.0f} ({r['bestBatch']}) | "
+                     f"{ratio} |")
+    lines += ["", "KV capacity: the largest batch of the workload's requests (input + output "
+              "tokens each) the memory holds, ours (the plan's KV capacity) against the "
+              "estimator's (the largest batch it does not call OOM):", "",
+              "| model, GPU, TP, tokens | ours | estimator's | ours / theirs | our KV GiB per "
+              "GPU | estimator's memory at its largest batch (GiB per GPU) |",
+              "|---|---|---|---|---|---|"]
+    seen = set()
+    for r in done:
+        if r["key"] in seen:
+            continue
+        seen.add(r["key"])
+        theirs = r["theirLargestBatch"]
+        ratio = f"{r['ourLargestBatch'] / theirs:.2f}" if theirs else "-"
+        mem = r["theirMemory"] or {}
+        mem_s = ", ".join(f"{k} {v:.1f}" for k, v in mem.items()) if mem else "-"
+        lines.append(f"| {r['key']} | {r['ourLargestBatch']} | {theirs} | {ratio} | "
+                     f"{r['kvGiB']:.1f} | {mem_s} |")
+    lines += ["", "Why they differ: the estimator's total at its largest batch is the whole card "
+              "(80 GiB on an H100, 141 on an H200): weights + KV + 3.5 GiB of \"others\" + "
+              "activations, without the gpu-memory-utilization share vLLM keeps back. vLLM, and "
+              "the planner after it, give the KV cache gpu-memory-utilization (0.9) x the card "
+              "less the weights and the profiled overhead (the planner's 3 GiB). Where the "
+              "weights take most of the card (Qwen3-32B on one H100, Llama-3.1-70B on two) that "
+              "10% is most of the KV cache, so the estimator's largest batch is 2x ours "
+              "(Qwen3-32B on one H100) to 3.6x (Llama-3.1-70B on two H100s); where they do not, "
+              "ours is 0.8-0.9 of theirs. The issue's \"ours 1.5-3x above\" is not reproduced: "
+              "the planner is below the estimator everywhere. vLLM itself keeps 10% back "
+              "(gpu-memory-utilization 0.9), so the estimator's figure is the optimistic one; "
+              "the planner's 3 GiB overhead may be 1-1.5 GiB high for these models (no GPU here "
+              "to read vLLM's log), which errs on the side of vLLM starting. Not changed.",
+              *diagnostic(cfg), "", end]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--write", action="store_true")
+    ap.add_argument("--config", type=Path, default=CONFIG)
+    ap.add_argument("--missing", action="store_true",
+                    help="print the batch sizes the estimator still has to run")
+    ap.add_argument("--json", type=Path, help="also store the rows here")
+    args = ap.parse_args(argv)
+    cfg = load(args.config)
+    cfg["config"] = str(args.config.resolve().relative_to(ROOT))
+    data = json.loads(DATA.read_text())
+    rows = scenarios(cfg, data)
+    if args.missing:
+        need = sorted({f"{r['key']}={r['estBatch'] if 'estBatch' in r else r['pick']}" for r in rows
+                       if r.get("missing") and r["key"] in data["cells"]})
+        sys.stdout.write(" ".join(f"'{n}'" for n in need) + "\n")
+        return 0
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+    name = SECTION if cfg["label"] == "aic-estimator-1" else cfg["label"]
+    return emit(name, section(rows, cfg, name), args.write)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
