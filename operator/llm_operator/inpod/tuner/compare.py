@@ -171,8 +171,10 @@ class Comparison:
             return "not measured"
         lo, hi, achieved = self.interval
         how = "" if self.interleaved else ", not interleaved"
-        return (f"{fmt_ratio(self.estimate)} ({fmt_ratio(lo, '')}-{fmt_ratio(hi)}, "
-                f"{achieved:.0%} confidence, {self.n} pairs{how})")
+        span = (f"above {fmt_ratio(lo)}" if math.isinf(hi) or hi >= RATIO_CLIP
+                else f"{fmt_ratio(lo, '')}-{fmt_ratio(hi)}")
+        return (f"{fmt_ratio(self.estimate)} ({span}, {achieved:.0%} confidence, "
+                f"{self.n} pairs{how})")
 
     def to_dict(self) -> dict[str, float | int | bool | None]:
         """The figures a result carries (JSON-safe: an infinite ratio becomes None)."""

@@ -392,26 +392,29 @@ class MetricsSampler:
             self.samples.append(read_metrics(self.url))
         self._read_window_end(1)
 
-    def window(self) -> dict[str, float]:
+    def window(self, busy_s: float | None = None) -> dict[str, float]:
         """:func:`window_stats` of the run; :class:`EngineReportedNothing` when /metrics
-        could not be read at either end or no request finished in the window."""
+        could not be read at either end or no request finished in the window. The means
+        are over ``busy_s`` (the benchmark's own duration, first request to last answer)
+        when given: the reads also enclose the benchmark's set-up, when nothing runs."""
         before, after = self._texts
         if before is None or after is None:
             raise EngineReportedNothing(
                 f"{self.url}/metrics could not be read at the run's "
                 f"{'start' if before is None else 'end'}: the run is not measured")
-        stats = window_stats(before, after, self._times[1] - self._times[0])
+        span = self._times[1] - self._times[0]
+        stats = window_stats(before, after, min(busy_s, span) if busy_s else span)
         if stats["finished"] <= 0:
             raise EngineReportedNothing(
                 f"the engine at {self.url} counted no finished request "
                 f"({FINISHED}) during the run: nothing was measured")
         return stats
 
-    def summary(self) -> dict[str, float]:
+    def summary(self, busy_s: float | None = None) -> dict[str, float]:
         """The run's window: counts, means and the ITL p95 from the engine's counters and
         histograms (:meth:`window`), and the peaks of the sampled gauges (``samples``
         says how many samples the peaks rest on)."""
-        out = self.window()
+        out = self.window(busy_s)
         running = [s.get("running", 0.0) for s in self.samples]
         # A peak is at least the mean over the window, whatever the samples missed.
         out["running_max"] = max([*running, out.get("running_mean", 0.0)])
