@@ -338,6 +338,44 @@ def summarize(doc: dict[str, Any]) -> dict[str, Any]:
     return {"rows": rows, "gridBest": grid_best, "tuner": tuner_row, "defaults": default_row}
 
 
+def _engine_text(doc: dict[str, Any], cfg: dict[str, Any]) -> str:
+    """The engine and the generated model's size, from the config's shape (the stored
+    text named the 39 M model of tune.yaml whatever the config)."""
+    m = cfg["model"]
+    head = m["hidden"] // m["heads"]
+    per_layer = (m["hidden"] * (2 * m["hidden"] + 2 * m["kv_heads"] * head)
+                 + 3 * m["hidden"] * m["intermediate"])
+    params = m["layers"] * per_layer + 2 * 1000 * m["hidden"]  # the generated ~1k vocab
+    engine = doc["engine"].split(", generated")[0]
+    return f"{engine}, generated Llama ~{params / 1e6:.2g} M parameters"
+
+
+def _noisy_goals(doc: dict[str, Any], s: dict[str, Any]) -> list[str]:
+    """tune_noisy.yaml's own goals, as its comment states them before the run: the
+    tuner's choice not worse than vLLM's defaults by the rotation's paired interval, and
+    a gain it reports an interval above 1.05x."""
+    t, d = s["tuner"], s["defaults"]
+    rows = []
+    if t and d and t is d:
+        rows.append("| tuner's choice not worse than vLLM's defaults | the choice is vLLM's "
+                    "defaults | **met** |")
+    elif t and d:
+        c = paired_by_round(doc, d["config"], t["config"])
+        _lo, hi, _conf = c.interval
+        rows.append(f"| tuner's choice not worse than vLLM's defaults (interval's upper end "
+                    f"≥ 1) | {c.text()} | {'**met**' if hi >= 1 else '**not met**'} |")
+    vs = (doc.get("tuner") or {}).get("versusDefaults")
+    if vs is None:
+        rows.append("| a gain the tuner reports is an interval above 1.05x | no gain "
+                    "reported: vLLM's defaults kept | **met** |")
+    else:
+        low = vs.get("low")
+        ok = low is None or low > 1.05  # None: above 100x
+        rows.append(f"| a gain the tuner reports is an interval above 1.05x | "
+                    f"{doc['tuner'].get('decision')} | {'**met**' if ok else '**not met**'} |")
+    return rows
+
+
 def _fit_text(cfg: dict[str, Any]) -> str:
     """How many requests the KV cache holds, in the engine's blocks (128 tokens on the
     CPU engine)."""
@@ -414,7 +452,7 @@ def render_markdown(doc: dict[str, Any], section: str = SECTION,
         "",
         *(["The config's opening comment, as committed before the run:", "", f"> {header}",
            ""] if (header := config_header(doc["configGitBlob"])) else []),
-        f"**Measured** on {doc['engine']} ({cfg['model']['layers']} layers, hidden "
+        f"**Measured** on {_engine_text(doc, cfg)} ({cfg['model']['layers']} layers, hidden "
         f"{cfg['model']['hidden']}), KV cache "
         f"{cfg['engine']['kvTokens']:,} tokens, {doc['cpus']} CPU cores (the machine's load "
         f"is given below). Workload: {w['concurrency']} clients, {w['inputTokens']} "
@@ -498,6 +536,8 @@ def render_markdown(doc: dict[str, Any], section: str = SECTION,
                      "no configuration met the SLO in any measurement (goodput 0 for all): "
                      "the run cannot tell them apart | **not shown** |")
         t = None
+    if cfg["label"].startswith("tune-noisy"):
+        lines += _noisy_goals(doc, s)
     # Goodput ratios as intervals (issue 32): the rotation's measurements paired by round,
     # the typical ratio and its exact signed-rank interval, as the tuner decides.
     if t and g:
