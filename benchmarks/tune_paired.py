@@ -472,7 +472,8 @@ def render_markdown(doc: dict[str, Any], section: str = SECTION,
         "Machine load (1-min loadavg before each measurement): "
         + (f"median {statistics.median(loads):.1f}, range {min(loads):.1f}-{max(loads):.1f} "
            "on 2 cores" if loads else "n/a") + "; interleaving spreads it over the "
-        "configurations, it does not remove it." + (f" {doc['note']}" if doc.get("note") else ""),
+        "configurations, it does not remove it." + (f" {doc['note']}" if doc.get("note") else "")
+        + (f" Added after the run: {doc['noteAfterRun']}" if doc.get("noteAfterRun") else ""),
         "",
         "| configuration | goodput tok/s mean ± sd | per round | share of requests meeting "
         "the SLO | output tok/s (all requests) | preemptions per run | ITL p95 ms (median) | "
