@@ -34,9 +34,16 @@ p = argparse.ArgumentParser()
 p.add_argument("--host", default="127.0.0.1")
 p.add_argument("--port", type=int, required=True)
 args, _ = p.parse_known_args()
+SCRAPES = [0]
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
-        body = b"vllm:num_requests_running 1.0\\n" if self.path == "/metrics" else b"ok"
+        # The tuner reads a run from the engine's counters at its start and end: they must
+        # move (the stand-in's "benchmark" sends no request, so each scrape counts 8).
+        SCRAPES[0] += 1
+        n = 8 * SCRAPES[0]
+        body = (f"vllm:num_requests_running 1.0\\nvllm:request_success_total {n}.0\\n"
+                f"vllm:request_inference_time_seconds_sum {n}.0\\n").encode() \\
+            if self.path == "/metrics" else b"ok"
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
