@@ -1,6 +1,6 @@
 """The performance model against NVIDIA's measured vLLM points, read from the installed
 AIConfigurator (issue 34). Skipped unless AIConfigurator 0.12.0 is installed in
-``.venv-aic`` (``bash tools/setup.sh --aic``; ``--tests`` installs it too): the unit
+``.venv-aic`` (``bash tools/setup.sh --aic``; not in ``--tests`` nor CI): the unit
 tier checks the stored extract (tests/unit/test_perfmodel_silicon.py) without it."""
 
 from __future__ import annotations
