@@ -125,8 +125,9 @@ class LoopDemo:
         tuning = (svc.get("status") or {}).get("tuning") or {}
         table = Table(title=f"Tuning: {tuning.get('state')} ({tuning.get('source', '')}), "
                       f"{tuning.get('wallSeconds', 0):.0f} s")
-        keys = ("trial", "phase", "maxNumSeqs", "goodput", "against", "ratio", "low", "high",
-                "pairs", "ttftP95Ms", "itlP95Ms", "preemptions", "error")
+        # Eight columns fit a terminal of 80; the interval is on the Decision line below.
+        keys = ("trial", "phase", "maxNumSeqs", "maxNumBatchedTokens", "goodput", "ratio",
+                "pairs", "error")
         for col in keys:
             table.add_column(col)
         for row in tuning.get("table") or []:
