@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from .search import SLO, Measurement, RequestSample, percentile, summarize
+from .search import SLO, Measurement, RequestSample, gap_p95, summarize
 from .server import EngineReportedNothing, MetricsSampler
 
 log = logging.getLogger(__name__)
@@ -74,23 +74,9 @@ def bench_args(target: BenchTarget, concurrency: int) -> list[str]:
     ]
 
 
-def request_itl_p95(gaps: list[float]) -> float:
-    """The p95 of one request's inter-token gaps, never below their mean (pure).
-
-    vLLM's benchmark records one gap per streamed message, timed when the client reads
-    it. A client that falls behind (on a loaded machine; the engine and the load share
-    the cores here) reads several messages in one go: their gaps come out near zero and
-    the wait lands on one gap, so more than 5% of near-zero gaps can make the p95 read
-    0.0 ms. The mean gap, (end - first token) / (tokens - 1), is what the request saw
-    on average however the messages were read, and a p95 below it is such an artefact."""
-    if not gaps:
-        return 0.0
-    return max(percentile(gaps, 95), sum(gaps) / len(gaps))
-
-
 def requests_from_result(result: dict[str, Any]) -> list[RequestSample]:
     """Per-request samples from the dict ``vllm.benchmarks.serve.main`` returns (needs
-    ``--save-detailed``); each request's ITL p95 as :func:`request_itl_p95`."""
+    ``--save-detailed``); each request's ITL p95 as :func:`~.search.gap_p95`."""
     ttfts = result.get("ttfts") or []
     itls = result.get("itls") or []
     outs = result.get("output_lens") or []
@@ -100,7 +86,7 @@ def requests_from_result(result: dict[str, Any]) -> list[RequestSample]:
         ok = not err and n > 0
         samples.append(RequestSample(
             ttft_s=float(ttft or 0.0),
-            itl_p95_s=request_itl_p95([float(g) for g in gaps]) if gaps else 0.0,
+            itl_p95_s=gap_p95([float(g) for g in gaps]),
             output_tokens=int(n),
             ok=ok,
         ))

@@ -388,9 +388,9 @@ class MetricsSampler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
-        with contextlib.suppress(Exception):
-            self.samples.append(read_metrics(self.url))
         self._read_window_end(1)
+        if self._texts[1] is not None:  # the end's read is also the last sample
+            self.samples.append(gauges(self._texts[1]))
 
     def window(self, busy_s: float | None = None) -> dict[str, float]:
         """:func:`window_stats` of the run; :class:`EngineReportedNothing` when /metrics
