@@ -132,6 +132,24 @@ def test_a_sampler_that_saw_no_sample_still_reports_the_window_from_counters() -
     assert out["running_max"] >= out["running_mean"] > 0  # never "running max 0"
 
 
+def test_time_run_outside_the_benchmark_does_not_lift_the_peak_above_the_cap() -> None:
+    # CI at 63c4537: cap 2, a 0.82 s benchmark, and the engine's RUNNING time included a
+    # request outside it (the benchmark's initial test request): "running max 2.03".
+    server, url = _serve([BEFORE, AFTER])  # 160 s spent RUNNING between the reads
+    try:
+        sampler = MetricsSampler(url, interval_s=3600)
+        with sampler:
+            pass
+    finally:
+        server.shutdown()
+    sampler._times = [0.0, 40.0]  # the reads 40 s apart; the benchmark busy for 16 s
+    out = sampler.summary(busy_s=16.0)
+    assert out["running_mean"] == pytest.approx(10.0)  # 160 s over the busy part
+    # The peak's floor is the mean over the whole span (160 / 40), never the busy mean.
+    assert out["running_max"] == pytest.approx(4.0)
+    assert "running_span_mean" not in out
+
+
 def test_a_run_the_engine_counted_nothing_for_is_an_error_not_a_zero() -> None:
     server, url = _serve([BEFORE])  # the same counters at both ends
     try:
