@@ -172,6 +172,28 @@ class ModelSpec(_Model):
     token_secret_ref: SecretKeyRef | None = None
     architecture: Architecture | None = None
     quantization: Quantization = Quantization.NONE
+    # Bytes per second vLLM reads the weights at from where they are stored (the cache
+    # claim, the model volume or node disk): the startup probe's budget follows it.
+    load_bandwidth: str | None = Field(default=None, max_length=64)
+
+    @field_validator("load_bandwidth")
+    @classmethod
+    def _bandwidth(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        try:
+            value = parse_quantity(v)
+        except ValueError:
+            raise FieldProblem(f"{v!r} is not a Kubernetes quantity (bytes per second)",
+                               quantity_fix(v)) from None
+        if value < MIN_LOAD_BANDWIDTH:
+            raise FieldProblem(
+                f"{v!r} per second is below 1Mi/s: the startup budget would run to days",
+                "give the storage's sustained read rate, e.g. 125Mi (EBS gp3's baseline)")
+        if value > QUANTITY_MAX:
+            raise FieldProblem(f"{v!r} is more than Kubernetes can hold (2^63 - 1)",
+                               "give a realistic rate, e.g. 2Gi")
+        return v
 
     @model_validator(mode="after")
     def _hub_id(self) -> ModelSpec:
@@ -520,6 +542,8 @@ class ResourcesSpec(_Model):
 
 # The largest quantity Kubernetes holds in a resource (an int64 of base units).
 QUANTITY_MAX = 2**63 - 1
+# spec.model.loadBandwidth's floor (bytes per second).
+MIN_LOAD_BANDWIDTH = 2**20
 
 
 def _positive_quantity(v: str | None) -> str | None:

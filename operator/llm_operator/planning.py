@@ -85,6 +85,7 @@ from .models import (
     TuningPlacement,
     parse_quantity,
 )
+from .startup import StartupBudget, startup_budget
 
 # --------------------------------------------------------------------------- constants
 
@@ -185,6 +186,11 @@ class Plan(BaseModel):
     # "model.safetensors.index.json", ...}: catalog, config.json, the safetensors index,
     # or spec.model.architecture (status.plan.factSources).
     fact_sources: dict[str, str] = Field(default_factory=dict)
+    # Seconds the startup probe (and the tuner, per server start) allows vLLM to load, and
+    # the load bandwidth it follows from (llm_operator.startup); 0: a plan written by hand
+    # (the renderer then uses the built-in default).
+    startup_budget_seconds: int = 0
+    load_bytes_per_second: int = 0
 
 
 # --------------------------------------------------------------------------- pure formulas
@@ -826,7 +832,8 @@ def _too_small(spec: LLMServiceSpec, need: _Need, gpu: GPUFacts,
 # --------------------------------------------------------------------------- the plan
 
 def make_plan(spec: LLMServiceSpec, *, gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
-              engine_rules: bool = True, facts: ModelFacts | None = None) -> Plan:
+              engine_rules: bool = True, facts: ModelFacts | None = None,
+              load_bandwidth: str | None = None) -> Plan:
     """Plan one replica of ``spec``; raise :class:`~llm_operator.errors.SpecError` on
     a spec that cannot be served (naming the field and the fix), including one whose
     engine arguments, as the renderer renders them (:func:`engine_flags` and
@@ -837,15 +844,17 @@ def make_plan(spec: LLMServiceSpec, *, gpus_per_node: int = DEFAULT_GPUS_PER_NOD
     operator's ``LLMOP_GPUS_PER_NODE``). ``engine_rules=False`` skips vLLM's start-up
     rules (the vLLM tier gives vLLM itself what the operator would have rendered).
     ``facts``: the model's facts read from its config.json at an edge (see
-    :func:`model_facts`; ``spec.model.architecture`` still wins)."""
-    plan = _make_plan(spec, gpus_per_node, facts)
+    :func:`model_facts`; ``spec.model.architecture`` still wins). ``load_bandwidth``: the
+    operator's ``LLMOP_MODEL_LOAD_BANDWIDTH`` where ``spec.model.loadBandwidth`` is unset
+    (the startup budget, :mod:`llm_operator.startup`)."""
+    plan = _make_plan(spec, gpus_per_node, facts, load_bandwidth)
     if engine_rules:
         _raise(engine_rule_errors(spec, plan, facts=facts))
     return plan
 
 
 def _make_plan(spec: LLMServiceSpec, gpus_per_node: int,
-               read: ModelFacts | None = None) -> Plan:
+               read: ModelFacts | None = None, load_bandwidth: str | None = None) -> Plan:
     per_node = spec.gpus.per_node or gpus_per_node
     errors: list[SpecError] = []
     facts: ModelFacts | None = None
@@ -902,6 +911,7 @@ def _make_plan(spec: LLMServiceSpec, gpus_per_node: int,
     _explain_parallelism(ex, warnings, spec, need, fit, ideal, rejected, concurrency)
     _explain_alternatives(ex, warnings, spec, need, choice)
     _explain_rollout(ex, spec, fit.gpus)
+    startup = _explain_startup(ex, spec, weights, load_bandwidth)
 
     capacity = fit.capacity
     ex.append(Explained(
@@ -936,6 +946,8 @@ def _make_plan(spec: LLMServiceSpec, gpus_per_node: int,
         memory_max_num_seqs=mem_seqs, max_num_seqs_cap=cap,
         download_bytes=download_bytes(facts, dbytes, spec.model.quantization),
         adjustments=adjusted, fact_sources=fact_sources(spec, facts),
+        startup_budget_seconds=startup.seconds,
+        load_bytes_per_second=startup.load_bytes_per_second,
     )
     sized = with_pod_sizing(spec, _check_utilization(spec, plan, gpus_per_node, read))
     _raise(_pod_memory_errors(spec, sized) + _host_buffer_errors(spec, sized))
@@ -1027,6 +1039,23 @@ def _explain_rollout(ex: list[Explained], spec: LLMServiceSpec, gpus: int) -> No
                         else "planned",
                         inputs={"replicas": spec.replicas, "maxSurge": surge,
                                 "drainSeconds": spec.rollout.drain_seconds}))
+
+
+def _explain_startup(ex: list[Explained], spec: LLMServiceSpec, weights: int,
+                     setting: str | None) -> StartupBudget:
+    """The startup budget (:mod:`llm_operator.startup`), explained."""
+    budget = startup_budget(weights, spec.model.load_bandwidth, setting)
+    ex.append(Explained(
+        name="startupBudgetSeconds", value=budget.seconds, unit="seconds",
+        formula=(f"{budget.base_seconds} s (engine start, CUDA graphs or torch.compile, KV "
+                 f"allocation) + ceil(weight bytes / load bandwidth) = {budget.base_seconds} + "
+                 f"{budget.load_seconds}: the startup probe's budget and the tuner's per "
+                 "server start; set spec.model.loadBandwidth to the sustained read rate of "
+                 "the storage the weights are on"),
+        inputs={"weightBytes": weights, "loadBytesPerSecond": budget.load_bytes_per_second,
+                "loadBandwidthFrom": budget.source},
+        source="pinned" if budget.source == "spec.model.loadBandwidth" else "planned"))
+    return budget
 
 
 def _check_utilization(spec: LLMServiceSpec, plan: Plan, gpus_per_node: int,

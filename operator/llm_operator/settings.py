@@ -12,6 +12,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .constants import DEFAULT_GPUS_PER_NODE, DEFAULT_IMAGE, GROUP
 from .gpuclass import DEFAULT_CLASS, GPUClass, resolve_class
+from .startup import DEFAULT_LOAD_BANDWIDTH, bandwidth_bytes
 
 # The adaptation window must hold at least this many scrapes: the same number as
 # llm_operator.adaptation.policy.MIN_SCRAPES_PER_WINDOW (a test keeps them equal; the
@@ -60,6 +61,12 @@ class Settings(BaseSettings):
     )
     prometheus_namespace_label: str = Field(
         "namespace", description="Label on vLLM series naming the namespace"
+    )
+    model_load_bandwidth: str = Field(
+        DEFAULT_LOAD_BANDWIDTH,
+        description="Bytes per second vLLM reads model weights at (a Kubernetes quantity, "
+        "e.g. 125Mi) where an LLMService leaves spec.model.loadBandwidth unset: the startup "
+        "probe's budget and the tuner's per server start follow it",
     )
     metrics_port: int = Field(8080, ge=0, description="Port of the operator's own /metrics; 0 off")
     adaptation_window_seconds: float = Field(
@@ -112,6 +119,11 @@ class Settings(BaseSettings):
         """Refuse at start what cannot work: an unknown GPU class, PodMonitor labels in the
         operator's own label domains, a window too short for the scrape interval."""
         resolve_class(self.gpu_class, self.gpu_classes)
+        try:
+            bandwidth_bytes(self.model_load_bandwidth)
+        except ValueError as exc:
+            raise ValueError(f"LLMOP_MODEL_LOAD_BANDWIDTH: {exc}; give the storage's "
+                             "sustained read rate, e.g. 125Mi") from None
         own = [k for k in self.pod_monitor_labels
                if k.split("/")[0] in (GROUP, "app.kubernetes.io")]
         if own:

@@ -357,6 +357,7 @@ CRD_ONLY_CONSTRAINTS = {
     ("spec.resources.cpu", "pattern"): "must be a Kubernetes quantity",
     ("spec.resources.memory", "pattern"): "must be a Kubernetes quantity",
     ("spec.resources.shmSize", "pattern"): "must be a Kubernetes quantity",
+    ("spec.model.loadBandwidth", "pattern"): "must be a Kubernetes quantity",
 }
 # Every free string has a maxLength in the CRD (a bound on what is stored in etcd and
 # on CEL costs); the parser does not need to repeat it unless it says more.

@@ -497,13 +497,14 @@ def test_cache_volume_and_shm(cache: dict[str, str], expected: dict[str, Any]) -
 
 
 @pytest.mark.parametrize("weight_gb", [1, 16, 141, 810])
-def test_startup_budget_fits_loading_at_200_mb_per_second(weight_gb: int) -> None:
+def test_startup_budget_of_a_hand_plan_fits_loading_at_100_mib_per_second(
+        weight_gb: int) -> None:
     weight = weight_gb * 10**9
     svc = make_svc({"model": {"name": "m/x"}, "cache": {"claimName": "hf"}})
     deployment = build_deployment(svc, hand_plan(weight_bytes=weight), Settings())
     probe = container_of(deployment)["startupProbe"]
     allowed = probe["periodSeconds"] * probe["failureThreshold"]
-    needed = 600 + weight / (200 * 10**6)
+    needed = 600 + weight / (100 * 2**20)
     assert needed <= allowed < needed + probe["periodSeconds"] + 1
     assert probe["httpGet"] == {"path": "/health", "port": "http"}
     # The Deployment must not declare the rollout failed while the model still loads.

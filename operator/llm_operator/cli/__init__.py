@@ -37,7 +37,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     for _path, svc in load_services(args.files):
         facts = _read_facts(args.model_config, svc.spec)
         plan = with_placement(make_plan(svc.spec, gpus_per_node=settings.gpus_per_node,
-                                        facts=facts), svc.spec, settings)
+                                        facts=facts,
+                                        load_bandwidth=settings.model_load_bandwidth),
+                              svc.spec, settings)
         console.print(plan_table(svc, plan))
         if facts is not None and svc.spec.model.architecture is None:
             console.print(f"Model facts read from {args.model_config}: " + ", ".join(
@@ -91,7 +93,8 @@ def _cmd_render(args: argparse.Namespace) -> int:
         facts = _read_facts(args.model_config, svc.spec)
         # As the operator renders a new service (no status yet): live cap where it applies.
         docs.extend(render_all(
-            svc, make_plan(svc.spec, gpus_per_node=settings.gpus_per_node, facts=facts),
+            svc, make_plan(svc.spec, gpus_per_node=settings.gpus_per_node, facts=facts,
+                           load_bandwidth=settings.model_load_bandwidth),
             settings, live_cap=live_cap_in_use(svc.spec, None)))
     sys.stdout.write(yaml.safe_dump_all(docs, sort_keys=False, explicit_start=True))
     return 0

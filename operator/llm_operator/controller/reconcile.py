@@ -106,7 +106,8 @@ async def _reconcile(
         # The conditions as stored, so a restarted operator reports them before it writes.
         ctx.metrics.conditions(namespace, name,
                                (body.get("status") or {}).get("conditions") or [])
-        plan = with_placement(make_plan(svc.spec, gpus_per_node=ctx.settings.gpus_per_node),
+        plan = with_placement(make_plan(svc.spec, gpus_per_node=ctx.settings.gpus_per_node,
+                                        load_bandwidth=ctx.settings.model_load_bandwidth),
                               svc.spec, ctx.settings)
         dropped = dropped_fields(body)
         if dropped:  # the API server pruned them; the user's client may not have said so

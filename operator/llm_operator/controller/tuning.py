@@ -128,7 +128,8 @@ async def tuning_step(
             return None
         try:
             svc = parse_llmservice(obj)
-            plan = make_plan(svc.spec, gpus_per_node=ctx.settings.gpus_per_node)
+            plan = make_plan(svc.spec, gpus_per_node=ctx.settings.gpus_per_node,
+                             load_bandwidth=ctx.settings.model_load_bandwidth)
         except (SpecError, SpecErrors):
             return None  # the reconcile handler reports it
         status = dict(obj.get("status") or {})

@@ -7,7 +7,6 @@ the same GPUs with the same model source, so these are separate builders it reus
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,6 +16,7 @@ from ..gpuclass import GFD_PRODUCT_LABEL
 from ..models import LLMService, LLMServiceSpec
 from ..planning import Plan, cache_size_limit, pod_cpu, pod_memory
 from ..settings import Settings
+from ..startup import startup_budget
 
 CONTAINER_NAME = "vllm"
 PORT_NAME = "http"
@@ -35,17 +35,9 @@ VOLUME_CACHE = "model-cache"
 VOLUME_MODEL = "model"
 
 # Startup budget: the startup probe must outlast model loading, or the kubelet kills
-# vLLM in the middle of reading its weights and the pod never becomes ready.
-#   budget_seconds  = STARTUP_BASE_SECONDS + ceil(weight_bytes / LOAD_BYTES_PER_SECOND)
+# vLLM in the middle of reading its weights and the pod never becomes ready. The plan
+# computes it (llm_operator.startup: 600 s + weight bytes / the storage's load bandwidth):
 #   failureThreshold = ceil(budget_seconds / STARTUP_PERIOD_SECONDS)
-# The base (10 min) covers engine start, CUDA graph capture / torch.compile warm-up and
-# KV-cache allocation; the second term reads every weight byte at a conservative
-# 200 MB/s (slow network storage: a cache or model PVC). The download from the hub is not
-# in it: the init container DOWNLOAD_CONTAINER fetches the model before vLLM starts, within
-# its own budget (below). Example: Llama 3.1 70B in bf16 (141 GB) -> 600 + 706 s = 1306 s
-# -> failureThreshold 131.
-STARTUP_BASE_SECONDS = 600
-LOAD_BYTES_PER_SECOND = 200 * 10**6
 STARTUP_PERIOD_SECONDS = 10
 
 # --- pod customisation (spec.pod) ---
@@ -221,8 +213,9 @@ def build_resources(
 
 
 def startup_budget_seconds(plan: Plan) -> int:
-    """Seconds the startup probe allows for loading: see ``STARTUP_BASE_SECONDS``."""
-    return STARTUP_BASE_SECONDS + math.ceil(plan.weight_bytes / LOAD_BYTES_PER_SECOND)
+    """Seconds the startup probe allows for loading: the plan's (``startupBudgetSeconds``,
+    :mod:`llm_operator.startup`); for a plan written by hand, the default bandwidth's."""
+    return plan.startup_budget_seconds or startup_budget(plan.weight_bytes, None).seconds
 
 
 # What the vLLM containers may do. The vllm-openai image runs as root, with HF_HOME under
