@@ -222,3 +222,14 @@ def test_compute_path_without_a_capability_uses_bf16() -> None:
     path = compute_path(NVFP4, Quantization.NONE, custom)
     assert path.dtype == "bf16" and path.flops is None
     assert dtype_errors(spec(FP_QUANT.name, "H100"), FP_QUANT, custom) == []
+
+
+def test_the_gpu_page_lists_every_gpu_with_its_figures() -> None:
+    from pathlib import Path
+
+    page = (Path(__file__).parents[2] / "docs" / "production" / "gpus.md").read_text()
+    for gpu in gpu_table():
+        row = next((line for line in page.splitlines()
+                    if line.startswith(f"| `{gpu.product}` |")), None)
+        assert row is not None, gpu.product
+        assert f"{gpu.memory_bytes // 2**20:,}" in row and gpu.source in row, gpu.product
