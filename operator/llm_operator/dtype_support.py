@@ -51,48 +51,71 @@ from .models import Dtype, KVCacheDtype, LLMServiceSpec, Quantization
 
 @dataclass(frozen=True)
 class MethodRule:
-    """One quantization method (or compressed-tensors scheme) as vLLM checks it."""
+    """One quantization method (or compressed-tensors scheme) as vLLM checks it: the
+    class whose ``get_min_capability()`` and ``get_supported_act_dtypes()`` say it
+    (``tests/vllm/test_dtype_rules_match_vllm.py`` reads both from vLLM's source)."""
 
     name: str  # what the user would recognise: "NVFP4 (modelopt_fp4)"
     min_capability: int  # get_min_capability(), as DeviceCapability.to_int()
-    source: str  # the vLLM file and class that say it
+    file: str  # under vllm/model_executor/layers/quantization/
+    cls: str  # the class that declares min_capability
     exact: bool = False  # compressed-tensors' match_exact: only that capability
     act_dtypes: tuple[str, ...] = ("bfloat16", "float16")  # get_supported_act_dtypes()
+    act_cls: str | None = None  # "file:Class" declaring act_dtypes, where not ``cls``
+    note: str = ""
+
+    @property
+    def source(self) -> str:
+        """The vLLM file and method the rule mirrors."""
+        return f"{self.file}, {self.cls}.get_min_capability" + (
+            f"; {self.note}" if self.note else "")
 
 
-_MODELOPT = "modelopt.py"
+# compressed-tensors: the config's act dtypes (CompressedTensorsConfig) hold for every
+# scheme; each layer's scheme has its own minimum (compressed_tensors.py, get_scheme ->
+# _check_scheme_supported).
+_CT = "compressed_tensors/compressed_tensors.py"
+_CT_ACT = ("float32", "float16", "bfloat16")
+_CT_CONFIG = f"{_CT}:CompressedTensorsConfig"
 RULES: dict[str, MethodRule] = {
-    "fp8": MethodRule("fp8 (Fp8Config)", 75, "fp8.py, Fp8Config.get_min_capability"),
-    "fbgemm_fp8": MethodRule("fbgemm_fp8", 80, "fbgemm_fp8.py, FBGEMMFp8Config"),
-    "modelopt_fp8": MethodRule("FP8 (modelopt)", 80,
-                               f"{_MODELOPT}, ModelOptFp8Config.get_min_capability"),
-    "modelopt_fp4": MethodRule("NVFP4 (modelopt_fp4)", 75,
-                               f"{_MODELOPT}, ModelOptNvFp4Config.get_min_capability"),
-    "mxfp4": MethodRule("MXFP4 (mxfp4, gpt-oss)", 80, "mxfp4.py, Mxfp4Config.get_min_capability",
+    "fp8": MethodRule("fp8 (Fp8Config)", 75, "fp8.py", "Fp8Config"),
+    "fbgemm_fp8": MethodRule("fbgemm_fp8", 80, "fbgemm_fp8.py", "FBGEMMFp8Config"),
+    "modelopt_fp8": MethodRule("FP8 (modelopt)", 80, "modelopt.py", "ModelOptFp8Config"),
+    "modelopt_fp4": MethodRule("NVFP4 (modelopt_fp4)", 75, "modelopt.py", "ModelOptNvFp4Config",
+                               act_dtypes=("bfloat16", "float16")),
+    "mxfp4": MethodRule("MXFP4 (mxfp4, gpt-oss)", 80, "mxfp4.py", "Mxfp4Config",
                         act_dtypes=("bfloat16",)),
-    "fp_quant": MethodRule("FP-Quant (fp_quant)", 100,
-                           "fp_quant.py, FPQuantConfig.get_min_capability",
+    "fp_quant": MethodRule("FP-Quant (fp_quant)", 100, "fp_quant.py", "FPQuantConfig",
                            act_dtypes=("bfloat16",)),
-    "awq": MethodRule("AWQ", 75, "auto_awq.py, AutoAWQConfig.get_min_capability"),
-    "gptq": MethodRule("GPTQ", 60, "auto_gptq.py, AutoGPTQConfig.get_min_capability"),
-    # compressed-tensors: the config says 70, each layer's scheme more
-    # (compressed_tensors/compressed_tensors.py, get_scheme -> _check_scheme_supported).
-    "ct_w4a4_nvfp4": MethodRule("compressed-tensors NVFP4", 75,
-                                "compressed_tensors/schemes/compressed_tensors_w4a4_nvfp4.py"),
-    "ct_mxfp4": MethodRule("compressed-tensors MXFP4", 80,
-                           "compressed_tensors/schemes/compressed_tensors_w4a4_mxfp4.py"),
+    "awq": MethodRule("AWQ", 75, "auto_awq.py", "AutoAWQConfig"),
+    "gptq": MethodRule("GPTQ", 60, "auto_gptq.py", "AutoGPTQConfig"),
+    "ct_w4a4_nvfp4": MethodRule(
+        "compressed-tensors NVFP4", 75, "compressed_tensors/schemes/compressed_tensors_w4a4_"
+        "nvfp4.py", "CompressedTensorsW4A4Fp4", act_dtypes=_CT_ACT,
+        act_cls=_CT_CONFIG),
+    "ct_mxfp4": MethodRule(
+        "compressed-tensors MXFP4", 80, "compressed_tensors/schemes/compressed_tensors_w4a4_"
+        "mxfp4.py", "CompressedTensorsW4A4Mxfp4", act_dtypes=_CT_ACT,
+        act_cls=_CT_CONFIG),
     "ct_w4a8_fp8": MethodRule(
         "compressed-tensors W4A8-FP8 (int4 weights, fp8 activations)", 90,
-        "compressed_tensors/compressed_tensors.py, _is_fp8_w4a8_sm90 (match_exact=True; on "
-        "other GPUs no scheme matches: 'No compressed-tensors compatible scheme')", exact=True),
+        "compressed_tensors/schemes/compressed_tensors_w4a8_fp8.py", "CompressedTensorsW4A8Fp8",
+        exact=True, act_dtypes=_CT_ACT, act_cls=_CT_CONFIG,
+        note=f"{_CT} chooses it only where _is_fp8_w4a8_sm90 (match_exact=True); on other "
+             "GPUs no scheme matches: 'No compressed-tensors compatible scheme'"),
     # W8A8 fp8 needs 89 but falls back to W8A16 (75) below it (_get_scheme_from_parts).
-    "ct_fp8": MethodRule("compressed-tensors FP8", 75,
-                         "compressed_tensors/schemes/compressed_tensors_w8a16_fp8.py (the "
-                         "fallback of W8A8-FP8 below 8.9)"),
-    "ct_int8": MethodRule("compressed-tensors INT8", 75,
-                          "compressed_tensors/schemes/compressed_tensors_w8a8_int8.py"),
-    "ct_wna16": MethodRule("compressed-tensors WNA16", 75,
-                           "compressed_tensors/schemes/compressed_tensors_wNa16.py"),
+    "ct_fp8": MethodRule(
+        "compressed-tensors FP8", 75, "compressed_tensors/schemes/compressed_tensors_w8a16_"
+        "fp8.py", "CompressedTensorsW8A16Fp8", act_dtypes=_CT_ACT,
+        act_cls=_CT_CONFIG, note="the fallback of W8A8-FP8 below 8.9"),
+    "ct_int8": MethodRule(
+        "compressed-tensors INT8", 75, "compressed_tensors/schemes/compressed_tensors_w8a8_"
+        "int8.py", "CompressedTensorsW8A8Int8", act_dtypes=_CT_ACT,
+        act_cls=_CT_CONFIG),
+    "ct_wna16": MethodRule(
+        "compressed-tensors WNA16", 75, "compressed_tensors/schemes/compressed_tensors_"
+        "wNa16.py", "CompressedTensorsWNA16", act_dtypes=_CT_ACT,
+        act_cls=_CT_CONFIG),
 }
 
 
