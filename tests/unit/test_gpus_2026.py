@@ -233,3 +233,21 @@ def test_the_gpu_page_lists_every_gpu_with_its_figures() -> None:
                     if line.startswith(f"| `{gpu.product}` |")), None)
         assert row is not None, gpu.product
         assert f"{gpu.memory_bytes // 2**20:,}" in row and gpu.source in row, gpu.product
+
+
+def test_plan_command_prints_the_figure_used_and_why(tmp_path: Any,
+                                                     capsys: pytest.CaptureFixture[str],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from llm_operator import cli
+
+    monkeypatch.setenv("COLUMNS", "200")  # rich wraps the table to the terminal
+
+    svc = tmp_path / "svc.yaml"
+    svc.write_text("apiVersion: llmops.dev/v1alpha1\nkind: LLMService\n"
+                   "metadata: {name: l70, namespace: ml}\n"
+                   "spec:\n  model: {name: meta-llama/Llama-3.1-70B-Instruct, quantization: fp8}\n"
+                   "  gpus: {product: A100-80GB}\n")
+    assert cli.main(["plan", str(svc), "--no-curve"]) == 0
+    out = " ".join(capsys.readouterr().out.replace("│", " ").split())
+    assert "computeFlops 312.0 TFLOP/s" in out
+    assert "Marlin W8A16" in out  # why: the A100 has no fp8 tensor cores
