@@ -32,7 +32,11 @@ MIB = 1024**2
 
 @dataclass(frozen=True)
 class GPUFacts:
-    """Facts of one GPU model. ``None`` means unknown (a GPU given only by its memory)."""
+    """Facts of one GPU model. ``None`` means unknown (a GPU given only by its memory).
+
+    FLOP/s are DENSE tensor-core peaks (no 2:4 sparsity; NVIDIA's datasheets print the
+    sparse figure first for Hopper and Blackwell, twice the dense one), per GPU.
+    """
 
     product: str  # the nvidia.com/gpu.product label value
     name: str  # friendly name
@@ -40,6 +44,21 @@ class GPUFacts:
     memory_bandwidth: float | None = None  # bytes/s
     bf16_flops: float | None = None  # dense tensor-core FLOP/s
     fp8_flops: float | None = None  # dense; None where the GPU has no FP8 tensor cores
+    fp4_flops: float | None = None  # dense NVFP4/MXFP4; None where no FP4 tensor cores
+    # CUDA compute capability as vLLM compares it (DeviceCapability.to_int(): 9.0 -> 90).
+    compute_capability: int | None = None
+    gke_accelerator: str | None = None  # GKE's cloud.google.com/gke-accelerator value
+    karpenter_gpu_name: str | None = None  # EKS Karpenter's instance-gpu-name value
+    source: str = ""  # where the figures come from (datasheet)
+
+    @property
+    def architecture(self) -> str:
+        """The GPU generation by compute capability (for messages)."""
+        return _ARCHITECTURES.get(self.compute_capability or 0, "unknown architecture")
+
+
+_ARCHITECTURES = {80: "Ampere", 86: "Ampere", 89: "Ada Lovelace", 90: "Hopper",
+                  100: "Blackwell", 103: "Blackwell Ultra", 120: "Blackwell (RTX)"}
 
 
 # --------------------------------------------------------------------------- models
@@ -277,33 +296,114 @@ def model_names() -> list[str]:
 
 # --------------------------------------------------------------------------- GPUs
 
+# Memory: what `nvidia-smi --query-gpu=memory.total` reports (MiB), as seen on such GPUs
+# (for the 2026 GPUs: public logs of that query, e.g. "NVIDIA B200, 183359 MiB").
+# Bandwidth and FLOP/s: the datasheet named in each row's source; DENSE figures (the
+# datasheets of Hopper and Blackwell print FP8/FP4/BF16 "with sparsity": halved here).
+# Compute capability: NVIDIA's CUDA GPUs list (sm_80 A100 ... sm_120 RTX Blackwell).
+# GKE values: GKE's "Run GPUs in GKE Standard node pools" and the accelerator types of
+# Google's Compute API (nvidia-b200 on A4, nvidia-gb200 on A4X, nvidia-gb300 on A4X Max,
+# nvidia-rtx-pro-6000 on G4); Karpenter values: the EC2 GPU name, lower case (p6-b200:
+# b200). None: no such node label known for that GPU (GPUs a cloud does not offer, or a
+# value not confirmed: B300 on GKE, GB200/GB300/B300/RTX PRO on EKS).
+_HOPPER_DS = "NVIDIA H100 Tensor Core GPU datasheet"
 _GPU_ROWS: list[tuple[GPUFacts, tuple[str, ...]]] = [
-    (GPUFacts("NVIDIA-H100-80GB-HBM3", "H100 SXM 80GB", 81559 * MIB, 3.35e12, 989.4e12, 1978.9e12),
+    (GPUFacts("NVIDIA-H100-80GB-HBM3", "H100 SXM 80GB", 81559 * MIB, 3.35e12, 989.4e12,
+              1978.9e12, compute_capability=90, gke_accelerator="nvidia-h100-80gb",
+              karpenter_gpu_name="h100", source=f"{_HOPPER_DS} (H100 SXM)"),
      ("H100", "H100-SXM", "H100-SXM5", "H100-80GB", "H100-SXM-80GB")),
-    (GPUFacts("NVIDIA-H100-PCIe", "H100 PCIe 80GB", 81559 * MIB, 2.0e12, 756.0e12, 1513.0e12),
+    (GPUFacts("NVIDIA-H100-PCIe", "H100 PCIe 80GB", 81559 * MIB, 2.0e12, 756.0e12, 1513.0e12,
+              compute_capability=90, source=f"{_HOPPER_DS} (H100 PCIe)"),
      ("H100-PCIe", "H100-PCIe-80GB")),
-    (GPUFacts("NVIDIA-H100-NVL", "H100 NVL 94GB", 95830 * MIB, 3.9e12, 835.0e12, 1671.0e12),
+    (GPUFacts("NVIDIA-H100-NVL", "H100 NVL 94GB", 95830 * MIB, 3.9e12, 835.0e12, 1671.0e12,
+              compute_capability=90, source=f"{_HOPPER_DS} (H100 NVL)"),
      ("H100-NVL",)),
-    (GPUFacts("NVIDIA-H200", "H200 141GB", 143771 * MIB, 4.8e12, 989.4e12, 1978.9e12),
+    (GPUFacts("NVIDIA-H200", "H200 141GB", 143771 * MIB, 4.8e12, 989.4e12, 1978.9e12,
+              compute_capability=90, gke_accelerator="nvidia-h200-141gb",
+              karpenter_gpu_name="h200", source="NVIDIA H200 Tensor Core GPU datasheet (SXM)"),
      ("H200", "H200-SXM", "H200-141GB")),
-    (GPUFacts("NVIDIA-A100-SXM4-80GB", "A100 SXM 80GB", 81920 * MIB, 2.039e12, 312.0e12, None),
+    (GPUFacts("NVIDIA-A100-SXM4-80GB", "A100 SXM 80GB", 81920 * MIB, 2.039e12, 312.0e12, None,
+              compute_capability=80, gke_accelerator="nvidia-a100-80gb",
+              source="NVIDIA A100 Tensor Core GPU datasheet (80GB SXM)"),
      ("A100-80GB", "A100-SXM-80GB", "A100-SXM4-80GB")),
-    (GPUFacts("NVIDIA-A100-80GB-PCIe", "A100 PCIe 80GB", 81920 * MIB, 1.935e12, 312.0e12, None),
+    (GPUFacts("NVIDIA-A100-80GB-PCIe", "A100 PCIe 80GB", 81920 * MIB, 1.935e12, 312.0e12, None,
+              compute_capability=80, source="NVIDIA A100 Tensor Core GPU datasheet (80GB PCIe)"),
      ("A100-PCIe-80GB",)),
-    (GPUFacts("NVIDIA-A100-SXM4-40GB", "A100 SXM 40GB", 40960 * MIB, 1.555e12, 312.0e12, None),
+    (GPUFacts("NVIDIA-A100-SXM4-40GB", "A100 SXM 40GB", 40960 * MIB, 1.555e12, 312.0e12, None,
+              compute_capability=80, gke_accelerator="nvidia-tesla-a100",
+              karpenter_gpu_name="a100", source="NVIDIA A100 Tensor Core GPU datasheet (40GB)"),
      ("A100", "A100-40GB", "A100-SXM-40GB")),
-    (GPUFacts("NVIDIA-A100-PCIE-40GB", "A100 PCIe 40GB", 40960 * MIB, 1.555e12, 312.0e12, None),
+    (GPUFacts("NVIDIA-A100-PCIE-40GB", "A100 PCIe 40GB", 40960 * MIB, 1.555e12, 312.0e12, None,
+              compute_capability=80, source="NVIDIA A100 Tensor Core GPU datasheet (40GB)"),
      ("A100-PCIe-40GB",)),
-    (GPUFacts("NVIDIA-L40S", "L40S 48GB", 46068 * MIB, 864e9, 362.05e12, 733.0e12),
+    (GPUFacts("NVIDIA-L40S", "L40S 48GB", 46068 * MIB, 864e9, 362.05e12, 733.0e12,
+              compute_capability=89, karpenter_gpu_name="l40s",
+              source="NVIDIA L40S datasheet"),
      ("L40S",)),
-    (GPUFacts("NVIDIA-L4", "L4 24GB", 23034 * MIB, 300e9, 121.0e12, 242.5e12),
+    (GPUFacts("NVIDIA-L4", "L4 24GB", 23034 * MIB, 300e9, 121.0e12, 242.5e12,
+              compute_capability=89, gke_accelerator="nvidia-l4", karpenter_gpu_name="l4",
+              source="NVIDIA L4 datasheet"),
      ("L4",)),
     # AWS's A10G: NVIDIA publishes no datasheet; ~70 TFLOP/s bf16 dense is the figure
     # commonly quoted (lower clocks than the A10's 125), same 600 GB/s GDDR6.
-    (GPUFacts("NVIDIA-A10G", "A10G 24GB", 23028 * MIB, 600e9, 70.0e12, None),
+    (GPUFacts("NVIDIA-A10G", "A10G 24GB", 23028 * MIB, 600e9, 70.0e12, None,
+              compute_capability=86, karpenter_gpu_name="a10g",
+              source="no NVIDIA datasheet (AWS's A10G): commonly quoted figures"),
      ("A10G",)),
-    (GPUFacts("NVIDIA-A10", "A10 24GB", 23028 * MIB, 600e9, 125.0e12, None),
+    (GPUFacts("NVIDIA-A10", "A10 24GB", 23028 * MIB, 600e9, 125.0e12, None,
+              compute_capability=86, source="NVIDIA A10 datasheet"),
      ("A10",)),
+    # ---- the GPUs of 2026 (issue 33 item 4)
+    # H200 NVL (PCIe card, 600 W): FP8 3,341 and BF16 1,671 TFLOPS with sparsity.
+    (GPUFacts("NVIDIA-H200-NVL", "H200 NVL 141GB", 143771 * MIB, 4.8e12, 835.5e12, 1670.5e12,
+              compute_capability=90,
+              source="NVIDIA H200 Tensor Core GPU datasheet (H200 NVL column)"),
+     ("H200-NVL", "H200-NVL-141GB")),
+    # H20 (Hopper for China): NVIDIA publishes no datasheet page for it; 96 GB HBM3,
+    # 4.0 TB/s, FP8 296 and BF16 148 TFLOPS dense are the figures of its product brief as
+    # widely reported (not checked against an NVIDIA document: treat as approximate).
+    (GPUFacts("NVIDIA-H20", "H20 96GB", 97871 * MIB, 4.0e12, 148.0e12, 296.0e12,
+              compute_capability=90,
+              source="NVIDIA H20 product brief as reported (no public datasheet; approximate)"),
+     ("H20", "H20-96GB")),
+    # HGX B200 (8 GPUs): FP4 144, FP8/FP6 72, BF16 36 PFLOPS with sparsity, 64 TB/s HBM3e.
+    (GPUFacts("NVIDIA-B200", "B200 180GB", 183359 * MIB, 8.0e12, 2.25e15, 4.5e15, 9.0e15,
+              compute_capability=100, gke_accelerator="nvidia-b200", karpenter_gpu_name="b200",
+              source="NVIDIA HGX B200 datasheet (per GPU: the 8-GPU figures / 8, halved)"),
+     ("B200", "B200-SXM", "B200-180GB", "HGX-B200")),
+    # HGX B300 (Blackwell Ultra, 8 GPUs): FP4 144 sparse / 105 dense PFLOPS (13.1 per GPU;
+    # NVIDIA's keynote figure for the chip is ~15 dense: the HGX one is used), FP8 72 and
+    # BF16 36 PFLOPS with sparsity, as B200; 288 GB HBM3e, 8 TB/s. The FP4 figure was read
+    # from a secondary copy of the datasheet: approximate.
+    (GPUFacts("NVIDIA-B300-SXM6-AC", "B300 288GB", 275040 * MIB, 8.0e12, 2.25e15, 4.5e15,
+              13.125e15, compute_capability=103,
+              source="NVIDIA HGX B300 datasheet (per GPU; FP4 dense approximate)"),
+     ("B300", "B300-SXM6", "B300-SXM6-AC", "B300-288GB", "HGX-B300")),
+    # GB200 NVL72: per GB200 superchip (1 Grace + 2 GPUs) FP4 40, FP8/FP6 20, BF16 10
+    # PFLOPS with sparsity, 372 GB HBM3e at 16 TB/s; higher clocks than HGX B200.
+    (GPUFacts("NVIDIA-GB200", "GB200 186GB", 189471 * MIB, 8.0e12, 2.5e15, 5.0e15, 10.0e15,
+              compute_capability=100, gke_accelerator="nvidia-gb200",
+              source="NVIDIA GB200 NVL72 datasheet (per GPU: a superchip's figures / 2, "
+                     "halved)"),
+     ("GB200",)),
+    # GB300 NVL72 (72 GPUs): FP4 1,440 sparse / 1,080 dense PFLOPS (15 per GPU), FP8/FP6
+    # 720 and BF16 360 PFLOPS with sparsity (the BF16/FP8 split per GPU is read from the
+    # rack figures: approximate), 576 TB/s HBM3e.
+    (GPUFacts("NVIDIA-GB300", "GB300 288GB", 284208 * MIB, 8.0e12, 2.5e15, 5.0e15, 15.0e15,
+              compute_capability=103, gke_accelerator="nvidia-gb300",
+              source="NVIDIA GB300 NVL72 datasheet (per GPU: the rack's figures / 72; "
+                     "BF16/FP8 approximate)"),
+     ("GB300",)),
+    # RTX PRO 6000 Blackwell Server Edition: 96 GB GDDR7 at 1,597 GB/s; the datasheet gives
+    # only "4 PFLOPS FP4" (with sparsity): 2 dense. FP8 and BF16 are ESTIMATED at 1/2 and
+    # 1/4 of that (Blackwell's tensor-core ratios), 1.0 and 0.5 PFLOPS.
+    (GPUFacts("NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition", "RTX PRO 6000 Blackwell 96GB",
+              97887 * MIB, 1.597e12, 0.5e15, 1.0e15, 2.0e15, compute_capability=120,
+              gke_accelerator="nvidia-rtx-pro-6000",
+              source="NVIDIA RTX PRO 6000 Blackwell Server Edition datasheet (FP4 with "
+                     "sparsity halved; FP8/BF16 estimated)"),
+     ("RTX-PRO-6000", "RTX-PRO-6000-Blackwell", "RTX-PRO-6000-Server",
+      "RTX-PRO-6000-Blackwell-Server")),
 ]
 
 
@@ -315,7 +415,8 @@ def _gpu_key(name: str) -> str:
 
 GPUS: dict[str, GPUFacts] = {}
 for _facts, _extra in _GPU_ROWS:
-    for _n in (_facts.product, _facts.name, *_extra):
+    # The GKE value names one product too: selectable by it (nvidia-b200).
+    for _n in (_facts.product, _facts.name, *_extra, *filter(None, [_facts.gke_accelerator])):
         GPUS[_gpu_key(_n)] = _facts
         if not _gpu_key(_n).startswith("nvidia-"):
             GPUS["nvidia-" + _gpu_key(_n)] = _facts
@@ -329,6 +430,11 @@ def lookup_gpu(product: str) -> GPUFacts | None:
 def gpu_products() -> list[str]:
     """Every GPU product label value the table knows."""
     return [facts.product for facts, _ in _GPU_ROWS]
+
+
+def gpu_table() -> list[GPUFacts]:
+    """Every GPU of the table, in its order."""
+    return [facts for facts, _ in _GPU_ROWS]
 
 
 # --------------------------------------------------------------------------- config.json

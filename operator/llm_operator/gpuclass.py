@@ -26,7 +26,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
-from .catalog import gpu_products, lookup_gpu
+from .catalog import gpu_products, gpu_table, lookup_gpu
 from .constants import DEFAULT_GPU_RESOURCE
 from .errors import SpecError
 from .models import LLMServiceSpec
@@ -106,13 +106,10 @@ def _canonical(product: str) -> str:
 _GKE = GPUClass(
     description="GKE with Google's driver install (label cloud.google.com/gke-accelerator)",
     product_label=GKE_ACCELERATOR_LABEL,
-    products={
-        "NVIDIA-H100-80GB-HBM3": "nvidia-h100-80gb",
-        "NVIDIA-H200": "nvidia-h200-141gb",
-        "NVIDIA-A100-SXM4-80GB": "nvidia-a100-80gb",
-        "NVIDIA-A100-SXM4-40GB": "nvidia-tesla-a100",
-        "NVIDIA-L4": "nvidia-l4",
-    },
+    # The GPU table's gke_accelerator values (catalog.GPUFacts): nvidia-h100-80gb,
+    # nvidia-h200-141gb, nvidia-a100-80gb, nvidia-tesla-a100, nvidia-l4, nvidia-b200,
+    # nvidia-gb200, nvidia-gb300, nvidia-rtx-pro-6000.
+    products={g.product: g.gke_accelerator for g in gpu_table() if g.gke_accelerator},
     tolerations=[TOLERATE_NVIDIA_GPU_TAINT],
 )
 
@@ -121,21 +118,16 @@ _GKE = GPUClass(
 # the EKS best-practices guide "Compute and Autoscaling" selects
 # karpenter.k8s.aws/instance-gpu-name: "l40s"): the lower-case GPU name of the instance
 # type: h100 (p5), h200 (p5e/p5en), a100 (p4d 40 GB and p4de 80 GB alike), l40s (g6e),
-# l4 (g6), a10g (g5). The A100 sizes share one value; the class maps the 40 GB one only
+# l4 (g6), a10g (g5), b200 (p6-b200; EKS Auto Mode's eks.amazonaws.com/instance-gpu-name
+# takes the same values). The A100 sizes share one value; the class maps the 40 GB one only
 # (p4d: the common instance) and a service that wants p4de says so in its own
 # nodeSelector (karpenter.k8s.aws/instance-gpu-memory). GPU NodePools are commonly
 # tainted nvidia.com/gpu:NoSchedule (the EKS and Karpenter GPU examples do).
 _EKS = GPUClass(
     description="EKS with Karpenter (label karpenter.k8s.aws/instance-gpu-name)",
     product_label=KARPENTER_GPU_NAME_LABEL,
-    products={
-        "NVIDIA-H100-80GB-HBM3": "h100",
-        "NVIDIA-H200": "h200",
-        "NVIDIA-A100-SXM4-40GB": "a100",
-        "NVIDIA-L40S": "l40s",
-        "NVIDIA-L4": "l4",
-        "NVIDIA-A10G": "a10g",
-    },
+    # The GPU table's karpenter_gpu_name values: h100, h200, a100, l40s, l4, a10g, b200.
+    products={g.product: g.karpenter_gpu_name for g in gpu_table() if g.karpenter_gpu_name},
     tolerations=[TOLERATE_NVIDIA_GPU_TAINT],
 )
 

@@ -94,6 +94,9 @@ class ModelFacts:
     moe_intermediate_size: int | None = None
     quantization: str | None = None  # the checkpoint's: fp8, nvfp4, mxfp4, int4, int8
     quantization_method: str | None = None  # config.json's quant_method as written
+    # What the checkpoint quantizes matmul inputs to (fp8, nvfp4, mxfp4, int8), None for
+    # weight-only methods: which tensor cores vLLM can use (dtype_support).
+    activation_quantization: str | None = None
     weight_bytes: int | None = None  # the checkpoint's bytes (safetensors index)
     # Bytes per group of parameters, estimated (None: not derived), for a checkpoint
     # without an index: {"embeddings": n, "attention": n, ...}.
@@ -313,53 +316,82 @@ def _state_elements(c: Mapping[str, Any], kind: str | None) -> int:
 
 
 def _quantization(c: Mapping[str, Any], hf_quant: Mapping[str, Any] | None = None
-                  ) -> tuple[str | None, str | None, bool]:
-    """(bytes class, quant_method as written, attention quantized?) of the checkpoint:
-    config.json's ``quantization_config``, else modelopt's ``hf_quant_config.json``."""
+                  ) -> tuple[str | None, str | None, bool, str | None]:
+    """(bytes class, quant_method as written, attention quantized?, activations) of the
+    checkpoint: config.json's ``quantization_config``, else modelopt's
+    ``hf_quant_config.json``. Activations: what the checkpoint quantizes its matmul
+    inputs to (``fp8``, ``nvfp4``, ``mxfp4``, ``int8``), None for weight-only methods
+    (AWQ, GPTQ, NVFP4A16, gpt-oss's MXFP4): it decides which tensor cores the matmuls
+    can use (:mod:`llm_operator.dtype_support`)."""
     q = c.get("quantization_config")
     if not isinstance(q, Mapping) and isinstance(hf_quant, Mapping):
         inner = hf_quant.get("quantization")
         if isinstance(inner, Mapping):
             q = {"quant_method": "modelopt", **inner}
     if not isinstance(q, Mapping):
-        return None, None, False
+        return None, None, False, None
     method = str(q.get("quant_method") or q.get("quant_algo") or "").lower()
     skipped = " ".join(str(m) for key in ("modules_to_not_convert", "ignore",
                                           "exclude_modules", "ignored_layers")
                        for m in (q.get(key) or []))
     attention = "attn" not in skipped
     if method in ("fp8", "fbgemm_fp8"):
-        return "fp8", method, attention
+        # vLLM's Fp8Config and FBGEMM quantize activations to fp8 (dynamic or static).
+        return "fp8", method, attention, "fp8"
     if method == "mxfp4":
-        return "mxfp4", method, False  # gpt-oss: only the experts are MXFP4
+        # gpt-oss: only the experts are MXFP4, and vLLM 0.32.0 runs them with bf16
+        # activations by default (fused_moe/oracle/mxfp4.py, _get_priority_backends_for_
+        # gpt_oss: FLASHINFER_TRTLLM_MXFP4_BF16 first, then Triton and Marlin).
+        return "mxfp4", method, False, None
+    if method == "fp_quant":  # FP-Quant (QuTLASS): weights and activations in forward_dtype
+        fmt = "nvfp4" if "nv" in str(q.get("forward_dtype") or "mxfp4").lower() else "mxfp4"
+        return fmt, method, attention, fmt
     if method in ("modelopt", "modelopt_fp4", "nvfp4"):
         algo = str(q.get("quant_algo") or method).upper()
         if algo == "MIXED_PRECISION":  # NVFP4 MLPs/experts, fp8 attention (estimated)
             algos = " ".join(str(v.get("quant_algo", "")) for v in
                              (q.get("quantized_layers") or {}).values() if isinstance(v, Mapping))
             algo = "NVFP4" if "FP4" in algos.upper() else "FP8"
-        return ("nvfp4" if "FP4" in algo else "fp8"), method, attention
+        kind = "nvfp4" if "FP4" in algo else "fp8"
+        return kind, method, attention, ("fp8" if "W4A8" in algo else kind)
     if method in ("awq", "gptq", "awq_marlin", "gptq_marlin", "auto-round"):
         bits = int(q.get("bits") or q.get("w_bit") or 4)
-        return ("int4" if bits == 4 else "int8"), method, attention
+        return ("int4" if bits == 4 else "int8"), method, attention, None
     if method == "compressed-tensors":
         fmt = str(q.get("format") or "")
         groups = q.get("config_groups") or {}
         # Mixed groups (fp8 attention, 4-bit MLPs): the narrowest, as MLPs dominate.
-        all_weights = [g.get("weights") or {} for g in groups.values()
-                       if isinstance(g, Mapping)] if isinstance(groups, Mapping) else []
-        weights = min(all_weights, key=lambda w: int(w.get("num_bits") or 8), default={})
+        members = [g for g in groups.values() if isinstance(g, Mapping)] \
+            if isinstance(groups, Mapping) else []
+        group = min(members, key=lambda g: int((g.get("weights") or {}).get("num_bits") or 8),
+                    default={})
+        weights = group.get("weights") or {}
         bits = int(weights.get("num_bits") or 8)
+        act = _activations(group.get("input_activations"))
         if "nvfp4" in fmt or (bits == 4 and weights.get("type") == "float"):
-            return "nvfp4", method, attention
+            kind = "mxfp4" if "mxfp4" in fmt or weights.get("group_size") == 32 else "nvfp4"
+            return kind, method, attention, act
         if bits == 4:
-            return "int4", method, attention
+            return "int4", method, attention, act
         return ("fp8" if weights.get("type") == "float" or "float" in fmt else "int8"), \
-            method, attention
+            method, attention, act
     raise ValueError(
         f"config.json quantization_config.quant_method {method or '(none)'!r} is not one "
-        "the planner knows (fp8, modelopt FP8/NVFP4, mxfp4, awq, gptq, compressed-tensors): "
-        "give spec.model.architecture and spec.model.quantization")
+        "the planner knows (fp8, modelopt FP8/NVFP4, mxfp4, fp_quant, awq, gptq, "
+        "compressed-tensors): give spec.model.architecture and spec.model.quantization")
+
+
+def _activations(args: Any) -> str | None:
+    """A compressed-tensors group's ``input_activations`` as a dtype name (None: the
+    group quantizes weights only)."""
+    if not isinstance(args, Mapping):
+        return None
+    bits = int(args.get("num_bits") or 8)
+    if args.get("type") == "float":
+        if bits == 4:
+            return "mxfp4" if args.get("group_size") == 32 else "nvfp4"
+        return "fp8"
+    return "int8" if bits == 8 else f"int{bits}"
 
 
 def _mla_params(c: Mapping[str, Any], hidden: int, heads: int) -> tuple[int, int]:
@@ -490,7 +522,7 @@ def facts_from_hf_config(config: Mapping[str, Any], name: str | None = None,
     total = common + g["experts"] + vision
     active = common + g["active_experts"] + vision
     sources: list[tuple[str, str]] = []
-    quant, method, attn_quantized = _quantization(c, hf_quant_config)
+    quant, method, attn_quantized, activations = _quantization(c, hf_quant_config)
     meta = (index or {}).get("metadata") or {}
     if isinstance(meta.get("total_parameters"), int):
         total = int(meta["total_parameters"])
@@ -547,6 +579,7 @@ def facts_from_hf_config(config: Mapping[str, Any], name: str | None = None,
         if experts and c.get("moe_intermediate_size") else None,
         quantization=quant,
         quantization_method=method,
+        activation_quantization=activations,
         weight_bytes=weight_bytes,
         parameter_groups=groups,
         quantized_groups=quantized,

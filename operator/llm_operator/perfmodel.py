@@ -54,9 +54,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .catalog import GPUFacts, ModelFacts
+from .dtype_support import compute_path
 from .inpod.tuner.search import SLO
-from .models import LLMServiceSpec
-from .planning import BLOCK_SIZE, Plan, gpu_facts, kv_token_capacity, model_facts
+from .models import LLMServiceSpec, Quantization
+from .planning import BLOCK_SIZE, Plan, gpu_facts, kv_token_capacity, model_facts, weight_bytes
 
 GIB = 1024**3
 
@@ -148,6 +149,10 @@ class ModelShape:
         per_param = {"none": base, "fp8": 1.0, "awq": 0.53, "gptq": 0.53}.get(quantization)
         if per_param is None:
             raise ValueError(f"unknown quantization {quantization!r} (none, fp8, awq, gptq)")
+        if facts.quantization is not None:
+            # A checkpoint its publisher quantized (config.json): its own bytes, as the
+            # planner counts them (the index's total, else the estimate per group).
+            per_param = weight_bytes(facts, int(base), Quantization.NONE) / facts.parameters
         kv = 1.0 if kv_cache_dtype.startswith("fp8") else base
         return cls(
             name=facts.name, parameters=facts.parameters, num_layers=facts.num_layers,
@@ -244,8 +249,14 @@ GPU_EFFICIENCY = Efficiency(
 # Per-GPU all-reduce bandwidth (bytes/s, one direction) by GPU product: NVLink for SXM
 # and NVL parts (NVIDIA datasheets: H100 SXM 900 GB/s, A100 SXM 600 GB/s, H100 NVL
 # 600 GB/s, bidirectional), PCIe otherwise (Gen5 x16 ~64 GB/s, Gen4 x16 ~32 GB/s).
+# Blackwell (NVLink 5, 1.8 TB/s per GPU: HGX B200/B300, GB200/GB300 NVL72 datasheets);
+# H200 NVL and H20: 900 GB/s NVLink (H200 datasheet; H20 as reported); RTX PRO 6000
+# Blackwell Server Edition: PCIe Gen5 x16, no NVLink.
 _INTERCONNECT: dict[str, float] = {
     "NVIDIA-H100-80GB-HBM3": 450e9, "NVIDIA-H200": 450e9, "NVIDIA-H100-NVL": 300e9,
+    "NVIDIA-H200-NVL": 450e9, "NVIDIA-H20": 450e9, "NVIDIA-B200": 900e9,
+    "NVIDIA-B300-SXM6-AC": 900e9, "NVIDIA-GB200": 900e9, "NVIDIA-GB300": 900e9,
+    "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition": 64e9,
     "NVIDIA-A100-SXM4-80GB": 300e9, "NVIDIA-A100-SXM4-40GB": 300e9,
     "NVIDIA-H100-PCIe": 64e9, "NVIDIA-A100-80GB-PCIe": 32e9, "NVIDIA-A100-PCIE-40GB": 32e9,
 }
@@ -276,14 +287,18 @@ class Hardware:
 
     @classmethod
     def from_facts(cls, gpu: GPUFacts, fp8: bool = False,
-                   efficiency: Efficiency = GPU_EFFICIENCY) -> Hardware:
+                   efficiency: Efficiency = GPU_EFFICIENCY,
+                   flops: float | None = None) -> Hardware:
         """From a catalog entry (:class:`llm_operator.catalog.GPUFacts`); ``fp8`` uses the
-        FP8 tensor-core peak (for fp8-quantized weights on GPUs that have it)."""
+        FP8 tensor-core peak (for fp8-quantized weights on GPUs that have it); ``flops``,
+        where given, is the figure to use (:func:`llm_operator.dtype_support.compute_path`
+        says which dtype's tensor cores the matmuls run on)."""
         if gpu.memory_bandwidth is None or gpu.bf16_flops is None:
             raise NoPrediction(f"the GPU table has no memory bandwidth or FLOP/s figure for "
                                f"{gpu.product!r} (a GPU given by spec.gpus.memoryGib); "
                                "the plan stands, only the speed cannot be predicted")
-        flops = gpu.fp8_flops if fp8 and gpu.fp8_flops else gpu.bf16_flops
+        if flops is None:
+            flops = gpu.fp8_flops if fp8 and gpu.fp8_flops else gpu.bf16_flops
         return cls(name=gpu.name, memory_bytes=gpu.memory_bytes, bandwidth=gpu.memory_bandwidth,
                    flops=flops, interconnect_bandwidth=_INTERCONNECT.get(gpu.product, _PCIE_GEN4),
                    efficiency=efficiency)
@@ -710,14 +725,21 @@ class PlanInputs:
     slo: SLO
 
 
-def inputs_for(spec: LLMServiceSpec, plan: Plan) -> PlanInputs:
+def inputs_for(spec: LLMServiceSpec, plan: Plan, facts: ModelFacts | None = None
+               ) -> PlanInputs:
     """Build the model's inputs from a spec and its plan (facts from the planner's catalog,
-    batch limits and KV capacity from the plan)."""
+    or ``facts`` read from config.json; batch limits and KV capacity from the plan). The
+    FLOP/s are those of the dtype the matmuls run in on this GPU (fp8 or fp4 tensor cores
+    where weights and activations are in it and the GPU has them, else bf16's: see
+    :func:`llm_operator.dtype_support.compute_path`)."""
     quant = spec.model.quantization.value
+    model = model_facts(spec, facts)
+    gpu = gpu_facts(spec)
     return PlanInputs(
-        model=ModelShape.from_facts(model_facts(spec), quantization=quant,
+        model=ModelShape.from_facts(model, quantization=quant,
                                     kv_cache_dtype=spec.engine.kv_cache_dtype.value),
-        hardware=Hardware.from_facts(gpu_facts(spec), fp8=quant == "fp8"),
+        hardware=Hardware.from_facts(
+            gpu, flops=compute_path(model, spec.model.quantization, gpu).flops),
         tp=plan.tensor_parallel_size,
         workload=Workload(spec.workload.input_tokens, spec.workload.output_tokens,
                           spec.workload.concurrency),
@@ -729,22 +751,24 @@ def inputs_for(spec: LLMServiceSpec, plan: Plan) -> PlanInputs:
 
 
 def curve_for(spec: LLMServiceSpec, plan: Plan,
-              concurrencies: Iterable[int] = DEFAULT_CONCURRENCIES) -> tuple[list[Point], SLO]:
+              concurrencies: Iterable[int] = DEFAULT_CONCURRENCIES,
+              facts: ModelFacts | None = None) -> tuple[list[Point], SLO]:
     """The predicted curve of one planned replica, and the SLO to judge it by."""
-    i = inputs_for(spec, plan)
+    i = inputs_for(spec, plan, facts)
     wanted = sorted({*concurrencies, spec.workload.concurrency})
     return predict_curve(i.model, i.hardware, i.tp, i.workload, i.engine, wanted), i.slo
 
 
-def suggest_for(spec: LLMServiceSpec, plan: Plan) -> Suggestion:
+def suggest_for(spec: LLMServiceSpec, plan: Plan,
+                facts: ModelFacts | None = None) -> Suggestion:
     """The tuner's starting max-num-seqs for a planned replica (at most the plan's cap)."""
-    i = inputs_for(spec, plan)
+    i = inputs_for(spec, plan, facts)
     return suggest_start(i.model, i.hardware, i.tp, i.workload, i.engine, i.slo,
                          upper=plan.max_num_seqs)
 
 
-def tp_alternative(spec: LLMServiceSpec, plan: Plan, *, gpus_per_node: int | None = None
-                   ) -> list[tuple[Plan, Point]]:
+def tp_alternative(spec: LLMServiceSpec, plan: Plan, *, gpus_per_node: int | None = None,
+                   facts: ModelFacts | None = None) -> list[tuple[Plan, Point]]:
     """The planned replica and the tensor-parallel option the planner did not take (the
     ``kvShortfall`` or ``cheaperOption`` explanation), each predicted at the workload's
     concurrency: what the SLO rule of the planner (a worst-case bound) looks like to the
@@ -759,10 +783,10 @@ def tp_alternative(spec: LLMServiceSpec, plan: Plan, *, gpus_per_node: int | Non
     engine = spec.engine.model_copy(update={"tensor_parallel_size": tp})
     alt_spec = spec.model_copy(update={"engine": engine})
     out: list[tuple[Plan, Point]] = []
-    alt_plan = (make_plan(alt_spec) if gpus_per_node is None
-                else make_plan(alt_spec, gpus_per_node=gpus_per_node))
+    alt_plan = (make_plan(alt_spec, facts=facts) if gpus_per_node is None
+                else make_plan(alt_spec, gpus_per_node=gpus_per_node, facts=facts))
     for s, p in ((spec, plan), (alt_spec, alt_plan)):
-        i = inputs_for(s, p)
+        i = inputs_for(s, p, facts)
         out.append((p, predict_point(i.model, i.hardware, i.tp, i.workload, i.engine,
                                      spec.workload.concurrency)))
     return out

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -66,6 +66,7 @@ from .catalog import (
     model_names,
 )
 from .constants import DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_GPUS_PER_NODE, GIB
+from .dtype_support import compute_path, dtype_errors
 from .engine_rules import (
     VLLM_VERSION,
     Defaults,
@@ -400,8 +401,7 @@ def gpu_facts(spec: LLMServiceSpec) -> GPUFacts:
                 "remove spec.gpus.memoryGib (the GPU table knows the product), or name the "
                 "GPU you have in spec.gpus.product")
         if known is not None:
-            return GPUFacts(known.product, known.name, memory, known.memory_bandwidth,
-                            known.bf16_flops, known.fp8_flops)
+            return replace(known, memory_bytes=memory)
         product = gpus.product or f"custom-{gpus.memory_gib:g}GiB"
         return GPUFacts(product, product, memory)
     if known is not None:
@@ -877,6 +877,8 @@ def _make_plan(spec: LLMServiceSpec, gpus_per_node: int,
             "GPU", f"raise it (default {DEFAULT_GPU_MEMORY_UTILIZATION:g})"))
     if facts is not None:
         errors += _pin_errors(spec, facts, tokens_per_request, per_node)
+        if gpu is not None:
+            errors += dtype_errors(spec, facts, gpu)
     else:
         errors += managed_flag_errors(spec)
     errors += contradictions(spec)
@@ -1137,6 +1139,17 @@ def _explain_facts(ex: list[Explained], spec: LLMServiceSpec, facts: ModelFacts,
         formula="1 for an fp8 KV cache, else the serving dtype's bytes",
         inputs={"kvCacheDtype": str(engine.kv_cache_dtype), "dtype": dtype},
         source="pinned" if engine.kv_cache_dtype != "auto" else "planned"))
+    path = compute_path(facts, quant, gpu)
+    ex.append(Explained(
+        name="computeFlops", value=path.flops if path.flops is not None else "unknown",
+        unit="FLOP/s", formula=f"the GPU's dense {path.dtype} tensor-core FLOP/s: {path.why}",
+        inputs={"gpu": gpu.product, "computeDtype": path.dtype,
+                "computeCapability": gpu.compute_capability,
+                "weights": facts.quantization or str(quant),
+                "activations": facts.activation_quantization if facts.quantization
+                else ("fp8" if quant == Quantization.FP8 else None),
+                "bf16Flops": gpu.bf16_flops, "fp8Flops": gpu.fp8_flops,
+                "fp4Flops": gpu.fp4_flops, "source": gpu.source or "spec.gpus.memoryGib"}))
 
 
 def _explain_parallelism(ex: list[Explained], warnings: list[str], spec: LLMServiceSpec,

@@ -161,9 +161,18 @@ def test_gpu_facts_are_sane() -> None:
         assert gpu is not None
         assert gpu.memory_bandwidth and gpu.bf16_flops
         # Memory near the marketed size (nvidia-smi reports a little under 2^30 x GB).
-        assert 24e9 < gpu.memory_bytes < 160e9, product
+        assert 24e9 < gpu.memory_bytes < 310e9, product
         if gpu.fp8_flops is not None:
             assert gpu.fp8_flops == pytest.approx(2 * gpu.bf16_flops, rel=0.02)
+        # FP4 tensor cores: Blackwell only (compute capability 10.0 and up), at 2-6x FP8
+        # (B300/GB300's Blackwell Ultra raised FP4 alone).
+        assert gpu.compute_capability is not None, product
+        if gpu.fp4_flops is not None:
+            assert gpu.compute_capability >= 100 and gpu.fp8_flops, product
+            assert 2 * gpu.fp8_flops <= gpu.fp4_flops * 1.02 <= 6 * gpu.fp8_flops, product
+        else:
+            assert gpu.compute_capability < 100, product
+        assert gpu.source, product  # every figure names its datasheet
     h100, a100 = lookup_gpu("H100"), lookup_gpu("A100-80GB")
     assert h100 is not None and a100 is not None
     assert h100.memory_bytes == 81559 * 2**20  # nvidia-smi: 81559MiB

@@ -394,8 +394,11 @@ def test_gpus_too_small_within_one_node() -> None:
                      "spec.engine.pipelineParallelSize")
     assert "too small" in err.problem
     assert "2 GPUs of this product" in err.fix
-    # Not even an H200 holds 141 GB at 0.9 utilization (132.5 GB usable): none is offered.
-    assert "larger GPU" not in err.fix
+    # Not even an H200 holds 141 GB at 0.9 utilization (132.5 GB usable); the Blackwell
+    # GPUs of 180 GB and more do, and are offered.
+    assert "larger GPU: NVIDIA-B200, NVIDIA-B300-SXM6-AC, NVIDIA-GB200, NVIDIA-GB300;" \
+        in err.fix
+    assert "NVIDIA-H200" not in err.fix
 
 
 def test_max_model_len_beyond_the_context() -> None:

@@ -22,6 +22,8 @@ def _fmt(key: str, value: Any) -> str:
     if isinstance(value, int | float) and "bytes" in key.lower() and "per" not in key[:3] \
             and key not in ("kvBytes", "dtypeBytes", "bytesPerParam") and value >= 1e6:
         return human_bytes(value)
+    if isinstance(value, int | float) and key.lower().endswith("flops") and value >= 1e9:
+        return f"{value / 1e12:,.1f} TFLOP/s"
     if isinstance(value, float) and value.is_integer() and value >= 1e6:
         return f"{value:,.0f}"
     if isinstance(value, int):
@@ -34,6 +36,8 @@ def _fmt(key: str, value: Any) -> str:
 def _value(item: Explained) -> str:
     if item.unit == "bytes" and isinstance(item.value, int | float) and item.value >= 1e6:
         return human_bytes(item.value)
+    if item.unit == "FLOP/s" and isinstance(item.value, int | float):
+        return _fmt("flops", item.value)
     text = _fmt("", item.value)
     return f"{text} {item.unit}" if item.unit and item.unit != "bytes" else text
 
