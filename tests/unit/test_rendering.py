@@ -454,14 +454,39 @@ def test_model_from_volume_is_mounted_read_only_and_offline() -> None:
     assert {"name": "HF_HUB_OFFLINE", "value": "1"} in container["env"]
 
 
-def test_hub_model_has_no_model_volume_and_stays_online() -> None:
+def test_hub_model_is_downloaded_online_then_served_offline() -> None:
     deployment = build_deployment(make_svc(), hand_plan(), Settings())
     container = container_of(deployment)
     assert args_of(deployment)[0] == "meta-llama/Llama-3.1-8B-Instruct"
     assert all(m["mountPath"] != MODEL_MOUNT_PATH for m in container["volumeMounts"])
-    # No token, not offline: only vLLM's usage statistics switched off.
+    # No token; vLLM's usage statistics off; vLLM reads the cache the init container
+    # filled, so a restart does not ask the hub again.
     assert container["env"] == [{"name": "VLLM_NO_USAGE_STATS", "value": "1"},
-                                {"name": "DO_NOT_TRACK", "value": "1"}]
+                                {"name": "DO_NOT_TRACK", "value": "1"},
+                                {"name": "HF_HUB_OFFLINE", "value": "1"}]
+    # The download itself stays online, or it would skip its work.
+    (download,) = deployment["spec"]["template"]["spec"]["initContainers"]
+    assert all(e["name"] != "HF_HUB_OFFLINE" for e in download["env"])
+
+
+@pytest.mark.parametrize("extra", [["--tokenizer", "other/tok"], ["--load_format=gguf"],
+                                   ["--speculative-config", '{"model": "d/raft"}']])
+def test_a_hub_model_whose_flags_fetch_more_stays_online(extra: list[str]) -> None:
+    svc = make_svc({"model": {"name": "m/x"}, "engine": {"extraArgs": extra}})
+    env = container_of(build_deployment(svc, hand_plan(), Settings()))["env"]
+    assert all(e["name"] != "HF_HUB_OFFLINE" for e in env)
+
+
+def test_the_users_hf_hub_offline_wins_for_a_hub_model() -> None:
+    svc = make_svc({"model": {"name": "m/x"},
+                    "pod": {"env": [{"name": "HF_HUB_OFFLINE", "value": "0"}]}})
+    deployment = build_deployment(svc, hand_plan(), Settings())
+    env = container_of(deployment)["env"]
+    assert [e for e in env if e["name"] == "HF_HUB_OFFLINE"] == [
+        {"name": "HF_HUB_OFFLINE", "value": "0"}]
+    (download,) = deployment["spec"]["template"]["spec"]["initContainers"]
+    assert [e for e in download["env"] if e["name"] == "HF_HUB_OFFLINE"] == [
+        {"name": "HF_HUB_OFFLINE", "value": "0"}]
 
 
 @pytest.mark.parametrize(("ref", "key"), [({"name": "hf"}, "token"),

@@ -154,7 +154,7 @@ def build_leader_worker_set(
     spec = svc.spec
     image = image_for(svc, settings)
     per_pod = gpus_per_pod(plan)
-    env = build_env(spec)
+    env = build_env(spec, downloaded=True)
 
     leader: dict[str, Any] = {
         "name": CONTAINER_NAME,

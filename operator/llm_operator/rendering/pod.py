@@ -12,6 +12,7 @@ from typing import Any
 
 from ..constants import DEFAULT_GPU_RESOURCE, GROUP
 from ..errors import SpecError, SpecErrors
+from ..extra_args import flag_set
 from ..gpuclass import GFD_PRODUCT_LABEL
 from ..models import LLMService, LLMServiceSpec
 from ..planning import Plan, cache_size_limit, pod_cpu, pod_memory
@@ -45,8 +46,15 @@ STARTUP_PERIOD_SECONDS = 10
 # download, the tuner), and prefixes it or LeaderWorkerSet own: spec.pod.env may not set
 # them (one owner per name; a duplicate name also breaks server-side apply).
 USAGE_STATS_ENV = (("VLLM_NO_USAGE_STATS", "1"), ("DO_NOT_TRACK", "1"))
-# HF_HUB_OFFLINE only where the operator sets it (a model on a volume): with a hub model
-# and a pre-filled cache claim, the user may set it (the download step then does nothing).
+# HF_HUB_OFFLINE is reserved only for a model on a volume: with a hub model the operator
+# sets it in the containers that start after the download (build_env), unless the user
+# sets it (e.g. to 1 with a pre-filled cache claim: the download step then does nothing).
+# vLLM flags that make vLLM fetch from the hub what the download step does not (another
+# tokenizer, a draft model, LoRA adapters, another load format or directory): with one
+# of them in spec.engine.extraArgs, vLLM stays online after the download.
+HUB_FETCHING_FLAGS = ("--tokenizer", "--tokenizer-revision", "--code-revision",
+                      "--hf-config-path", "--download-dir", "--load-format",
+                      "--speculative-config", "--lora-modules")
 RESERVED_ENV = frozenset({"HF_TOKEN", "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK",
                           "PYTHONPATH", "PYTHONUNBUFFERED"})
 RESERVED_ENV_PREFIXES = ("LLMOP_", "LWS_")
@@ -105,11 +113,20 @@ def pod_spec_errors(spec: LLMServiceSpec) -> list[SpecError]:
     return errors
 
 
-def build_env(spec: LLMServiceSpec) -> list[dict[str, Any]]:
+def build_env(spec: LLMServiceSpec, *, downloaded: bool = False) -> list[dict[str, Any]]:
     """Container environment: vLLM's usage statistics off, the Hugging Face token from its
     Secret, offline mode for a model on a volume (nothing to download; fail fast instead
     of reaching the hub), then ``spec.pod.env`` as given. Raises :class:`SpecErrors` for a
-    ``spec.pod`` that collides with what the operator sets (:func:`pod_spec_errors`)."""
+    ``spec.pod`` that collides with what the operator sets (:func:`pod_spec_errors`).
+
+    ``downloaded``: a container that starts after the download init container has put the
+    model in the cache (vLLM's, the tuner's). It runs offline too, so that a restart reads
+    the cache instead of asking the hub again (each restart otherwise resolves the
+    revision on huggingface.co, and fails while the hub or the egress is down); a
+    ``HF_HUB_OFFLINE`` the user gives in ``spec.pod.env`` wins. Not where
+    ``spec.engine.extraArgs`` has vLLM fetch what the download does not
+    (:data:`HUB_FETCHING_FLAGS`), and never for the download itself, which would then
+    skip its work."""
     errors = pod_spec_errors(spec)
     if errors:
         raise SpecErrors(errors)
@@ -124,7 +141,9 @@ def build_env(spec: LLMServiceSpec) -> list[dict[str, Any]]:
                 "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}},
             }
         )
-    if spec.model.volume is not None:
+    user_offline = any(var.name == "HF_HUB_OFFLINE" for var in spec.pod.env)
+    fetches = flag_set(spec.engine.extra_args, HUB_FETCHING_FLAGS) is not None
+    if spec.model.volume is not None or (downloaded and not user_offline and not fetches):
         env.append({"name": "HF_HUB_OFFLINE", "value": "1"})
     env += [var.rendered() for var in spec.pod.env]
     return env

@@ -96,7 +96,7 @@ def build_server_container(
         "args": build_vllm_args(svc, plan, overrides),
         "ports": [{"name": PORT_NAME, "containerPort": VLLM_PORT, "protocol": "TCP"}],
     }
-    env = build_env(svc.spec)
+    env = build_env(svc.spec, downloaded=True)
     if env:
         container["env"] = env
     container["resources"] = build_resources(svc.spec, plan)

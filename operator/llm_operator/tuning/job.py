@@ -241,7 +241,7 @@ def build_tuning_job(
         {"name": "LLMOP_TERMINATION_LOG", "value": TERMINATION_LOG},
         # Alone in its pod: no machine-wide lock between vLLM servers needed.
         {"name": "LLMOP_VLLM_LOCK", "value": ""},
-        *build_env(spec),
+        *build_env(spec, downloaded=True),
     ]
     code_mount = {"name": CODE_VOLUME, "mountPath": CODE_PATH}
     init = {
