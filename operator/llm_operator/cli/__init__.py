@@ -13,6 +13,7 @@ in :mod:`.tables`.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Sequence
@@ -30,17 +31,21 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from ..perfmodel import NoPrediction, curve_for, suggest_for, tp_alternative
     from ..planning import make_plan
     from ..rendering.placement import with_placement
-    from .tables import curve_table, plan_table
+    from .tables import curve_table, plan_document, plan_table
 
     console = Console()
     settings = Settings()
+    documents = []
     for _path, svc in load_services(args.files):
         facts = _read_facts(args.model_config, svc.spec)
         plan = with_placement(make_plan(svc.spec, gpus_per_node=settings.gpus_per_node,
                                         facts=facts,
                                         load_bandwidth=settings.model_load_bandwidth),
                               svc.spec, settings)
-        console.print(plan_table(svc, plan))
+        if args.output != "table":
+            documents.append(plan_document(svc, plan))
+            continue
+        console.print(plan_table(svc, plan, width=console.width))
         if facts is not None and svc.spec.model.architecture is None:
             console.print(f"Model facts read from {args.model_config}: " + ", ".join(
                 f"{fact} from {source}" for fact, source in plan.fact_sources.items()))
@@ -68,6 +73,11 @@ def _cmd_plan(args: argparse.Namespace) -> int:
                     f"TTFT {point.ttft_s * 1e3:,.0f} ms, ITL p95 {point.itl_p95_s * 1e3:,.1f} "
                     f"ms, {point.output_tps:,.0f} tok/s, "
                     f"{'meets' if point.meets(slo) else 'misses'} the SLO")
+    if args.output == "json":
+        sys.stdout.write(json.dumps(documents if len(documents) != 1 else documents[0],
+                                    indent=2) + "\n")
+    elif args.output == "yaml":
+        sys.stdout.write(yaml.safe_dump_all(documents, sort_keys=False, explicit_start=True))
     return 0
 
 
@@ -139,6 +149,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plan", help="print the capacity and parallelism plan, with reasons")
     p.add_argument("files", nargs="+", help="LLMService YAML files ('-' for stdin)")
     p.add_argument("--no-curve", action="store_true", help="omit the predicted curve")
+    p.add_argument("-o", "--output", choices=("table", "yaml", "json"), default="table",
+                   help="table (default; one block per number below 110 columns), or the "
+                   "plan as data: what status.plan holds, each explanation with its inputs "
+                   "(no predicted curve)")
     p.add_argument("--model-config", metavar="DIR|hub", default=None,
                    help="read the model's facts from its config.json (and safetensors "
                    "index): a local folder, or 'hub' for spec.model.name at "

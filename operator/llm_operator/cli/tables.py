@@ -14,6 +14,7 @@ from ..inpod.tuner.search import SLO
 from ..models import LLMService
 from ..perfmodel import Point, knee
 from ..planning import Explained, Plan, human_bytes
+from ..status import plan_summary
 
 
 def _fmt(key: str, value: Any) -> str:
@@ -42,31 +43,64 @@ def _value(item: Explained) -> str:
     return f"{text} {item.unit}" if item.unit and item.unit != "bytes" else text
 
 
-def plan_table(svc: LLMService, plan: Plan) -> RenderableType:
+# Below this many columns the four-column table squeezes its formula column to a word per
+# line; plan_table then prints one block per number instead.
+NARROW_COLUMNS = 110
+
+
+def plan_table(svc: LLMService, plan: Plan, width: int | None = None) -> RenderableType:
     """A table of each planned number: value, source, and the formula with its inputs;
-    the plan's warnings below it (what ``llm-operator plan`` prints)."""
+    the plan's warnings below it (what ``llm-operator plan`` prints). On a terminal (or a
+    pipe: rich assumes 80 columns) narrower than :data:`NARROW_COLUMNS`, one block per
+    number: its name, value and source on one line, the formula and inputs below."""
     title = (f"{svc.metadata.namespace}/{svc.metadata.name}: {plan.model_name} on "
              f"{plan.gpus_per_replica} x {plan.gpu_product} (TP={plan.tensor_parallel_size}, "
              f"PP={plan.pipeline_parallel_size})")
+    if width is not None and width < NARROW_COLUMNS:
+        return _plan_blocks(title, plan)
     table = Table(title=title, show_lines=True, title_justify="left")
     table.add_column("setting", style="bold", no_wrap=True)
     table.add_column("value", justify="right", no_wrap=True)
     table.add_column("source")
     table.add_column("how (formula; inputs)")
     for item in plan.explanations:
-        lines = [item.formula]
-        for key, value in item.inputs.items():
-            if key == "passedOver" and isinstance(value, list):
-                lines += [f"  not {v}" for v in value]
-            else:
-                lines.append(f"  {key} = {_fmt(key, value)}")
-        table.add_row(item.name, _value(item), item.source, "\n".join(lines))
-    parts: list[RenderableType] = [table]
-    for warning in plan.warnings:
-        parts.append(Text(f"warning: {warning}", style="yellow"))
-    for adjusted in plan.adjustments:
-        parts.append(Text(f"adjusted: {adjusted}", style="cyan"))
-    return Group(*parts)
+        table.add_row(item.name, _value(item), item.source,
+                      "\n".join([item.formula, *_inputs(item)]))
+    return Group(table, *_notes(plan))
+
+
+def _inputs(item: Explained) -> list[str]:
+    lines = []
+    for key, value in item.inputs.items():
+        if key == "passedOver" and isinstance(value, list):
+            lines += [f"  not {v}" for v in value]
+        else:
+            lines.append(f"  {key} = {_fmt(key, value)}")
+    return lines
+
+
+def _notes(plan: Plan) -> list[RenderableType]:
+    return ([Text(f"warning: {w}", style="yellow") for w in plan.warnings]
+            + [Text(f"adjusted: {a}", style="cyan") for a in plan.adjustments])
+
+
+def _plan_blocks(title: str, plan: Plan) -> RenderableType:
+    parts: list[RenderableType] = [Text(title, style="bold")]
+    for item in plan.explanations:
+        head = Text(f"\n{item.name} = {_value(item)}", style="bold")
+        head.append(f"  ({item.source})", style="dim")
+        parts += [head, Text("\n".join([item.formula, *_inputs(item)]))]
+    return Group(*parts, Text(""), *_notes(plan))
+
+
+def plan_document(svc: LLMService, plan: Plan) -> dict[str, Any]:
+    """The plan as data (``llm-operator plan -o yaml|json``): what ``status.plan`` holds,
+    with each explanation's inputs and unit as well."""
+    summary = plan_summary(plan)
+    summary["explanations"] = [
+        {"name": e.name, "value": e.value, "unit": e.unit, "source": e.source,
+         "formula": e.formula, "inputs": e.inputs} for e in plan.explanations]
+    return {"namespace": svc.metadata.namespace, "name": svc.metadata.name, "plan": summary}
 
 
 def curve_table(points: Sequence[Point], title: str = "Predicted curve",
