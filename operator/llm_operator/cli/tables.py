@@ -80,8 +80,9 @@ def _inputs(item: Explained) -> list[str]:
 
 
 def _notes(plan: Plan) -> list[RenderableType]:
-    return ([Text(f"warning: {w}", style="yellow") for w in plan.warnings]
-            + [Text(f"adjusted: {a}", style="cyan") for a in plan.adjustments])
+    notes: list[RenderableType] = [Text(f"warning: {w}", style="yellow") for w in plan.warnings]
+    notes += [Text(f"adjusted: {a}", style="cyan") for a in plan.adjustments]
+    return notes
 
 
 def _plan_blocks(title: str, plan: Plan) -> RenderableType:
