@@ -494,6 +494,41 @@ def engine_in_effect(engine: EngineSpec, plan: Plan, status: Mapping[str, Any] |
     return out
 
 
+# MetricsAvailable's reason when the operator has no Prometheus to read (the adaptation
+# loop, which owns the condition otherwise, does not run).
+PROMETHEUS_NOT_CONFIGURED = "PrometheusNotConfigured"
+
+
+def no_prometheus_message(spec: LLMServiceSpec) -> str | None:
+    """Why the adaptation ``spec.adaptation.mode`` asks for cannot run when the operator
+    has no Prometheus URL, with the fix (None: the mode is Disabled, nothing was asked)."""
+    mode = spec.adaptation.mode
+    if mode is AdaptationMode.DISABLED:
+        return None
+    what = ("no admission cap is rendered and max-num-seqs holds at its tuned or planned "
+            "value" if mode is AdaptationMode.APPLY else "no recommendation is made")
+    return (f"spec.adaptation.mode is {mode.value}, but the operator has no Prometheus URL "
+            f"to read vLLM's series from, so {what}: set the chart's settings.prometheusUrl "
+            "(LLMOP_PROMETHEUS_URL; with kube-prometheus-stack "
+            "http://RELEASE-kube-prometheus-prometheus.NAMESPACE:9090) and "
+            "settings.podMonitorLabels (release: RELEASE) so that its Prometheus scrapes "
+            "the PodMonitor; or set spec.adaptation.mode: Disabled")
+
+
+def with_no_prometheus(status: JSON, spec: LLMServiceSpec, generation: int | None,
+                       now: float) -> JSON:
+    """``status`` with ``MetricsAvailable`` False, reason
+    :data:`PROMETHEUS_NOT_CONFIGURED`, where adaptation is asked for and the operator
+    has no Prometheus URL (pure)."""
+    message = no_prometheus_message(spec)
+    if message is None:
+        return status
+    conds = set_condition(status.get("conditions") or [], ConditionType.METRICS_AVAILABLE,
+                          False, PROMETHEUS_NOT_CONFIGURED, message, generation=generation,
+                          now=now)
+    return {**status, "conditions": conds}
+
+
 class LiveCapReason(StrEnum):
     """Reasons of the ``LiveCap`` condition."""
 
@@ -536,9 +571,12 @@ def live_cap_blocker(spec: LLMServiceSpec, status: Mapping[str, Any] | None,
 
 
 def live_cap_in_use(spec: LLMServiceSpec, status: Mapping[str, Any] | None,
-                    generation: int | None = None) -> bool:
+                    generation: int | None = None, *, adaptation_runs: bool = True) -> bool:
     """Whether the server is rendered with the live admission cap: adaptation in ``Apply``
-    mode on a cap left to ``auto``, and nothing blocks it (:func:`live_cap_blocker`)."""
-    return (spec.adaptation.mode is AdaptationMode.APPLY
+    mode on a cap left to ``auto``, an operator that can run it (``adaptation_runs``: it
+    has a Prometheus URL; without one nothing would move the cap, and the scheduler class
+    in the pod would be a risk with no benefit), and nothing blocks it
+    (:func:`live_cap_blocker`)."""
+    return (adaptation_runs and spec.adaptation.mode is AdaptationMode.APPLY
             and not isinstance(spec.engine.max_num_seqs, int)
             and live_cap_blocker(spec, status, generation) is None)

@@ -123,11 +123,23 @@ def test_create_renders_the_deployment_and_reports_status(
     table = kubectl.run("get", "llms", "-n", NAMESPACE).stdout
     assert NAME in table and "True" in table
 
-    # Milestones are Events on the LLMService.
+    # This operator has no Prometheus URL (the chart's default): the example's
+    # adaptation (Recommend, the default mode) cannot run, and status says so, with the
+    # fix; its pods carry no admission cap that nothing would move.
+    metrics = condition(svc, "MetricsAvailable")
+    assert metrics is not None and metrics["status"] == "False", metrics
+    assert metrics["reason"] == "PrometheusNotConfigured"
+    assert "settings.prometheusUrl" in metrics["message"]
+    assert not any(a.startswith("--scheduler-cls") for a in container["args"])
+
+    # Milestones are Events on the LLMService; the one Warning says adaptation cannot run.
     events = kubectl.get("events", namespace=NAMESPACE) or {}
-    reasons = {e["reason"] for e in events.get("items", [])
-               if e["involvedObject"].get("name") == NAME}
+    mine = [e for e in events.get("items", []) if e["involvedObject"].get("name") == NAME]
+    reasons = {e["reason"] for e in mine}
     assert {"Planned", "DeploymentCreated"} <= reasons
+    cannot = [e for e in mine if e["reason"] == "AdaptationCannotRun"]
+    assert len(cannot) == 1 and cannot[0]["type"] == "Warning"
+    assert cannot[0].get("count", 1) == 1  # not repeated by later passes
 
 
 def test_spec_change_rerenders_the_deployment(

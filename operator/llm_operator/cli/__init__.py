@@ -105,7 +105,8 @@ def _cmd_render(args: argparse.Namespace) -> int:
         docs.extend(render_all(
             svc, make_plan(svc.spec, gpus_per_node=settings.gpus_per_node, facts=facts,
                            load_bandwidth=settings.model_load_bandwidth),
-            settings, live_cap=live_cap_in_use(svc.spec, None)))
+            settings, live_cap=live_cap_in_use(
+                svc.spec, None, adaptation_runs=bool(settings.prometheus_url))))
     sys.stdout.write(yaml.safe_dump_all(docs, sort_keys=False, explicit_start=True))
     return 0
 

@@ -38,7 +38,7 @@ import kopf
 from .. import status as st
 from ..constants import GROUP, KIND, VERSION
 from ..errors import SpecError, SpecErrors
-from ..models import dropped_fields, dropped_message, parse_llmservice
+from ..models import LLMService, dropped_fields, dropped_message, parse_llmservice
 from ..planning import Plan, make_plan
 from ..rendering import render_all
 from ..rendering.identity import serving_selector
@@ -121,7 +121,9 @@ async def _reconcile(
         held = held_before_serving(svc, plan, current)
         desired = render_all(serving, plan, ctx.settings, pod_monitor=monitor,
                              overrides=st.engine_overrides(current),
-                             live_cap=st.live_cap_in_use(svc.spec, current, generation))
+                             live_cap=st.live_cap_in_use(
+                                 svc.spec, current, generation,
+                                 adaptation_runs=bool(ctx.settings.prometheus_url)))
         if held is not None:
             desired = [d for d in desired if d["kind"] not in WORKLOAD_KINDS]
     except (SpecError, SpecErrors) as exc:
@@ -170,6 +172,7 @@ async def _reconcile(
         new = st.build_status(current, name=name, namespace=namespace, generation=generation,
                               now=now, plan=plan, held=held,
                               engine=st.engine_in_effect(svc.spec.engine, plan, current))
+        new = _metrics_source(ctx, body, svc, current, new, generation, now)
         return ReconcileOutcome(st.status_patch(current, new))
 
     if applied.changed:
@@ -191,6 +194,7 @@ async def _reconcile(
                           engine=st.engine_in_effect(svc.spec.engine, plan, current),
                           selector=selector, apply_failures=[str(f) for f in failures],
                           switch_incomplete=switch)
+    new = _metrics_source(ctx, body, svc, current, new, generation, now)
     if (current.get("plan") or {}) != new.get("plan"):
         ctx.post_event(body, "Normal", "Planned", st.plan_message(plan))
         if plan.adjustments and (current.get("plan") or {}).get("adjustments") != (
@@ -229,6 +233,24 @@ async def _reconcile(
                            "it as the operator renders it from this spec)")
             error = kopf.PermanentError(f"the API server refused a child: {said}")
     return ReconcileOutcome(st.status_patch(current, new), error)
+
+
+def _metrics_source(ctx: OperatorContext, body: Mapping[str, Any], svc: LLMService,
+                    current: Mapping[str, Any], new: dict[str, Any], generation: int | None,
+                    now: float) -> dict[str, Any]:
+    """Without a Prometheus URL the adaptation loop does not run: a service that asks for
+    adaptation says so in ``MetricsAvailable`` (with the fix), and one Warning Event goes
+    with each change of that message."""
+    if ctx.settings.prometheus_url:
+        return new
+    new = st.with_no_prometheus(new, svc.spec, generation, now)
+    after = st.get_condition(new.get("conditions") or [], st.ConditionType.METRICS_AVAILABLE)
+    before = st.get_condition(current.get("conditions") or [],
+                              st.ConditionType.METRICS_AVAILABLE)
+    if after is not None and after.get("reason") == st.PROMETHEUS_NOT_CONFIGURED and (
+            (before or {}).get("message") != after.get("message")):
+        ctx.post_event(body, "Warning", "AdaptationCannotRun", str(after.get("message")))
+    return new
 
 
 def _switch_incomplete(
