@@ -89,7 +89,8 @@ READINGS: dict[str, str] = {
         "of the 60 minutes; the defaults were kept, as the grid would have."),
     "tune-landscape-2": (
         "the goals are not met, for two weaknesses of the search and one property of this "
-        "harness. Of the 479 runs below 0.95 of the best, 314 kept vLLM's defaults where "
+        "harness, and a third weakness that shows at smaller noise (the diagnostic "
+        "below). Of the 479 runs below 0.95 of the best, 314 kept vLLM's defaults where "
         "they miss the SLO noise-free, 162 chose a cap that meets it with less goodput than "
         "the best, 3 a cap that misses it. Goal (b)'s 317 misses split into 164 runs where "
         "no cap that meets the SLO was ever compared and 153 where one was and lost. "
@@ -594,7 +595,8 @@ def _misses(data: dict[str, Any], s: dict[str, Any]) -> list[str]:
         for t in tags:
             sc = t.rsplit(" seed ", 1)[0]
             by[sc] = by.get(sc, 0) + 1
-        detail = "; ".join(f"{_short(k)} ({v} runs)" for k, v in sorted(by.items()))
+        detail = "; ".join(f"{_short(k)} ({v} run{'s' if v > 1 else ''})"
+                           for k, v in sorted(by.items()))
         out.append(f"- ({goal}) {what}: {len(tags)} runs in {len(by)} scenarios: {detail}.")
     return out
 
