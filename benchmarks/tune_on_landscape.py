@@ -609,6 +609,17 @@ def _git(*args: str) -> str:
                           check=True).stdout.strip()
 
 
+def dumps(data: dict[str, Any]) -> str:
+    """The stored JSON: one line per run (about 1,900 runs per config)."""
+    head = json.dumps({k: v for k, v in data.items() if k != "scenarios"}, indent=1)
+    rows = []
+    for row in data["scenarios"]:
+        meta = json.dumps({k: v for k, v in row.items() if k != "runs"})
+        runs = ",\n   ".join(json.dumps(r) for r in row["runs"])
+        rows.append(f'  {meta[:-1]}, "runs": [\n   {runs}]}}')
+    return head[:-2] + ',\n "scenarios": [\n' + ",\n".join(rows) + "\n ]\n}\n"
+
+
 def out_path(cfg: dict[str, Any]) -> Path:
     return ROOT / "benchmarks" / "data" / f"{cfg['label'].replace('-', '_')}.json"
 
@@ -647,7 +658,7 @@ def main(argv: list[str] | None = None) -> int:
             "section": cfg["label"], "noiseMeasured": measured_noise(cfg["noise"]["source"]),
             "runtimeSeconds": round(time.monotonic() - t0, 1), "scenarios": rows}
     if args.write and not trial:
-        path.write_text(json.dumps(data, indent=1) + "\n")
+        path.write_text(dumps(data))
     return emit(data["section"], section(data), args.write and not trial)
 
 
