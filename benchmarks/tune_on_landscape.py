@@ -1,0 +1,666 @@
+"""The tuner's search, unchanged, on AIConfigurator's estimated landscape (issue 34 item
+3). Not a unit test.
+
+    .venv/bin/python -m benchmarks.tune_on_landscape --config CONFIG            # print
+    .venv/bin/python -m benchmarks.tune_on_landscape --config CONFIG --write    # store, RESULTS.md
+    .venv/bin/python -m benchmarks.tune_on_landscape --config CONFIG --section  # from the stored
+
+CONFIG: a scenario file, e.g. ``benchmarks/configs/tune_landscape_1.yaml`` (the default).
+
+Only the tuner's measurement is replaced: :class:`LandscapeEvaluator` is an
+:class:`~llm_operator.inpod.tuner.search.Evaluator` (the live admission cap: one server,
+caps moved live, as the operator runs the tuner) whose runs come from the estimator's
+stored figures (``benchmarks/data/aic_estimator.json``) plus seeded noise of the spread
+measured on the vLLM CPU engine. :func:`~llm_operator.inpod.tuner.search.search` and
+:func:`~llm_operator.inpod.tuner.search.grid_search` run as they are. The scenarios, the
+noise, the tuner's budget and the goals are a scenario file (``--config``), committed
+before the run. Every throughput and latency figure is **estimated** (a model), the noise
+**measured on the CPU engine**; no GPU ran anything.
+
+The landscape: at ``c`` clients with ``--max-num-seqs m``, ``b = min(c, m, K)`` sequences
+run (``K``: the estimator's largest batch without OOM); TTFT and TPOT at ``b`` are the
+stored estimates, linearly interpolated in ``log(batch)`` between stored batch sizes; the
+goodput is :func:`benchmarks.planner_vs_aic.goodput` (the ``c - b`` clients beyond the
+batch queue and their wait is added to the TTFT, Little's law). One run's noise is a speed
+factor ``s = exp(sigma z)``: latencies times ``s``, throughput divided by it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import statistics
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from benchmarks.planner_vs_aic import goodput, spec_for
+from benchmarks.results_md import emit, markers
+from llm_operator.catalog import lookup_gpu
+from llm_operator.inpod.tuner.search import (
+    SLO,
+    Budget,
+    Config,
+    Measurement,
+    Options,
+    Space,
+    TrialFailed,
+    Workload,
+    grid_search,
+    ladder,
+    search,
+)
+from llm_operator.models import LLMService, ObjectMeta
+from llm_operator.planning import (
+    make_plan,
+    vllm_default_max_num_batched_tokens,
+    vllm_default_max_num_seqs,
+)
+from llm_operator.tuning.job import start_hint
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = ROOT / "benchmarks" / "configs" / "tune_landscape_1.yaml"
+# What each run's figures say, written after seeing them (the figures themselves are
+# computed from the stored JSON): keyed by the config's label.
+READINGS: dict[str, str] = {
+    "tune-landscape-1": (
+        "on this landscape vLLM's defaults are the best configuration wherever anything "
+        "meets the SLO, and wherever they miss it no max-num-seqs on the ladder meets it "
+        "either, so goal (b) has nothing to test and (a) is met by keeping the defaults, "
+        "which every run did. The reason is the closed loop at the workload's client count "
+        "C: a cap b below C leaves C - b clients queueing, each for (C / b - 1) x a whole "
+        "request's time (TTFT + (OSL - 1) x TPOT: 1.5-62 s here), so a queue of about a "
+        "tenth of the clients already passes a 1-2 s TTFT objective; the 17 scenarios where "
+        "a smaller cap meets the SLO at all (e.g. 192 of 256 clients for Llama-3.1-8B on "
+        "one H100, relaxed) meet it with less throughput than the defaults. This run shows "
+        "that the search does not lose against the defaults under the noise measured on "
+        "the CPU engine (no run below them) and what it costs, not that it finds a better "
+        "cap: tune-landscape-2 (SLOs whose TTFT objective admits a queue) is the run for "
+        "that. The 76 runs the time budget stopped are all in 4 scenarios where nothing "
+        "meets the SLO and the KV cache holds 24-26 of 256 long requests (Qwen3-32B on one "
+        "H100, Llama-3.1-70B on two, 2048/512 tokens): a run at 256 clients takes about "
+        "7 minutes of simulated time there, so the baseline's runs and probes used most "
+        "of the 60 minutes; the defaults were kept, as the grid would have."),
+    "tune-landscape-2": (
+        "the goals are not met, for two weaknesses of the search and one property of this "
+        "harness, and a third weakness that shows at smaller noise (the diagnostic "
+        "below). Of the 479 runs below 0.95 of the best, 314 kept vLLM's defaults where "
+        "they miss the SLO noise-free, 162 chose a cap that meets it with less goodput than "
+        "the best, 3 a cap that misses it. Goal (b)'s 317 misses split into 164 runs where "
+        "no cap that meets the SLO was ever compared and 153 where one was and lost. "
+        "(1) The search's path: the concurrency sweep's probes are single noisy runs; the "
+        "cap they predict best is verified, and when that verification fails the "
+        "hill-climb restarts next to the baseline's cap (the top of the ladder, where the "
+        "defaults miss the SLO), so the other caps the sweep predicted to meet are never "
+        "tried. Llama-3.1-70B on two H200s, 512/256 tokens, 256 clients, queue-ok-50, seed "
+        "1: the probe at 128 ran fast (TPOT 40 ms, 51 noise-free) and 128 was verified and "
+        "lost, then only 192 (also missing); 64 and 96, which meet the SLO (64 predicted "
+        "at 2,542 tok/s), were not tried. (2) The decision rule: a candidate wins on "
+        "the typical paired ratio (a median). With goodput all or nothing per run, pairs "
+        "where both arms miss give a ratio of exactly 1 and pairs where the defaults happen "
+        "to meet give a ratio below 1 (their batch is larger), so a candidate that meets "
+        "in most runs against defaults that meet in few is often not 5% better in a "
+        "typical pair at 90%, though its mean goodput is many times theirs: seed 0 of the "
+        "same scenario compared --max-num-seqs 64 in 12 pairs, 8 at >100x, 3 both zero, 1 "
+        "where the defaults met; interval above 1.00x, not above 1.05x; defaults kept. "
+        "(3) This harness makes both more frequent than a real engine would: the estimator "
+        "gives one TTFT and TPOT per batch, so a run meets the SLO whole or not at all (a "
+        "real engine's requests spread around it and its goodput falls gradually), and "
+        "the noise is the CPU machine's 0.32 log-sd applied to latencies too, under which "
+        "a cap 10% inside an objective still misses it in 37% of runs. The 162 runs below "
+        "0.95 of the best with a cap that meets are mostly that: the best sits within 10% "
+        "of an objective in 62% of them (median 0.93 of it), where the tuner's prediction "
+        "margin (0.9 of the SLO) deliberately aims inside. The 3 runs below the defaults by "
+        "more than the noise (goal (c)) are the same edge the other way: the defaults' "
+        "TPOT is 0.90-0.98 of the objective, they met it in few noisy runs, and a smaller "
+        "cap that met it in every run won its comparison. The 12 runs over 0.3 of the "
+        "grid's trials took 5 of 16 (64 clients). A diagnostic after the run, not "
+        "pre-registered (`--sigma 0.05`, a spread nobody measured): the same search then "
+        "reaches (a) in 992 of 1380 runs (72%) and (b) in 335 of 440, so the noise explains "
+        "most of (b)'s misses but not (a)'s; at that noise most (a) misses are a cap one or "
+        "two ladder steps below the best (0.81-0.94 of it). The sweep probes halvings of "
+        "the client count; between the probe at C/2, which meets the SLO, and C, where the "
+        "defaults miss it, the prediction is interpolated toward zero, so the refinement "
+        "(a neighbour only if predicted at 0.85 of the incumbent) rules out the steps above "
+        "C/2 (Qwen3-32B on two H200s, 2048/512, 64 clients, queue-ok-25: 32 chosen, 40 "
+        "would gain 11%, 48 23%); and the best itself often sits within 10% of an objective "
+        "(TPOT 0.93-0.98 of it there), where the sweep's 0.9 margin predicts a miss. Not "
+        "changed here: a "
+        "change to the search or its rule needs its own pre-registered run."),
+}
+LABEL = ("estimated (AIConfigurator's estimator, a model) + noise measured on the CPU engine; "
+         "the tuner's code unchanged")
+
+
+# --- the landscape (pure) -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One stored estimator cell: a model on a GPU at a TP, one workload's lengths."""
+
+    key: str
+    model: str
+    gpu: str
+    tp: int
+    input_tokens: int
+    output_tokens: int
+    points: dict[int, tuple[float, float]]  # batch -> (TTFT ms, TPOT ms), none OOM
+    largest_batch: int  # K: the largest batch the estimator does not call OOM
+
+    @classmethod
+    def of(cls, key: str, cell: dict[str, Any]) -> Cell:
+        pts = {int(b): (float(v["ttftMs"]), float(v["tpotMs"]))
+               for b, v in cell["batches"].items() if "oom" not in v}
+        kv = cell.get("kv", {})
+        at = kv.get("at")
+        if at and "oom" not in at:
+            pts[int(kv["largestBatch"])] = (float(at["ttftMs"]), float(at["tpotMs"]))
+        largest = int(kv.get("largestBatch") or max(pts, default=0))
+        return cls(key, cell["model"], cell["gpu"], int(cell["tp"]), int(cell["input"]),
+                   int(cell["output"]), dict(sorted(pts.items())), largest)
+
+    def at(self, batch: int) -> tuple[float, float]:
+        """(TTFT, TPOT) in ms at ``batch`` running sequences: the stored figure, else
+        linear in log(batch) between the stored sizes around it."""
+        if batch in self.points:
+            return self.points[batch]
+        xs = list(self.points)
+        lo = max((x for x in xs if x < batch), default=None)
+        hi = min((x for x in xs if x > batch), default=None)
+        if lo is None or hi is None:
+            raise ValueError(f"{self.key}: batch {batch} outside the stored sizes "
+                             f"{xs[0]}..{xs[-1]}")
+        t = (math.log(batch) - math.log(lo)) / (math.log(hi) - math.log(lo))
+        (a1, a2), (b1, b2) = self.points[lo], self.points[hi]
+        return a1 + t * (b1 - a1), a2 + t * (b2 - a2)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A cell under one client count and one SLO."""
+
+    cell: Cell
+    concurrency: int
+    slo_name: str
+    ttft_ms: float
+    tpot_ms: float
+
+    @property
+    def name(self) -> str:
+        return f"{self.cell.key}|c{self.concurrency}|{self.slo_name}"
+
+    @property
+    def slo(self) -> dict[str, float]:
+        return {"ttftMs": self.ttft_ms, "tpotMs": self.tpot_ms}
+
+    def defaults(self) -> tuple[int, int]:
+        """vLLM's max-num-seqs and max-num-batched-tokens on this GPU."""
+        facts = lookup_gpu(self.cell.gpu)
+        assert facts is not None, self.cell.gpu
+        return vllm_default_max_num_seqs(facts), vllm_default_max_num_batched_tokens(facts)
+
+    def running(self, clients: int, cap: int | None) -> int:
+        """Sequences that run: at most the clients, the cap and the KV cache."""
+        return max(1, min(clients, cap if cap is not None else self.defaults()[0],
+                          self.cell.largest_batch))
+
+    def run(self, clients: int, cap: int | None, speed: float = 1.0
+            ) -> tuple[float, float, float, float, int]:
+        """One run at ``clients`` with ``cap``, latencies x ``speed``: (goodput tok/s,
+        output tok/s, TTFT seen ms, TPOT ms, running batch)."""
+        b = self.running(clients, cap)
+        ttft, tpot = self.cell.at(b)
+        est = {"ttftMs": ttft * speed, "tpotMs": tpot * speed}
+        wl = {"concurrency": clients, "output": self.cell.output_tokens}
+        good, _why = goodput(est, b, wl, self.slo)
+        r_ms = est["ttftMs"] + (self.cell.output_tokens - 1) * est["tpotMs"]
+        tps = b * self.cell.output_tokens / (r_ms / 1e3)
+        wait = max(0.0, clients / b - 1) * r_ms
+        return good, tps, est["ttftMs"] + wait, est["tpotMs"], b
+
+    def truth(self, cap: int | None) -> float:
+        """Noise-free goodput at the workload's concurrency with ``cap`` (None: vLLM's
+        default)."""
+        return self.run(self.concurrency, cap)[0]
+
+
+# --- the evaluator (the tuner's measurement, replaced) --------------------------------------
+
+
+@dataclass
+class LandscapeEvaluator:
+    """The live admission cap on one simulated server: the first trial pays a start, the
+    others move the cap (``needs_start``, as :class:`~.runner.LiveCapEvaluator`)."""
+
+    scenario: Scenario
+    sigma: float
+    seed: int
+    startup_s: float
+    waves: float
+    min_prompts: int
+    clock: list[float] = field(default_factory=lambda: [0.0])
+    measurements: int = 0
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+        self.started = False
+
+    def now(self) -> float:
+        return self.clock[0]
+
+    def needs_start(self, config: Config) -> bool:
+        return not self.started
+
+    def start(self, config: Config) -> LandscapeSession:
+        if config.max_num_batched_tokens not in (None, self.scenario.defaults()[1]):
+            raise TrialFailed("the landscape has no max-num-batched-tokens dimension")
+        startup = 0.0 if self.started else self.startup_s
+        self.started = True
+        self.clock[0] += startup
+        return LandscapeSession(self, config.max_num_seqs, startup)
+
+
+@dataclass
+class LandscapeSession:
+    ev: LandscapeEvaluator
+    cap: int | None
+    startup_s: float
+
+    def measure(self, concurrency: int) -> Measurement:
+        ev, sc = self.ev, self.ev.scenario
+        speed = math.exp(ev.sigma * ev.rng.gauss(0.0, 1.0))
+        good, tps, ttft_ms, tpot_ms, b = sc.run(concurrency, self.cap, speed)
+        osl = sc.cell.output_tokens
+        prompts = max(ev.min_prompts, int(ev.waves * concurrency))
+        rate = tps / osl
+        duration = prompts / rate
+        ev.clock[0] += duration
+        ev.measurements += 1
+        ttft_miss = prompts if ttft_ms > sc.ttft_ms else 0
+        itl_miss = prompts if tpot_ms > sc.tpot_ms else 0
+        return Measurement(
+            concurrency=concurrency, duration_s=duration, goodput_tps=good, output_tps=tps,
+            request_rate=rate, ttft_p95_ms=ttft_ms, itl_p95_ms=tpot_ms, completed=prompts,
+            good_fraction=1.0 if good > 0 else 0.0, ttft_miss=ttft_miss, itl_miss=itl_miss,
+            running_max=float(b), running_mean=float(b),
+            waiting_mean=float(concurrency - b),
+            kv_tokens=float(sc.cell.largest_batch
+                            * (sc.cell.input_tokens + sc.cell.output_tokens)))
+
+    def close(self) -> None:
+        return None
+
+
+# --- one scenario -----------------------------------------------------------------------------
+
+
+def hint_for(sc: Scenario) -> int:
+    """What the operator passes as ``--hint-max-num-seqs`` (tuning.job.start_hint)."""
+    wl = {"input": sc.cell.input_tokens, "output": sc.cell.output_tokens,
+          "concurrency": sc.concurrency}
+    spec = spec_for(sc.cell.model, sc.cell.gpu, sc.cell.tp, wl, sc.slo)
+    svc = LLMService(metadata=ObjectMeta(name="svc", namespace="ml"), spec=spec)
+    return start_hint(svc, make_plan(spec))
+
+
+def space_for(sc: Scenario) -> Space:
+    """The operator's space (inpod/tuner/main.py): max-num-seqs levels up to the client
+    count (at most vLLM's default); max-num-batched-tokens not searched (config)."""
+    d_mns, d_mnbt = sc.defaults()
+    return Space(max_num_seqs=ladder(1, max(1, min(sc.concurrency, d_mns))),
+                 default_max_num_seqs=d_mns, default_max_num_batched_tokens=d_mnbt,
+                 server_args=("--tensor-parallel-size", str(sc.cell.tp)))
+
+
+def run_scenario(sc: Scenario, cfg: dict[str, Any]) -> dict[str, Any]:
+    """The grid's trial count, the landscape's truth, and one search per seed."""
+    t = cfg["tuner"]
+    sigma = float(cfg["noise"]["logSd"])
+    space = space_for(sc)
+    wl = Workload(sc.cell.input_tokens, sc.cell.output_tokens, sc.concurrency)
+    slo = SLO(sc.ttft_ms, sc.tpot_ms)
+    hint = hint_for(sc)
+    opts = Options(min_gain=float(t["minGain"]), hint_max_num_seqs=hint)
+    budget = Budget(max_trials=int(t["maxTrials"]), max_seconds=float(t["maxSeconds"]))
+
+    def evaluator(seed: int) -> LandscapeEvaluator:
+        return LandscapeEvaluator(sc, sigma, seed, float(t["startupSeconds"]),
+                                  float(t["waves"]), int(t["minPrompts"]))
+
+    g_ev = evaluator(10_000)
+    grid = grid_search(g_ev, space, wl, slo, None, opts, clock=g_ev.now)
+    truth = {str(lvl): sc.truth(lvl) for lvl in space.max_num_seqs}
+    defaults = sc.truth(None)
+    runs = []
+    for seed in range(int(cfg["seeds"])):
+        ev = evaluator(seed)
+        out = search(ev, space, wl, slo, budget, opts, clock=ev.now)
+        best = out.best.config.max_num_seqs if out.best is not None else None
+        runs.append({"seed": seed, "choice": best, "truth": sc.truth(best),
+                     "trials": len(out.trials), "measurements": ev.measurements,
+                     "simSeconds": round(out.wall_s, 1), "complete": out.complete,
+                     "stop": out.stop_reason, "decision": out.decision()})
+    return {"name": sc.name, "key": sc.cell.key, "model": sc.cell.model, "gpu": sc.cell.gpu,
+            "tp": sc.cell.tp, "input": sc.cell.input_tokens, "output": sc.cell.output_tokens,
+            "concurrency": sc.concurrency, "slo": sc.slo_name, "ttftMs": sc.ttft_ms,
+            "tpotMs": sc.tpot_ms, "largestBatch": sc.cell.largest_batch, "hint": hint,
+            "defaultMaxNumSeqs": sc.defaults()[0], "defaultsBatch":
+            sc.running(sc.concurrency, None), "defaults": defaults, "levels": truth,
+            "gridTrials": len(grid.trials), "gridMeasurements": g_ev.measurements,
+            "gridChoice": grid.best.config.max_num_seqs if grid.best is not None else None,
+            "runs": runs}
+
+
+# --- config, noise, scenarios ------------------------------------------------------------------
+
+
+def load(path: Path) -> dict[str, Any]:
+    """A scenario file; one with ``base`` takes that file's fields and overrides them."""
+    cfg = dict(yaml.safe_load(path.read_text()))
+    if "base" in cfg:
+        cfg = {**yaml.safe_load((ROOT / cfg["base"]).read_text()), **cfg}
+    for name in ("label", "landscape", "cells", "concurrencies", "slos", "seeds", "noise",
+                 "tuner", "goals"):
+        if name not in cfg:
+            raise SystemExit(f"{path}: the field {name!r} is missing; see "
+                             "benchmarks/configs/tune_landscape_1.yaml for each field")
+    return cfg
+
+
+def measured_noise(paths: list[str]) -> float:
+    """The pooled within-configuration log-sd of output tok/s over the rotation
+    measurements of stored CPU runs (tune_paired.py's JSON)."""
+    ss, dof = 0.0, 0
+    for p in paths:
+        by: dict[str, list[float]] = {}
+        for m in json.loads((ROOT / p).read_text())["rotation"]["measurements"]:
+            by.setdefault(json.dumps(m["config"], sort_keys=True), []).append(
+                math.log(m["output_tps"]))
+        for vals in by.values():
+            mu = statistics.fmean(vals)
+            ss += sum((v - mu) ** 2 for v in vals)
+            dof += len(vals) - 1
+    return math.sqrt(ss / dof)
+
+
+def scenarios(cfg: dict[str, Any]) -> list[Scenario]:
+    data = json.loads((ROOT / cfg["landscape"]).read_text())
+    keys = sorted(data["cells"]) if cfg["cells"] == "all" else list(cfg["cells"])
+    out = []
+    for k in keys:
+        cell = Cell.of(k, data["cells"][k])
+        for c in cfg["concurrencies"]:
+            for slo in cfg["slos"]:
+                out.append(Scenario(cell, int(c), slo["name"], float(slo["ttftMs"]),
+                                    float(slo["tpotMs"])))
+    return out
+
+
+# --- the summary (pure, from the stored JSON) ---------------------------------------------------
+
+
+def best_of(row: dict[str, Any]) -> tuple[float, str]:
+    """The landscape's best noise-free goodput over the space's levels and the defaults."""
+    cands = {**row["levels"], "defaults": row["defaults"]}
+    k = max(cands, key=lambda x: cands[x])
+    return cands[k], k
+
+
+def summarize(data: dict[str, Any]) -> dict[str, Any]:
+    """Each goal's figure, from the stored runs."""
+    g = data["config"]["goals"]
+    sigma = float(data["config"]["noise"]["logSd"])
+    floor = math.exp(-sigma)
+    a_runs = a_ok = 0
+    a_scen = a_scen_ok = 0
+    a_miss_best: list[str] = []
+    a_miss_cost: list[str] = []
+    b_scen, b_runs, b_ok = 0, 0, 0
+    b_miss: list[str] = []
+    c_runs = c_ok = below1 = below95 = 0
+    c_miss: list[str] = []
+    empty: list[str] = []
+    budget_stops: list[str] = []
+    trial_shares: list[float] = []
+    meas_shares: list[float] = []
+    for row in data["scenarios"]:
+        best, _ = best_of(row)
+        if best <= 0:
+            empty.append(row["name"])
+        ratios = []
+        for r in row["runs"]:
+            share = r["trials"] / row["gridTrials"]
+            trial_shares.append(share)
+            meas_shares.append(r["measurements"] / row["gridMeasurements"])
+            tag = f"{row['name']} seed {r['seed']}"
+            if not r["complete"]:
+                budget_stops.append(tag)
+            if best > 0:
+                ratio = r["truth"] / best
+                ratios.append(ratio)
+                a_runs += 1
+                good_best = ratio >= g["bestShare"]
+                good_cost = share <= g["trialShare"]
+                a_ok += good_best and good_cost
+                if not good_best:
+                    a_miss_best.append(tag)
+                if not good_cost:
+                    a_miss_cost.append(tag)
+            c_runs += 1
+            d = row["defaults"]
+            c_ok += r["truth"] >= d * floor
+            below1 += r["truth"] < d
+            below95 += r["truth"] < 0.95 * d
+            if r["truth"] < d * floor:
+                c_miss.append(tag)
+        if ratios:
+            a_scen += 1
+            a_scen_ok += statistics.median(ratios) >= g["bestShare"]
+        if row["defaults"] <= 0 < best:
+            b_scen += 1
+            for r in row["runs"]:
+                b_runs += 1
+                b_ok += r["truth"] > 0
+                if r["truth"] <= 0:
+                    b_miss.append(f"{row['name']} seed {r['seed']}")
+    return {
+        "sigma": sigma, "scenarios": len(data["scenarios"]), "empty": empty,
+        "budgetStops": budget_stops,
+        "a": {"runs": a_runs, "ok": a_ok, "share": a_ok / a_runs if a_runs else None,
+              "met": bool(a_runs) and a_ok / a_runs >= g["runsShare"],
+              "scenarios": a_scen, "scenariosOk": a_scen_ok,
+              "missBest": a_miss_best, "missCost": a_miss_cost},
+        "b": {"scenarios": b_scen, "runs": b_runs, "ok": b_ok, "met": b_ok == b_runs,
+              "miss": b_miss},
+        "c": {"runs": c_runs, "ok": c_ok, "met": c_ok == c_runs, "floor": floor,
+              "below1": below1, "below95": below95, "miss": c_miss},
+        "trialShare": {"median": statistics.median(trial_shares), "max": max(trial_shares)},
+        "measurementShare": {"median": statistics.median(meas_shares),
+                             "max": max(meas_shares)},
+    }
+
+
+def _met(ok: bool) -> str:
+    return "**met**" if ok else "**not met**"
+
+
+def _short(name: str) -> str:
+    """``Llama-8B H100 TP1 512/256``: a scenario's name without table-breaking bars."""
+    return (name.replace("meta-llama/", "").replace("-Instruct", "").replace("Qwen/", "")
+            .replace("Llama-3.1-", "Llama-").replace("|tp", " TP").replace("|c", " c")
+            .replace("|", " "))
+
+
+def section(data: dict[str, Any]) -> str:
+    """The RESULTS.md section, from the stored JSON alone."""
+    cfg = data["config"]
+    name = data["section"]
+    s = summarize(data)
+    begin, end = markers(name)
+    a, b, c = s["a"], s["b"], s["c"]
+    g = cfg["goals"]
+    lines = [begin, f"## The tuner's search on AIConfigurator's estimated landscape "
+             f"({cfg['label']})", "",
+             f"**{LABEL}.** The tuner's `search` and `grid_search` (llm_operator/inpod/tuner/"
+             "search.py) ran as they are; only the measurement was replaced: each run's "
+             "goodput, TTFT and ITL at a max-num-seqs come from AIConfigurator 0.12.0's "
+             "stored vLLM estimates (`benchmarks/data/aic_estimator.json`; TTFT and TPOT "
+             "linearly interpolated in log(batch) between stored batch sizes; the running "
+             "batch is min(clients, cap, the estimator's largest batch without OOM)), with "
+             "the clients beyond the running batch queueing and their Little's-law wait "
+             "added to the TTFT, goodput by `benchmarks/planner_vs_aic.goodput` (all or "
+             "nothing at the SLO), times seeded run-to-run noise: one speed factor "
+             f"exp({s['sigma']:.2f} z) per run on latencies and throughput, {s['sigma']:.2f} "
+             "being the pooled log-sd of output tok/s measured on the vLLM CPU engine "
+             f"(tune-noisy-1 runs 1 and 2, recomputed: {data['noiseMeasured']:.3f}), "
+             "independent run to run. The operator's tuner settings: the live admission "
+             f"cap, the planner's hint, {cfg['tuner']['maxTrials']} trials, min gain "
+             f"{cfg['tuner']['minGain']:.0%}; max-num-batched-tokens not searched (the "
+             "estimator has no such dimension). vLLM's defaults: max-num-seqs 1024 / "
+             "max-num-batched-tokens 8192 on H100 and H200. Pre-registered in "
+             f"`{data['configFile']}` (git blob `{data['configGitBlob'][:10]}`), run at "
+             f"commit `{data['commit'][:10]}`: {s['scenarios']} scenarios (every stored "
+             f"cell x {'/'.join(str(x) for x in cfg['concurrencies'])} clients x "
+             f"{len(cfg['slos'])} SLOs), {cfg['seeds']} seeds each; "
+             f"{data['runtimeSeconds']:.0f} s on this machine's CPU for all of it. "
+             f"Regenerate: `.venv/bin/python -m benchmarks.tune_on_landscape --config "
+             f"{data['configFile']} --write`.", "",
+             "| goal | figure | met |", "|---|---|---|",
+             f"| (a) choice >= {g['bestShare']} x the landscape's best (noise-free) with <= "
+             f"{g['trialShare']} x the grid's trials, in >= {g['runsShare']:.0%} of runs | "
+             f"{a['ok']} of {a['runs']} runs ({a['share']:.0%}) in the {a['scenarios']} "
+             f"scenarios where something meets the SLO; per scenario (median run): "
+             f"{a['scenariosOk']} of {a['scenarios']} | {_met(a['met'])} |",
+             f"| (b) where vLLM's defaults miss the SLO, the choice meets it | "
+             f"{b['ok']} of {b['runs']} runs in {b['scenarios']} such scenarios | "
+             f"{_met(b['met'])} |",
+             f"| (c) choice never below the defaults by more than the noise (>= "
+             f"{c['floor']:.2f} x, exp(-sigma)) | {c['ok']} of {c['runs']} runs; below "
+             f"1.00x: {c['below1']}, below 0.95x: {c['below95']} | {_met(c['met'])} |",
+             "",
+             f"Trials (each a trial of the tuner's budget; with the live cap one server start "
+             f"per run): median {s['trialShare']['median']:.2f}, at most "
+             f"{s['trialShare']['max']:.2f} of the grid's; measurements (runs at the "
+             f"workload's clients and probes): median {s['measurementShare']['median']:.2f},"
+             f" at most {s['measurementShare']['max']:.2f} of the grid's. Scenarios where "
+             f"nothing on the landscape meets the SLO (excluded from (a) and (b)): "
+             f"{len(s['empty'])}. Runs the tuner's time budget "
+             f"({cfg['tuner']['maxSeconds']:g} s, simulated clock) stopped before it "
+             f"converged (it kept the best so far): {len(s['budgetStops'])}.", ""]
+    lines += _misses(data, s)
+    if READINGS.get(cfg["label"]):
+        lines += ["", f"Reading (written after the run): {READINGS[cfg['label']]}"]
+    lines += ["", "| model, GPU, TP, tokens | clients | SLO | defaults (batch): goodput | "
+              "best level: goodput | hint | choices over seeds (count) | median choice / best "
+              "| median trials / grid's |", "|---|---|---|---|---|---|---|---|---|"]
+    for row in data["scenarios"]:
+        best, where = best_of(row)
+        counts: dict[str, int] = {}
+        for r in row["runs"]:
+            k = "defaults" if r["choice"] is None else str(r["choice"])
+            counts[k] = counts.get(k, 0) + 1
+        ch = ", ".join(f"{k} ({v})" for k, v in sorted(
+            counts.items(), key=lambda kv: (-kv[1], kv[0])))
+        ratio = (f"{statistics.median(r['truth'] / best for r in row['runs']):.2f}"
+                 if best > 0 else "-")
+        tr = statistics.median(r["trials"] for r in row["runs"])
+        best_s = f"{where}: {best:,.0f}" if best > 0 else "none meets the SLO"
+        lines.append(
+            f"| {_short(row['key'])} | {row['concurrency']} | {row['slo']} | "
+            f"({row['defaultsBatch']}): {row['defaults']:,.0f} | {best_s} | "
+            f"{row['hint']} | {ch} | {ratio} | {tr:g} / {row['gridTrials']} |")
+    lines += ["", end]
+    return "\n".join(lines) + "\n"
+
+
+def _misses(data: dict[str, Any], s: dict[str, Any]) -> list[str]:
+    """Each goal's misses, counted by scenario, with the stored explanation."""
+    out = []
+    for goal, key, what in (("a", "missBest", "choice below 0.95 x the best"),
+                            ("a", "missCost", "more trials than 0.3 x the grid's"),
+                            ("b", "miss", "defaults miss the SLO and so does the choice"),
+                            ("c", "miss", "choice below the defaults by more than the noise")):
+        tags = s[goal][key]
+        if not tags:
+            out.append(f"- ({goal}) {what}: none.")
+            continue
+        by: dict[str, int] = {}
+        for t in tags:
+            sc = t.rsplit(" seed ", 1)[0]
+            by[sc] = by.get(sc, 0) + 1
+        detail = "; ".join(f"{_short(k)} ({v} run{'s' if v > 1 else ''})"
+                           for k, v in sorted(by.items()))
+        out.append(f"- ({goal}) {what}: {len(tags)} runs in {len(by)} scenarios: {detail}.")
+    return out
+
+
+# --- main -------------------------------------------------------------------------------------
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def dumps(data: dict[str, Any]) -> str:
+    """The stored JSON: one line per run (about 1,900 runs per config)."""
+    head = json.dumps({k: v for k, v in data.items() if k != "scenarios"}, indent=1)
+    rows = []
+    for row in data["scenarios"]:
+        meta = json.dumps({k: v for k, v in row.items() if k != "runs"})
+        runs = ",\n   ".join(json.dumps(r) for r in row["runs"])
+        rows.append(f'  {meta[:-1]}, "runs": [\n   {runs}]}}')
+    return head[:-2] + ',\n "scenarios": [\n' + ",\n".join(rows) + "\n ]\n}\n"
+
+
+def out_path(cfg: dict[str, Any]) -> Path:
+    return ROOT / "benchmarks" / "data" / f"{cfg['label'].replace('-', '_')}.json"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--config", type=Path, default=CONFIG)
+    ap.add_argument("--write", action="store_true",
+                    help="store the runs (benchmarks/data/<label>.json) and replace the "
+                    "section in RESULTS.md")
+    ap.add_argument("--section", action="store_true",
+                    help="no runs: print (with --write, replace) the section from the "
+                    "stored JSON")
+    ap.add_argument("--only", default="", help="substring of the scenario names to run "
+                    "(a trial; never stored)")
+    ap.add_argument("--sigma", type=float, help="another noise log-sd than the config's "
+                    "(a diagnostic; never stored)")
+    args = ap.parse_args(argv)
+    cfg = load(args.config)
+    trial = bool(args.only) or args.sigma is not None
+    if args.sigma is not None:
+        cfg["noise"] = {**cfg["noise"], "logSd": args.sigma}
+    path = out_path(cfg)
+    if args.section:
+        data = json.loads(path.read_text())
+        return emit(data["section"], section(data), args.write)
+    rel = str(args.config.resolve().relative_to(ROOT))
+    t0 = time.monotonic()
+    rows = []
+    for sc in scenarios(cfg):
+        if args.only not in sc.name:
+            continue
+        rows.append(run_scenario(sc, cfg))
+    data = {"label": LABEL, "config": cfg, "configFile": rel,
+            "configGitBlob": _git("rev-parse", f"HEAD:{rel}"), "commit": _git("rev-parse", "HEAD"),
+            "section": cfg["label"], "noiseMeasured": measured_noise(cfg["noise"]["source"]),
+            "runtimeSeconds": round(time.monotonic() - t0, 1), "scenarios": rows}
+    if args.write and not trial:
+        path.write_text(dumps(data))
+    return emit(data["section"], section(data), args.write and not trial)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

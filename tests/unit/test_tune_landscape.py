@@ -1,0 +1,153 @@
+"""The tuner's search on AIConfigurator's estimated landscape (issue 34 item 3,
+benchmarks/tune_on_landscape.py): the stored runs (benchmarks/data/tune_landscape_*.json)
+are what the current search gives on the harness's landscape, their summary is what
+benchmarks/RESULTS.md shows, and the harness's landscape follows its stated rules
+(interpolation in log(batch), the queue's wait, vLLM's defaults per GPU, the noise)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from benchmarks.planner_vs_aic import goodput
+from benchmarks.results_md import RESULTS
+from benchmarks.tune_on_landscape import (
+    ROOT,
+    Cell,
+    LandscapeEvaluator,
+    Scenario,
+    best_of,
+    load,
+    measured_noise,
+    out_path,
+    scenarios,
+    section,
+    space_for,
+    summarize,
+)
+
+from llm_operator.inpod.tuner.search import SLO, Budget, Config, Options, Workload, search
+
+CONFIGS = sorted((ROOT / "benchmarks" / "configs").glob("tune_landscape_*.yaml"))
+
+
+def _stored(path: Path) -> dict[str, Any]:
+    return json.loads(out_path(load(path)).read_text())
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
+def test_results_md_shows_the_stored_runs_summary(path: Path) -> None:
+    """Else: .venv/bin/python -m benchmarks.tune_on_landscape --config PATH --section
+    --write (the section is generated from the stored JSON)."""
+    data = _stored(path)
+    assert data["config"] == load(path), "the stored run is of another config"
+    assert section(data) in RESULTS.read_text(), data["section"]
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
+def test_the_summary_counts_every_run(path: Path) -> None:
+    data = _stored(path)
+    s = summarize(data)
+    runs = [(row, r) for row in data["scenarios"] for r in row["runs"]]
+    assert len(runs) == len(data["scenarios"]) * data["config"]["seeds"]
+    # (a), counted here independently of summarize()
+    rated = [(row, r) for row, r in runs if best_of(row)[0] > 0]
+    ok = sum(r["truth"] >= 0.95 * best_of(row)[0] and r["trials"] <= 0.3 * row["gridTrials"]
+             for row, r in rated)
+    assert (s["a"]["runs"], s["a"]["ok"]) == (len(rated), ok)
+    assert s["a"]["met"] == (ok >= 0.9 * len(rated))
+    # (b) and (c)
+    b = [(row, r) for row, r in runs if row["defaults"] <= 0 < best_of(row)[0]]
+    assert (s["b"]["runs"], s["b"]["ok"]) == (len(b), sum(r["truth"] > 0 for _, r in b))
+    floor = math.exp(-data["config"]["noise"]["logSd"])
+    assert s["c"]["ok"] == sum(r["truth"] >= row["defaults"] * floor for row, r in runs)
+
+
+def test_the_noise_is_the_spread_measured_on_the_cpu_engine() -> None:
+    cfg = load(CONFIGS[0])
+    assert measured_noise(cfg["noise"]["source"]) == pytest.approx(cfg["noise"]["logSd"],
+                                                                    abs=0.005)
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
+def test_the_stored_runs_are_what_the_current_search_gives(path: Path) -> None:
+    """A failure means the search (or the harness) changed since the stored run: that
+    run no longer describes the tuner; a new labelled config and run does."""
+    cfg = load(path)
+    data = _stored(path)
+    rows = {row["name"]: row for row in data["scenarios"]}
+    t = cfg["tuner"]
+    for sc in scenarios(cfg)[::12]:  # 8 of 96 scenarios, every seed: about a second
+        row = rows[sc.name]
+        wl = Workload(sc.cell.input_tokens, sc.cell.output_tokens, sc.concurrency)
+        opts = Options(min_gain=t["minGain"], hint_max_num_seqs=row["hint"])
+        for stored in row["runs"]:
+            ev = LandscapeEvaluator(sc, cfg["noise"]["logSd"], stored["seed"],
+                                    t["startupSeconds"], t["waves"], t["minPrompts"])
+            out = search(ev, space_for(sc), wl, SLO(sc.ttft_ms, sc.tpot_ms),
+                         Budget(t["maxTrials"], t["maxSeconds"]), opts, clock=ev.now)
+            assert out.best is not None
+            assert (out.best.config.max_num_seqs, len(out.trials)) == (
+                stored["choice"], stored["trials"]), (sc.name, stored["seed"])
+
+
+# --- the landscape's rules -----------------------------------------------------------------
+
+
+def _cell(gpu: str = "H100") -> Cell:
+    return Cell("m|H100|tp1|512/256", "meta-llama/Llama-3.1-8B-Instruct", gpu, 1, 512, 256,
+                {1: (40.0, 6.0), 64: (70.0, 10.0), 96: (80.0, 14.0)}, 96)
+
+
+def test_estimates_between_stored_batches_are_linear_in_log_batch() -> None:
+    cell = _cell()
+    assert cell.at(64) == (70.0, 10.0)
+    mid = round(math.sqrt(64 * 96))  # 78: about halfway in log(batch)
+    t = (math.log(mid) - math.log(64)) / (math.log(96) - math.log(64))
+    assert cell.at(mid) == pytest.approx((70 + 10 * t, 10 + 4 * t))
+    with pytest.raises(ValueError, match="outside the stored sizes"):
+        cell.at(200)
+
+
+def test_a_cap_below_the_clients_queues_them_and_the_wait_counts_in_ttft() -> None:
+    sc = Scenario(_cell(), 128, "relaxed", 2000.0, 50.0)
+    good, tps, ttft, tpot, b = sc.run(128, 64)
+    r_ms = 70.0 + 255 * 10.0
+    assert b == 64 and tpot == 10.0
+    assert ttft == pytest.approx(70.0 + (128 / 64 - 1) * r_ms)  # one whole request's time
+    assert tps == pytest.approx(64 * 256 / (r_ms / 1e3))
+    assert good == 0.0  # 2.69 s of TTFT against 2 s
+    assert (good, "TTFT 2,690 ms") == goodput({"ttftMs": 70.0, "tpotMs": 10.0}, 64,
+                                              {"concurrency": 128, "output": 256},
+                                              sc.slo)
+    # vLLM's default cap (1024) runs what the KV cache holds: 96 here, the rest queue.
+    assert sc.running(128, None) == 96 and sc.running(32, None) == 32
+
+
+@pytest.mark.parametrize(("gpu", "mns", "mnbt"), [("H100", 1024, 8192), ("H200", 1024, 8192),
+                                                  ("A100", 256, 2048),
+                                                  ("A100-80GB", 256, 2048)])
+def test_vllms_defaults_per_gpu(gpu: str, mns: int, mnbt: int) -> None:
+    assert Scenario(_cell(gpu), 64, "x", 1.0, 1.0).defaults() == (mns, mnbt)
+
+
+def test_one_runs_noise_slows_latencies_and_throughput_alike_and_is_seeded() -> None:
+    sc = Scenario(_cell(), 64, "relaxed", 20000.0, 50.0)
+
+    def runs(seed: int) -> list[tuple[float, float, float]]:
+        ev = LandscapeEvaluator(sc, 0.32, seed, 300.0, 2.0, 24)
+        s = ev.start(Config(max_num_seqs=64))
+        return [(m.output_tps, m.ttft_p95_ms, m.itl_p95_ms) for m in
+                (s.measure(64) for _ in range(40))]
+
+    got = runs(1)
+    assert got == runs(1) and got != runs(2)
+    _g, tps0, ttft0, tpot0, _b = sc.run(64, 64)
+    speeds = [tpot / tpot0 for _tps, _ttft, tpot in got]
+    for (tps, ttft, _tpot), s in zip(got, speeds, strict=True):
+        assert ttft == pytest.approx(ttft0 * s) and tps == pytest.approx(tps0 / s)
+    logs = [math.log(s) for s in speeds]
+    assert 0.2 < math.sqrt(sum(x * x for x in logs) / len(logs)) < 0.45
