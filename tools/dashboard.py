@@ -182,6 +182,16 @@ def service_panels() -> list[PanelSpec]:
                    "requests finished/s")),
             series_units={"requests finished/s": "reqps"}),
         PanelSpec(
+            "Prefix-cache hit rate",
+            "Share of the prompt tokens looked up in vLLM's prefix cache that it held, all "
+            "replicas. Near 0 while spec.workload.sharedPrefixTokens states a shared prefix "
+            "(condition PrefixCacheHits False): the prompts do not start with the same "
+            "bytes; put the shared system prompt first and keep it byte-identical.",
+            (Query(f"sum by ({BY}) (rate({vllm.VLLM_PREFIX_HITS}{{{SEL}}}[{RATE}])) / "
+                   f"(sum by ({BY}) (rate({vllm.VLLM_PREFIX_QUERIES}{{{SEL}}}[{RATE}])) > 0)",
+                   "hit rate"),),
+            unit="percentunit", max=1),
+        PanelSpec(
             "Adaptation decisions in range",
             "Decisions of the online controller in the time range, by direction (raise, "
             "lower, hold) and cause.",
@@ -199,7 +209,7 @@ def service_panels() -> list[PanelSpec]:
             "Conditions",
             "The LLMService's status conditions over time (1 true, 0 false or unknown).",
             (Query(f'max by ({BY}, type) ({OP_CONDITION}{{{SEL}, status="true"}})', "{{type}}"),),
-            kind="state", width=24, height=5, max=1),
+            kind="state", width=16, height=8, max=1),
     ]
 
 

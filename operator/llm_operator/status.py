@@ -49,6 +49,8 @@ class ConditionType(StrEnum):
     CONTAINERS_RUNNING = "ContainersRunning"  # no server container crash-loops (same module)
     # every child the plan needs is written and every child it no longer needs deleted
     CHILDREN_APPLIED = "ChildrenApplied"
+    # vLLM's prefix cache serves the shared prefix spec.workload.sharedPrefixTokens states
+    PREFIX_CACHE_HITS = "PrefixCacheHits"
     LIVE_CAP = "LiveCap"  # adaptation changes the engine's admission cap without a rollout
 
 

@@ -43,6 +43,11 @@ class Load:
     output_len: int = 256
     seed: int = 0
     goodput: Sequence[str] = ()  # vLLM's --goodput objectives, e.g. ("ttft:2000", "tpot:100")
+    prefix_len: int = 0  # tokens of input_len shared by every prompt (one random prefix)
+    # Prompts from a file in ShareGPT's shape (a JSON list of {"conversations": [{"value":
+    # prompt}, {"value": answer}]}, sent as written; vLLM's benchmark skips prompts over
+    # 1,024 tokens) instead of random ones; input_len and prefix_len then do not apply.
+    prompts_file: str | None = None
 
     def argv(self, base_url: str, model: str, tokenizer: str | None = None) -> list[str]:
         """The ``vllm bench serve`` arguments (pure). ``model`` is the name the server
@@ -50,8 +55,12 @@ class Load:
         args = [
             "--backend", "openai", "--base-url", base_url, "--endpoint", "/v1/completions",
             "--model", model, "--tokenizer", tokenizer or model,
-            "--dataset-name", "random", "--random-input-len", str(self.input_len),
-            "--random-output-len", str(self.output_len), "--random-range-ratio", "0",
+            *(["--dataset-name", "sharegpt", "--dataset-path", self.prompts_file,
+               "--sharegpt-output-len", str(self.output_len)]
+              if self.prompts_file else
+              ["--dataset-name", "random",
+               "--random-input-len", str(self.input_len - self.prefix_len),
+               "--random-output-len", str(self.output_len), "--random-range-ratio", "0"]),
             "--num-prompts", str(self.num_prompts), "--max-concurrency", str(self.concurrency),
             "--request-rate", "inf", "--ignore-eos", "--temperature", "0",
             "--seed", str(self.seed), "--disable-tqdm", "--num-warmups", "0",
@@ -59,6 +68,8 @@ class Load:
         ]
         if self.goodput:
             args += ["--goodput", *self.goodput]
+        if self.prefix_len and not self.prompts_file:
+            args += ["--random-prefix-len", str(self.prefix_len)]
         return args
 
 

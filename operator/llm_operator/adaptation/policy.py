@@ -266,6 +266,11 @@ class Observation(_Camel):
     cap_in_force_min: float | None = None
     cap_in_force_max: float | None = None
     live_cap_min: float | None = None
+    prefix_cache_hit_rate: float | None = Field(
+        None, description="Share 0..1 of the prompt tokens looked up in vLLM's prefix cache "
+        "that it held (None: nothing was looked up)")
+    prefix_cache_query_rate: float | None = Field(
+        None, description="Prompt tokens looked up in the prefix cache per second, all pods")
     error: str | None = None
 
     @property
@@ -298,6 +303,7 @@ class Observation(_Camel):
             "preemptions": _r(self.preemptions, 1),
             "ttftP95Ms": _r(None if self.ttft_p95_seconds is None else self.ttft_p95_seconds * ms),
             "itlP95Ms": _r(None if self.itl_p95_seconds is None else self.itl_p95_seconds * ms),
+            "prefixCacheHitRate": _r(self.prefix_cache_hit_rate, 3),
             "windowSeconds": self.window_seconds,
         }
 

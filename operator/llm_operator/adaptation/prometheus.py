@@ -59,6 +59,12 @@ VLLM_ITL_OLD = "vllm:time_per_output_token_seconds"
 VLLM_PROMPT_TOKENS = "vllm:request_prompt_tokens"
 VLLM_GENERATION_TOKENS = "vllm:request_generation_tokens"
 VLLM_CACHE_CONFIG = "vllm:cache_config_info"
+# Prompt tokens looked up in, and found in, vLLM's prefix cache (counters; before vLLM
+# 0.11 named vllm:gpu_prefix_cache_*).
+VLLM_PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
+VLLM_PREFIX_HITS = "vllm:prefix_cache_hits_total"
+VLLM_PREFIX_QUERIES_OLD = "vllm:gpu_prefix_cache_queries_total"
+VLLM_PREFIX_HITS_OLD = "vllm:gpu_prefix_cache_hits_total"
 
 # Signal name -> Observation field for the plain numeric signals.
 _FIELDS = {
@@ -79,6 +85,8 @@ _FIELDS = {
     "cap_in_force_min": "cap_in_force_min",
     "cap_in_force_max": "cap_in_force_max",
     "live_cap_min": "live_cap_min",
+    "prefix_hit_rate": "prefix_cache_hit_rate",
+    "prefix_query_rate": "prefix_cache_query_rate",
 }
 
 
@@ -178,6 +186,16 @@ def signal_queries(
         "mean_prompt_tokens": mean_of(VLLM_PROMPT_TOKENS),
         "mean_generation_tokens": mean_of(VLLM_GENERATION_TOKENS),
         "kv_config": f"max by ({by}, num_gpu_blocks, block_size) ({VLLM_CACHE_CONFIG}{sel})",
+        # Of the prompt tokens looked up in the prefix cache, the share it held (absent
+        # when nothing was looked up: an idle window, or caching off).
+        "prefix_hit_rate": (
+            f"(sum by ({by}) (rate({VLLM_PREFIX_HITS}{sel}[{w}])) "
+            f"or sum by ({by}) (rate({VLLM_PREFIX_HITS_OLD}{sel}[{w}]))) / "
+            f"((sum by ({by}) (rate({VLLM_PREFIX_QUERIES}{sel}[{w}])) "
+            f"or sum by ({by}) (rate({VLLM_PREFIX_QUERIES_OLD}{sel}[{w}]))) > 0)"),
+        "prefix_query_rate": (
+            f"sum by ({by}) (rate({VLLM_PREFIX_QUERIES}{sel}[{w}])) "
+            f"or sum by ({by}) (rate({VLLM_PREFIX_QUERIES_OLD}{sel}[{w}]))"),
         # The live admission cap (llm_operator.inpod.engine), as the engines report it now.
         "cap_in_force_min": f"min by ({by}) ({METRIC_CAP}{sel})",
         "cap_in_force_max": f"max by ({by}) ({METRIC_CAP}{sel})",

@@ -186,6 +186,48 @@ def fresher_status(status: Mapping[str, Any], written: Mapping[str, Any] | None
     return status
 
 
+# The prefix cache "hits almost nothing" of a stated shared prefix when it holds less than
+# this share of what the prefix would give (sharedPrefixTokens / inputTokens of the
+# prompt tokens looked up), once the window looked up at least PREFIX_MIN_LOOKUPS
+# prompts' worth of the prefix.
+PREFIX_HIT_FLOOR = 0.25
+PREFIX_MIN_LOOKUPS = 10
+
+
+def prefix_cache_condition(spec: LLMServiceSpec, obs: Observation | None,
+                           ) -> tuple[bool, str, str] | None:
+    """The ``PrefixCacheHits`` condition (pure): whether vLLM's prefix cache serves the
+    shared prefix the workload profile states (``spec.workload.sharedPrefixTokens``), from
+    the window's hit share of the prompt tokens looked up. None: nothing to say (no
+    prefix stated, or too few lookups in the window to judge)."""
+    shared = spec.workload.shared_prefix_tokens
+    if not shared:
+        return None
+    if spec.engine.enable_prefix_caching is False:
+        return (False, "PrefixCachingOff",
+                f"spec.workload.sharedPrefixTokens states a shared prefix of {shared} tokens, "
+                "but spec.engine.enablePrefixCaching is false: every request computes it "
+                "again; set enablePrefixCaching to true (vLLM's default)")
+    if obs is None or obs.prefix_cache_hit_rate is None or obs.prefix_cache_query_rate is None:
+        return None
+    lookups = obs.prefix_cache_query_rate * obs.window_seconds
+    if lookups < PREFIX_MIN_LOOKUPS * shared:
+        return None
+    expected = shared / spec.workload.input_tokens
+    rate = obs.prefix_cache_hit_rate
+    said = (f"the prefix cache held {rate:.0%} of the prompt tokens looked up over the last "
+            f"{obs.window_seconds:.0f} s ({lookups:,.0f} tokens); the stated shared prefix of "
+            f"{shared} tokens is {expected:.0%} of a {spec.workload.input_tokens}-token prompt")
+    if rate < PREFIX_HIT_FLOOR * expected:
+        return (False, "NoPrefixHits",
+                f"{said}: the prompts do not start with the same tokens. Put the shared "
+                "system prompt first and keep it byte-identical across requests (a "
+                "timestamp, user id or request id before or inside it breaks every hit; "
+                "so does another chat template or tokenizer); or set "
+                "spec.workload.sharedPrefixTokens to 0 if there is no shared prefix")
+    return True, "PrefixHits", said
+
+
 def metrics_condition(
     obs: Observation | None, now: float, policy: PolicySettings = DEFAULT_POLICY
 ) -> tuple[bool, MetricsReason, str]:
@@ -474,6 +516,19 @@ def plan_update(
         pass  # normal for new pods: said in the condition, not as a Warning
     elif not ok and (reason_changed or (reason is MetricsReason.UNAVAILABLE and warn_again)):
         events.append(st.Notice("Warning", str(reason), message))
+    prefix = prefix_cache_condition(svc.spec, observation)
+    if prefix is not None:
+        conds = patch.get("conditions") or conds
+        old = st.get_condition(conds, st.ConditionType.PREFIX_CACHE_HITS)
+        new_conds = st.set_condition(conds, st.ConditionType.PREFIX_CACHE_HITS, prefix[0],
+                                     prefix[1], prefix[2], generation=svc.generation, now=now)
+        new = st.get_condition(new_conds, st.ConditionType.PREFIX_CACHE_HITS)
+        if old is None or new is None or any(old.get(k) != new.get(k) for k in (
+                "status", "reason", "observedGeneration")):
+            # Not on every change of the rate in the message: a write per change of state.
+            patch["conditions"] = new_conds
+            if not prefix[0]:
+                events.append(st.Notice("Warning", prefix[1], prefix[2]))
     merged = {**before, **adaptation}
     return Update(status_patch=patch, events=events, rollout=rollout,
                   adaptation={k: v for k, v in merged.items() if v is not None},

@@ -60,6 +60,9 @@ def fingerprint_inputs(svc: LLMService, plan: Plan, image: str | None = None) ->
             "concurrency": spec.workload.concurrency,
             "ttftP95Ms": spec.workload.slo.ttft_p95_ms,
             "itlP95Ms": spec.workload.slo.itl_p95_ms,
+            # Only when set: a service without one keeps its fingerprint (and its result).
+            **({"sharedPrefixTokens": spec.workload.shared_prefix_tokens}
+               if spec.workload.shared_prefix_tokens else {}),
         },
         "pins": {
             "maxNumSeqs": engine.max_num_seqs,

@@ -154,6 +154,8 @@ def tuner_args(svc: LLMService, plan: Plan, fingerprint: str) -> list[str]:
         "--model", model,
         "--served-model-name", spec.model.name,
         "--input-tokens", str(wl.input_tokens),
+        *(["--shared-prefix-tokens", str(wl.shared_prefix_tokens)]
+          if wl.shared_prefix_tokens else []),
         "--output-tokens", str(wl.output_tokens),
         "--concurrency", str(wl.concurrency),
         "--slo-ttft-ms", f"{wl.slo.ttft_p95_ms:g}",

@@ -43,6 +43,9 @@ class BenchTarget:
     min_prompts: int = 24
     seed: int = 0
     log_path: Path | None = None
+    # Tokens at the start of every prompt of one run that are the same for all its
+    # requests (part of input_tokens): vLLM's prefix cache serves them after the first.
+    shared_prefix_tokens: int = 0
 
 
 def bench_args(target: BenchTarget, concurrency: int) -> list[str]:
@@ -55,7 +58,11 @@ def bench_args(target: BenchTarget, concurrency: int) -> list[str]:
         "--model", target.model,
         "--tokenizer", target.tokenizer,
         "--dataset-name", "random",
-        "--random-input-len", str(target.input_tokens),
+        "--random-input-len", str(target.input_tokens - target.shared_prefix_tokens),
+        # One random prefix per run, the same for all its requests (vLLM's RandomDataset);
+        # each run's seed differs, so no run reuses another's prefix.
+        *(["--random-prefix-len", str(target.shared_prefix_tokens)]
+          if target.shared_prefix_tokens else []),
         "--random-output-len", str(target.output_tokens),
         "--random-range-ratio", "0",
         "--num-prompts", str(n),

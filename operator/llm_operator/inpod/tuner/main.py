@@ -64,6 +64,9 @@ def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
                    "default: the first of /v1/models)")
     p.add_argument("--tokenizer", help="tokenizer folder or id (default: the model)")
     p.add_argument("--input-tokens", type=int, default=512)
+    p.add_argument("--shared-prefix-tokens", type=int, default=0,
+                   help="tokens at the start of every prompt shared by all requests of a "
+                   "run (a system prompt; part of --input-tokens)")
     p.add_argument("--output-tokens", type=int, default=256)
     p.add_argument("--concurrency", type=int, default=32, help="clients of the workload")
     p.add_argument("--slo-ttft-ms", type=float, default=2000.0)
@@ -188,6 +191,8 @@ def _check(args: argparse.Namespace) -> str | None:
                  "min_prompts", "sweep_points"):
         if getattr(args, name) < 1:
             return f"--{name.replace('_', '-')} must be at least 1"
+    if not 0 <= args.shared_prefix_tokens < args.input_tokens:
+        return "--shared-prefix-tokens must be at least 0 and below --input-tokens"
     if args.deadline_seconds is not None and args.deadline_seconds <= 0:
         return "--deadline-seconds must be positive"
     if not 0.5 <= args.confidence < 1:
@@ -325,13 +330,15 @@ def _run(args: argparse.Namespace, mns_levels: tuple[int, ...] | None,
         target = BenchTarget(base_url, model, args.tokenizer or model, wl.input_tokens,
                              wl.output_tokens, slo, waves=args.waves,
                              min_prompts=args.min_prompts, seed=args.seed,
-                             log_path=args.log_dir / "bench.log")
+                             log_path=args.log_dir / "bench.log",
+                             shared_prefix_tokens=args.shared_prefix_tokens)
         evaluator: UrlEvaluator | ServerEvaluator | LiveCapEvaluator = UrlEvaluator(target)
     else:
         model = args.model
         template = BenchTarget("", args.served_model_name or model, args.tokenizer or model,
                                wl.input_tokens, wl.output_tokens, slo, waves=args.waves,
-                               min_prompts=args.min_prompts, seed=args.seed)
+                               min_prompts=args.min_prompts, seed=args.seed,
+                               shared_prefix_tokens=args.shared_prefix_tokens)
         if args.served_model_name:
             server_args += ["--served-model-name", args.served_model_name]
         if args.live_cap_engine and search_mns:
@@ -371,7 +378,9 @@ def _run(args: argparse.Namespace, mns_levels: tuple[int, ...] | None,
         outcome,
         slo={"ttftMs": slo.ttft_ms, "itlP95Ms": slo.itl_ms},
         workload={"inputTokens": wl.input_tokens, "outputTokens": wl.output_tokens,
-                  "concurrency": wl.concurrency},
+                  "concurrency": wl.concurrency,
+                  **({"sharedPrefixTokens": args.shared_prefix_tokens}
+                     if args.shared_prefix_tokens else {})},
         fingerprint=args.fingerprint,
     )
     print_result(outcome)
