@@ -7,11 +7,22 @@ condition from the index with the pure
 :func:`llm_operator.podscheduling.scheduling_condition` and writes it through
 :func:`.reconcile.write_status`. The scheduler marks a pod Unschedulable on its first
 attempt, so the condition follows within seconds, far inside a minute.
+
+The same path sets ``ContainersRunning`` (a crash loop; an image the kubelet cannot pull
+or parse; a missing Secret or key, from the containers' waiting state, which the kubelet
+writes on the pod, so a pod event follows). A pod the kubelet cannot set up (a volume it
+cannot mount or attach) stays in ``ContainerCreating`` and its status does not change:
+the kubelet and the attach-detach controller say why in Events only. So for a server pod
+that is bound and has no container yet, the pod's Events are listed (field selector on
+the pod), on each of its events and every :data:`CREATING_RECHECK_SECONDS` by
+:func:`creating_pods_loop` while it stays so: a FailedMount or FailedAttachVolume shows
+on the LLMService within that interval of the Event (well inside two minutes).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import kopf
@@ -24,9 +35,14 @@ from ..podscheduling import (
     crash_condition,
     placement_note,
     scheduling_condition,
+    with_volume_events,
 )
 from .context import OperatorContext, clock
+from .kube import JSON
 from .reconcile import write_status
+
+# How often the Events of a server pod stuck in ContainerCreating are read again.
+CREATING_RECHECK_SECONDS = 20.0
 
 
 def pod_service_key(namespace: str | None, labels: Mapping[str, str]) -> ServiceKey | None:
@@ -52,7 +68,9 @@ async def pods_changed(
     if meta.get("deletionTimestamp"):
         return
     current = dict(svc_body.get("status") or {})
-    now, generation, found_pods = clock(), meta.get("generation"), list(pods.get(key, []))
+    listed = list(pods.get(key, []))
+    found_pods = with_volume_events(listed, await creating_pod_events(ctx, key[0], listed))
+    now, generation = clock(), meta.get("generation")
     conds, notice = scheduling_condition(
         current.get("conditions") or [], found_pods,
         placement=placement_note(current), generation=generation, now=now)
@@ -65,3 +83,43 @@ async def pods_changed(
         if said is not None and written is not None:
             logger.warning(f"{key[0]}/{key[1]}: {said.message}")
             ctx.post_event(written, said.type, said.reason, said.message)
+
+
+def _about(involved: Mapping[str, Any], pod: PodScheduling) -> bool:
+    return (involved.get("kind") == "Pod" and involved.get("name") == pod.name
+            and (not pod.uid or involved.get("uid") in (None, "", pod.uid)))
+
+
+async def creating_pod_events(ctx: OperatorContext, namespace: str,
+                              pods: Sequence[PodScheduling]) -> dict[str, list[JSON]]:
+    """The Events of each pod still creating (bound, no container yet, no other problem),
+    by pod name: only those of this very pod (its uid), not of an earlier namesake."""
+    out: dict[str, list[JSON]] = {}
+    for pod in pods:
+        if not pod.creating or pod.problem is not None:
+            continue
+        events = await ctx.kube.list(
+            "v1", "Event", namespace,
+            field_selector=f"involvedObject.kind=Pod,involvedObject.name={pod.name}")
+        out[pod.name] = [e for e in events if _about(e.get("involvedObject") or {}, pod)]
+    return out
+
+
+async def creating_pods_loop(
+    ctx: OperatorContext, services: kopf.Index[ServiceKey, dict[str, Any]],
+    pods: kopf.Index[ServiceKey, PodScheduling], logger: Any,
+) -> None:
+    """Every :data:`CREATING_RECHECK_SECONDS`: :func:`pods_changed` for each service with
+    a server pod still creating (its status will not change while a volume fails, so no
+    pod event would come). Never raises: a failed round is logged and tried again."""
+    while True:
+        await asyncio.sleep(CREATING_RECHECK_SECONDS)
+        for key in sorted(pods):
+            if not any(p.creating and p.problem is None for p in pods.get(key, [])):
+                continue
+            try:
+                await pods_changed(ctx, key, services, pods, logger)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # one service's failure must not stop the others
+                logger.warning(f"Pod check of {key[0]}/{key[1]}: {exc!r}")

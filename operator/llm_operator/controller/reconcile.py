@@ -40,6 +40,8 @@ from ..constants import GROUP, KIND, VERSION
 from ..errors import SpecError, SpecErrors
 from ..models import dropped_fields, dropped_message, parse_llmservice
 from ..planning import Plan, make_plan
+from ..podfailures import replica_failure
+from ..podscheduling import creation_condition
 from ..rendering import render_all
 from ..rendering.identity import serving_selector
 from ..rendering.leaderworkerset import LWS_API_VERSION, LWS_KIND, LWS_NAME_SUFFIX, is_multi_node
@@ -318,6 +320,7 @@ async def workload_changed(
     namespace = body.meta.namespace or "default"
     if owner is None:
         return
+    notice: st.Notice | None = None
     found = list(llmservices_by_name.get((namespace, owner), []))
     if not found:
         return
@@ -349,9 +352,18 @@ async def workload_changed(
             except (SpecError, SpecErrors):
                 pass
         state = st.WorkloadState.from_object(body, replicas)
+        kind, now = str(body.get("kind")), clock()
         conds = st.workload_conditions(
-            current.get("conditions") or [], state, kind=str(body.get("kind")), name=owner,
-            generation=svc_meta.get("generation"), now=clock())
+            current.get("conditions") or [], state, kind=kind, name=owner,
+            generation=svc_meta.get("generation"), now=now)
+        if kind == "Deployment":  # its controller copies the ReplicaSet's ReplicaFailure
+            conds, notice = creation_condition(
+                conds, replica_failure(body.get("status") or {}), kind=kind,
+                name=str(body.meta.name), namespace=namespace,
+                generation=svc_meta.get("generation"), now=now)
         outcome = ReconcileOutcome(st.status_patch(
             current, {"conditions": conds, "replicas": state.replicas}))
-    await write_status(ctx, svc_body, outcome.status_patch)
+    written = await write_status(ctx, svc_body, outcome.status_patch)
+    if notice is not None and written is not None:
+        logger.warning(f"{namespace}/{owner}: {notice.message}")
+        ctx.post_event(written, notice.type, notice.reason, notice.message)
