@@ -126,6 +126,18 @@ def _missing_object_fix(message: str, namespace: str) -> str | None:
             "spec.cache.claimName / spec.model.volume.claimName")
 
 
+def scheduling_fix(message: str, namespace: str) -> str | None:
+    """The fix for a scheduler's message about the pod's claims (the VolumeBinding
+    plugin: a claim that does not exist, or that no volume is bound to), or None."""
+    if "persistentvolumeclaim" in message.lower() and "not found" in message:
+        return _missing_object_fix(message, namespace)
+    if "unbound immediate PersistentVolumeClaims" in message:
+        return ("a claim of the pod is not bound to a volume: check its StorageClass's "
+                f"provisioner (`kubectl describe pvc -n {namespace}`), or create a "
+                "PersistentVolume for it")
+    return None
+
+
 def waiting_problem(pod: Mapping[str, Any]) -> PodProblem | None:
     """The first container (init containers first) that waits for a reason the kubelet
     will not get past by itself: an image it cannot pull or parse, a missing env source."""

@@ -54,6 +54,7 @@ from .podfailures import (
     PodVolumes,
     creating,
     creation_fix,
+    scheduling_fix,
     volume_problem,
     waiting_problem,
 )
@@ -166,7 +167,10 @@ def scheduling_condition(
     if stuck:
         bad = (f"{len(stuck)} of {len(pods)} server pods cannot be scheduled; pod "
                f"{stuck[0].name}: {stuck[0].message or 'no message from the scheduler'}")
-        if placement:
+        volume_fix = scheduling_fix(stuck[0].message, stuck[0].volumes.namespace)
+        if volume_fix:
+            bad += f" Fix: {volume_fix}"
+        elif placement:
             bad += (f" (placed by {placement}; check that the GPU nodes carry that label, "
                     "or set spec.scheduling.nodeSelector)")
     good = (f"all {len(pods)} server pods have a node or await their first attempt" if pods

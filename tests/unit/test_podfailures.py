@@ -225,3 +225,21 @@ def test_an_exceeded_quota_names_the_quota_and_its_figures() -> None:
 def test_another_creation_failure_points_at_the_replica_sets_events() -> None:
     cond, _, _ = pods_created('pods "x" is forbidden: maximum cpu usage per Container is 2')
     assert "kubectl describe replicaset -n ml" in cond["message"]
+
+
+def test_the_schedulers_missing_claim_gets_the_claims_fix() -> None:
+    from llm_operator.podscheduling import scheduling_condition
+
+    said = ('0/3 nodes are available: persistentvolumeclaim "hf-cache" not found. preemption: '
+            "0/3 nodes are available: 3 Preemption is not helpful for scheduling.")
+    pod = {"metadata": {"name": "qwen-abc", "namespace": "ml"}, "spec": {},
+           "status": {"phase": "Pending", "conditions": [
+               {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                "message": said}]}}
+    conds, _ = scheduling_condition([], [PodScheduling.from_pod(pod)],
+                                    placement="GPU class 'nvidia': x", generation=1, now=NOW)
+    cond = get_condition(conds, "PodsScheduled")
+    assert cond is not None and cond["reason"] == "Unschedulable"
+    assert f"pod qwen-abc: {said} Fix: PersistentVolumeClaim ml/hf-cache not found" in (
+        cond["message"])
+    assert "placed by" not in cond["message"]  # the GPU label is not the problem
