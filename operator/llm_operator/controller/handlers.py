@@ -84,7 +84,13 @@ from .diffbase import SlimDiffBaseStorage
 from .kube import ApiError, KubeClient, owner_name
 from .pods import creating_pods_loop, pod_service_key, pods_changed
 from .progress import GenerationProgressStorage
-from .reconcile import delete_owned, reconcile, workload_changed, write_status
+from .reconcile import (
+    NotReconciledYet,
+    delete_owned,
+    reconcile,
+    workload_changed,
+    write_status,
+)
 from .resync import resync_loop
 from .tuning import delete_tuning_jobs, tuning_progress_loop, tuning_step
 
@@ -274,8 +280,20 @@ def _changed_or_deleted(type: str, **_: Any) -> bool:
 async def deployment_event(
     body: kopf.Body, type: str, memo: kopf.Memo, logger: kopf.Logger, **kwargs: Any
 ) -> None:
-    """A managed Deployment changed: update the owner's workload conditions."""
-    await workload_changed(operator_context(memo), body, type, logger, kwargs[INDEX])
+    """A managed Deployment changed: update the owner's workload conditions. One that
+    reports a failure to create pods before the owner's first status write is tried
+    again in the background (no later event would bring it)."""
+    ctx = operator_context(memo)
+
+    async def step() -> None:
+        await workload_changed(ctx, body, type, logger, kwargs[INDEX])
+    try:
+        await step()
+    except NotReconciledYet:
+        ctx.retry_in_background(("workload-status", body.meta.namespace, body.meta.name),
+                                step, EVENT_RETRY_DELAYS_SECONDS,
+                                lambda exc: isinstance(exc, NotReconciledYet) or api_fault(exc),
+                                logger)
 
 
 @kopf.on.event("leaderworkerset.x-k8s.io", "v1", "leaderworkersets",

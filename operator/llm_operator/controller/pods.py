@@ -1,4 +1,4 @@
-"""Server pods the scheduler cannot place: the ``PodsScheduled`` condition (I/O edge).
+"""Server pods not placed or not starting: ``PodsScheduled``, ``ContainersRunning`` (I/O).
 
 kopf keeps an index of the operator's server pods by LLMService (labels
 ``app.kubernetes.io/managed-by=llm-operator``, ``llmops.dev/component=server``); every
@@ -58,8 +58,9 @@ async def pods_changed(
     pods: kopf.Index[ServiceKey, PodScheduling],
     logger: Any,
 ) -> None:
-    """A server pod of the service ``key`` changed: set its ``PodsScheduled`` condition
-    (and post the Warning Event when it becomes False)."""
+    """A server pod of the service ``key`` changed: set its ``PodsScheduled`` and
+    ``ContainersRunning`` conditions (and post a Warning Event when one changes to False
+    or to another reason)."""
     found = list(services.get(key, []))
     if not found:
         return

@@ -310,6 +310,10 @@ def _children_of(name: str) -> list[tuple[str, str, str]]:
     ]
 
 
+class NotReconciledYet(Exception):
+    """A workload event came before its owner's first status write: try again soon."""
+
+
 async def workload_changed(
     ctx: OperatorContext, body: kopf.Body, type: str | None, logger: Any,
     llmservices_by_name: kopf.Index[tuple[str, str], dict[str, Any]],
@@ -329,7 +333,12 @@ async def workload_changed(
     if svc_meta.get("deletionTimestamp"):
         return
     current = dict(svc_body.get("status") or {})
-    if st.condition_status(current, st.ConditionType.SPEC_VALID) != "True":
+    valid = st.condition_status(current, st.ConditionType.SPEC_VALID)
+    if valid is None and type != "DELETED" and replica_failure(body.get("status") or {}):
+        # The Deployment's controller answered before the first status write reached the
+        # index, and a failure to create pods brings no later event: come back.
+        raise NotReconciledYet(f"{namespace}/{owner} has no status yet")
+    if valid != "True":
         return  # nothing of ours should run; the reconcile handler owns this state
     if type == "DELETED":
         # Read the owner afresh: the index may not have seen it go yet (the garbage
