@@ -36,6 +36,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .timestamps import parse_rfc3339
+
 REASON_IMAGE_PULL = "ImagePullBackOff"
 REASON_INVALID_IMAGE = "InvalidImageName"
 REASON_CONFIG = "CreateContainerConfigError"
@@ -55,6 +57,10 @@ _WAITING_REASONS = {
 CREATING_REASONS = frozenset({"ContainerCreating", "PodInitializing"})
 # Pod Events that keep a pod in ContainerCreating.
 VOLUME_EVENT_REASONS = (REASON_FAILED_ATTACH, REASON_FAILED_MOUNT)
+# A FailedMount or FailedAttachVolume often comes and goes while a volume attaches on a
+# healthy start (a CSI driver still attaching): reported only once the pod has been bound
+# this long without a container. A Multi-Attach error is never transient: at once.
+VOLUME_GRACE_SECONDS = 45.0
 
 _NOT_FOUND = re.compile(r'(secrets?|configmaps?|persistentvolumeclaims?) "([^"]+)" not found',
                         re.IGNORECASE)
@@ -184,11 +190,32 @@ def creating(pod: Mapping[str, Any]) -> bool:
                for cs in statuses)
 
 
+def bound_time(pod: Mapping[str, Any]) -> float | None:
+    """When the pod was bound to its node (``PodScheduled=True``), else its start time,
+    in seconds since the epoch; None when its status says neither."""
+    status = pod.get("status") or {}
+    when = next((c.get("lastTransitionTime") for c in status.get("conditions") or []
+                 if c.get("type") == "PodScheduled" and c.get("status") == "True"), None)
+    when = when or status.get("startTime")
+    try:
+        return parse_rfc3339(str(when)) if when else None
+    except ValueError:
+        return None
+
+
+def _multi_attach(event: Mapping[str, Any]) -> bool:
+    return (event.get("reason") == REASON_FAILED_ATTACH
+            and "Multi-Attach" in str(event.get("message") or ""))
+
+
 def volume_problem(pod: str, volumes: PodVolumes, events: Sequence[Mapping[str, Any]],
-                   sharing: int) -> PodProblem | None:
+                   sharing: int, *, settled: bool = True) -> PodProblem | None:
     """A FailedAttachVolume or FailedMount Event of a pod stuck in ContainerCreating (the
     latest of the first reason found), or None. ``sharing``: server pods that mount the
-    pod's first claim."""
+    pod's first claim. ``settled``: the pod has been stuck past
+    :data:`VOLUME_GRACE_SECONDS` (before that only a Multi-Attach error counts)."""
+    if not settled:
+        events = [e for e in events if _multi_attach(e)]
     for reason in VOLUME_EVENT_REASONS:
         found = [e for e in events if e.get("reason") == reason and e.get("type") != "Normal"]
         if not found:

@@ -50,8 +50,10 @@ from typing import Any
 from .podfailures import (
     REASON_CREATED,
     REASON_FAILED_CREATE,
+    VOLUME_GRACE_SECONDS,
     PodProblem,
     PodVolumes,
+    bound_time,
     creating,
     creation_fix,
     scheduling_fix,
@@ -81,6 +83,7 @@ class PodScheduling:
     creating: bool = False  # bound, no container created yet: read its volume Events
     volumes: PodVolumes = field(default_factory=PodVolumes)
     uid: str = ""
+    bound_at: float | None = None  # when it was bound to its node (epoch seconds)
 
     @classmethod
     def from_pod(cls, pod: Mapping[str, Any]) -> PodScheduling:
@@ -93,7 +96,7 @@ class PodScheduling:
         crash = crash_of(status)
         more: dict[str, Any] = {"problem": waiting_problem(pod), "creating": creating(pod),
                                 "volumes": PodVolumes.from_pod(pod),
-                                "uid": str(meta.get("uid") or "")}
+                                "uid": str(meta.get("uid") or ""), "bound_at": bound_time(pod)}
         for cond in status.get("conditions") or []:
             if cond.get("type") == "PodScheduled":
                 stuck = (cond.get("status") == "False"
@@ -210,15 +213,20 @@ def crash_condition(
 
 
 def with_volume_events(pods: Sequence[PodScheduling],
-                       events: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[PodScheduling]:
+                       events: Mapping[str, Sequence[Mapping[str, Any]]], *,
+                       now: float) -> list[PodScheduling]:
     """The ``pods`` with the volume problem their Events show (``events``: pod name ->
-    its Events) for each pod still creating and no other problem."""
+    its Events) for each pod still creating and no other problem; a FailedMount only
+    once the pod has been bound :data:`~.podfailures.VOLUME_GRACE_SECONDS` (a volume
+    still attaching on a healthy start shows one too)."""
     out = []
     for pod in pods:
         if pod.creating and pod.problem is None and events.get(pod.name):
             claim = pod.volumes.claims[0] if pod.volumes.claims else None
             sharing = sum(1 for p in pods if claim in p.volumes.claims) if claim else 1
-            found = volume_problem(pod.name, pod.volumes, events[pod.name], sharing)
+            settled = pod.bound_at is None or now - pod.bound_at >= VOLUME_GRACE_SECONDS
+            found = volume_problem(pod.name, pod.volumes, events[pod.name], sharing,
+                                   settled=settled)
             pod = replace(pod, problem=found) if found else pod
         out.append(pod)
     return out

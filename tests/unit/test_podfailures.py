@@ -131,7 +131,7 @@ def test_creating_means_bound_and_no_container_yet() -> None:
 def test_a_volume_that_fails_to_mount_is_read_from_the_pods_events() -> None:
     pods = [PodScheduling.from_pod(creating_pod("qwen-abc", claim=None))]
     said = 'MountVolume.SetUp failed for volume "token" : secret "hf-token" not found'
-    found = with_volume_events(pods, {"qwen-abc": [
+    found = with_volume_events(pods, now=NOW, events={"qwen-abc": [
         {"type": "Normal", "reason": "Scheduled", "message": "assigned"},
         event("FailedMount", said)]})
     conds, notice = crash_condition([], found, generation=1, now=NOW)
@@ -141,16 +141,37 @@ def test_a_volume_that_fails_to_mount_is_read_from_the_pods_events() -> None:
         "message"]
     assert notice is not None and notice.reason == "FailedMount"
     # No Warning Event yet: the pod is just being set up.
-    conds2, _ = crash_condition([], with_volume_events(pods, {"qwen-abc": []}),
-                                generation=1, now=NOW)
+    conds2, _ = crash_condition(
+        [], with_volume_events(pods, now=NOW, events={"qwen-abc": []}), generation=1, now=NOW)
     assert get_condition(conds2, "ContainersRunning")["status"] == "True"  # type: ignore[index]
+
+
+def test_a_failed_mount_counts_after_the_grace_a_multi_attach_at_once() -> None:
+    """A FailedMount also shows while a volume still attaches on a healthy start: only
+    a pod bound for VOLUME_GRACE_SECONDS (45 s) without a container is reported."""
+    from llm_operator.timestamps import rfc3339
+
+    def bound(seconds_ago: float) -> list[PodScheduling]:
+        pod = creating_pod("qwen-abc")
+        pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "True",
+                                        "lastTransitionTime": rfc3339(NOW - seconds_ago)}]
+        return [PodScheduling.from_pod(pod)]
+
+    mount = {"qwen-abc": [event("FailedMount", "MountVolume.WaitForAttach failed")]}
+    assert with_volume_events(bound(10), mount, now=NOW)[0].problem is None
+    late = with_volume_events(bound(50), mount, now=NOW)[0].problem
+    assert late is not None and late.reason == "FailedMount"
+    multi = {"qwen-abc": [event("FailedAttachVolume", 'Multi-Attach error for volume "pv"')]}
+    early = with_volume_events(bound(1), multi, now=NOW)[0].problem
+    assert early is not None and early.reason == "FailedAttachVolume"
 
 
 def test_a_missing_claim_names_the_spec_fields() -> None:
     pods = [PodScheduling.from_pod(creating_pod("qwen-abc"))]
     said = ("Unable to attach or mount volumes: unmounted volumes=[model-cache]: error "
             'processing PVC ml/hf-cache: persistentvolumeclaim "hf-cache" not found')
-    found = with_volume_events(pods, {"qwen-abc": [event("FailedMount", said)]})
+    found = with_volume_events(pods, now=NOW,
+                               events={"qwen-abc": [event("FailedMount", said)]})
     problem = found[0].problem
     assert problem is not None and problem.reason == "FailedMount"
     assert problem.fix.startswith("PersistentVolumeClaim ml/hf-cache not found")
@@ -162,7 +183,7 @@ def test_two_replicas_on_a_read_write_once_claim_is_a_multi_attach() -> None:
     pods[0] = PodScheduling("qwen-a", False, volumes=pods[0].volumes)  # attached, running
     said = ('Multi-Attach error for volume "pvc-0b1c" Volume is already used by pod(s) '
             "qwen-a")
-    found = with_volume_events(pods, {"qwen-b": [
+    found = with_volume_events(pods, now=NOW, events={"qwen-b": [
         event("FailedMount", "Unable to attach or mount volumes: timed out", "2026-11-27T10:02Z"),
         event("FailedAttachVolume", said)]})
     conds, _ = crash_condition([], found, generation=1, now=NOW)

@@ -16,7 +16,10 @@ the kubelet and the attach-detach controller say why in Events only. So for a se
 that is bound and has no container yet, the pod's Events are listed (field selector on
 the pod), on each of its events and every :data:`CREATING_RECHECK_SECONDS` by
 :func:`creating_pods_loop` while it stays so: a FailedMount or FailedAttachVolume shows
-on the LLMService within that interval of the Event (well inside two minutes).
+on the LLMService within that interval of the Event; a FailedMount only once the pod has
+been bound :data:`~llm_operator.podfailures.VOLUME_GRACE_SECONDS` (45 s: a volume still
+attaching on a healthy start shows one too), so at most about 65 s after it was bound,
+and a Multi-Attach error at once.
 """
 
 from __future__ import annotations
@@ -70,8 +73,9 @@ async def pods_changed(
         return
     current = dict(svc_body.get("status") or {})
     listed = list(pods.get(key, []))
-    found_pods = with_volume_events(listed, await creating_pod_events(ctx, key[0], listed))
+    events = await creating_pod_events(ctx, key[0], listed)
     now, generation = clock(), meta.get("generation")
+    found_pods = with_volume_events(listed, events, now=now)
     conds, notice = scheduling_condition(
         current.get("conditions") or [], found_pods,
         placement=placement_note(current), generation=generation, now=now)
