@@ -1556,7 +1556,9 @@ def with_pod_sizing(spec: LLMServiceSpec, plan: Plan) -> Plan:
                 f"spec.cache.claimName {spec.cache.claim_name!r} is mounted by "
                 f"{'every replica' if spec.replicas > 1 else 'every node of a replica'}, "
                 "on different nodes: the claim must be ReadWriteMany (e.g. NFS, Filestore, "
-                "EFS, Azure Files), or the pods after the first stay Pending")
+                "EFS, Azure Files); a ReadWriteOnce claim attaches to one node, and the pods "
+                "on other nodes stay in ContainerCreating (FailedAttachVolume: Multi-Attach "
+                "error)")
     elif spec.cache.size_limit is not None:
         ex.append(Explained(
             name="modelCacheSize", value=size, source="pinned",

@@ -24,7 +24,19 @@ The same pod events report a container that keeps crashing (``ContainersRunning`
   its log tail: ``terminationMessagePolicy: FallbackToLogsOnError``), e.g. vLLM's
   "error: unrecognized arguments". A Warning Event ``CrashLoopBackOff`` goes with the
   change to False.
-- ``ContainersRunning=True``, reason ``Running``: no server container crash-loops.
+- ``ContainersRunning=False`` with the kubelet's reason when a server pod cannot start
+  for a reason it will not get past by itself: ``ImagePullBackOff``,
+  ``InvalidImageName``, ``CreateContainerConfigError`` (from the container's waiting
+  state), ``FailedMount`` or ``FailedAttachVolume`` (a pod stuck in
+  ``ContainerCreating``, from its Events); the message names the pod and container,
+  quotes the kubelet or controller and says the fix (:mod:`llm_operator.podfailures`).
+  A Warning Event goes with each change of the condition's status or reason.
+- ``ContainersRunning=True``, reason ``Running``: no server container crash-loops or
+  is stuck.
+
+``PodsCreated`` (from the Deployment, :func:`creation_condition`): False with reason
+``FailedCreate`` while the ReplicaSet controller cannot create the pods (its
+``ReplicaFailure`` condition, which the Deployment controller copies), with the fix.
 
 No clock is read here: the caller passes ``now``.
 """
@@ -32,9 +44,22 @@ No clock is read here: the caller passes ``now``.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from .podfailures import (
+    REASON_CREATED,
+    REASON_FAILED_CREATE,
+    VOLUME_GRACE_SECONDS,
+    PodProblem,
+    PodVolumes,
+    bound_time,
+    creating,
+    creation_fix,
+    scheduling_fix,
+    volume_problem,
+    waiting_problem,
+)
 from .status import JSON, ConditionType, Notice, get_condition, set_condition
 
 REASON_UNSCHEDULABLE = "Unschedulable"
@@ -54,6 +79,11 @@ class PodScheduling:
     unschedulable: bool
     message: str = ""
     crash: str | None = None  # a crash-looping container, said in one sentence
+    problem: PodProblem | None = None  # a container that cannot start (podfailures)
+    creating: bool = False  # bound, no container created yet: read its volume Events
+    volumes: PodVolumes = field(default_factory=PodVolumes)
+    uid: str = ""
+    bound_at: float | None = None  # when it was bound to its node (epoch seconds)
 
     @classmethod
     def from_pod(cls, pod: Mapping[str, Any]) -> PodScheduling:
@@ -64,13 +94,16 @@ class PodScheduling:
         bound = bool((pod.get("spec") or {}).get("nodeName"))
         name = str(meta.get("name") or "")
         crash = crash_of(status)
+        more: dict[str, Any] = {"problem": waiting_problem(pod), "creating": creating(pod),
+                                "volumes": PodVolumes.from_pod(pod),
+                                "uid": str(meta.get("uid") or ""), "bound_at": bound_time(pod)}
         for cond in status.get("conditions") or []:
             if cond.get("type") == "PodScheduled":
                 stuck = (cond.get("status") == "False"
                          and cond.get("reason") == REASON_UNSCHEDULABLE and not bound
                          and not meta.get("deletionTimestamp"))
-                return cls(name, stuck, str(cond.get("message") or ""), crash)
-        return cls(name, False, crash=crash)
+                return cls(name, stuck, str(cond.get("message") or ""), crash, **more)
+        return cls(name, False, crash=crash, **more)
 
 
 def _last_line(text: str) -> str:
@@ -109,15 +142,16 @@ def _set_false_or_true(
     bad: str | None, bad_reason: str, good: str, good_reason: str,
     generation: int | None, now: float,
 ) -> tuple[list[JSON], Notice | None]:
-    """``ctype`` False with ``bad`` (and a Warning Event the first time it turns False),
-    or True with ``good`` when ``bad`` is None."""
+    """``ctype`` False with ``bad`` (and a Warning Event when it turns False or its reason
+    changes: once per change, not per event), or True with ``good`` when ``bad`` is None."""
     if bad is None:
         return set_condition(conditions, ctype, True, good_reason, good,
                              generation=generation, now=now), None
     before = get_condition(conditions, ctype)
     conds = set_condition(conditions, ctype, False, bad_reason, bad,
                           generation=generation, now=now)
-    turned = before is None or before.get("status") != "False"
+    turned = (before is None or before.get("status") != "False"
+              or before.get("reason") != bad_reason)
     return conds, (Notice("Warning", bad_reason, bad) if turned else None)
 
 
@@ -136,7 +170,10 @@ def scheduling_condition(
     if stuck:
         bad = (f"{len(stuck)} of {len(pods)} server pods cannot be scheduled; pod "
                f"{stuck[0].name}: {stuck[0].message or 'no message from the scheduler'}")
-        if placement:
+        volume_fix = scheduling_fix(stuck[0].message, stuck[0].volumes.namespace)
+        if volume_fix:
+            bad += f" Fix: {volume_fix}"
+        elif placement:
             bad += (f" (placed by {placement}; check that the GPU nodes carry that label, "
                     "or set spec.scheduling.nodeSelector)")
     good = (f"all {len(pods)} server pods have a node or await their first attempt" if pods
@@ -154,10 +191,56 @@ def crash_condition(
     now: float,
 ) -> tuple[list[JSON], Notice | None]:
     """The conditions with ``ContainersRunning`` set from the server ``pods``, and the
-    Event to post when it has just become False (None otherwise)."""
+    Event to post when it has just become False or changed reason (None otherwise). A
+    crash loop comes first; then a container that cannot start (its pod named first in
+    name order)."""
     crashing = sorted((p for p in pods if p.crash), key=lambda p: p.name)
-    bad = (f"{len(crashing)} of {len(pods)} server pods crash-loop; pod {crashing[0].name}: "
-           f"{crashing[0].crash}") if crashing else None
+    if crashing:
+        bad = (f"{len(crashing)} of {len(pods)} server pods crash-loop; pod "
+               f"{crashing[0].name}: {crashing[0].crash}")
+        reason = REASON_CRASH_LOOP
+    else:
+        stuck = sorted((p for p in pods if p.problem), key=lambda p: p.name)
+        first = stuck[0].problem if stuck else None
+        bad = None
+        reason = first.reason if first else REASON_CRASH_LOOP
+        if first:
+            bad = f"{len(stuck)} of {len(pods)} server pods cannot start; {first.sentence()}"
     return _set_false_or_true(conditions, ConditionType.CONTAINERS_RUNNING, bad=bad,
-                              bad_reason=REASON_CRASH_LOOP, good="no server container crash-loops",
+                              bad_reason=reason,
+                              good="no server container crash-loops or is stuck",
                               good_reason=REASON_RUNNING, generation=generation, now=now)
+
+
+def with_volume_events(pods: Sequence[PodScheduling],
+                       events: Mapping[str, Sequence[Mapping[str, Any]]], *,
+                       now: float) -> list[PodScheduling]:
+    """The ``pods`` with the volume problem their Events show (``events``: pod name ->
+    its Events) for each pod still creating and no other problem; a FailedMount only
+    once the pod has been bound :data:`~.podfailures.VOLUME_GRACE_SECONDS` (a volume
+    still attaching on a healthy start shows one too)."""
+    out = []
+    for pod in pods:
+        if pod.creating and pod.problem is None and events.get(pod.name):
+            claim = pod.volumes.claims[0] if pod.volumes.claims else None
+            sharing = sum(1 for p in pods if claim in p.volumes.claims) if claim else 1
+            settled = pod.bound_at is None or now - pod.bound_at >= VOLUME_GRACE_SECONDS
+            found = volume_problem(pod.name, pod.volumes, events[pod.name], sharing,
+                                   settled=settled)
+            pod = replace(pod, problem=found) if found else pod
+        out.append(pod)
+    return out
+
+
+def creation_condition(
+    conditions: Sequence[Mapping[str, Any]], failure: str | None, *, kind: str, name: str,
+    namespace: str, generation: int | None, now: float,
+) -> tuple[list[JSON], Notice | None]:
+    """``PodsCreated`` from the workload's ``ReplicaFailure`` message (``failure``; None:
+    none), and the Event to post when it turns False or changes reason."""
+    bad = (f"the ReplicaSet of {kind} {name} cannot create its pods: {REASON_FAILED_CREATE}: "
+           f"{failure}. Fix: {creation_fix(failure, namespace)}") if failure else None
+    return _set_false_or_true(conditions, ConditionType.PODS_CREATED, bad=bad,
+                              bad_reason=REASON_FAILED_CREATE,
+                              good=f"the controller of {kind} {name} creates its pods",
+                              good_reason=REASON_CREATED, generation=generation, now=now)

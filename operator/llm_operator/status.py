@@ -46,7 +46,8 @@ class ConditionType(StrEnum):
     METRICS_AVAILABLE = "MetricsAvailable"  # Prometheus has the signals online adaptation needs
     TUNED = "Tuned"  # the batch settings come from a tuning run on this fingerprint
     PODS_SCHEDULED = "PodsScheduled"  # no server pod is Unschedulable (see podscheduling.py)
-    CONTAINERS_RUNNING = "ContainersRunning"  # no server container crash-loops (same module)
+    CONTAINERS_RUNNING = "ContainersRunning"  # no server container crash-loops or is stuck
+    PODS_CREATED = "PodsCreated"  # the workload's controller creates its pods (podscheduling)
     # every child the plan needs is written and every child it no longer needs deleted
     CHILDREN_APPLIED = "ChildrenApplied"
     # vLLM's prefix cache serves the shared prefix spec.workload.sharedPrefixTokens states

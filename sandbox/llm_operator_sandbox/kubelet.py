@@ -14,6 +14,12 @@ the garbage collector are Kubernetes' own.
   its declared ports map to (annotation ``sandbox.llmops.dev/ports``; every pod shares
   this machine's network), then a :class:`.node_agent.PodWorker` runs its init
   containers and containers and writes its status through the status subresource.
+- **Failures as a kubelet reports them** (:mod:`.kubelet_faults`): an image under a
+  ``.invalid`` registry host cannot be pulled (``ErrImagePull``/``ImagePullBackOff``),
+  a missing Secret keeps the container in ``CreateContainerConfigError``, a
+  ReadWriteOnce claim already attached to another node keeps the pod in
+  ``ContainerCreating`` with a ``FailedAttachVolume`` "Multi-Attach" Event; each with
+  the Events a kubelet posts.
 - **Graceful deletion**: a pod with ``deletionTimestamp`` has its processes stopped
   (SIGTERM, its grace period, SIGKILL), then the kubelet deletes it for good
   (``gracePeriodSeconds: 0``), which is what lets the API server drop it.
@@ -38,6 +44,7 @@ from typing import Any
 
 from kubernetes import client, config, watch
 
+from .kubelet_faults import Attachments
 from .local_plan import DEFAULT_KV_CACHE_BYTES, port_annotation
 from .node_agent import DEFAULT_LOCK, PORTS_ANNOTATION, PodWorker, descendants, free_port
 from .processes import stop_all
@@ -124,6 +131,7 @@ class LocalKubelet:
 
         self.operator_pythonpath = str(Path(llm_operator.__file__).resolve().parents[1])
         self.workers: dict[str, PodWorker] = {}  # "namespace/name" -> worker
+        self.attachments = Attachments()  # ReadWriteOnce claims -> their node
         self._stopping: set[str] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()

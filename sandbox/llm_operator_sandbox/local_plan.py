@@ -112,8 +112,14 @@ SUBSTITUTIONS: list[Substitution] = [
                  "folder); refreshed by an atomic symlink swap when the ConfigMap changes",
                  "the kubelet mounts it and refreshes it the same way within about a minute"),
     Substitution("other `persistentVolumeClaim` volumes",
-                 "an empty directory per pod",
-                 "the PVC's volume"),
+                 "an empty directory per pod; under the local kubelet, a ReadWriteOnce claim "
+                 "is held by the node of its first pod, and a pod on another node stays in "
+                 "`ContainerCreating` with a `FailedAttachVolume` Multi-Attach Event",
+                 "the PVC's volume, attached by the attach-detach controller"),
+    Substitution("an image under a `.invalid` registry host (RFC 2606: never resolves)",
+                 "the pull fails: `ErrImagePull` with containerd's \"no such host\", then "
+                 "`ImagePullBackOff`, and Events `Failed`/`BackOff`",
+                 "the same: the registry's name does not resolve"),
     Substitution("the container's own filesystem (`/tmp`, `HOME`, working directory)",
                  "private directories per pod and container; `/tmp/...` paths rewritten, "
                  "`HOME`, `TMPDIR` and `HF_HOME` set",
@@ -145,8 +151,9 @@ SUBSTITUTIONS: list[Substitution] = [
                  "rollout follows `maxSurge`/`maxUnavailable`",
                  "the Deployment controller creates a ReplicaSet per template"),
     Substitution("Secrets and ConfigMaps in `env` (`valueFrom`)",
-                 "read from the (emulated) API server; a missing one fails the container "
-                 "with `CreateContainerConfigError`",
+                 "read from the (emulated) API server; a missing one or a missing key keeps "
+                 "the container waiting in `CreateContainerConfigError` with the kubelet's "
+                 "message, retried every 5 s",
                  "the kubelet reads them the same way"),
     Substitution("network access (Hugging Face hub)",
                  "`HF_HUB_OFFLINE=1` in every container",
@@ -293,12 +300,17 @@ def resolve_env(container: Mapping[str, Any], pod: Mapping[str, Any],
         value: str | None = None
         for kind, ref_key in (("Secret", "secretKeyRef"), ("ConfigMap", "configMapKeyRef")):
             ref = src.get(ref_key)
-            if ref is not None:
+            if ref is None:
+                continue
+            try:  # the lookup raises the kubelet's `secret "NAME" not found`
                 value = lookup(kind, ref["name"], ref["key"])
-                if value is None and not ref.get("optional"):
-                    raise CannotRun("CreateContainerConfigError",
-                                    f'{kind.lower()} "{ref["name"]}" (key "{ref["key"]}") '
-                                    f"not found, needed by env {name}")
+            except CannotRun:
+                if not ref.get("optional"):
+                    raise
+            if value is None and not ref.get("optional"):
+                raise CannotRun("CreateContainerConfigError",
+                                f"couldn't find key {ref['key']} in {kind} "
+                                f"{meta.get('namespace') or 'default'}/{ref['name']}")
         if "fieldRef" in src:
             path = src["fieldRef"]["fieldPath"]
             fields = {"metadata.name": meta.get("name"), "metadata.namespace":
@@ -348,6 +360,7 @@ def plan_container(
                        volume_dirs={}, termination_path=term_path, log_path=cdir / "log",
                        tmp_dir=tmp_dir)
     if name == "download-model":
+        resolve_env(container, pod, lookup)  # a missing Secret stops it, as a kubelet does
         plan.skip = True
         plan.notes.append("init container download-model: not run (the model is local)")
         return plan

@@ -63,6 +63,7 @@ from kubernetes import client, config, watch
 
 from llm_operator.constants import LABEL_MANAGED_BY, MANAGED_BY
 
+from .kubelet_faults import PULL_BACKOFF_SECONDS, pull_error
 from .local_plan import (
     DEFAULT_KV_CACHE_BYTES,
     SUBSTITUTIONS,
@@ -88,6 +89,8 @@ NODE_NAME = "sandbox-node"
 TERMINATION_LIMIT = 4096  # bytes of a termination message (the kubelet's)
 LOG_TAIL_LINES, LOG_TAIL_BYTES = 80, 2048  # FallbackToLogsOnError
 MAX_GRACE_SECONDS = 30.0
+CONFIG_RETRY_SECONDS = 5.0  # a container waiting in CreateContainerConfigError tries again
+PULL_ERROR_SHOWN_SECONDS = 2.0  # ErrImagePull, then ImagePullBackOff until the next pull
 BACKOFF_START, BACKOFF_MAX = 10.0, 300.0  # the kubelet's crash back-off
 SYNC_SECONDS = 1.0
 MIN_SYNC_GAP_SECONDS = 0.5
@@ -266,9 +269,37 @@ class Api:
             value = (obj.get("data") or {}).get(key)
             return None if value is None else str(value)
         except client.ApiException as exc:
+            if exc.status == 404:  # the kubelet's words
+                raise CannotRun("CreateContainerConfigError",
+                                f'{kind.lower()} "{name}" not found') from None
+            raise
+
+    def claim(self, name: str) -> JSON | None:
+        """A PersistentVolumeClaim of the namespace, or None."""
+        try:
+            return self._json(self.core.read_namespaced_persistent_volume_claim(
+                name, self.ns, _preload_content=False))
+        except client.ApiException as exc:
             if exc.status == 404:
                 return None
             raise
+
+    def event(self, pod: JSON, type_: str, reason: str, message: str, component: str) -> None:
+        """An Event on ``pod`` as the kubelet (or a controller) posts it."""
+        meta = pod["metadata"]
+        now = _now()
+        body = {"metadata": {"generateName": f"{meta['name']}."},
+                "involvedObject": {"kind": "Pod", "apiVersion": "v1", "name": meta["name"],
+                                   "namespace": self.ns, "uid": meta.get("uid")},
+                "type": type_, "reason": reason, "message": message,
+                "source": {"component": component,
+                           "host": (pod.get("spec") or {}).get("nodeName")},
+                "firstTimestamp": now, "lastTimestamp": now, "count": 1}
+        try:
+            self.core.create_namespaced_event(self.ns, body,  # type: ignore[arg-type]
+                                              _preload_content=False)
+        except client.ApiException as exc:
+            log.warning("event %s on pod %s: %s", reason, meta["name"], exc)
 
 
 # --------------------------------------------------------------------- the kubelet
@@ -288,6 +319,8 @@ class ContainerRun:
     state: JSON = field(default_factory=lambda: {"waiting": {"reason": "PodInitializing"}})
     last_state: JSON = field(default_factory=dict)
     backoff_until: float = 0.0
+    pull_failures: int = 0  # failed image pulls (kubelet_faults.pull_error)
+    pull_failed_at: float = 0.0
     done: bool = False  # terminated for good (init succeeded, or restartPolicy Never)
     probe_fail_since: float | None = None
     ready_failures: int = 0
@@ -333,6 +366,9 @@ class PodWorker:
         self._written: JSON | None = None
         self._cm_versions: dict[str, str] = {}
         self._reason: str | None = None
+        self._posted: set[tuple[str, str]] = set()  # Events posted: once each
+        self._attached = False  # its ReadWriteOnce claims are attached to its node
+        self.key = f"{self.api.ns}/{self.name}"
         self.lock = threading.Lock()
 
     # ---------------------------------------------------------------- life cycle
@@ -344,6 +380,9 @@ class PodWorker:
         self.stop_event.set()
         self.thread.join(timeout=self.grace + 30)
         self._kill_all()
+        attachments = getattr(self.agent, "attachments", None)
+        if attachments is not None:
+            attachments.detach(self.key)
         import shutil
 
         for c in [*self.inits, *self.mains]:  # the containers' /tmp (outside the workdir)
@@ -447,11 +486,74 @@ class PodWorker:
             kv_cache_bytes=agent.kv_cache_bytes, vllm_lock=agent.vllm_lock,
             path_env=os.environ.get("PATH", ""), vllm_cli_dir=agent.vllm_cli_dir)
 
+    def _post(self, type_: str, reason: str, message: str,
+              component: str = "kubelet") -> None:
+        if (reason, message) not in self._posted:
+            self._posted.add((reason, message))
+            self.api.event(self.pod, type_, reason, message, component)
+
+    def _multi_attach(self) -> bool:
+        """A ReadWriteOnce claim of the pod is attached to another node: the pod stays in
+        ContainerCreating with the attach-detach controller's Event (kubelet_faults)."""
+        attachments = getattr(self.agent, "attachments", None)
+        if attachments is None:
+            return False
+        for vol in self.pod["spec"].get("volumes") or []:
+            name = (vol.get("persistentVolumeClaim") or {}).get("claimName")
+            claim = self.api.claim(name) if name else None
+            modes = set(((claim or {}).get("spec") or {}).get("accessModes") or [])
+            if not claim or modes != {"ReadWriteOnce"}:
+                continue
+            holders = attachments.attach(self.api.ns, name, self.pod["spec"]["nodeName"],
+                                         self.key)
+            if holders:
+                volume = claim["spec"].get("volumeName") or name
+                pods = ", ".join(h.split("/", 1)[1] for h in holders)
+                self._post("Warning", "FailedAttachVolume",
+                           f'Multi-Attach error for volume "{volume}" Volume is already used '
+                           f"by pod(s) {pods}", component="attachdetach-controller")
+                return True
+        return False
+
+    def _pull(self, run: ContainerRun) -> bool:
+        """Pull the container's image (kubelet_faults.pull_error): False while it fails
+        (waiting ErrImagePull, then ImagePullBackOff until the next try)."""
+        image = str(run.spec.get("image") or "")
+        error = pull_error(image)
+        if error is None:
+            return True
+        run.state = {"waiting": {"reason": "ErrImagePull", "message": error}}
+        delay = PULL_BACKOFF_SECONDS[min(run.pull_failures, len(PULL_BACKOFF_SECONDS) - 1)]
+        run.pull_failures += 1
+        run.pull_failed_at = time.monotonic()
+        run.backoff_until = run.pull_failed_at + delay
+        self._post("Warning", "Failed", f'Failed to pull image "{image}": {error}')
+        self._post("Warning", "Failed", "Error: ErrImagePull")
+        return False
+
+    def _backing_off(self, run: ContainerRun) -> None:
+        """After a failed pull the kubelet says ImagePullBackOff until its next try."""
+        waiting = run.state.get("waiting") or {}
+        if (waiting.get("reason") == "ErrImagePull"
+                and time.monotonic() - run.pull_failed_at >= PULL_ERROR_SHOWN_SECONDS):
+            image = str(run.spec.get("image") or "")
+            run.state = {"waiting": {"reason": "ImagePullBackOff",
+                                     "message": f'Back-off pulling image "{image}"'}}
+            self._post("Normal", "BackOff", f'Back-off pulling image "{image}"')
+            self._post("Warning", "Failed", "Error: ImagePullBackOff")
+
     def _launch(self, run: ContainerRun) -> None:
         now = _now()
+        if not self._pull(run):
+            return
         try:
             plan = self._plan(run)
         except CannotRun as exc:
+            if exc.reason == "CreateContainerConfigError":  # waits, retried; no restart
+                run.state = {"waiting": {"reason": exc.reason, "message": exc.message}}
+                run.backoff_until = time.monotonic() + CONFIG_RETRY_SECONDS
+                self._post("Warning", "Failed", f"Error: {exc.message}")
+                return
             self._terminated(run, 128, exc.reason, exc.message, now)
             return
         run.plan = plan
@@ -630,12 +732,20 @@ class PodWorker:
                 c.state = {"waiting": {"reason": "ContainerCreating",
                                        "message": "waiting for the ConfigMap volume"}}
             return
+        if not self._attached:
+            if self._multi_attach():
+                for c in [*self.inits, *self.mains]:
+                    c.state = {"waiting": {"reason": "ContainerCreating"}}
+                return
+            self._attached = True
         if not self.initialized:
             for run in self.inits:
                 if not run.done:
                     if run.proc is None:
                         if time.monotonic() >= run.backoff_until:
                             self._launch(run)
+                        else:
+                            self._backing_off(run)
                     else:
                         self._poll(run)
                 if not run.done:
@@ -652,6 +762,8 @@ class PodWorker:
             if run.proc is None:
                 if time.monotonic() >= run.backoff_until:
                     self._launch(run)
+                else:
+                    self._backing_off(run)
             else:
                 self._poll(run)
         if all(c.done for c in self.mains):

@@ -48,6 +48,7 @@ class OperatorContext:
     adaptation_task: asyncio.Task[None] | None = None
     tuning_progress_task: asyncio.Task[None] | None = None
     resync_task: asyncio.Task[None] | None = None
+    creating_pods_task: asyncio.Task[None] | None = None
     present: set[ServiceKey] = field(default_factory=set)
     retries: dict[Hashable, asyncio.Task[None]] = field(default_factory=dict)
     renders: int = 0

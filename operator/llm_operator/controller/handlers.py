@@ -24,8 +24,9 @@ and renaming a function must not change them.
   finished or went away) and ``tuning-cleanup`` (delete): :mod:`.tuning`; the startup
   handler also starts the tuning-progress loop there (a pod that waits for GPUs).
 - index ``server_pods_by_service`` and ``pod-scheduling``: the server pods of each
-  LLMService; a pod the scheduler cannot place sets ``PodsScheduled=False``
-  (:mod:`.pods`).
+  LLMService; a pod the scheduler cannot place sets ``PodsScheduled=False``, a container
+  that crash-loops or cannot start ``ContainersRunning=False`` (:mod:`.pods`; the startup
+  handler also starts its loop for pods stuck in ContainerCreating).
 - the resync loop (started by the startup handler, :mod:`.resync`): a service whose
   handling stalled (a retry kopf planned never came because kopf's own write failed) is
   set going again; kopf's progress records carry the generation they handled
@@ -81,9 +82,15 @@ from .adaptation import AdaptationLoop
 from .context import CONTEXT_KEY, OperatorContext, operator_context
 from .diffbase import SlimDiffBaseStorage
 from .kube import ApiError, KubeClient, owner_name
-from .pods import pod_service_key, pods_changed
+from .pods import creating_pods_loop, pod_service_key, pods_changed
 from .progress import GenerationProgressStorage
-from .reconcile import delete_owned, reconcile, workload_changed, write_status
+from .reconcile import (
+    NotReconciledYet,
+    delete_owned,
+    reconcile,
+    workload_changed,
+    write_status,
+)
 from .resync import resync_loop
 from .tuning import delete_tuning_jobs, tuning_progress_loop, tuning_step
 
@@ -177,6 +184,12 @@ async def operator_startup(settings: kopf.OperatorSettings, memo: kopf.Memo,
         # failed), set going again; only those, at a bounded rate (.resync).
         ctx.resync_task = asyncio.create_task(resync_loop(ctx, services, settings, logger),
                                               name="llmop-resync")
+        pods = kwargs.get(POD_INDEX)
+        if pods is not None:
+            # Server pods stuck in ContainerCreating change no status: their volume Events
+            # are read on a timer (.pods).
+            ctx.creating_pods_task = asyncio.create_task(
+                creating_pods_loop(ctx, services, pods, logger), name="llmop-creating-pods")
     if not ctx.settings.prometheus_url:
         logger.info("Online adaptation is off: LLMOP_PROMETHEUS_URL is not set")
         return
@@ -194,7 +207,8 @@ async def operator_cleanup(memo: kopf.Memo, **_: Any) -> None:
     ctx = memo.get(CONTEXT_KEY)
     if not isinstance(ctx, OperatorContext):
         return
-    for task in (ctx.adaptation_task, ctx.tuning_progress_task, ctx.resync_task):
+    for task in (ctx.adaptation_task, ctx.tuning_progress_task, ctx.resync_task,
+                 ctx.creating_pods_task):
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -266,8 +280,20 @@ def _changed_or_deleted(type: str, **_: Any) -> bool:
 async def deployment_event(
     body: kopf.Body, type: str, memo: kopf.Memo, logger: kopf.Logger, **kwargs: Any
 ) -> None:
-    """A managed Deployment changed: update the owner's workload conditions."""
-    await workload_changed(operator_context(memo), body, type, logger, kwargs[INDEX])
+    """A managed Deployment changed: update the owner's workload conditions. One that
+    reports a failure to create pods before the owner's first status write is tried
+    again in the background (no later event would bring it)."""
+    ctx = operator_context(memo)
+
+    async def step() -> None:
+        await workload_changed(ctx, body, type, logger, kwargs[INDEX])
+    try:
+        await step()
+    except NotReconciledYet:
+        ctx.retry_in_background(("workload-status", body.meta.namespace, body.meta.name),
+                                step, EVENT_RETRY_DELAYS_SECONDS,
+                                lambda exc: isinstance(exc, NotReconciledYet) or api_fault(exc),
+                                logger)
 
 
 @kopf.on.event("leaderworkerset.x-k8s.io", "v1", "leaderworkersets",

@@ -96,7 +96,9 @@ CLIENT_ACCESS: dict[tuple[str, str], tuple[frozenset[str], tuple[str, ...]]] = {
     # The tuning cache and each live-cap service's <name>-admission-cap, which server-side
     # apply writes like any child; RBAC cannot name the latter, so no resourceNames.
     ("", "configmaps"): (frozenset({"get", "create", "patch", "delete"}), ()),
-    ("", "events"): (frozenset({"create"}), ()),
+    # list: the Events of a server pod stuck in ContainerCreating (FailedMount,
+    # FailedAttachVolume), by field selector on the pod (controller/pods.py).
+    ("", "events"): (frozenset({"create", "list"}), ()),
 }
 
 
@@ -352,10 +354,13 @@ class KubeClient:
             raise
 
     async def list(
-        self, api_version: str, kind: str, namespace: str | None, label_selector: str = ""
+        self, api_version: str, kind: str, namespace: str | None, label_selector: str = "",
+        field_selector: str = "",
     ) -> list[JSON]:
-        """Objects of a kind (optionally by label selector); [] when the kind is not served."""
+        """Objects of a kind (optionally by label and field selector); [] when the kind is
+        not served."""
         query = [("labelSelector", label_selector)] if label_selector else []
+        query += [("fieldSelector", field_selector)] if field_selector else []
         try:
             result = await self.request("GET", resource_path(api_version, kind, namespace),
                                         query=query)

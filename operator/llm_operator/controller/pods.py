@@ -1,4 +1,4 @@
-"""Server pods the scheduler cannot place: the ``PodsScheduled`` condition (I/O edge).
+"""Server pods not placed or not starting: ``PodsScheduled``, ``ContainersRunning`` (I/O).
 
 kopf keeps an index of the operator's server pods by LLMService (labels
 ``app.kubernetes.io/managed-by=llm-operator``, ``llmops.dev/component=server``); every
@@ -7,11 +7,25 @@ condition from the index with the pure
 :func:`llm_operator.podscheduling.scheduling_condition` and writes it through
 :func:`.reconcile.write_status`. The scheduler marks a pod Unschedulable on its first
 attempt, so the condition follows within seconds, far inside a minute.
+
+The same path sets ``ContainersRunning`` (a crash loop; an image the kubelet cannot pull
+or parse; a missing Secret or key, from the containers' waiting state, which the kubelet
+writes on the pod, so a pod event follows). A pod the kubelet cannot set up (a volume it
+cannot mount or attach) stays in ``ContainerCreating`` and its status does not change:
+the kubelet and the attach-detach controller say why in Events only. So for a server pod
+that is bound and has no container yet, the pod's Events are listed (field selector on
+the pod), on each of its events and every :data:`CREATING_RECHECK_SECONDS` by
+:func:`creating_pods_loop` while it stays so: a FailedMount or FailedAttachVolume shows
+on the LLMService within that interval of the Event; a FailedMount only once the pod has
+been bound :data:`~llm_operator.podfailures.VOLUME_GRACE_SECONDS` (45 s: a volume still
+attaching on a healthy start shows one too), so at most about 65 s after it was bound,
+and a Multi-Attach error at once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import kopf
@@ -24,9 +38,14 @@ from ..podscheduling import (
     crash_condition,
     placement_note,
     scheduling_condition,
+    with_volume_events,
 )
 from .context import OperatorContext, clock
+from .kube import JSON
 from .reconcile import write_status
+
+# How often the Events of a server pod stuck in ContainerCreating are read again.
+CREATING_RECHECK_SECONDS = 20.0
 
 
 def pod_service_key(namespace: str | None, labels: Mapping[str, str]) -> ServiceKey | None:
@@ -42,8 +61,9 @@ async def pods_changed(
     pods: kopf.Index[ServiceKey, PodScheduling],
     logger: Any,
 ) -> None:
-    """A server pod of the service ``key`` changed: set its ``PodsScheduled`` condition
-    (and post the Warning Event when it becomes False)."""
+    """A server pod of the service ``key`` changed: set its ``PodsScheduled`` and
+    ``ContainersRunning`` conditions (and post a Warning Event when one changes to False
+    or to another reason)."""
     found = list(services.get(key, []))
     if not found:
         return
@@ -52,7 +72,10 @@ async def pods_changed(
     if meta.get("deletionTimestamp"):
         return
     current = dict(svc_body.get("status") or {})
-    now, generation, found_pods = clock(), meta.get("generation"), list(pods.get(key, []))
+    listed = list(pods.get(key, []))
+    events = await creating_pod_events(ctx, key[0], listed)
+    now, generation = clock(), meta.get("generation")
+    found_pods = with_volume_events(listed, events, now=now)
     conds, notice = scheduling_condition(
         current.get("conditions") or [], found_pods,
         placement=placement_note(current), generation=generation, now=now)
@@ -65,3 +88,43 @@ async def pods_changed(
         if said is not None and written is not None:
             logger.warning(f"{key[0]}/{key[1]}: {said.message}")
             ctx.post_event(written, said.type, said.reason, said.message)
+
+
+def _about(involved: Mapping[str, Any], pod: PodScheduling) -> bool:
+    return (involved.get("kind") == "Pod" and involved.get("name") == pod.name
+            and (not pod.uid or involved.get("uid") in (None, "", pod.uid)))
+
+
+async def creating_pod_events(ctx: OperatorContext, namespace: str,
+                              pods: Sequence[PodScheduling]) -> dict[str, list[JSON]]:
+    """The Events of each pod still creating (bound, no container yet, no other problem),
+    by pod name: only those of this very pod (its uid), not of an earlier namesake."""
+    out: dict[str, list[JSON]] = {}
+    for pod in pods:
+        if not pod.creating or pod.problem is not None:
+            continue
+        events = await ctx.kube.list(
+            "v1", "Event", namespace,
+            field_selector=f"involvedObject.kind=Pod,involvedObject.name={pod.name}")
+        out[pod.name] = [e for e in events if _about(e.get("involvedObject") or {}, pod)]
+    return out
+
+
+async def creating_pods_loop(
+    ctx: OperatorContext, services: kopf.Index[ServiceKey, dict[str, Any]],
+    pods: kopf.Index[ServiceKey, PodScheduling], logger: Any,
+) -> None:
+    """Every :data:`CREATING_RECHECK_SECONDS`: :func:`pods_changed` for each service with
+    a server pod still creating (its status will not change while a volume fails, so no
+    pod event would come). Never raises: a failed round is logged and tried again."""
+    while True:
+        await asyncio.sleep(CREATING_RECHECK_SECONDS)
+        for key in sorted(pods):
+            if not any(p.creating and p.problem is None for p in pods.get(key, [])):
+                continue
+            try:
+                await pods_changed(ctx, key, services, pods, logger)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # one service's failure must not stop the others
+                logger.warning(f"Pod check of {key[0]}/{key[1]}: {exc!r}")

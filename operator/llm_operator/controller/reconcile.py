@@ -40,6 +40,8 @@ from ..constants import GROUP, KIND, VERSION
 from ..errors import SpecError, SpecErrors
 from ..models import LLMService, dropped_fields, dropped_message, parse_llmservice
 from ..planning import Plan, make_plan
+from ..podfailures import replica_failure
+from ..podscheduling import creation_condition
 from ..rendering import render_all
 from ..rendering.identity import serving_selector
 from ..rendering.leaderworkerset import LWS_API_VERSION, LWS_KIND, LWS_NAME_SUFFIX, is_multi_node
@@ -331,6 +333,10 @@ def _children_of(name: str) -> list[tuple[str, str, str]]:
     ]
 
 
+class NotReconciledYet(Exception):
+    """A workload event came before its owner's first status write: try again soon."""
+
+
 async def workload_changed(
     ctx: OperatorContext, body: kopf.Body, type: str | None, logger: Any,
     llmservices_by_name: kopf.Index[tuple[str, str], dict[str, Any]],
@@ -341,6 +347,7 @@ async def workload_changed(
     namespace = body.meta.namespace or "default"
     if owner is None:
         return
+    notice: st.Notice | None = None
     found = list(llmservices_by_name.get((namespace, owner), []))
     if not found:
         return
@@ -349,7 +356,12 @@ async def workload_changed(
     if svc_meta.get("deletionTimestamp"):
         return
     current = dict(svc_body.get("status") or {})
-    if st.condition_status(current, st.ConditionType.SPEC_VALID) != "True":
+    valid = st.condition_status(current, st.ConditionType.SPEC_VALID)
+    if valid is None and type != "DELETED" and replica_failure(body.get("status") or {}):
+        # The Deployment's controller answered before the first status write reached the
+        # index, and a failure to create pods brings no later event: come back.
+        raise NotReconciledYet(f"{namespace}/{owner} has no status yet")
+    if valid != "True":
         return  # nothing of ours should run; the reconcile handler owns this state
     if type == "DELETED":
         # Read the owner afresh: the index may not have seen it go yet (the garbage
@@ -372,9 +384,18 @@ async def workload_changed(
             except (SpecError, SpecErrors):
                 pass
         state = st.WorkloadState.from_object(body, replicas)
+        kind, now = str(body.get("kind")), clock()
         conds = st.workload_conditions(
-            current.get("conditions") or [], state, kind=str(body.get("kind")), name=owner,
-            generation=svc_meta.get("generation"), now=clock())
+            current.get("conditions") or [], state, kind=kind, name=owner,
+            generation=svc_meta.get("generation"), now=now)
+        if kind == "Deployment":  # its controller copies the ReplicaSet's ReplicaFailure
+            conds, notice = creation_condition(
+                conds, replica_failure(body.get("status") or {}), kind=kind,
+                name=str(body.meta.name), namespace=namespace,
+                generation=svc_meta.get("generation"), now=now)
         outcome = ReconcileOutcome(st.status_patch(
             current, {"conditions": conds, "replicas": state.replicas}))
-    await write_status(ctx, svc_body, outcome.status_patch)
+    written = await write_status(ctx, svc_body, outcome.status_patch)
+    if notice is not None and written is not None:
+        logger.warning(f"{namespace}/{owner}: {notice.message}")
+        ctx.post_event(written, notice.type, notice.reason, notice.message)

@@ -1,0 +1,266 @@
+"""Why a server pod cannot start or cannot be created, with the fix (pure).
+
+The kubelet and the controllers say what is wrong where nobody looks: in a container's
+waiting state, in the pod's Events, in the ReplicaSet's. Each reading here turns one of
+those into a :class:`PodProblem` (the pod and container, the kubelet's or controller's
+own reason and message, and what to change), which :mod:`llm_operator.podscheduling`
+puts on the LLMService as a condition:
+
+``ContainersRunning=False`` (from the pod and its Events)
+
+- reason ``ImagePullBackOff``: the kubelet's ``ErrImagePull`` or ``ImagePullBackOff``
+  (one reason for both: the kubelet alternates them while it backs off, and the
+  condition should not flap);
+- reason ``InvalidImageName``: the image reference does not parse;
+- reason ``CreateContainerConfigError``: an env or envFrom source is missing, e.g. the
+  Hugging Face token's Secret (``secret "hf-token" not found``) or its key;
+- reason ``FailedMount``: the pod is bound but its containers never start (waiting in
+  ``ContainerCreating``/``PodInitializing``) and the kubelet posted ``FailedMount``
+  Events (a missing Secret or claim);
+- reason ``FailedAttachVolume``: the same, with the attach-detach controller's
+  ``FailedAttachVolume`` Event, e.g. "Multi-Attach error": a ReadWriteOnce claim
+  already attached to another node, which two replicas sharing it on two nodes cause.
+
+``PodsCreated=False`` (from the Deployment, which copies its ReplicaSet's
+``ReplicaFailure`` condition): reason ``FailedCreate``, the ReplicaSet controller could
+not create the pod, e.g. a PriorityClass that does not exist or a ResourceQuota with no
+room left.
+
+No clock and no client here: the controller reads pods, Events and the Deployment.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .timestamps import parse_rfc3339
+
+REASON_IMAGE_PULL = "ImagePullBackOff"
+REASON_INVALID_IMAGE = "InvalidImageName"
+REASON_CONFIG = "CreateContainerConfigError"
+REASON_FAILED_MOUNT = "FailedMount"
+REASON_FAILED_ATTACH = "FailedAttachVolume"
+REASON_FAILED_CREATE = "FailedCreate"
+REASON_CREATED = "Created"
+
+# The kubelet's waiting reasons this module reads, and the condition reason of each.
+_WAITING_REASONS = {
+    "ErrImagePull": REASON_IMAGE_PULL,
+    "ImagePullBackOff": REASON_IMAGE_PULL,
+    "InvalidImageName": REASON_INVALID_IMAGE,
+    "CreateContainerConfigError": REASON_CONFIG,
+}
+# Waiting reasons of a container that has not been created yet (volumes come first).
+CREATING_REASONS = frozenset({"ContainerCreating", "PodInitializing"})
+# Pod Events that keep a pod in ContainerCreating.
+VOLUME_EVENT_REASONS = (REASON_FAILED_ATTACH, REASON_FAILED_MOUNT)
+# A FailedMount or FailedAttachVolume often comes and goes while a volume attaches on a
+# healthy start (a CSI driver still attaching): reported only once the pod has been bound
+# this long without a container. A Multi-Attach error is never transient: at once.
+VOLUME_GRACE_SECONDS = 45.0
+
+_NOT_FOUND = re.compile(r'(secrets?|configmaps?|persistentvolumeclaims?) "([^"]+)" not found',
+                        re.IGNORECASE)
+_MISSING_KEY = re.compile(r"couldn't find key (\S+) in (Secret|ConfigMap) ([^/\s]+)/([^\s,]+)")
+_PRIORITY_CLASS = re.compile(r"no PriorityClass with name (\S+) was found")
+_QUOTA = re.compile(r"exceeded quota: ([^,]+), requested: (.+?), used: (.+?), limited: (.+)$")
+
+
+@dataclass(frozen=True)
+class PodProblem:
+    """One reason a server pod does not run, as the LLMService reports it."""
+
+    reason: str  # the condition's reason
+    pod: str
+    container: str | None  # None: the pod as a whole (its volumes)
+    said: str  # "<kubelet's or controller's reason>: <its message>"
+    fix: str
+
+    def sentence(self) -> str:
+        where = f"pod {self.pod}" + (f", container {self.container}" if self.container else "")
+        return f"{where}: {self.said}. Fix: {self.fix}"
+
+
+@dataclass(frozen=True)
+class PodVolumes:
+    """What of a pod's spec the fixes name: its namespace, its claims, its images."""
+
+    namespace: str = "default"
+    claims: tuple[str, ...] = ()
+    images: tuple[tuple[str, str], ...] = ()  # (container, image)
+
+    @classmethod
+    def from_pod(cls, pod: Mapping[str, Any]) -> PodVolumes:
+        spec = pod.get("spec") or {}
+        claims = tuple(str((v.get("persistentVolumeClaim") or {}).get("claimName"))
+                       for v in spec.get("volumes") or [] if v.get("persistentVolumeClaim"))
+        images = tuple((str(c.get("name")), str(c.get("image") or ""))
+                       for key in ("initContainers", "containers")
+                       for c in spec.get(key) or [])
+        namespace = str((pod.get("metadata") or {}).get("namespace") or "default")
+        return cls(namespace, claims, images)
+
+    def image_of(self, container: str) -> str:
+        return next((image for name, image in self.images if name == container), "")
+
+
+def _missing_object_fix(message: str, namespace: str) -> str | None:
+    """The fix for a "<kind> "<name>" not found" or a missing key, or None."""
+    key = _MISSING_KEY.search(message)
+    if key:
+        k, kind, ns, name = key.groups()
+        if kind == "Secret":
+            return (f"Secret {ns}/{name} has no key {k}: add it (`kubectl create secret generic "
+                    f"{name} -n {ns} --from-literal={k}=... --dry-run=client -o yaml | kubectl "
+                    "apply -f -`) or set spec.model.tokenSecretRef.key to a key it has")
+        return f"ConfigMap {ns}/{name} has no key {k}: add it, or fix the reference in spec.pod.env"
+    found = _NOT_FOUND.search(message)
+    if not found:
+        return None
+    kind, name = found.group(1).lower().rstrip("s"), found.group(2)
+    if kind == "secret":
+        return (f"Secret {namespace}/{name} not found: create it with `kubectl create secret "
+                f"generic {name} -n {namespace} --from-literal=token=...` (the key "
+                "spec.model.tokenSecretRef.key names), or fix the name in the spec")
+    if kind == "configmap":
+        return (f"ConfigMap {namespace}/{name} not found: create it, or fix the reference in "
+                "spec.pod.env")
+    return (f"PersistentVolumeClaim {namespace}/{name} not found: create it, or fix "
+            "spec.cache.claimName / spec.model.volume.claimName")
+
+
+def scheduling_fix(message: str, namespace: str) -> str | None:
+    """The fix for a scheduler's message about the pod's claims (the VolumeBinding
+    plugin: a claim that does not exist, or that no volume is bound to), or None."""
+    if "persistentvolumeclaim" in message.lower() and "not found" in message:
+        return _missing_object_fix(message, namespace)
+    if "unbound immediate PersistentVolumeClaims" in message:
+        return ("a claim of the pod is not bound to a volume: check its StorageClass's "
+                f"provisioner (`kubectl describe pvc -n {namespace}`), or create a "
+                "PersistentVolume for it")
+    return None
+
+
+def waiting_problem(pod: Mapping[str, Any]) -> PodProblem | None:
+    """The first container (init containers first) that waits for a reason the kubelet
+    will not get past by itself: an image it cannot pull or parse, a missing env source."""
+    name = str((pod.get("metadata") or {}).get("name") or "")
+    status = pod.get("status") or {}
+    volumes = PodVolumes.from_pod(pod)
+    for key in ("initContainerStatuses", "containerStatuses"):
+        for cs in status.get(key) or []:
+            waiting = (cs.get("state") or {}).get("waiting") or {}
+            kubelet_reason = str(waiting.get("reason") or "")
+            reason = _WAITING_REASONS.get(kubelet_reason)
+            if reason is None:
+                continue
+            container = str(cs.get("name") or "")
+            message = str(waiting.get("message") or "").strip()
+            said = f"{kubelet_reason}: {message}" if message else kubelet_reason
+            image = str(cs.get("image") or "") or volumes.image_of(container)
+            if reason == REASON_IMAGE_PULL:
+                fix = (f"check that image {image} exists (spec.image, or the operator's "
+                       "LLMOP_DEFAULT_IMAGE when spec.image is unset) and that the nodes may "
+                       "pull it: a private registry needs spec.pod.imagePullSecrets")
+            elif reason == REASON_INVALID_IMAGE:
+                fix = (f"{image!r} is not an image reference: set spec.image (or the "
+                       "operator's LLMOP_DEFAULT_IMAGE) to [registry/]repository[:tag]"
+                       "[@digest], e.g. vllm/vllm-openai:v0.10.1")
+            else:
+                fix = (_missing_object_fix(message, volumes.namespace)
+                       or "create what the kubelet names, or fix the reference in the spec")
+            return PodProblem(reason, name, container, said, fix)
+    return None
+
+
+def creating(pod: Mapping[str, Any]) -> bool:
+    """The pod is bound and none of its containers has been created yet: the kubelet is
+    still setting it up (volumes first), or cannot."""
+    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+    if not (pod.get("spec") or {}).get("nodeName") or meta.get("deletionTimestamp"):
+        return False
+    if status.get("phase") not in (None, "Pending"):
+        return False
+    statuses = [*(status.get("initContainerStatuses") or []),
+                *(status.get("containerStatuses") or [])]
+    return all(((cs.get("state") or {}).get("waiting") or {}).get("reason") in CREATING_REASONS
+               for cs in statuses)
+
+
+def bound_time(pod: Mapping[str, Any]) -> float | None:
+    """When the pod was bound to its node (``PodScheduled=True``), else its start time,
+    in seconds since the epoch; None when its status says neither."""
+    status = pod.get("status") or {}
+    when = next((c.get("lastTransitionTime") for c in status.get("conditions") or []
+                 if c.get("type") == "PodScheduled" and c.get("status") == "True"), None)
+    when = when or status.get("startTime")
+    try:
+        return parse_rfc3339(str(when)) if when else None
+    except ValueError:
+        return None
+
+
+def _multi_attach(event: Mapping[str, Any]) -> bool:
+    return (event.get("reason") == REASON_FAILED_ATTACH
+            and "Multi-Attach" in str(event.get("message") or ""))
+
+
+def volume_problem(pod: str, volumes: PodVolumes, events: Sequence[Mapping[str, Any]],
+                   sharing: int, *, settled: bool = True) -> PodProblem | None:
+    """A FailedAttachVolume or FailedMount Event of a pod stuck in ContainerCreating (the
+    latest of the first reason found), or None. ``sharing``: server pods that mount the
+    pod's first claim. ``settled``: the pod has been stuck past
+    :data:`VOLUME_GRACE_SECONDS` (before that only a Multi-Attach error counts)."""
+    if not settled:
+        events = [e for e in events if _multi_attach(e)]
+    for reason in VOLUME_EVENT_REASONS:
+        found = [e for e in events if e.get("reason") == reason and e.get("type") != "Normal"]
+        if not found:
+            continue
+        latest = max(found, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime")
+                                               or (e.get("metadata") or {}).get(
+                                                   "creationTimestamp") or ""))
+        message = " ".join(str(latest.get("message") or "").split())
+        said = f"{reason}: {message}"
+        claim = volumes.claims[0] if volumes.claims else None
+        if reason == REASON_FAILED_ATTACH and "Multi-Attach" in message and claim:
+            fix = (f"claim {claim} is ReadWriteOnce and {sharing} replicas share it: use a "
+                   "ReadWriteMany class or 1 replica (spec.replicas), or give spec.cache."
+                   "claimName / spec.model.volume.claimName a claim per replica")
+        elif reason == REASON_FAILED_ATTACH:
+            fix = "check the volume's storage driver and that the claim can attach to this node"
+        else:
+            fix = (_missing_object_fix(message, volumes.namespace)
+                   or "check the volumes the message names (spec.cache.claimName, "
+                   "spec.model.volume.claimName)")
+        return PodProblem(reason, pod, None, said, fix)
+    return None
+
+
+def replica_failure(deployment_status: Mapping[str, Any]) -> str | None:
+    """The message of the Deployment's ``ReplicaFailure=True`` condition (the ReplicaSet
+    controller could not create or delete pods), else None."""
+    for cond in deployment_status.get("conditions") or []:
+        if cond.get("type") == "ReplicaFailure" and cond.get("status") == "True":
+            return str(cond.get("message") or cond.get("reason") or "the pods cannot be created")
+    return None
+
+
+def creation_fix(message: str, namespace: str) -> str:
+    """What to change for a ReplicaSet's FailedCreate ``message``."""
+    priority = _PRIORITY_CLASS.search(message)
+    if priority:
+        return (f"PriorityClass {priority.group(1)} does not exist: create it (`kubectl create "
+                f"priorityclass {priority.group(1)} --value=1000000`) or remove "
+                "spec.scheduling.priorityClassName")
+    quota = _QUOTA.search(message)
+    if quota:
+        name, requested, used, limited = (g.strip() for g in quota.groups())
+        return (f"ResourceQuota {namespace}/{name} has no room for another pod (requested "
+                f"{requested}, used {used}, limited {limited}): raise its limits, free what the "
+                "namespace uses, or lower spec.replicas")
+    return ("fix what the ReplicaSet controller says (`kubectl describe replicaset -n "
+            f"{namespace}` shows its FailedCreate Events)")

@@ -1,0 +1,193 @@
+"""Pod-level failures on the LLMService within two minutes, on the REAL control plane.
+
+The ReplicaSet controller's FailedCreate is Kubernetes' own: the Priority admission
+plugin refuses a pod whose PriorityClass does not exist, the ResourceQuota plugin one
+the namespace's quota has no room for; the ReplicaSet controller records
+``ReplicaFailure`` and the Deployment controller copies it onto the Deployment, where
+the operator reads it (``PodsCreated``). Each test asserts the condition, the
+controller's own words and the fix, the one Warning Event, and the time it took.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from typing import Any
+
+import pytest
+
+from tests.support.emulator import OperatorProcess, wait_for
+
+from .conftest import ClusterKubectl
+from .test_control_plane import condition, tiny_service
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
+
+WITHIN_SECONDS = 120  # the promise: every pod-level failure on the LLMService in 2 minutes
+
+
+def apply_until_false(admin: ClusterKubectl, namespace: str, svc: dict[str, Any],
+                      ctype: str, what: str) -> dict[str, Any]:
+    """Apply ``svc``; its ``ctype`` once False, within :data:`WITHIN_SECONDS` (the time
+    taken goes to stderr, for the docs)."""
+    name = svc["metadata"]["name"]
+    started = time.monotonic()
+    admin.apply_obj(svc, namespace)
+
+    def probe() -> dict[str, Any] | None:
+        c = condition(admin.get("llms", name, namespace), ctype)
+        return c if c.get("status") == "False" else None
+    cond = wait_for(probe, WITHIN_SECONDS, f"{ctype}=False on the LLMService", interval=1)
+    sys.stderr.write(f"{ctype}=False ({what}) after {time.monotonic() - started:.1f} s\n")
+    return cond
+
+
+def warnings(admin: ClusterKubectl, namespace: str, name: str, reason: str
+             ) -> list[dict[str, Any]]:
+    return [e for e in admin.items("events", namespace)
+            if e["involvedObject"].get("kind") == "LLMService"
+            and e["involvedObject"].get("name") == name and e.get("reason") == reason
+            and e.get("type") == "Warning"]
+
+
+def test_a_missing_priority_class_is_failed_create_with_its_fix(
+        admin: ClusterKubectl, namespace: str, operator: OperatorProcess) -> None:
+    klass = f"inference-critical-{namespace}"
+    svc = tiny_service("pinned")
+    # H100: no node has one, so once the pod exists it waits for a node (no vLLM runs).
+    svc["spec"]["gpus"] = {**svc["spec"]["gpus"], "product": "H100"}
+    svc["spec"]["scheduling"] = {"priorityClassName": klass}
+    cond = apply_until_false(admin, namespace, svc, "PodsCreated", "missing PriorityClass")
+    assert cond["reason"] == "FailedCreate"
+    # The Priority admission plugin's words, through the ReplicaSet and the Deployment.
+    assert f"no PriorityClass with name {klass} was found" in cond["message"], cond
+    assert (f"Fix: PriorityClass {klass} does not exist: create it (`kubectl create "
+            f"priorityclass {klass}") in cond["message"]
+    assert "or remove spec.scheduling.priorityClassName" in cond["message"]
+    time.sleep(3)  # more Deployment events come; still one Event
+    assert len(warnings(admin, namespace, "pinned", "FailedCreate")) == 1
+
+    # Fixed: the ReplicaSet controller's next try creates the pod; the condition clears.
+    admin.run("create", "priorityclass", klass, "--value=1000")
+    fixed_at = time.monotonic()
+    try:
+        def created() -> dict[str, Any] | None:
+            c = condition(admin.get("llms", "pinned", namespace), "PodsCreated")
+            return c if c.get("status") == "True" else None
+        fixed = wait_for(created, 90, "PodsCreated=True once the PriorityClass exists",
+                         interval=1)
+        assert fixed["reason"] == "Created"
+        sys.stderr.write(f"PodsCreated=True {time.monotonic() - fixed_at:.1f} s after the "
+                         "fix\n")
+    finally:
+        admin.run("delete", "llms", "pinned", "-n", namespace, "--wait=false", check=False)
+        admin.run("delete", "priorityclass", klass, "--wait=false", check=False)
+
+
+def test_an_exhausted_resource_quota_is_failed_create_with_its_figures(
+        admin: ClusterKubectl, namespace: str, operator: OperatorProcess) -> None:
+    admin.apply_obj({"apiVersion": "v1", "kind": "ResourceQuota",
+                     "metadata": {"name": "gpu-quota"},
+                     "spec": {"hard": {"requests.nvidia.com/gpu": "0"}}}, namespace)
+
+    def counted() -> bool:  # the quota controller has computed its usage
+        quota = admin.get("resourcequota", "gpu-quota", namespace) or {}
+        return bool((quota.get("status") or {}).get("hard"))
+    wait_for(counted, 30, "the ResourceQuota controller to fill in the quota's status")
+    cond = apply_until_false(admin, namespace, tiny_service("quota"), "PodsCreated",
+                             "exceeded quota")
+    assert cond["reason"] == "FailedCreate"
+    assert "exceeded quota: gpu-quota, requested: requests.nvidia.com/gpu=1" in cond["message"]
+    assert (f"Fix: ResourceQuota {namespace}/gpu-quota has no room for another pod "
+            "(requested requests.nvidia.com/gpu=1, used requests.nvidia.com/gpu=0, limited "
+            "requests.nvidia.com/gpu=0)") in cond["message"], cond
+    assert "lower spec.replicas" in cond["message"]
+    assert len(warnings(admin, namespace, "quota", "FailedCreate")) == 1
+    admin.run("delete", "llms", "quota", "-n", namespace, "--wait=false", check=False)
+
+
+def test_a_missing_claim_is_unschedulable_with_the_claims_fix(
+        admin: ClusterKubectl, namespace: str, operator: OperatorProcess) -> None:
+    """The REAL scheduler refuses a pod whose claim does not exist (the VolumeBinding
+    plugin); the LLMService quotes it and names the spec fields."""
+    svc = tiny_service("nocache")
+    svc["spec"]["cache"] = {"claimName": "hf-cache"}
+    cond = apply_until_false(admin, namespace, svc, "PodsScheduled", "missing claim")
+    assert cond["reason"] == "Unschedulable"
+    assert 'persistentvolumeclaim "hf-cache" not found' in cond["message"], cond
+    assert (f"Fix: PersistentVolumeClaim {namespace}/hf-cache not found: create it, or fix "
+            "spec.cache.claimName") in cond["message"]
+    admin.run("delete", "llms", "nocache", "-n", namespace, "--wait=false", check=False)
+
+
+# --- the local kubelet's stand-ins (llm_operator_sandbox.kubelet_faults) ----------------
+
+def test_a_missing_token_secret_is_create_container_config_error(
+        admin: ClusterKubectl, namespace: str, operator: OperatorProcess) -> None:
+    """The kubelet cannot build the download container's env: its HF_TOKEN comes from a
+    Secret that does not exist (the local kubelet reads the Secret from the real API
+    server and answers as a kubelet does)."""
+    svc = tiny_service("token")
+    svc["spec"]["model"]["tokenSecretRef"] = {"name": "hf-token", "key": "token"}
+    cond = apply_until_false(admin, namespace, svc, "ContainersRunning", "missing Secret")
+    assert cond["reason"] == "CreateContainerConfigError", cond
+    assert ', container download-model: CreateContainerConfigError: secret "hf-token" not ' \
+        "found" in cond["message"], cond
+    assert (f"Fix: Secret {namespace}/hf-token not found: create it with `kubectl create "
+            f"secret generic hf-token -n {namespace} --from-literal=token=...`") in cond[
+                "message"]
+    assert len(warnings(admin, namespace, "token", "CreateContainerConfigError")) == 1
+    admin.run("delete", "llms", "token", "-n", namespace, "--wait=false", check=False)
+
+
+def test_an_image_that_cannot_be_pulled_is_image_pull_back_off(
+        admin: ClusterKubectl, namespace: str, operator: OperatorProcess) -> None:
+    """A registry under .invalid never resolves: the pull fails (the local kubelet's
+    stand-in for containerd) and backs off."""
+    image = "registry.invalid/vllm/vllm-openai:v0.10.1"
+    svc = tiny_service("pull")
+    svc["spec"]["image"] = image
+    cond = apply_until_false(admin, namespace, svc, "ContainersRunning", "image pull")
+    assert cond["reason"] == "ImagePullBackOff", cond
+    assert re.search(r", container download-model: (ErrImagePull: failed to pull and unpack "
+                     r"image|ImagePullBackOff: Back-off pulling image)", cond["message"]), cond
+    assert f"Fix: check that image {image} exists" in cond["message"]
+    admin.run("delete", "llms", "pull", "-n", namespace, "--wait=false", check=False)
+
+
+def test_two_replicas_on_a_read_write_once_claim_is_a_multi_attach(
+        admin: ClusterKubectl, namespace: str, operator: OperatorProcess) -> None:
+    """replicas: 2 on one ReadWriteOnce claim, on two nodes: the second pod stays in
+    ContainerCreating with a Multi-Attach error (the attach-detach controller's Event,
+    posted by the local kubelet's stand-in); the operator reads it from the pod's Events."""
+    pv = f"hf-cache-{namespace}"
+    admin.apply_obj({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv},
+                     "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                              "storageClassName": "manual",
+                              "hostPath": {"path": f"/tmp/llmop-{pv}"},
+                              "claimRef": {"namespace": namespace, "name": "hf-cache"}}})
+    try:
+        admin.apply_obj({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                         "metadata": {"name": "hf-cache"},
+                         "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "manual",
+                                  "volumeName": pv,
+                                  "resources": {"requests": {"storage": "1Gi"}}}}, namespace)
+        svc = tiny_service("shared")
+        svc["spec"]["replicas"] = 2
+        svc["spec"]["cache"] = {"claimName": "hf-cache"}
+        svc["spec"]["scheduling"] = {"affinity": {"podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [{
+                "labelSelector": {"matchLabels": {"llmops.dev/llmservice": "shared"}},
+                "topologyKey": "kubernetes.io/hostname"}]}}}
+        cond = apply_until_false(admin, namespace, svc, "ContainersRunning",
+                                 "Multi-Attach")
+        assert cond["reason"] == "FailedAttachVolume", cond
+        assert re.search(r"1 of 2 server pods cannot start; pod shared-\S+: FailedAttachVolume: "
+                         rf'Multi-Attach error for volume "{pv}" Volume is already used by '
+                         r"pod\(s\) shared-", cond["message"]), cond
+        assert ("Fix: claim hf-cache is ReadWriteOnce and 2 replicas share it: use a "
+                "ReadWriteMany class or 1 replica") in cond["message"]
+    finally:
+        admin.run("delete", "llms", "shared", "-n", namespace, "--wait=false", check=False)
+        admin.run("delete", "pv", pv, "--wait=false", check=False)
