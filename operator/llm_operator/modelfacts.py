@@ -83,12 +83,18 @@ class ModelFacts:
     # Gemma 4: the full-attention layers' own head size and KV heads (None: as the rest).
     full_attention_head_dim: int | None = None
     full_attention_kv_heads: int | None = None
+    # V's head size where it differs from K's (MiMo-V2: K 192, V 128); None: head_dim.
+    # vLLM's AttentionSpec.head_size_v: a token's K and V take head_size + head_size_v.
+    v_head_dim: int | None = None
     sliding_window_layers: int = 0  # layers keeping at most sliding_window tokens
     sliding_window: int | None = None
     state_layers: int = 0  # linear-attention / Mamba layers: a fixed state per sequence
     state_elements_per_layer: int = 0  # that state's elements per sequence, all ranks
+    state_conv_elements_per_layer: int = 0  # of which the conv state (the model's dtype)
     state_kind: str | None = None  # "linear_attention" | "mamba2"
-    state_dtype: str | None = None  # mamba_ssm_cache_dtype where set (None: the model's)
+    # The temporal state's dtype: mamba_ssm_cache_dtype (Nemotron-H) or mamba_ssm_dtype
+    # (Qwen3.5) where set (None: the model's).
+    state_dtype: str | None = None
     mla_kv_dim: int | None = None  # MLA: kv_lora_rank + qk_rope_head_dim per token, layer
     shared_experts: int = 0
     moe_intermediate_size: int | None = None
@@ -132,6 +138,16 @@ class ModelFacts:
     @property
     def full_kv_heads(self) -> int:
         return self.full_attention_kv_heads or self.num_key_value_heads
+
+    @property
+    def full_kv_width(self) -> int:
+        """K plus V elements per KV head of a full-attention layer."""
+        return self.full_head_dim + (self.v_head_dim or self.full_head_dim)
+
+    @property
+    def kv_width(self) -> int:
+        """K plus V elements per KV head of a sliding-window layer."""
+        return self.head_dim + (self.v_head_dim or self.head_dim)
 
     @property
     def is_mla(self) -> bool:
@@ -192,9 +208,6 @@ def _is_pattern(c: Mapping[str, Any]) -> bool:
 # refused naming it, rather than planned with wrong KV or weights.
 UNMODELLED: dict[str, str] = {
     "compress_ratios": "compressed sparse attention (DeepSeek-V4's per-layer KV compression)",
-    "block_configs": "per-layer block shapes (Nemotron NAS / DeciLM: heads and MLP widths "
-                     "differ by layer)",
-    "swa_num_key_value_heads": "sliding-window layers with their own KV heads (MiMo-V2)",
 }
 
 
@@ -227,6 +240,12 @@ def _layer_plan(c: Mapping[str, Any], layers: int, experts: int | None) -> _Laye
         moe, mlp = pattern.count("E"), pattern.count("-")
         return _Layers(attn, 0, None, mamba, "mamba2" if mamba else None, attn, moe, mlp)
     types = c.get("layer_types")
+    hybrid = c.get("hybrid_layer_pattern")
+    if isinstance(hybrid, list) and len(hybrid) == layers and not isinstance(types, list):
+        # MiMo-V2 (vLLM model_executor/models/mimo_v2.py, MiMoV2FlashDecoderLayer.
+        # is_compressed_softmax_layer): 1 = a sliding layer of sliding_window_size.
+        window = int(c.get("sliding_window_size") or window or 0) or None
+        types = ["sliding_attention" if h == 1 else "full_attention" for h in hybrid]
     if not isinstance(types, list) or len(types) != layers:
         types = None
         interval = c.get("full_attention_interval")
@@ -292,10 +311,10 @@ def _moe_layers(c: Mapping[str, Any], layers: int) -> int:
         sum(1 for i in range(first, layers) if i not in only_mlp)
 
 
-def _state_elements(c: Mapping[str, Any], kind: str | None) -> int:
-    """A linear-attention or Mamba layer's state per sequence, elements (vLLM's
-    ``MambaStateShapeCalculator``: conv state (kernel - 1) x conv channels, plus the
-    recurrent state)."""
+def _state_elements(c: Mapping[str, Any], kind: str | None) -> tuple[int, int]:
+    """A linear-attention or Mamba layer's state per sequence, elements, and of them the
+    conv state's (vLLM's ``MambaStateShapeCalculator``: conv state (kernel - 1) x conv
+    channels, plus the recurrent state)."""
     if kind == "mamba2":  # Nemotron-H
         heads = int(_first(c, ("mamba_num_heads",)) or 0)
         head_dim = int(_first(c, ("mamba_head_dim",)) or 0)
@@ -303,16 +322,26 @@ def _state_elements(c: Mapping[str, Any], kind: str | None) -> int:
         groups = int(_first(c, ("n_groups", "mamba_n_groups")) or 1)
         kernel = int(_first(c, ("conv_kernel", "mamba_d_conv")) or 4)
         inner = heads * head_dim
-        return (kernel - 1) * (inner + 2 * groups * state) + heads * head_dim * state
+        conv = (kernel - 1) * (inner + 2 * groups * state)
+        return conv + heads * head_dim * state, conv
     if kind == "linear_attention":  # Qwen3-Next / 3.5 gated DeltaNet
         k_heads = int(c.get("linear_num_key_heads") or 0)
         v_heads = int(c.get("linear_num_value_heads") or 0)
         k_dim = int(c.get("linear_key_head_dim") or 0)
         v_dim = int(c.get("linear_value_head_dim") or 0)
         kernel = int(c.get("linear_conv_kernel_dim") or 4)
-        conv = 2 * k_heads * k_dim + v_heads * v_dim
-        return (kernel - 1) * conv + v_heads * k_dim * v_dim
-    return 0
+        conv = (kernel - 1) * (2 * k_heads * k_dim + v_heads * v_dim)
+        return conv + v_heads * k_dim * v_dim, conv
+    return 0, 0
+
+
+def _state_dtype(c: Mapping[str, Any]) -> str | None:
+    """The temporal state's dtype where config.json sets it, as vLLM 0.32 reads it
+    (model_executor/models/config.py: NemotronHForCausalLMConfig.
+    update_mamba_ssm_cache_dtype reads ``mamba_ssm_cache_dtype``,
+    Qwen3_5ForConditionalGenerationConfig ``mamba_ssm_dtype``); None: the model's."""
+    value = _first(c, ("mamba_ssm_cache_dtype", "mamba_ssm_dtype"))
+    return None if value in (None, "auto") else str(value)
 
 
 def _quantization(c: Mapping[str, Any], hf_quant: Mapping[str, Any] | None = None
@@ -434,18 +463,30 @@ def _vision_parameters(config: Mapping[str, Any]) -> int:
     return depth * (4 * h * h + 2 * h * inter)
 
 
+def _attention_params(c: Mapping[str, Any], hidden: int, heads: int, kv_heads: int,
+                      head_dim: int, v_dim: int) -> int:
+    """One attention layer's weights: q, k, v, o (and the q, k, v biases)."""
+    attn = hidden * heads * head_dim + hidden * kv_heads * (head_dim + v_dim) \
+        + heads * v_dim * hidden
+    if c.get("attention_bias") or c.get("model_type") == "qwen2":
+        attn += heads * head_dim + kv_heads * (head_dim + v_dim)
+    return attn
+
+
 def _groups(c: Mapping[str, Any], layers: _Layers, heads: int, kv_heads: int, head_dim: int,
-            experts: int | None, top_k: int | None) -> dict[str, int]:
+            experts: int | None, top_k: int | None,
+            sliding_kv_heads: int | None = None) -> dict[str, int]:
     """Parameters by group (total, and the routed experts a token uses as "active")."""
     hidden = int(c["hidden_size"])
     inter = int(c.get("intermediate_size") or 4 * hidden)
     vocab = int(c.get("vocab_size") or 0)
+    v_dim = int(c.get("v_head_dim") or head_dim)
     if c.get("kv_lora_rank"):
-        attn = _mla_params(c, hidden, heads)[0]
-    else:
-        attn = hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2  # q, o, k, v
-        if c.get("attention_bias") or c.get("model_type") == "qwen2":
-            attn += (heads + 2 * kv_heads) * head_dim  # q, k, v biases
+        attn = layers.attention * _mla_params(c, hidden, heads)[0]
+    else:  # MiMo-V2's sliding layers have their own KV heads
+        attn = (layers.attention - layers.sliding) * _attention_params(
+            c, hidden, heads, kv_heads, head_dim, v_dim) + layers.sliding * _attention_params(
+            c, hidden, heads, sliding_kv_heads or kv_heads, head_dim, v_dim)
     norms = (4 if c.get("model_type") in ("gemma2", "gemma3_text") else 2) * hidden
     moe_inter = int(_first(c, ("moe_intermediate_size", "expert_intermediate_size"))
                     or inter)
@@ -468,7 +509,7 @@ def _groups(c: Mapping[str, Any], layers: _Layers, heads: int, kv_heads: int, he
     tied = bool(c.get("tie_word_embeddings", False))
     g = {
         "embeddings": vocab * hidden * (1 if tied else 2) + hidden,
-        "attention": layers.attention * attn,
+        "attention": attn,
         "state": layers.state * _state_params(c, layers.state_kind, hidden),
         "mlp": layers.mlp * mats * hidden * (dense_inter if experts else inter),
         "experts": layers.moe * (experts or 0) * expert,
@@ -478,6 +519,75 @@ def _groups(c: Mapping[str, Any], layers: _Layers, heads: int, kv_heads: int, he
         "norms": int(c["num_hidden_layers"]) * norms,
     }
     return g
+
+
+@dataclass(frozen=True)
+class _NasBlocks:
+    attention: int  # layers with attention (the others' attention is a no-op)
+    kv_heads: int
+    mlp_layers: int
+    mlp_parameters: int
+
+
+def _nas_blocks(blocks: list[Any], layers: int, heads: int, hidden: int) -> _NasBlocks:
+    """Nemotron NAS (DeciLM, Llama-3.3-Nemotron-Super) ``block_configs``, one per layer, as
+    vLLM 0.32 builds them (model_executor/models/nemotron_nas.py, DeciLMDecoderLayer):
+    ``attention.no_op`` drops a layer's attention (and its KV cache: config/model.py,
+    ``get_num_layers_by_block_type`` counts ``not attention.no_op``), its KV heads are
+    ``num_attention_heads // n_heads_in_group``; the MLP is ``ffn.intermediate_size`` or
+    ``_ffn_mult_to_intermediate_size``: ``int(2 x ffn_mult x hidden / 3)`` rounded up to
+    a multiple of 256, or none when ``ffn.no_op``. What vLLM's DeciLM does not build
+    (a linear layer in place of attention or MLP, windows, sinks) is refused by name."""
+    if len(blocks) != layers:
+        raise ValueError(f"config.json block_configs has {len(blocks)} entries for "
+                         f"num_hidden_layers {layers}: give spec.model.architecture")
+    attention, mlp_layers, mlp_params, kv = 0, 0, 0, set()
+    for i, block in enumerate(blocks):
+        attn = block.get("attention") or {}
+        ffn = block.get("ffn") or {}
+        for part, name in ((attn, "attention"), (ffn, "ffn")):
+            for key in ("replace_with_linear", "sparsify", "window_length", "num_sink_tokens"):
+                if part.get(key):
+                    raise ValueError(
+                        f"config.json block_configs[{i}].{name}.{key} is set: a Nemotron "
+                        "NAS block the planner does not model (vLLM's DeciLM builds "
+                        "attention and MLPs or no-ops only): give spec.model.architecture")
+        if not attn.get("no_op"):
+            attention += 1
+            kv.add(heads // int(attn.get("n_heads_in_group") or 1))
+        if not ffn.get("no_op"):
+            if ffn.get("ffn_mult") is not None:
+                inter = int(2 * float(ffn["ffn_mult"]) * hidden / 3)
+                inter += -inter % 256
+            else:
+                inter = int(ffn.get("intermediate_size") or 0)
+            mlp_layers += 1
+            mlp_params += 3 * hidden * inter
+    if len(kv) > 1:
+        raise ValueError(
+            "config.json block_configs has attention layers with different KV heads "
+            f"({', '.join(str(k) for k in sorted(kv))}): the planner models one KV head "
+            "count per layer kind; give spec.model.architecture")
+    return _NasBlocks(attention, kv.pop() if kv else heads, mlp_layers, mlp_params)
+
+
+def _mimo_sliding_kv_heads(c: Mapping[str, Any], heads: int, head_dim: int) -> int | None:
+    """MiMo-V2's sliding layers' own KV heads (``swa_num_key_value_heads``), as vLLM 0.32
+    builds them (model_executor/models/mimo_v2.py, MiMoV2FlashDecoderLayer: sliding
+    layers take ``swa_num_attention_heads``, ``swa_num_key_value_heads``,
+    ``swa_head_dim``, ``swa_v_head_dim``). The planner models the sliding layers' own KV
+    heads; sliding layers of other query heads or head sizes are refused by name."""
+    if c.get("swa_num_key_value_heads") is None:
+        return None
+    same = {"swa_num_attention_heads": heads, "swa_head_dim": head_dim,
+            "swa_v_head_dim": int(c.get("v_head_dim") or head_dim)}
+    for key, value in same.items():
+        if c.get(key) is not None and int(c[key]) != value:
+            raise ValueError(
+                f"config.json {key} is {c[key]}, not {value} as in the full-attention "
+                "layers: sliding layers of another shape are not modelled; give "
+                "spec.model.architecture")
+    return int(c["swa_num_key_value_heads"])
 
 
 def facts_from_hf_config(config: Mapping[str, Any], name: str | None = None,
@@ -514,8 +624,16 @@ def facts_from_hf_config(config: Mapping[str, Any], name: str | None = None,
     top_k_raw = _first(c, ("num_experts_per_tok", "experts_per_token", "moe_topk",
                            "top_k_experts"))
     top_k = int(top_k_raw) if experts and top_k_raw else None
-    layers = _layer_plan(c, layers_n, experts)
-    g = _groups(c, layers, heads, kv_heads, head_dim, experts, top_k)
+    sliding_kv_heads = _mimo_sliding_kv_heads(c, heads, head_dim)
+    if isinstance(c.get("block_configs"), list):  # Nemotron NAS (DeciLM)
+        nas = _nas_blocks(c["block_configs"], layers_n, heads, hidden)
+        kv_heads = nas.kv_heads
+        layers = _Layers(nas.attention, 0, None, 0, None, nas.attention, 0, nas.mlp_layers)
+        g = _groups(c, layers, heads, kv_heads, head_dim, experts, top_k)
+        g["mlp"] = nas.mlp_parameters
+    else:
+        layers = _layer_plan(c, layers_n, experts)
+        g = _groups(c, layers, heads, kv_heads, head_dim, experts, top_k, sliding_kv_heads)
     vision = _vision_parameters(config)
     common = g["embeddings"] + g["attention"] + g["state"] + g["mlp"] + g["shared_experts"] \
         + g["router"] + g["norms"]
@@ -552,7 +670,7 @@ def facts_from_hf_config(config: Mapping[str, Any], name: str | None = None,
         num_attention_heads=heads,
         # As config.json says (MLA configs give as many as heads); the planner's MLA rules
         # read mla_kv_dim, as vLLM's one latent "head".
-        num_key_value_heads=kv_heads,
+        num_key_value_heads=sliding_kv_heads or kv_heads,
         head_dim=head_dim,
         max_context=max_context(c),
         vocab_size=int(c["vocab_size"]) if c.get("vocab_size") else None,
@@ -564,14 +682,16 @@ def facts_from_hf_config(config: Mapping[str, Any], name: str | None = None,
         # the conservative bound).
         full_attention_head_dim=int(c["global_head_dim"]) if c.get("global_head_dim") else None,
         full_attention_kv_heads=int(c["num_global_key_value_heads"])
-        if c.get("num_global_key_value_heads") else None,
+        if c.get("num_global_key_value_heads") else (kv_heads if sliding_kv_heads else None),
+        v_head_dim=int(c["v_head_dim"]) if c.get("v_head_dim") and not mla_dim
+        and int(c["v_head_dim"]) != head_dim else None,
         sliding_window_layers=layers.sliding,
         sliding_window=layers.window,
         state_layers=layers.state,
-        state_elements_per_layer=_state_elements(c, layers.state_kind),
+        state_elements_per_layer=_state_elements(c, layers.state_kind)[0],
+        state_conv_elements_per_layer=_state_elements(c, layers.state_kind)[1],
         state_kind=layers.state_kind,
-        state_dtype=str(c["mamba_ssm_cache_dtype"]) if layers.state and c.get(
-            "mamba_ssm_cache_dtype") not in (None, "auto") else None,
+        state_dtype=_state_dtype(c) if layers.state else None,
         mla_kv_dim=mla_dim,
         shared_experts=int(_first(c, ("n_shared_experts", "num_shared_experts")) or (
             1 if c.get("shared_expert_intermediate_size") else 0)) if experts else 0,
