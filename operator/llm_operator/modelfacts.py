@@ -340,7 +340,9 @@ def _state_dtype(c: Mapping[str, Any]) -> str | None:
     (model_executor/models/config.py: NemotronHForCausalLMConfig.
     update_mamba_ssm_cache_dtype reads ``mamba_ssm_cache_dtype``,
     Qwen3_5ForConditionalGenerationConfig ``mamba_ssm_dtype``); None: the model's."""
-    value = _first(c, ("mamba_ssm_cache_dtype", "mamba_ssm_dtype"))
+    value = c.get("mamba_ssm_cache_dtype")
+    if value in (None, "auto") and str(c.get("model_type", "")).startswith("qwen3_5"):
+        value = c.get("mamba_ssm_dtype")
     return None if value in (None, "auto") else str(value)
 
 
