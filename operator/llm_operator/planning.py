@@ -1244,6 +1244,10 @@ def _explain_kv(need: _Need, fit: _Fit) -> Explained:
     else:
         formula = "2 x ceil(layers / PP) x ceil(kv_heads / TP) x head_dim x kv bytes (per GPU)"
         inputs.update(numKeyValueHeads=facts.num_key_value_heads, headDim=facts.head_dim)
+        if facts.v_head_dim:  # MiMo-V2: K and V of different head sizes
+            formula = ("ceil(layers / PP) x ceil(kv_heads / TP) x (head_dim + v_head_dim) x "
+                       "kv bytes (per GPU)")
+            inputs["vHeadDim"] = facts.v_head_dim
     if facts.full_attention_head_dim or facts.full_attention_kv_heads:
         inputs.update(fullAttentionHeadDim=facts.full_head_dim,
                       fullAttentionKeyValueHeads=facts.full_kv_heads)

@@ -498,3 +498,16 @@ def test_corpus_kv_bytes_match_the_hand_derivation(stem: str, tokens: int, kv: i
     assert kv_bytes_per_token(facts, 1, 1, 2, tokens=tokens, state_dtype_bytes=state,
                               conv_dtype_bytes=2) == kv
     assert facts.parameters == pytest.approx(card_parameters, rel=0.02)
+
+
+def test_mimo_plan_explains_its_k_and_v_head_sizes_and_splits_both_head_counts() -> None:
+    facts = corpus_facts("XiaomiMiMo--MiMo-V2-Flash")
+    # Full layers: 4 KV heads; sliding layers: 8. TP must suit both (and 64 heads).
+    assert (facts.full_kv_heads, facts.num_key_value_heads, facts.v_head_dim) == (4, 8, 128)
+    assert valid_tensor_parallel_sizes(facts, 8) == [1, 2, 4, 8]
+    plan = make_plan(spec(facts.name, gpus={"perNode": 8}, workload={
+        "concurrency": 16, "inputTokens": 2048, "outputTokens": 512}), facts=facts)
+    kv = next(e for e in plan.explanations if e.name == "kvBytesPerToken")
+    assert "head_dim + v_head_dim" in kv.formula and kv.inputs["vHeadDim"] == 128
+    # At TP=2: full 9 x 2 x 320 x 2 = 11,520; sliding 39 x 4 x 320 x 2 x 144 / 2,560.
+    assert kv_bytes_per_token(facts, 2, 1, 2, tokens=2560) == 11_520 + 5_616
