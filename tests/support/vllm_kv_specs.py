@@ -7,7 +7,8 @@ DIR holding a ``config.json``. For each, vLLM builds its ``VllmConfig`` (``Engin
 attention / Mamba layer for its ``get_kv_cache_spec`` as the model runner does
 (``v1/worker/gpu_model_runner.py``, ``GPUModelRunner.get_kv_cache_spec``). Prints one
 line ``KVSPECS {json}``: per folder, per layer, the spec's class, page size, block size,
-window and heads, or the error that stopped vLLM building it. Imports nothing of the
+window and heads, and the parameters of the model vLLM built, or the error that stopped
+vLLM building it. Imports nothing of the
 operator.
 """
 
@@ -46,7 +47,8 @@ def _specs(folder: str, state: dict[str, bool]) -> dict[str, Any]:
         destroy_model_parallel()
         initialize_model_parallel(1, 1)
         with torch.device("cpu"):
-            initialize_model(vllm_config=cfg)
+            model = initialize_model(vllm_config=cfg)
+        parameters = sum(p.numel() for p in model.parameters())
         layers = get_layers_from_vllm_config(cfg, AttentionLayerBase)
         out = {}
         for name, layer in layers.items():
@@ -62,7 +64,7 @@ def _specs(folder: str, state: dict[str, bool]) -> dict[str, Any]:
                          "num_kv_heads": getattr(spec, "num_kv_heads", None),
                          "head_size": getattr(spec, "head_size", None),
                          "head_size_v": getattr(spec, "head_size_v", None)}
-    return out
+    return {"specs": out, "parameters": parameters}
 
 
 def main(folders: list[str]) -> int:
@@ -70,7 +72,7 @@ def main(folders: list[str]) -> int:
     state: dict[str, bool] = {}
     for folder in folders:
         try:
-            result[folder] = {"specs": _specs(folder, state)}
+            result[folder] = _specs(folder, state)
         except Exception as exc:  # noqa: BLE001 - reported per model, the test decides
             result[folder] = {"error": f"{type(exc).__name__}: {exc}",
                               "trace": traceback.format_exc()[-2000:]}

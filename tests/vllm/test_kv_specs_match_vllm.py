@@ -5,7 +5,8 @@ and field names kept, the sizes shrunk so vLLM builds them on the CPU in a secon
 given to vLLM 0.32's CPU build: ``tests/support/vllm_kv_specs.py`` builds each model's
 layers without weights and prints each layer's ``get_kv_cache_spec`` (the path vLLM's
 model runner sizes the KV cache from). The planner reads the same config.json
-(``facts_from_hf_config``) and must give the same KV bytes per token within 5%:
+(``facts_from_hf_config``) and must give the same parameter count as the model vLLM
+built, within 5%, and the same KV bytes per token within 5%:
 
 - full attention and MLA layers: the spec's ``page_size_bytes / block_size`` a token;
 - sliding-window layers: a page per token for the blocks a decoding sequence holds,
@@ -177,3 +178,16 @@ def test_planner_kv_bytes_match_vllms_specs(name: str, vllm_specs: dict[str, Any
         state_dtype_bytes=DTYPE_BYTES.get(facts.state_dtype or "bfloat16", 2),
         conv_dtype_bytes=2)
     assert planned == pytest.approx(vllm_kv, rel=0.05), (planned, vllm_kv, built["specs"])
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_planner_parameters_match_the_model_vllm_builds(name: str,
+                                                        vllm_specs: dict[str, Any]) -> None:
+    """The parameter count (the weight bytes of an unquantized checkpoint without an
+    index are parameters x dtype bytes) against the parameters of the model vLLM built
+    from the same config.json, within 5%."""
+    built = vllm_specs[name]
+    assert "error" not in built, built.get("trace")
+    facts = facts_from_hf_config(copy.deepcopy(CASES[name]), name=name)
+    assert facts.parameters == pytest.approx(built["parameters"], rel=0.05)
