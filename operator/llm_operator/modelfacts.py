@@ -96,6 +96,14 @@ class ModelFacts:
     # (Qwen3.5) where set (None: the model's).
     state_dtype: str | None = None
     mla_kv_dim: int | None = None  # MLA: kv_lora_rank + qk_rope_head_dim per token, layer
+    # DeepSeek-V4's compressed attention (all layers, one GPU of a TP group: its caches
+    # are replicated over TP; the layout is fixed, whatever the KV dtype): bytes per token
+    # of its compressed and indexer caches, bytes per sequence of its window caches
+    # (sliding window and compressor states), and those windows' bytes per token were
+    # they not freed (the bound without a length).
+    compressed_kv_bytes_per_token: float = 0.0
+    window_kv_bytes_per_sequence: int = 0
+    window_kv_bytes_per_token: float = 0.0
     shared_experts: int = 0
     moe_intermediate_size: int | None = None
     quantization: str | None = None  # the checkpoint's: fp8, nvfp4, mxfp4, int4, int8
@@ -205,10 +213,9 @@ def _is_pattern(c: Mapping[str, Any]) -> bool:
 
 
 # Fields of architectures the planner does not model, and what each is: such a config is
-# refused naming it, rather than planned with wrong KV or weights.
-UNMODELLED: dict[str, str] = {
-    "compress_ratios": "compressed sparse attention (DeepSeek-V4's per-layer KV compression)",
-}
+# refused naming it, rather than planned with wrong KV or weights. (DeepSeek-V4's
+# compress_ratios is modelled: _deepseek_v4.)
+UNMODELLED: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
@@ -592,6 +599,90 @@ def _mimo_sliding_kv_heads(c: Mapping[str, Any], heads: int, head_dim: int) -> i
     return int(c["swa_num_key_value_heads"])
 
 
+# DeepSeek-V4 as vLLM 0.32 caches it on its default GPU path (FlashMLA sparse, every CUDA
+# GPU but SM 12.x, which defaults to FlashInfer's plain rows; also vLLM's CPU build):
+# models/deepseek_v4/attention.py, DeepseekV4Attention.get_kv_cache_spec (fp8_ds_mla: a
+# 584-byte state, 448 NoPE + 128 RoPE + 8 scale bytes, pages aligned to 576 bytes;
+# _resolve_dsv4_kv_cache_dtype forces fp8) and DeepseekV4Indexer (an fp8 key of
+# index_head_dim + 4 bytes of scale per 128); the compressed and indexer caches in
+# blocks of 256 tokens (sparse_mla.py, get_supported_kernel_block_sizes); the sliding-
+# window cache in blocks of 64 (v1/attention/backends/mla/sparse_swa.py); compressor
+# states (models/deepseek_v4/compressor.py: coff = 2 for ratio 4, else 1; a window of
+# coff x ratio tokens in blocks of 4 (ratio 4) or 8, 2 x coff x head fp32 values a token).
+_DSV4_STATE_BYTES = 584
+_DSV4_ALIGN = 576
+_DSV4_BLOCK = 256
+_DSV4_SWA_BLOCK = 64
+
+
+def _dsv4_page(raw: int) -> int:
+    return -(-raw // _DSV4_ALIGN) * _DSV4_ALIGN
+
+
+def _dsv4_window(window: int, block: int, token_bytes: int) -> int:
+    """Bytes a decoding sequence holds in a window cache: ``cdiv(window, block) + 1``
+    pages (v1/kv_cache_interface.py, SlidingWindowSpec.max_admission_blocks_per_request
+    with one token in flight)."""
+    return (-(-window // block) + 1) * _dsv4_page(block * token_bytes)
+
+
+@dataclass(frozen=True)
+class _Dsv4:
+    per_token: float
+    window_per_sequence: int
+    window_per_token: float
+    attention_parameters: int  # attention, compressors and indexers, all layers
+    hyper_connection_parameters: int
+    hash_router_parameters: int
+
+
+def _deepseek_v4(c: Mapping[str, Any], layers: int, hidden: int, heads: int) -> _Dsv4:
+    """DeepSeek-V4's caches and its attention weights (see the constants above; the
+    weights from vLLM's module shapes: models/deepseek_v4/attention.py, compressor.py,
+    nvidia/model.py)."""
+    ratios = [max(1, int(r)) for r in (c.get("compress_ratios") or [])[:layers]]
+    odd = sorted({r for r in ratios} - {1, 4, 128})
+    if len(ratios) != layers or odd:
+        raise ValueError(
+            "config.json compress_ratios must give each of num_hidden_layers layers a ratio "
+            f"of 0, 4 or 128 (vLLM's DeepSeek-V4), not {odd or len(ratios)}: give "
+            "spec.model.architecture")
+    head = int(c.get("head_dim") or 512)
+    window = int(c.get("sliding_window") or 128)
+    q_rank = int(c.get("q_lora_rank") or 0)
+    o_rank, o_groups = int(c.get("o_lora_rank") or 0), int(c.get("o_groups") or 1)
+    index_dim, index_heads = int(c.get("index_head_dim") or 128), int(c.get("index_n_heads") or 0)
+    index_key = index_dim + index_dim // 128 * 4
+    swa = _dsv4_window(window, _DSV4_SWA_BLOCK, _DSV4_STATE_BYTES)
+    per_token, per_seq = 0.0, layers * swa
+    window_tok = layers * _dsv4_page(_DSV4_SWA_BLOCK * _DSV4_STATE_BYTES) / _DSV4_SWA_BLOCK
+    # Per layer: fused q_a + kv (hidden x (q_rank + head)), q_b, output LoRA in groups,
+    # q and kv norms, the attention sink.
+    attn = hidden * (q_rank + head) + q_rank * heads * head + o_rank * heads * head \
+        + hidden * o_groups * o_rank + q_rank + head + heads
+    attention = layers * attn
+    for ratio in ratios:
+        if ratio == 1:
+            continue
+        coff = 2 if ratio == 4 else 1
+        block = 4 if ratio == 4 else 8
+        per_token += _dsv4_page(_DSV4_BLOCK // ratio * _DSV4_STATE_BYTES) / _DSV4_BLOCK
+        per_seq += _dsv4_window(coff * ratio, block, 2 * coff * head * 4)
+        # compressor: ape (ratio x coff*head), kv + gate (hidden x 2*coff*head), norm
+        attention += ratio * coff * head + hidden * 2 * coff * head + head
+        if ratio == 4:  # the lightning indexer, with its own compressor
+            per_token += _dsv4_page(_DSV4_BLOCK // ratio * index_key) / _DSV4_BLOCK
+            per_seq += _dsv4_window(coff * ratio, block, 2 * coff * index_dim * 4)
+            attention += index_heads * index_dim * q_rank + hidden * index_heads \
+                + ratio * coff * index_dim + hidden * 2 * coff * index_dim + index_dim
+    hc = int(c.get("hc_mult") or 1)
+    mix = (2 + hc) * hc  # hyper-connections: per layer, attention and FFN
+    hyper = layers * 2 * (mix * hc * hidden + mix + 3) + hc * hc * hidden + hc + 1
+    hashed = int(c.get("num_hash_layers") or 0) * int(c.get("vocab_size") or 0) * int(
+        c.get("num_experts_per_tok") or 1)
+    return _Dsv4(per_token, per_seq, window_tok, attention, hyper, hashed)
+
+
 def facts_from_hf_config(config: Mapping[str, Any], name: str | None = None,
                          index: Mapping[str, Any] | None = None,
                          hf_quant_config: Mapping[str, Any] | None = None) -> ModelFacts:
@@ -636,6 +727,21 @@ def facts_from_hf_config(config: Mapping[str, Any], name: str | None = None,
     else:
         layers = _layer_plan(c, layers_n, experts)
         g = _groups(c, layers, heads, kv_heads, head_dim, experts, top_k, sliding_kv_heads)
+    dsv4 = None
+    if c.get("compress_ratios") is not None:
+        # vLLM picks the model by architectures (DeepseekV4ForCausalLM; sgl-project's
+        # FP8 copies say model_type deepseek_ref).
+        archs = " ".join(str(a) for a in config.get("architectures") or [])
+        if not (str(c.get("model_type", "")).startswith("deepseek_v4") or "DeepseekV4" in archs):
+            raise ValueError("config.json has compress_ratios outside DeepSeek-V4 "
+                             f"(model_type {c.get('model_type')!r}): compressed attention the "
+                             "planner does not model; give spec.model.architecture")
+        dsv4 = _deepseek_v4(c, layers_n, hidden, heads)
+        layers = _Layers(0, 0, None, 0, None, layers_n, layers_n, 0)
+        g = _groups(c, layers, heads, kv_heads, head_dim, experts, top_k)
+        g["attention"] = dsv4.attention_parameters
+        g["norms"] += dsv4.hyper_connection_parameters
+        g["router"] += dsv4.hash_router_parameters
     vision = _vision_parameters(config)
     common = g["embeddings"] + g["attention"] + g["state"] + g["mlp"] + g["shared_experts"] \
         + g["router"] + g["norms"]
@@ -651,8 +757,11 @@ def facts_from_hf_config(config: Mapping[str, Any], name: str | None = None,
     if weight_bytes is not None:
         sources.append(("weight_bytes", SAFETENSORS_INDEX))
     quantized: tuple[str, ...] = ()
-    if quant == "mxfp4":
-        quantized = ("experts",)
+    if quant == "mxfp4" or (dsv4 and c.get("expert_dtype") == "fp4" and quant == "fp8"):
+        # DeepSeek-V4 with expert_dtype fp4: MXFP4 experts, the rest fp8 (vLLM's
+        # models/deepseek_v4/quant_config.py, DeepseekV4FP8Config); counted as MXFP4
+        # experts and the rest in the model's dtype, the upper bound.
+        quant, quantized = "mxfp4", ("experts",)
     elif quant:
         quantized = ("experts", "shared_experts", "mlp", "state") + (
             ("attention",) if attn_quantized else ())
@@ -695,6 +804,9 @@ def facts_from_hf_config(config: Mapping[str, Any], name: str | None = None,
         state_kind=layers.state_kind,
         state_dtype=_state_dtype(c) if layers.state else None,
         mla_kv_dim=mla_dim,
+        compressed_kv_bytes_per_token=dsv4.per_token if dsv4 else 0.0,
+        window_kv_bytes_per_sequence=dsv4.window_per_sequence if dsv4 else 0,
+        window_kv_bytes_per_token=dsv4.window_per_token if dsv4 else 0.0,
         shared_experts=int(_first(c, ("n_shared_experts", "num_shared_experts")) or (
             1 if c.get("shared_expert_intermediate_size") else 0)) if experts else 0,
         moe_intermediate_size=int(c["moe_intermediate_size"])

@@ -251,7 +251,12 @@ def kv_bytes_per_token(facts: ModelFacts, tp: int, pp: int, kv_dtype_bytes: int,
                  * math.ceil(facts.num_key_value_heads / tp) * facts.kv_width
                  * kv_dtype_bytes) if tokens <= 0 else 0
         per_token = full + extra
-    if tokens <= 0 or not (facts.sliding_window_layers or facts.state_layers):
+    # DeepSeek-V4: its compressed caches a token, replicated over TP, split by PP (and its
+    # window caches as if never freed, without a length).
+    per_token += math.ceil((facts.compressed_kv_bytes_per_token + (
+        facts.window_kv_bytes_per_token if tokens <= 0 else 0)) / pp)
+    if tokens <= 0 or not (facts.sliding_window_layers or facts.state_layers
+                           or facts.window_kv_bytes_per_sequence):
         return per_token
     per_seq = kv_bytes_per_sequence(facts, tp, pp, kv_dtype_bytes, tokens, state_dtype_bytes,
                                     conv_dtype_bytes)
@@ -275,6 +280,7 @@ def kv_bytes_per_sequence(facts: ModelFacts, tp: int, pp: int, kv_dtype_bytes: i
         sliding = (math.ceil(facts.sliding_window_layers / pp)
                    * math.ceil(facts.num_key_value_heads / tp) * facts.kv_width
                    * kv_dtype_bytes * held)
+    sliding += math.ceil(facts.window_kv_bytes_per_sequence / pp)  # DeepSeek-V4's windows
     conv = facts.state_conv_elements_per_layer
     conv_bytes = state_dtype_bytes if conv_dtype_bytes is None else conv_dtype_bytes
     state = math.ceil(facts.state_layers / pp) * (

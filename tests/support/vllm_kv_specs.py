@@ -63,7 +63,8 @@ def _specs(folder: str, state: dict[str, bool]) -> dict[str, Any]:
                          "sliding_window": getattr(spec, "sliding_window", None),
                          "num_kv_heads": getattr(spec, "num_kv_heads", None),
                          "head_size": getattr(spec, "head_size", None),
-                         "head_size_v": getattr(spec, "head_size_v", None)}
+                         "head_size_v": getattr(spec, "head_size_v", None),
+                         "tokens_per_state": getattr(spec, "tokens_per_state", 1)}
     return {"specs": out, "parameters": parameters}
 
 

@@ -225,10 +225,30 @@ def test_gemma4_global_layers_have_their_own_heads() -> None:
     assert valid_tensor_parallel_sizes(facts, 8) == [1, 2, 4, 8]
 
 
-def test_deepseek_v4_compressed_attention_is_refused_by_name() -> None:
-    with pytest.raises(ValueError, match="compressed sparse attention") as exc:
-        facts_from_hf_config({**DEEPSEEK_V3, "compress_ratios": [0, 4, 128]})
-    assert "compress_ratios" in str(exc.value) and "spec.model.architecture" in str(exc.value)
+@pytest.mark.parametrize(("config", "named"), [
+    ({**DEEPSEEK_V3, "compress_ratios": [4] * 61}, "compress_ratios outside DeepSeek-V4"),
+    ({**DEEPSEEK_V3, "model_type": "deepseek_v4", "compress_ratios": [4] * 60},
+     "compress_ratios must give each"),
+    ({**DEEPSEEK_V3, "model_type": "deepseek_v4", "compress_ratios": [8] * 61},
+     "compress_ratios must give each"),
+])
+def test_compressed_attention_vllm_does_not_build_is_refused_by_name(
+        config: dict[str, Any], named: str) -> None:
+    with pytest.raises(ValueError, match=named) as exc:
+        facts_from_hf_config(config)
+    assert "spec.model.architecture" in str(exc.value)
+
+
+def test_deepseek_v4_caches_are_replicated_over_tp_and_split_by_pp() -> None:
+    facts = corpus_facts("deepseek-ai--DeepSeek-V4-Pro")
+    assert (facts.kv_layers, facts.quantization, facts.quantization_method) == (0, "mxfp4",
+                                                                                "fp8")
+    assert facts.active == pytest.approx(49e9, rel=0.02)  # card: 49B active
+    one = kv_bytes_per_token(facts, 1, 1, 2, tokens=2560)
+    assert kv_bytes_per_token(facts, 8, 1, 2, tokens=2560) == one
+    assert kv_bytes_per_token(facts, 1, 2, 2, tokens=2560) == pytest.approx(one / 2, abs=2)
+    # Without a length the windows count as if never freed: the upper bound.
+    assert kv_bytes_per_token(facts, 1, 1, 2) > one
 
 
 def _nas_block(no_op: bool = False, group: int | None = 8, mult: float = 5.25,
@@ -421,11 +441,8 @@ def corpus_facts(stem: str) -> ModelFacts:
         hf_quant_config=json.loads(quant.read_text()) if quant.exists() else None)
 
 
-# The corpus models the planner refuses, and the one feature each lacks.
-CORPUS_REFUSED = {stem: "compress_ratios" for stem in (
-    "deepseek-ai--DeepSeek-V4-Flash", "deepseek-ai--DeepSeek-V4-Pro",
-    "nvidia--DeepSeek-V4-Flash-NVFP4", "nvidia--DeepSeek-V4-Pro-NVFP4",
-    "sgl-project--DeepSeek-V4-Flash-FP8", "sgl-project--DeepSeek-V4-Pro-FP8")}
+# The corpus models the planner refuses, and the one feature each lacks: none now.
+CORPUS_REFUSED: dict[str, str] = {}
 
 
 def test_model_config_corpus() -> None:
@@ -455,7 +472,7 @@ def test_model_config_corpus() -> None:
     assert refused.keys() == CORPUS_REFUSED.keys(), refused
     for stem, why in refused.items():
         assert CORPUS_REFUSED[stem] in why and "spec.model.architecture" in why, why
-    assert len(planned) == 83
+    assert len(planned) == 89
 
 
 # Representative corpus models, their KV bytes per token derived by hand from the
@@ -487,6 +504,16 @@ CORPUS_HAND = [
     # Nemotron NAS: 49 of 80 layers have attention, 8 KV heads of 128: 49 x 8 x 256 x 2
     # = 200,704. Card: 49B (49.9B).
     ("nvidia--Llama-3_3-Nemotron-Super-49B-v1", 2560, 49 * 8 * 256 * 2, 49.9e9),
+    # DeepSeek-V4-Flash (vLLM's fp8_ds_mla layout: 584-byte states, pages rounded up to
+    # 576 bytes). A token: 21 layers of ratio 4, a compressed cache of 64 states in
+    # 256 tokens (37,376 -> 37,440 bytes) and an indexer of 64 x 132 (8,448 -> 8,640):
+    # 21 x 180 = 3,780; 20 of ratio 128, 2 states (1,168 -> 1,728 a page): 20 x 6.75 =
+    # 135. A sequence: all 43 layers' 128-token windows, 3 pages of 64 x 584 (37,440):
+    # 4,829,760; ratio-4 compressor windows of 8 tokens, 3 pages of 4 x 2,048 fp32
+    # (32,832) and 3 of the indexer's 4 x 512 fp32 (8,640): 21 x 124,416 = 2,612,736;
+    # ratio-128 windows of 128 tokens, 17 pages of 8 x 1,024 fp32 (32,832): 20 x
+    # 558,144 = 11,162,880; 18,605,376 / 2,560 = 7,268. Card: 284B.
+    ("deepseek-ai--DeepSeek-V4-Flash", 2560, 3_780 + 135 + 7_268, 284e9),
 ]
 
 

@@ -63,7 +63,8 @@ def _tiny(stem: str, layers: int, **sizes: Any) -> dict[str, Any]:
     config.pop("quantization_config", None)
     text = config.get("text_config") if "num_hidden_layers" not in config else config
     assert isinstance(text, dict)
-    for key in ("layer_types", "hybrid_layer_pattern", "moe_layer_freq", "block_configs"):
+    for key in ("layer_types", "hybrid_layer_pattern", "moe_layer_freq", "block_configs",
+                "compress_ratios"):
         if isinstance(text.get(key), list):
             text[key] = text[key][:layers]
     text.update(num_hidden_layers=layers, **{**_SMALL, **sizes})
@@ -93,6 +94,12 @@ CASES: dict[str, dict[str, Any]] = {
         moe_layer_freq=[0, 1, 1, 1], num_key_value_heads=1, swa_num_attention_heads=4,
         swa_num_key_value_heads=2, swa_head_dim=64, v_head_dim=32, swa_v_head_dim=32,
         n_routed_experts=4, **_EXPERTS),
+    # DeepSeek-V4: layers of compress ratio 0 (window only), 4 (+ indexer) and 128, its
+    # 512-wide fp8_ds_mla states kept (the layout vLLM fixes).
+    "deepseek-v4-compressed": _tiny(
+        "deepseek-ai--DeepSeek-V4-Flash", 4, num_attention_heads=8, num_key_value_heads=1,
+        head_dim=512, q_lora_rank=64, o_lora_rank=64, o_groups=8, index_n_heads=4,
+        n_routed_experts=4, num_hash_layers=1, num_nextn_predict_layers=0, **_EXPERTS),
 }
 
 
@@ -118,11 +125,21 @@ CASES["qwen3-next-linear"] = _qwen3_next_from_qwen35()
 
 def _vllm_kv_bytes_per_token(specs: dict[str, dict[str, Any]]) -> tuple[int, dict[str, int]]:
     """KV bytes per token of a 2,048-token sequence from vLLM's specs, and the layers of
-    each kind."""
-    per_token, per_sequence, kinds = 0.0, 0.0, {"full": 0, "sliding": 0, "state": 0}
+    each kind (DeepSeek-V4's compressed and window caches apart)."""
+    per_token, per_sequence = 0.0, 0.0
+    kinds = {"full": 0, "sliding": 0, "state": 0, "compressed": 0}
     for spec in specs.values():
         kind = spec["kind"]
-        if kind in ("FullAttentionSpec", "MLAAttentionSpec"):
+        if kind == "SlidingWindowMLASpec" or spec.get("tokens_per_state", 1) > 1:
+            # DeepSeek-V4: compressed caches a token; window caches (in the model's own
+            # block sizes) as the pages a decoding sequence holds.
+            kinds["compressed"] += 1
+            if kind == "SlidingWindowMLASpec":
+                per_sequence += (math.ceil(spec["sliding_window"] / spec["block_size"]) + 1) \
+                    * spec["page_size_bytes"]
+            else:
+                per_token += spec["page_size_bytes"] / spec["block_size"]
+        elif kind in ("FullAttentionSpec", "MLAAttentionSpec"):
             per_token += spec["page_size_bytes"] / spec["block_size"]
             kinds["full"] += 1
         elif kind == "SlidingWindowSpec":
@@ -171,6 +188,7 @@ def test_planner_kv_bytes_match_vllms_specs(name: str, vllm_specs: dict[str, Any
     assert "error" not in built, built.get("trace")
     vllm_kv, kinds = _vllm_kv_bytes_per_token(built["specs"])
     facts = facts_from_hf_config(copy.deepcopy(CASES[name]), name=name)
+    assert kinds.pop("compressed") > 0 or not facts.compressed_kv_bytes_per_token
     assert kinds == {"full": facts.kv_layers, "sliding": facts.sliding_window_layers,
                      "state": facts.state_layers}
     planned = kv_bytes_per_token(
