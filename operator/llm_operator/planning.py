@@ -1271,6 +1271,14 @@ def _explain_kv(need: _Need, fit: _Fit) -> Explained:
                       stateKind=facts.state_kind, stateBytes=need.state_bytes,
                       stateElementsPerLayer=facts.state_elements_per_layer,
                       sequenceTokens=need.seq_tokens, bytesPerSequence=per_seq)
+    if facts.compressed_kv_bytes_per_token or facts.window_kv_bytes_per_sequence:
+        formula = ("DeepSeek-V4 compressed attention (vLLM's fp8_ds_mla caches, the same on "
+                   "every TP rank): compressed and indexer caches a token / PP + window "
+                   "caches (sliding window, compressor states) a sequence / PP over the "
+                   "request's tokens")
+        inputs.update(compressedBytesPerToken=facts.compressed_kv_bytes_per_token,
+                      windowBytesPerSequence=facts.window_kv_bytes_per_sequence,
+                      sequenceTokens=need.seq_tokens)
     inputs["modelFacts"] = facts.source
     return Explained(name="kvBytesPerToken", value=fit.kv_per_token, unit="bytes",
                      formula=formula, inputs=inputs)

@@ -249,6 +249,11 @@ def test_deepseek_v4_caches_are_replicated_over_tp_and_split_by_pp() -> None:
     assert kv_bytes_per_token(facts, 1, 2, 2, tokens=2560) == pytest.approx(one / 2, abs=2)
     # Without a length the windows count as if never freed: the upper bound.
     assert kv_bytes_per_token(facts, 1, 1, 2) > one
+    plan = make_plan(spec(facts.name, gpus={"perNode": 8}, workload={
+        "concurrency": 16, "inputTokens": 2048, "outputTokens": 512}), facts=facts)
+    kv = next(e for e in plan.explanations if e.name == "kvBytesPerToken")
+    assert kv.formula.startswith("DeepSeek-V4 compressed attention")
+    assert kv.inputs["windowBytesPerSequence"] == facts.window_kv_bytes_per_sequence
 
 
 def _nas_block(no_op: bool = False, group: int | None = 8, mult: float = 5.25,
