@@ -83,13 +83,27 @@ class ModelFacts:
     # Gemma 4: the full-attention layers' own head size and KV heads (None: as the rest).
     full_attention_head_dim: int | None = None
     full_attention_kv_heads: int | None = None
+    # V's head size where it differs from K's (MiMo-V2: K 192, V 128); None: head_dim.
+    # vLLM's AttentionSpec.head_size_v: a token's K and V take head_size + head_size_v.
+    v_head_dim: int | None = None
     sliding_window_layers: int = 0  # layers keeping at most sliding_window tokens
     sliding_window: int | None = None
     state_layers: int = 0  # linear-attention / Mamba layers: a fixed state per sequence
     state_elements_per_layer: int = 0  # that state's elements per sequence, all ranks
+    state_conv_elements_per_layer: int = 0  # of which the conv state (the model's dtype)
     state_kind: str | None = None  # "linear_attention" | "mamba2"
-    state_dtype: str | None = None  # mamba_ssm_cache_dtype where set (None: the model's)
+    # The temporal state's dtype: mamba_ssm_cache_dtype (Nemotron-H) or mamba_ssm_dtype
+    # (Qwen3.5) where set (None: the model's).
+    state_dtype: str | None = None
     mla_kv_dim: int | None = None  # MLA: kv_lora_rank + qk_rope_head_dim per token, layer
+    # DeepSeek-V4's compressed attention (all layers, one GPU of a TP group: its caches
+    # are replicated over TP; the layout is fixed, whatever the KV dtype): bytes per token
+    # of its compressed and indexer caches, bytes per sequence of its window caches
+    # (sliding window and compressor states), and those windows' bytes per token were
+    # they not freed (the bound without a length).
+    compressed_kv_bytes_per_token: float = 0.0
+    window_kv_bytes_per_sequence: int = 0
+    window_kv_bytes_per_token: float = 0.0
     shared_experts: int = 0
     moe_intermediate_size: int | None = None
     quantization: str | None = None  # the checkpoint's: fp8, nvfp4, mxfp4, int4, int8
@@ -132,6 +146,16 @@ class ModelFacts:
     @property
     def full_kv_heads(self) -> int:
         return self.full_attention_kv_heads or self.num_key_value_heads
+
+    @property
+    def full_kv_width(self) -> int:
+        """K plus V elements per KV head of a full-attention layer."""
+        return self.full_head_dim + (self.v_head_dim or self.full_head_dim)
+
+    @property
+    def kv_width(self) -> int:
+        """K plus V elements per KV head of a sliding-window layer."""
+        return self.head_dim + (self.v_head_dim or self.head_dim)
 
     @property
     def is_mla(self) -> bool:
@@ -189,13 +213,9 @@ def _is_pattern(c: Mapping[str, Any]) -> bool:
 
 
 # Fields of architectures the planner does not model, and what each is: such a config is
-# refused naming it, rather than planned with wrong KV or weights.
-UNMODELLED: dict[str, str] = {
-    "compress_ratios": "compressed sparse attention (DeepSeek-V4's per-layer KV compression)",
-    "block_configs": "per-layer block shapes (Nemotron NAS / DeciLM: heads and MLP widths "
-                     "differ by layer)",
-    "swa_num_key_value_heads": "sliding-window layers with their own KV heads (MiMo-V2)",
-}
+# refused naming it, rather than planned with wrong KV or weights. (DeepSeek-V4's
+# compress_ratios is modelled: _deepseek_v4.)
+UNMODELLED: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
@@ -227,6 +247,12 @@ def _layer_plan(c: Mapping[str, Any], layers: int, experts: int | None) -> _Laye
         moe, mlp = pattern.count("E"), pattern.count("-")
         return _Layers(attn, 0, None, mamba, "mamba2" if mamba else None, attn, moe, mlp)
     types = c.get("layer_types")
+    hybrid = c.get("hybrid_layer_pattern")
+    if isinstance(hybrid, list) and len(hybrid) == layers and not isinstance(types, list):
+        # MiMo-V2 (vLLM model_executor/models/mimo_v2.py, MiMoV2FlashDecoderLayer.
+        # is_compressed_softmax_layer): 1 = a sliding layer of sliding_window_size.
+        window = int(c.get("sliding_window_size") or window or 0) or None
+        types = ["sliding_attention" if h == 1 else "full_attention" for h in hybrid]
     if not isinstance(types, list) or len(types) != layers:
         types = None
         interval = c.get("full_attention_interval")
@@ -292,10 +318,10 @@ def _moe_layers(c: Mapping[str, Any], layers: int) -> int:
         sum(1 for i in range(first, layers) if i not in only_mlp)
 
 
-def _state_elements(c: Mapping[str, Any], kind: str | None) -> int:
-    """A linear-attention or Mamba layer's state per sequence, elements (vLLM's
-    ``MambaStateShapeCalculator``: conv state (kernel - 1) x conv channels, plus the
-    recurrent state)."""
+def _state_elements(c: Mapping[str, Any], kind: str | None) -> tuple[int, int]:
+    """A linear-attention or Mamba layer's state per sequence, elements, and of them the
+    conv state's (vLLM's ``MambaStateShapeCalculator``: conv state (kernel - 1) x conv
+    channels, plus the recurrent state)."""
     if kind == "mamba2":  # Nemotron-H
         heads = int(_first(c, ("mamba_num_heads",)) or 0)
         head_dim = int(_first(c, ("mamba_head_dim",)) or 0)
@@ -303,16 +329,28 @@ def _state_elements(c: Mapping[str, Any], kind: str | None) -> int:
         groups = int(_first(c, ("n_groups", "mamba_n_groups")) or 1)
         kernel = int(_first(c, ("conv_kernel", "mamba_d_conv")) or 4)
         inner = heads * head_dim
-        return (kernel - 1) * (inner + 2 * groups * state) + heads * head_dim * state
+        conv = (kernel - 1) * (inner + 2 * groups * state)
+        return conv + heads * head_dim * state, conv
     if kind == "linear_attention":  # Qwen3-Next / 3.5 gated DeltaNet
         k_heads = int(c.get("linear_num_key_heads") or 0)
         v_heads = int(c.get("linear_num_value_heads") or 0)
         k_dim = int(c.get("linear_key_head_dim") or 0)
         v_dim = int(c.get("linear_value_head_dim") or 0)
         kernel = int(c.get("linear_conv_kernel_dim") or 4)
-        conv = 2 * k_heads * k_dim + v_heads * v_dim
-        return (kernel - 1) * conv + v_heads * k_dim * v_dim
-    return 0
+        conv = (kernel - 1) * (2 * k_heads * k_dim + v_heads * v_dim)
+        return conv + v_heads * k_dim * v_dim, conv
+    return 0, 0
+
+
+def _state_dtype(c: Mapping[str, Any]) -> str | None:
+    """The temporal state's dtype where config.json sets it, as vLLM 0.32 reads it
+    (model_executor/models/config.py: NemotronHForCausalLMConfig.
+    update_mamba_ssm_cache_dtype reads ``mamba_ssm_cache_dtype``,
+    Qwen3_5ForConditionalGenerationConfig ``mamba_ssm_dtype``); None: the model's."""
+    value = c.get("mamba_ssm_cache_dtype")
+    if value in (None, "auto") and str(c.get("model_type", "")).startswith("qwen3_5"):
+        value = c.get("mamba_ssm_dtype")
+    return None if value in (None, "auto") else str(value)
 
 
 def _quantization(c: Mapping[str, Any], hf_quant: Mapping[str, Any] | None = None
@@ -434,18 +472,30 @@ def _vision_parameters(config: Mapping[str, Any]) -> int:
     return depth * (4 * h * h + 2 * h * inter)
 
 
+def _attention_params(c: Mapping[str, Any], hidden: int, heads: int, kv_heads: int,
+                      head_dim: int, v_dim: int) -> int:
+    """One attention layer's weights: q, k, v, o (and the q, k, v biases)."""
+    attn = hidden * heads * head_dim + hidden * kv_heads * (head_dim + v_dim) \
+        + heads * v_dim * hidden
+    if c.get("attention_bias") or c.get("model_type") == "qwen2":
+        attn += heads * head_dim + kv_heads * (head_dim + v_dim)
+    return attn
+
+
 def _groups(c: Mapping[str, Any], layers: _Layers, heads: int, kv_heads: int, head_dim: int,
-            experts: int | None, top_k: int | None) -> dict[str, int]:
+            experts: int | None, top_k: int | None,
+            sliding_kv_heads: int | None = None) -> dict[str, int]:
     """Parameters by group (total, and the routed experts a token uses as "active")."""
     hidden = int(c["hidden_size"])
     inter = int(c.get("intermediate_size") or 4 * hidden)
     vocab = int(c.get("vocab_size") or 0)
+    v_dim = int(c.get("v_head_dim") or head_dim)
     if c.get("kv_lora_rank"):
-        attn = _mla_params(c, hidden, heads)[0]
-    else:
-        attn = hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2  # q, o, k, v
-        if c.get("attention_bias") or c.get("model_type") == "qwen2":
-            attn += (heads + 2 * kv_heads) * head_dim  # q, k, v biases
+        attn = layers.attention * _mla_params(c, hidden, heads)[0]
+    else:  # MiMo-V2's sliding layers have their own KV heads
+        attn = (layers.attention - layers.sliding) * _attention_params(
+            c, hidden, heads, kv_heads, head_dim, v_dim) + layers.sliding * _attention_params(
+            c, hidden, heads, sliding_kv_heads or kv_heads, head_dim, v_dim)
     norms = (4 if c.get("model_type") in ("gemma2", "gemma3_text") else 2) * hidden
     moe_inter = int(_first(c, ("moe_intermediate_size", "expert_intermediate_size"))
                     or inter)
@@ -468,7 +518,7 @@ def _groups(c: Mapping[str, Any], layers: _Layers, heads: int, kv_heads: int, he
     tied = bool(c.get("tie_word_embeddings", False))
     g = {
         "embeddings": vocab * hidden * (1 if tied else 2) + hidden,
-        "attention": layers.attention * attn,
+        "attention": attn,
         "state": layers.state * _state_params(c, layers.state_kind, hidden),
         "mlp": layers.mlp * mats * hidden * (dense_inter if experts else inter),
         "experts": layers.moe * (experts or 0) * expert,
@@ -478,6 +528,159 @@ def _groups(c: Mapping[str, Any], layers: _Layers, heads: int, kv_heads: int, he
         "norms": int(c["num_hidden_layers"]) * norms,
     }
     return g
+
+
+@dataclass(frozen=True)
+class _NasBlocks:
+    attention: int  # layers with attention (the others' attention is a no-op)
+    kv_heads: int
+    mlp_layers: int
+    mlp_parameters: int
+
+
+def _nas_blocks(blocks: list[Any], layers: int, heads: int, hidden: int) -> _NasBlocks:
+    """Nemotron NAS (DeciLM, Llama-3.3-Nemotron-Super) ``block_configs``, one per layer, as
+    vLLM 0.32 builds them (model_executor/models/nemotron_nas.py, DeciLMDecoderLayer):
+    ``attention.no_op`` drops a layer's attention (and its KV cache: config/model.py,
+    ``get_num_layers_by_block_type`` counts ``not attention.no_op``), its KV heads are
+    ``num_attention_heads // n_heads_in_group``; the MLP is ``ffn.intermediate_size`` or
+    ``_ffn_mult_to_intermediate_size``: ``int(2 x ffn_mult x hidden / 3)`` rounded up to
+    a multiple of 256, or none when ``ffn.no_op``. What vLLM's DeciLM does not build
+    (a linear layer in place of attention or MLP, windows, sinks) is refused by name."""
+    if len(blocks) != layers:
+        raise ValueError(f"config.json block_configs has {len(blocks)} entries for "
+                         f"num_hidden_layers {layers}: give spec.model.architecture")
+    attention, mlp_layers, mlp_params, kv = 0, 0, 0, set()
+    for i, block in enumerate(blocks):
+        attn = block.get("attention") or {}
+        ffn = block.get("ffn") or {}
+        for part, name in ((attn, "attention"), (ffn, "ffn")):
+            for key in ("replace_with_linear", "sparsify", "window_length", "num_sink_tokens"):
+                if part.get(key):
+                    raise ValueError(
+                        f"config.json block_configs[{i}].{name}.{key} is set: a Nemotron "
+                        "NAS block the planner does not model (vLLM's DeciLM builds "
+                        "attention and MLPs or no-ops only): give spec.model.architecture")
+        if not attn.get("no_op"):
+            attention += 1
+            kv.add(heads // int(attn.get("n_heads_in_group") or 1))
+        if not ffn.get("no_op"):
+            if ffn.get("ffn_mult") is not None:
+                inter = int(2 * float(ffn["ffn_mult"]) * hidden / 3)
+                inter += -inter % 256
+            else:
+                inter = int(ffn.get("intermediate_size") or 0)
+            mlp_layers += 1
+            mlp_params += 3 * hidden * inter
+    if len(kv) > 1:
+        raise ValueError(
+            "config.json block_configs has attention layers with different KV heads "
+            f"({', '.join(str(k) for k in sorted(kv))}): the planner models one KV head "
+            "count per layer kind; give spec.model.architecture")
+    return _NasBlocks(attention, kv.pop() if kv else heads, mlp_layers, mlp_params)
+
+
+def _mimo_sliding_kv_heads(c: Mapping[str, Any], heads: int, head_dim: int) -> int | None:
+    """MiMo-V2's sliding layers' own KV heads (``swa_num_key_value_heads``), as vLLM 0.32
+    builds them (model_executor/models/mimo_v2.py, MiMoV2FlashDecoderLayer: sliding
+    layers take ``swa_num_attention_heads``, ``swa_num_key_value_heads``,
+    ``swa_head_dim``, ``swa_v_head_dim``). The planner models the sliding layers' own KV
+    heads; sliding layers of other query heads or head sizes are refused by name."""
+    if c.get("swa_num_key_value_heads") is None:
+        return None
+    same = {"swa_num_attention_heads": heads, "swa_head_dim": head_dim,
+            "swa_v_head_dim": int(c.get("v_head_dim") or head_dim)}
+    for key, value in same.items():
+        if c.get(key) is not None and int(c[key]) != value:
+            raise ValueError(
+                f"config.json {key} is {c[key]}, not {value} as in the full-attention "
+                "layers: sliding layers of another shape are not modelled; give "
+                "spec.model.architecture")
+    return int(c["swa_num_key_value_heads"])
+
+
+# DeepSeek-V4 as vLLM 0.32 caches it on its default GPU path (FlashMLA sparse, every CUDA
+# GPU but SM 12.x, which defaults to FlashInfer's plain rows; also vLLM's CPU build):
+# models/deepseek_v4/attention.py, DeepseekV4Attention.get_kv_cache_spec (fp8_ds_mla: a
+# 584-byte state, 448 NoPE + 128 RoPE + 8 scale bytes, pages aligned to 576 bytes;
+# _resolve_dsv4_kv_cache_dtype forces fp8) and DeepseekV4Indexer (an fp8 key of
+# index_head_dim + 4 bytes of scale per 128); the compressed and indexer caches in
+# blocks of 256 tokens (sparse_mla.py, get_supported_kernel_block_sizes); the sliding-
+# window cache in blocks of 64 (v1/attention/backends/mla/sparse_swa.py); compressor
+# states (models/deepseek_v4/compressor.py: coff = 2 for ratio 4, else 1; a window of
+# coff x ratio tokens in blocks of 4 (ratio 4) or 8, 2 x coff x head fp32 values a token).
+_DSV4_STATE_BYTES = 584
+_DSV4_ALIGN = 576
+_DSV4_BLOCK = 256
+_DSV4_SWA_BLOCK = 64
+
+
+def _dsv4_page(raw: int) -> int:
+    return -(-raw // _DSV4_ALIGN) * _DSV4_ALIGN
+
+
+def _dsv4_window(window: int, block: int, token_bytes: int) -> int:
+    """Bytes a decoding sequence holds in a window cache: ``cdiv(window, block) + 1``
+    pages (v1/kv_cache_interface.py, SlidingWindowSpec.max_admission_blocks_per_request
+    with one token in flight)."""
+    return (-(-window // block) + 1) * _dsv4_page(block * token_bytes)
+
+
+@dataclass(frozen=True)
+class _Dsv4:
+    per_token: float
+    window_per_sequence: int
+    window_per_token: float
+    attention_parameters: int  # attention, compressors and indexers, all layers
+    hyper_connection_parameters: int
+    hash_router_parameters: int
+
+
+def _deepseek_v4(c: Mapping[str, Any], layers: int, hidden: int, heads: int) -> _Dsv4:
+    """DeepSeek-V4's caches and its attention weights (see the constants above; the
+    weights from vLLM's module shapes: models/deepseek_v4/attention.py, compressor.py,
+    nvidia/model.py)."""
+    ratios = [max(1, int(r)) for r in (c.get("compress_ratios") or [])[:layers]]
+    odd = sorted({r for r in ratios} - {1, 4, 128})
+    if len(ratios) != layers or odd:
+        raise ValueError(
+            "config.json compress_ratios must give each of num_hidden_layers layers a ratio "
+            f"of 0, 4 or 128 (vLLM's DeepSeek-V4), not {odd or len(ratios)}: give "
+            "spec.model.architecture")
+    head = int(c.get("head_dim") or 512)
+    window = int(c.get("sliding_window") or 128)
+    q_rank = int(c.get("q_lora_rank") or 0)
+    o_rank, o_groups = int(c.get("o_lora_rank") or 0), int(c.get("o_groups") or 1)
+    index_dim, index_heads = int(c.get("index_head_dim") or 128), int(c.get("index_n_heads") or 0)
+    index_key = index_dim + index_dim // 128 * 4
+    swa = _dsv4_window(window, _DSV4_SWA_BLOCK, _DSV4_STATE_BYTES)
+    per_token, per_seq = 0.0, layers * swa
+    window_tok = layers * _dsv4_page(_DSV4_SWA_BLOCK * _DSV4_STATE_BYTES) / _DSV4_SWA_BLOCK
+    # Per layer: fused q_a + kv (hidden x (q_rank + head)), q_b, output LoRA in groups,
+    # q and kv norms, the attention sink.
+    attn = hidden * (q_rank + head) + q_rank * heads * head + o_rank * heads * head \
+        + hidden * o_groups * o_rank + q_rank + head + heads
+    attention = layers * attn
+    for ratio in ratios:
+        if ratio == 1:
+            continue
+        coff = 2 if ratio == 4 else 1
+        block = 4 if ratio == 4 else 8
+        per_token += _dsv4_page(_DSV4_BLOCK // ratio * _DSV4_STATE_BYTES) / _DSV4_BLOCK
+        per_seq += _dsv4_window(coff * ratio, block, 2 * coff * head * 4)
+        # compressor: ape (ratio x coff*head), kv + gate (hidden x 2*coff*head), norm
+        attention += ratio * coff * head + hidden * 2 * coff * head + head
+        if ratio == 4:  # the lightning indexer, with its own compressor
+            per_token += _dsv4_page(_DSV4_BLOCK // ratio * index_key) / _DSV4_BLOCK
+            per_seq += _dsv4_window(coff * ratio, block, 2 * coff * index_dim * 4)
+            attention += index_heads * index_dim * q_rank + hidden * index_heads \
+                + ratio * coff * index_dim + hidden * 2 * coff * index_dim + index_dim
+    hc = int(c.get("hc_mult") or 1)
+    mix = (2 + hc) * hc  # hyper-connections: per layer, attention and FFN
+    hyper = layers * 2 * (mix * hc * hidden + mix + 3) + hc * hc * hidden + hc + 1
+    hashed = int(c.get("num_hash_layers") or 0) * int(c.get("vocab_size") or 0) * int(
+        c.get("num_experts_per_tok") or 1)
+    return _Dsv4(per_token, per_seq, window_tok, attention, hyper, hashed)
 
 
 def facts_from_hf_config(config: Mapping[str, Any], name: str | None = None,
@@ -514,8 +717,31 @@ def facts_from_hf_config(config: Mapping[str, Any], name: str | None = None,
     top_k_raw = _first(c, ("num_experts_per_tok", "experts_per_token", "moe_topk",
                            "top_k_experts"))
     top_k = int(top_k_raw) if experts and top_k_raw else None
-    layers = _layer_plan(c, layers_n, experts)
-    g = _groups(c, layers, heads, kv_heads, head_dim, experts, top_k)
+    sliding_kv_heads = _mimo_sliding_kv_heads(c, heads, head_dim)
+    if isinstance(c.get("block_configs"), list):  # Nemotron NAS (DeciLM)
+        nas = _nas_blocks(c["block_configs"], layers_n, heads, hidden)
+        kv_heads = nas.kv_heads
+        layers = _Layers(nas.attention, 0, None, 0, None, nas.attention, 0, nas.mlp_layers)
+        g = _groups(c, layers, heads, kv_heads, head_dim, experts, top_k)
+        g["mlp"] = nas.mlp_parameters
+    else:
+        layers = _layer_plan(c, layers_n, experts)
+        g = _groups(c, layers, heads, kv_heads, head_dim, experts, top_k, sliding_kv_heads)
+    dsv4 = None
+    if c.get("compress_ratios") is not None:
+        # vLLM picks the model by architectures (DeepseekV4ForCausalLM; sgl-project's
+        # FP8 copies say model_type deepseek_ref).
+        archs = " ".join(str(a) for a in config.get("architectures") or [])
+        if not (str(c.get("model_type", "")).startswith("deepseek_v4") or "DeepseekV4" in archs):
+            raise ValueError("config.json has compress_ratios outside DeepSeek-V4 "
+                             f"(model_type {c.get('model_type')!r}): compressed attention the "
+                             "planner does not model; give spec.model.architecture")
+        dsv4 = _deepseek_v4(c, layers_n, hidden, heads)
+        layers = _Layers(0, 0, None, 0, None, layers_n, layers_n, 0)
+        g = _groups(c, layers, heads, kv_heads, head_dim, experts, top_k)
+        g["attention"] = dsv4.attention_parameters
+        g["norms"] += dsv4.hyper_connection_parameters
+        g["router"] += dsv4.hash_router_parameters
     vision = _vision_parameters(config)
     common = g["embeddings"] + g["attention"] + g["state"] + g["mlp"] + g["shared_experts"] \
         + g["router"] + g["norms"]
@@ -531,8 +757,11 @@ def facts_from_hf_config(config: Mapping[str, Any], name: str | None = None,
     if weight_bytes is not None:
         sources.append(("weight_bytes", SAFETENSORS_INDEX))
     quantized: tuple[str, ...] = ()
-    if quant == "mxfp4":
-        quantized = ("experts",)
+    if quant == "mxfp4" or (dsv4 and c.get("expert_dtype") == "fp4" and quant == "fp8"):
+        # DeepSeek-V4 with expert_dtype fp4: MXFP4 experts, the rest fp8 (vLLM's
+        # models/deepseek_v4/quant_config.py, DeepseekV4FP8Config); counted as MXFP4
+        # experts and the rest in the model's dtype, the upper bound.
+        quant, quantized = "mxfp4", ("experts",)
     elif quant:
         quantized = ("experts", "shared_experts", "mlp", "state") + (
             ("attention",) if attn_quantized else ())
@@ -552,7 +781,7 @@ def facts_from_hf_config(config: Mapping[str, Any], name: str | None = None,
         num_attention_heads=heads,
         # As config.json says (MLA configs give as many as heads); the planner's MLA rules
         # read mla_kv_dim, as vLLM's one latent "head".
-        num_key_value_heads=kv_heads,
+        num_key_value_heads=sliding_kv_heads or kv_heads,
         head_dim=head_dim,
         max_context=max_context(c),
         vocab_size=int(c["vocab_size"]) if c.get("vocab_size") else None,
@@ -564,15 +793,20 @@ def facts_from_hf_config(config: Mapping[str, Any], name: str | None = None,
         # the conservative bound).
         full_attention_head_dim=int(c["global_head_dim"]) if c.get("global_head_dim") else None,
         full_attention_kv_heads=int(c["num_global_key_value_heads"])
-        if c.get("num_global_key_value_heads") else None,
+        if c.get("num_global_key_value_heads") else (kv_heads if sliding_kv_heads else None),
+        v_head_dim=int(c["v_head_dim"]) if c.get("v_head_dim") and not mla_dim
+        and int(c["v_head_dim"]) != head_dim else None,
         sliding_window_layers=layers.sliding,
         sliding_window=layers.window,
         state_layers=layers.state,
-        state_elements_per_layer=_state_elements(c, layers.state_kind),
+        state_elements_per_layer=_state_elements(c, layers.state_kind)[0],
+        state_conv_elements_per_layer=_state_elements(c, layers.state_kind)[1],
         state_kind=layers.state_kind,
-        state_dtype=str(c["mamba_ssm_cache_dtype"]) if layers.state and c.get(
-            "mamba_ssm_cache_dtype") not in (None, "auto") else None,
+        state_dtype=_state_dtype(c) if layers.state else None,
         mla_kv_dim=mla_dim,
+        compressed_kv_bytes_per_token=dsv4.per_token if dsv4 else 0.0,
+        window_kv_bytes_per_sequence=dsv4.window_per_sequence if dsv4 else 0,
+        window_kv_bytes_per_token=dsv4.window_per_token if dsv4 else 0.0,
         shared_experts=int(_first(c, ("n_shared_experts", "num_shared_experts")) or (
             1 if c.get("shared_expert_intermediate_size") else 0)) if experts else 0,
         moe_intermediate_size=int(c["moe_intermediate_size"])

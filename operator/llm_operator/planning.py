@@ -226,7 +226,8 @@ def kv_request_tokens(kv_budget_bytes: int, kv_bytes_per_token: int,
 
 
 def kv_bytes_per_token(facts: ModelFacts, tp: int, pp: int, kv_dtype_bytes: int,
-                       tokens: int = 0, state_dtype_bytes: int = 2) -> int:
+                       tokens: int = 0, state_dtype_bytes: int = 2,
+                       conv_dtype_bytes: int | None = None) -> int:
     """KV bytes one token takes on one GPU.
 
     Full-attention layers: 2 x ceil(layers / PP) x ceil(kv_heads / TP) x head_dim x
@@ -242,35 +243,49 @@ def kv_bytes_per_token(facts: ModelFacts, tp: int, pp: int, kv_dtype_bytes: int,
                                                else 0)) / pp)
         per_token = layers * facts.mla_kv_dim * kv_dtype_bytes
     else:
-        full = (2 * math.ceil(facts.kv_layers / pp) * math.ceil(facts.full_kv_heads / tp)
-                * facts.full_head_dim * kv_dtype_bytes)
+        # K and V: head_size + head_size_v per KV head (vLLM's AttentionSpec).
+        full = (math.ceil(facts.kv_layers / pp) * math.ceil(facts.full_kv_heads / tp)
+                * facts.full_kv_width * kv_dtype_bytes)
         # Without a length, sliding-window layers as full ones (their own heads).
-        extra = (2 * math.ceil(facts.sliding_window_layers / pp)
-                 * math.ceil(facts.num_key_value_heads / tp) * facts.head_dim
+        extra = (math.ceil(facts.sliding_window_layers / pp)
+                 * math.ceil(facts.num_key_value_heads / tp) * facts.kv_width
                  * kv_dtype_bytes) if tokens <= 0 else 0
         per_token = full + extra
-    if tokens <= 0 or not (facts.sliding_window_layers or facts.state_layers):
+    # DeepSeek-V4: its compressed caches a token, replicated over TP, split by PP (and its
+    # window caches as if never freed, without a length).
+    per_token += math.ceil((facts.compressed_kv_bytes_per_token + (
+        facts.window_kv_bytes_per_token if tokens <= 0 else 0)) / pp)
+    if tokens <= 0 or not (facts.sliding_window_layers or facts.state_layers
+                           or facts.window_kv_bytes_per_sequence):
         return per_token
-    per_seq = kv_bytes_per_sequence(facts, tp, pp, kv_dtype_bytes, tokens, state_dtype_bytes)
+    per_seq = kv_bytes_per_sequence(facts, tp, pp, kv_dtype_bytes, tokens, state_dtype_bytes,
+                                    conv_dtype_bytes)
     return per_token + math.ceil(per_seq / tokens)
 
 
 def kv_bytes_per_sequence(facts: ModelFacts, tp: int, pp: int, kv_dtype_bytes: int,
-                          tokens: int, state_dtype_bytes: int = 2) -> int:
+                          tokens: int, state_dtype_bytes: int = 2,
+                          conv_dtype_bytes: int | None = None) -> int:
     """Bytes one sequence of ``tokens`` takes on one GPU in the layers that do not pay per
     token: sliding-window layers hold min(tokens, window + one block) tokens of K and V
     (vLLM's SlidingWindowSpec frees the blocks that leave the window); linear-attention
-    and Mamba layers hold a fixed state, ceil(state elements / TP) x state dtype bytes
-    (vLLM's MambaSpec; config.json's mamba_ssm_cache_dtype where set, else the model's
-    dtype: the conv part, in the model's dtype in vLLM, counted alike, a few %)."""
+    and Mamba layers hold a fixed state (vLLM's MambaSpec): the conv state,
+    ceil(conv elements / TP) in the model's dtype (``conv_dtype_bytes``; None: as the
+    temporal state), and the temporal (SSM / delta-rule) state, ceil(elements / TP) x
+    ``state_dtype_bytes`` (config.json's mamba_ssm_cache_dtype, Qwen3.5's
+    mamba_ssm_dtype, where set: vLLM's MambaStateDtypeCalculator._mamba_state_dtype)."""
     sliding = 0
     if facts.sliding_window_layers and facts.sliding_window:
         held = min(tokens, facts.sliding_window + BLOCK_SIZE)
-        sliding = (2 * math.ceil(facts.sliding_window_layers / pp)
-                   * math.ceil(facts.num_key_value_heads / tp) * facts.head_dim
+        sliding = (math.ceil(facts.sliding_window_layers / pp)
+                   * math.ceil(facts.num_key_value_heads / tp) * facts.kv_width
                    * kv_dtype_bytes * held)
-    state = (math.ceil(facts.state_layers / pp)
-             * math.ceil(facts.state_elements_per_layer / tp) * state_dtype_bytes)
+    sliding += math.ceil(facts.window_kv_bytes_per_sequence / pp)  # DeepSeek-V4's windows
+    conv = facts.state_conv_elements_per_layer
+    conv_bytes = state_dtype_bytes if conv_dtype_bytes is None else conv_dtype_bytes
+    state = math.ceil(facts.state_layers / pp) * (
+        math.ceil(conv / tp) * conv_bytes
+        + math.ceil((facts.state_elements_per_layer - conv) / tp) * state_dtype_bytes)
     return sliding + state
 
 
@@ -437,6 +452,7 @@ class _Need:
     # and Mamba state) is spread, and the state's dtype bytes.
     seq_tokens: int = 0
     state_bytes: int = 2
+    conv_bytes: int = 2  # a Mamba / linear-attention layer's conv state: the model's dtype
 
 
 @dataclass(frozen=True)
@@ -457,7 +473,7 @@ class _Fit:
 def _evaluate(need: _Need, tp: int, pp: int) -> _Fit:
     per_gpu = math.ceil(need.weights / (tp * pp))
     kv_tok = kv_bytes_per_token(need.facts, tp, pp, need.kv_bytes, need.seq_tokens,
-                                need.state_bytes)
+                                need.state_bytes, need.conv_bytes)
     budget = need.usable - per_gpu
     return _Fit(tp, pp, per_gpu, kv_tok, budget, kv_token_capacity(budget, kv_tok),
                 kv_request_tokens(budget, kv_tok))
@@ -782,7 +798,7 @@ def _too_small(spec: LLMServiceSpec, need: _Need, gpu: GPUFacts,
     engine = spec.engine
     auto_need = _Need(need.facts, need.weights, need.kv_bytes, need.usable, need.hard_tokens,
                       need.hard_tokens, need.per_node, seq_tokens=need.seq_tokens,
-                      state_bytes=need.state_bytes)
+                      state_bytes=need.state_bytes, conv_bytes=need.conv_bytes)
     tps = valid_tensor_parallel_sizes(need.facts, need.per_node)
     auto = _choose(auto_need, [(t, 1) for t in tps] + [(tps[-1], p) for p in
                                                         range(2, need.facts.num_layers + 1)])[0]
@@ -796,7 +812,8 @@ def _too_small(spec: LLMServiceSpec, need: _Need, gpu: GPUFacts,
         trial = _Need(need.facts, need.weights, need.kv_bytes,
                       usable_bytes_per_gpu(other, engine.gpu_memory_utilization),
                       need.hard_tokens, need.hard_tokens, need.per_node,
-                      seq_tokens=need.seq_tokens, state_bytes=need.state_bytes)
+                      seq_tokens=need.seq_tokens, state_bytes=need.state_bytes,
+                      conv_bytes=need.conv_bytes)
         if _choose(trial, cands)[0] is not None:
             bigger.append(product)
     fits = [_evaluate(need, tp, pp) for tp, pp in cands]
@@ -899,7 +916,8 @@ def _make_plan(spec: LLMServiceSpec, gpus_per_node: int,
                  concurrency=concurrency, request_blocks=blocks_per_request,
                  output_tokens=wl.output_tokens, ttft_s=wl.slo.ttft_p95_ms / 1000,
                  itl_s=wl.slo.itl_p95_ms / 1000, seq_tokens=tokens_per_request,
-                 state_bytes=DTYPE_BYTES.get(facts.state_dtype or dtype, dbytes))
+                 state_bytes=DTYPE_BYTES.get(facts.state_dtype or dtype, dbytes),
+                 conv_bytes=dbytes)
     count = spec.gpus.count if isinstance(spec.gpus.count, int) else None
     cands = _candidates(need, facts, engine, count)
     choice = _choose_detail(need, cands)
@@ -1232,6 +1250,10 @@ def _explain_kv(need: _Need, fit: _Fit) -> Explained:
     else:
         formula = "2 x ceil(layers / PP) x ceil(kv_heads / TP) x head_dim x kv bytes (per GPU)"
         inputs.update(numKeyValueHeads=facts.num_key_value_heads, headDim=facts.head_dim)
+        if facts.v_head_dim:  # MiMo-V2: K and V of different head sizes
+            formula = ("ceil(layers / PP) x ceil(kv_heads / TP) x (head_dim + v_head_dim) x "
+                       "kv bytes (per GPU)")
+            inputs["vHeadDim"] = facts.v_head_dim
     if facts.full_attention_head_dim or facts.full_attention_kv_heads:
         inputs.update(fullAttentionHeadDim=facts.full_head_dim,
                       fullAttentionKeyValueHeads=facts.full_kv_heads)
@@ -1240,7 +1262,7 @@ def _explain_kv(need: _Need, fit: _Fit) -> Explained:
         formula = formula.replace("layers", "full-attention layers", 1)
     if facts.sliding_window_layers or facts.state_layers:
         per_seq = kv_bytes_per_sequence(facts, fit.tp, fit.pp, need.kv_bytes, need.seq_tokens,
-                                        need.state_bytes)
+                                        need.state_bytes, need.conv_bytes)
         formula += (" + (estimated) per-sequence bytes over the request's tokens: "
                     "sliding-window layers hold min(tokens, window + 16), linear-attention "
                     "and Mamba layers a fixed state / TP")
@@ -1249,6 +1271,14 @@ def _explain_kv(need: _Need, fit: _Fit) -> Explained:
                       stateKind=facts.state_kind, stateBytes=need.state_bytes,
                       stateElementsPerLayer=facts.state_elements_per_layer,
                       sequenceTokens=need.seq_tokens, bytesPerSequence=per_seq)
+    if facts.compressed_kv_bytes_per_token or facts.window_kv_bytes_per_sequence:
+        formula = ("DeepSeek-V4 compressed attention (vLLM's fp8_ds_mla caches, the same on "
+                   "every TP rank): compressed and indexer caches a token / PP + window "
+                   "caches (sliding window, compressor states) a sequence / PP over the "
+                   "request's tokens")
+        inputs.update(compressedBytesPerToken=facts.compressed_kv_bytes_per_token,
+                      windowBytesPerSequence=facts.window_kv_bytes_per_sequence,
+                      sequenceTokens=need.seq_tokens)
     inputs["modelFacts"] = facts.source
     return Explained(name="kvBytesPerToken", value=fit.kv_per_token, unit="bytes",
                      formula=formula, inputs=inputs)
