@@ -211,7 +211,7 @@ def run_demo(console: Console | None = None, *, keep: bool = False,
                 any(c["type"] == "Ready" and c["status"] == "True"
                     for c in demo.get_json("llms", n, "-n", NAMESPACE).get(
                         "status", {}).get("conditions", []))
-                for n in names), 20)
+                for n in names), 60)  # 20 s gave up on a loaded 2-core machine
             demo.kubectl("get", "llms", "-n", NAMESPACE)
             demo.kubectl("get", "events", "-n", NAMESPACE, "--field-selector",
                          "involvedObject.kind=LLMService")
