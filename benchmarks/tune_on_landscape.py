@@ -44,6 +44,7 @@ from benchmarks.planner_vs_aic import goodput, spec_for
 from benchmarks.results_md import emit, markers
 from llm_operator.catalog import lookup_gpu
 from llm_operator.inpod.tuner.search import (
+    SEARCH_VERSION,
     SLO,
     Budget,
     Config,
@@ -136,6 +137,24 @@ READINGS: dict[str, str] = {
 }
 LABEL = ("estimated (AIConfigurator's estimator, a model) + noise measured on the CPU engine; "
          "the tuner's code unchanged")
+# The tuner's code a stored run describes: the search and its paired comparison (and the
+# start-up rules it checks configurations with).
+TUNER_CODE = "operator/llm_operator/inpod/tuner"
+
+
+def tuner_version(data: dict[str, Any]) -> int:
+    """The search version (``search.SEARCH_VERSION``) that made a stored run: runs stored
+    before the field existed (tune-landscape-1 and -2) were made by version 1."""
+    return int(data.get("tunerVersion", 1))
+
+
+def label_of(data: dict[str, Any]) -> str:
+    """What a stored run's figures are, with the tuner's code they describe."""
+    if tuner_version(data) == 1:
+        return LABEL  # as tune-landscape-1 and -2 were published
+    return ("estimated (AIConfigurator's estimator, a model) + noise measured on the CPU "
+            f"engine; the tuner's code as of commit {data['commit'][:10]} (search version "
+            f"{tuner_version(data)})")
 
 
 # --- the landscape (pure) -----------------------------------------------------------------
@@ -339,7 +358,8 @@ def run_scenario(sc: Scenario, cfg: dict[str, Any]) -> dict[str, Any]:
     truth = {str(lvl): sc.truth(lvl) for lvl in space.max_num_seqs}
     defaults = sc.truth(None)
     runs = []
-    for seed in range(int(cfg["seeds"])):
+    first = int(cfg.get("seedOffset", 0))  # a diagnostic's other seeds (never stored)
+    for seed in range(first, first + int(cfg["seeds"])):
         ev = evaluator(seed)
         out = search(ev, space, wl, slo, budget, opts, clock=ev.now)
         best = out.best.config.max_num_seqs if out.best is not None else None
@@ -508,8 +528,9 @@ def section(data: dict[str, Any]) -> str:
     g = cfg["goals"]
     lines = [begin, f"## The tuner's search on AIConfigurator's estimated landscape "
              f"({cfg['label']})", "",
-             f"**{LABEL}.** The tuner's `search` and `grid_search` (llm_operator/inpod/tuner/"
-             "search.py) ran as they are; only the measurement was replaced: each run's "
+             f"**{label_of(data)}.** The tuner's `search` and `grid_search` "
+             "(llm_operator/inpod/tuner/search.py) ran as they are; only the measurement "
+             "was replaced: each run's "
              "goodput, TTFT and ITL at a max-num-seqs come from AIConfigurator 0.12.0's "
              "stored vLLM estimates (`benchmarks/data/aic_estimator.json`; TTFT and TPOT "
              "linearly interpolated in log(batch) between stored batch sizes; the running "
@@ -637,16 +658,26 @@ def main(argv: list[str] | None = None) -> int:
                     "(a trial; never stored)")
     ap.add_argument("--sigma", type=float, help="another noise log-sd than the config's "
                     "(a diagnostic; never stored)")
+    ap.add_argument("--seed-offset", type=int, default=0, help="run seeds N.. instead of "
+                    "0.. (a diagnostic, e.g. to develop a change on seeds the "
+                    "pre-registered run does not use; never stored)")
     args = ap.parse_args(argv)
     cfg = load(args.config)
-    trial = bool(args.only) or args.sigma is not None
+    trial = bool(args.only) or args.sigma is not None or bool(args.seed_offset)
     if args.sigma is not None:
         cfg["noise"] = {**cfg["noise"], "logSd": args.sigma}
+    if args.seed_offset:
+        cfg["seedOffset"] = args.seed_offset
     path = out_path(cfg)
     if args.section:
         data = json.loads(path.read_text())
         return emit(data["section"], section(data), args.write)
     rel = str(args.config.resolve().relative_to(ROOT))
+    dirty = _git("status", "--porcelain", "--", TUNER_CODE)
+    if args.write and not trial and dirty:
+        raise SystemExit(f"the tuner's code has uncommitted changes ({dirty.splitlines()[0]}"
+                         "...): a stored run names the commit whose search it describes, "
+                         "so commit them first")
     t0 = time.monotonic()
     rows = []
     for sc in scenarios(cfg):
@@ -655,8 +686,10 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(run_scenario(sc, cfg))
     data = {"label": LABEL, "config": cfg, "configFile": rel,
             "configGitBlob": _git("rev-parse", f"HEAD:{rel}"), "commit": _git("rev-parse", "HEAD"),
+            "tunerVersion": SEARCH_VERSION,
             "section": cfg["label"], "noiseMeasured": measured_noise(cfg["noise"]["source"]),
             "runtimeSeconds": round(time.monotonic() - t0, 1), "scenarios": rows}
+    data["label"] = label_of(data)
     if args.write and not trial:
         path.write_text(dumps(data))
     return emit(data["section"], section(data), args.write and not trial)
