@@ -481,6 +481,7 @@ class _Edge:
     good but whose cap 48 misses the ITL objective at the workload's 64 clients; cap 32
     meets it. Deterministic: what each run gives is fixed."""
 
+    meets_up_to: int = 32  # the largest cap that meets the ITL objective at 64 clients
     started: bool = False
     clock: list[float] = field(default_factory=lambda: [0.0])
 
@@ -504,7 +505,9 @@ class _EdgeSession:
     def measure(self, concurrency: int) -> Measurement:
         self.engine.clock[0] += 10.0
         batch = min(concurrency, self.cap or 1024)
-        itl = 30.0 if (self.cap is None and concurrency < 64) or batch <= 32 else 60.0
+        meets = self.engine.meets_up_to
+        itl = 30.0 if (self.cap is None and 0 < meets and concurrency < 64) or \
+            batch <= meets else 60.0
         tps = 100.0 * batch
         return Measurement(concurrency=concurrency, duration_s=10.0,
                            goodput_tps=tps if itl <= 50 else 0.0, output_tps=tps,
@@ -527,3 +530,13 @@ def test_when_the_best_predicted_cap_fails_the_next_predicted_one_is_verified() 
     assert out.best is not None and out.best.config.max_num_seqs == 32
     lo, _hi, _conf = out.versus_defaults.interval  # type: ignore[union-attr]
     assert lo > 1.05
+
+
+def test_where_nothing_meets_the_slo_the_defaults_stay_and_the_text_says_why() -> None:
+    ev = _Edge(meets_up_to=0)
+    space = Space(max_num_seqs=ladder(1, 64), default_max_num_seqs=1024)
+    out = search(ev, space, Workload(128, 256, 64), SLO(30000, 50), Budget(12, 1e9),
+                 Options(), clock=ev.now)
+    assert out.best is out.baseline
+    assert out.decision() == ("--max-num-seqs 48 and vLLM's defaults: no goodput in either "
+                              "arm (3 pairs); kept vLLM's defaults")

@@ -499,8 +499,15 @@ class Outcome:
             return None
         cands = [t for t in self.trials if t is not self.best and t.ok and t.pairs
                  and t.against == self.baseline.index]
-        return max(cands, key=lambda t: t.comparison.estimate  # type: ignore[union-attr]
-                   ) if cands else None
+
+        def strength(t: Trial) -> tuple[bool, float]:
+            # One with goodput in some pair first: a comparison where neither arm had any
+            # has no ratio (compare.py).
+            cmp = t.comparison
+            has = cmp is not None and bool(cmp.ratios)
+            return has, cmp.estimate if cmp is not None and has else 0.0
+
+        return max(cands, key=strength) if cands else None
 
     @property
     def improvement(self) -> float | None:
@@ -535,6 +542,9 @@ class Outcome:
         other = self.strongest_rejected
         if other is None or other.comparison is None:
             return "kept vLLM's defaults: no other configuration was compared with them"
+        if not other.comparison.ratios:
+            return (f"{other.config.describe()} and vLLM's defaults: "
+                    f"{other.comparison.text()}; kept vLLM's defaults")
         return (f"{other.config.describe()}: {other.comparison.text()} of vLLM's defaults; "
                 f"kept vLLM's defaults (interval not above {line})")
 
