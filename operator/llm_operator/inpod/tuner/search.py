@@ -35,9 +35,10 @@ minutes of model loading. This search spends restarts only where they pay:
 **Deciding.** A configuration replaces the incumbent (vLLM's defaults first) only on a
 paired comparison (:mod:`.compare`): on one live-cap server the two arms are measured
 interleaved at ``C`` (incumbent, candidate, candidate, incumbent, ...), each pair gives a
-goodput ratio, and the candidate wins only when the exact Wilcoxon signed-rank interval of the
-typical ratio, at ``confidence`` (90%), lies above ``1 + min_gain``. ``repeats`` pairs first; more,
-up to ``max_pairs``, only while the interval straddles that line and the budget allows.
+goodput ratio (a pair where neither arm had any goodput gives none and is left out), and
+the candidate wins only when the exact Wilcoxon signed-rank interval of the typical
+ratio, at ``confidence`` (90%), lies above ``1 + min_gain``. ``repeats`` pairs first;
+more, up to ``max_pairs``, only while the interval straddles that line and the budget allows.
 Where the arms need separate servers (another max-num-batched-tokens, or no live cap) the
 i-th runs of the two servers are paired, and the comparison says so. No arm is ever scored
 by its worst run. The winner is then confirmed against vLLM's defaults directly (when it
