@@ -10,9 +10,8 @@ minutes of model loading. This search spends restarts only where they pay:
 
 1. **Baseline and knee, one start.** Start vLLM with its defaults (plus the user's pins)
    and measure at the workload's concurrency ``C``: that is the baseline. On the same
-   server, measure again at lower client concurrencies ``c < C`` (``C/2``, ``3C/4``,
-   ``C/4``, ..., plus the KV-derived cap ``kv_tokens // (input + output)`` and the
-   planner's hint).
+   server, measure again at lower client concurrencies ``c < C`` (``C/2``, ``C/4``, ...,
+   plus the KV-derived cap ``kv_tokens // (input + output)`` and the planner's hint).
    ``max-num-seqs`` is only an upper bound on the running batch, so with the default
    (high) cap, running at client concurrency ``c`` is what the server would do with
    ``--max-num-seqs c`` under ``C`` clients, except that ``C - c`` requests would wait in
@@ -66,8 +65,10 @@ from .compare import DEFAULT_CONFIDENCE, DEFAULT_MAX_PAIRS, Comparison, Verdict,
 # What the search decides changed (a new version) when, on the same measurements, it may
 # choose another configuration or spend other trials; runs stored by a benchmark name the
 # version that made them. 1: up to tune-landscape-2; 2: a sweep probe at 3C/4, the next
-# predicted cap verified when the best one fails, both-zero pairs left out (issue 34 item 3).
-SEARCH_VERSION = 2
+# predicted cap verified when the best one fails, both-zero pairs left out (issue 34 item 3;
+# runs 3 and 4); 3: version 2 without the 3C/4 probe, which cost trials and, on run 1's
+# setup, chose below the defaults in 13 runs (runs 5 and 6).
+SEARCH_VERSION = 3
 
 # --- inputs -------------------------------------------------------------------------------
 
@@ -598,15 +599,15 @@ def sweep_concurrencies(
     cap_limit: int | None,
 ) -> list[int]:
     """Client concurrencies to probe on the baseline server, highest first (without ``C``):
-    the KV-derived cap and the hint, ``C/2`` and ``3C/4``, then further halvings of ``C``
-    down to ``sweep_min_concurrency``, each snapped to a ladder level, at most
-    ``sweep_points`` (the first ones in that order).
+    halvings of ``C`` down to ``sweep_min_concurrency``, the KV-derived cap and the hint,
+    each snapped to a ladder level, at most ``sweep_points``.
 
-    ``3C/4``: with halvings alone, every cap between ``C/2`` and ``C`` was predicted by
-    interpolating toward ``C``, where the defaults may miss the SLO (a prediction of 0),
-    so a cap there that meets it with more goodput than ``C/2`` was never predicted well
-    enough to be tried (tune-landscape-2: 32 chosen of 64 clients where 40 and 48 would
-    gain 11% and 23%)."""
+    Caps between ``C/2`` and ``C`` are predicted by interpolating toward ``C``, where the
+    defaults may miss the SLO (a prediction of 0), so one there that would gain more than
+    ``C/2`` is not tried (tune-landscape-2: 32 chosen of 64 clients where 40 and 48 would
+    gain 11% and 23%). A probe at ``3C/4`` found them at low noise but, at the CPU
+    engine's noise, cost trials and chose below vLLM's defaults where they were best
+    (search version 2, tune-landscape-3 and -4): left out."""
     C = workload_concurrency
     lo = max(1, opts.sweep_min_concurrency)
     picks: list[int] = []
@@ -614,11 +615,6 @@ def sweep_concurrencies(
         if special is not None and lo <= special < C:
             picks.append(snap(levels, special))
     c = C / 2
-    if c >= lo:
-        picks.append(snap(levels, c))
-        if 3 * C / 4 >= lo:
-            picks.append(snap(levels, 3 * C / 4))
-        c /= 2
     while c >= lo:
         picks.append(snap(levels, c))
         c /= 2
