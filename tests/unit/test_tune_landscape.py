@@ -1,8 +1,9 @@
 """The tuner's search on AIConfigurator's estimated landscape (issue 34 item 3,
 benchmarks/tune_on_landscape.py): the stored runs (benchmarks/data/tune_landscape_*.json)
-are what the current search gives on the harness's landscape, their summary is what
-benchmarks/RESULTS.md shows, and the harness's landscape follows its stated rules
-(interpolation in log(batch), the queue's wait, vLLM's defaults per GPU, the noise)."""
+of the current search version are what the current search gives on the harness's
+landscape, their summary is what benchmarks/RESULTS.md shows, and the harness's landscape
+follows its stated rules (interpolation in log(batch), the queue's wait, vLLM's defaults
+per GPU, the noise)."""
 
 from __future__ import annotations
 
@@ -27,9 +28,18 @@ from benchmarks.tune_on_landscape import (
     section,
     space_for,
     summarize,
+    tuner_version,
 )
 
-from llm_operator.inpod.tuner.search import SLO, Budget, Config, Options, Workload, search
+from llm_operator.inpod.tuner.search import (
+    SEARCH_VERSION,
+    SLO,
+    Budget,
+    Config,
+    Options,
+    Workload,
+    search,
+)
 
 CONFIGS = sorted((ROOT / "benchmarks" / "configs").glob("tune_landscape_*.yaml"))
 
@@ -72,12 +82,29 @@ def test_the_noise_is_the_spread_measured_on_the_cpu_engine() -> None:
                                                                     abs=0.005)
 
 
+def test_some_stored_run_is_of_the_current_search() -> None:
+    """The re-run below has teeth only if a stored run was made by the current search
+    version; every other stored run names an earlier one (runs stored before the field
+    existed, tune-landscape-1 and -2, are version 1)."""
+    versions = {path.stem: tuner_version(_stored(path)) for path in CONFIGS}
+    assert SEARCH_VERSION in versions.values(), versions
+    assert all(v <= SEARCH_VERSION for v in versions.values()), versions
+    assert versions["tune_landscape_1"] == versions["tune_landscape_2"] == 1
+
+
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
 def test_the_stored_runs_are_what_the_current_search_gives(path: Path) -> None:
-    """A failure means the search (or the harness) changed since the stored run: that
-    run no longer describes the tuner; a new labelled config and run does."""
+    """Runs stored by the current search version (``search.SEARCH_VERSION``, stored as
+    ``tunerVersion``) are re-run and must come out the same. A failure means the search
+    (or the harness) changed since: bump ``SEARCH_VERSION`` where the search's decisions
+    changed, and store a new labelled, pre-registered run; the stored ones then describe
+    the tuner at the commit their section names. Runs of an earlier version are not
+    re-run: they differ from the current search by design."""
     cfg = load(path)
     data = _stored(path)
+    if tuner_version(data) != SEARCH_VERSION:
+        pytest.skip(f"stored by search version {tuner_version(data)} (commit "
+                    f"{data['commit'][:10]}), the current one is {SEARCH_VERSION}")
     rows = {row["name"]: row for row in data["scenarios"]}
     t = cfg["tuner"]
     for sc in scenarios(cfg)[::12]:  # 8 of 96 scenarios, every seed: about a second

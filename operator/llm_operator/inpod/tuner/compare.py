@@ -22,6 +22,20 @@ test on the median would need no symmetry, but in seeded runs of the whole searc
 (tests/unit/test_tuner_decisions.py, 200 seeds, up to 12 pairs) it found a candidate
 truly 20% better under 30% noise in 181 where this interval found it in 198.
 
+**Pairs where neither arm met the SLO** are left out of the statistic (and counted
+beside it). Goodput counts only requests that meet the SLO, so a run where every request
+misses it has zero goodput, and a pair where both arms have zero says that both missed in
+that run and nothing about how much one gives relative to the other: ``0 / 0`` is no ratio.
+Counting it as a ratio of 1, as this module did until tune-landscape-2 (issue 34 item 3),
+made a candidate that meets the SLO in most runs against defaults that meet it in few
+lose: the both-zero pairs pulled the typical ratio to 1 (12 pairs: 8 at >100x, 3 both
+zero, 1 where only the defaults met; interval above 1.00x, not above 1.05x). This is
+Wilcoxon's own treatment of zero differences (dropped before ranking, scipy's
+``zero_method="wilcox"``), restricted to the one kind of tie that carries no magnitude.
+It does not weaken what a win needs: the interval is computed on the informative pairs
+alone, and a decision at 90% still needs at least 5 of them; with none (both arms miss in
+every pair) nothing is better.
+
 **Decision.** The candidate wins only when the interval reaches the stated confidence and
 its lower end clears ``1 + min_gain``; it loses at once when even the upper end does not
 reach ``1 + min_gain`` or when the typical ratio is at most 1 (then more pairs would be
@@ -132,9 +146,15 @@ class Comparison:
         return len(self.pairs)
 
     @property
+    def both_zero(self) -> int:
+        """Pairs where neither arm had any goodput (left out of the statistic)."""
+        return sum(1 for a, b in self.pairs if a <= 0 and b <= 0)
+
+    @property
     def ratios(self) -> list[float]:
-        """The paired ratios candidate / reference."""
-        return [ratio(a, b) for a, b in self.pairs]
+        """The paired ratios candidate / reference of the pairs where at least one arm had
+        goodput (a pair where neither had any carries no ratio; see the module)."""
+        return [ratio(a, b) for a, b in self.pairs if a > 0 or b > 0]
 
     @property
     def _stats(self) -> tuple[float, float, float, float]:
@@ -156,6 +176,8 @@ class Comparison:
         """Better, not better, or undecided against the line ``1 + min_gain``."""
         if not self.pairs:
             return Verdict.UNDECIDED
+        if not self.ratios:  # neither arm met the SLO in any pair so far
+            return Verdict.NOT_BETTER if self.n >= 3 else Verdict.UNDECIDED
         lo, hi, achieved = self.interval
         line = 1.0 + min_gain
         if achieved >= self.confidence and lo > line:
@@ -169,18 +191,24 @@ class Comparison:
         interval."""
         if not self.pairs:
             return "not measured"
-        lo, hi, achieved = self.interval
         how = "" if self.interleaved else ", not interleaved"
+        zero = self.both_zero
+        if zero == self.n:
+            return f"no goodput in either arm ({self.n} pairs{how})"
+        if zero:
+            how += f"; {zero} more where neither met the SLO, not counted"
+        lo, hi, achieved = self.interval
         span = (f"above {fmt_ratio(lo)}" if math.isinf(hi) or hi >= RATIO_CLIP
                 else f"{fmt_ratio(lo, '')}-{fmt_ratio(hi)}")
         return (f"{fmt_ratio(self.estimate)} ({span}, {achieved:.0%} confidence, "
-                f"{self.n} pairs{how})")
+                f"{self.n - zero} pairs{how})")
 
     def to_dict(self) -> dict[str, float | int | bool | None]:
-        """The figures a result carries (JSON-safe: an infinite ratio becomes None)."""
+        """The figures a result carries (JSON-safe: an infinite ratio becomes None);
+        ``pairs``: those the interval rests on (both-zero pairs not counted)."""
         lo, hi, achieved = self.interval
         return {"ratio": _finite(self.estimate), "low": _finite(lo), "high": _finite(hi),
-                "confidence": round(achieved, 4), "pairs": self.n,
+                "confidence": round(achieved, 4), "pairs": len(self.ratios),
                 "interleaved": self.interleaved}
 
 

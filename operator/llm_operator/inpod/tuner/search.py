@@ -18,7 +18,8 @@ minutes of model loading. This search spends restarts only where they pay:
    the server's queue: by Little's law each waits ``(C - c) / X(c)`` (``X`` = completed
    requests per second). Shifting every request's TTFT by that wait predicts the goodput
    of each cap without restarting.
-2. **Verify** the predicted best cap with one restart, measured at ``C``.
+2. **Verify** the predicted best cap with one restart, measured at ``C``; when it does not
+   win, the next cap the sweep predicts to beat the defaults (at most ``verify_points``).
 3. **Refine** only next to the incumbent on the level ladder, only where the prediction
    says it could win, and move only on a gain larger than the noise margin.
 4. **max-num-batched-tokens** by coordinate steps from vLLM's default, only in the
@@ -33,9 +34,10 @@ minutes of model loading. This search spends restarts only where they pay:
 **Deciding.** A configuration replaces the incumbent (vLLM's defaults first) only on a
 paired comparison (:mod:`.compare`): on one live-cap server the two arms are measured
 interleaved at ``C`` (incumbent, candidate, candidate, incumbent, ...), each pair gives a
-goodput ratio, and the candidate wins only when the exact Wilcoxon signed-rank interval of the
-typical ratio, at ``confidence`` (90%), lies above ``1 + min_gain``. ``repeats`` pairs first; more,
-up to ``max_pairs``, only while the interval straddles that line and the budget allows.
+goodput ratio (a pair where neither arm had any goodput gives none and is left out), and
+the candidate wins only when the exact Wilcoxon signed-rank interval of the typical
+ratio, at ``confidence`` (90%), lies above ``1 + min_gain``. ``repeats`` pairs first;
+more, up to ``max_pairs``, only while the interval straddles that line and the budget allows.
 Where the arms need separate servers (another max-num-batched-tokens, or no live cap) the
 i-th runs of the two servers are paired, and the comparison says so. No arm is ever scored
 by its worst run. The winner is then confirmed against vLLM's defaults directly (when it
@@ -59,6 +61,14 @@ from typing import Protocol
 
 from ...engine_rules import EngineSettings, refusals
 from .compare import DEFAULT_CONFIDENCE, DEFAULT_MAX_PAIRS, Comparison, Verdict, pairs_for
+
+# What the search decides changed (a new version) when, on the same measurements, it may
+# choose another configuration or spend other trials; runs stored by a benchmark name the
+# version that made them. 1: up to tune-landscape-2; 2: a sweep probe at 3C/4, the next
+# predicted cap verified when the best one fails, both-zero pairs left out (issue 34 item 3;
+# runs 3 and 4); 3: version 2 without the 3C/4 probe, which cost trials and, on run 1's
+# setup, chose below the defaults in 13 runs (runs 5 and 6).
+SEARCH_VERSION = 3
 
 # --- inputs -------------------------------------------------------------------------------
 
@@ -193,6 +203,7 @@ class Options:
     max_pairs: int = DEFAULT_MAX_PAIRS  # pairs at most while the interval straddles
     sweep_min_concurrency: int = 2
     sweep_points: int = 5  # client concurrencies below C on the baseline server, at most
+    verify_points: int = 2  # caps the sweep predicts to beat the defaults, verified at most
     refine_margin: float = 0.85  # refine a neighbour only if predicted >= margin x best
     # Predictions come from one short probe each: a request counts as good in a
     # prediction only within this fraction of the SLO, so the search does not aim at a
@@ -490,8 +501,15 @@ class Outcome:
             return None
         cands = [t for t in self.trials if t is not self.best and t.ok and t.pairs
                  and t.against == self.baseline.index]
-        return max(cands, key=lambda t: t.comparison.estimate  # type: ignore[union-attr]
-                   ) if cands else None
+
+        def strength(t: Trial) -> tuple[bool, float]:
+            # One with goodput in some pair first: a comparison where neither arm had any
+            # has no ratio (compare.py).
+            cmp = t.comparison
+            has = cmp is not None and bool(cmp.ratios)
+            return has, cmp.estimate if cmp is not None and has else 0.0
+
+        return max(cands, key=strength) if cands else None
 
     @property
     def improvement(self) -> float | None:
@@ -526,6 +544,9 @@ class Outcome:
         other = self.strongest_rejected
         if other is None or other.comparison is None:
             return "kept vLLM's defaults: no other configuration was compared with them"
+        if not other.comparison.ratios:
+            return (f"{other.config.describe()} and vLLM's defaults: "
+                    f"{other.comparison.text()}; kept vLLM's defaults")
         return (f"{other.config.describe()}: {other.comparison.text()} of vLLM's defaults; "
                 f"kept vLLM's defaults (interval not above {line})")
 
@@ -579,7 +600,14 @@ def sweep_concurrencies(
 ) -> list[int]:
     """Client concurrencies to probe on the baseline server, highest first (without ``C``):
     halvings of ``C`` down to ``sweep_min_concurrency``, the KV-derived cap and the hint,
-    each snapped to a ladder level, at most ``sweep_points``."""
+    each snapped to a ladder level, at most ``sweep_points``.
+
+    Caps between ``C/2`` and ``C`` are predicted by interpolating toward ``C``, where the
+    defaults may miss the SLO (a prediction of 0), so one there that would gain more than
+    ``C/2`` is not tried (tune-landscape-2: 32 chosen of 64 clients where 40 and 48 would
+    gain 11% and 23%). A probe at ``3C/4`` found them at low noise but, at the CPU
+    engine's noise, cost trials and chose below vLLM's defaults where they were best
+    (search version 2, tune-landscape-3 and -4): left out."""
     C = workload_concurrency
     lo = max(1, opts.sweep_min_concurrency)
     picks: list[int] = []
@@ -923,15 +951,23 @@ class _Run:
             return interpolate(preds, lvl)
 
         # Start from the best prediction; on ties prefer the larger cap (more headroom).
-        start = max(preds, key=lambda k: (preds[k], k))
-        if start >= self.never_binds_from(base):
+        ranked = sorted(preds, key=lambda k: (preds[k], k), reverse=True)
+        limit = self.never_binds_from(base)
+        if ranked[0] >= limit:
             self.notes.append("the sweep predicts no cap below the workload concurrency helps")
             # Caps >= C equal the default under this load: still verify the nearest one
             # below only if the prediction there is within the refine margin.
         else:
-            if not self.can_afford(Config(max_num_seqs=start)):
+            # Verify the caps predicted to beat the defaults, best first, until one wins
+            # (at most verify_points): one probe is one noisy run, so the best prediction
+            # may be a lucky one, and the next best is the sweep's evidence, where the
+            # hill-climb below would only look next to the defaults' cap (tune-landscape-2).
+            verify = [Config(max_num_seqs=k) for k in ranked[:1] + [
+                k for k in ranked[1:] if k < limit and preds[k] > base.score]]
+            verify = verify[: max(1, self.opts.verify_points)]
+            if not self.can_afford(verify[0]):
                 return
-            self.first_better([Config(max_num_seqs=start)], "verify", base)
+            self.first_better(verify, "verify", base)
         # Hill-climb on the ladder from the incumbent among mns levels.
         while True:
             inc = self.incumbent()
