@@ -149,9 +149,20 @@ SUBSTITUTIONS: list[Substitution] = [
                  "with `CreateContainerConfigError`",
                  "the kubelet reads them the same way"),
     Substitution("network access (Hugging Face hub)",
-                 "`HF_HUB_OFFLINE=1` in every container",
-                 "the pod reaches the hub unless the spec sets offline mode"),
+                 "`HF_HUB_OFFLINE=1` in every container, but one whose `HF_ENDPOINT` is on "
+                 "this machine (`127.0.0.1`, `localhost`: a test's Hub stand-in, as the "
+                 "facts Job gets it from `LLMOP_HF_ENDPOINT`)",
+                 "the pod reaches the hub (or the mirror `HF_ENDPOINT` names) unless the "
+                 "spec sets offline mode"),
 ]
+
+
+def is_local_endpoint(url: str | None) -> bool:
+    """Whether ``url`` (an ``HF_ENDPOINT``) is served on this machine."""
+    if not url:
+        return False
+    host = url.split("://", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0].strip("[]")
+    return host in ("127.0.0.1", "localhost", "::1")
 
 
 class CannotRun(Exception):
@@ -400,8 +411,9 @@ def plan_container(
         "PATH": path,
         "HOME": str(cdir / "home"),
         "TMPDIR": str(tmp_dir),
-        "HF_HUB_OFFLINE": "1",
     }
+    if not is_local_endpoint(env.get("HF_ENDPOINT")):
+        image_env["HF_HUB_OFFLINE"] = "1"  # nothing here reaches the internet
     if HF_CACHE_PATH in plan.volume_dirs:
         image_env["HF_HOME"] = str(plan.volume_dirs[HF_CACHE_PATH])
     if not vllm_image:

@@ -3,8 +3,10 @@
 - :func:`reconcile`: parse, plan, render, apply the children, compute the status; a spec
   that cannot be served yields ``SpecValid=False`` with the message and a
   :class:`kopf.PermanentError` (kopf does not retry it; the next edit of the spec runs the
-  handler again). The kopf handler (:mod:`.handlers`), the tuning step and the adaptation
-  loop all call it.
+  handler again). The kopf handler (:mod:`.handlers`), the tuning step, the adaptation
+  loop and the end of a facts Job all call it. A model outside the catalog without
+  ``spec.model.architecture`` is planned from its config.json, which a facts Job reads
+  first (:mod:`.facts`).
 - :func:`workload_changed`: a managed Deployment or LeaderWorkerSet changed: move
   Progressing, Available and Ready, and re-create a workload somebody deleted.
 - :func:`delete_owned`: the children of a deleted LLMService (when the operator sees the
@@ -36,8 +38,9 @@ from typing import Any
 import kopf
 
 from .. import status as st
-from ..constants import GROUP, KIND, VERSION
+from ..constants import API_VERSION, GROUP, KIND, VERSION
 from ..errors import SpecError, SpecErrors
+from ..facts.control import FactsDecision, needs_facts
 from ..models import dropped_fields, dropped_message, parse_llmservice
 from ..planning import Plan, make_plan
 from ..rendering import render_all
@@ -46,6 +49,7 @@ from ..rendering.leaderworkerset import LWS_API_VERSION, LWS_KIND, LWS_NAME_SUFF
 from ..rendering.placement import with_placement
 from ..tuning.placement import held_before_serving, serving_view
 from .context import OperatorContext, clock
+from .facts import model_facts_step
 from .kube import (
     MONITORING_GROUP,
     ApiError,
@@ -106,8 +110,15 @@ async def _reconcile(
         # The conditions as stored, so a restarted operator reports them before it writes.
         ctx.metrics.conditions(namespace, name,
                                (body.get("status") or {}).get("conditions") or [])
-        plan = with_placement(make_plan(svc.spec, gpus_per_node=ctx.settings.gpus_per_node),
-                              svc.spec, ctx.settings)
+        read = None
+        if needs_facts(svc.spec):  # neither the catalog nor spec.model.architecture
+            facts = await model_facts_step(ctx, svc, logger)
+            if facts.facts is None:
+                return _facts_outcome(ctx, body, current, facts, name, namespace, generation,
+                                      now)
+            read = facts.facts
+        plan = with_placement(make_plan(svc.spec, gpus_per_node=ctx.settings.gpus_per_node,
+                                        facts=read), svc.spec, ctx.settings)
         dropped = dropped_fields(body)
         if dropped:  # the API server pruned them; the user's client may not have said so
             plan = plan.model_copy(update={"warnings": [*plan.warnings, dropped_message(dropped)]})
@@ -228,6 +239,23 @@ async def _reconcile(
                            "it as the operator renders it from this spec)")
             error = kopf.PermanentError(f"the API server refused a child: {said}")
     return ReconcileOutcome(st.status_patch(current, new), error)
+
+
+def _facts_outcome(ctx: OperatorContext, body: Mapping[str, Any], current: dict[str, Any],
+                   facts: FactsDecision, name: str, namespace: str, generation: Any,
+                   now: float) -> ReconcileOutcome:
+    """The model's config.json is being read, or could not be: Planned False with why,
+    nothing rendered (a workload planned before serves on). No error for kopf: the facts
+    Job's end (``facts-job`` in :mod:`.handlers`) runs the reconciliation again, and a failed
+    read is tried again when its Job goes (``ttlSecondsAfterFinished``)."""
+    reason = st.Reason.MODEL_FACTS_FAILED if facts.failed else st.Reason.FETCHING_MODEL_FACTS
+    msg = facts.failed or facts.waiting or "reading the model's config.json"
+    new = st.build_status(current, name=name, namespace=namespace, generation=generation,
+                          now=now, facts=(reason, msg))
+    before = st.get_condition(current.get("conditions") or [], st.ConditionType.PLANNED)
+    if facts.failed and (before or {}).get("message") != msg:
+        ctx.post_event(body, "Warning", str(reason), msg)  # once per change of the message
+    return ReconcileOutcome(st.status_patch(current, new))
 
 
 def _switch_incomplete(
@@ -355,3 +383,19 @@ async def workload_changed(
         outcome = ReconcileOutcome(st.status_patch(
             current, {"conditions": conds, "replicas": state.replicas}))
     await write_status(ctx, svc_body, outcome.status_patch)
+
+
+async def facts_job_done(ctx: OperatorContext, namespace: str, name: str, logger: Any) -> None:
+    """A facts Job of ``namespace/name`` finished or went away: reconcile the LLMService
+    (read afresh) if it waits for its model's facts (its ``Planned`` condition says so)."""
+    obj = await ctx.kube.get(API_VERSION, KIND, namespace, name)
+    if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
+        return
+    planned = st.get_condition((obj.get("status") or {}).get("conditions") or [],
+                               st.ConditionType.PLANNED) or {}
+    if planned.get("reason") not in (st.Reason.FETCHING_MODEL_FACTS,
+                                     st.Reason.MODEL_FACTS_FAILED):
+        return  # planned already (its Job was deleted once read), or invalid
+    outcome = await reconcile_and_write(ctx, obj, logger, trigger="facts")
+    if outcome.error is not None:
+        logger.warning(f"Reconciling {namespace}/{name} after its facts Job: {outcome.error}")
