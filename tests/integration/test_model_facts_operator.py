@@ -34,8 +34,7 @@ def service(name: str, model: str, **model_fields: Any) -> dict[str, Any]:
             "spec": {"model": {"name": model, **model_fields},
                      "gpus": {"product": "NVIDIA-H100-80GB-HBM3"},
                      "workload": {"concurrency": 32, "inputTokens": 1536,
-                                  "outputTokens": 512},
-                     "tuning": {"mode": "Disabled"}}}
+                                  "outputTokens": 512}}}
 
 
 def condition(kubectl: Kubectl, name: str, ctype: str) -> dict[str, Any]:
@@ -92,6 +91,13 @@ def test_model_outside_the_catalog_is_planned_from_its_config_json(
             assert any("/openai/gpt-oss-20b/resolve/main/config.json" in r
                        for r in hub_requests())
 
+            # Tuning on rollout (the default) starts once the facts are in: kopf's tuning
+            # handler ran before there was a plan, the Job's end runs the step again.
+            wait_for(lambda: kubectl.run(
+                "get", "jobs", "-n", NAMESPACE, "-o", "name", "-l",
+                "llmops.dev/llmservice=oss,llmops.dev/component=tuning").stdout.strip(), 30,
+                "a tuning Job for oss")
+
             # A wrong token: Planned False, naming the Secret and the fix; nothing rendered.
             failed = wait_for(lambda: (c := condition(kubectl, "gated", "Planned")).get(
                 "reason") == "ModelFactsFailed" and c, 60, "gated: ModelFactsFailed")
@@ -100,6 +106,9 @@ def test_model_outside_the_catalog_is_planned_from_its_config_json(
             assert "HTTP 401" in failed["message"]
             assert "kubectl create secret generic hf -n ml" in failed["message"]
             assert kubectl.get("deployment", "gated", NAMESPACE) is None
+            assert not kubectl.run("get", "jobs", "-n", NAMESPACE, "-o", "name", "-l",
+                                   "llmops.dev/llmservice=gated,llmops.dev/component=tuning"
+                                   ).stdout.strip()
             assert condition(kubectl, "gated", "Ready")["reason"] == "ModelFactsFailed"
         finally:
             operator.stop()

@@ -376,7 +376,8 @@ async def facts_job_event(
 ) -> None:
     """A facts Job finished or went away (deleted once read, or by its TTL after a failed
     read: then it is read again): reconcile its LLMService, if that still waits for its
-    model's facts. On an API fault the step is retried in the background."""
+    model's facts, then one tuning step once it is planned. On an API fault the step is
+    retried in the background."""
     namespace = body.meta.namespace or "default"
     owner = owner_name(body)
     if owner is None or not list(kwargs[INDEX].get((namespace, owner), [])):
@@ -384,7 +385,9 @@ async def facts_job_event(
     ctx = operator_context(memo)
 
     async def step() -> None:
-        await facts_job_done(ctx, namespace, owner, logger)
+        if await facts_job_done(ctx, namespace, owner, logger):
+            # Planned now: the tuning step kopf's handler ran before there was a plan.
+            await tuning_step(ctx, namespace, owner, logger)
     await _step_retried_in_background(ctx, ("facts-job", namespace, owner), step, logger,
                                       f"{namespace}/{owner}: could not reconcile after its "
                                       "facts Job")

@@ -385,17 +385,20 @@ async def workload_changed(
     await write_status(ctx, svc_body, outcome.status_patch)
 
 
-async def facts_job_done(ctx: OperatorContext, namespace: str, name: str, logger: Any) -> None:
+async def facts_job_done(ctx: OperatorContext, namespace: str, name: str, logger: Any) -> bool:
     """A facts Job of ``namespace/name`` finished or went away: reconcile the LLMService
-    (read afresh) if it waits for its model's facts (its ``Planned`` condition says so)."""
+    (read afresh) if it waits for its model's facts (its ``Planned`` condition says so).
+    True when that reconciliation planned it (the caller then runs the tuning step, which
+    kopf's ``tuning`` handler ran before there was a plan)."""
     obj = await ctx.kube.get(API_VERSION, KIND, namespace, name)
     if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
-        return
+        return False
     planned = st.get_condition((obj.get("status") or {}).get("conditions") or [],
                                st.ConditionType.PLANNED) or {}
     if planned.get("reason") not in (st.Reason.FETCHING_MODEL_FACTS,
                                      st.Reason.MODEL_FACTS_FAILED):
-        return  # planned already (its Job was deleted once read), or invalid
+        return False  # planned already (its Job was deleted once read), or invalid
     outcome = await reconcile_and_write(ctx, obj, logger, trigger="facts")
     if outcome.error is not None:
         logger.warning(f"Reconciling {namespace}/{name} after its facts Job: {outcome.error}")
+    return outcome.status_patch.get("plan") is not None
