@@ -9,10 +9,12 @@ import json
 from typing import Any
 
 import kubernetes_validate
+import pytest
 from tests.support.hub import GPT_OSS_20B, INDEX
 
 from llm_operator import status as st
 from llm_operator.constants import LABEL_COMPONENT, LABEL_SERVICE
+from llm_operator.errors import SpecErrors
 from llm_operator.facts import control as fc
 from llm_operator.facts import message as fm
 from llm_operator.facts.job import (
@@ -90,6 +92,19 @@ def test_job_for_a_model_on_a_volume_mounts_it_read_only() -> None:
     assert "HF_ENDPOINT" not in json.dumps(c["env"])
     assert facts_key(s.spec) == "volume:models/oss"
     assert facts_key(svc().spec) == "hub:openai/gpt-oss-20b@v1"
+
+
+def test_job_env_follows_spec_pod_env_and_refuses_what_the_operator_sets() -> None:
+    body = copy.deepcopy(BODY)
+    body["spec"]["pod"] = {"env": [{"name": "HF_ENDPOINT", "value": "http://own.mirror"}]}
+    (c,) = build_facts_job(parse_llmservice(body), Settings(hf_endpoint="http://x"))[
+        "spec"]["template"]["spec"]["containers"]
+    names = [e["name"] for e in c["env"]]
+    assert names[-1] == "HF_ENDPOINT" and c["env"][-1]["value"] == "http://own.mirror"
+    body["spec"]["pod"] = {"env": [{"name": "HF_TOKEN", "value": "hf_x"}]}
+    with pytest.raises(SpecErrors) as exc:
+        build_facts_job(parse_llmservice(body), Settings())
+    assert "spec.pod.env" in str(exc.value)
 
 
 # --------------------------------------------------------------------------- the message

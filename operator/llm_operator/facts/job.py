@@ -17,6 +17,7 @@ import copy
 import hashlib
 from typing import Any
 
+from ..errors import SpecErrors
 from ..models import LLMService, LLMServiceSpec
 from ..rendering.identity import labels_for
 from ..rendering.pod import (
@@ -25,6 +26,7 @@ from ..rendering.pod import (
     POD_SECURITY_CONTEXT,
     VOLUME_MODEL,
     pod_identity_fields,
+    pod_spec_errors,
 )
 from ..settings import Settings
 from ..tuning.job import job_metadata, template_metadata
@@ -79,7 +81,12 @@ def facts_env(spec: LLMServiceSpec, settings: Settings) -> list[dict[str, Any]]:
     (``LLMOP_HF_ENDPOINT``), a writable Hugging Face home, the token from
     ``spec.model.tokenSecretRef`` (``optional``: a Secret that is missing gives the Hub's
     401, which the condition names with the Secret, instead of a pod that never starts),
-    then ``spec.pod.env`` as the server pods get it (proxies, a mirror of the user's own)."""
+    then ``spec.pod.env`` as the server pods get it (proxies, a mirror of the user's own).
+    Raises :class:`~llm_operator.errors.SpecErrors` for a ``spec.pod`` that collides with
+    what the operator sets, as the server pods' renderer does."""
+    errors = pod_spec_errors(spec)
+    if errors:
+        raise SpecErrors(errors)
     env: list[dict[str, Any]] = [
         {"name": "PYTHONUNBUFFERED", "value": "1"},
         {"name": "HF_HOME", "value": f"{SCRATCH_PATH}/hf"},
