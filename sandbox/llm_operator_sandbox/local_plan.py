@@ -88,7 +88,8 @@ SUBSTITUTIONS: list[Substitution] = [
                  "`PYTHONPATH`",
                  "the operator image's Python and its installed `llm_operator`"),
     Substitution("the model: `--model`/positional model argument, or the model's "
-                 "`persistentVolumeClaim` mounted at `/mnt/models`",
+                 "`persistentVolumeClaim` mounted at `/mnt/models` (the facts Job: "
+                 "`--repo NAME --source /mnt/models`)",
                  "a locally generated model directory (`NodeAgent(models={served name: dir})`)",
                  "the model from the Hugging Face hub (downloaded into the cache volume) or "
                  "the PVC"),
@@ -223,6 +224,18 @@ def served_model_name(args: Sequence[str]) -> str | None:
         if a.startswith("--served-model-name="):
             return a.split("=", 1)[1]
     return None
+
+
+def facts_volume_source(args: Sequence[str]) -> tuple[str, str] | None:
+    """``(repo, folder)`` of ``llm-operator facts --repo NAME --source /path`` (the facts
+    Job reading a model on a volume); None for any other command, or ``--source hub``."""
+    if not args or args[0] != "facts":
+        return None
+    opts = dict(zip(args[1::2], args[2::2], strict=False))
+    repo, source = opts.get("--repo"), opts.get("--source")
+    if repo is None or source is None or not source.startswith("/"):
+        return None
+    return repo, source
 
 
 def model_argument(command: Sequence[str], args: Sequence[str]) -> int | None:
@@ -371,7 +384,14 @@ def plan_container(
     at = model_argument(command, args)
     model_dir: Path | None = None
     model_path: str | None = None
-    if at is not None or served is not None:
+    facts_source = facts_volume_source(args)
+    if facts_source is not None:  # the facts Job reading a model on a volume
+        served, model_path = facts_source
+        if served not in models:
+            raise CannotRun("StartError", f"no local model for {served!r} (the facts Job's "
+                            f"--repo): give NodeAgent(models={{{served!r}: <dir>}})")
+        model_dir = Path(models[served])
+    elif at is not None or served is not None:
         if served is None or served not in models:
             raise CannotRun("StartError", f"no local model for the served model name "
                             f"{served!r}: give NodeAgent(models={{{served!r}: <dir>}})")

@@ -6,7 +6,8 @@ Real parts: the operator process, the facts Job as the operator renders it, run 
 local node agent (``python3 -m llm_operator.cli facts`` with huggingface_hub) against the
 local Hub stand-in of tests/support/hub.py, which the operator names to the Job through
 its ``LLMOP_HF_ENDPOINT`` setting; the token comes from a Secret that the node agent, as
-the kubelet, resolves. The API server is the emulated one. Nothing reaches the internet.
+the kubelet, resolves; a model on a volume is read from the folder the node agent gives
+the claim. The API server is the emulated one. Nothing reaches the internet.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import yaml
 from llm_operator_sandbox.node_agent import NodeAgent
 from tests.integration.conftest import NAMESPACE
 from tests.support.emulator import EmulatorProcess, Kubectl, OperatorProcess, wait_for
-from tests.support.hub import LocalHub
+from tests.support.hub import GPT_OSS_20B, LocalHub
 
 pytest.importorskip("huggingface_hub")
 
@@ -51,14 +52,22 @@ def hub() -> Iterator[LocalHub]:
 
 def test_model_outside_the_catalog_is_planned_from_its_config_json(
         api: EmulatorProcess, kubectl: Kubectl, hub: LocalHub, tmp_path: Path) -> None:
+    # A model on a volume: the node agent maps the claim to this folder (as a kubelet
+    # mounts the PVC), read-only in the facts Job.
+    folder = tmp_path / "local-model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({**GPT_OSS_20B, "num_hidden_layers": 12,
+                                                     "layer_types": ["full_attention"] * 12}))
     agent = NodeAgent(api.kubeconfig, NAMESPACE, tmp_path / "agent",
-                      vllm_python=Path(sys.executable), models={}, out=lambda _: None)
+                      vllm_python=Path(sys.executable), models={"team/oss-12": folder},
+                      out=lambda _: None)
     operator = OperatorProcess(api.kubeconfig, tmp_path / "operator.log", [NAMESPACE],
                                env={"LLMOP_HF_ENDPOINT": hub.endpoint})
     secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hf"},
               "stringData": {"token": "hf_wrong"}}
     docs = [secret, service("oss", "openai/gpt-oss-20b"),
-            service("gated", "gated/gpt-oss-20b", tokenSecretRef={"name": "hf"})]
+            service("gated", "gated/gpt-oss-20b", tokenSecretRef={"name": "hf"}),
+            service("onpvc", "team/oss-12", volume={"claimName": "models"})]
     path = tmp_path / "services.yaml"
     path.write_text(yaml.safe_dump_all(docs))
     with agent:
@@ -97,6 +106,14 @@ def test_model_outside_the_catalog_is_planned_from_its_config_json(
                 "get", "jobs", "-n", NAMESPACE, "-o", "name", "-l",
                 "llmops.dev/llmservice=oss,llmops.dev/component=tuning").stdout.strip(), 30,
                 "a tuning Job for oss")
+
+            # The model on a volume: read from the mounted folder, its own 12 layers.
+            pvc = wait_for(lambda: (p := ((kubectl.get("llms", "onpvc", NAMESPACE) or {}).get(
+                "status") or {}).get("plan") or {}).get("factSources") and p, 60,
+                "onpvc planned from its volume's config.json")
+            assert pvc["factSources"]["architecture"] == "config.json"
+            assert "weightBytes" not in pvc["factSources"]  # no index: estimated
+            assert "Read the facts of volume:models/ (commit None)" in operator.log()
 
             # A wrong token: Planned False, naming the Secret and the fix; nothing rendered.
             failed = wait_for(lambda: (c := condition(kubectl, "gated", "Planned")).get(
