@@ -387,17 +387,20 @@ async def workload_changed(
 
 async def facts_job_done(ctx: OperatorContext, namespace: str, name: str, logger: Any) -> bool:
     """A facts Job of ``namespace/name`` finished or went away: reconcile the LLMService
-    (read afresh) if it waits for its model's facts (its ``Planned`` condition says so).
-    True when that reconciliation planned it (the caller then runs the tuning step, which
-    kopf's ``tuning`` handler ran before there was a plan)."""
+    (read afresh) unless its spec as it is now is planned already (its Job was deleted
+    once read) or invalid. ``Planned`` may not say ``FetchingModelFacts`` yet: the handler
+    that created the Job writes that after the other services' renders, and a quick Job
+    can end first. True when that reconciliation planned it (the caller then runs the
+    tuning step, which kopf's ``tuning`` handler ran before there was a plan)."""
     obj = await ctx.kube.get(API_VERSION, KIND, namespace, name)
     if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
         return False
     planned = st.get_condition((obj.get("status") or {}).get("conditions") or [],
                                st.ConditionType.PLANNED) or {}
-    if planned.get("reason") not in (st.Reason.FETCHING_MODEL_FACTS,
-                                     st.Reason.MODEL_FACTS_FAILED):
-        return False  # planned already (its Job was deleted once read), or invalid
+    generation = (obj.get("metadata") or {}).get("generation")
+    if planned.get("observedGeneration") == generation and (
+            planned.get("status") == "True" or planned.get("reason") == st.Reason.INVALID_SPEC):
+        return False
     outcome = await reconcile_and_write(ctx, obj, logger, trigger="facts")
     if outcome.error is not None:
         logger.warning(f"Reconciling {namespace}/{name} after its facts Job: {outcome.error}")
