@@ -20,12 +20,14 @@ COPY pyproject.toml README.md ./
 COPY operator/ operator/
 
 # A real wheel (not an editable install), then the wheel with its dependencies in a venv;
-# pip byte-compiles it here, so nothing needs writing at run time.
+# pip byte-compiles it here, so nothing needs writing at run time. The hub extra
+# (huggingface_hub): the operator's facts Job runs `llm-operator facts` in this image.
 RUN pip wheel --no-deps --wheel-dir /wheels . \
  && python -m venv /opt/venv \
- && /opt/venv/bin/pip install /wheels/llm_operator-*.whl \
+ && for wheel in /wheels/llm_operator-*.whl; do /opt/venv/bin/pip install "${wheel}[hub]"; done \
  && /opt/venv/bin/llm-operator --help >/dev/null \
- && /opt/venv/bin/python -c "import llm_operator.inpod.tuner.main"
+ && /opt/venv/bin/python -c "import llm_operator.inpod.tuner.main" \
+ && /opt/venv/bin/python -c "import huggingface_hub"
 
 
 FROM python:3.11-slim

@@ -85,6 +85,10 @@ class Settings(BaseSettings):
         "Spare): lower than serving and never preempting (the chart creates it); "
         "spec.tuning.priorityClassName overrides it; empty keeps the service's own priority",
     )
+    hf_endpoint: str | None = Field(
+        None, description="Hugging Face Hub mirror (HF_ENDPOINT) the facts Job reads a "
+        "model's config.json from; unset: huggingface.co (spec.pod.env's HF_ENDPOINT wins)",
+    )
     gpu_class: str = Field(
         DEFAULT_CLASS,
         description="GPU class that places server and tuning pods: a preset (nvidia = GPU "

@@ -61,6 +61,8 @@ class Reason(StrEnum):
     VALID = "Valid"
     INVALID_SPEC = "InvalidSpec"
     PLAN_COMPUTED = "PlanComputed"
+    FETCHING_MODEL_FACTS = "FetchingModelFacts"  # the facts Job reads config.json
+    MODEL_FACTS_FAILED = "ModelFactsFailed"  # it could not (a wrong token, no such revision)
     NOT_PLANNED = "NotPlanned"
     API_MISSING = "APINotServed"
     WORKLOAD_MISSING = "WorkloadMissing"
@@ -310,6 +312,7 @@ def build_status(
     apply_failures: Sequence[str] = (),
     switch_incomplete: str | None = None,
     held: str | None = None,
+    facts: tuple[Reason, str] | None = None,
 ) -> JSON:
     """The operator's keys of ``status`` after one pass (pure).
 
@@ -324,6 +327,9 @@ def build_status(
     dropped). ``missing_api``: a kind the plan needs is not served by the cluster.
     ``held``: why the workload is not created yet (a first tuning run goes before it:
     Ready False, reason ``TuningBeforeServing``).
+    ``facts``: the model's config.json is being read, or could not be (reason
+    ``FetchingModelFacts`` or ``ModelFactsFailed``, and the message): Planned False; Ready
+    False too while no plan was ever made (a workload planned before serves on).
     Otherwise the plan and the workload's state set the other conditions.
     """
     current = current or {}
@@ -345,6 +351,15 @@ def build_status(
         return status
     conds = set_condition(conds, ConditionType.SPEC_VALID, True, Reason.VALID,
                           "the spec can be served as written", generation=g, now=now)
+    if facts is not None:
+        reason, msg = facts
+        conds = set_condition(conds, ConditionType.PLANNED, False, reason, msg,
+                              generation=g, now=now)
+        if not current.get("plan"):
+            conds = set_condition(conds, ConditionType.READY, False, reason, msg,
+                                  generation=g, now=now)
+        status["conditions"] = conds
+        return status
     if plan is not None:
         conds = set_condition(conds, ConditionType.PLANNED, True, Reason.PLAN_COMPUTED,
                               plan_message(plan), generation=g, now=now)

@@ -88,7 +88,8 @@ SUBSTITUTIONS: list[Substitution] = [
                  "`PYTHONPATH`",
                  "the operator image's Python and its installed `llm_operator`"),
     Substitution("the model: `--model`/positional model argument, or the model's "
-                 "`persistentVolumeClaim` mounted at `/mnt/models`",
+                 "`persistentVolumeClaim` mounted at `/mnt/models` (the facts Job: "
+                 "`--repo NAME --source /mnt/models`)",
                  "a locally generated model directory (`NodeAgent(models={served name: dir})`)",
                  "the model from the Hugging Face hub (downloaded into the cache volume) or "
                  "the PVC"),
@@ -156,9 +157,20 @@ SUBSTITUTIONS: list[Substitution] = [
                  "message, retried every 5 s",
                  "the kubelet reads them the same way"),
     Substitution("network access (Hugging Face hub)",
-                 "`HF_HUB_OFFLINE=1` in every container",
-                 "the pod reaches the hub unless the spec sets offline mode"),
+                 "`HF_HUB_OFFLINE=1` in every container, but one whose `HF_ENDPOINT` is on "
+                 "this machine (`127.0.0.1`, `localhost`: a test's Hub stand-in, as the "
+                 "facts Job gets it from `LLMOP_HF_ENDPOINT`)",
+                 "the pod reaches the hub (or the mirror `HF_ENDPOINT` names) unless the "
+                 "spec sets offline mode"),
 ]
+
+
+def is_local_endpoint(url: str | None) -> bool:
+    """Whether ``url`` (an ``HF_ENDPOINT``) is served on this machine."""
+    if not url:
+        return False
+    host = url.split("://", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0].strip("[]")
+    return host in ("127.0.0.1", "localhost", "::1")
 
 
 class CannotRun(Exception):
@@ -219,6 +231,18 @@ def served_model_name(args: Sequence[str]) -> str | None:
         if a.startswith("--served-model-name="):
             return a.split("=", 1)[1]
     return None
+
+
+def facts_volume_source(args: Sequence[str]) -> tuple[str, str] | None:
+    """``(repo, folder)`` of ``llm-operator facts --repo NAME --source /path`` (the facts
+    Job reading a model on a volume); None for any other command, or ``--source hub``."""
+    if not args or args[0] != "facts":
+        return None
+    opts = dict(zip(args[1::2], args[2::2], strict=False))
+    repo, source = opts.get("--repo"), opts.get("--source")
+    if repo is None or source is None or not source.startswith("/"):
+        return None
+    return repo, source
 
 
 def model_argument(command: Sequence[str], args: Sequence[str]) -> int | None:
@@ -373,7 +397,14 @@ def plan_container(
     at = model_argument(command, args)
     model_dir: Path | None = None
     model_path: str | None = None
-    if at is not None or served is not None:
+    facts_source = facts_volume_source(args)
+    if facts_source is not None:  # the facts Job reading a model on a volume
+        served, model_path = facts_source
+        if served not in models:
+            raise CannotRun("StartError", f"no local model for {served!r} (the facts Job's "
+                            f"--repo): give NodeAgent(models={{{served!r}: <dir>}})")
+        model_dir = Path(models[served])
+    elif at is not None or served is not None:
         if served is None or served not in models:
             raise CannotRun("StartError", f"no local model for the served model name "
                             f"{served!r}: give NodeAgent(models={{{served!r}: <dir>}})")
@@ -413,8 +444,9 @@ def plan_container(
         "PATH": path,
         "HOME": str(cdir / "home"),
         "TMPDIR": str(tmp_dir),
-        "HF_HUB_OFFLINE": "1",
     }
+    if not is_local_endpoint(env.get("HF_ENDPOINT")):
+        image_env["HF_HUB_OFFLINE"] = "1"  # nothing here reaches the internet
     if HF_CACHE_PATH in plan.volume_dirs:
         image_env["HF_HOME"] = str(plan.volume_dirs[HF_CACHE_PATH])
     if not vllm_image:

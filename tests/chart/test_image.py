@@ -448,6 +448,8 @@ def test_dockerfile_runtime_stage() -> None:
     copied = [i for i in FINAL if i.keyword == "COPY" and "--from=builder" in i.args]
     assert [shlex.split(i.args)[1:] for i in copied] == [["/opt/venv", "/opt/venv"]]
     assert any("-m venv /opt/venv" in i.args for i in STAGES[0] if i.keyword == "RUN")
+    # The facts Job runs `llm-operator facts` in this image: huggingface_hub (the extra).
+    assert any('"${wheel}[hub]"' in i.args for i in STAGES[0] if i.keyword == "RUN")
     assert env["PYTHONDONTWRITEBYTECODE"] == "1"
     assert env["HOME"] == "/tmp", "HOME must be on the chart's /tmp emptyDir"
 

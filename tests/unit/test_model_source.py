@@ -1,23 +1,16 @@
-"""`llm-operator plan --model-config` (issue 33): a model's facts from a local folder, and
-from a Hub that a local HTTP server plays (HF_ENDPOINT; no test reaches the internet).
-
-The server answers the two routes huggingface_hub uses, ``/api/models/{repo}/revision/
-{rev}`` and ``/{repo}/resolve/{rev}/{file}``, with the ETag and X-Repo-Commit headers the
-Hub sends; a gated repository answers 401 without a token.
-"""
+"""`llm-operator plan --model-config` and `llm-operator facts` (issue 33): a model's facts
+from a local folder, and from a Hub that a local HTTP server plays (tests/support/hub.py,
+HF_ENDPOINT; no test reaches the internet)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
+from tests.support.hub import COMMIT, GPT_OSS_20B, INDEX, TOKEN, LocalHub, _Hub
 
 from llm_operator import cli
 from llm_operator.cli.modelsource import facts_from_folder, facts_from_hub
@@ -26,90 +19,11 @@ pytestmark = pytest.mark.unit
 
 pytest.importorskip("huggingface_hub")
 
-# Mirrors openai/gpt-oss-20b's config.json (the fields that matter).
-GPT_OSS_20B: dict[str, Any] = {
-    "model_type": "gpt_oss", "hidden_size": 2880, "num_hidden_layers": 24,
-    "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64,
-    "intermediate_size": 2880, "num_local_experts": 32, "experts_per_token": 4,
-    "sliding_window": 128, "attention_bias": True, "vocab_size": 201088,
-    "layer_types": ["sliding_attention", "full_attention"] * 12,
-    "max_position_embeddings": 131072, "torch_dtype": "bfloat16",
-    "rope_scaling": {"rope_type": "yarn", "factor": 32.0,
-                     "original_max_position_embeddings": 4096},
-    "quantization_config": {"quant_method": "mxfp4"},
-}
-INDEX = {"metadata": {"total_size": 13_761_300_000}, "weight_map": {}}
-COMMIT = "a" * 40
-TOKEN = "hf_test_token"
-REPOS = {"openai/gpt-oss-20b": False, "gated/gpt-oss-20b": True}  # name -> gated
-
-
-class _Hub(BaseHTTPRequestHandler):
-    requests: list[str] = []
-
-    def log_message(self, *args: Any) -> None:  # quiet
-        pass
-
-    def _files(self, repo: str) -> dict[str, bytes]:
-        files = {"config.json": json.dumps(GPT_OSS_20B).encode()}
-        if repo != "nosafetensors/gpt-oss-20b":
-            files["model.safetensors.index.json"] = json.dumps(INDEX).encode()
-        return files
-
-    def _route(self, body: bool) -> None:
-        _Hub.requests.append(self.path)
-        parts = self.path.split("?")[0].strip("/").split("/")
-        if parts[:2] == ["api", "models"]:
-            repo, rev = "/".join(parts[2:4]), parts[5] if len(parts) > 5 else "main"
-            file = None
-        elif len(parts) >= 5 and parts[2] == "resolve":
-            repo, rev, file = "/".join(parts[:2]), parts[3], "/".join(parts[4:])
-        else:
-            return self._send(404, b"{}", {})
-        if repo not in REPOS and repo != "nosafetensors/gpt-oss-20b":
-            return self._send(404, b'{"error": "Repository not found"}',
-                              {"X-Error-Code": "RepoNotFound"})
-        if REPOS.get(repo) and self.headers.get("Authorization") != f"Bearer {TOKEN}":
-            return self._send(401, b'{"error": "gated"}', {"X-Error-Code": "GatedRepo"})
-        if rev not in ("main", COMMIT):
-            return self._send(404, b'{"error": "Revision not found"}',
-                              {"X-Error-Code": "RevisionNotFound"})
-        if file is None:
-            payload = json.dumps({"id": repo, "sha": COMMIT, "siblings": [
-                {"rfilename": f} for f in self._files(repo)]}).encode()
-            return self._send(200, payload if body else b"", {}, len(payload))
-        data = self._files(repo).get(file)
-        if data is None:
-            return self._send(404, b'{"error": "Entry not found"}',
-                              {"X-Error-Code": "EntryNotFound", "X-Repo-Commit": COMMIT})
-        etag = '"' + hashlib.sha256(data).hexdigest() + '"'
-        self._send(200, data if body else b"", {"ETag": etag, "X-Repo-Commit": COMMIT},
-                   len(data))
-
-    def _send(self, code: int, data: bytes, headers: dict[str, str],
-              length: int | None = None) -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(length if length is not None else len(data)))
-        for key, value in headers.items():
-            self.send_header(key, value)
-        self.end_headers()
-        if data:
-            self.wfile.write(data)
-
-    def do_GET(self) -> None:  # noqa: N802
-        self._route(True)
-
-    def do_HEAD(self) -> None:  # noqa: N802
-        self._route(False)
-
 
 @pytest.fixture
 def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Hub)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+    local = LocalHub().__enter__()
+    endpoint = local.endpoint
     monkeypatch.setenv("HF_ENDPOINT", endpoint)
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
@@ -117,9 +31,8 @@ def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     from llm_operator.cli import modelsource
     monkeypatch.setattr(modelsource, "_READ", {})
-    _Hub.requests = []
     yield endpoint
-    server.shutdown()
+    local.__exit__(None, None, None)
 
 
 def test_facts_from_the_hub_at_a_revision_and_cached(hub: str) -> None:
@@ -191,3 +104,34 @@ def test_plan_command_from_the_hub(hub: str, tmp_path: Path,
     # A folder without config.json: a clear error naming the option.
     assert cli.main(["plan", str(svc), "--model-config", str(tmp_path)]) == 2
     assert "has no config.json" in " ".join(capsys.readouterr().err.split())
+
+
+def test_facts_command_writes_the_files_compactly(hub: str, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """`llm-operator facts`, the facts Job's command: the files as the operator reads them
+    back, on stdout and in the termination log, with the commit they were read at."""
+    from llm_operator.facts import message as fm
+
+    log = tmp_path / "termination-log"
+    assert cli.main(["facts", "--repo", "openai/gpt-oss-20b", "--termination-log",
+                     str(log)]) == 0
+    text = log.read_text()
+    assert capsys.readouterr().out.strip() == text
+    doc = fm.decode(text)
+    assert doc["commit"] == COMMIT and doc["config"] == GPT_OSS_20B
+    assert doc["index"] == {"metadata": INDEX["metadata"]}
+    # A gated repository without the token: exit 2, the failure's kind and HTTP status.
+    assert cli.main(["facts", "--repo", "gated/gpt-oss-20b", "--termination-log",
+                     str(log)]) == 2
+    err = fm.decode(log.read_text())["error"]
+    assert (err["kind"], err["status"]) == ("gated", 401)
+    assert cli.main(["facts", "--repo", "openai/gpt-oss-20b", "--revision", "v9",
+                     "--termination-log", str(log)]) == 2
+    assert fm.decode(log.read_text())["error"]["kind"] == "revision"
+    # A folder (a model on a volume): the same form, no commit.
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(GPT_OSS_20B))
+    assert cli.main(["facts", "--repo", "x", "--source", str(folder),
+                     "--termination-log", str(log)]) == 0
+    assert fm.decode(log.read_text())["commit"] is None

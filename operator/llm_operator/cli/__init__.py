@@ -2,6 +2,7 @@
 
 Subcommands: ``run`` (the operator), ``render`` (manifests for LLMService files, like
 ``helm template``), ``plan`` (capacity and parallelism plan, with the predicted curve),
+``facts`` (a model's config.json, compactly: the facts Job's command),
 ``tune`` (the benchmark search, :mod:`.tune`), ``recommend`` (what the online controller
 would decide now, :mod:`.recommend`), ``plot`` (PNGs of a tuning run and of an
 adaptation timeline, :mod:`.plot`) and ``demo`` (the whole loop on this machine, on a
@@ -111,6 +112,13 @@ def _cmd_render(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_facts(args: argparse.Namespace) -> int:
+    from .modelsource import facts_command
+
+    return facts_command(args.source, args.repo, args.revision or None,
+                         args.termination_log or os.environ.get("LLMOP_TERMINATION_LOG"))
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from ..controller.run import run_operator
 
@@ -166,6 +174,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model-config", metavar="DIR|hub", default=None,
                    help="plan from the model's config.json, as `plan --model-config`")
     p.set_defaults(func=_cmd_render)
+
+    p = sub.add_parser("facts", help="read a model's config.json (Hub or folder) and print "
+                       "it compactly, as the operator's facts Job does")
+    # --repo, not --model: the sandbox's kubelet reads --model as a model to serve.
+    p.add_argument("--repo", required=True, help="the repository id (spec.model.name)")
+    p.add_argument("--revision", default=None, help="branch, tag or commit (default: main)")
+    p.add_argument("--source", default="hub", metavar="hub|DIR",
+                   help="'hub' (HF_ENDPOINT, HF_TOKEN honoured) or a folder holding config.json")
+    p.add_argument("--termination-log", default=None, metavar="PATH",
+                   help="also write the result there (default: $LLMOP_TERMINATION_LOG)")
+    p.set_defaults(func=_cmd_facts)
 
     p = sub.add_parser("run", help="run the operator against the current kubeconfig")
     p.add_argument("-n", "--namespace", action="append", default=[], help="watch (repeatable)")

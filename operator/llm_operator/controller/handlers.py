@@ -23,6 +23,8 @@ and renaming a function must not change them.
 - ``tuning`` (create, update, resume; after ``reconcile``), ``tuning-job`` (a tuning Job
   finished or went away) and ``tuning-cleanup`` (delete): :mod:`.tuning`; the startup
   handler also starts the tuning-progress loop there (a pod that waits for GPUs).
+- ``facts-job`` (a facts Job finished or went away): the reconciliation of its LLMService
+  while it waits for its model's facts (:mod:`.facts`).
 - index ``server_pods_by_service`` and ``pod-scheduling``: the server pods of each
   LLMService; a pod the scheduler cannot place sets ``PodsScheduled=False``, a container
   that crash-loops or cannot start ``ContainersRunning=False`` (:mod:`.pods`; the startup
@@ -58,7 +60,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -74,6 +76,7 @@ from ..constants import (
     PROGRESS_PREFIX,
     VERSION,
 )
+from ..facts.job import COMPONENT_FACTS
 from ..podscheduling import PodScheduling
 from ..rendering.identity import COMPONENT_SERVER, COMPONENT_TUNING
 from ..settings import Settings
@@ -87,6 +90,7 @@ from .progress import GenerationProgressStorage
 from .reconcile import (
     NotReconciledYet,
     delete_owned,
+    facts_job_done,
     reconcile,
     workload_changed,
     write_status,
@@ -331,15 +335,22 @@ async def server_pod_event(
 
     async def step() -> None:
         await pods_changed(ctx, key, kwargs[INDEX], kwargs[POD_INDEX], logger)
+    await _step_retried_in_background(ctx, ("pod-scheduling", key), step, logger,
+                                      f"{key[0]}/{key[1]}: could not update PodsScheduled")
+
+
+async def _step_retried_in_background(ctx: OperatorContext, key: tuple[Any, ...],
+                                      step: Callable[[], Awaitable[None]], logger: Any,
+                                      what: str) -> None:
+    """Run an event handler's ``step``; on an API fault, again in the background (kopf
+    never retries an event handler)."""
     try:
         await step()
     except Exception as exc:
         if not api_fault(exc):
             raise
-        logger.warning(f"{key[0]}/{key[1]}: could not update PodsScheduled ({exc}); "
-                       "retrying in the background")
-        ctx.retry_in_background(("pod-scheduling", key), step, EVENT_RETRY_DELAYS_SECONDS,
-                                api_fault, logger)
+        logger.warning(f"{what} ({exc}); retrying in the background")
+        ctx.retry_in_background(key, step, EVENT_RETRY_DELAYS_SECONDS, api_fault, logger)
 
 
 # --------------------------------------------------------------------------- tuning
@@ -376,6 +387,31 @@ async def tuning_job_event(
     if owner is None or not list(kwargs[INDEX].get((namespace, owner), [])):
         return
     await tuning_step(operator_context(memo), namespace, owner, logger)
+
+
+@kopf.on.event("batch", "v1", "jobs",
+               labels={LABEL_COMPONENT: COMPONENT_FACTS, LABEL_MANAGED_BY: MANAGED_BY},
+               when=_finished_or_gone, id="facts-job")
+async def facts_job_event(
+    body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **kwargs: Any
+) -> None:
+    """A facts Job finished or went away (deleted once read, or by its TTL after a failed
+    read: then it is read again): reconcile its LLMService, if that still waits for its
+    model's facts, then one tuning step once it is planned. On an API fault the step is
+    retried in the background."""
+    namespace = body.meta.namespace or "default"
+    owner = owner_name(body)
+    if owner is None or not list(kwargs[INDEX].get((namespace, owner), [])):
+        return
+    ctx = operator_context(memo)
+
+    async def step() -> None:
+        if await facts_job_done(ctx, namespace, owner, logger):
+            # Planned now: the tuning step kopf's handler ran before there was a plan.
+            await tuning_step(ctx, namespace, owner, logger)
+    await _step_retried_in_background(ctx, ("facts-job", namespace, owner), step, logger,
+                                      f"{namespace}/{owner}: could not reconcile after its "
+                                      "facts Job")
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, id="tuning-cleanup", optional=True)

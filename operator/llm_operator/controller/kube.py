@@ -46,6 +46,10 @@ from ..constants import (
     API_VERSION,
     GROUP,
     KIND,
+    LABEL_COMPONENT,
+    LABEL_COMPONENT_K8S,
+    LABEL_MANAGED_BY,
+    LABEL_PART_OF,
     LABEL_SERVICE,
     MANAGED_BY,
     PLURAL,
@@ -672,3 +676,34 @@ def owner_name(obj: Mapping[str, Any]) -> str | None:
             return str(ref.get("name"))
     label = (meta.get("labels") or {}).get(LABEL_SERVICE)
     return str(label) if label else None
+
+
+async def put_cache_entry(kube: KubeClient, namespace: str, name: str, component: str,
+                          key: str, text: str,
+                          evictions: Callable[[Mapping[str, str]], list[str]]) -> None:
+    """Store ``text`` under ``key`` of the cache ConfigMap ``namespace/name`` (the tuning
+    results, the model facts): created with the operator's labels and ``component`` when
+    absent, else merge-patched with the keys ``evictions`` names (of the other entries)
+    removed. A create that races another is followed by a patch; three tries."""
+    for _ in range(3):
+        cm = await kube.get("v1", "ConfigMap", namespace, name)
+        if cm is None:
+            body = {
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": namespace, "labels": {
+                    LABEL_COMPONENT: component, LABEL_COMPONENT_K8S: component,
+                    LABEL_MANAGED_BY: MANAGED_BY, LABEL_PART_OF: MANAGED_BY}},
+                "data": {key: text},
+            }
+            try:
+                await kube.create(body)
+                return
+            except ConflictError:
+                continue  # created meanwhile: patch it
+        data = dict(cm.get("data") or {})
+        patch: dict[str, Any] = {k: None for k in evictions(
+            {k: v for k, v in data.items() if k != key})}
+        patch[key] = text
+        if await kube.merge_patch("v1", "ConfigMap", namespace, name,
+                                  {"data": patch}) is not None:
+            return

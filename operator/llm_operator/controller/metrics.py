@@ -46,7 +46,7 @@ Series (all prefixed ``llmop_``):
     one reconciliation (parse, plan, render, apply) and those that failed (raised, or
     ended with an error for kopf to raise: children not written, spec invalid);
     ``trigger`` says who ran it (``handler``, ``adaptation``, ``tuning``, ``resync``,
-    ``workload``).
+    ``workload``, ``facts``: a facts Job finished).
 ``reconcile_in_flight``
     reconciliations running now.
 
@@ -73,7 +73,7 @@ log = logging.getLogger(__name__)
 
 NAMESPACE = "llmop"
 SERVICE_LABELS = ("namespace", "llmservice")
-RECONCILE_TRIGGERS = ("handler", "adaptation", "tuning", "resync", "workload")
+RECONCILE_TRIGGERS = ("handler", "adaptation", "tuning", "resync", "workload", "facts")
 """Who runs a reconciliation (the ``trigger`` label); the error counters of each start at 0
 so that ``increase()`` sees the first error."""
 CONDITION_STATUSES = ("true", "false", "unknown")

@@ -3,8 +3,10 @@
 - :func:`reconcile`: parse, plan, render, apply the children, compute the status; a spec
   that cannot be served yields ``SpecValid=False`` with the message and a
   :class:`kopf.PermanentError` (kopf does not retry it; the next edit of the spec runs the
-  handler again). The kopf handler (:mod:`.handlers`), the tuning step and the adaptation
-  loop all call it.
+  handler again). The kopf handler (:mod:`.handlers`), the tuning step, the adaptation
+  loop and the end of a facts Job all call it. A model outside the catalog without
+  ``spec.model.architecture`` is planned from its config.json, which a facts Job reads
+  first (:mod:`.facts`).
 - :func:`workload_changed`: a managed Deployment or LeaderWorkerSet changed: move
   Progressing, Available and Ready, and re-create a workload somebody deleted.
 - :func:`delete_owned`: the children of a deleted LLMService (when the operator sees the
@@ -36,8 +38,9 @@ from typing import Any
 import kopf
 
 from .. import status as st
-from ..constants import GROUP, KIND, VERSION
+from ..constants import API_VERSION, GROUP, KIND, VERSION
 from ..errors import SpecError, SpecErrors
+from ..facts.control import FactsDecision, needs_facts
 from ..models import LLMService, dropped_fields, dropped_message, parse_llmservice
 from ..planning import Plan, make_plan
 from ..podfailures import replica_failure
@@ -48,6 +51,7 @@ from ..rendering.leaderworkerset import LWS_API_VERSION, LWS_KIND, LWS_NAME_SUFF
 from ..rendering.placement import with_placement
 from ..tuning.placement import held_before_serving, serving_view
 from .context import OperatorContext, clock
+from .facts import model_facts_step
 from .kube import (
     MONITORING_GROUP,
     ApiError,
@@ -108,7 +112,15 @@ async def _reconcile(
         # The conditions as stored, so a restarted operator reports them before it writes.
         ctx.metrics.conditions(namespace, name,
                                (body.get("status") or {}).get("conditions") or [])
+        read = None
+        if needs_facts(svc.spec):  # neither the catalog nor spec.model.architecture
+            facts = await model_facts_step(ctx, svc, logger)
+            if facts.facts is None:
+                return _facts_outcome(ctx, body, current, facts, name, namespace, generation,
+                                      now)
+            read = facts.facts
         plan = with_placement(make_plan(svc.spec, gpus_per_node=ctx.settings.gpus_per_node,
+                                        facts=read,
                                         load_bandwidth=ctx.settings.model_load_bandwidth),
                               svc.spec, ctx.settings)
         dropped = dropped_fields(body)
@@ -255,6 +267,23 @@ def _metrics_source(ctx: OperatorContext, body: Mapping[str, Any], svc: LLMServi
     return new
 
 
+def _facts_outcome(ctx: OperatorContext, body: Mapping[str, Any], current: dict[str, Any],
+                   facts: FactsDecision, name: str, namespace: str, generation: Any,
+                   now: float) -> ReconcileOutcome:
+    """The model's config.json is being read, or could not be: Planned False with why,
+    nothing rendered (a workload planned before serves on). No error for kopf: the facts
+    Job's end (``facts-job`` in :mod:`.handlers`) runs the reconciliation again, and a failed
+    read is tried again when its Job goes (``ttlSecondsAfterFinished``)."""
+    reason = st.Reason.MODEL_FACTS_FAILED if facts.failed else st.Reason.FETCHING_MODEL_FACTS
+    msg = facts.failed or facts.waiting or "reading the model's config.json"
+    new = st.build_status(current, name=name, namespace=namespace, generation=generation,
+                          now=now, facts=(reason, msg))
+    before = st.get_condition(current.get("conditions") or [], st.ConditionType.PLANNED)
+    if facts.failed and (before or {}).get("message") != msg:
+        ctx.post_event(body, "Warning", str(reason), msg)  # once per change of the message
+    return ReconcileOutcome(st.status_patch(current, new))
+
+
 def _switch_incomplete(
     workload: Mapping[str, Any], failures: list[ChildFailure], namespace: str
 ) -> str | None:
@@ -399,3 +428,25 @@ async def workload_changed(
     if notice is not None and written is not None:
         logger.warning(f"{namespace}/{owner}: {notice.message}")
         ctx.post_event(written, notice.type, notice.reason, notice.message)
+
+
+async def facts_job_done(ctx: OperatorContext, namespace: str, name: str, logger: Any) -> bool:
+    """A facts Job of ``namespace/name`` finished or went away: reconcile the LLMService
+    (read afresh) unless its spec as it is now is planned already (its Job was deleted
+    once read) or invalid. ``Planned`` may not say ``FetchingModelFacts`` yet: the handler
+    that created the Job writes that after the other services' renders, and a quick Job
+    can end first. True when that reconciliation planned it (the caller then runs the
+    tuning step, which kopf's ``tuning`` handler ran before there was a plan)."""
+    obj = await ctx.kube.get(API_VERSION, KIND, namespace, name)
+    if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    planned = st.get_condition((obj.get("status") or {}).get("conditions") or [],
+                               st.ConditionType.PLANNED) or {}
+    generation = (obj.get("metadata") or {}).get("generation")
+    if planned.get("observedGeneration") == generation and (
+            planned.get("status") == "True" or planned.get("reason") == st.Reason.INVALID_SPEC):
+        return False
+    outcome = await reconcile_and_write(ctx, obj, logger, trigger="facts")
+    if outcome.error is not None:
+        logger.warning(f"Reconciling {namespace}/{name} after its facts Job: {outcome.error}")
+    return outcome.status_patch.get("plan") is not None

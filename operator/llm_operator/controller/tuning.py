@@ -54,11 +54,7 @@ from ..constants import (
     API_VERSION,
     KIND,
     LABEL_COMPONENT,
-    LABEL_COMPONENT_K8S,
-    LABEL_MANAGED_BY,
-    LABEL_PART_OF,
     LABEL_SERVICE,
-    MANAGED_BY,
 )
 from ..errors import SpecError, SpecErrors
 from ..models import LLMService, parse_llmservice
@@ -70,7 +66,8 @@ from ..tuning import placement as tp
 from ..tuning.fingerprint import tuning_fingerprint
 from ..tuning.job import build_tuning_job, tuning_job_name
 from .context import OperatorContext, clock
-from .kube import ApiError, ConflictError, owned_by
+from .facts import cached_model_facts
+from .kube import ApiError, ConflictError, owned_by, put_cache_entry
 from .reconcile import reconcile_and_write, write_status
 
 JSON = dict[str, Any]
@@ -89,29 +86,8 @@ async def write_cache(ctx: OperatorContext, namespace: str, fingerprint: str,
                       entry: Mapping[str, Any]) -> None:
     """Store ``entry`` under ``fingerprint`` (creating the ConfigMap, evicting the oldest
     entries beyond :data:`~llm_operator.tuning.control.CACHE_MAX_ENTRIES`)."""
-    text = tc.cache_text(entry)
-    for _ in range(3):
-        cm = await ctx.kube.get("v1", "ConfigMap", namespace, tc.CACHE_CONFIGMAP)
-        if cm is None:
-            body = {
-                "apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": tc.CACHE_CONFIGMAP, "namespace": namespace, "labels": {
-                    LABEL_COMPONENT: "tuning-cache", LABEL_COMPONENT_K8S: "tuning-cache",
-                    LABEL_MANAGED_BY: MANAGED_BY, LABEL_PART_OF: MANAGED_BY}},
-                "data": {fingerprint: text},
-            }
-            try:
-                await ctx.kube.create(body)
-                return
-            except ConflictError:
-                continue  # created meanwhile: patch it
-        data = dict(cm.get("data") or {})
-        patch: JSON = {key: None for key in tc.cache_evictions(
-            {k: v for k, v in data.items() if k != fingerprint})}
-        patch[fingerprint] = text
-        if await ctx.kube.merge_patch("v1", "ConfigMap", namespace, tc.CACHE_CONFIGMAP,
-                                      {"data": patch}) is not None:
-            return
+    await put_cache_entry(ctx.kube, namespace, tc.CACHE_CONFIGMAP, "tuning-cache",
+                          fingerprint, tc.cache_text(entry), tc.cache_evictions)
 
 
 # --------------------------------------------------------------------------- one step
@@ -128,7 +104,9 @@ async def tuning_step(
             return None
         try:
             svc = parse_llmservice(obj)
+            # A model planned from its config.json: the facts the reconciliation cached.
             plan = make_plan(svc.spec, gpus_per_node=ctx.settings.gpus_per_node,
+                             facts=await cached_model_facts(ctx, svc),
                              load_bandwidth=ctx.settings.model_load_bandwidth)
         except (SpecError, SpecErrors):
             return None  # the reconcile handler reports it

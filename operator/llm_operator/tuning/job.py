@@ -225,16 +225,7 @@ def build_tuning_job(
     spec = svc.spec
     labels = labels_for(svc, COMPONENT_TUNING)
     annotations = {ANNOTATION_FINGERPRINT: fingerprint}
-    metadata: dict[str, Any] = {
-        "name": tuning_job_name(svc, fingerprint),
-        "namespace": svc.metadata.namespace,
-        # spec.pod.labels too: a queue label (Kueue) is read from the Job.
-        "labels": {**spec.pod.labels, **labels},
-        "annotations": annotations,
-    }
-    owner = owner_reference(svc)
-    if owner is not None:
-        metadata["ownerReferences"] = [owner]
+    metadata = job_metadata(svc, tuning_job_name(svc, fingerprint), labels, annotations)
 
     env: list[dict[str, Any]] = [
         {"name": "PYTHONPATH", "value": CODE_PATH},
@@ -297,16 +288,33 @@ def build_tuning_job(
             "activeDeadlineSeconds": active_deadline_seconds(svc, plan),
             "ttlSecondsAfterFinished": settings.tuning_job_ttl_seconds,
             "template": {
-                "metadata": _template_metadata(svc, labels, annotations),
+                "metadata": template_metadata(svc, labels, annotations),
                 "spec": pod_spec,
             },
         },
     }
 
 
-def _template_metadata(svc: LLMService, labels: dict[str, str],
-                       annotations: dict[str, str]) -> dict[str, Any]:
-    """The Job pod's metadata: the operator's labels and fingerprint annotation plus
+def job_metadata(svc: LLMService, name: str, labels: dict[str, str],
+                 annotations: dict[str, str]) -> dict[str, Any]:
+    """A Job's metadata (the tuning Job's, the facts Job's): in the service's namespace,
+    the operator's ``labels`` plus ``spec.pod.labels`` (a queue label, Kueue's, is read
+    from the Job), ``annotations``, owned by the LLMService."""
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": svc.metadata.namespace,
+        "labels": {**svc.spec.pod.labels, **labels},
+        "annotations": annotations,
+    }
+    owner = owner_reference(svc)
+    if owner is not None:
+        metadata["ownerReferences"] = [owner]
+    return metadata
+
+
+def template_metadata(svc: LLMService, labels: dict[str, str],
+                      annotations: dict[str, str]) -> dict[str, Any]:
+    """A Job pod's metadata: the operator's labels and annotations plus
     ``spec.pod.labels`` and ``spec.pod.annotations`` (the renderer refuses colliding keys)."""
     meta = pod_template_metadata(svc, labels)
     meta["annotations"] = {**meta.get("annotations", {}), **annotations}
