@@ -13,21 +13,14 @@ import hashlib
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-# Mirrors openai/gpt-oss-20b's config.json (the fields that matter).
-GPT_OSS_20B: dict[str, Any] = {
-    "model_type": "gpt_oss", "hidden_size": 2880, "num_hidden_layers": 24,
-    "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64,
-    "intermediate_size": 2880, "num_local_experts": 32, "experts_per_token": 4,
-    "sliding_window": 128, "attention_bias": True, "vocab_size": 201088,
-    "layer_types": ["sliding_attention", "full_attention"] * 12,
-    "max_position_embeddings": 131072, "torch_dtype": "bfloat16",
-    "rope_scaling": {"rope_type": "yarn", "factor": 32.0,
-                     "original_max_position_embeddings": 4096},
-    "quantization_config": {"quant_method": "mxfp4"},
-}
+# openai/gpt-oss-20b's config.json as published (the committed corpus fixture).
+GPT_OSS_20B: dict[str, Any] = json.loads(
+    (Path(__file__).resolve().parents[1] / "fixtures" / "model_configs"
+     / "openai--gpt-oss-20b_config.json").read_text())
 INDEX = {"metadata": {"total_size": 13_761_300_000}, "weight_map": {}}
 COMMIT = "a" * 40
 TOKEN = "hf_test_token"

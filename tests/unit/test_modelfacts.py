@@ -58,20 +58,9 @@ DEEPSEEK_V3: dict[str, Any] = {
     "quantization_config": {"quant_method": "fp8", "fmt": "e4m3",
                             "weight_block_size": [128, 128]},
 }
-# Mirrors openai/gpt-oss-120b: 128-token windows on every other layer, MXFP4 experts.
-GPT_OSS_120B: dict[str, Any] = {
-    "model_type": "gpt_oss", "hidden_size": 2880, "num_hidden_layers": 36,
-    "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64,
-    "intermediate_size": 2880, "num_local_experts": 128, "experts_per_token": 4,
-    "sliding_window": 128, "attention_bias": True, "vocab_size": 201088,
-    "layer_types": ["sliding_attention", "full_attention"] * 18,
-    "max_position_embeddings": 131072, "torch_dtype": "bfloat16",
-    "rope_scaling": {"rope_type": "yarn", "factor": 32.0,
-                     "original_max_position_embeddings": 4096},
-    "quantization_config": {"quant_method": "mxfp4", "modules_to_not_convert": [
-        "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens",
-        "lm_head"]},
-}
+# openai/gpt-oss-120b as published: 128-token windows on every other layer, MXFP4 experts.
+GPT_OSS_120B: dict[str, Any] = json.loads(
+    (CORPUS / "openai--gpt-oss-120b_config.json").read_text())
 # Mirrors Qwen/Qwen3-Next-80B-A3B: 3 gated-DeltaNet (linear attention) layers, then 1 full.
 QWEN3_NEXT: dict[str, Any] = {
     "model_type": "qwen3_next", "hidden_size": 2048, "num_hidden_layers": 48,
