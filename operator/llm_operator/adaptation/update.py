@@ -228,6 +228,21 @@ def prefix_cache_condition(spec: LLMServiceSpec, obs: Observation | None,
     return True, "PrefixHits", said
 
 
+def _changed(conds: list[Any], ctype: st.ConditionType, ok: bool, reason: str, message: str,
+             generation: int | None, now: float,
+             keys: tuple[str, ...] = ("status", "reason", "message", "observedGeneration"),
+             ) -> tuple[list[Any] | None, Mapping[str, Any] | None]:
+    """``conds`` with condition ``ctype`` set, when that changes any of ``keys`` (else
+    None: nothing to write), and the condition as it was (pure)."""
+    old = st.get_condition(conds, ctype)
+    new_conds = st.set_condition(conds, ctype, ok, reason, message, generation=generation,
+                                 now=now)
+    new = st.get_condition(new_conds, ctype)
+    if old is not None and new is not None and all(old.get(k) == new.get(k) for k in keys):
+        return None, old
+    return new_conds, old
+
+
 def metrics_condition(
     obs: Observation | None, now: float, policy: PolicySettings = DEFAULT_POLICY
 ) -> tuple[bool, MetricsReason, str]:
@@ -504,12 +519,9 @@ def plan_update(
             f"ago and Prometheus fills the {policy.window_seconds:.0f} s window over the "
             f"next scrapes ({message}); a Warning follows if this lasts "
             f"{warmup_seconds(policy):.0f} s")
-    old = st.get_condition(conds, st.ConditionType.METRICS_AVAILABLE)
-    new_conds = st.set_condition(conds, st.ConditionType.METRICS_AVAILABLE, ok, reason, message,
-                                 generation=svc.generation, now=now)
-    new = st.get_condition(new_conds, st.ConditionType.METRICS_AVAILABLE)
-    if old is None or new is None or any(old.get(k) != new.get(k) for k in
-                                         ("status", "reason", "message", "observedGeneration")):
+    new_conds, old = _changed(conds, st.ConditionType.METRICS_AVAILABLE, ok, reason, message,
+                              svc.generation, now)
+    if new_conds is not None:
         patch["conditions"] = new_conds
     reason_changed = old is None or old.get("reason") != str(reason)
     if reason is MetricsReason.WAITING:
@@ -518,14 +530,11 @@ def plan_update(
         events.append(st.Notice("Warning", str(reason), message))
     prefix = prefix_cache_condition(svc.spec, observation)
     if prefix is not None:
-        conds = patch.get("conditions") or conds
-        old = st.get_condition(conds, st.ConditionType.PREFIX_CACHE_HITS)
-        new_conds = st.set_condition(conds, st.ConditionType.PREFIX_CACHE_HITS, prefix[0],
-                                     prefix[1], prefix[2], generation=svc.generation, now=now)
-        new = st.get_condition(new_conds, st.ConditionType.PREFIX_CACHE_HITS)
-        if old is None or new is None or any(old.get(k) != new.get(k) for k in (
-                "status", "reason", "observedGeneration")):
-            # Not on every change of the rate in the message: a write per change of state.
+        # Not on every change of the rate in the message: a write per change of state.
+        new_conds, _ = _changed(patch.get("conditions") or conds,
+                                st.ConditionType.PREFIX_CACHE_HITS, *prefix, svc.generation,
+                                now, keys=("status", "reason", "observedGeneration"))
+        if new_conds is not None:
             patch["conditions"] = new_conds
             if not prefix[0]:
                 events.append(st.Notice("Warning", prefix[1], prefix[2]))
@@ -588,14 +597,8 @@ def _live_cap(
     else:
         cond = (True, str(st.LiveCapReason.PENDING),
                 "No engine reports its admission cap yet (llmop_admission_cap)")
-    new_conds = st.set_condition(conds, st.ConditionType.LIVE_CAP, cond[0], cond[1], cond[2],
-                                 generation=svc.generation, now=now)
-    old = st.get_condition(conds, st.ConditionType.LIVE_CAP)
-    new = st.get_condition(new_conds, st.ConditionType.LIVE_CAP)
-    if old is not None and new is not None and all(old.get(k) == new.get(k) for k in (
-            "status", "reason", "message", "observedGeneration")):
-        return rollout, conds
-    return rollout, new_conds
+    new_conds, _ = _changed(conds, st.ConditionType.LIVE_CAP, *cond, svc.generation, now)
+    return rollout, conds if new_conds is None else new_conds
 
 
 def _rollout(

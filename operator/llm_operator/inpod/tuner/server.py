@@ -402,20 +402,17 @@ class MetricsSampler:
             raise EngineReportedNothing(
                 f"{self.url}/metrics could not be read at the run's "
                 f"{'start' if before is None else 'end'}: the run is not measured")
-        span = self._times[1] - self._times[0]
-        stats = window_stats(before, after, min(busy_s, span) if busy_s else span)
-        # Over the whole span between the two reads, the mean running batch is an exact
-        # time-average of everything the engine ran then, so never above the peak;
-        # over the benchmark's busy part it is not when the engine ran a request outside
-        # it (an older benchmark's initial test request: 2.03 at a cap of 2 was seen).
-        if span > 0 and "running_mean" in stats:
-            stats["running_span_mean"] = stats["running_mean"] * (
-                min(busy_s, span) if busy_s else span) / span
+        stats = window_stats(before, after, self._busy(busy_s))
         if stats["finished"] <= 0:
             raise EngineReportedNothing(
                 f"the engine at {self.url} counted no finished request "
                 f"({FINISHED}) during the run: nothing was measured")
         return stats
+
+    def _busy(self, busy_s: float | None) -> float:
+        """The seconds the means are over: ``busy_s`` within the span between the reads."""
+        span = self._times[1] - self._times[0]
+        return min(busy_s, span) if busy_s else span
 
     def summary(self, busy_s: float | None = None) -> dict[str, float]:
         """The run's window: counts, means and the ITL p95 from the engine's counters and
@@ -423,8 +420,13 @@ class MetricsSampler:
         says how many samples the peaks rest on)."""
         out = self.window(busy_s)
         running = [s.get("running", 0.0) for s in self.samples]
-        # A peak is at least the mean over the whole window, whatever the samples missed.
-        out["running_max"] = max([*running, out.pop("running_span_mean", 0.0)])
+        # A peak is at least the mean over the whole span between the two reads, whatever
+        # the samples missed: an exact time-average of everything the engine ran then.
+        # Over the busy part alone it is not when the engine ran a request outside it (an
+        # older benchmark's initial test request: 2.03 at a cap of 2 was seen).
+        span = self._times[1] - self._times[0]
+        floor = out.get("running_mean", 0.0) * self._busy(busy_s) / span if span > 0 else 0.0
+        out["running_max"] = max([*running, floor])
         out["samples"] = float(len(self.samples))
         if self.samples:
             out["waiting_max"] = max(s.get("waiting", 0.0) for s in self.samples)
