@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .timestamps import parse_rfc3339
+from .timestamps import parse_rfc3339_or_none
 
 REASON_IMAGE_PULL = "ImagePullBackOff"
 REASON_INVALID_IMAGE = "InvalidImageName"
@@ -144,12 +144,15 @@ def scheduling_fix(message: str, namespace: str) -> str | None:
     return None
 
 
-def waiting_problem(pod: Mapping[str, Any]) -> PodProblem | None:
+def waiting_problem(pod: Mapping[str, Any],
+                    volumes: PodVolumes | None = None) -> PodProblem | None:
     """The first container (init containers first) that waits for a reason the kubelet
-    will not get past by itself: an image it cannot pull or parse, a missing env source."""
+    will not get past by itself: an image it cannot pull or parse, a missing env source.
+    ``volumes``: the pod's (:meth:`PodVolumes.from_pod`), when the caller has them."""
     name = str((pod.get("metadata") or {}).get("name") or "")
     status = pod.get("status") or {}
-    volumes = PodVolumes.from_pod(pod)
+    if volumes is None:
+        volumes = PodVolumes.from_pod(pod)
     for key in ("initContainerStatuses", "containerStatuses"):
         for cs in status.get(key) or []:
             waiting = (cs.get("state") or {}).get("waiting") or {}
@@ -196,11 +199,7 @@ def bound_time(pod: Mapping[str, Any]) -> float | None:
     status = pod.get("status") or {}
     when = next((c.get("lastTransitionTime") for c in status.get("conditions") or []
                  if c.get("type") == "PodScheduled" and c.get("status") == "True"), None)
-    when = when or status.get("startTime")
-    try:
-        return parse_rfc3339(str(when)) if when else None
-    except ValueError:
-        return None
+    return parse_rfc3339_or_none(when or status.get("startTime"))
 
 
 def _multi_attach(event: Mapping[str, Any]) -> bool:

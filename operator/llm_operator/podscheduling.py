@@ -94,8 +94,9 @@ class PodScheduling:
         bound = bool((pod.get("spec") or {}).get("nodeName"))
         name = str(meta.get("name") or "")
         crash = crash_of(status)
-        more: dict[str, Any] = {"problem": waiting_problem(pod), "creating": creating(pod),
-                                "volumes": PodVolumes.from_pod(pod),
+        volumes = PodVolumes.from_pod(pod)
+        more: dict[str, Any] = {"problem": waiting_problem(pod, volumes),
+                                "creating": creating(pod), "volumes": volumes,
                                 "uid": str(meta.get("uid") or ""), "bound_at": bound_time(pod)}
         for cond in status.get("conditions") or []:
             if cond.get("type") == "PodScheduled":

@@ -21,3 +21,12 @@ def parse_rfc3339(text: str) -> float:
     either, as kopf writes its retry times, is taken as UTC)."""
     when = datetime.fromisoformat(text.replace("Z", "+00:00"))
     return (when if when.tzinfo is not None else when.replace(tzinfo=UTC)).timestamp()
+
+
+def parse_rfc3339_or_none(value: object) -> float | None:
+    """:func:`parse_rfc3339` of a value read from an object's status: None when it is
+    absent or not such a time."""
+    try:
+        return parse_rfc3339(str(value)) if value else None
+    except ValueError:
+        return None

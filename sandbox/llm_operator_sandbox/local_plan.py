@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 JSON = dict[str, Any]
 
@@ -167,10 +168,7 @@ SUBSTITUTIONS: list[Substitution] = [
 
 def is_local_endpoint(url: str | None) -> bool:
     """Whether ``url`` (an ``HF_ENDPOINT``) is served on this machine."""
-    if not url:
-        return False
-    host = url.split("://", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0].strip("[]")
-    return host in ("127.0.0.1", "localhost", "::1")
+    return bool(url) and urlsplit(url).hostname in ("127.0.0.1", "localhost", "::1")
 
 
 class CannotRun(Exception):

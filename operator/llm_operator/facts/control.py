@@ -5,14 +5,16 @@ The cache is the ConfigMap :data:`CACHE_CONFIGMAP` in the service's namespace, o
 source (:func:`~.job.facts_key`: repository and revision, or claim and folder), holding the
 Job's message as it came (:mod:`.message`) with the commit it was read at. A ConfigMap,
 not ``status``: it survives a restart of the operator as status does, but it is shared by
-every service of the namespace that serves the same model (one Job per model, not per
-service) and it keeps the files out of ``status``, which every watcher of LLMServices
+every service of the namespace that serves the same model (once cached, one read serves
+them all; each service starts its own Job only while the source is not cached yet) and
+it keeps the files out of ``status``, which every watcher of LLMServices
 receives. Per namespace, not cluster-wide: the facts of a gated model were read with that
 namespace's token and are not handed to another namespace that has none.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Mapping
@@ -22,7 +24,7 @@ from typing import Any
 from ..catalog import lookup_model
 from ..modelfacts import ModelFacts, facts_from_hf_config
 from ..models import LLMService, LLMServiceSpec
-from ..timestamps import parse_rfc3339
+from ..timestamps import parse_rfc3339_or_none
 from ..tuning.control import ObservedJob, PendingPod
 from . import message as fm
 from .job import ACTIVE_DEADLINE_SECONDS, TTL_SECONDS_AFTER_FINISHED, facts_key
@@ -31,10 +33,6 @@ CACHE_CONFIGMAP = "llm-operator-model-facts"
 # A failed read is tried again this long after it ended (a token put right in its Secret,
 # a Hub that was down); a new spec.model.name or revision is a new source, read at once.
 RETRY_SECONDS = float(TTL_SECONDS_AFTER_FINISHED)  # the Job's deletion by its TTL
-
-FETCHING = "FetchingModelFacts"
-FAILED = "ModelFactsFailed"
-
 
 def needs_facts(spec: LLMServiceSpec) -> bool:
     """Whether the plan needs the model's own config.json: no ``spec.model.architecture``
@@ -54,7 +52,12 @@ def cache_entry(key: str, message: str, at: str) -> str:
 
 
 class FactsFailed(ValueError):
-    """The facts could not be read; ``str()`` says what failed and the fix."""
+    """The facts could not be read: ``error`` is what the Job (or the parser) reported,
+    the mapping :func:`failure_text` turns into the problem and the fix."""
+
+    def __init__(self, error: Mapping[str, Any]) -> None:
+        super().__init__(json.dumps(error))
+        self.error = error
 
 
 def parse_facts(message: str, name: str) -> tuple[ModelFacts, str | None]:
@@ -63,13 +66,13 @@ def parse_facts(message: str, name: str) -> tuple[ModelFacts, str | None]:
     :class:`~.message.MessageError` for a message that is not a facts result."""
     doc = fm.decode(message)
     if "error" in doc:
-        raise FactsFailed(json.dumps(doc["error"]))
+        raise FactsFailed(doc["error"])
     try:
         facts = facts_from_hf_config(doc["config"], name=name, index=doc.get("index"),
                                      hf_quant_config=doc.get("quant"))
     except ValueError as exc:
-        raise FactsFailed(json.dumps({"kind": fm.INVALID, "source": doc.get("source"),
-                                      "problem": str(exc)})) from exc
+        raise FactsFailed({"kind": fm.INVALID, "source": doc.get("source"),
+                           "problem": str(exc)}) from exc
     return facts, doc.get("commit")
 
 
@@ -77,16 +80,16 @@ def finished_at(job: Mapping[str, Any]) -> float | None:
     """When a Job finished: its ``Complete`` or ``Failed`` condition's time."""
     for cond in (job.get("status") or {}).get("conditions") or []:
         if cond.get("type") in ("Complete", "Failed") and cond.get("status") == "True":
-            try:
-                return parse_rfc3339(str(cond.get("lastTransitionTime")))
-            except ValueError:
-                return None
+            return parse_rfc3339_or_none(cond.get("lastTransitionTime"))
     return None
 
 
+@functools.lru_cache(maxsize=256)
 def cached_facts(value: str | None, key: str, name: str) -> tuple[ModelFacts, str | None] | None:
     """The facts of a cache value for ``key`` (None when absent, for another source, or no
-    longer readable: it is then read again)."""
+    longer readable: it is then read again). Memoized: a reconciliation, its decision and
+    the tuning step each ask for the same value, and a decode is base64, zlib, JSON and
+    the parser (its arguments are strings, its result frozen)."""
     if not value:
         return None
     try:
@@ -94,7 +97,7 @@ def cached_facts(value: str | None, key: str, name: str) -> tuple[ModelFacts, st
         if not isinstance(entry, dict) or entry.get("key") != key:
             return None
         return parse_facts(str(entry.get("message") or ""), name)
-    except (ValueError, FactsFailed):
+    except ValueError:  # FactsFailed is one
         return None
 
 
@@ -177,7 +180,7 @@ def decide(svc: LLMService, cached: str | None, job: ObservedJob | None,
         try:
             facts, commit = parse_facts(message, svc.spec.model.name)
         except FactsFailed as exc:
-            error = json.loads(str(exc))
+            error = exc.error
         except fm.MessageError:
             pass  # the log's tail (FallbackToLogsOnError): a crash, said below
         else:

@@ -88,7 +88,7 @@ from ..models import LLMService, TuningMode, TuningPlacement
 from ..planning import OVERRIDABLE, Plan
 from ..rendering.deployment import PROGRESS_MARGIN_SECONDS
 from ..rendering.leaderworkerset import is_multi_node
-from ..timestamps import parse_rfc3339, rfc3339
+from ..timestamps import parse_rfc3339_or_none, rfc3339
 from .fingerprint import revision_note
 from .placement import placement_error, runs_on_spare
 
@@ -180,11 +180,7 @@ class ObservedJob:
         )
 
 
-def _time(value: Any) -> float | None:
-    try:
-        return parse_rfc3339(str(value)) if value else None
-    except ValueError:
-        return None
+_time = parse_rfc3339_or_none
 
 
 # A Job with no pod, or a pod Pending without the scheduler saying why, is reported after
