@@ -212,12 +212,6 @@ def _is_pattern(c: Mapping[str, Any]) -> bool:
     return bool(c.get("hybrid_override_pattern") or c.get("layers_block_type"))
 
 
-# Fields of architectures the planner does not model, and what each is: such a config is
-# refused naming it, rather than planned with wrong KV or weights. (DeepSeek-V4's
-# compress_ratios is modelled: _deepseek_v4.)
-UNMODELLED: dict[str, str] = {}
-
-
 @dataclass(frozen=True)
 class _Layers:
     full: int
@@ -697,10 +691,6 @@ def facts_from_hf_config(config: Mapping[str, Any], name: str | None = None,
     the key that is missing or that the planner does not model.
     """
     c = _text_config(config)
-    for key, what in UNMODELLED.items():
-        if c.get(key) is not None:
-            raise ValueError(f"config.json has {key}: {what}, which the planner does not "
-                             "model yet: give spec.model.architecture")
     if not c.get("num_hidden_layers") and isinstance(c.get("layers_block_type"), list):
         c["num_hidden_layers"] = len(c["layers_block_type"])
     for key in ("hidden_size", "num_hidden_layers", "num_attention_heads"):
@@ -765,6 +755,7 @@ def facts_from_hf_config(config: Mapping[str, Any], name: str | None = None,
     elif quant:
         quantized = ("experts", "shared_experts", "mlp", "state") + (
             ("attention",) if attn_quantized else ())
+    state = _state_elements(c, layers.state_kind)
     mla_dim = None
     if c.get("kv_lora_rank"):
         mla_dim = int(c["kv_lora_rank"]) + int(c.get("qk_rope_head_dim") or 64)
@@ -799,8 +790,8 @@ def facts_from_hf_config(config: Mapping[str, Any], name: str | None = None,
         sliding_window_layers=layers.sliding,
         sliding_window=layers.window,
         state_layers=layers.state,
-        state_elements_per_layer=_state_elements(c, layers.state_kind)[0],
-        state_conv_elements_per_layer=_state_elements(c, layers.state_kind)[1],
+        state_elements_per_layer=state[0],
+        state_conv_elements_per_layer=state[1],
         state_kind=layers.state_kind,
         state_dtype=_state_dtype(c) if layers.state else None,
         mla_kv_dim=mla_dim,

@@ -201,7 +201,7 @@ class Comparison:
         span = (f"above {fmt_ratio(lo)}" if math.isinf(hi) or hi >= RATIO_CLIP
                 else f"{fmt_ratio(lo, '')}-{fmt_ratio(hi)}")
         return (f"{fmt_ratio(self.estimate)} ({span}, {achieved:.0%} confidence, "
-                f"{self.n - zero} pairs{how})")
+                f"{len(self.ratios)} pairs{how})")
 
     def to_dict(self) -> dict[str, float | int | bool | None]:
         """The figures a result carries (JSON-safe: an infinite ratio becomes None);

@@ -507,7 +507,7 @@ class Outcome:
             # has no ratio (compare.py).
             cmp = t.comparison
             has = cmp is not None and bool(cmp.ratios)
-            return has, cmp.estimate if cmp is not None and has else 0.0
+            return has, cmp.estimate if has else 0.0  # type: ignore[union-attr]
 
         return max(cands, key=strength) if cands else None
 
