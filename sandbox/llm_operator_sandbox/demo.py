@@ -42,11 +42,12 @@ LOOP_EXAMPLE = "tiny-llama-local.yaml"
 
 
 def find_project_dir(start: Path | None = None) -> Path | None:
-    """The folder holding ``crds/`` and ``examples/``: the current directory (a checkout)
-    or the checkout the package was installed from in editable mode."""
+    """The folder holding ``crds/``, ``examples/`` and ``demo/``: the current directory (a
+    checkout) or the checkout the package was installed from in editable mode."""
     candidates = [start or Path.cwd(), Path(__file__).resolve().parents[2]]
     for base in candidates:
-        if (base / "crds" / CRD_FILE).exists() and (base / "examples").is_dir():
+        if ((base / "crds" / CRD_FILE).exists() and (base / "examples").is_dir()
+                and (base / "demo" / LOOP_EXAMPLE).exists()):
             return base
     return None
 
@@ -144,7 +145,7 @@ def run_demo(console: Console | None = None, *, keep: bool = False,
     console = console or Console()
     project = Path(project_dir) if project_dir else find_project_dir()
     if project is None:
-        console.print("[red]error[/] crds/ and examples/ not found: run the demo from the "
+        console.print("[red]error[/] crds/, examples/ and demo/ not found: run the demo from the "
                       "llm-operator checkout (or pass --project-dir)")
         return 2
     try:
@@ -165,10 +166,9 @@ def run_demo(console: Console | None = None, *, keep: bool = False,
         "Real: kubectl, the CRD, the example manifests, and the operator process "
         "(llm-operator run) planning, rendering and applying through the API.",
         title="llm-operator demo", border_style="yellow"))
-    # The loop's example serves a generated model only the local node agent has: the tour
-    # (no engine) leaves it out.
-    examples = sorted(p for p in (project / "examples").glob("*.yaml")
-                      if p.name != LOOP_EXAMPLE)
+    # The loop's manifest (demo/) serves a generated model only the local node agent has:
+    # the tour (no engine) plans the cluster examples only.
+    examples = sorted((project / "examples").glob("*.yaml"))
     with tempfile.TemporaryDirectory(prefix="llmop-demo-") as tmp, EmulatorThread() as api:
         workdir = Path(tmp)
         api.write_kubeconfig(workdir / "kubeconfig.yaml", NAMESPACE)
@@ -246,7 +246,7 @@ def add_parser(sub: Any) -> None:
                         "plane (no Go build needed)")
     p.add_argument("--keep", action="store_true",
                    help="keep the emulated server and the operator running until Ctrl-C")
-    p.add_argument("--project-dir", help="folder with crds/ and examples/ (default: found)")
+    p.add_argument("--project-dir", help="folder with crds/, examples/ and demo/ (default: found)")
     p.set_defaults(func=_cmd_demo)
 
 
@@ -255,7 +255,7 @@ def _cmd_demo(args: Any) -> int:
         return run_demo(keep=args.keep, project_dir=args.project_dir)
     project = Path(args.project_dir) if args.project_dir else find_project_dir()
     if project is None:
-        Console().print("[red]error[/] crds/ and examples/ not found: run the demo from the "
+        Console().print("[red]error[/] crds/, examples/ and demo/ not found: run the demo from the "
                         "llm-operator checkout (or pass --project-dir)")
         return 2
     from .loop_demo import run_loop_demo

@@ -120,8 +120,8 @@ class LocalLoop:
 
     # --- parts -------------------------------------------------------------------------
     def example(self) -> dict[str, Any]:
-        """The example LLMService the loop applies (``examples/tiny-llama-local.yaml``)."""
-        doc: dict[str, Any] = yaml.safe_load((self.project / "examples" / EXAMPLE_FILE)
+        """The example LLMService the loop applies (``demo/tiny-llama-local.yaml``)."""
+        doc: dict[str, Any] = yaml.safe_load((self.project / "demo" / EXAMPLE_FILE)
                                              .read_text())
         return doc
 

@@ -1,7 +1,7 @@
 """``llm-operator demo``: the whole loop on this machine, shown step by step with rich.
 
 See :mod:`.loop` for the parts and which are emulated. The steps: apply the example
-(``examples/tiny-llama-local.yaml``), the plan, the tuning Job's trials as they finish,
+(``demo/tiny-llama-local.yaml``), the plan, the tuning Job's trials as they finish,
 the rollout onto the tuned settings, load from vLLM's benchmark, the adaptation's
 decisions and the cap in force, then ``kubectl get llms`` and the Events.
 """
@@ -343,7 +343,7 @@ def run_loop_demo(project: Path, kubectl: str | None, console: Console | None = 
                          backend="emulated" if emulated else "cluster", helm=helm)
         with loop:
             demo = LoopDemo(console, loop)
-            console.print(f"[bold cyan]$ kubectl apply -f examples/{EXAMPLE_FILE}[/]")
+            console.print(f"[bold cyan]$ kubectl apply -f demo/{EXAMPLE_FILE}[/]")
             console.print(loop.apply(loop.example()), markup=False)
             demo.plan()
             demo.tuning()

@@ -17,7 +17,7 @@ import yaml
 
 from llm_operator_sandbox.cluster import KUBERNETES_VERSION, Installed, LocalCluster
 from llm_operator_sandbox.kubelet import LocalKubelet
-from tests.support.emulator import EXAMPLES_DIR, OperatorProcess, wait_for
+from tests.support.emulator import DEMO_DIR, OperatorProcess, wait_for
 
 from .conftest import ClusterKubectl
 
@@ -29,7 +29,7 @@ OWNED_KINDS = "deployments,replicasets,pods,services,configmaps,jobs,poddisrupti
 
 def tiny_service(name: str = "tiny") -> dict[str, Any]:
     """The demo's tiny Llama with tuning and adaptation off: one pod, one GPU."""
-    doc: dict[str, Any] = yaml.safe_load((EXAMPLES_DIR / "tiny-llama-local.yaml").read_text())
+    doc: dict[str, Any] = yaml.safe_load((DEMO_DIR / "tiny-llama-local.yaml").read_text())
     doc["metadata"] = {"name": name}
     doc["spec"]["tuning"] = {"mode": "Disabled"}
     doc["spec"]["adaptation"] = {"mode": "Disabled"}

@@ -34,6 +34,7 @@ from celpy import celtypes
 ROOT = Path(__file__).resolve().parents[2]
 CRD_PATH = ROOT / "crds" / "llmservices.llmops.dev.yaml"
 EXAMPLES_DIR = ROOT / "examples"
+DEMO_DIR = ROOT / "demo"
 
 Schema = Mapping[str, Any]
 
@@ -80,10 +81,12 @@ def crd_schema(crd: Mapping[str, Any], version: str = "v1alpha1") -> dict[str, A
     raise KeyError(version)
 
 
-def load_examples(directory: Path = EXAMPLES_DIR) -> list[tuple[str, dict[str, Any]]]:
-    """Every LLMService document under ``examples/``, with ``file#index`` ids."""
+def load_examples(*directories: Path) -> list[tuple[str, dict[str, Any]]]:
+    """Every LLMService document under ``examples/`` and the local demo's ``demo/`` (or the
+    folders given), with ``file#index`` ids."""
     found: list[tuple[str, dict[str, Any]]] = []
-    for path in sorted(directory.glob("*.yaml")):
+    for path in sorted(p for d in (directories or (EXAMPLES_DIR, DEMO_DIR))
+                       for p in d.glob("*.yaml")):
         for i, doc in enumerate(yaml.safe_load_all(path.read_text())):
             if isinstance(doc, dict) and doc.get("kind") == "LLMService":
                 found.append((f"{path.name}#{i}", doc))

@@ -27,6 +27,7 @@ from llm_operator_sandbox.processes import stop as stop_process
 ROOT = Path(__file__).resolve().parents[2]
 CRD_PATH = ROOT / "crds" / "llmservices.llmops.dev.yaml"
 EXAMPLES_DIR = ROOT / "examples"
+DEMO_DIR = ROOT / "demo"  # the local demo's manifest: a generated model, not for a cluster
 VENV_BIN = Path(sys.executable).parent
 
 T = TypeVar("T")

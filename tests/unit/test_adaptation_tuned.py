@@ -1,7 +1,7 @@
 """The tuning result is the adaptation's starting point, not its ceiling (issue 32, item 2).
 
 In ``bash tools/demo.sh`` on 2026-11-26 the tuner chose max-num-seqs 4 for the example
-``examples/tiny-llama-local.yaml``, and the adaptation then held 4 for the whole load: 10
+``demo/tiny-llama-local.yaml``, and the adaptation then held 4 for the whole load: 10
 of its 19 decisions read "would raise (running reached the cap with 3-7 requests waiting
 and no preemption; demand 5-8, KV room for 15) but the cap is at its upper bound (4)",
 the bound being the tuned value. The windows below are shaped from those reasons (the
@@ -36,7 +36,7 @@ from llm_operator_sandbox.loop import Settings as DemoLoop
 from llm_operator_sandbox.loop_demo import _Adaptation
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE = yaml.safe_load((ROOT / "examples" / "tiny-llama-local.yaml").read_text())
+EXAMPLE = yaml.safe_load((ROOT / "demo" / "tiny-llama-local.yaml").read_text())
 SPEC = LLMServiceSpec.model_validate(EXAMPLE["spec"])  # cooldown 20 s, ITL SLO 500 ms
 WINDOW = float(DemoLoop.adaptation_window_seconds)  # 10 s
 POLICY = policy_for_scrape(WINDOW, float(DemoLoop.scrape_interval_seconds))

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_the_loops_example_tunes_before_serving_and_adapts_live() -> None:
     """One vLLM at a time on 2 cores (the tuning Job before the serving pod), and the
     adaptation applies its decisions through the live cap the Deployment renders."""
-    body = yaml.safe_load((ROOT / "examples" / sandbox_loop.EXAMPLE_FILE).read_text())
+    body = yaml.safe_load((ROOT / "demo" / sandbox_loop.EXAMPLE_FILE).read_text())
     svc = parse_llmservice(body)
     assert svc.spec.tuning.placement.value == "BeforeServing"
     assert svc.spec.adaptation.mode.value == "Apply" and svc.spec.adaptation.live_cap
