@@ -47,6 +47,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from .inpod.engine.cap import FAILURE_PREFIX
 from .podfailures import (
     REASON_CREATED,
     REASON_FAILED_CREATE,
@@ -79,6 +80,9 @@ class PodScheduling:
     unschedulable: bool
     message: str = ""
     crash: str | None = None  # a crash-looping container, said in one sentence
+    # the admission scheduler's own failure line in that container's last termination
+    # message (``llmop-live-cap: ...``, see :func:`live_cap_failure`), if any
+    live_cap_failure: str | None = None
     problem: PodProblem | None = None  # a container that cannot start (podfailures)
     creating: bool = False  # bound, no container created yet: read its volume Events
     volumes: PodVolumes = field(default_factory=PodVolumes)
@@ -95,7 +99,8 @@ class PodScheduling:
         name = str(meta.get("name") or "")
         crash = crash_of(status)
         volumes = PodVolumes.from_pod(pod)
-        more: dict[str, Any] = {"problem": waiting_problem(pod, volumes),
+        more: dict[str, Any] = {"live_cap_failure": live_cap_failure(status),
+                                "problem": waiting_problem(pod, volumes),
                                 "creating": creating(pod), "volumes": volumes,
                                 "uid": str(meta.get("uid") or ""), "bound_at": bound_time(pod)}
         for cond in status.get("conditions") or []:
@@ -126,6 +131,22 @@ def crash_of(status: Mapping[str, Any]) -> str | None:
                 said += f" (exit code {last.get('exitCode')}, {last.get('reason') or 'Error'})"
             line = _last_line(str(last.get("message") or ""))
             return f"{said}: {line}" if line else said
+    return None
+
+
+def live_cap_failure(status: Mapping[str, Any]) -> str | None:
+    """The line the live admission cap's scheduler wrote about its own failure
+    (:data:`~llm_operator.inpod.engine.cap.FAILURE_PREFIX`) in the last termination message
+    of a container that waits in a crash back-off, or None. vLLM's own log tail (what
+    ``FallbackToLogsOnError`` keeps) is not searched for the class name: vLLM prints its
+    arguments, ``--scheduler-cls`` among them, on every start, failed or not."""
+    for cs in status.get("containerStatuses") or []:
+        if ((cs.get("state") or {}).get("waiting") or {}).get("reason") not in _CRASH_REASONS:
+            continue
+        last = (cs.get("lastState") or {}).get("terminated") or {}
+        for line in str(last.get("message") or "").splitlines():
+            if line.strip().startswith(FAILURE_PREFIX):
+                return line.strip()[:1000]
     return None
 
 

@@ -24,6 +24,7 @@ from typing import Any
 from .constants import VLLM_PORT
 from .errors import SpecError
 from .extra_args import flag_set
+from .inpod.engine.cap import FAILURE_PREFIX
 from .models import AdaptationMode, EngineSpec, LLMServiceSpec
 from .planning import Plan, effective_engine_value
 from .rendering.admission import LIVE_CAP_FLAGS
@@ -557,6 +558,7 @@ class LiveCapReason(StrEnum):
     MULTI_NODE = "MultiNode"  # one replica spans nodes (LeaderWorkerSet): not wired yet
     NO_HOOK = "EngineLacksHook"  # the engine reports it cannot change the cap live
     NO_REPORT = "EngineDidNotReport"  # no report of a requested cap within the timeout
+    SCHEDULER_FAILED = "SchedulerFailed"  # a server pod crash-loops on the scheduler itself
 
 
 def live_cap_blocker(spec: LLMServiceSpec, status: Mapping[str, Any] | None,
@@ -586,6 +588,31 @@ def live_cap_blocker(spec: LLMServiceSpec, status: Mapping[str, Any] | None,
                                    or fallback.get("generation") == generation):
         return LiveCapReason(fallback["reason"]), str(fallback.get("message") or "")
     return None
+
+
+def live_cap_crash_fallback(spec: LLMServiceSpec, status: Mapping[str, Any] | None,
+                            generation: int | None, pod: str, failure: str) -> JSON | None:
+    """The ``status.adaptation`` that turns the live cap off for this ``generation`` of the
+    spec because server ``pod`` crash-loops on the admission scheduler's own ``failure``
+    (its ``llmop-live-cap:`` line, :func:`llm_operator.podscheduling.live_cap_failure`);
+    None when something already keeps the live cap off (:func:`live_cap_blocker`).
+
+    Reversible: the fallback holds for this generation only, so an edit of the spec (a
+    new image, say) renders the live cap again."""
+    if live_cap_blocker(spec, status, generation) is not None:
+        return None
+    said = failure.strip().removeprefix(FAILURE_PREFIX).strip().rstrip(".")
+    message = (f"Server pod {pod} crash-loops on the live admission cap's scheduler: "
+               f"{said}. The live cap is off for this "
+               "generation of the spec: vLLM runs with its own scheduler, and changes to "
+               "--max-num-seqs roll the pods. An edit of the spec (e.g. the image) tries the "
+               "live cap again.")
+    adaptation = dict((status or {}).get("adaptation") or {})
+    adaptation.update(
+        liveCapFallback={"reason": str(LiveCapReason.SCHEDULER_FAILED), "message": message,
+                         "generation": generation},
+        actuation="Rollout", capRequested=None, capRequestedTime=None)  # None: removed
+    return adaptation
 
 
 def live_cap_in_use(spec: LLMServiceSpec, status: Mapping[str, Any] | None,

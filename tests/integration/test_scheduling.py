@@ -52,6 +52,20 @@ def mark_unschedulable(kubectl: Kubectl) -> None:
                 "--type", "merge", "-p", json.dumps({"status": status}))
 
 
+def mark_crash_looping(kubectl: Kubectl, container: dict[str, Any], exit_code: int,
+                       message: str) -> None:
+    """Play the kubelet: the vllm container exited with ``exit_code`` and ``message`` as
+    its termination message, and waits in the crash back-off."""
+    status = {"phase": "Running", "containerStatuses": [{
+        "name": "vllm", "restartCount": 3, "ready": False, "image": container["image"],
+        "imageID": "", "started": False,
+        "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s"}},
+        "lastState": {"terminated": {"exitCode": exit_code, "reason": "Error",
+                                     "message": message}}}]}
+    kubectl.run("patch", "pod", POD, "-n", NAMESPACE, "--subresource", "status",
+                "--type", "merge", "-p", json.dumps({"status": status}))
+
+
 def test_an_unschedulable_server_pod_is_reported_within_a_minute(
     kubectl: Kubectl, operator: OperatorProcess
 ) -> None:
@@ -105,14 +119,7 @@ def test_a_crash_looping_server_container_is_reported_with_its_last_line(
     assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
     create_server_pod(kubectl, deployment)
     line = "vllm serve: error: unrecognized arguments: --max-num-seqz 64"
-    status = {"phase": "Running", "containerStatuses": [{
-        "name": "vllm", "restartCount": 3, "ready": False, "image": container["image"],
-        "imageID": "", "started": False,
-        "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s"}},
-        "lastState": {"terminated": {"exitCode": 2, "reason": "Error",
-                                     "message": f"usage: vllm serve [model_tag]\n{line}\n"}}}]}
-    kubectl.run("patch", "pod", POD, "-n", NAMESPACE, "--subresource", "status",
-                "--type", "merge", "-p", json.dumps({"status": status}))
+    mark_crash_looping(kubectl, container, 2, f"usage: vllm serve [model_tag]\n{line}\n")
     svc = wait_condition(kubectl, "ContainersRunning", "False", timeout=60)
     cond = condition(svc, "ContainersRunning")
     assert cond is not None and cond["reason"] == "CrashLoopBackOff"
@@ -125,3 +132,62 @@ def test_a_crash_looping_server_container_is_reported_with_its_last_line(
                      if e["reason"] == "CrashLoopBackOff" and line in e["message"]), None)
 
     assert wait_for(warning, 30, "the CrashLoopBackOff Event")["type"] == "Warning"
+
+
+def test_a_server_crash_looping_on_the_live_caps_scheduler_turns_the_live_cap_off(
+    api: Any, kubectl: Kubectl, tmp_path: Any
+) -> None:
+    """Issue 35 item 2, the operator's side: the kubelet's part is played with the
+    termination message the rendered command writes when the scheduler's code is missing
+    (tests/vllm/test_live_cap_failure.py produces it for real). The operator turns the
+    live cap off for the spec's generation, says so (LiveCap condition and a Warning
+    Event), and re-renders the Deployment with vLLM's own scheduler."""
+    from pathlib import Path
+
+    from llm_operator.rendering.admission import ENGINE_SCHEDULER_CLS
+
+    body = yaml.safe_load(EXAMPLE.read_text())
+    body["spec"]["adaptation"] = {"mode": "Apply"}  # the live cap is rendered for Apply
+    path = Path(tmp_path) / "live.yaml"
+    path.write_text(yaml.safe_dump(body))
+    # A Prometheus URL (nothing answers it): without one the live cap is never rendered.
+    operator = OperatorProcess(api.kubeconfig, Path(tmp_path) / "operator.log", [NAMESPACE],
+                               env={"LLMOP_PROMETHEUS_URL": "http://127.0.0.1:9"}).start()
+    try:
+        operator.wait_log("Initial authentication has finished", timeout=60)
+        kubectl.apply(path, NAMESPACE)
+        deployment = wait_deployment(kubectl)
+        container = deployment["spec"]["template"]["spec"]["containers"][0]
+        assert ENGINE_SCHEDULER_CLS in container["args"]
+        create_server_pod(kubectl, deployment)
+        line = ("llmop-live-cap: the admission scheduler llm_operator.inpod.engine.scheduler "
+                "is not on PYTHONPATH (/opt/llmop-engine): the init container copy-engine "
+                "did not copy it")
+        mark_crash_looping(kubectl, container, 1, f"{line}\n")
+
+        svc = wait_condition(kubectl, "LiveCap", "False", timeout=60)
+        cond = condition(svc, "LiveCap")
+        assert cond is not None and cond["reason"] == "SchedulerFailed"
+        assert POD in cond["message"] and "did not copy it" in cond["message"]
+        fallback = svc["status"]["adaptation"]["liveCapFallback"]
+        assert fallback["reason"] == "SchedulerFailed"
+        assert fallback["generation"] == svc["metadata"]["generation"]
+        # The crash itself is said too, with the same line.
+        assert condition(svc, "ContainersRunning")["reason"] == "CrashLoopBackOff"  # type: ignore[index]
+
+        def rolled() -> dict[str, Any] | None:
+            d = kubectl.get("deployment", NAME, NAMESPACE) or {}
+            args = d["spec"]["template"]["spec"]["containers"][0]["args"]
+            return d if ENGINE_SCHEDULER_CLS not in args else None
+
+        after = wait_for(rolled, 60, "the Deployment re-rendered without --scheduler-cls")
+        assert "--scheduler-cls" not in after["spec"]["template"]["spec"]["containers"][0]["args"]
+
+        def warning() -> dict[str, Any] | None:
+            events = kubectl.get("events", namespace=NAMESPACE) or {}
+            return next((e for e in events.get("items", [])
+                         if e["reason"] == "LiveCapFallback" and POD in e["message"]), None)
+
+        assert wait_for(warning, 30, "the LiveCapFallback Event")["type"] == "Warning"
+    finally:
+        operator.stop()

@@ -76,13 +76,19 @@ def test_live_pod_wiring() -> None:
     assert env["PYTHONPATH"] == ENGINE_CODE_PATH
     assert env["LLMOP_ADMISSION_CAP_FILE"] == "/etc/llmop/admission/maxNumActiveSeqs"
     assert env["PROMETHEUS_MULTIPROC_DIR"] == METRICS_DIR_PATH
-    # The emptyDir outlives a container restart: the command empties it, then runs vLLM
-    # with the args (tests/vllm/test_metrics_after_restart.py runs it for real).
+    # The scheduler says its own failure in the termination message the kubelet keeps.
+    assert "terminationMessagePath" not in container
+    assert env["LLMOP_TERMINATION_LOG"] == "/dev/termination-log"
+    # The emptyDir outlives a container restart: the command empties it, checks that the
+    # scheduler's code is there, then runs vLLM with the args
+    # (tests/vllm/test_metrics_after_restart.py and test_live_cap_failure.py run it).
     shell, flag, script, name = container["command"]
     assert (shell, flag, name) == ("/bin/sh", "-c", "vllm-server")
-    first, last = script.strip().splitlines()
-    assert first == 'find "$PROMETHEUS_MULTIPROC_DIR" -mindepth 1 -delete'
-    assert last == 'exec vllm serve "$@"'
+    lines = script.strip().splitlines()
+    assert lines[0] == 'find "$PROMETHEUS_MULTIPROC_DIR" -mindepth 1 -delete'
+    assert "llmop-live-cap:" in script and '"$LLMOP_TERMINATION_LOG"' in script
+    assert "$(" not in script  # Kubernetes would expand it
+    assert lines[-1] == 'exec vllm serve "$@"'
     (init,) = [c for c in pod["initContainers"] if c["name"] != "download-model"]
     assert init["image"] == Settings().operator_image and "engine" in init["command"][2]
     volumes = {v["name"]: v for v in pod["volumes"]}
@@ -106,6 +112,9 @@ def test_cap_above_the_capacity_is_rendered_at_the_capacity() -> None:
      {"adaptation": {"liveCapFallback": {"reason": "EngineLacksHook", "message": "m"}}},
      "EngineLacksHook"),
     ({"adaptation": {"mode": "Apply"}}, {"plan": {"nodesPerReplica": 2}}, "MultiNode"),
+    ({"adaptation": {"mode": "Apply"}},
+     {"adaptation": {"liveCapFallback": {"reason": "SchedulerFailed", "message": "m"}}},
+     "SchedulerFailed"),
 ])
 def test_fallback_renders_the_rollout_form(
     spec_change: dict[str, Any], st: dict[str, Any] | None, reason: str,
@@ -116,6 +125,39 @@ def test_fallback_renders_the_rollout_form(
     assert flag_value(args_of(docs[0]), "--max-num-seqs") == "24"  # rolls onto the cap
     blocker = status.live_cap_blocker(make_svc(spec).spec, st)
     assert blocker is not None and blocker[0] == reason
+
+
+def test_a_scheduler_crash_turns_the_live_cap_off_for_that_generation_only() -> None:
+    """Issue 35 item 2: a server pod crash-looping on the scheduler's own failure line
+    turns the live cap off (the pods roll onto vLLM's own scheduler), reversibly: the
+    next generation of the spec renders it again."""
+    spec = make_svc(LIVE_SPEC).spec
+    line = ("llmop-live-cap: AdmissionCapScheduler cannot start on this vLLM "
+            "(AttributeError(\"no attribute 'max_num_running_reqs'\")): start vLLM without "
+            "--scheduler-cls (the operator does so on reading this)")
+    before = {"adaptation": {"maxNumSeqs": 24, "capRequested": 16, "actuation": "Live"}}
+    adaptation = status.live_cap_crash_fallback(spec, before, 3, "llama-5d4-x2x4q", line)
+    assert adaptation is not None
+    fallback = adaptation["liveCapFallback"]
+    assert fallback["reason"] == "SchedulerFailed" and fallback["generation"] == 3
+    assert "llama-5d4-x2x4q" in fallback["message"]
+    assert "no attribute 'max_num_running_reqs'" in fallback["message"]
+    assert "An edit of the spec" in fallback["message"]
+    assert not fallback["message"].count("llmop-live-cap:")
+    # What the user had is kept; the pending live change is dropped (it rolls instead).
+    assert adaptation["maxNumSeqs"] == 24 and adaptation["actuation"] == "Rollout"
+    assert adaptation["capRequested"] is None
+    after = {"adaptation": adaptation}
+    assert not status.live_cap_in_use(spec, after, 3)
+    docs = rendering.render_all(make_svc(LIVE_SPEC), hand_plan(), Settings(),
+                                overrides={"maxNumSeqs": 24},
+                                live_cap=status.live_cap_in_use(spec, after, 3))
+    assert ENGINE_SCHEDULER_CLS not in args_of(docs[0])
+    assert flag_value(args_of(docs[0]), "--max-num-seqs") == "24"
+    # Said once: the fallback in force is not recorded again.
+    assert status.live_cap_crash_fallback(spec, after, 3, "llama-5d4-x2x4q", line) is None
+    # An edit of the spec (generation 4) tries the live cap again.
+    assert status.live_cap_in_use(spec, after, 4)
 
 
 @pytest.mark.parametrize("spec", [

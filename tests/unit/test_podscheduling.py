@@ -107,3 +107,26 @@ def test_a_failing_download_is_a_crash_loop_too_and_running_containers_are_not()
     running = {"metadata": {"name": "r"}, "status": {"containerStatuses": [
         {"name": "vllm", "restartCount": 1, "state": {"running": {}}}]}}
     assert PodScheduling.from_pod(running).crash is None
+
+
+# --- the live cap's scheduler failing: its own line, never vLLM's argument echo ---------
+
+SCHEDULER_LINE = ("llmop-live-cap: the admission scheduler llm_operator.inpod.engine.scheduler "
+                  "is not on PYTHONPATH (/opt/llmop-engine): the init container copy-engine "
+                  "did not copy it")
+# vLLM prints its arguments on every start, the scheduler class among them: a crash for
+# another reason (here the KV cache) must not turn the live cap off.
+VLLM_ARGS_ECHO = ("INFO [api_utils.py:286] non-default args: {'scheduler_cls': "
+                  "'llm_operator.inpod.engine.scheduler.AdmissionCapScheduler'}\n"
+                  "ValueError: No available memory for the cache blocks.\n")
+
+
+def test_the_schedulers_own_failure_line_is_read_from_a_crash_loop_only() -> None:
+    failing = PodScheduling.from_pod(crashing("p", message=f"{SCHEDULER_LINE}\n"))
+    assert failing.live_cap_failure == SCHEDULER_LINE
+    assert failing.crash is not None and failing.crash.endswith(SCHEDULER_LINE)
+    assert PodScheduling.from_pod(crashing("p", message=VLLM_ARGS_ECHO)).live_cap_failure is None
+    # The same message on a container that runs again (no back-off) is history: ignored.
+    healed = crashing("p", message=SCHEDULER_LINE)
+    healed["status"]["containerStatuses"][0]["state"] = {"running": {}}
+    assert PodScheduling.from_pod(healed).live_cap_failure is None

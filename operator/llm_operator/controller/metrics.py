@@ -73,7 +73,8 @@ log = logging.getLogger(__name__)
 
 NAMESPACE = "llmop"
 SERVICE_LABELS = ("namespace", "llmservice")
-RECONCILE_TRIGGERS = ("handler", "adaptation", "tuning", "resync", "workload", "facts")
+RECONCILE_TRIGGERS = ("handler", "adaptation", "tuning", "resync", "workload", "facts",
+                      "pods")
 """Who runs a reconciliation (the ``trigger`` label); the error counters of each start at 0
 so that ``increase()`` sees the first error."""
 CONDITION_STATUSES = ("true", "false", "unknown")

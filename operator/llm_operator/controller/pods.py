@@ -33,6 +33,8 @@ import kopf
 from .. import status as st
 from ..adaptation.policy import ServiceKey
 from ..constants import LABEL_SERVICE
+from ..errors import SpecError, SpecErrors
+from ..models import parse_llmservice
 from ..podscheduling import (
     PodScheduling,
     crash_condition,
@@ -42,7 +44,7 @@ from ..podscheduling import (
 )
 from .context import OperatorContext, clock
 from .kube import JSON
-from .reconcile import write_status
+from .reconcile import reconcile_and_write, write_status
 
 # How often the Events of a server pod stuck in ContainerCreating are read again.
 CREATING_RECHECK_SECONDS = 20.0
@@ -80,14 +82,45 @@ async def pods_changed(
         current.get("conditions") or [], found_pods,
         placement=placement_note(current), generation=generation, now=now)
     conds, crash = crash_condition(conds, found_pods, generation=generation, now=now)
+    fallback = live_cap_fallback(svc_body, current, found_pods)
+    if fallback is not None:
+        message = fallback["liveCapFallback"]["message"]
+        conds = st.set_condition(
+            conds, st.ConditionType.LIVE_CAP, False, st.LiveCapReason.SCHEDULER_FAILED,
+            message, generation=generation, now=now)
     patch = st.status_patch(current, {"conditions": conds})
+    if fallback is not None:
+        patch["adaptation"] = fallback  # the adaptation loop's key, written for it here
     if not patch:
         return
     written = await write_status(ctx, svc_body, patch)
-    for said in (notice, crash):
+    said_all = [notice, crash]
+    if fallback is not None:
+        said_all.append(st.Notice("Warning", "LiveCapFallback", message))
+    for said in said_all:
         if said is not None and written is not None:
             logger.warning(f"{key[0]}/{key[1]}: {said.message}")
             ctx.post_event(written, said.type, said.reason, said.message)
+    if fallback is not None and written is not None:
+        # Re-render at once: the Deployment rolls onto vLLM's own scheduler.
+        await reconcile_and_write(ctx, written, logger, trigger="pods")
+
+
+def live_cap_fallback(body: Mapping[str, Any], status: Mapping[str, Any],
+                      pods: Sequence[PodScheduling]) -> JSON | None:
+    """The ``status.adaptation`` turning the live cap off when a server pod crash-loops
+    on the admission scheduler's own failure (:func:`.st.live_cap_crash_fallback`), else
+    None (pure)."""
+    failing = sorted((p for p in pods if p.live_cap_failure), key=lambda p: p.name)
+    if not failing:
+        return None
+    try:
+        svc = parse_llmservice(body)
+    except (SpecError, SpecErrors):
+        return None  # an invalid spec renders no server; nothing to turn off
+    generation = (body.get("metadata") or {}).get("generation")
+    return st.live_cap_crash_fallback(svc.spec, status, generation, failing[0].name,
+                                      str(failing[0].live_cap_failure))
 
 
 def _about(involved: Mapping[str, Any], pod: PodScheduling) -> bool:

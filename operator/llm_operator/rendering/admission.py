@@ -8,11 +8,14 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
+from ..inpod.engine.cap import FAILURE_PREFIX, TERMINATION_LOG_ENV
 from ..models import LLMService
 from ..planning import Plan, effective_engine_value
 from ..settings import Settings
 from .identity import COMPONENT_SERVER, child_metadata, with_spec_hash
 from .vllm_args import VLLM_COMMAND
+
+DEFAULT_TERMINATION_PATH = "/dev/termination-log"  # the kubelet's default
 
 # --- live admission cap (issue 12) ----------------------------------------------------
 # The server pod runs :mod:`llm_operator.inpod.engine` inside vLLM as its
@@ -22,7 +25,8 @@ from .vllm_args import VLLM_COMMAND
 ENGINE_INIT_CONTAINER = "copy-engine"
 ENGINE_CODE_VOLUME = "llmop-engine"
 ENGINE_CODE_PATH = "/opt/llmop-engine"  # on the vLLM container's PYTHONPATH
-ENGINE_SCHEDULER_CLS = "llm_operator.inpod.engine.scheduler.AdmissionCapScheduler"
+ENGINE_MODULE = "llm_operator.inpod.engine.scheduler"
+ENGINE_SCHEDULER_CLS = f"{ENGINE_MODULE}.AdmissionCapScheduler"
 
 # Copies ``llm_operator/inpod/engine/`` and the two empty ``__init__.py`` above it (nothing
 # else of the operator) from wherever the operator image installed it. No "$(" (Kubernetes
@@ -59,14 +63,26 @@ ADMISSION_KEY = "maxNumActiveSeqs"  # the ConfigMap key: the cap, one integer
 ADMISSION_CONFIG_MAP_SUFFIX = "-admission-cap"
 METRICS_DIR_VOLUME = "llmop-metrics"
 METRICS_DIR_PATH = "/tmp/llmop-prometheus"  # PROMETHEUS_MULTIPROC_DIR of the server
-# The live-mode server container's command: empty the metrics directory, then run vLLM.
+# The live-mode server container's command: empty the metrics directory, check that the
+# admission scheduler's code is there (else say so in the termination message, see
+# FAILURE_PREFIX, and exit: vLLM's own report of a scheduler class that does not import
+# ends in "Engine core initialization failed. See root cause above", and the kubelet keeps
+# only the last 2 KiB of the log, without the root cause), then run vLLM. Checking costs
+# one Python start (about 50 ms), not an import of vLLM.
 # prometheus_client's multiprocess collector serves the last value a dead process wrote
 # to a "mostrecent" gauge until the new process sets it, and the emptyDir outlives a
 # container restart inside the pod: without this, a restarted idle engine reports the
 # crashed one's running and waiting requests (vLLM sets them only at its first step),
 # and adaptation would act on them. A new process may also reuse the dead one's PID
 # (PID 1 of a fresh PID namespace) and so its files: only emptying before start is safe.
+_FIND_ENGINE = f'import importlib.util as u, sys; sys.exit(u.find_spec("{ENGINE_MODULE}") is None)'
+_NO_ENGINE = (f"{FAILURE_PREFIX} the admission scheduler {ENGINE_MODULE} is not on PYTHONPATH "
+              f"($PYTHONPATH): the init container {ENGINE_INIT_CONTAINER} did not copy it")
 METRICS_RESET_SCRIPT = f"""find "$PROMETHEUS_MULTIPROC_DIR" -mindepth 1 -delete
+if ! python3 -c '{_FIND_ENGINE}' 2>/dev/null; then
+  echo "{_NO_ENGINE}" | tee "${TERMINATION_LOG_ENV}" >&2
+  exit 1
+fi
 exec {" ".join(VLLM_COMMAND)} "$@"
 """
 METRICS_RESET_NAME = "vllm-server"  # $0 of the script; the container's args follow
@@ -130,6 +146,9 @@ def with_live_admission(
     args[at + 2:at + 2] = ["--scheduler-cls", ENGINE_SCHEDULER_CLS]
     container.setdefault("env", []).extend([
         {"name": "PYTHONPATH", "value": ENGINE_CODE_PATH},
+        # Where the scheduler says it failed (the kubelet copies the file into the pod).
+        {"name": TERMINATION_LOG_ENV,
+         "value": container.get("terminationMessagePath") or DEFAULT_TERMINATION_PATH},
         {"name": "LLMOP_ADMISSION_CAP_FILE", "value": f"{ADMISSION_PATH}/{ADMISSION_KEY}"},
         {"name": "PROMETHEUS_MULTIPROC_DIR", "value": METRICS_DIR_PATH},
     ])

@@ -14,6 +14,7 @@ file at most once per ``interval_s``, and:
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +26,30 @@ METRIC_CAP = "llmop_admission_cap"
 METRIC_CAPACITY = "llmop_admission_capacity"
 METRIC_FILE_OK = "llmop_admission_cap_file_ok"
 METRIC_LIVE = "llmop_admission_live"
+# A failure of the admission scheduler itself (its code missing from the pod, vLLM's
+# scheduler classes not importable, its start raising on another vLLM) is said on one
+# line starting with FAILURE_PREFIX in the container's termination message, the file
+# named by TERMINATION_LOG_ENV (the container's terminationMessagePath): the kubelet
+# copies it into the pod's status, where the operator reads it and turns the live cap
+# off for the service (its status.adaptation.liveCapFallback, reason SchedulerFailed).
+FAILURE_PREFIX = "llmop-live-cap:"
+TERMINATION_LOG_ENV = "LLMOP_TERMINATION_LOG"
+TERMINATION_LIMIT = 4096  # bytes the kubelet keeps of a termination message
+
+
+def say_failure(what: str) -> None:
+    """Write ``FAILURE_PREFIX what`` to the termination message (and the log). Never
+    raises: the caller re-raises the failure itself."""
+    line = f"{FAILURE_PREFIX} {what}"
+    logging.getLogger("vllm.llmop.admission").error(line)
+    path = os.environ.get(TERMINATION_LOG_ENV)
+    if not path:
+        return
+    try:
+        with open(path, "wb") as f:
+            f.write(line.encode()[:TERMINATION_LIMIT])
+    except OSError:
+        pass
 
 
 def parse_cap(text: str, capacity: int) -> tuple[int, str | None]:

@@ -19,6 +19,11 @@ operator renders that. Without it, only the log says what the cap is.
 Where the running vLLM lacks ``max_num_active_reqs`` (older releases), the class still
 schedules as vLLM's own does, logs that the cap cannot be steered live and reports
 ``llmop_admission_live 0``: the operator then changes ``--max-num-seqs`` by a rollout.
+Where the class cannot exist or start at all (vLLM's scheduler classes do not import,
+or its start raises on another vLLM), it writes one ``llmop-live-cap:`` line to the
+container's termination message (:func:`.cap.say_failure`) and re-raises: the pod
+crash-loops with that line in its status, and the operator turns the live cap off for
+the service and re-renders it with vLLM's own scheduler.
 
 Imports: vLLM, ``prometheus_client`` and the standard library only (copied into the
 stock vLLM image by the server pod's init container).
@@ -40,12 +45,18 @@ from .cap import (
     METRIC_LIVE,
     READ_INTERVAL_S,
     CapReader,
+    say_failure,
 )
 
 try:  # keeps async scheduling (subclassing Scheduler instead turns it off)
     from vllm.v1.core.sched.async_scheduler import AsyncScheduler as _Base
 except ImportError:  # pragma: no cover - an older vLLM
-    from vllm.v1.core.sched.scheduler import Scheduler as _Base
+    try:
+        from vllm.v1.core.sched.scheduler import Scheduler as _Base
+    except ImportError as e:  # another vLLM: say so where the operator reads it
+        say_failure(f"vLLM's scheduler classes do not import here ({e!r}): start vLLM "
+                    "without --scheduler-cls (the operator does so on reading this)")
+        raise
 
 log = logging.getLogger("vllm.llmop.admission")
 
@@ -79,8 +90,13 @@ class AdmissionCapScheduler(_Base):
     """vLLM's async scheduler with ``max_num_active_reqs`` read from a file, live."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        capacity = int(self.max_num_running_reqs)
+        try:
+            super().__init__(*args, **kwargs)
+            capacity = int(self.max_num_running_reqs)
+        except Exception as e:  # another vLLM's interface: say so where the operator reads
+            say_failure(f"AdmissionCapScheduler cannot start on this vLLM ({e!r}): start "
+                        "vLLM without --scheduler-cls (the operator does so on reading this)")
+            raise
         self._llmop_live = hasattr(self, "max_num_active_reqs")
         path = os.environ.get(CAP_FILE_ENV) or None
         _set(METRIC_CAPACITY, "Runner request slots (--max-num-seqs)", capacity)
