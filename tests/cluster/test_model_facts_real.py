@@ -22,13 +22,7 @@ from tests.support.hub import TOKEN, LocalHub
 
 from .conftest import ClusterKubectl
 
-pytestmark = [
-    pytest.mark.cluster, pytest.mark.timeout(300),
-    # Written with the integration test's twin (which passes), but not yet run here: the
-    # one control plane this machine allows was taken by another suite until the branch's
-    # deadline. Remove this mark once `pytest tests/cluster/test_model_facts_real.py` passes.
-    pytest.mark.skip(reason="not yet run on the real control plane (issue 33 item 1)"),
-]
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 pytest.importorskip("huggingface_hub")
 
 
