@@ -21,6 +21,7 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -164,11 +165,22 @@ def ensure_tiny_llama(
     out = Path(cache_root) / f"tiny-llama-{digest}"
     if (out / MARKER).exists() and (out / "model.safetensors").exists():
         return out
-    cmd = [str(python), str(Path(__file__).resolve()), str(out)]
+    # Generated beside it, then renamed into place: processes sharing the cache (the test
+    # lanes run at once) never read a model another is still writing.
+    tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    cmd = [str(python), str(Path(__file__).resolve()), str(tmp)]
     for k, v in args.items():
         cmd += [f"--{k.replace('_', '-')}", str(v)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     subprocess.run(cmd, check=True, env=env, capture_output=True, timeout=300)
+    try:
+        tmp.rename(out)
+    except OSError:  # another process put it there first (or a broken one is there)
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not ((out / MARKER).exists() and (out / "model.safetensors").exists()):
+            shutil.rmtree(out, ignore_errors=True)
+            return ensure_tiny_llama(cache_root, python, **kwargs)
     return out
 
 

@@ -84,7 +84,7 @@ def test_plan_command_reads_a_local_folder(tmp_path: Path,
     assert cli.main(["plan", str(svc), "--no-curve"]) == 2
     assert "spec.model.architecture" in capsys.readouterr().err
     assert cli.main(["plan", str(svc), "--no-curve", "--model-config", str(folder)]) == 0
-    out = capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())  # rich wraps at the terminal's width
     assert "weightBytes from model.safetensors.index.json" in out
     assert facts_from_folder(folder, "x").weight_bytes == 13_761_300_000
     # render plans the same way: the manifests of a model the catalog does not know.

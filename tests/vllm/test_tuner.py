@@ -302,7 +302,9 @@ def test_cli_tune_against_a_given_server_shows_the_kv_knee(models: Path, tmp_pat
             "--vllm-python", str(VLLM_PYTHON),
             "--input-tokens", str(IN_TOKENS), "--output-tokens", str(OUT_TOKENS),
             "--concurrency", str(CLIENTS), "--slo-ttft-ms", "20000", "--slo-itl-ms", "100",
-            "--repeats", "1", "--sweep-points", "2", "--output", str(full),
+            # One wave of 48 requests shows the knee (10 fit the KV cache) in half the
+            # time of two.
+            "--repeats", "1", "--sweep-points", "2", "--waves", "1", "--output", str(full),
             "--log-dir", str(tmp_path / "logs"),
         ]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900,
