@@ -76,8 +76,10 @@ class EmulatorProcess:
         self.log_path = workdir / "emulator.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout: float = 60) -> EmulatorProcess:
-        """Start it and wait until the kubeconfig exists (the server listens by then)."""
+    def start(self, timeout: float = 120) -> EmulatorProcess:
+        """Start it and wait until the kubeconfig exists (the server listens by then).
+        Usually 2-5 s; 60 s ran out once on 2 cores shared with a vLLM server and three
+        other test workers (2026-11-27)."""
         log = self.log_path.open("wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "llm_operator_sandbox.emulator",
@@ -176,7 +178,7 @@ class OperatorProcess:
         text = self.log_path.read_text(errors="replace")
         return text[self._offset:] if since_start else text
 
-    def wait_log(self, needle: str, timeout: float = 30) -> str:
+    def wait_log(self, needle: str, timeout: float = 60) -> str:
         """Wait until ``needle`` appears in the log since the latest start."""
         def probe() -> str | None:
             if self.proc is not None and self.proc.poll() is not None:
