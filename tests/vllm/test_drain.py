@@ -16,6 +16,7 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.support.streams import stream_completions
@@ -47,13 +48,14 @@ def rendered_drain_flag() -> list[str]:
     return flags[at:at + 2]
 
 
-def test_sigterm_lets_in_flight_requests_finish(tmp_path: Path) -> None:
-    drain = rendered_drain_flag()
-    assert drain, "the rendered server has no --shutdown-timeout: SIGTERM aborts requests"
+def _sigterm_with_requests_streaming(
+    model: Path, drain: list[str], log_path: Path,
+) -> tuple[list[int], Any, int, float, str]:
+    """One server: 8 long streamed requests, SIGTERM once every one has streamed a token.
+    Returns the tokens each had at SIGTERM, the streams, the exit code, the seconds to
+    exit and the log's tail."""
     timeout_s = int(drain[1])
-    assert timeout_s == RolloutSpec().drain_seconds  # spec.rollout.drainSeconds's default
-    model = ensure_tiny_llama(tmp_path / "models", VLLM_PYTHON)
-    srv = VLLMServer(model=str(model), python=str(VLLM_PYTHON), log_path=tmp_path / "vllm.log",
+    srv = VLLMServer(model=str(model), python=str(VLLM_PYTHON), log_path=log_path,
                      flags=["--max-num-seqs", "16", "--max-model-len", "1024",
                             "--kv-cache-memory-bytes", str(64 * 1024 * 1024), *drain])
     with srv:
@@ -71,8 +73,28 @@ def test_sigterm_lets_in_flight_requests_finish(tmp_path: Path) -> None:
         for t in streams.threads:
             t.join(timeout=timeout_s + 60)
         rc = srv.proc.wait(timeout=timeout_s + 30)
-        exited_s = time.monotonic() - t0
-        log = srv.log_tail(80)
+        return at_kill, streams, rc, time.monotonic() - t0, srv.log_tail(80)
+
+
+def test_sigterm_lets_in_flight_requests_finish(tmp_path: Path) -> None:
+    drain = rendered_drain_flag()
+    assert drain, "the rendered server has no --shutdown-timeout: SIGTERM aborts requests"
+    timeout_s = int(drain[1])
+    assert timeout_s == RolloutSpec().drain_seconds  # spec.rollout.drainSeconds's default
+    model = ensure_tiny_llama(tmp_path / "models", VLLM_PYTHON)
+    # A set-up that shows the drain needs at least half the requests in flight at SIGTERM.
+    # Under load the requests start far apart (2026-11-27, beside the cluster tier: 4 of
+    # 8 had streamed all 900 tokens before the last streamed its first): then the
+    # set-up is tried again on a new server, up to 3 times. Every attempt must finish
+    # every request in full.
+    for attempt in range(1, 4):
+        at_kill, streams, rc, exited_s, log = _sigterm_with_requests_streaming(
+            model, drain, tmp_path / f"vllm-{attempt}.log")
+        finished = [u for u in streams.usage if isinstance(u, dict)
+                    and u["completion_tokens"] == MAX_TOKENS]
+        assert len(finished) == REQUESTS, (attempt, at_kill, streams.usage, log)
+        if len([n for n in at_kill if 0 < n < MAX_TOKENS]) >= REQUESTS // 2:
+            break
     # The requests were running when SIGTERM came: every one had started. All 8 were still
     # running on a quiet machine; in a CI run the first had streamed all its 900 tokens
     # before the last one's first token (at SIGTERM: 900, 272, 396, 347, 321, 617, ...,
@@ -80,9 +102,6 @@ def test_sigterm_lets_in_flight_requests_finish(tmp_path: Path) -> None:
     # be in flight; and every request finishes in full.
     in_flight = [n for n in at_kill if 0 < n < MAX_TOKENS]
     assert len(in_flight) >= REQUESTS // 2, at_kill
-    finished = [u for u in streams.usage if isinstance(u, dict)
-                and u["completion_tokens"] == MAX_TOKENS]
-    assert len(finished) == REQUESTS, (at_kill, streams.usage, log)
     assert "mode=drain" in log
     assert exited_s < timeout_s, f"exited {exited_s:.0f} s after SIGTERM"
     print(f"\ndrain: {len(finished)}/{REQUESTS} requests finished, {len(in_flight)} of "  # noqa: T201
