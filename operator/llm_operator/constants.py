@@ -39,4 +39,5 @@ DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.90
 DEFAULT_GPUS_PER_NODE = 8
 VLLM_PORT = 8000
+TERMINATION_LOG = "/dev/termination-log"  # the kubelet's default terminationMessagePath
 GIB = 1024**3

@@ -17,6 +17,7 @@ import copy
 import hashlib
 from typing import Any
 
+from ..constants import TERMINATION_LOG
 from ..errors import SpecErrors
 from ..models import LLMService, LLMServiceSpec
 from ..rendering.identity import labels_for
@@ -34,7 +35,6 @@ from ..tuning.job import job_metadata, template_metadata
 COMPONENT_FACTS = "model-facts"
 ANNOTATION_FACTS_KEY = "llmops.dev/model-facts-key"
 FACTS_CONTAINER = "facts"
-TERMINATION_LOG = "/dev/termination-log"
 SCRATCH_VOLUME = "scratch"
 SCRATCH_PATH = "/tmp"  # HF_HOME and huggingface_hub's downloads: three small files
 JOB_NAME_MAX = 52  # pods are "<job>-<5 chars>" and carry job-name labels (<= 63)

@@ -8,14 +8,13 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
+from ..constants import TERMINATION_LOG
 from ..inpod.engine.cap import FAILURE_PREFIX, TERMINATION_LOG_ENV
 from ..models import LLMService
 from ..planning import Plan, effective_engine_value
 from ..settings import Settings
 from .identity import COMPONENT_SERVER, child_metadata, with_spec_hash
 from .vllm_args import VLLM_COMMAND
-
-DEFAULT_TERMINATION_PATH = "/dev/termination-log"  # the kubelet's default
 
 # --- live admission cap (issue 12) ----------------------------------------------------
 # The server pod runs :mod:`llm_operator.inpod.engine` inside vLLM as its
@@ -148,7 +147,7 @@ def with_live_admission(
         {"name": "PYTHONPATH", "value": ENGINE_CODE_PATH},
         # Where the scheduler says it failed (the kubelet copies the file into the pod).
         {"name": TERMINATION_LOG_ENV,
-         "value": container.get("terminationMessagePath") or DEFAULT_TERMINATION_PATH},
+         "value": container.get("terminationMessagePath") or TERMINATION_LOG},
         {"name": "LLMOP_ADMISSION_CAP_FILE", "value": f"{ADMISSION_PATH}/{ADMISSION_KEY}"},
         {"name": "PROMETHEUS_MULTIPROC_DIR", "value": METRICS_DIR_PATH},
     ])

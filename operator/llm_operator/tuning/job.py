@@ -22,7 +22,7 @@ import copy
 import shlex
 from typing import Any
 
-from ..constants import ANNOTATION_FINGERPRINT
+from ..constants import ANNOTATION_FINGERPRINT, TERMINATION_LOG
 from ..errors import SpecError
 from ..extra_args import flag_set
 from ..models import LLMService
@@ -51,7 +51,6 @@ from .placement import job_priority_class
 
 CODE_VOLUME = "tuner-code"
 CODE_PATH = "/opt/llmop"  # PYTHONPATH of the tuner container; holds llm_operator/inpod/
-TERMINATION_LOG = "/dev/termination-log"
 WORK_DIR = "/tmp/llmop-tuning"  # server logs, benchmark log, full result JSON
 TUNER_CONTAINER = "tuner"
 INIT_CONTAINER = "copy-tuner"
