@@ -43,11 +43,13 @@ No clock is read here: the caller passes ``now``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from .errors import SpecError, SpecErrors
 from .inpod.engine.cap import FAILURE_PREFIX
+from .models import parse_llmservice
 from .podfailures import (
     REASON_CREATED,
     REASON_FAILED_CREATE,
@@ -61,7 +63,14 @@ from .podfailures import (
     volume_problem,
     waiting_problem,
 )
-from .status import JSON, ConditionType, Notice, get_condition, set_condition
+from .status import (
+    JSON,
+    ConditionType,
+    Notice,
+    get_condition,
+    live_cap_crash_fallback,
+    set_condition,
+)
 
 REASON_UNSCHEDULABLE = "Unschedulable"
 REASON_CRASH_LOOP = "CrashLoopBackOff"
@@ -117,20 +126,26 @@ def _last_line(text: str) -> str:
     return lines[-1][:500] if lines else ""
 
 
+def _crash_looping(status: Mapping[str, Any], keys: Sequence[str] = (
+        "initContainerStatuses", "containerStatuses"),
+) -> Iterator[tuple[Mapping[str, Any], Mapping[str, Any]]]:
+    """``(container status, its last termination)`` of each container in ``keys`` that
+    waits in a crash back-off, in order."""
+    for key in keys:
+        for cs in status.get(key) or []:
+            if ((cs.get("state") or {}).get("waiting") or {}).get("reason") in _CRASH_REASONS:
+                yield cs, (cs.get("lastState") or {}).get("terminated") or {}
+
+
 def crash_of(status: Mapping[str, Any]) -> str | None:
     """The first container of a pod status (init containers first) that waits in a
     crash back-off, as "container C restarted N times (exit code E, R): LAST LINE"."""
-    for key in ("initContainerStatuses", "containerStatuses"):
-        for cs in status.get(key) or []:
-            waiting = (cs.get("state") or {}).get("waiting") or {}
-            if waiting.get("reason") not in _CRASH_REASONS:
-                continue
-            last = (cs.get("lastState") or {}).get("terminated") or {}
-            said = f"container {cs.get('name')} restarted {cs.get('restartCount', 0)} times"
-            if last:
-                said += f" (exit code {last.get('exitCode')}, {last.get('reason') or 'Error'})"
-            line = _last_line(str(last.get("message") or ""))
-            return f"{said}: {line}" if line else said
+    for cs, last in _crash_looping(status):
+        said = f"container {cs.get('name')} restarted {cs.get('restartCount', 0)} times"
+        if last:
+            said += f" (exit code {last.get('exitCode')}, {last.get('reason') or 'Error'})"
+        line = _last_line(str(last.get("message") or ""))
+        return f"{said}: {line}" if line else said
     return None
 
 
@@ -140,14 +155,28 @@ def live_cap_failure(status: Mapping[str, Any]) -> str | None:
     of a container that waits in a crash back-off, or None. vLLM's own log tail (what
     ``FallbackToLogsOnError`` keeps) is not searched for the class name: vLLM prints its
     arguments, ``--scheduler-cls`` among them, on every start, failed or not."""
-    for cs in status.get("containerStatuses") or []:
-        if ((cs.get("state") or {}).get("waiting") or {}).get("reason") not in _CRASH_REASONS:
-            continue
-        last = (cs.get("lastState") or {}).get("terminated") or {}
+    for _, last in _crash_looping(status, ("containerStatuses",)):
         for line in str(last.get("message") or "").splitlines():
             if line.strip().startswith(FAILURE_PREFIX):
                 return line.strip()[:1000]
     return None
+
+
+def live_cap_fallback(body: Mapping[str, Any], status: Mapping[str, Any],
+                      pods: Sequence[PodScheduling]) -> JSON | None:
+    """The ``status.adaptation`` turning the live cap off when a server pod crash-loops
+    on the admission scheduler's own failure (:func:`~.status.live_cap_crash_fallback`),
+    else None."""
+    failing = sorted((p for p in pods if p.live_cap_failure), key=lambda p: p.name)
+    if not failing:
+        return None
+    try:
+        svc = parse_llmservice(body)
+    except (SpecError, SpecErrors):
+        return None  # an invalid spec renders no server; nothing to turn off
+    generation = (body.get("metadata") or {}).get("generation")
+    return live_cap_crash_fallback(svc.spec, status, generation, failing[0].name,
+                                   str(failing[0].live_cap_failure))
 
 
 def placement_note(status: Mapping[str, Any] | None) -> str | None:

@@ -33,11 +33,10 @@ import kopf
 from .. import status as st
 from ..adaptation.policy import ServiceKey
 from ..constants import LABEL_SERVICE
-from ..errors import SpecError, SpecErrors
-from ..models import parse_llmservice
 from ..podscheduling import (
     PodScheduling,
     crash_condition,
+    live_cap_fallback,
     placement_note,
     scheduling_condition,
     with_volume_events,
@@ -104,23 +103,6 @@ async def pods_changed(
     if fallback is not None and written is not None:
         # Re-render at once: the Deployment rolls onto vLLM's own scheduler.
         await reconcile_and_write(ctx, written, logger, trigger="pods")
-
-
-def live_cap_fallback(body: Mapping[str, Any], status: Mapping[str, Any],
-                      pods: Sequence[PodScheduling]) -> JSON | None:
-    """The ``status.adaptation`` turning the live cap off when a server pod crash-loops
-    on the admission scheduler's own failure (:func:`.st.live_cap_crash_fallback`), else
-    None (pure)."""
-    failing = sorted((p for p in pods if p.live_cap_failure), key=lambda p: p.name)
-    if not failing:
-        return None
-    try:
-        svc = parse_llmservice(body)
-    except (SpecError, SpecErrors):
-        return None  # an invalid spec renders no server; nothing to turn off
-    generation = (body.get("metadata") or {}).get("generation")
-    return st.live_cap_crash_fallback(svc.spec, status, generation, failing[0].name,
-                                      str(failing[0].live_cap_failure))
 
 
 def _about(involved: Mapping[str, Any], pod: PodScheduling) -> bool:
