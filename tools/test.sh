@@ -29,7 +29,7 @@ fi
 # Every tier, in two steps (one pytest run took 65 minutes here and 71 on CI; with lane A
 # beside everything else, .ci/run took 44 minutes here; this order is estimated at ~53):
 #   1. unit, chart and integration on 4 workers, alone: their tests mostly wait on the
-#      processes they start (the integration tier: 195 s on 4 workers, 600-750 s on one),
+#      processes they start (the integration tier: 195 s on 4 workers, 326 s on 2),
 #      but beside vLLM servers on 2 cores those processes did not start within their
 #      timeouts (2026-11-27);
 #   2. two lanes at once: A, the tiers that run vLLM servers and time them (e2e,
