@@ -15,6 +15,7 @@ from llm_operator.controller.kube import (
     owned_by,
     owner_name,
     resource_path,
+    without_managed_fields,
 )
 
 
@@ -80,6 +81,21 @@ def test_every_client_call_is_declared_for_rbac() -> None:
 def test_ownership() -> None:
     assert owned_by(child(), "u1") and not owned_by(child(), "u2")
     assert owner_name(child()) == "llm"
+
+
+def test_the_index_body_drops_managed_fields_and_keeps_the_rest() -> None:
+    """The body the operator keeps per service loses only metadata.managedFields; the
+    caller's body is not changed, and the annotations kopf's diff-base lives in stay."""
+    body = child()
+    body["metadata"]["managedFields"] = [{"manager": "kubectl", "operation": "Update"}]
+    body["status"] = {"plan": {"maxNumSeqs": 8}}
+    slim = without_managed_fields(body)
+    assert "managedFields" not in slim["metadata"]
+    assert body["metadata"]["managedFields"]  # the original is left alone
+    assert slim["metadata"]["annotations"] == body["metadata"]["annotations"]
+    assert {k: v for k, v in slim.items() if k != "metadata"} == {
+        k: v for k, v in body.items() if k != "metadata"}
+    assert without_managed_fields({"kind": "X"}) == {"kind": "X", "metadata": {}}
 
 
 def test_a_403_of_a_terminating_namespace_is_not_the_rbacs() -> None:

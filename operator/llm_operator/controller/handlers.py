@@ -84,7 +84,7 @@ from ..tuning.control import ObservedJob
 from .adaptation import AdaptationLoop
 from .context import CONTEXT_KEY, OperatorContext, operator_context
 from .diffbase import SlimDiffBaseStorage
-from .kube import ApiError, KubeClient, owner_name
+from .kube import ApiError, KubeClient, owner_name, without_managed_fields
 from .pods import creating_pods_loop, pod_service_key, pods_changed
 from .progress import GenerationProgressStorage
 from .reconcile import (
@@ -227,8 +227,9 @@ async def operator_cleanup(memo: kopf.Memo, **_: Any) -> None:
 async def llmservices_by_name(
     namespace: str | None, name: str, body: kopf.Body, **_: Any
 ) -> dict[tuple[str, str], dict[str, Any]]:
-    """Each LLMService's latest body, so workload events need no API call to find it."""
-    return {(namespace or "default", name): dict(body)}
+    """Each LLMService's latest body, so workload events need no API call to find it
+    (without its managedFields: kept for the service's lifetime, never read)."""
+    return {(namespace or "default", name): without_managed_fields(body)}
 
 
 # --------------------------------------------------------------------------- reconcile

@@ -678,6 +678,16 @@ def owner_name(obj: Mapping[str, Any]) -> str | None:
     return str(label) if label else None
 
 
+def without_managed_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """``obj`` (top level and metadata copied, the rest shared) without
+    ``metadata.managedFields``: the API server's record of who set which field, about a
+    third of an LLMService's JSON, which the operator never reads. The index keeps one
+    body per service for as long as the service lives (docs/production/scale.md,
+    "Memory")."""
+    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "managedFields"}
+    return {**obj, "metadata": meta}
+
+
 async def put_cache_entry(kube: KubeClient, namespace: str, name: str, component: str,
                           key: str, text: str,
                           evictions: Callable[[Mapping[str, str]], list[str]]) -> None:
