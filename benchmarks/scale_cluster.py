@@ -198,8 +198,8 @@ def section(rows: list[dict[str, Any]]) -> str:
         f"Goal: p99 <= {GOAL_P99:g} s at N = {GOAL_N}.",
         "",
         "| run | N | rendered | p50 s | p99 s | max s | operator CPU s (per service, ms) |"
-        " control plane CPU s | operator peak RSS MiB | load before/after |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        " control plane CPU s | operator peak RSS MiB | load before/after | operator code |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for i, r in enumerate(rows, 1):
         per = 1000 * r["operator_cpu_seconds_until_handled"] / max(r["n"], 1)
@@ -209,7 +209,8 @@ def section(rows: list[dict[str, Any]]) -> str:
             f"{r['max']:.2f} | {r['operator_cpu_seconds_until_handled']:.1f} ({per:.0f}) | "
             f"{r['control_plane_cpu_seconds_until_handled']:.1f} | "
             f"{r['operator_peak_rss_mib']:.0f} | "
-            f"{r['load_average_before'][0]:.1f}/{r['load_average_after'][0]:.1f} |")
+            f"{r['load_average_before'][0]:.1f}/{r['load_average_after'][0]:.1f} | "
+            f"{r.get('operator_code', '')} |")
     void = [i for i, r in enumerate(rows, 1) if r.get("harness_defect")]
     if void:
         lines += ["", f"Runs {', '.join(map(str, void))} are void (a defect of the local control "
@@ -229,6 +230,16 @@ def section(rows: list[dict[str, Any]]) -> str:
                       f"{max(ratios):.1f}x the operator's CPU (a ReplicaSet, a Pod, a failed "
                       "scheduling attempt and Events per service), on the same cores. A "
                       "cluster runs its control plane on other machines."]
+    curve = memory_curve(rows)
+    if curve is not None:
+        base, per, code, used = curve
+        lines += ["", f"Memory against N (operator code {code}, runs of N = "
+                      f"{', '.join(str(n) for n in used)}): peak RSS ~ {base:.0f} MiB + "
+                      f"{per * 1024:.0f} KiB x N (least squares; "
+                      f"{base + per * GOAL_N:.0f} MiB at N = {GOAL_N}, "
+                      f"{base + per * 2 * GOAL_N:.0f} MiB at N = {2 * GOAL_N}, extrapolated). "
+                      "The chart's memory limit is set from it (docs/production/scale.md, "
+                      "\"Memory\")."]
     met = [r for r in rows if r["n"] >= GOAL_N]
     if met:
         worst = max(r["p99"] for r in met)
@@ -236,6 +247,24 @@ def section(rows: list[dict[str, Any]]) -> str:
                       f"({'met' if worst <= GOAL_P99 else 'not met'})."]
     lines.append(END)
     return "\n".join(lines)
+
+
+def memory_curve(rows: list[dict[str, Any]]
+                 ) -> tuple[float, float, str, list[int]] | None:
+    """Peak RSS (MiB) = base + per x N, least squares over the valid runs of the newest
+    operator code that ran at two or more sizes; None when no code did."""
+    by_code: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        if not r.get("harness_defect") and r.get("operator_code"):
+            by_code.setdefault(r["operator_code"], []).append(r)
+    for code in reversed(list(by_code)):  # stored in time order: newest code last
+        runs = by_code[code]
+        if len({r["n"] for r in runs}) < 2:
+            continue
+        per, base = statistics.linear_regression([r["n"] for r in runs],
+                                                 [r["operator_peak_rss_mib"] for r in runs])
+        return base, per, code, sorted(r["n"] for r in runs)
+    return None
 
 
 def main() -> int:

@@ -162,3 +162,21 @@ def test_the_client_ab_section_is_what_results_md_holds_and_names_each_runs_arms
     assert [r["arm"] for r in first.burst] == ["A", "B", "B", "A"]
     assert first.objective.startswith("Objective: B is kept if")
     assert "| 1 | A (own aiohttp transport) | 0.7 | 11.4 | 17.8 |" in text
+
+
+def test_the_memory_curve_is_fitted_to_the_newest_code_that_ran_two_sizes() -> None:
+    """The chart's memory limit is set from this line (docs/production/scale.md): it must
+    come from one operator code's valid runs, never mix codes or count a void run."""
+    from benchmarks.scale_cluster import memory_curve
+
+    def run(code: str, n: int, rss: float, void: bool = False) -> dict[str, object]:
+        return {"operator_code": code, "n": n, "operator_peak_rss_mib": rss,
+                **({"harness_defect": "range is full"} if void else {})}
+
+    rows = [run("old", 250, 250), run("old", 1000, 550),
+            run("new", 250, 200), run("new", 1000, 500), run("new", 500, 9999, void=True),
+            run("newest", 1000, 100)]  # one size only: no line
+    base, per, code, sizes = memory_curve(rows)  # type: ignore[misc]
+    assert code == "new" and sizes == [250, 1000]
+    assert per == pytest.approx(0.4) and base == pytest.approx(100)
+    assert memory_curve([run("only", 1000, 400)]) is None
