@@ -180,3 +180,38 @@ def test_the_memory_curve_is_fitted_to_the_newest_code_that_ran_two_sizes() -> N
     assert code == "new" and sizes == [250, 1000]
     assert per == pytest.approx(0.4) and base == pytest.approx(100)
     assert memory_curve([run("only", 1000, 400)]) is None
+
+
+def test_the_goals_table_matches_the_sections_below_it() -> None:
+    """RESULTS.md opens with every current goal, read from its sections: a section
+    regenerated without the table, or a new section placed nowhere, fails here (the fix:
+    `.venv/bin/python -m benchmarks.goals --write`, or place it in benchmarks/goals.py)."""
+    from benchmarks import goals
+
+    text = (ROOT / "benchmarks" / "RESULTS.md").read_text()
+    assert goals.unclassified(text) == []
+    assert goals.sections(text)[goals.NAME].strip() == "\n".join(
+        goals.section(text).splitlines()[1:-1]).strip()
+    assert text.index(goals.BEGIN) < min(text.index(f"<!-- {s}:begin -->")
+                                         for s in goals.sections(text) if s != goals.NAME)
+
+
+def test_goal_rows_are_read_from_tables_and_sentences() -> None:
+    """Rows marked as bounds are no goals; a verdict keeps its note; one-line goals count."""
+    from benchmarks.goals import goals_of
+
+    body = "\n".join([
+        "| goal | ratio of means | ± (relative sd) | met |",
+        "|---|---:|---:|---|",
+        "| live ≥ 0.95 x best static (`burst`: KV fit 10) | 0.83 | 25% | **not met** "
+        "(within the noise) |",
+        "| (bound, not a goal) each phase's best | 1.07 |  |  |",
+        "",
+        "Worst p99 at N = 1000: 3.10 s (not met).",
+    ])
+    found = goals_of(body)
+    assert [(g.goal, g.figure, g.met, g.note) for g in found] == [
+        ("live ≥ 0.95 x best static (`burst`)", "0.83 ± 25% (vs KV fit 10)", False,
+         "within the noise"),
+        ("p99 <= 2 s from create to Deployment, burst of 1000", "worst p99 3.10 s", False, ""),
+    ]

@@ -1,0 +1,256 @@
+"""The goals table that opens benchmarks/RESULTS.md: every goal of the current runs, its
+figure, met or not, and where it was measured, read from the sections below it (never
+typed by hand, so it cannot disagree with them).
+
+Which sections are current is said here, in :data:`CURRENT`: one entry per committed
+config (its repeated runs together), and :data:`SUPERSEDED` names every other section and
+what replaced it. A section in neither fails the unit test, so a new benchmark cannot be
+left out of the table silently.
+
+    .venv/bin/python -m benchmarks.goals --write
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks.results_md import RESULTS, markers, replace_section
+
+NAME = "goals"
+BEGIN, END = markers(NAME)
+
+# The labels of issue 34 item 4, and the two this project adds for its own machines.
+GPU_SILICON = "measured, real vLLM on a GPU (AIConfigurator's silicon data), against our model"
+GPU_PUBLISHED = "measured on GPUs by others (published sweeps), against our model"
+AIC_ESTIMATE = "AIConfigurator's estimate (a model)"
+AIC_LANDSCAPE = "AIConfigurator's estimate (a model) + noise measured on vLLM CPU"
+CPU = "measured on vLLM CPU (this machine, 2 shared cores)"
+EMULATED = "emulated API server"
+CLUSTER = "real control plane (local kube-apiserver, etcd, controllers; 2 cores)"
+
+
+@dataclass(frozen=True)
+class Config:
+    """One committed benchmark config: the sections of its runs, oldest first."""
+
+    title: str
+    sections: tuple[str, ...]
+    label: str
+
+
+CURRENT: tuple[Config, ...] = (
+    Config("Performance model vs published GPU sweeps", ("perfmodel",), GPU_PUBLISHED),
+    Config("Performance model vs NVIDIA's measured vLLM points (aic-silicon-2)",
+           ("aic-silicon",), GPU_SILICON),
+    Config("Planner's start vs AIConfigurator's landscape (aic-estimator-2)",
+           ("aic-estimator-2",), AIC_ESTIMATE),
+    Config("Tuner's search on the landscape, TTFT <= 1-2 s (tune-landscape-6, search v3)",
+           ("tune-landscape-6",), AIC_LANDSCAPE),
+    Config("Tuner's search on the landscape, TTFT <= 30 s (tune-landscape-5, search v3)",
+           ("tune-landscape-5",), AIC_LANDSCAPE),
+    Config("Tuner vs grid and defaults (tune-paired-1)", ("tuning", "tuning-2"), CPU),
+    Config("Tuner vs grid and defaults (tune-wide-1)", ("tuning-wide", "tuning-wide-2"), CPU),
+    Config("Tuner vs grid and defaults (tune-wide-bound-1)",
+           ("tuning-wide-bound", "tuning-wide-bound-2"), CPU),
+    Config("Tuner vs grid and defaults (tune-noisy-1)", ("tuning-noisy", "tuning-noisy-2"),
+           CPU),
+    Config("Live admission cap vs static caps (adapt-live-1)",
+           ("adaptation", "adaptation-2", "adaptation-3"), CPU),
+    Config("Burst of new services (scale)", ("scale",), EMULATED),
+    Config("Burst of new services on the real control plane (scale-cluster)",
+           ("scale-cluster",), CLUSTER),
+)
+
+# Sections that are not current, and why (they stay below the table, as history).
+SUPERSEDED: dict[str, str] = {
+    "aic-estimator": "aic-estimator-2 (36 of 48 scenarios had no feasible point)",
+    "tune-landscape-1": "tune-landscape-6 (the same setup, search v3)",
+    "tune-landscape-4": "tune-landscape-6 (the same setup, search v3)",
+    "tune-landscape-2": "tune-landscape-5 (the same setup, search v3)",
+    "tune-landscape-3": "tune-landscape-5 (the same setup, search v3)",
+}
+# Sections without goals (measurements reported as they are).
+NO_GOALS: dict[str, str] = {
+    "bad-input": "every bad input's error, listed",
+    "bad-input-real-server": "every bad input's error against a real vLLM server",
+    "churn": "converged or not, listed per run",
+    "churn-cluster": "converged or not, listed per run",
+    "client-ab": "an A/B of the operator's API client",
+    "client-keepalive": "an A/B of the client's keep-alive",
+}
+
+
+@dataclass(frozen=True)
+class Goal:
+    goal: str
+    figure: str
+    met: bool
+    note: str = ""  # e.g. "within the noise"
+
+
+def sections(text: str) -> dict[str, str]:
+    """Every marked section of RESULTS.md by name, its body without the markers."""
+    return {m.group(1): m.group(2) for m in re.finditer(
+        r"<!-- ([a-z0-9-]+):begin -->\n(.*?)<!-- \1:end -->", text, re.S)}
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def _met(cell: str) -> tuple[bool, str]:
+    text = cell.replace("*", "").strip()
+    note = re.sub(r"^(not met|met)\s*", "", text).strip("() ")
+    return text.startswith("met"), note
+
+
+def table_goals(body: str) -> list[Goal]:
+    """Rows of the section's goal tables (header ``| goal | ... | met |``), except the rows
+    marked ``(bound, not a goal)`` or ``(not a goal)``."""
+    goals: list[Goal] = []
+    lines = body.splitlines()
+    for i, line in enumerate(lines):
+        head = _cells(line) if line.startswith("|") else []
+        if len(head) < 3 or head[0] != "goal" or head[-1] != "met":
+            continue
+        for row in lines[i + 2:]:
+            if not row.startswith("|"):
+                break
+            cells = _cells(row)
+            if cells[0].startswith(("(bound", "(not a goal")) or len(cells) != len(head):
+                continue
+            met, note = _met(cells[-1])
+            figure = " ± ".join(c for c in cells[1:-1] if c)
+            # "(`burst`: KV fit 10)": the best static cap of that run goes to the figure,
+            # so that the same goal lines up across runs.
+            goal, detail = cells[0], ""
+            m = re.search(r"\(`(\w+)`: ([^)]*)\)", goal)
+            if m:
+                goal, detail = goal.replace(m.group(0), f"(`{m.group(1)}`)"), m.group(2)
+            goals.append(Goal(goal, f"{figure} (vs {detail})" if detail else figure, met,
+                              note))
+    return goals
+
+
+def line_goals(body: str) -> list[Goal]:
+    """The goals some sections state in one sentence instead of a table."""
+    goals: list[Goal] = []
+    m = re.search(r"^Goal \(held out within \+-25%\): \*\*(not met for \d+ of \d+ held-out "
+                  r"figures|met)", body, re.M)
+    if m:
+        goals.append(Goal("every held-out published figure within +-25%", m.group(1),
+                          m.group(1) == "met"))
+    m = re.search(r"^Goals on held-out rows \(aic_silicon\.yaml\), share within \+-25%: (.*)$",
+                  body, re.M)
+    if m:
+        for part in m.group(1).split("; "):
+            what, rest = part.split(": ", 1)
+            figure, verdict = rest.split(" (", 1)
+            goals.append(Goal(f"{what} of held-out rows within +-25%", figure,
+                              _met(verdict.rstrip(")"))[0]))
+    m = re.search(r">= 0\.9 in (\d+) of (\d+) scenarios \(goal: >= 0\.9 in >= 90%\)", body)
+    if m:
+        k, n = int(m.group(1)), int(m.group(2))
+        goals.append(Goal("the planner's start >= 0.9 of the landscape's best goodput in "
+                          ">= 90% of scenarios", f"{k} of {n} scenarios ({k / n:.0%})",
+                          k >= 0.9 * n))
+    m = re.search(r"^\*\*Goal \((.*?)\): (met|not met)\*\* (in \d+ of \d+ stored runs)", body,
+                  re.M)
+    if m:
+        goals.append(Goal(m.group(1), m.group(3), m.group(2) == "met"))
+    m = re.search(r"^Worst p99 at N = (\d+): ([\d.]+) s \((met|not met)\)", body, re.M)
+    if m:
+        goals.append(Goal(f"p99 <= 2 s from create to Deployment, burst of {m.group(1)}",
+                          f"worst p99 {m.group(2)} s", m.group(3) == "met"))
+    return goals
+
+
+def goals_of(body: str) -> list[Goal]:
+    return table_goals(body) + line_goals(body)
+
+
+def _esc(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def section(text: str) -> str:
+    """The goals table, from RESULTS.md's ``text``."""
+    found = sections(text)
+    lines = [
+        BEGIN,
+        "## Goals at a glance",
+        "",
+        "Every goal of the current runs, read from the sections below "
+        "(`.venv/bin/python -m benchmarks.goals --write`; the sections say how each was "
+        "measured and the config it was fixed in before the run). A config run more than "
+        "once shows each run's figure. Nothing here ran on a GPU of this project.",
+        "",
+        "| benchmark | goal | figure | met | where |",
+        "|---|---|---|---|---|",
+    ]
+    for cfg in CURRENT:
+        runs = [goals_of(found.get(name, "")) for name in cfg.sections]
+        order: list[str] = []
+        for run in runs:
+            order += [g.goal for g in run if g.goal not in order]
+        for goal in order:
+            per = [next((g for g in run if g.goal == goal), None) for run in runs]
+            done = [g for g in per if g is not None]
+            if len(cfg.sections) == 1:
+                figure = done[0].figure
+                verdict = "**met**" if done[0].met else "**not met**"
+                if done[0].note:
+                    verdict += f" ({done[0].note})"
+            else:
+                figure = "; ".join(f"run {i}: {g.figure}" for i, g in enumerate(per, 1)
+                                   if g is not None)
+                k = sum(g.met for g in done)
+                verdict = (f"**met** in {k} of {len(done)} runs" if k == len(done) else
+                           f"**not met** in {len(done) - k} of {len(done)} runs")
+            where = ", ".join(f"`{s}`" for s in cfg.sections)
+            lines.append(f"| {_esc(cfg.title)} | {_esc(goal)} | {_esc(figure)} | {verdict} "
+                         f"| {cfg.label}; {where} |")
+    lines += ["", "Not in the table: " + "; ".join(
+        f"`{name}` (superseded by {why})" for name, why in SUPERSEDED.items()) + "; " +
+        "; ".join(f"`{name}` ({why})" for name, why in NO_GOALS.items()) + ".", END]
+    return "\n".join(lines)
+
+
+def unclassified(text: str) -> list[str]:
+    """Sections of RESULTS.md that this module does not place (the unit test's check)."""
+    placed = {s for cfg in CURRENT for s in cfg.sections} | set(SUPERSEDED) | set(NO_GOALS)
+    return sorted(set(sections(text)) - placed - {NAME})
+
+
+def write(path: Path = RESULTS) -> None:
+    """Write the table, first after the file's title the first time."""
+    text = path.read_text()
+    table = section(text)
+    if BEGIN not in text:
+        title, rest = text.split("\n", 1)
+        intro, _, body = rest.partition("\n<!--")
+        path.write_text(f"{title}\n{intro.rstrip()}\n\n{table}\n\n<!--{body}")
+    else:
+        replace_section(NAME, table, path)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true", help="write it into RESULTS.md")
+    args = parser.parse_args()
+    text = RESULTS.read_text()
+    missing = unclassified(text)
+    if missing:
+        raise SystemExit(f"sections not placed in benchmarks/goals.py: {', '.join(missing)}")
+    if args.write:
+        write()
+    else:
+        print(section(text))  # noqa: T201 - the table, for a pipe
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
