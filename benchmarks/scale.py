@@ -91,10 +91,13 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def code_version(tree: Path) -> str:
-    """The commit of a checkout (with ``+changes`` when its ``operator/`` differs), or the
-    directory's name when it is no git checkout (a ``git archive`` copy)."""
+    """The last commit that changed a checkout's ``operator/`` (with ``+changes`` when its
+    ``operator/`` differs from it), or the directory's name when it is no git checkout (a
+    ``git archive`` copy). Commits of docs or benchmarks alone do not change it, so runs of
+    the same operator code carry the same label."""
     try:
-        head = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"],
+        head = subprocess.run(["git", "-C", str(tree), "log", "-1", "--format=%h", "--",
+                               "operator"],
                               capture_output=True, text=True, check=True).stdout.strip()
         dirty = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "-uno",
                                 "--", "operator"],

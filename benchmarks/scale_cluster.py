@@ -176,6 +176,9 @@ def _measure(cluster: LocalCluster, op: subprocess.Popen[bytes], log_path: Path,
         "load_average_before": list(load_before),
         "load_average_after": list(load_after),
         "machine_cpus": os.cpu_count(),
+        # Adaptation on (the operator's LLMOP_PROMETHEUS_URL, from this environment): a kopf
+        # daemon and a finalizer per service, and the loop's queries.
+        "adaptation": bool(os.environ.get("LLMOP_PROMETHEUS_URL")),
     }
 
 
@@ -198,8 +201,9 @@ def section(rows: list[dict[str, Any]]) -> str:
         f"Goal: p99 <= {GOAL_P99:g} s at N = {GOAL_N}.",
         "",
         "| run | N | rendered | p50 s | p99 s | max s | operator CPU s (per service, ms) |"
-        " control plane CPU s | operator peak RSS MiB | load before/after | operator code |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        " control plane CPU s | operator peak RSS MiB | load before/after | operator code |"
+        " adaptation |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for i, r in enumerate(rows, 1):
         per = 1000 * r["operator_cpu_seconds_until_handled"] / max(r["n"], 1)
@@ -210,7 +214,7 @@ def section(rows: list[dict[str, Any]]) -> str:
             f"{r['control_plane_cpu_seconds_until_handled']:.1f} | "
             f"{r['operator_peak_rss_mib']:.0f} | "
             f"{r['load_average_before'][0]:.1f}/{r['load_average_after'][0]:.1f} | "
-            f"{r.get('operator_code', '')} |")
+            f"{r.get('operator_code', '')} | {'on' if r.get('adaptation') else 'off'} |")
     void = [i for i, r in enumerate(rows, 1) if r.get("harness_defect")]
     if void:
         lines += ["", f"Runs {', '.join(map(str, void))} are void (a defect of the local control "
@@ -240,6 +244,14 @@ def section(rows: list[dict[str, Any]]) -> str:
                       f"{base + per * 2 * GOAL_N:.0f} MiB at N = {2 * GOAL_N}, extrapolated). "
                       "The chart's memory limit is set from it (docs/production/scale.md, "
                       "\"Memory\")."]
+    adapted = [r for r in rows if r.get("adaptation") and curve is not None
+               and r.get("operator_code") == curve[2]]
+    if adapted and curve is not None:
+        lines += ["", "With adaptation on (a kopf daemon and a finalizer per service; "
+                      "LLMOP_PROMETHEUS_URL set, Prometheus not answering): " + "; ".join(
+                          f"N = {r['n']}: {r['operator_peak_rss_mib']:.0f} MiB "
+                          f"({r['operator_peak_rss_mib'] - curve[0] - curve[1] * r['n']:+.0f}"
+                          " MiB against the line)" for r in adapted) + "."]
     met = [r for r in rows if r["n"] >= GOAL_N]
     if met:
         worst = max(r["p99"] for r in met)
@@ -251,11 +263,12 @@ def section(rows: list[dict[str, Any]]) -> str:
 
 def memory_curve(rows: list[dict[str, Any]]
                  ) -> tuple[float, float, str, list[int]] | None:
-    """Peak RSS (MiB) = base + per x N, least squares over the valid runs of the newest
-    operator code that ran at two or more sizes; None when no code did."""
+    """Peak RSS (MiB) = base + per x N, least squares over the valid runs (adaptation
+    off, the chart's default) of the newest operator code that ran at two or more sizes;
+    None when no code did."""
     by_code: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
-        if not r.get("harness_defect") and r.get("operator_code"):
+        if not r.get("harness_defect") and r.get("operator_code") and not r.get("adaptation"):
             by_code.setdefault(r["operator_code"], []).append(r)
     for code in reversed(list(by_code)):  # stored in time order: newest code last
         runs = by_code[code]
