@@ -161,6 +161,10 @@ def line_goals(body: str) -> list[Goal]:
                   re.M)
     if m:
         goals.append(Goal(m.group(1), m.group(3), m.group(2) == "met"))
+    m = re.search(r"^Memory goal \((.*?)\): (worst peak [\d.]+ MiB) \((met|not met)\)", body,
+                  re.M)
+    if m:
+        goals.append(Goal(m.group(1), m.group(2), m.group(3) == "met"))
     m = re.search(r"^Worst p99 at N = (\d+): ([\d.]+) s \((met|not met)\)", body, re.M)
     if m:
         goals.append(Goal(f"p99 <= 2 s from create to Deployment, burst of {m.group(1)}",

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import requests
+import yaml
 
 from benchmarks.results_md import markers, replace_section
 from benchmarks.scale import (
@@ -252,6 +253,15 @@ def section(rows: list[dict[str, Any]]) -> str:
                           f"N = {r['n']}: {r['operator_peak_rss_mib']:.0f} MiB "
                           f"({r['operator_peak_rss_mib'] - curve[0] - curve[1] * r['n']:+.0f}"
                           " MiB against the line)" for r in adapted) + "."]
+    limit = chart_memory_limit_mib()
+    at_goal = [r for r in rows if curve is not None and r["n"] == GOAL_N
+               and r.get("operator_code") == curve[2] and not r.get("adaptation")]
+    if at_goal:
+        worst_rss = max(r["operator_peak_rss_mib"] for r in at_goal)
+        ok = worst_rss * MEMORY_MARGIN <= limit
+        lines += ["", f"Memory goal (peak RSS at N = {GOAL_N} x {MEMORY_MARGIN:g} <= the chart's "
+                      f"limit, {limit:.0f} MiB): worst peak {worst_rss:.0f} MiB "
+                      f"({'met' if ok else 'not met'})."]
     met = [r for r in rows if r["n"] >= GOAL_N]
     if met:
         worst = max(r["p99"] for r in met)
@@ -259,6 +269,20 @@ def section(rows: list[dict[str, Any]]) -> str:
                       f"({'met' if worst <= GOAL_P99 else 'not met'})."]
     lines.append(END)
     return "\n".join(lines)
+
+
+MEMORY_MARGIN = 1.5  # the chart's limit over the worst peak at GOAL_N (issue 35 item 6)
+_UNITS = {"Ki": 1 / 1024, "Mi": 1, "Gi": 1024}
+
+
+def chart_memory_limit_mib(chart: Path = CHART) -> float:
+    """The operator container's memory limit in the chart's values, MiB."""
+    value = str(yaml.safe_load((chart / "values.yaml").read_text())
+                ["resources"]["limits"]["memory"])
+    for unit, mib in _UNITS.items():
+        if value.endswith(unit):
+            return float(value[:-len(unit)]) * mib
+    return float(value) / 2**20  # plain bytes
 
 
 def memory_curve(rows: list[dict[str, Any]]
