@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
 from benchmarks.results_md import RESULTS, markers, replace_section
 
@@ -229,18 +228,6 @@ def unclassified(text: str) -> list[str]:
     return sorted(set(sections(text)) - placed - {NAME})
 
 
-def write(path: Path = RESULTS) -> None:
-    """Write the table, first after the file's title the first time."""
-    text = path.read_text()
-    table = section(text)
-    if BEGIN not in text:
-        title, rest = text.split("\n", 1)
-        intro, _, body = rest.partition("\n<!--")
-        path.write_text(f"{title}\n{intro.rstrip()}\n\n{table}\n\n<!--{body}")
-    else:
-        replace_section(NAME, table, path)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help="write it into RESULTS.md")
@@ -249,8 +236,8 @@ def main() -> int:
     missing = unclassified(text)
     if missing:
         raise SystemExit(f"sections not placed in benchmarks/goals.py: {', '.join(missing)}")
-    if args.write:
-        write()
+    if args.write:  # in place; the unit test checks the table opens the file
+        replace_section(NAME, section(text))
     else:
         print(section(text))  # noqa: T201 - the table, for a pipe
     return 0

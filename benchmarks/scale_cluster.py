@@ -47,6 +47,7 @@ from benchmarks.scale import (
     percentile,
     service,
 )
+from llm_operator.models import parse_quantity
 from llm_operator_sandbox.cluster import KUBERNETES_VERSION, LocalCluster, helm_install
 from llm_operator_sandbox.processes import stop as stop_process
 
@@ -237,31 +238,7 @@ def section(rows: list[dict[str, Any]]) -> str:
                       "cluster runs its control plane on other machines."]
     curve = memory_curve(rows)
     if curve is not None:
-        base, per, code, used = curve
-        lines += ["", f"Memory against N (operator code {code}, runs of N = "
-                      f"{', '.join(str(n) for n in used)}): peak RSS ~ {base:.0f} MiB + "
-                      f"{per * 1024:.0f} KiB x N (least squares; "
-                      f"{base + per * GOAL_N:.0f} MiB at N = {GOAL_N}, "
-                      f"{base + per * 2 * GOAL_N:.0f} MiB at N = {2 * GOAL_N}, extrapolated). "
-                      "The chart's memory limit is set from it (docs/production/scale.md, "
-                      "\"Memory\")."]
-    adapted = [r for r in rows if r.get("adaptation") and curve is not None
-               and r.get("operator_code") == curve[2]]
-    if adapted and curve is not None:
-        lines += ["", "With adaptation on (a kopf daemon and a finalizer per service; "
-                      "LLMOP_PROMETHEUS_URL set, Prometheus not answering): " + "; ".join(
-                          f"N = {r['n']}: {r['operator_peak_rss_mib']:.0f} MiB "
-                          f"({r['operator_peak_rss_mib'] - curve[0] - curve[1] * r['n']:+.0f}"
-                          " MiB against the line)" for r in adapted) + "."]
-    limit = chart_memory_limit_mib()
-    at_goal = [r for r in rows if curve is not None and r["n"] == GOAL_N
-               and r.get("operator_code") == curve[2] and not r.get("adaptation")]
-    if at_goal:
-        worst_rss = max(r["operator_peak_rss_mib"] for r in at_goal)
-        ok = worst_rss * MEMORY_MARGIN <= limit
-        lines += ["", f"Memory goal (peak RSS at N = {GOAL_N} x {MEMORY_MARGIN:g} <= the chart's "
-                      f"limit, {limit:.0f} MiB): worst peak {worst_rss:.0f} MiB "
-                      f"({'met' if ok else 'not met'})."]
+        lines += memory_lines(rows, *curve)
     met = [r for r in rows if r["n"] >= GOAL_N]
     if met:
         worst = max(r["p99"] for r in met)
@@ -272,17 +249,41 @@ def section(rows: list[dict[str, Any]]) -> str:
 
 
 MEMORY_MARGIN = 1.5  # the chart's limit over the worst peak at GOAL_N (issue 35 item 6)
-_UNITS = {"Ki": 1 / 1024, "Mi": 1, "Gi": 1024}
 
 
 def chart_memory_limit_mib(chart: Path = CHART) -> float:
     """The operator container's memory limit in the chart's values, MiB."""
-    value = str(yaml.safe_load((chart / "values.yaml").read_text())
-                ["resources"]["limits"]["memory"])
-    for unit, mib in _UNITS.items():
-        if value.endswith(unit):
-            return float(value[:-len(unit)]) * mib
-    return float(value) / 2**20  # plain bytes
+    value = yaml.safe_load((chart / "values.yaml").read_text())["resources"]["limits"]["memory"]
+    return float(parse_quantity(str(value))) / 2**20
+
+
+def memory_lines(rows: list[dict[str, Any]], base: float, per: float, code: str,
+                 sizes: list[int]) -> list[str]:
+    """The section's memory paragraphs: the line fitted to ``code``'s runs, that code's
+    runs with adaptation on against it, and the goal at GOAL_N."""
+    lines = ["", f"Memory against N (operator code {code}, runs of N = "
+                 f"{', '.join(str(n) for n in sizes)}): peak RSS ~ {base:.0f} MiB + "
+                 f"{per * 1024:.0f} KiB x N (least squares; "
+                 f"{base + per * GOAL_N:.0f} MiB at N = {GOAL_N}, "
+                 f"{base + per * 2 * GOAL_N:.0f} MiB at N = {2 * GOAL_N}, extrapolated). "
+                 "The chart's memory limit is set from it (docs/production/scale.md, "
+                 "\"Memory\")."]
+    mine = [r for r in rows if r.get("operator_code") == code and not r.get("harness_defect")]
+    adapted = [r for r in mine if r.get("adaptation")]
+    if adapted:
+        lines += ["", "With adaptation on (a kopf daemon and a finalizer per service; "
+                      "LLMOP_PROMETHEUS_URL set, Prometheus not answering): " + "; ".join(
+                          f"N = {r['n']}: {r['operator_peak_rss_mib']:.0f} MiB "
+                          f"({r['operator_peak_rss_mib'] - base - per * r['n']:+.0f}"
+                          " MiB against the line)" for r in adapted) + "."]
+    at_goal = [r["operator_peak_rss_mib"] for r in mine
+               if r["n"] == GOAL_N and not r.get("adaptation")]
+    if at_goal:
+        limit, worst = chart_memory_limit_mib(), max(at_goal)
+        lines += ["", f"Memory goal (peak RSS at N = {GOAL_N} x {MEMORY_MARGIN:g} <= the chart's "
+                      f"limit, {limit:.0f} MiB): worst peak {worst:.0f} MiB "
+                      f"({'met' if worst * MEMORY_MARGIN <= limit else 'not met'})."]
+    return lines
 
 
 def memory_curve(rows: list[dict[str, Any]]

@@ -26,8 +26,8 @@ if [ $# -gt 0 ]; then  # pytest arguments given: one run with them
   exec .venv/bin/python -m pytest -ra --durations=15 "$@"
 fi
 
-# Every tier, in two steps (one pytest run took 65 minutes here and 71 on CI; with lane A
-# beside everything else, .ci/run took 44 minutes here; this order is estimated at ~53):
+# Every tier, in two steps (one pytest run took 65 minutes here and 71 on CI; in this
+# order .ci/run took 2,979 s on CI, and this script 49-50 minutes here, twice):
 #   1. unit, chart and integration on 4 workers, alone: their tests mostly wait on the
 #      processes they start (the integration tier: 195 s on 4 workers, 326 s on 2),
 #      but beside vLLM servers on 2 cores those processes did not start within their

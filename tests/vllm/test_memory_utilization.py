@@ -22,10 +22,8 @@ machine of any size that has 5 GiB free.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -35,24 +33,20 @@ from tests.support.tiny_model import ensure_tiny_llama
 
 from llm_operator.catalog import GPUFacts
 from llm_operator.constants import GIB
+from llm_operator.inpod.tuner.server import server_command, vllm_lock
 from llm_operator.planning import OVERHEAD_BYTES_PER_GPU, usable_bytes_per_gpu
+from llm_operator_sandbox.node_agent import free_port
+from llm_operator_sandbox.processes import stop
 
 ROOT = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = Path(os.environ.get("LLMOP_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
-LOCK = "/tmp/llmop-vllm.lock"
-# What a CPU start of the tiny model used besides its KV cache here: 0.95-1.1 GiB (RSS
-# of the worker: torch and vLLM, the weights are 2 MB). The utilizations leave the KV
-# cache 1.5 and 2.5 GiB above that.
+# What a CPU start of the tiny model used besides its KV cache here: 0.95 GiB in each of
+# three starts (RSS of the worker: torch and vLLM; the weights are 2 MB). The
+# utilizations leave the KV cache 1.5 and 2.5 GiB above this figure.
 TYPICAL_NON_KV = 1.2 * GIB
 AUTO_SET = re.compile(r"Auto set \(([\d.]+)/([\d.]+)\) GiB for KV cache .*? ([\d.]+) GiB "
                       r"memory was consumed by non-kv usages")
 ROUNDING = 0.01 * GIB  # vLLM's format_gib: two decimals
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _total_memory() -> int:
@@ -73,9 +67,9 @@ def _kv_at(model: Path, utilization: float, log_path: Path) -> tuple[float, floa
     stopped as soon as it has said it."""
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
-            [str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model",
-             str(model), "--host", "127.0.0.1", "--port", str(_port()),
-             "--gpu-memory-utilization", f"{utilization:.4f}", "--max-model-len", "512"],
+            server_command(str(VLLM_PYTHON), str(model), free_port(),
+                           ["--gpu-memory-utilization", f"{utilization:.4f}",
+                            "--max-model-len", "512"]),
             stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     try:
         deadline = time.monotonic() + 300
@@ -87,12 +81,7 @@ def _kv_at(model: Path, utilization: float, log_path: Path) -> tuple[float, floa
             assert time.monotonic() < deadline, "vLLM sized no KV cache in 300 s"
             time.sleep(1)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        stop(proc, 30)
 
 
 @pytest.mark.timeout(1500)
@@ -103,19 +92,10 @@ def test_the_kv_cache_grows_with_the_utilization_as_the_planner_plans_it(
     model = ensure_tiny_llama(tmp_path / "models", VLLM_PYTHON)
     total = _total_memory()
     low, high = ((TYPICAL_NON_KV + extra) / total for extra in (1.5 * GIB, 2.5 * GIB))
-    with open(LOCK, "a") as lock:
-        deadline = time.monotonic() + 900
-        while True:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    pytest.fail(f"another vLLM server held {LOCK} for over 900 s")
-                time.sleep(2)
+    with vllm_lock(timeout_s=900):  # the machine-wide one: one vLLM server at a time
         runs = {u: _kv_at(model, u, tmp_path / f"vllm-{u:.3f}.log") for u in (low, high)}
     cpu = GPUFacts(product="cpu", name="this machine's memory", memory_bytes=total)
-    weights = 2 * 1024 * 1024  # the tiny model's bf16 weights, about 1M parameters
+    weights = (model / "model.safetensors").stat().st_size  # the checkpoint's bytes
     gaps = {}
     for u, (kv, logged_total, non_kv) in runs.items():
         assert logged_total * GIB == pytest.approx(total, abs=ROUNDING)
