@@ -14,18 +14,16 @@ really used, up to the process's RSS changing between starts), which is reported
 Should vLLM ever apply the utilization to free memory, or to what is left after the
 weights, this fails.
 
-Two server starts (about a minute each here), under the machine-wide vLLM lock; each is
-stopped once its KV cache is allocated. The utilizations are set from this machine's
-memory (1.5 and 2.5 GiB more than a start's typical non-KV use), so the test holds on a
-machine of any size that has 5 GiB free.
+Two server starts (about a minute each here), each under the machine-wide vLLM lock.
+The utilizations are set from this machine's memory (1.5 and 2.5 GiB more than a
+start's typical non-KV use), so the test holds on a machine of any size that has 5 GiB
+free.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -33,10 +31,8 @@ from tests.support.tiny_model import ensure_tiny_llama
 
 from llm_operator.catalog import GPUFacts
 from llm_operator.constants import GIB
-from llm_operator.inpod.tuner.server import server_command, vllm_lock
+from llm_operator.inpod.tuner.server import VLLMServer
 from llm_operator.planning import OVERHEAD_BYTES_PER_GPU, usable_bytes_per_gpu
-from llm_operator_sandbox.node_agent import free_port
-from llm_operator_sandbox.processes import stop
 
 ROOT = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = Path(os.environ.get("LLMOP_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
@@ -63,25 +59,16 @@ def _total_memory() -> int:
 
 
 def _kv_at(model: Path, utilization: float, log_path: Path) -> tuple[float, float, float]:
-    """(KV GiB, total GiB, non-KV GiB) vLLM logged at ``utilization``; the server is
-    stopped as soon as it has said it."""
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(
-            server_command(str(VLLM_PYTHON), str(model), free_port(),
-                           ["--gpu-memory-utilization", f"{utilization:.4f}",
-                            "--max-model-len", "512"]),
-            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    try:
-        deadline = time.monotonic() + 300
-        while True:
-            found = AUTO_SET.search(log_path.read_text(errors="replace"))
-            if found:
-                return float(found.group(1)), float(found.group(2)), float(found.group(3))
-            assert proc.poll() is None, log_path.read_text(errors="replace")[-3000:]
-            assert time.monotonic() < deadline, "vLLM sized no KV cache in 300 s"
-            time.sleep(1)
-    finally:
-        stop(proc, 30)
+    """(KV GiB, total GiB, non-KV GiB) vLLM logged at ``utilization``. The project's
+    server runner takes the machine-wide lock, waits for the server and stops its whole
+    process group (the engine core and its worker are grandchildren that hold the KV
+    cache: stopping only the API server while the engine starts leaves them running)."""
+    flags = ["--gpu-memory-utilization", f"{utilization:.4f}", "--max-model-len", "512"]
+    with VLLMServer(model=str(model), python=str(VLLM_PYTHON), log_path=log_path,
+                    flags=flags, start_timeout_s=300):
+        found = AUTO_SET.search(log_path.read_text(errors="replace"))
+    assert found, log_path.read_text(errors="replace")[-3000:]
+    return float(found.group(1)), float(found.group(2)), float(found.group(3))
 
 
 @pytest.mark.timeout(1500)
@@ -92,8 +79,7 @@ def test_the_kv_cache_grows_with_the_utilization_as_the_planner_plans_it(
     model = ensure_tiny_llama(tmp_path / "models", VLLM_PYTHON)
     total = _total_memory()
     low, high = ((TYPICAL_NON_KV + extra) / total for extra in (1.5 * GIB, 2.5 * GIB))
-    with vllm_lock(timeout_s=900):  # the machine-wide one: one vLLM server at a time
-        runs = {u: _kv_at(model, u, tmp_path / f"vllm-{u:.3f}.log") for u in (low, high)}
+    runs = {u: _kv_at(model, u, tmp_path / f"vllm-{u:.3f}.log") for u in (low, high)}
     cpu = GPUFacts(product="cpu", name="this machine's memory", memory_bytes=total)
     weights = (model / "model.safetensors").stat().st_size  # the checkpoint's bytes
     gaps = {}
