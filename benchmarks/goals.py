@@ -79,6 +79,7 @@ NO_GOALS: dict[str, str] = {
     "churn-cluster": "converged or not, listed per run",
     "client-ab": "an A/B of the operator's API client",
     "client-keepalive": "an A/B of the client's keep-alive",
+    "gpu-kernels": "PyTorch GEMMs on an H100 and an H200 against the model's efficiency factors",
 }
 
 

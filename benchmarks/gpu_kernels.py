@@ -10,7 +10,7 @@ measurement: no paged KV, no sampling, no scheduler; a lower bound on the time o
 GEMMs inside a vLLM step, an upper bound on the efficiency vLLM can reach on them.
 
     # on the GPU machine (needs only torch and pyyaml):
-    python3 benchmarks/gpu_kernels.py --run --out "$OUT"
+    PYTHONPATH=. python3 benchmarks/gpu_kernels.py --run --out "$OUT"
     # here, from the stored JSON:
     .venv/bin/python -m benchmarks.gpu_kernels            # print the section
     .venv/bin/python -m benchmarks.gpu_kernels --write    # and replace it in RESULTS.md
@@ -31,9 +31,11 @@ from typing import Any
 
 import yaml
 
+from benchmarks.results_md import emit, markers
+
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "benchmarks" / "configs" / "gpu_kernels.yaml"
-DATA = ROOT / "benchmarks" / "data" / "gpu_kernels_h100.json"
+DATA = ROOT / "benchmarks" / "data"  # gpu_kernels_<gpu>.json, one per GPU measured
 SECTION = "gpu-kernels"
 
 
@@ -114,9 +116,9 @@ def run(config: dict[str, Any], out: Path, budget_s: float) -> dict[str, Any]:
         n = int(config["bandwidth"]["bytes"]) // 2
         a = torch.randn(n, device=dev, dtype=torch.bfloat16)
         b = torch.empty_like(a)
-        t = timed(lambda: b.copy_(a), graph=False)
+        t = timed(lambda a=a, b=b: b.copy_(a), graph=False)
         record["bandwidth"].append({"rep": rep, "kind": "copy", "bytes": 4 * n, "seconds": t})
-        t = timed(lambda: a.sum(dtype=torch.float32), graph=False)
+        t = timed(lambda a=a: a.sum(dtype=torch.float32), graph=False)
         record["bandwidth"].append({"rep": rep, "kind": "read", "bytes": 2 * n, "seconds": t})
         del a, b
         torch.cuda.empty_cache()
@@ -125,7 +127,8 @@ def run(config: dict[str, Any], out: Path, budget_s: float) -> dict[str, Any]:
             shapes = gemm_shapes(shard)
             for dtype in config["dtypes"]:
                 if time.monotonic() - start > budget_s:
-                    record["errors"].append(f"budget {budget_s} s spent before {shard['name']} {dtype}")
+                    record["errors"].append(
+                        f"budget {budget_s} s spent before {shard['name']} {dtype}")
                     save()
                     return record
                 if dtype == "fp8" and fp8 is None:
@@ -148,13 +151,13 @@ def run(config: dict[str, Any], out: Path, budget_s: float) -> dict[str, Any]:
                     if dtype == "fp8":
                         def chain(layers: list[Any] = layers, xs: list[Any] = xs) -> None:
                             for ws in layers:
-                                for x, w in zip(xs, ws):
+                                for x, w in zip(xs, ws, strict=True):
                                     torch._scaled_mm(x, w.t(), one, one, out_dtype=torch.bfloat16,
                                                      use_fast_accum=True)
                     else:
                         def chain(layers: list[Any] = layers, xs: list[Any] = xs) -> None:
                             for ws in layers:
-                                for x, w in zip(xs, ws):
+                                for x, w in zip(xs, ws, strict=True):
                                     F.linear(x, w)
                     flops = sum(2 * m * k * nn for _name, k, nn in shapes)
                     moved = sum(nn * k * wbytes + m * k * wbytes + m * nn * 2
@@ -192,7 +195,8 @@ def run(config: dict[str, Any], out: Path, budget_s: float) -> dict[str, Any]:
                                                 "kv_bytes": 2 * k.numel() * 2, "seconds": t})
                     del q, k, v
                 except Exception as e:  # noqa: BLE001
-                    record["errors"].append(f"attention B={bsz} ctx={ctx}: {type(e).__name__}: {e}"[:300])
+                    record["errors"].append(
+                        f"attention B={bsz} ctx={ctx}: {type(e).__name__}: {e}"[:300])
         torch.cuda.empty_cache()
         save()
     record["device"]["smi_after"] = _smi()
@@ -201,6 +205,11 @@ def run(config: dict[str, Any], out: Path, budget_s: float) -> dict[str, Any]:
 
 
 # --- here: the analysis -------------------------------------------------------------
+
+def data_files() -> list[Path]:
+    """The stored runs, one file per GPU, in name order."""
+    return sorted(DATA.glob("gpu_kernels_*.json"))
+
 
 def _median(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
@@ -246,42 +255,86 @@ def summarise(data: dict[str, Any]) -> dict[str, Any]:
             "efficiency": {"bandwidth": eff.bandwidth, "compute": eff.compute}}
 
 
-def render(data: dict[str, Any]) -> str:
-    s = summarise(data)
-    dev = data["device"]
-    lines = [
-        f"Measured on **one {dev['name']}** (this workplace's device machine, lent to one "
-        f"session; PyTorch {dev['torch']}, CUDA {dev['cuda']}), label `{data['label']}`, "
-        "config `benchmarks/configs/gpu_kernels.yaml`, committed before the run. "
-        "**Not vLLM**: the GEMMs and copies a vLLM step is made of, with PyTorch "
-        "(cuBLAS for bf16, `torch._scaled_mm` per-tensor fp8), random data, "
-        f"{data['config']['repeats']} repeats of the whole sweep, median shown. "
-        f"Fractions are of the datasheet's {s['bandwidth'] / 1e12:.2f} TB/s and dense "
-        f"{s['peaks']['bf16'] / 1e12:.0f} / {s['peaks']['fp8'] / 1e12:.0f} TFLOP/s "
-        "(bf16 / fp8). `model/measured`: the performance model's time for the same GEMMs "
-        f"(bandwidth x {s['efficiency']['bandwidth']}, peak x {s['efficiency']['compute']}, "
-        "no overheads) over the measured time; below 1, the model is faster than the "
-        "GEMMs alone can be.",
-        "",
-        "HBM: " + ", ".join(f"{k} {v:.0%} of the datasheet" for k, v in sorted(s["hbm"].items()))
-        + " (copy counts bytes read and written).",
-        "",
-        "| shard | dtype | M | mode | us / layer | HBM fraction | peak fraction | model/measured | spread |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in sorted(s["rows"], key=lambda r: (r["shard"], r["dtype"], r["mode"], r["tokens"])):
-        lines.append(f"| {r['shard']} | {r['dtype']} | {r['tokens']} | {r['mode']} | "
-                     f"{r['us_per_layer']:.1f} | {r['bandwidth_fraction']:.0%} | "
-                     f"{r['compute_fraction']:.0%} | {r['model_over_measured']:.2f} | "
-                     f"{r['spread']:.1%} |")
-    if s["attention"]:
-        lines += ["", "Decode attention (SDPA, bf16 KV, 64 query / 8 KV heads of 128; not "
-                  "vLLM's paged kernels), KV bytes read per second as a fraction of HBM: "
-                  + ", ".join(f"B={b} ctx={c}: {v:.0%}"
-                              for (b, c), v in sorted(s["attention"].items())) + "."]
-    if data.get("errors"):
-        lines += ["", "Not measured: " + "; ".join(data["errors"])]
-    return "\n".join(lines)
+def render(files: list[Path]) -> str:
+    """The section: per GPU, the model's time over the measured time of each shard's GEMMs
+    at each M (CUDA graphs), and the ranges that bound the model's efficiency factors."""
+    begin, end = markers(SECTION)
+    datas = [json.loads(f.read_text()) for f in files]
+    first = datas[0]
+    eff = summarise(first)["efficiency"]
+    ms = list(first["config"]["tokens"])
+    lines = [begin, "## GPU kernels at the shapes of vLLM's steps, against the performance "
+             f"model ({first['label']})", "",
+             "**Measured on GPUs in this workplace** (one device machine lent to one session, "
+             "PyTorch's own kernels), config `benchmarks/configs/gpu_kernels.yaml`, committed "
+             "before the runs; data in `benchmarks/data/gpu_kernels_*.json`. **Not vLLM**: "
+             "vLLM cannot be installed on that machine, so these are the GEMMs and copies a "
+             "vLLM step is made of (one layer's qkv, o, gate_up and down per TP shard; bf16 "
+             "through cuBLAS, fp8 e4m3 per-tensor through `torch._scaled_mm`; random data; "
+             "8 distinct copies of the layer chained so weights stream from HBM; CUDA-graph "
+             f"replay; {first['config']['repeats']} repeats of the whole sweep, median). "
+             "Fractions are of the datasheet figures in the operator's GPU table. A cell is "
+             "the performance model's time for the same GEMMs "
+             f"(max(bytes / (bandwidth x {eff['bandwidth']}), FLOPs / (peak x "
+             f"{eff['compute']})), its overheads left out) over the measured time: below 1 "
+             "the model is faster than the GEMMs alone can be, above 1 it leaves room for "
+             "what a vLLM step adds (attention, norms, sampling).", ""]
+    for data in datas:
+        s = summarise(data)
+        dev = data["device"]
+        rows = s["rows"]
+        graph = [r for r in rows if r["mode"] == "graph"]
+        dec = [r for r in graph if r["tokens"] <= 128]
+        pre = [r for r in graph if r["tokens"] >= 1024]
+
+        def rng(rs: list[dict[str, Any]], dtype: str, key: str) -> str:
+            vals = [r[key] for r in rs if r["dtype"] == dtype]
+            return f"{min(vals):.0%}-{max(vals):.0%}" if vals else "n/a"
+
+        eager = []
+        for r in rows:
+            if r["mode"] != "eager":
+                continue
+            g = next((x for x in graph if (x["shard"], x["dtype"], x["tokens"])
+                      == (r["shard"], r["dtype"], r["tokens"])), None)
+            if g:
+                eager.append(r["us_per_layer"] - g["us_per_layer"])
+        spread = max(r["spread"] for r in graph)
+        lines += [f"### {dev['name']} ({s['gpu']}: {s['bandwidth'] / 1e12:.2f} TB/s, "
+                  f"{s['peaks']['bf16'] / 1e12:.0f} / {s['peaks']['fp8'] / 1e12:.0f} TFLOP/s "
+                  f"bf16 / fp8 dense; PyTorch {dev['torch']})", "",
+                  "- HBM: " + ", ".join(f"{k} {v:.0%}" for k, v in sorted(s["hbm"].items()))
+                  + " of the datasheet (a copy counts bytes read and written).",
+                  f"- Decode GEMMs (M <= 128): {rng(dec, 'bf16', 'bandwidth_fraction')} of HBM "
+                  f"bandwidth in bf16, {rng(dec, 'fp8', 'bandwidth_fraction')} in fp8; the "
+                  f"model assumes {eff['bandwidth']:.0%}.",
+                  f"- Prefill GEMMs (M >= 1024): {rng(pre, 'bf16', 'compute_fraction')} of dense "
+                  f"peak in bf16, {rng(pre, 'fp8', 'compute_fraction')} in fp8; the model "
+                  f"assumes {eff['compute']:.0%}.",
+                  f"- Eager launches instead of a CUDA graph add up to {max(eager):.0f} us per "
+                  "layer (4 GEMMs) at M = 1 and 64 (fp8's `_scaled_mm` the most)."
+                  if eager else "- No eager points.",
+                  f"- Largest spread between the two repeats of one graph point: {spread:.1%}; "
+                  f"nvidia-smi before / after: {dev.get('smi_before')} / {dev.get('smi_after')}.",
+                  "",
+                  "| shard | dtype | " + " | ".join(f"M={m}" for m in ms) + " |",
+                  "|---|---|" + "---|" * len(ms)]
+        by = {(r["shard"], r["dtype"], r["tokens"]): r for r in graph}
+        for shard in dict.fromkeys(r["shard"] for r in graph):
+            for dtype in data["config"]["dtypes"]:
+                cells = [f"{by[(shard, dtype, m)]['model_over_measured']:.2f}"
+                         if (shard, dtype, m) in by else "-" for m in ms]
+                lines.append(f"| {shard} | {dtype} | " + " | ".join(cells) + " |")
+        if s["attention"]:
+            lines += ["", "Decode attention through SDPA (bf16 KV, 64 query and 8 KV heads "
+                      "of 128; not vLLM's paged kernels), KV bytes read per second as a share "
+                      "of HBM: " + ", ".join(f"B={b} ctx={c}: {v:.0%}" for (b, c), v
+                                             in sorted(s["attention"].items())) + "."]
+        if data.get("errors"):
+            lines += ["", "Not measured: " + "; ".join(data["errors"])]
+        lines.append("")
+    lines.append(end)
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -295,11 +348,10 @@ def main(argv: list[str] | None = None) -> int:
     config = dict(yaml.safe_load(args.config.read_text()))
     if args.run:
         rec = run(config, args.out, args.budget_s)
-        print(json.dumps({k: rec[k] for k in ("device", "errors")}, indent=1))
-        print(f"{len(rec['gemm'])} GEMM points, {rec.get('elapsed_s')} s")
+        sys.stdout.write(json.dumps({k: rec[k] for k in ("device", "errors")}, indent=1)
+                         + f"\n{len(rec['gemm'])} GEMM points, {rec.get('elapsed_s')} s\n")
         return 0
-    from benchmarks.results_md import emit
-    text = render(json.loads(DATA.read_text()))
+    text = render(data_files())
     return emit(SECTION, text, write=args.write)
 
 

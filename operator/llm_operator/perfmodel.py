@@ -232,6 +232,13 @@ class Efficiency:
 #   had no such wait and was 67% low (median) on TTFT; least squares of log TTFT on the
 #   fit subset. It moves time from TPOT to TTFT within the same cycle: throughput is
 #   unchanged.
+#
+# Checked, not fitted (benchmarks/gpu_kernels.py, section gpu-kernels of RESULTS.md):
+# PyTorch's own GEMMs at these models' layer shapes, MEASURED on one H100 SXM and one
+# H200 lent to this project (not vLLM): bf16 decode GEMMs (M <= 128) stream weights at
+# 71-82% of the datasheet's HBM bandwidth (per-tensor fp8 through torch._scaled_mm
+# 64-80%), prefill GEMMs (M >= 1024) reach 63-73% of dense peak. The factors below sit
+# inside those ceilings (tests/unit/test_gpu_kernels.py).
 GPU_EFFICIENCY = Efficiency(
     bandwidth=0.80,
     compute=0.60,
