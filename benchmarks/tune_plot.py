@@ -47,7 +47,7 @@ def trials_from_paired(doc: Mapping[str, Any], source: str) -> TuningTrials:
     tuner = doc.get("tuner") or {}
     choice = tuner.get("choice") or {}
     chosen = (choice.get("maxNumSeqs"), choice.get("maxNumBatchedTokens") or
-              (default_mnbt if choice.get("maxNumSeqs") else None))
+              (default_mnbt if choice.get("maxNumSeqs") else None), None)
     slo = cfg.get("slo") or {}
     rounds = max((m.get("round", 0) for m in measurements), default=0) + 1
     return TuningTrials(

@@ -947,6 +947,16 @@ def _make_plan(spec: LLMServiceSpec, gpus_per_node: int,
                                              concurrency, blocks_per_request,
                                              tokens_per_request)
     batched = _plan_batched_tokens(ex, adjusted, spec, seqs, max_model_len)
+    if spec.engine.enable_chunked_prefill is False:
+        # vLLM 0.32 starts, with a warning: vllm/engine/arg_utils.py EngineArgs.
+        # _set_default_chunked_prefill_and_prefix_caching_args (every generate model but
+        # encoder-decoder ones has is_chunked_prefill_supported).
+        warnings.append(
+            "spec.engine.enableChunkedPrefill is false: vLLM 0.32 does not officially "
+            "support switching chunked prefill off for generate models (\"may cause the "
+            "engine to crash or produce incorrect outputs\"), and needs "
+            "maxNumBatchedTokens >= maxModelLen without it; the tuner never switches it off. "
+            "Fix: remove the field (vLLM's default, on) unless you have measured the gain")
     if not ideal and fit.usable_tokens < need.ideal_tokens and choice.tolerated_over is None:
         warnings.append(
             f"KV cache holds {fit.usable_tokens:,} tokens for requests, less than the "

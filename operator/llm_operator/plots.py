@@ -74,6 +74,7 @@ class TrialPoint(_M):
 
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
+    chunked_prefill: bool | None = None  # None: vLLM's default (on); set where searched
     goodput: float | None = None  # output tokens/s of requests within the SLO
     throughput: float | None = None  # all output tokens/s
     ttft_p95_ms: float | None = None
@@ -89,7 +90,8 @@ class TuningTrials(_M):
     points: list[TrialPoint]
     slo_ttft_ms: float | None = None
     slo_itl_ms: float | None = None
-    chosen: tuple[int | None, int | None] | None = None  # (maxNumSeqs, maxNumBatchedTokens)
+    # (maxNumSeqs, maxNumBatchedTokens, chunked prefill)
+    chosen: tuple[int | None, int | None, bool | None] | None = None
     default_max_num_seqs: int | None = None  # where vLLM's default sits on the x axis
     concurrency: int | None = None
     note: str = ""
@@ -120,6 +122,13 @@ def _settings_of(record: Mapping[str, Any] | None) -> tuple[int | None, int | No
             _int(s.get("maxNumBatchedTokens", s.get("max_num_batched_tokens"))))
 
 
+def _chunked_of(record: Mapping[str, Any] | None) -> bool | None:
+    """Chunked prefill of a trial record, Score dump or status summary (None: default)."""
+    s = (record or {}).get("settings", record or {})
+    value = s.get("chunkedPrefill", s.get("enableChunkedPrefill", s.get("chunked_prefill")))
+    return value if isinstance(value, bool) else None
+
+
 def _throughputs(*scores: Mapping[str, Any] | None) -> dict[tuple[int | None, int | None], float]:
     out: dict[tuple[int | None, int | None], float] = {}
     for score in scores:
@@ -137,7 +146,8 @@ def _points_from_records(records: Sequence[Mapping[str, Any]],
     for r in records:
         key = (_int(r.get("maxNumSeqs")), _int(r.get("maxNumBatchedTokens")))
         points.append(TrialPoint(
-            max_num_seqs=key[0], max_num_batched_tokens=key[1], goodput=_num(r.get("goodput")),
+            max_num_seqs=key[0], max_num_batched_tokens=key[1],
+            chunked_prefill=_chunked_of(r), goodput=_num(r.get("goodput")),
             throughput=throughput.get(key), ttft_p95_ms=_num(r.get("ttftP95Ms")),
             itl_p95_ms=_num(r.get("itlP95Ms")), phase=str(r.get("phase") or ""),
             error=r.get("error") or None))
@@ -162,7 +172,8 @@ def _trials(source: str, records: Sequence[Mapping[str, Any]], best: Any, baseli
             "plot a run that measured at least one configuration (the trial table is "
             "`table` in the result or status.tuning)")
     ttft, itl = _slo(doc.get("slo") or {})
-    chosen = _settings_of(best) if isinstance(best, Mapping) else None
+    settings = _settings_of(best) if isinstance(best, Mapping) else None
+    chosen = (*settings, _chunked_of(best)) if settings is not None else None
     return TuningTrials(
         source=source,
         points=_points_from_records(records, {**_throughputs(best, baseline),
@@ -198,6 +209,7 @@ def trials_from_tuner_output(full: Mapping[str, Any], source: str) -> TuningTria
         key = (_int(cfg.get("max_num_seqs")), _int(cfg.get("max_num_batched_tokens")))
         ok = not t.get("error") and runs
         records.append({"maxNumSeqs": key[0], "maxNumBatchedTokens": key[1],
+                        "chunkedPrefill": cfg.get("chunked_prefill"),
                         "goodput": t.get("score") if ok else None, "phase": t.get("phase"),
                         "ttftP95Ms": mean("ttft_p95_ms"), "itlP95Ms": mean("itl_p95_ms"),
                         "error": t.get("error")})
@@ -256,14 +268,18 @@ def tuning_figure(data: TuningTrials) -> Figure:
 
     fig = Figure(figsize=(11, 9), layout="constrained")
     ax_tps, ax_ttft, ax_itl = fig.subplots(3, 1, sharex=True)
-    defaults = [p for p in ok if p.max_num_seqs is None and p.max_num_batched_tokens is None]
+    defaults = [p for p in ok if p.max_num_seqs is None and p.max_num_batched_tokens is None
+                and p.chunked_prefill is None]
     searched = [p for p in ok if p not in defaults]
-    levels = sorted({p.max_num_batched_tokens for p in searched},
-                    key=lambda v: (v is None, v or 0))
-    for i, level in enumerate(levels):
-        pts = sorted((p for p in searched if p.max_num_batched_tokens == level), key=x_of)
+    # One series per server setting: batched tokens, and chunked prefill where searched.
+    levels = sorted({(p.max_num_batched_tokens, p.chunked_prefill is False) for p in searched},
+                    key=lambda v: (v[0] is None, v[0] or 0, v[1]))
+    for i, (level, off) in enumerate(levels):
+        pts = sorted((p for p in searched if (p.max_num_batched_tokens, p.chunked_prefill
+                                              is False) == (level, off)), key=x_of)
         label = ("max-num-batched-tokens " + (str(level) if level else "default")
                  if len(levels) > 1 or level else "trials")
+        label += ", chunked prefill off" if off else ""
         colour, marker = f"C{i % 10}", _MARKERS[i % len(_MARKERS)]
         xs = [x_of(p) for p in pts]
         ax_tps.plot(xs, [p.goodput for p in pts], marker=marker, color=colour, label=label)
@@ -284,7 +300,7 @@ def tuning_figure(data: TuningTrials) -> Figure:
             ax.axhline(slo, color="crimson", linestyle="--", linewidth=1.2,
                        label=f"SLO: {what} ≤ {slo:g} ms")
     chosen = [p for p in ok if data.chosen is not None
-              and (p.max_num_seqs, p.max_num_batched_tokens) == data.chosen]
+              and (p.max_num_seqs, p.max_num_batched_tokens, p.chunked_prefill) == data.chosen]
     for ax, key in ((ax_tps, "goodput"), (ax_ttft, "ttft_p95_ms"), (ax_itl, "itl_p95_ms")):
         _ring(ax, [(x_of(p), getattr(p, key)) for p in defaults], "dimgrey", "s",
               "vLLM's defaults" if ax is ax_tps else None)
@@ -306,9 +322,10 @@ def tuning_figure(data: TuningTrials) -> Figure:
         ax.set_ylim(bottom=0)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    choice = ("vLLM's defaults" if data.chosen in (None, (None, None)) else
+    choice = ("vLLM's defaults" if data.chosen in (None, (None, None, None)) else
               ", ".join(f"{k} {v}" for k, v in zip(("max-num-seqs", "max-num-batched-tokens"),
-                                                   data.chosen, strict=True) if v))
+                                                   data.chosen[:2], strict=True) if v)
+              + (", chunked prefill off" if data.chosen[2] is False else ""))
     sub = [f"{len(data.points)} trials", f"choice: {choice}"]
     if data.concurrency:
         sub.append(f"{data.concurrency} clients")

@@ -35,7 +35,7 @@ def test_tuning_png_from_the_stored_paired_run(tmp_path: Path) -> None:
     doc = json.loads(STORED.read_text())
     trials = trials_from_paired(doc, str(STORED))
     assert len(trials.points) == 17  # vLLM's defaults and the 4 x 4 grid
-    assert trials.chosen == (4, 2048)
+    assert trials.chosen == (4, 2048, None)
     assert trials.slo_itl_ms == 60 and trials.default_max_num_seqs == 128
     out = tmp_path / "tuning.png"
     assert tune_plot_main([str(STORED), str(out)]) == 0
@@ -55,7 +55,7 @@ def test_tuning_png_from_the_compact_result_the_job_writes(tmp_path: Path,
     assert_png_drawn(out, min_width=1000, min_height=800)
     trials = trials_from_document(json.loads(result.to_message()), "x")
     assert [p.max_num_seqs for p in trials.points] == [None, 16, 24]
-    assert trials.chosen == (24, None)
+    assert trials.chosen == (24, None, None)
     assert trials.slo_ttft_ms == 15000.0 and trials.slo_itl_ms == 100.0
     # Throughput is kept for the configurations the result summarises (best, baseline).
     assert trials.points[2].throughput == result.best.throughput  # type: ignore[union-attr]

@@ -677,6 +677,8 @@ def score_summary(score: Score | None) -> JSON | None:
         out["maxNumSeqs"] = score.settings.max_num_seqs
     if score.settings.max_num_batched_tokens is not None:
         out["maxNumBatchedTokens"] = score.settings.max_num_batched_tokens
+    if score.settings.enable_chunked_prefill is not None:
+        out["enableChunkedPrefill"] = score.settings.enable_chunked_prefill
     out.update(goodput=score.goodput, spread=score.spread, repeats=score.repeats,
                throughput=score.throughput, ttftP95Ms=score.ttft_p95_ms,
                itlP95Ms=score.itl_p95_ms, preemptions=score.preemptions)
@@ -702,6 +704,11 @@ def applied_settings(result: TuningResult, tunable: Sequence[str]) -> JSON:
     if base is not None and best.settings == base.settings:
         return {}
     if result.versus_defaults is None and base is not None and best.goodput <= base.goodput:
+        return {}
+    if best.settings.enable_chunked_prefill is False:
+        # Measured with chunked prefill off, which the operator does not switch (vLLM
+        # 0.32 does not officially support it for generate models): its other values
+        # alone were not measured, so nothing is applied.
         return {}
     values = {"maxNumSeqs": best.settings.max_num_seqs,
               "maxNumBatchedTokens": best.settings.max_num_batched_tokens}

@@ -102,6 +102,9 @@ def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
                    "(default: a ladder up to the concurrency)")
     p.add_argument("--max-num-batched-tokens-levels", help="comma-separated levels "
                    "(default: vLLM's default / 4 ... x 4)")
+    p.add_argument("--search-chunked-prefill", action="store_true",
+                   help="also try chunked prefill off (short prompts only; vLLM 0.32 does not "
+                        "officially support it for generate models, so the Job never asks)")
     p.add_argument("--hint-max-num-seqs", type=int, help="the planner's predicted cap")
     p.add_argument("--default-max-num-seqs", type=int,
                    help="vLLM's default max-num-seqs here (default: ask the installed vLLM)")
@@ -262,6 +265,7 @@ def _run(args: argparse.Namespace, mns_levels: tuple[int, ...] | None,
         Options,
         Space,
         Workload,
+        chunked_prefill_searchable,
         grid_search,
         ladder,
         search,
@@ -307,10 +311,18 @@ def _run(args: argparse.Namespace, mns_levels: tuple[int, ...] | None,
         notes.append("max-num-seqs is pinned by the user: not searched")
     if "--max-num-batched-tokens" in pins:
         notes.append("max-num-batched-tokens is pinned by the user: not searched")
+    cp_pinned = bool(pins & {"--enable-chunked-prefill", "--no-enable-chunked-prefill"})
+    search_cp, cp_why = chunked_prefill_searchable(
+        args.search_chunked_prefill and args.url is None, cp_pinned, wl.input_tokens, d_mnbt)
+    if args.search_chunked_prefill or cp_pinned:
+        notes.append(cp_why)
     space = Space(max_num_seqs=mns_space, max_num_batched_tokens=mnbt_space,
                   default_max_num_seqs=d_mns, default_max_num_batched_tokens=d_mnbt,
-                  server_args=tuple(server_args))
+                  server_args=tuple(server_args),
+                  chunked_prefill=(True, False) if search_cp else (),
+                  max_model_len=_int_flag(server_args, "--max-model-len", 0) or None)
     cells = [Config(a, b) for a in mns_space or (None,) for b in mnbt_space or (None,)]
+    cells += [space.without_chunking(c) for c in cells] if search_cp else []
     refused = [(c, space.refusals(c)) for c in cells if c != Config() and not space.valid(c)]
     if refused:
         notes.append(f"{len(refused)} of {len(cells)} configurations not tried, vLLM would "
@@ -319,9 +331,10 @@ def _run(args: argparse.Namespace, mns_levels: tuple[int, ...] | None,
              "%g ms; budget %d trials / %.0f s", wl.input_tokens, wl.output_tokens,
              wl.concurrency, slo.ttft_ms, slo.itl_ms, args.max_trials, args.max_seconds)
     log.info("Search space: max-num-seqs %s (vLLM default %s), max-num-batched-tokens %s "
-             "(vLLM default %s); fixed server args: %s", list(mns_space) or "pinned/not searched",
-             d_mns, list(mnbt_space) or "pinned/not searched", d_mnbt,
-             " ".join(server_args) or "none")
+             "(vLLM default %s), chunked prefill %s; fixed server args: %s",
+             list(mns_space) or "pinned/not searched", d_mns,
+             list(mnbt_space) or "pinned/not searched", d_mnbt,
+             "on/off" if search_cp else "not searched", " ".join(server_args) or "none")
 
     args.log_dir.mkdir(parents=True, exist_ok=True)
     if args.url:

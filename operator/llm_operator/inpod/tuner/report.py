@@ -105,6 +105,14 @@ HEADERS = ("#", "phase", "max-num-seqs", "max-num-batched-tokens", "goodput tok/
            "startup s", "note")
 
 
+def table_headers(outcome: Outcome) -> tuple[str, ...]:
+    """:data:`HEADERS`, with "chunked prefill" after the batched tokens where a trial set
+    it (a run that searched it)."""
+    if any(t.config.chunked_prefill is not None for t in outcome.trials):
+        return (*HEADERS[:4], "chunked prefill", *HEADERS[4:])
+    return HEADERS
+
+
 def table_data(outcome: Outcome) -> list[list[str]]:
     """Rows of the trial table as strings (best and baseline marked)."""
     rows = []
@@ -131,6 +139,10 @@ def table_data(outcome: Outcome) -> list[list[str]]:
             f"{t.mean_of('preemptions'):.0f}" if t.ok else "-",
             f"{t.startup_s:.0f}", " ".join(mark),
         ])
+    if any(t.config.chunked_prefill is not None for t in outcome.trials):
+        for row, t in zip(rows, outcome.trials, strict=True):
+            row.insert(4, {None: "default (on)", True: "on", False: "off"}[
+                t.config.chunked_prefill])
     return rows
 
 
@@ -189,7 +201,7 @@ def render_text(outcome: Outcome) -> str:
         lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
         return lines
 
-    lines = fmt(HEADERS, table_data(outcome))
+    lines = fmt(table_headers(outcome), table_data(outcome))
     sw = sweep_rows(outcome)
     if len(sw) > 1:
         lines += ["", "Concurrency sweep on the baseline server:"] + fmt(SWEEP_HEADERS, sw)
@@ -207,7 +219,7 @@ def print_result(outcome: Outcome, stream: Any = None) -> None:
 
             console = Console(file=stream)
             table = Table(title="Tuning trials")
-            for h in HEADERS:
+            for h in table_headers(outcome):
                 table.add_column(h)
             for r in table_data(outcome):
                 table.add_row(*r, style="bold green" if "BEST" in r[-1] else None)

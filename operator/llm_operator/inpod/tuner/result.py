@@ -29,6 +29,9 @@ class TrialSettings(_M):
 
     max_num_seqs: int | None = Field(None, alias="maxNumSeqs")
     max_num_batched_tokens: int | None = Field(None, alias="maxNumBatchedTokens")
+    # None: vLLM's default (on); False only from a run that searched it (the tuner's
+    # --search-chunked-prefill, which the operator's Job does not pass).
+    enable_chunked_prefill: bool | None = Field(None, alias="enableChunkedPrefill")
 
 
 class Score(_M):
@@ -107,13 +110,14 @@ class TuningResult(_M):
 
 TABLE_COLUMNS = ("trial", "phase", "maxNumSeqs", "maxNumBatchedTokens", "goodput", "spread",
                  "ttftP95Ms", "itlP95Ms", "preemptions", "startupS", "error", "against",
-                 "ratio", "low", "high", "pairs")
+                 "ratio", "low", "high", "pairs", "chunkedPrefill")
 
 
 def _score(trial: Trial) -> Score:
     return Score(
         settings=TrialSettings(max_num_seqs=trial.config.max_num_seqs,
-                          max_num_batched_tokens=trial.config.max_num_batched_tokens),
+                               max_num_batched_tokens=trial.config.max_num_batched_tokens,
+                               enable_chunked_prefill=trial.config.chunked_prefill),
         goodput=round(trial.score, 1),
         spread=round(trial.spread, 3),
         repeats=len(trial.runs),
@@ -125,7 +129,8 @@ def _score(trial: Trial) -> Score:
 
 
 def table_rows(outcome: Outcome) -> list[list[Any]]:
-    """One compact row per trial, columns :data:`TABLE_COLUMNS`."""
+    """One compact row per trial, columns :data:`TABLE_COLUMNS`; the last one,
+    ``chunkedPrefill``, only on a row that sets it (a run that searched it)."""
     rows: list[list[Any]] = []
     for t in outcome.trials:
         rows.append([
@@ -134,6 +139,7 @@ def table_rows(outcome: Outcome) -> list[list[Any]]:
             round(t.mean_of("ttft_p95_ms"), 1), round(t.mean_of("itl_p95_ms"), 2),
             round(t.mean_of("preemptions"), 1), round(t.startup_s, 1),
             (t.error or "")[:80] or None, *_comparison_cells(t),
+            *([t.config.chunked_prefill] if t.config.chunked_prefill is not None else []),
         ])
     return rows
 

@@ -20,12 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .bench import BenchTarget, measure
-from .search import Config, Measurement, TrialFailed
+from .search import CHUNKED_FLAGS, Config, Measurement, TrialFailed
 from .server import ServerStartError, VLLMServer, engine_metric, engine_metrics
 
 log = logging.getLogger(__name__)
 
-SEARCHED_FLAGS = ("--max-num-seqs", "--max-num-batched-tokens")
+SEARCHED_FLAGS = ("--max-num-seqs", "--max-num-batched-tokens", "--enable-chunked-prefill",
+                  "--no-enable-chunked-prefill")
 
 
 def accepted_flags(python: str = sys.executable) -> set[str] | None:
@@ -253,7 +254,8 @@ class LiveCapEvaluator:
     starts: int = 0
     fallback_reason: str | None = None  # set when the engine could not take caps live
     _server: VLLMServer | None = field(default=None, init=False, repr=False)
-    _batched: int | None = field(default=None, init=False, repr=False)
+    _server_of: tuple[int | None, bool | None] | None = field(default=None, init=False,
+                                                            repr=False)
     _fallback: ServerEvaluator | None = field(default=None, init=False, repr=False)
 
     @property
@@ -271,9 +273,15 @@ class LiveCapEvaluator:
 
     def needs_start(self, config: Config) -> bool:
         """Whether a trial of ``config`` starts a server (the search's time estimate):
-        only a new max-num-batched-tokens, the first trial, or after the fallback."""
-        batched = config.max_num_batched_tokens or self.default_max_num_batched_tokens
-        return self._fallback is not None or self._server is None or batched != self._batched
+        only a new max-num-batched-tokens or chunked-prefill setting, the first trial, or
+        after the fallback."""
+        return (self._fallback is not None or self._server is None
+                or self._server_key(config) != self._server_of)
+
+    def _server_key(self, config: Config) -> tuple[int | None, bool | None]:
+        """What needs a server of its own: the batched tokens and chunked prefill."""
+        return (config.max_num_batched_tokens or self.default_max_num_batched_tokens,
+                config.chunked_prefill)
 
     def start(self, config: Config) -> _LiveSession | _ServerSession:
         """Set ``config``'s cap on the running server (starting one when needed). When the
@@ -302,12 +310,12 @@ class LiveCapEvaluator:
                               f"{self.capacity}")
         self.log_dir.mkdir(parents=True, exist_ok=True)
         startup_s = waited_s = 0.0
-        batched = config.max_num_batched_tokens or self.default_max_num_batched_tokens
-        if self._server is None or batched != self._batched:
+        key = self._server_key(config)
+        if self._server is None or key != self._server_of:
             self.close()
             self._write(self.capacity)
-            self._server = self._start(batched)
-            self._batched = batched
+            self._server = self._start(*key)
+            self._server_of = key
             startup_s, waited_s = self._server.startup_s, self._server.lock_wait_s
         server = self._server
         t0 = time.monotonic()
@@ -328,7 +336,7 @@ class LiveCapEvaluator:
         tmp.write_text(f"{cap}\n")
         os.replace(tmp, self.cap_file)
 
-    def _start(self, batched: int | None) -> VLLMServer:
+    def _start(self, batched: int | None, chunked: bool | None = None) -> VLLMServer:
         self.starts += 1
         metrics_dir = self.log_dir / f"prometheus-{self.starts:02d}"
         # Empty: a dead server's files there would be served as this one's gauges.
@@ -338,6 +346,8 @@ class LiveCapEvaluator:
                  "--scheduler-cls", ENGINE_SCHEDULER_CLS]
         if batched is not None:
             flags += ["--max-num-batched-tokens", str(batched)]
+        if chunked is not None:
+            flags += [CHUNKED_FLAGS[chunked]]
         server = VLLMServer(
             model=self.model, flags=flags, python=self.python,
             log_path=self.log_dir / f"server-{self.starts:02d}.log",

@@ -30,6 +30,10 @@ minutes of model loading. This search spends restarts only where they pay:
    ``max-num-seqs x input`` tokens already schedules every step in full; when the current
    budget falls short of that by less than the gain a move must show, no larger one can
    win.
+5. **Chunked prefill off**, only where the space searches it (the caller decides:
+   ``runner.chunked_prefill_searchable``), as one more challenger of the incumbent: one
+   server start, its batched tokens raised to --max-model-len where vLLM needs that many
+   without chunking.
 
 **Deciding.** A configuration replaces the incumbent (vLLM's defaults first) only on a
 paired comparison (:mod:`.compare`): on one live-cap server the two arms are measured
@@ -59,7 +63,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from ...engine_rules import EngineSettings, refusals
+from ...engine_rules import VLLM_VERSION, EngineSettings, refusals
 from .compare import DEFAULT_CONFIDENCE, DEFAULT_MAX_PAIRS, Comparison, Verdict, pairs_for
 
 # What the search decides changed (a new version) when, on the same measurements, it may
@@ -96,6 +100,7 @@ class Config:
 
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
+    chunked_prefill: bool | None = None  # None: vLLM's default (on for generate models)
 
     def flags(self) -> list[str]:
         """The vLLM command-line flags for this configuration."""
@@ -104,15 +109,20 @@ class Config:
             out += ["--max-num-seqs", str(self.max_num_seqs)]
         if self.max_num_batched_tokens is not None:
             out += ["--max-num-batched-tokens", str(self.max_num_batched_tokens)]
+        if self.chunked_prefill is not None:
+            out += [CHUNKED_FLAGS[self.chunked_prefill]]
         return out
 
     def label(self) -> str:
-        """Short human label, e.g. ``mns=16 mnbt=default``."""
+        """Short human label, e.g. ``mns=16 mnbt=default`` (``chunked=off`` added when
+        chunked prefill is switched off)."""
         mns = "default" if self.max_num_seqs is None else str(self.max_num_seqs)
         mnbt = "default" if self.max_num_batched_tokens is None else str(
             self.max_num_batched_tokens
         )
-        return f"mns={mns} mnbt={mnbt}"
+        cp = "" if self.chunked_prefill is None else (
+            " chunked=on" if self.chunked_prefill else " chunked=off")
+        return f"mns={mns} mnbt={mnbt}{cp}"
 
     def describe(self) -> str:
         """The flags a person would type, e.g. ``--max-num-seqs 4``; ``vLLM's defaults``
@@ -120,6 +130,7 @@ class Config:
         return " ".join(self.flags()) or "vLLM's defaults"
 
 
+CHUNKED_FLAGS = {True: "--enable-chunked-prefill", False: "--no-enable-chunked-prefill"}
 DEFAULT_MNS_LADDER = (1, 2, 3, 4, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 80, 96, 128, 160,
                       192, 256, 384, 512, 768, 1024)
 DEFAULT_MNBT_LADDER = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
@@ -138,6 +149,12 @@ class Space:
     max_num_batched_tokens: tuple[int, ...] = ()
     default_max_num_seqs: int | None = None
     default_max_num_batched_tokens: int | None = None
+    # (True, False) when chunked prefill is searched (main.py decides where: see
+    # chunked_prefill_searchable), () when not; on is vLLM's default for generate models.
+    chunked_prefill: tuple[bool, ...] = ()
+    # --max-model-len of the servers: without chunked prefill vLLM needs at least that
+    # many batched tokens, so switching it off raises the budget to it.
+    max_model_len: int | None = None
     # The flags every server gets (the user's pins, max-model-len, extraArgs...): a
     # configuration is checked with them against vLLM's start-up rules.
     server_args: tuple[str, ...] = ()
@@ -151,6 +168,7 @@ class Space:
         argv = [*self.server_args]
         argv += ["--max-num-seqs", str(mns)] if mns is not None else []
         argv += ["--max-num-batched-tokens", str(mnbt)] if mnbt is not None else []
+        argv += [CHUNKED_FLAGS[cfg.chunked_prefill]] if cfg.chunked_prefill is not None else []
         return [str(r) for r in refusals(EngineSettings.of(argv))]
 
     def valid(self, cfg: Config) -> bool:
@@ -165,6 +183,19 @@ class Space:
             else self.default_max_num_batched_tokens,
         )
 
+    def chunked(self, cfg: Config) -> bool:
+        """Whether ``cfg``'s server runs with chunked prefill (vLLM's default: on)."""
+        return cfg.chunked_prefill is not False
+
+    def without_chunking(self, cfg: Config) -> Config:
+        """``cfg`` with chunked prefill off, its batched tokens raised to --max-model-len
+        where vLLM needs that many without chunking (``SchedulerConfig.verify_max_model_len``)."""
+        out = replace(cfg, chunked_prefill=False)
+        _, mnbt = self.effective(out)
+        if self.max_model_len is not None and (mnbt is None or mnbt < self.max_model_len):
+            out = replace(out, max_num_batched_tokens=self.max_model_len)
+        return out
+
     def grid(self) -> list[Config]:
         """Every valid combination of levels (what an exhaustive grid would run), the
         batched-token level outermost: with the live admission cap only that knob needs
@@ -175,7 +206,47 @@ class Space:
         default = self.default_max_num_batched_tokens
         first = sorted(mnbt_levels, key=lambda b: b not in (None, default))  # stable
         cells = [Config(a, b) for b in first for a in mns_levels]
+        if False in self.chunked_prefill:
+            cells += [self.without_chunking(c) for c in cells]
+            cells = list(dict.fromkeys(cells))
         return [c for c in cells if self.valid(c)]
+
+
+# vLLM 0.32 on switching chunked prefill off for a generate model (it runs, with this
+# warning): vllm/engine/arg_utils.py EngineArgs._set_default_chunked_prefill_and_prefix_
+# caching_args, where ModelConfig.is_chunked_prefill_supported is True for every generate
+# model but encoder-decoder ones.
+CHUNKED_OFF_WARNING = ("This model does not officially support disabling chunked prefill. "
+                       "Disabling this manually may cause the engine to crash or produce "
+                       "incorrect outputs.")
+
+
+def chunked_prefill_searchable(asked: bool, pinned: bool, input_tokens: int,
+                               budget: int | None) -> tuple[bool, str]:
+    """Whether the search tries chunked prefill off, and why (one sentence).
+
+    Only when asked (``--search-chunked-prefill``): vLLM 0.32 warns that switching it off
+    is not officially supported for generate models (:data:`CHUNKED_OFF_WARNING`), so the
+    operator's tuning Job never asks. Never when the user pinned it. Only for prompts
+    that fit one step of vLLM's batched-token ``budget``, where a step never splits them
+    anyway and the setting only decides whether a prompt that does not fit the step's
+    remaining budget waits for the next one ("chunked prefill slows short prompts: test
+    both"); a longer prompt without chunking runs as a step of its own that stalls
+    every decode behind it, which the ITL objective cannot gain from.
+    """
+    if pinned:
+        return False, "chunked prefill is pinned by the user: not searched"
+    if not asked:
+        return False, ("chunked prefill not searched (on, vLLM's default): vLLM "
+                       f"{VLLM_VERSION} does not officially support switching it off for "
+                       "generate models")
+    if budget is not None and input_tokens > budget:
+        return False, (f"chunked prefill not searched: a {input_tokens}-token prompt does not "
+                       f"fit one step of {budget} batched tokens, so without chunking each "
+                       "prompt would stall the decodes behind it")
+    return True, ("chunked prefill searched (on, off): the prompts fit one step; vLLM "
+                  f"{VLLM_VERSION} warns that off is not officially supported for generate "
+                  "models")
 
 
 def ladder(lo: int, hi: int, base: Sequence[int] = DEFAULT_MNS_LADDER) -> tuple[int, ...]:
@@ -702,9 +773,10 @@ class _Run:
 
     # one trial --------------------------------------------------------------------
     def tried(self, cfg: Config) -> Trial | None:
-        key = self.space.effective(cfg)
+        key = (*self.space.effective(cfg), self.space.chunked(cfg))
         for t in self.trials:
-            if t.config == cfg or (None not in key and self.space.effective(t.config) == key):
+            if t.config == cfg or (None not in key and (
+                    *self.space.effective(t.config), self.space.chunked(t.config)) == key):
                 return t
         return None
 
@@ -778,7 +850,8 @@ class _Run:
         needs_start = getattr(self.ev, "needs_start", None)
         if needs_start is None:
             return False
-        same = self.space.effective(ref)[1] == self.space.effective(cand)[1]
+        same = (self.space.effective(ref)[1] == self.space.effective(cand)[1]
+                and self.space.chunked(ref) == self.space.chunked(cand))
         return same and not needs_start(ref) and not needs_start(cand)
 
     def _decided(self, trial: Trial) -> bool:
@@ -1026,6 +1099,22 @@ class _Run:
             if not self.first_better([cfg], "batched-tokens", inc):
                 return
 
+    def search_chunked(self) -> None:
+        """Chunked prefill off against the incumbent (on), where the space searches it:
+        one server start, decided by the same paired interval as every other move."""
+        if False not in self.space.chunked_prefill:
+            return
+        inc = self.incumbent()
+        if inc is None or not self.space.chunked(inc.config):
+            return
+        cfg = self.space.without_chunking(inc.config)
+        if self.tried(cfg):
+            return
+        if not self.space.valid(cfg):
+            self.notes.append(f"chunked prefill off not tried: {self.space.refusals(cfg)[0]}")
+            return
+        self.first_better([cfg], "chunked-prefill", inc)
+
     def larger_budget_unused(self, cfg: Config, budget: int) -> bool:
         """True (and a note says why) when no max-num-batched-tokens above ``budget`` can
         gain ``min_gain`` at ``cfg``: a step schedules at most one prompt's worth of tokens
@@ -1088,6 +1177,8 @@ def search(
                 run.search_mns(base)
             if not run.stop_reason and space.max_num_batched_tokens:
                 run.search_mnbt()
+            if not run.stop_reason and space.chunked_prefill:
+                run.search_chunked()
             if not run.stop_reason:
                 complete = True
                 run.stop_reason = "converged"
