@@ -320,7 +320,10 @@ def _run(args: argparse.Namespace, mns_levels: tuple[int, ...] | None,
                   default_max_num_seqs=d_mns, default_max_num_batched_tokens=d_mnbt,
                   server_args=tuple(server_args),
                   chunked_prefill=(True, False) if search_cp else (),
-                  max_model_len=_int_flag(server_args, "--max-model-len", 0) or None)
+                  # A pinned budget is never raised: off is then tried only where the
+                  # rules take it with the pin.
+                  max_model_len=None if "--max-num-batched-tokens" in pins
+                  else _int_flag(server_args, "--max-model-len", 0) or None)
     cells = [Config(a, b) for a in mns_space or (None,) for b in mnbt_space or (None,)]
     cells += [space.without_chunking(c) for c in cells] if search_cp else []
     refused = [(c, space.refusals(c)) for c in cells if c != Config() and not space.valid(c)]
