@@ -10,7 +10,7 @@ measurement: no paged KV, no sampling, no scheduler; a lower bound on the time o
 GEMMs inside a vLLM step, an upper bound on the efficiency vLLM can reach on them.
 
     # on the GPU machine (needs only torch and pyyaml):
-    PYTHONPATH=. python3 benchmarks/gpu_kernels.py --run --out "$OUT"
+    python3 benchmarks/gpu_kernels.py --run --out "$OUT"
     # here, from the stored JSON:
     .venv/bin/python -m benchmarks.gpu_kernels            # print the section
     .venv/bin/python -m benchmarks.gpu_kernels --write    # and replace it in RESULTS.md
@@ -30,8 +30,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from benchmarks.results_md import emit, markers
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "benchmarks" / "configs" / "gpu_kernels.yaml"
@@ -204,11 +202,138 @@ def run(config: dict[str, Any], out: Path, budget_s: float) -> dict[str, Any]:
     return record
 
 
+def moe_assignment(tokens: int, experts: int, local: int, top_k: int,
+                   seed: int) -> list[int]:
+    """Rows per local expert (the first ``local`` of ``experts``) when each of ``tokens``
+    tokens picks ``top_k`` distinct experts uniformly (a seeded stand-in for a router)."""
+    import random
+
+    rng = random.Random(seed * 1_000_003 + tokens)
+    counts = [0] * local
+    for _ in range(tokens):
+        for e in rng.sample(range(experts), top_k):
+            if e < local:
+                counts[e] += 1
+    return counts
+
+
+def run_moe(config: dict[str, Any], out: Path, budget_s: float, device: str = "cuda"
+            ) -> dict[str, Any]:
+    """One MoE layer's routed experts (gate_up then down, each one grouped GEMM over the
+    local experts) at each token count; weights [experts, N, K] bf16, passed transposed."""
+    import torch
+
+    start = time.monotonic()
+    dev = torch.device(device)
+    cuda = dev.type == "cuda"
+    props = torch.cuda.get_device_properties(dev) if cuda else None
+    record: dict[str, Any] = {
+        "label": config["label"], "config": config,
+        "device": {"name": props.name if props else "cpu", "torch": torch.__version__,
+                   "cuda": torch.version.cuda, "smi_before": _smi() if cuda else ""},
+        "moe": [], "errors": []}
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "gpu_kernels_moe.json"
+
+    def save() -> None:
+        record["elapsed_s"] = round(time.monotonic() - start, 1)
+        path.write_text(json.dumps(record, indent=1))
+
+    iters = int(config["iterations"])
+
+    def timed(fn: Any) -> float:
+        for _ in range(3):
+            fn()
+        if not cuda:
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                fn()
+            return (time.perf_counter() - t0) / iters
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            fn()
+        torch.cuda.current_stream().wait_stream(s)
+        with torch.cuda.graph(g):
+            fn()
+        g.replay()
+        torch.cuda.synchronize()
+        t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        t0.record()
+        for _ in range(iters):
+            g.replay()
+        t1.record()
+        torch.cuda.synchronize()
+        return t0.elapsed_time(t1) / 1e3 / iters
+
+    for rep in range(int(config["repeats"])):
+        for layer in config["layers"]:
+            if time.monotonic() - start > budget_s:
+                record["errors"].append(f"budget {budget_s} s spent before {layer['name']}")
+                save()
+                return record
+            e, h, inter = int(layer["local"]), int(layer["hidden"]), int(layer["intermediate"])
+            copies = []
+            for _ in range(int(config["rotateLayers"])):
+                gu = torch.randn(e, 2 * inter, h, device=dev, dtype=torch.bfloat16) * 0.02
+                dn = torch.randn(e, h, inter, device=dev, dtype=torch.bfloat16) * 0.02
+                copies.append((gu, dn))
+            for m in config["tokens"]:
+                counts = moe_assignment(int(m), int(layer["experts"]), e, int(layer["top_k"]),
+                                        int(config.get("seed", 0)))
+                rows = sum(counts)
+                touched = sum(1 for c in counts if c)
+                if rows == 0:
+                    record["moe"].append({"rep": rep, "layer": layer["name"], "tokens": m,
+                                          "rows": 0, "touched": 0, "seconds": 0.0,
+                                          "bytes": 0, "flops": 0})
+                    continue
+                offs = torch.tensor(list(itertools_accumulate(counts)), device=dev,
+                                    dtype=torch.int32)
+                x = torch.randn(rows, h, device=dev, dtype=torch.bfloat16)
+                y = torch.randn(rows, inter, device=dev, dtype=torch.bfloat16)
+
+                def chain(x: Any = x, y: Any = y, offs: Any = offs,
+                          copies: list[Any] = copies) -> None:
+                    for gu, dn in copies:
+                        torch._grouped_mm(x, gu.transpose(-2, -1), offs=offs)
+                        torch._grouped_mm(y, dn.transpose(-2, -1), offs=offs)
+                try:
+                    t = timed(chain) / len(copies)
+                except Exception as exc:  # noqa: BLE001 - recorded, the sweep goes on
+                    record["errors"].append(f"{layer['name']} M={m}: {type(exc).__name__}: "
+                                            f"{exc}"[:300])
+                    continue
+                weights = touched * 3 * h * inter * 2
+                moved = weights + rows * (h + 2 * inter) * 2 + rows * (2 * inter + h) * 2
+                record["moe"].append({
+                    "rep": rep, "layer": layer["name"], "tokens": m, "rows": rows,
+                    "touched": touched, "seconds": t, "bytes": moved,
+                    "weight_bytes": weights, "flops": 2 * rows * 3 * h * inter})
+            del copies
+            if cuda:
+                torch.cuda.empty_cache()
+            save()
+    if cuda:
+        record["device"]["smi_after"] = _smi()
+    save()
+    return record
+
+
+def itertools_accumulate(values: list[int]) -> list[int]:
+    """Cumulative sums: the grouped GEMM's end offset of each expert's rows."""
+    import itertools
+
+    return list(itertools.accumulate(values))
+
+
 # --- here: the analysis -------------------------------------------------------------
 
 def data_files() -> list[Path]:
     """The stored runs, one file per GPU, in name order."""
-    return sorted(DATA.glob("gpu_kernels_*.json"))
+    return sorted(f for f in DATA.glob("gpu_kernels_*.json") if "_moe_" not in f.name)
 
 
 def _median(xs: list[float]) -> float:
@@ -258,6 +383,8 @@ def summarise(data: dict[str, Any]) -> dict[str, Any]:
 def render(files: list[Path]) -> str:
     """The section: per GPU, the model's time over the measured time of each shard's GEMMs
     at each M (CUDA graphs), and the ranges that bound the model's efficiency factors."""
+    from benchmarks.results_md import markers
+
     begin, end = markers(SECTION)
     datas = [json.loads(f.read_text()) for f in files]
     first = datas[0]
@@ -343,14 +470,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("."))
     ap.add_argument("--budget-s", type=float, default=300.0)
     ap.add_argument("--config", type=Path, default=CONFIG)
+    ap.add_argument("--device", default="cuda", help="cuda; cpu only to smoke-test the MoE sweep")
     ap.add_argument("--write", action="store_true", help="replace the section in RESULTS.md")
     args = ap.parse_args(argv)
     config = dict(yaml.safe_load(args.config.read_text()))
     if args.run:
-        rec = run(config, args.out, args.budget_s)
+        if config.get("kind") == "moe":
+            rec = run_moe(config, args.out, args.budget_s, args.device)
+            points = len(rec["moe"])
+        else:
+            rec = run(config, args.out, args.budget_s)
+            points = len(rec["gemm"])
         sys.stdout.write(json.dumps({k: rec[k] for k in ("device", "errors")}, indent=1)
-                         + f"\n{len(rec['gemm'])} GEMM points, {rec.get('elapsed_s')} s\n")
+                         + f"\n{points} points, {rec.get('elapsed_s')} s\n")
         return 0
+    from benchmarks.results_md import emit
+
     text = render(data_files())
     return emit(SECTION, text, write=args.write)
 
