@@ -162,10 +162,15 @@ def run(config: Path, out: Path) -> None:
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "partial": True,
         "rotation": [], "tuner": {}}
     t0 = time.monotonic()
+    names = [w["name"] for w in cfg["workloads"]]
     for wl in cfg["workloads"]:
+        if wl["name"] not in cfg.get("rotate", names):
+            continue
         _say(f"rotation: {wl['name']}")
         rotate(cfg, model, wl, doc, out)
     for wl in cfg["workloads"]:
+        if wl["name"] not in cfg.get("tune", names):
+            continue
         _say(f"tuner: {wl['name']}")
         doc["tuner"][wl["name"]] = run_tuner(cfg, model, wl)
         _say(f"  {doc['tuner'][wl['name']]['decision']}")
@@ -189,7 +194,9 @@ def paired(doc: dict[str, Any], workload: str) -> dict[str, Any]:
     cmp = Comparison(pairs=pairs, interleaved=False, confidence=cfg["confidence"])
     d = cmp.to_dict()
     gain = cfg["minGain"]
-    if d["low"] is not None and d["low"] > 1 + gain:
+    if len(pairs) < 5:  # no interval reaches 90% with fewer (the widest of 5: 93.75%)
+        verdict = f"{len(pairs)} pair(s): no interval"
+    elif d["low"] is not None and d["low"] > 1 + gain:
         verdict = "off wins"
     elif d["high"] is not None and d["high"] < 1 - gain:
         verdict = "on wins"
@@ -208,9 +215,15 @@ def paired(doc: dict[str, Any], workload: str) -> dict[str, Any]:
                 m["goodput_tps"] for m in by[a]) > 0 else None for a in ARMS}}
 
 
+def section_name(cfg: dict[str, Any]) -> str:
+    """``chunked-prefill`` for run 1's label, ``chunked-prefill-N`` for run N's."""
+    n = cfg["label"].rsplit("-", 1)[-1]
+    return SECTION if n == "1" else f"{SECTION}-{n}"
+
+
 def render(doc: dict[str, Any]) -> str:
     cfg = doc["config"]
-    begin, end = markers(SECTION)
+    begin, end = markers(section_name(cfg))
     lines = [begin, f"## Chunked prefill on and off on the CPU engine ({cfg['label']})", "",
              f"**Measured on the vLLM CPU engine** ({doc['engine']}, {doc['cpus']} CPUs, "
              f"{doc['started']}), config `{doc['configFile']}`, committed before the run. "
@@ -245,7 +258,7 @@ def render(doc: dict[str, Any]) -> str:
         for name, t in doc["tuner"].items():
             lines.append(f"- {name}: {t.get('decision')} ({t.get('processWallSeconds')} s)")
     if doc.get("partial"):
-        lines += ["", "**Partial run** (stopped before the end)."]
+        lines += ["", "**Partial run**: " + doc.get("stoppedReason", "stopped before the end.")]
     lines.append(end)
     return "\n".join(lines) + "\n"
 
@@ -254,12 +267,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--config", type=Path, default=CONFIG)
     ap.add_argument("--out", type=Path, default=None, help="run and store here")
+    ap.add_argument("--data", type=Path, default=OUT, help="the stored run to render")
     ap.add_argument("--write", action="store_true", help="replace the section in RESULTS.md")
     args = ap.parse_args(argv)
     if args.out is not None:
         run(args.config, args.out)
         return 0
-    return emit(SECTION, render(json.loads(OUT.read_text())), write=args.write)
+    doc = json.loads(args.data.read_text())
+    return emit(section_name(doc["config"]), render(doc), write=args.write)
 
 
 if __name__ == "__main__":
