@@ -341,6 +341,12 @@ class SchedulingSpec(_Model):
     affinity: dict[str, Any] | None = None
     priority_class_name: str | None = Field(default=None, max_length=253,
                                             pattern=SUBDOMAIN_PATTERN)
+    # A replica spread over nodes (LeaderWorkerSet): the node label key whose values are
+    # the topology domains (rack, zone, node pool) each group gets to itself.
+    group_topology_key: str | None = Field(
+        default=None, min_length=1, max_length=317,
+        pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 
     @field_validator("node_selector")
     @classmethod

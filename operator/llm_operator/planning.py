@@ -963,6 +963,12 @@ def _make_plan(spec: LLMServiceSpec, gpus_per_node: int,
             f"workload's {concurrency} concurrent requests x {tokens_per_request:,} tokens "
             f"= {need.ideal_tokens:,}: "
             "vLLM will queue or preempt requests; add replicas or GPUs")
+    if spec.scheduling.group_topology_key and _nodes(fit, per_node) == 1:
+        warnings.append(
+            f"spec.scheduling.groupTopologyKey ({spec.scheduling.group_topology_key}) places "
+            "the groups of a replica spread over nodes (a LeaderWorkerSet), but a replica "
+            "here fits one node and runs as a Deployment: it has no effect. Fix: remove it, "
+            "or use spec.scheduling.affinity for a single-node replica")
 
     plan = Plan(
         model_name=facts.name, gpu_product=gpu.product, gpu_memory_bytes=gpu.memory_bytes,

@@ -28,10 +28,15 @@ from llm_operator import rendering
 from llm_operator.constants import ANNOTATION_SPEC_HASH, DEFAULT_IMAGE, GIB, LABEL_SERVICE
 from llm_operator.errors import SpecErrors
 from llm_operator.models import LLMService, parse_llmservice
-from llm_operator.planning import Plan, effective_engine_value
+from llm_operator.planning import Plan, effective_engine_value, make_plan
 from llm_operator.rendering.deployment import build_deployment
 from llm_operator.rendering.identity import COMPONENT_TUNING, labels_for, spec_hash
-from llm_operator.rendering.leaderworkerset import RAY_JOIN_TIMEOUT_SECONDS, build_leader_worker_set
+from llm_operator.rendering.leaderworkerset import (
+    EXCLUSIVE_TOPOLOGY_ANNOTATION,
+    RAY_JOIN_BASE_SECONDS,
+    build_leader_worker_set,
+    join_timeout_seconds,
+)
 from llm_operator.rendering.pod import MODEL_MOUNT_PATH
 from llm_operator.rendering.podmonitor import build_pod_monitor, prometheus_pod_label
 from llm_operator.rendering.service import build_service
@@ -968,7 +973,34 @@ def test_probes_only_on_the_leader_and_its_budget_covers_the_workers_joining() -
     startup = lead["startupProbe"]
     allowed = startup["periodSeconds"] * startup["failureThreshold"]
     loading = 600 + LLAMA_405B_PLAN["weight_bytes"] / (200 * 10**6)
-    assert loading + RAY_JOIN_TIMEOUT_SECONDS <= allowed
+    svc = make_svc(LLAMA_405B_SPEC)
+    join = join_timeout_seconds(svc.spec, hand_plan(**LLAMA_405B_PLAN))
+    assert loading + join <= allowed
+    # The leader's own wait is that long too (the script's deadline).
+    assert f"deadline = time.monotonic() + {join}" in lead["command"][2]
+
+
+def test_join_wait_covers_a_workers_download_and_only_the_base_from_a_volume() -> None:
+    """A worker joins after its own download init container: the leader waits the base
+    (scheduling, image pull) plus that container's budget, not a fixed 600 s; a model on
+    a volume has no download."""
+    plan = hand_plan(**LLAMA_405B_PLAN)
+    hub = join_timeout_seconds(make_svc(LLAMA_405B_SPEC).spec, plan)
+    # 812 GB at the download's 50 MB/s floor: 16,235 s, on top of 600 + 600.
+    assert hub == RAY_JOIN_BASE_SECONDS + 600 + 16_235
+    vol = {**LLAMA_405B_SPEC, "model": {"name": LLAMA_405B_SPEC["model"]["name"],
+                                        "volume": {"claimName": "weights"}}}
+    assert join_timeout_seconds(make_svc(vol).spec, plan) == RAY_JOIN_BASE_SECONDS
+
+
+def test_group_topology_key_becomes_the_lws_exclusive_topology_annotation() -> None:
+    key = "topology.kubernetes.io/zone"
+    spec = {**LLAMA_405B_SPEC, "scheduling": {**LLAMA_405B_SPEC["scheduling"],
+                                              "groupTopologyKey": key}}
+    lws = multi_node(spec)[0]
+    assert lws["metadata"]["annotations"][EXCLUSIVE_TOPOLOGY_ANNOTATION] == key
+    assert EXCLUSIVE_TOPOLOGY_ANNOTATION not in (
+        multi_node()[0]["metadata"].get("annotations") or {})
 
 
 def test_only_leaders_receive_traffic_and_are_scraped() -> None:
@@ -1197,3 +1229,14 @@ def test_pod_disruption_budget_only_for_several_replicas(replicas: int) -> None:
     assert pdb["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"][
         "matchLabels"]
     assert pdb["metadata"]["ownerReferences"][0]["uid"] == UID
+
+
+def test_group_topology_key_on_a_single_node_replica_is_said_not_dropped() -> None:
+    """Nothing the user gave is silently ignored: a plan that fits one node says the key
+    has no effect, with the fix."""
+    spec = make_svc({"model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
+                     "gpus": {"product": "NVIDIA-L4"},
+                     "scheduling": {"groupTopologyKey": "topology.kubernetes.io/zone"}}).spec
+    plan = make_plan(spec)
+    said = [w for w in plan.warnings if "groupTopologyKey" in w]
+    assert plan.nodes_per_replica == 1 and said and "no effect" in said[0]

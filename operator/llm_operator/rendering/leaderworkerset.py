@@ -11,9 +11,10 @@ from typing import Any
 
 from ..constants import VLLM_PORT
 from ..errors import SpecError, SpecErrors
-from ..models import LLMService
+from ..models import LLMService, LLMServiceSpec
 from ..planning import MULTI_NODE_EXECUTOR, Plan
 from ..settings import Settings
+from .download import download_budget_seconds
 from .identity import (
     COMPONENT_SERVER,
     LABEL_ROLE,
@@ -56,30 +57,43 @@ LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 RAY_PORT = 6379  # the Ray head's GCS port (Ray's default)
 # How long the leader waits for every worker to join its Ray cluster before it gives up
 # (the container exits, and LWS recreates the whole group); the leader's startup probe
-# allows this on top of the loading budget. Workers may need an image pull on their node.
-RAY_JOIN_TIMEOUT_SECONDS = 600
+# allows this on top of the loading budget (:func:`join_timeout_seconds`). A worker joins
+# once its pod is scheduled, its image pulled (the base) and its own download init
+# container has fetched the model, which may take that container's whole budget on a
+# node slower than the leader's.
+RAY_JOIN_BASE_SECONDS = 600
+# The LWS annotation that gives each group a topology domain of its own (one rack, zone
+# or node pool per group): its value is the node label key naming the domain.
+EXCLUSIVE_TOPOLOGY_ANNOTATION = "leaderworkerset.sigs.k8s.io/exclusive-topology"
 # Only shell variables (``${VAR}``) and ``"$@"``: Kubernetes rewrites ``$(VAR)`` and
 # ``$$`` in command and args, so neither may appear. LWS injects LWS_LEADER_ADDRESS and
 # LWS_GROUP_SIZE into every container; the leader's ``vllm serve`` arguments arrive as
 # the positional parameters (``sh -c SCRIPT NAME ARGS...``), so no argument is ever
 # re-parsed by the shell. ``exec`` makes vllm / ray PID 1, so they receive SIGTERM.
-RAY_WAIT_FOR_NODES = f"""import os, sys, time
+def ray_wait_for_nodes(timeout_s: int) -> str:
+    """The leader's Python that waits until ``LWS_GROUP_SIZE`` Ray nodes are alive, at
+    most ``timeout_s`` seconds."""
+    return f"""import os, sys, time
 import ray
 want = int(os.environ["LWS_GROUP_SIZE"])
 ray.init(address="auto")
-deadline = time.monotonic() + {RAY_JOIN_TIMEOUT_SECONDS}
+deadline = time.monotonic() + {timeout_s}
 while True:
     alive = sum(1 for node in ray.nodes() if node["Alive"])
     print(f"Ray nodes alive: {{alive}}/{{want}}", flush=True)
     if alive >= want:
         break
     if time.monotonic() > deadline:
-        sys.exit(f"Gave up after {RAY_JOIN_TIMEOUT_SECONDS} s waiting for {{want}} Ray nodes")
+        sys.exit(f"Gave up after {timeout_s} s waiting for {{want}} Ray nodes")
     time.sleep(5)
 """
-LEADER_SCRIPT = f"""set -e
+
+
+def leader_script(timeout_s: int) -> str:
+    """Ray head, the wait for every node (:func:`ray_wait_for_nodes`), then vLLM."""
+    return f"""set -e
 ray start --head --port={RAY_PORT} --disable-usage-stats
-python3 -c '{RAY_WAIT_FOR_NODES}'
+python3 -c '{ray_wait_for_nodes(timeout_s)}'
 exec {" ".join(VLLM_COMMAND)} "$@"
 """
 WORKER_SCRIPT = f"""head="${{LWS_LEADER_ADDRESS}}:{RAY_PORT}"
@@ -99,6 +113,14 @@ def is_multi_node(plan: Plan) -> bool:
 def leader_worker_set_name(svc: LLMService) -> str:
     """The LeaderWorkerSet's name: not the Service's (see ``LWS_NAME_SUFFIX``)."""
     return f"{svc.metadata.name}{LWS_NAME_SUFFIX}"
+
+
+def join_timeout_seconds(spec: LLMServiceSpec, plan: Plan) -> int:
+    """How long the leader waits for its workers: :data:`RAY_JOIN_BASE_SECONDS` plus a
+    worker's download budget (0 for a model on a volume), since a worker joins only after
+    its own download init container, which may run that long (the 405B in bf16 from the
+    Hub: 600 + 600 + 16,235 s)."""
+    return RAY_JOIN_BASE_SECONDS + download_budget_seconds(spec, plan)
 
 
 def gpus_per_pod(plan: Plan) -> int:
@@ -135,7 +157,7 @@ def build_leader_worker_set(
 
     One group per replica (``replicas`` = ``spec.replicas``, ``size`` = nodes per replica).
     The leader pod starts a Ray head, waits until all ``size`` nodes have joined (at most
-    ``RAY_JOIN_TIMEOUT_SECONDS``) and then runs ``vllm serve`` with the arguments of
+    :func:`join_timeout_seconds`) and then runs ``vllm serve`` with the arguments of
     :func:`~.vllm_args.build_vllm_args` plus ``--distributed-executor-backend ray``: vLLM places its
     TP x PP workers over the Ray cluster. Each worker pod joins the head at
     ``$LWS_LEADER_ADDRESS``. Every pod requests one node's share of the GPUs
@@ -155,13 +177,14 @@ def build_leader_worker_set(
     image = image_for(svc, settings)
     per_pod = gpus_per_pod(plan)
     env = build_env(spec, downloaded=True)
+    join_s = join_timeout_seconds(spec, plan)
 
     leader: dict[str, Any] = {
         "name": CONTAINER_NAME,
         "image": image,
         "imagePullPolicy": "IfNotPresent",
         # sh -c SCRIPT $0 "$@": the vLLM arguments stay a list, never re-split by a shell.
-        "command": ["/bin/sh", "-c", LEADER_SCRIPT, "vllm-leader"],
+        "command": ["/bin/sh", "-c", leader_script(join_s), "vllm-leader"],
         # Appended after extraArgs so that the Ray executor always wins (argparse keeps
         # the last): the multiprocessing executor cannot reach other nodes.
         "args": [*build_vllm_args(svc, plan, overrides), *MULTI_NODE_EXECUTOR],
@@ -179,7 +202,7 @@ def build_leader_worker_set(
         container["resources"] = build_resources(spec, plan, per_pod)
         container["volumeMounts"] = build_volume_mounts(spec)
     # The leader's startup includes waiting for the workers to join.
-    leader.update(build_probes(plan, extra_startup_seconds=RAY_JOIN_TIMEOUT_SECONDS))
+    leader.update(build_probes(plan, extra_startup_seconds=join_s))
     for container in (leader, worker):
         container["securityContext"] = copy.deepcopy(CONTAINER_SECURITY_CONTEXT)
 
@@ -190,6 +213,11 @@ def build_leader_worker_set(
 
     metadata = workload_metadata(svc)
     metadata["name"] = leader_worker_set_name(svc)
+    if spec.scheduling.group_topology_key:
+        # Each group in a topology domain of its own (LWS's pod webhook turns it into
+        # affinity and anti-affinity on that node label).
+        metadata.setdefault("annotations", {})[EXCLUSIVE_TOPOLOGY_ANNOTATION] = (
+            spec.scheduling.group_topology_key)
     lws: dict[str, Any] = {
         "apiVersion": LWS_API_VERSION,
         "kind": LWS_KIND,
