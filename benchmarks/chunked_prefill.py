@@ -195,7 +195,7 @@ def paired(doc: dict[str, Any], workload: str) -> dict[str, Any]:
     d = cmp.to_dict()
     gain = cfg["minGain"]
     if len(pairs) < 5:  # no interval reaches 90% with fewer (the widest of 5: 93.75%)
-        verdict = f"{len(pairs)} pair(s): no interval"
+        verdict = f"cannot tell apart ({len(pairs)} pairs reach no 90% interval)"
     elif d["low"] is not None and d["low"] > 1 + gain:
         verdict = "off wins"
     elif d["high"] is not None and d["high"] < 1 - gain:
@@ -241,8 +241,8 @@ def render(doc: dict[str, Any]) -> str:
         p = paired(doc, wl["name"])
         if not p["pairs"]:
             continue
-        ratio = (f"{p['ratio']:.3f} ({p['low']:.3f}-{p['high']:.3f}, {p['pairs']} pairs)"
-                 if p["low"] is not None else "-")
+        ratio = (f"{p['ratio']:.3f} ({p['low']:.3f}-{p['high']:.3f} at "
+                 f"{p['confidence']:.0%}, {p['pairs']} pairs)" if p["low"] is not None else "-")
         for a in ARMS:
             s = p["arms"][a]
             sp = p["spread"][a]
@@ -255,8 +255,23 @@ def render(doc: dict[str, Any]) -> str:
     if doc.get("tuner"):
         lines += ["", "The tuner with `--search-chunked-prefill` (chunked prefill the only "
                   "dimension):", ""]
+        from llm_operator.inpod.tuner.result import TABLE_COLUMNS
+
         for name, t in doc["tuner"].items():
-            lines.append(f"- {name}: {t.get('decision')} ({t.get('processWallSeconds')} s)")
+            lines += [f"- {name}: {t.get('decision')} ({t.get('processWallSeconds')} s)", "",
+                      "| trial | phase | chunked prefill | batched tokens | goodput tok/s | "
+                      "TTFT p95 ms | ITL p95 ms | vs (interval) |",
+                      "|---|---|---|---|---|---|---|---|"]
+            for row in t.get("table") or []:
+                r = dict(zip(TABLE_COLUMNS, row, strict=False))
+                vs = (f"#{r['against']}: {r['ratio']:.3f} ({r['low']:.3f}-{r['high']:.3f}, "
+                      f"{r['pairs']} pairs)" if r.get("ratio") is not None
+                      and r.get("low") is not None else "-")
+                cp = {None: "default (on)", True: "on", False: "off"}[r.get("chunkedPrefill")]
+                lines.append(f"| {r['trial']} | {r['phase']} | {cp} | "
+                             f"{r.get('maxNumBatchedTokens') or 'default'} | "
+                             f"{r.get('goodput') if r.get('goodput') is not None else '-'} | "
+                             f"{r.get('ttftP95Ms')} | {r.get('itlP95Ms')} | {vs} |")
     if doc.get("partial"):
         lines += ["", "**Partial run**: " + doc.get("stoppedReason", "stopped before the end.")]
     lines.append(end)

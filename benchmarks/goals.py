@@ -58,6 +58,7 @@ CURRENT: tuple[Config, ...] = (
            CPU),
     Config("Live admission cap vs static caps (adapt-live-1)",
            ("adaptation", "adaptation-2", "adaptation-3"), CPU),
+    Config("Prefix cache with the tuner's load (prefix-cache-1)", ("prefix-cache",), CPU),
     Config("Burst of new services (scale)", ("scale",), EMULATED),
     Config("Burst of new services on the real control plane (scale-cluster)",
            ("scale-cluster",), CLUSTER),
@@ -80,6 +81,8 @@ NO_GOALS: dict[str, str] = {
     "client-ab": "an A/B of the operator's API client",
     "client-keepalive": "an A/B of the client's keep-alive",
     "gpu-kernels": "PyTorch GEMMs on an H100 and an H200 against the model's efficiency factors",
+    "chunked-prefill": "chunked prefill on and off measured, a verdict per workload",
+    "chunked-prefill-2": "chunked prefill on and off measured, and the tuner's opt-in search",
 }
 
 
@@ -190,7 +193,8 @@ def section(text: str) -> str:
         "Every goal of the current runs, read from the sections below "
         "(`.venv/bin/python -m benchmarks.goals --write`; the sections say how each was "
         "measured and the config it was fixed in before the run). A config run more than "
-        "once shows each run's figure. Nothing here ran on a GPU of this project.",
+        "once shows each run's figure. No goal here ran on a GPU: the only GPU figures this "
+        "project measured itself are PyTorch kernels (`gpu-kernels`, below), not vLLM.",
         "",
         "| benchmark | goal | figure | met | where |",
         "|---|---|---|---|---|",

@@ -171,8 +171,10 @@ def render(doc: dict[str, Any]) -> str:
     goal = cfg["goals"]["sharedHitRateAbove"]
     if shared and shared["hitRates"]:
         met = min(shared["hitRates"]) > goal
-        lines += ["", f"Goal: the shared arm's hit rate above {goal:.0%} in every run: "
-                  f"{'met' if met else 'not met'} (lowest {min(shared['hitRates']):.0%})."]
+        lines += ["", "| goal | figure | met |", "|---|---|---|",
+                  f"| the shared arm's hit rate above {goal:.0%} in every run | lowest "
+                  f"{min(shared['hitRates']):.0%} of {len(shared['hitRates'])} runs | "
+                  f"{'met' if met else 'not met'} |"]
     if doc.get("partial"):
         lines += ["", "**Partial run** (stopped before the end)."]
     lines.append(end)
