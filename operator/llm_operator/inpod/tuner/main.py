@@ -179,7 +179,10 @@ def install_stop_handlers(deadline_s: float | None) -> None:
     signal.signal(signal.SIGTERM, stop)
     if deadline_s is not None:
         signal.signal(signal.SIGALRM, stop)
-        signal.setitimer(signal.ITIMER_REAL, max(0.1, deadline_s - DEADLINE_MARGIN_SECONDS))
+        after = max(0.1, deadline_s - DEADLINE_MARGIN_SECONDS)
+        signal.setitimer(signal.ITIMER_REAL, after)
+        log.info("Deadline armed: stopping by itself in %.1f s (--deadline-seconds %g less "
+                 "%g s to report)", after, deadline_s, DEADLINE_MARGIN_SECONDS)
 
 
 def disarm_stop_handlers() -> None:
