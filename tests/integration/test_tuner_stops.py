@@ -161,9 +161,10 @@ def test_sigterm_leaves_the_best_so_far_marked_partial(tmp_path: Path) -> None:
 @pytest.mark.parametrize("deadline", [9])
 def test_the_tuner_stops_itself_before_its_deadline(tmp_path: Path, deadline: int) -> None:
     proc, term, log = start_tuner(tmp_path, "--deadline-seconds", str(deadline))
-    # Timed from when the tuner arms its deadline, not from its process start: what comes
-    # before (Python's imports) is not under test, and on a loaded machine (4 test workers
-    # on 2 cores, 2026-11-28) start to exit once took 34 s for a 9 s deadline.
+    # Timed from when the tuner arms its deadline, not from its process start (Python's
+    # imports are not under test). Started in the background by a non-interactive shell
+    # (SIGINT ignored, inherited by the servers it stops with SIGINT), it took 34 s for a
+    # 9 s deadline until the tuner restored SIGINT's default (2026-11-28).
     wait_log(log, "Deadline armed", 120, proc)
     t0 = time.monotonic()
     try:
