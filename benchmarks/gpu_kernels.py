@@ -58,6 +58,42 @@ def _smi() -> str:
         return f"nvidia-smi failed: {e}"
 
 
+def seconds_per_call(fn: Any, iters: int, graph: bool, cuda: bool = True) -> float:
+    """Seconds per call of ``fn``: 3 warm-ups, then ``iters`` calls (replays of one CUDA
+    graph of it when ``graph``) between CUDA events; on the CPU (``cuda`` False, only to
+    smoke-test a sweep), between wall-clock readings."""
+    import torch
+
+    for _ in range(3):
+        fn()
+    if not cuda:
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        return (time.perf_counter() - t0) / iters
+    torch.cuda.synchronize()
+    call = fn
+    if graph:
+        g = torch.cuda.CUDAGraph()
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            fn()
+        torch.cuda.current_stream().wait_stream(s)
+        with torch.cuda.graph(g):
+            fn()
+        call = g.replay
+        call()
+    torch.cuda.synchronize()
+    t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    t0.record()
+    for _ in range(iters):
+        call()
+    t1.record()
+    torch.cuda.synchronize()
+    return t0.elapsed_time(t1) / 1e3 / iters
+
+
 def run(config: dict[str, Any], out: Path, budget_s: float) -> dict[str, Any]:
     import torch
     import torch.nn.functional as F
@@ -82,30 +118,7 @@ def run(config: dict[str, Any], out: Path, budget_s: float) -> dict[str, Any]:
     iters = int(config["iterations"])
 
     def timed(fn: Any, graph: bool) -> float:
-        """Seconds per call of fn: 3 warm-ups, then `iters` calls between CUDA events."""
-        for _ in range(3):
-            fn()
-        torch.cuda.synchronize()
-        call = fn
-        if graph:
-            g = torch.cuda.CUDAGraph()
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):
-                fn()
-            torch.cuda.current_stream().wait_stream(s)
-            with torch.cuda.graph(g):
-                fn()
-            call = g.replay
-            call()
-        torch.cuda.synchronize()
-        t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        t0.record()
-        for _ in range(iters):
-            call()
-        t1.record()
-        torch.cuda.synchronize()
-        return t0.elapsed_time(t1) / 1e3 / iters
+        return seconds_per_call(fn, iters, graph)
 
     fp8 = getattr(torch, "float8_e4m3fn", None)
     one = torch.ones((), device=dev, dtype=torch.float32)
@@ -242,31 +255,7 @@ def run_moe(config: dict[str, Any], out: Path, budget_s: float, device: str = "c
     iters = int(config["iterations"])
 
     def timed(fn: Any) -> float:
-        for _ in range(3):
-            fn()
-        if not cuda:
-            t0 = time.perf_counter()
-            for _ in range(iters):
-                fn()
-            return (time.perf_counter() - t0) / iters
-        torch.cuda.synchronize()
-        g = torch.cuda.CUDAGraph()
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            fn()
-        torch.cuda.current_stream().wait_stream(s)
-        with torch.cuda.graph(g):
-            fn()
-        g.replay()
-        torch.cuda.synchronize()
-        t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        t0.record()
-        for _ in range(iters):
-            g.replay()
-        t1.record()
-        torch.cuda.synchronize()
-        return t0.elapsed_time(t1) / 1e3 / iters
+        return seconds_per_call(fn, iters, graph=cuda, cuda=cuda)
 
     for rep in range(int(config["repeats"])):
         for layer in config["layers"]:
