@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -30,12 +29,12 @@ from typing import Any
 
 import yaml
 
+from benchmarks.cpu_engine_run import VLLM_PY, say, start, vllm_env
 from benchmarks.results_md import emit, markers
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "benchmarks" / "configs" / "chunked_prefill.yaml"
 OUT = ROOT / "benchmarks" / "data" / "chunked_prefill_1.json"
-VLLM_PY = Path(os.environ.get("LLMOP_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
 WORK = Path("/tmp/llmop-chunked-prefill")
 SECTION = "chunked-prefill"
 ARMS = {"on": None, "off": False}  # Config.chunked_prefill of each arm
@@ -72,10 +71,6 @@ for r in range(spec["rounds"]):
 """
 
 
-def _say(text: str) -> None:
-    sys.stdout.write(text + "\n")
-    sys.stdout.flush()
-
 
 def server_args(cfg: dict[str, Any], wl: dict[str, Any], budget: bool = True) -> list[str]:
     """Both arms' fixed flags; ``budget`` False leaves the batched tokens to the tuner."""
@@ -87,9 +82,6 @@ def server_args(cfg: dict[str, Any], wl: dict[str, Any], budget: bool = True) ->
             *e.get("extraFlags", [])]
 
 
-def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(ROOT / "operator"), "HF_HUB_OFFLINE": "1"}
-
 
 def rotate(cfg: dict[str, Any], model: Path, wl: dict[str, Any], doc: dict[str, Any],
            out: Path) -> None:
@@ -98,13 +90,13 @@ def rotate(cfg: dict[str, Any], model: Path, wl: dict[str, Any], doc: dict[str, 
             "logDir": str(WORK / f"rotation-{wl['name']}"), "arms": list(ARMS),
             "chunked": ARMS, "rounds": cfg["rounds"]}
     with open(WORK / f"rotation-{wl['name']}.log", "w") as log:
-        proc = subprocess.Popen([str(VLLM_PY), "-c", _ROTATE, json.dumps(spec)], env=_env(),
+        proc = subprocess.Popen([str(VLLM_PY), "-c", _ROTATE, json.dumps(spec)], env=vllm_env(),
                                 stdout=subprocess.PIPE, stderr=log, text=True)
         assert proc.stdout is not None
         for line in proc.stdout:
             m = json.loads(line)
             doc["rotation"].append(m)
-            _say(f"  {wl['name']} round {m['round']} {m['arm']}: goodput "
+            say(f"  {wl['name']} round {m['round']} {m['arm']}: goodput "
                  f"{m['goodput_tps']:.0f} tok/s, ITL p95 {m['itl_p95_ms']:.1f} ms, TTFT p95 "
                  f"{m['ttft_p95_ms']:.0f} ms, load {m['loadavgBefore'][0]:.1f}")
             out.write_text(json.dumps(doc, indent=1) + "\n")
@@ -130,7 +122,7 @@ def run_tuner(cfg: dict[str, Any], model: Path, wl: dict[str, Any]) -> dict[str,
         "--server-args=" + " ".join(server_args(cfg, wl, budget=False)),
         "--output", str(out), "--log-dir", str(out.with_suffix("")), "--progress", "log",
     ]  # fmt: skip
-    env = {**_env(), "LLMOP_TERMINATION_LOG": str(out.with_suffix(".msg"))}
+    env = {**vllm_env(), "LLMOP_TERMINATION_LOG": str(out.with_suffix(".msg"))}
     t0 = time.monotonic()
     proc = subprocess.run([str(VLLM_PY), "-m", "llm_operator.inpod.tuner", *argv], env=env,
                           capture_output=True, text=True, check=False)
@@ -149,31 +141,20 @@ def run_tuner(cfg: dict[str, Any], model: Path, wl: dict[str, Any]) -> dict[str,
 
 def run(config: Path, out: Path) -> None:
     cfg = yaml.safe_load(config.read_text())
-    sys.path.insert(0, str(ROOT))
-    from tests.support.tiny_model import ensure_tiny_llama
-
-    WORK.mkdir(parents=True, exist_ok=True)
-    model = ensure_tiny_llama(WORK / "models", VLLM_PY, **cfg["model"])
-    doc: dict[str, Any] = {
-        "config": cfg, "configFile": str(config.resolve().relative_to(ROOT)),
-        "commit": subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
-                                 text=True, check=False).stdout.strip(),
-        "engine": "vLLM CPU 0.32.0, generated Llama 13.6 M parameters", "cpus": os.cpu_count(),
-        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "partial": True,
-        "rotation": [], "tuner": {}}
+    model, doc = start(cfg, config, WORK, rotation=[], tuner={})
     t0 = time.monotonic()
     names = [w["name"] for w in cfg["workloads"]]
     for wl in cfg["workloads"]:
         if wl["name"] not in cfg.get("rotate", names):
             continue
-        _say(f"rotation: {wl['name']}")
+        say(f"rotation: {wl['name']}")
         rotate(cfg, model, wl, doc, out)
     for wl in cfg["workloads"]:
         if wl["name"] not in cfg.get("tune", names):
             continue
-        _say(f"tuner: {wl['name']}")
+        say(f"tuner: {wl['name']}")
         doc["tuner"][wl["name"]] = run_tuner(cfg, model, wl)
-        _say(f"  {doc['tuner'][wl['name']]['decision']}")
+        say(f"  {doc['tuner'][wl['name']]['decision']}")
         out.write_text(json.dumps(doc, indent=1) + "\n")
     doc["wallSeconds"] = round(time.monotonic() - t0)
     doc["partial"] = False

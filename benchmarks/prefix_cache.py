@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -22,12 +21,12 @@ from typing import Any
 
 import yaml
 
+from benchmarks.cpu_engine_run import VLLM_PY, say, start, vllm_env
 from benchmarks.results_md import emit, markers
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "benchmarks" / "configs" / "prefix_cache.yaml"
 OUT = ROOT / "benchmarks" / "data" / "prefix_cache_1.json"
-VLLM_PY = Path(os.environ.get("LLMOP_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
 WORK = Path("/tmp/llmop-prefix-cache")
 SECTION = "prefix-cache"
 
@@ -70,10 +69,6 @@ finally:
 """
 
 
-def _say(text: str) -> None:
-    sys.stdout.write(text + "\n")
-    sys.stdout.flush()
-
 
 def server_args(cfg: dict[str, Any], caching: bool) -> list[str]:
     e = cfg["engine"]
@@ -88,7 +83,7 @@ def phase(cfg: dict[str, Any], model: Path, name: str, caching: bool, arms: list
             "waves": cfg["waves"], "minPrompts": cfg["minPrompts"],
             "serverArgs": server_args(cfg, caching), "logDir": str(WORK / name),
             "rounds": cfg["rounds"], "arms": arms, "phase": name}
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "operator"), "HF_HUB_OFFLINE": "1"}
+    env = vllm_env()
     with open(WORK / f"{name}.log", "w") as log:
         proc = subprocess.Popen([str(VLLM_PY), "-c", _PHASE, json.dumps(spec)], env=env,
                                 stdout=subprocess.PIPE, stderr=log, text=True)
@@ -97,7 +92,7 @@ def phase(cfg: dict[str, Any], model: Path, name: str, caching: bool, arms: list
             m = json.loads(line)
             doc["runs"].append(m)
             rate = "-" if m["hitRate"] is None else f"{m['hitRate']:.0%}"
-            _say(f"  {name} round {m['round']} {m['arm']}: hits {rate}, TTFT p95 "
+            say(f"  {name} round {m['round']} {m['arm']}: hits {rate}, TTFT p95 "
                  f"{m['ttft_p95_ms']:.0f} ms, goodput {m['goodput_tps']:.0f} tok/s")
             out.write_text(json.dumps(doc, indent=1) + "\n")
         if proc.wait() != 0:
@@ -106,22 +101,11 @@ def phase(cfg: dict[str, Any], model: Path, name: str, caching: bool, arms: list
 
 def run(config: Path, out: Path) -> None:
     cfg = yaml.safe_load(config.read_text())
-    sys.path.insert(0, str(ROOT))
-    from tests.support.tiny_model import ensure_tiny_llama
-
-    WORK.mkdir(parents=True, exist_ok=True)
-    model = ensure_tiny_llama(WORK / "models", VLLM_PY, **cfg["model"])
-    doc: dict[str, Any] = {
-        "config": cfg, "configFile": str(config.resolve().relative_to(ROOT)),
-        "commit": subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
-                                 text=True, check=False).stdout.strip(),
-        "engine": "vLLM CPU 0.32.0, generated Llama 13.6 M parameters", "cpus": os.cpu_count(),
-        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "partial": True,
-        "runs": []}
+    model, doc = start(cfg, config, WORK, runs=[])
     t0 = time.monotonic()
-    _say("phase 1: prefix caching on")
+    say("phase 1: prefix caching on")
     phase(cfg, model, "caching-on", True, ["shared", "unshared"], doc, out)
-    _say("phase 2: prefix caching off")
+    say("phase 2: prefix caching off")
     phase(cfg, model, "caching-off", False, ["shared"], doc, out)
     doc["wallSeconds"] = round(time.monotonic() - t0)
     doc["partial"] = False
