@@ -46,6 +46,8 @@ MANAGED_FLAGS: dict[str, str] = {
     "-tp": "spec.engine.tensorParallelSize",
     "--pipeline-parallel-size": "spec.engine.pipelineParallelSize",
     "-pp": "spec.engine.pipelineParallelSize",
+    "--decode-context-parallel-size": "spec.engine.decodeContextParallelSize",
+    "-dcp": "spec.engine.decodeContextParallelSize",
     "--max-model-len": "spec.engine.maxModelLen",
     "--gpu-memory-utilization": "spec.engine.gpuMemoryUtilization",
     "--max-num-seqs": "spec.engine.maxNumSeqs",

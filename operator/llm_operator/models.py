@@ -418,6 +418,11 @@ class KVCacheDtype(StrEnum):
 class EngineSpec(_Model):
     tensor_parallel_size: AutoInt = "auto"
     pipeline_parallel_size: AutoInt = "auto"
+    # vLLM's --decode-context-parallel-size: the KV cache split by tokens over the
+    # tensor-parallel ranks that would otherwise each hold a copy (MLA, or fewer KV heads
+    # than ranks); no more GPUs. auto: planned only where one copy per rank would not
+    # hold the workload (llm_operator.planning.decode_context_parallel_sizes).
+    decode_context_parallel_size: AutoInt = "auto"
     max_model_len: AutoInt = "auto"
     gpu_memory_utilization: float = Field(default=DEFAULT_GPU_MEMORY_UTILIZATION, gt=0, le=1)
     max_num_seqs: AutoInt = "auto"
@@ -431,6 +436,7 @@ class EngineSpec(_Model):
     @field_validator(
         "tensor_parallel_size",
         "pipeline_parallel_size",
+        "decode_context_parallel_size",
         "max_model_len",
         "max_num_seqs",
         "max_num_batched_tokens",

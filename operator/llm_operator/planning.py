@@ -192,6 +192,11 @@ class Plan(BaseModel):
     # (the renderer then uses the built-in default).
     startup_budget_seconds: int = 0
     load_bytes_per_second: int = 0
+    # vLLM's --decode-context-parallel-size: the KV cache split by tokens over this many of
+    # the TP ranks (1: not split). With it block_size is 16 x this (vLLM's KV manager
+    # counts a block of every rank's 16 tokens) and kv_bytes_per_token the average bytes a
+    # token takes on one GPU.
+    decode_context_parallel_size: int = 1
 
 
 # --------------------------------------------------------------------------- pure formulas
@@ -227,7 +232,7 @@ def kv_request_tokens(kv_budget_bytes: int, kv_bytes_per_token: int,
 
 def kv_bytes_per_token(facts: ModelFacts, tp: int, pp: int, kv_dtype_bytes: int,
                        tokens: int = 0, state_dtype_bytes: int = 2,
-                       conv_dtype_bytes: int | None = None) -> int:
+                       conv_dtype_bytes: int | None = None, dcp: int = 1) -> int:
     """KV bytes one token takes on one GPU.
 
     Full-attention layers: 2 x ceil(layers / PP) x ceil(kv_heads / TP) x head_dim x
@@ -237,6 +242,11 @@ def kv_bytes_per_token(facts: ModelFacts, tp: int, pp: int, kv_dtype_bytes: int,
     bytes of sliding-window and linear-attention/Mamba layers
     (:func:`kv_bytes_per_sequence`) are spread over those tokens (rounded up); without,
     sliding-window layers count as full attention (the conservative bound).
+
+    ``dcp`` (decode context parallel): the attention layers' per-token bytes over ``dcp``
+    ranks, rounded up (vLLM's AttentionSpec is dcp_sharded: each rank keeps every
+    dcp-th token, vllm/v1/kv_cache_interface.py); Mamba states and DeepSeek-V4's
+    compressed caches are not divided (not AttentionSpecs; the bound).
     """
     if facts.mla_kv_dim is not None:
         layers = math.ceil((facts.kv_layers + (facts.sliding_window_layers if tokens <= 0
@@ -251,6 +261,7 @@ def kv_bytes_per_token(facts: ModelFacts, tp: int, pp: int, kv_dtype_bytes: int,
                  * math.ceil(facts.num_key_value_heads / tp) * facts.kv_width
                  * kv_dtype_bytes) if tokens <= 0 else 0
         per_token = full + extra
+    per_token = math.ceil(per_token / dcp)
     # DeepSeek-V4: its compressed caches a token, replicated over TP, split by PP (and its
     # window caches as if never freed, without a length).
     per_token += math.ceil((facts.compressed_kv_bytes_per_token + (
@@ -259,13 +270,13 @@ def kv_bytes_per_token(facts: ModelFacts, tp: int, pp: int, kv_dtype_bytes: int,
                            or facts.window_kv_bytes_per_sequence):
         return per_token
     per_seq = kv_bytes_per_sequence(facts, tp, pp, kv_dtype_bytes, tokens, state_dtype_bytes,
-                                    conv_dtype_bytes)
+                                    conv_dtype_bytes, dcp)
     return per_token + math.ceil(per_seq / tokens)
 
 
 def kv_bytes_per_sequence(facts: ModelFacts, tp: int, pp: int, kv_dtype_bytes: int,
                           tokens: int, state_dtype_bytes: int = 2,
-                          conv_dtype_bytes: int | None = None) -> int:
+                          conv_dtype_bytes: int | None = None, dcp: int = 1) -> int:
     """Bytes one sequence of ``tokens`` takes on one GPU in the layers that do not pay per
     token: sliding-window layers hold min(tokens, window + one block) tokens of K and V
     (vLLM's SlidingWindowSpec frees the blocks that leave the window); linear-attention
@@ -277,9 +288,9 @@ def kv_bytes_per_sequence(facts: ModelFacts, tp: int, pp: int, kv_dtype_bytes: i
     sliding = 0
     if facts.sliding_window_layers and facts.sliding_window:
         held = min(tokens, facts.sliding_window + BLOCK_SIZE)
-        sliding = (math.ceil(facts.sliding_window_layers / pp)
-                   * math.ceil(facts.num_key_value_heads / tp) * facts.kv_width
-                   * kv_dtype_bytes * held)
+        sliding = math.ceil(math.ceil(facts.sliding_window_layers / pp)
+                            * math.ceil(facts.num_key_value_heads / tp) * facts.kv_width
+                            * kv_dtype_bytes * held / dcp)
     sliding += math.ceil(facts.window_kv_bytes_per_sequence / pp)  # DeepSeek-V4's windows
     conv = facts.state_conv_elements_per_layer
     conv_bytes = state_dtype_bytes if conv_dtype_bytes is None else conv_dtype_bytes
@@ -330,6 +341,35 @@ def valid_tensor_parallel_sizes(facts: ModelFacts, limit: int) -> list[int]:
     kvs = {facts.num_key_value_heads, facts.full_kv_heads}  # Gemma 4: two KV head counts
     return [t for t in range(1, limit + 1)
             if heads % t == 0 and all(kv % t == 0 or t % kv == 0 for kv in kvs)]
+
+
+def decode_context_parallel_sizes(facts: ModelFacts, tp: int) -> list[int]:
+    """``--decode-context-parallel-size`` values vLLM 0.32 accepts for this model at
+    tensor-parallel size ``tp``, ascending (always 1). They divide TP (the DCP ranks are
+    TP ranks: vllm/config/parallel.py ParallelConfig, "must be divisible by dcp_size");
+    for a model of KV heads (not MLA) TP must exceed the KV heads, DCP is at most TP / KV
+    heads and divides the query heads per KV head (vllm/config/model.py
+    ModelConfig.verify_with_parallel_config). An MLA model's one latent "head" is on every
+    rank, so any divisor of TP (docs/serving/context_parallel_deployment.md: DeepSeek-R1 at
+    -tp 8 -dcp 8). Every NVIDIA attention backend vLLM picks for these (FlashAttention,
+    FlashInfer, FlashMLA, CUTLASS and Triton MLA) has supports_dcp."""
+    divisors = [d for d in range(1, tp + 1) if tp % d == 0]
+    if facts.is_mla:
+        return divisors
+    kv, heads = facts.num_key_value_heads, facts.num_attention_heads
+    if tp <= kv or kv <= 0:
+        return [1]
+    return [d for d in divisors if d <= tp // kv and (heads // kv) % d == 0]
+
+
+def dcp_plannable(facts: ModelFacts) -> bool:
+    """Whether the planner sets decode context parallelism on its own for this model:
+    attention of one kind, full or latent, in every layer holding a cache. Sliding-window,
+    linear-attention/Mamba and DeepSeek-V4's compressed layers are left at 1 (a pin is
+    still taken, and vLLM's rules judge it): their caches split otherwise or not at all,
+    and nothing here has measured them."""
+    return not (facts.sliding_window_layers or facts.state_layers
+                or facts.compressed_kv_bytes_per_token or facts.window_kv_bytes_per_sequence)
 
 
 def vllm_default_max_num_seqs(gpu: GPUFacts) -> int:
@@ -453,6 +493,7 @@ class _Need:
     seq_tokens: int = 0
     state_bytes: int = 2
     conv_bytes: int = 2  # a Mamba / linear-attention layer's conv state: the model's dtype
+    dcp_pin: int | None = None  # spec.engine.decodeContextParallelSize when pinned
 
 
 @dataclass(frozen=True)
@@ -464,19 +505,59 @@ class _Fit:
     kv_budget: int
     capacity: int  # tokens, as vLLM logs it
     usable_tokens: int  # what requests can use (capacity less the null block)
+    dcp: int = 1  # decode context parallel size
+    kv_per_token_whole: int = 0  # KV bytes per token on one GPU without DCP (0: as above)
 
     @property
     def gpus(self) -> int:
         return self.tp * self.pp
 
+    @property
+    def block(self) -> int:
+        """Tokens of one KV block as vLLM's KV manager counts them (16 on each DCP rank)."""
+        return BLOCK_SIZE * self.dcp
 
-def _evaluate(need: _Need, tp: int, pp: int) -> _Fit:
+    @property
+    def label(self) -> str:
+        return (f"TP={self.tp}" + (f" PP={self.pp}" if self.pp > 1 else "")
+                + (f" DCP={self.dcp}" if self.dcp > 1 else ""))
+
+
+def _fit_at(need: _Need, tp: int, pp: int, dcp: int) -> _Fit:
     per_gpu = math.ceil(need.weights / (tp * pp))
     kv_tok = kv_bytes_per_token(need.facts, tp, pp, need.kv_bytes, need.seq_tokens,
-                                need.state_bytes, need.conv_bytes)
+                                need.state_bytes, need.conv_bytes, dcp)
+    whole = kv_tok if dcp == 1 else kv_bytes_per_token(
+        need.facts, tp, pp, need.kv_bytes, need.seq_tokens, need.state_bytes, need.conv_bytes)
     budget = need.usable - per_gpu
-    return _Fit(tp, pp, per_gpu, kv_tok, budget, kv_token_capacity(budget, kv_tok),
-                kv_request_tokens(budget, kv_tok))
+    block = BLOCK_SIZE * dcp
+    return _Fit(tp, pp, per_gpu, kv_tok, budget, kv_token_capacity(budget, kv_tok, block),
+                kv_request_tokens(budget, kv_tok, block), dcp, whole)
+
+
+def _holds(need: _Need, fit: _Fit) -> bool:
+    """Whether a candidate holds the workload: one sequence of the hard length, and the
+    concurrent requests in whole blocks."""
+    if fit.usable_tokens < need.hard_tokens:
+        return False
+    if need.concurrency <= 0:
+        return fit.usable_tokens >= need.ideal_tokens
+    return held_sequences(need, fit) >= need.concurrency
+
+
+def _evaluate(need: _Need, tp: int, pp: int) -> _Fit:
+    """The candidate at (TP, PP), with its decode context parallel size: the pinned one,
+    else (:func:`dcp_plannable` models) the smallest vLLM accepts whose KV cache holds the
+    workload, or the largest when none does (the most of it); else 1."""
+    if need.dcp_pin is not None:
+        return _fit_at(need, tp, pp, need.dcp_pin)
+    sizes = decode_context_parallel_sizes(need.facts, tp) if dcp_plannable(need.facts) else [1]
+    fit = _fit_at(need, tp, pp, 1)
+    for d in sizes[1:]:
+        if _holds(need, fit) or fit.kv_budget <= 0:  # held, or the weights do not fit
+            break
+        fit = _fit_at(need, tp, pp, d)
+    return fit
 
 
 def _nodes(fit: _Fit, per_node: int) -> int:
@@ -509,7 +590,7 @@ def _choose_detail(need: _Need, cands: Iterable[tuple[int, int]]) -> _Choice:
     for i, f in enumerate(fits):
         if _nodes(f, need.per_node) > limit:
             break
-        if f.usable_tokens >= need.ideal_tokens:
+        if _holds(need, f):
             cheaper = [j for j in range(first, i) if fits[j].gpus < f.gpus]
             for j in cheaper:
                 if _tolerated(need, fits[j]):
@@ -523,7 +604,8 @@ def _choose_detail(need: _Need, cands: Iterable[tuple[int, int]]) -> _Choice:
 def held_sequences(need: _Need, fit: _Fit) -> int:
     """Requests of the workload the candidate's KV cache holds at once, in whole blocks
     as vLLM allocates them (its null block excluded)."""
-    return (fit.usable_tokens // BLOCK_SIZE) // max(1, need.request_blocks)
+    per_request = math.ceil(need.request_blocks * BLOCK_SIZE / fit.block)
+    return (fit.usable_tokens // fit.block) // max(1, per_request)
 
 
 def queue_wait_bound_s(need: _Need, held: int) -> float:
@@ -550,7 +632,7 @@ def _serves(need: _Need, fit: _Fit) -> str:
     """What a candidate would serve, for people: ``TP=2 (2 GPUs) holds 30 of the 32
     concurrent sequences (94%) at 768 tokens``."""
     held = min(held_sequences(need, fit), need.concurrency)
-    label = f"TP={fit.tp}" + (f" PP={fit.pp}" if fit.pp > 1 else "")
+    label = fit.label
     pct = 100 * held / need.concurrency if need.concurrency else 0
     return (f"{label} ({fit.gpus} GPU{'s' if fit.gpus > 1 else ''}) holds {held} of the "
             f"{need.concurrency} concurrent sequences ({pct:.0f}%) at "
@@ -558,7 +640,7 @@ def _serves(need: _Need, fit: _Fit) -> str:
 
 
 def _why_not(need: _Need, f: _Fit) -> str:
-    label = f"TP={f.tp}" + (f" PP={f.pp}" if f.pp > 1 else "")
+    label = f.label
     if f.kv_budget <= 0:
         whole = f" (of {human_bytes(need.weights)})" if f.gpus > 1 else ""
         return (f"{label}: weights {human_bytes(f.weights_per_gpu)} per GPU{whole} "
@@ -917,9 +999,12 @@ def _make_plan(spec: LLMServiceSpec, gpus_per_node: int,
                  output_tokens=wl.output_tokens, ttft_s=wl.slo.ttft_p95_ms / 1000,
                  itl_s=wl.slo.itl_p95_ms / 1000, seq_tokens=tokens_per_request,
                  state_bytes=DTYPE_BYTES.get(facts.state_dtype or dtype, dbytes),
-                 conv_bytes=dbytes)
+                 conv_bytes=dbytes, dcp_pin=_pinned(engine.decode_context_parallel_size))
     count = spec.gpus.count if isinstance(spec.gpus.count, int) else None
     cands = _candidates(need, facts, engine, count)
+    if need.dcp_pin is not None and not isinstance(engine.tensor_parallel_size, int):
+        # With TP pinned too, vLLM's own rules judge the pair (engine_rules).
+        cands = _dcp_candidates(spec, facts, cands, need.dcp_pin)
     choice = _choose_detail(need, cands)
     fit, ideal, rejected = choice.fit, choice.ideal, choice.rejected
     if fit is None:
@@ -929,6 +1014,7 @@ def _make_plan(spec: LLMServiceSpec, gpus_per_node: int,
     ex: list[Explained] = []
     _explain_facts(ex, spec, facts, gpu, dtype, dbytes, kvb, weights, usable)
     _explain_parallelism(ex, warnings, spec, need, fit, ideal, rejected, concurrency)
+    _explain_dcp(ex, spec, need, fit)
     _explain_alternatives(ex, warnings, spec, need, choice)
     _explain_rollout(ex, spec, fit.gpus)
     startup = _explain_startup(ex, spec, weights, load_bandwidth)
@@ -936,7 +1022,10 @@ def _make_plan(spec: LLMServiceSpec, gpus_per_node: int,
     capacity = fit.capacity
     ex.append(Explained(
         name="kvTokenCapacity", value=capacity, unit="tokens",
-        formula="floor((usable - weights per GPU) / (16-token block x KV bytes per token)) x 16",
+        formula=(f"floor((usable - weights per GPU) / ({fit.block}-token block x KV bytes per "
+                 f"token)) x {fit.block}"
+                 + (f" (a block: {BLOCK_SIZE} tokens on each of {fit.dcp} decode context "
+                    "parallel ranks)" if fit.dcp > 1 else "")),
         inputs={"usableBytesPerGpu": usable, "weightBytesPerGpu": fit.weights_per_gpu,
                 "kvBudgetBytesPerGpu": fit.kv_budget, "kvBytesPerToken": fit.kv_per_token,
                 "blockSize": BLOCK_SIZE}))
@@ -957,7 +1046,7 @@ def _make_plan(spec: LLMServiceSpec, gpus_per_node: int,
             "engine to crash or produce incorrect outputs\"), and needs "
             "maxNumBatchedTokens >= maxModelLen without it; the tuner never switches it off. "
             "Fix: remove the field (vLLM's default, on) unless you have measured the gain")
-    if not ideal and fit.usable_tokens < need.ideal_tokens and choice.tolerated_over is None:
+    if not ideal and not _holds(need, fit) and choice.tolerated_over is None:
         warnings.append(
             f"KV cache holds {fit.usable_tokens:,} tokens for requests, less than the "
             f"workload's {concurrency} concurrent requests x {tokens_per_request:,} tokens "
@@ -984,6 +1073,7 @@ def _make_plan(spec: LLMServiceSpec, gpus_per_node: int,
         adjustments=adjusted, fact_sources=fact_sources(spec, facts),
         startup_budget_seconds=startup.seconds,
         load_bytes_per_second=startup.load_bytes_per_second,
+        decode_context_parallel_size=fit.dcp, block_size=fit.block,
     )
     sized = with_pod_sizing(spec, _check_utilization(spec, plan, gpus_per_node, read))
     _raise(_pod_memory_errors(spec, sized) + _host_buffer_errors(spec, sized))
@@ -1295,15 +1385,77 @@ def _explain_kv(need: _Need, fit: _Fit) -> Explained:
         inputs.update(compressedBytesPerToken=facts.compressed_kv_bytes_per_token,
                       windowBytesPerSequence=facts.window_kv_bytes_per_sequence,
                       sequenceTokens=need.seq_tokens)
+    if fit.dcp > 1:
+        formula += (f"; split by tokens over {fit.dcp} decode context parallel ranks (each "
+                    f"keeps one token in {fit.dcp}; vLLM's dcp_sharded AttentionSpec)")
+        inputs.update(decodeContextParallelSize=fit.dcp,
+                      kvBytesPerTokenWithoutDcp=fit.kv_per_token_whole)
     inputs["modelFacts"] = facts.source
     return Explained(name="kvBytesPerToken", value=fit.kv_per_token, unit="bytes",
                      formula=formula, inputs=inputs)
 
 
+def _dcp_candidates(spec: LLMServiceSpec, facts: ModelFacts, cands: list[tuple[int, int]],
+                    dcp: int) -> list[tuple[int, int]]:
+    """The (TP, PP) candidates at which vLLM takes a pinned decode context parallel size;
+    none: the error names the field, the sizes vLLM takes and the TP they need."""
+    kept = [(t, p) for t, p in cands if dcp in decode_context_parallel_sizes(facts, t)]
+    if kept:
+        return kept
+    tps = sorted({t for t, _ in cands})
+    ok = {t: decode_context_parallel_sizes(facts, t) for t in tps}
+    rule = ("a divisor of tensorParallelSize (multi-head latent attention)" if facts.is_mla
+            else f"a divisor of tensorParallelSize, at most tensorParallelSize / "
+                 f"{facts.num_key_value_heads} KV heads (so TP above the KV heads), dividing "
+                 f"the {facts.num_attention_heads // max(1, facts.num_key_value_heads)} query "
+                 "heads per KV head")
+    raise SpecError(
+        "spec.engine.decodeContextParallelSize",
+        f"{dcp} is not a size vLLM 0.32 takes for {facts.name} at the tensor-parallel sizes "
+        f"this plan can use ({', '.join(f'TP={t}: {ok[t]}' for t in tps)}): it must be "
+        f"{rule} (vllm/config/model.py ModelConfig.verify_with_parallel_config)",
+        "set it to one of those sizes, or auto")
+
+
+def _explain_dcp(ex: list[Explained], spec: LLMServiceSpec, need: _Need, fit: _Fit) -> None:
+    """decodeContextParallelSize, where it is not 1 or vLLM would take another size."""
+    sizes = decode_context_parallel_sizes(need.facts, fit.tp)
+    pinned = isinstance(spec.engine.decode_context_parallel_size, int)
+    if fit.dcp == 1 and len(sizes) == 1 and not pinned:
+        return
+    one = _fit_at(need, fit.tp, fit.pp, 1)
+    if pinned:
+        formula = "pinned by the user"
+    elif not dcp_plannable(need.facts):
+        formula = ("1: the planner splits only caches of full or latent attention in every "
+                   "layer (this model has sliding-window, linear-attention/Mamba or "
+                   "compressed layers); pin it to use another size vLLM takes")
+    elif fit.dcp == 1:
+        formula = ("1: one copy of the KV cache on every TP rank holds the workload (vLLM's "
+                   "advice: add decode context parallelism to reduce that duplication where "
+                   "the KV cache is short; it costs communication in every decode step)")
+    else:
+        formula = (f"the smallest size vLLM takes at TP={fit.tp} ({sizes}) whose KV cache "
+                   "holds the workload, else the largest: each TP rank would otherwise hold "
+                   "a copy of every token's KV"
+                   + (" (multi-head latent attention: one latent head)" if need.facts.is_mla
+                      else f" ({need.facts.num_key_value_heads} KV heads on {fit.tp} ranks)"))
+    ex.append(Explained(
+        name="decodeContextParallelSize", value=fit.dcp,
+        source="pinned" if pinned else "planned", formula=formula,
+        inputs={"validSizes": sizes, "tensorParallelSize": fit.tp,
+                "kvTokensWithoutDcp": one.capacity, "kvTokens": fit.capacity,
+                "heldSequencesWithoutDcp": min(held_sequences(need, one), need.concurrency),
+                "heldSequences": min(held_sequences(need, fit), need.concurrency),
+                "concurrency": need.concurrency,
+                "source": "vllm/config/model.py ModelConfig.verify_with_parallel_config; "
+                          "docs/serving/context_parallel_deployment.md"}))
+
+
 def _plan_max_model_len(ex: list[Explained], warnings: list[str], facts: ModelFacts,
                         pinned: int | None, fit: _Fit, tokens_per_request: int = 0) -> int:
     inputs = {"maxContext": facts.max_context, "kvTokenCapacity": fit.capacity,
-              "nullBlockTokens": NULL_BLOCKS * BLOCK_SIZE, "requestTokens": fit.usable_tokens,
+              "nullBlockTokens": NULL_BLOCKS * fit.block, "requestTokens": fit.usable_tokens,
               "margin": MODEL_LEN_MARGIN}
     if pinned is not None:
         ex.append(Explained(name="maxModelLen", value=pinned, unit="tokens", source="pinned",
@@ -1385,7 +1537,8 @@ def _plan_max_num_seqs(ex: list[Explained], warnings: list[str], adjusted: list[
                        blocks_per_request: int, tokens_per_request: int
                        ) -> tuple[int, int, int]:
     engine = spec.engine
-    blocks = fit.usable_tokens // BLOCK_SIZE
+    blocks = fit.usable_tokens // fit.block
+    blocks_per_request = math.ceil(tokens_per_request / fit.block)
     mem_seqs = max(1, blocks // blocks_per_request)
     cap = vllm_default_max_num_seqs(gpu)
     inputs: dict[str, Any] = {
@@ -1402,8 +1555,11 @@ def _plan_max_num_seqs(ex: list[Explained], warnings: list[str], adjusted: list[
                             formula="pinned by the user", inputs=inputs))
         return engine.max_num_seqs, mem_seqs, cap
     value = min(mem_seqs, cap)
-    formula = ("min(max(1, floor((KV blocks - null block) / ceil((input + output) / 16))), "
-               "vLLM default cap)")
+    formula = (f"min(max(1, floor((KV blocks - null block) / ceil((input + output) / "
+               f"{fit.block}))), vLLM default cap)")
+    if fit.dcp > 1:
+        formula += (f"; a block is {BLOCK_SIZE} tokens on each of the {fit.dcp} decode "
+                    "context parallel ranks")
     batched = engine.max_num_batched_tokens
     if isinstance(batched, int) and batched < value:
         adjusted.append(
@@ -1704,6 +1860,12 @@ def engine_flags(spec: LLMServiceSpec, plan: Plan,
         flags.append(EngineFlag(("--pipeline-parallel-size", str(plan.pipeline_parallel_size)),
                                 "spec.engine.pipelineParallelSize",
                                 _pinned_or_planned(engine.pipeline_parallel_size)))
+    if plan.decode_context_parallel_size > 1 or isinstance(
+            engine.decode_context_parallel_size, int):
+        flags.append(EngineFlag(
+            ("--decode-context-parallel-size", str(plan.decode_context_parallel_size)),
+            "spec.engine.decodeContextParallelSize",
+            _pinned_or_planned(engine.decode_context_parallel_size)))
     flags += [
         EngineFlag(("--max-model-len", str(plan.max_model_len)), "spec.engine.maxModelLen",
                    _pinned_or_planned(engine.max_model_len)),

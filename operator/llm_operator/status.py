@@ -161,6 +161,8 @@ def plan_summary(plan: Plan) -> JSON:
     }
     if plan.max_num_batched_tokens is not None:
         summary["maxNumBatchedTokens"] = plan.max_num_batched_tokens
+    if plan.decode_context_parallel_size > 1:
+        summary["decodeContextParallelSize"] = plan.decode_context_parallel_size
     if plan.warnings:
         summary["warnings"] = list(plan.warnings)
     if plan.adjustments:
@@ -181,7 +183,10 @@ def plan_message(plan: Plan) -> str:
     return (
         f"{plan.model_name} on {plan.gpus_per_replica} x {plan.gpu_product} per replica: "
         f"tensor-parallel {plan.tensor_parallel_size}, pipeline-parallel "
-        f"{plan.pipeline_parallel_size}, max-model-len {plan.max_model_len}, "
+        f"{plan.pipeline_parallel_size}"
+        + (f", decode-context-parallel {plan.decode_context_parallel_size}"
+           if plan.decode_context_parallel_size > 1 else "")
+        + f", max-model-len {plan.max_model_len}, "
         f"max-num-seqs {plan.max_num_seqs}, KV capacity {plan.kv_token_capacity} tokens"
     )
 

@@ -74,7 +74,7 @@ def test_the_same_arguments_with_their_values_in_range_are_accepted() -> None:
     for engine in ({"extraArgs": ["--max-num-active-seqs", "8"]},
                    {"extraArgs": ["--long-prefill-token-threshold=1024"]},
                    {"enableChunkedPrefill": False, "maxNumBatchedTokens": 1024},
-                   {"tensorParallelSize": 4, "extraArgs": ["-dcp", "2"]},
+                   {"tensorParallelSize": 4, "decodeContextParallelSize": 2},
                    {"extraArgs": ["--enable-lora", "--max-loras", "4", "--max-cpu-loras", "4"]},
                    {"maxNumBatchedTokens": 32, "extraArgs": [
                        "--enable-lora", "--speculative-config",

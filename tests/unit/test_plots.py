@@ -108,7 +108,7 @@ def test_a_run_whose_every_trial_failed(tmp_path: Path,
 def test_missing_file_and_both_sources(tmp_path: Path,
                                        capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plot", "tuning", str(tmp_path / "nope.json")]) == 2
-    assert "cannot read it" in capsys.readouterr().err
+    assert "cannot read it" in " ".join(capsys.readouterr().err.split())  # rich wraps
     assert main(["plot", "tuning", "a.json", "--service", "default/x"]) == 2
     assert "one of them" in capsys.readouterr().err
     assert main(["plot", "tuning", "--service", "llama"]) == 2

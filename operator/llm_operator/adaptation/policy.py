@@ -731,6 +731,20 @@ def _data_problem(
     return None
 
 
+def with_decode_context_parallel(obs: Observation | None, dcp: int) -> Observation | None:
+    """The observation with vLLM's KV figures as its scheduler counts them under decode
+    context parallelism (``status.plan.decodeContextParallelSize``): ``cache_config_info``
+    reports the blocks of one rank and cache_config's 16-token block size, while the KV
+    manager's block holds 16 tokens on each of the ``dcp`` ranks (vllm/v1/core/
+    single_type_kv_cache_manager.py, ``kv_cache_spec.block_size * dcp_world_size``): the
+    cache holds ``dcp`` times the tokens the labels multiply to."""
+    if obs is None or dcp <= 1 or not obs.kv_capacity_tokens:
+        return obs
+    return obs.model_copy(update={
+        "kv_capacity_tokens": obs.kv_capacity_tokens * dcp,
+        "kv_block_size": (obs.kv_block_size or 1) * dcp})
+
+
 def _kv_fit(obs: Observation, s: PolicySettings) -> tuple[int, str] | None:
     """Sequences at their full observed length the KV cache holds without preempting.
 

@@ -151,6 +151,12 @@ def running_cap(spec: LLMServiceSpec, status: Mapping[str, Any]) -> int | None:
     return planned if isinstance(planned, int) and planned > 0 else None
 
 
+def decode_context_parallel_size(status: Mapping[str, Any]) -> int:
+    """The plan's decode context parallel size (status.plan; 1 where absent)."""
+    dcp = (status.get("plan") or {}).get("decodeContextParallelSize")
+    return dcp if isinstance(dcp, int) and dcp > 1 else 1
+
+
 def cap_limits(status: Mapping[str, Any]) -> CapLimits:
     """What status says of the cap's range: the planner's memory limit (an upper bound)
     and the tuning result (the best configuration's max-num-seqs, when a run succeeded:

@@ -27,10 +27,11 @@ from ..adaptation.policy import (
     bounds_for,
     decide,
     policy_for_scrape,
+    with_decode_context_parallel,
 )
 from ..errors import SpecError, SpecErrors
 from ..models import LLMServiceSpec, ModelSpec, load_services
-from ..planning import make_plan
+from ..planning import Plan, make_plan
 from ..settings import Settings
 
 
@@ -87,7 +88,8 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         err.print(f"[bold red]error[/] --window/--scrape-interval: {exc}")
         return 2
 
-    spec, plan_max, notes = _spec_and_plan(args, name, settings)
+    spec, plan, notes = _spec_and_plan(args, name, settings)
+    plan_max = plan.max_num_seqs if plan is not None else None
     current = args.current
     if current is None and isinstance(spec.engine.max_num_seqs, int):
         current = spec.engine.max_num_seqs
@@ -112,7 +114,8 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         service_label=settings.prometheus_service_label,
         namespace_label=settings.prometheus_namespace_label,
     )
-    obs = observed.get((namespace, name))
+    obs = with_decode_context_parallel(observed.get((namespace, name)),
+                                       plan.decode_context_parallel_size if plan else 1)
     limits = CapLimits(plan_max_num_seqs=args.plan_max or plan_max, tuned=args.tuned)
     decision = decide(obs, AdaptationState(current=current), spec, now, namespace=namespace,
                       name=name, limits=limits, settings=policy)
@@ -133,7 +136,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
 
 
 def _spec_and_plan(args: argparse.Namespace, name: str, settings: Settings
-                   ) -> tuple[LLMServiceSpec, int | None, list[str]]:
+                   ) -> tuple[LLMServiceSpec, Plan | None, list[str]]:
     notes: list[str] = []
     if not args.file:
         return LLMServiceSpec(model=ModelSpec(name=name)), None, [
@@ -144,12 +147,12 @@ def _spec_and_plan(args: argparse.Namespace, name: str, settings: Settings
         raise SpecErrors([SpecError("kind", f"no LLMService in {args.file}",
                                     "pass the file that holds the service")])
     spec = wanted[0].spec
-    plan_max: int | None = None
+    plan: Plan | None = None
     try:
-        plan_max = make_plan(spec, gpus_per_node=settings.gpus_per_node).max_num_seqs
+        plan = make_plan(spec, gpus_per_node=settings.gpus_per_node)
     except (SpecError, SpecErrors) as exc:
         notes.append(f"no plan ({exc}): no memory limit on the cap")
-    return spec, plan_max, notes
+    return spec, plan, notes
 
 
 def _fmt(v: float | int | None, unit: str = "", scale: float = 1.0, nd: int = 2) -> str:

@@ -55,7 +55,9 @@ def plan_table(svc: LLMService, plan: Plan, width: int | None = None) -> Rendera
     number: its name, value and source on one line, the formula and inputs below."""
     title = (f"{svc.metadata.namespace}/{svc.metadata.name}: {plan.model_name} on "
              f"{plan.gpus_per_replica} x {plan.gpu_product} (TP={plan.tensor_parallel_size}, "
-             f"PP={plan.pipeline_parallel_size})")
+             f"PP={plan.pipeline_parallel_size}"
+             + (f", DCP={plan.decode_context_parallel_size}"
+                if plan.decode_context_parallel_size > 1 else "") + ")")
     if width is not None and width < NARROW_COLUMNS:
         return _plan_blocks(title, plan)
     table = Table(title=title, show_lines=True, title_justify="left")

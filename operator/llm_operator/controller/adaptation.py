@@ -70,6 +70,7 @@ from ..adaptation.policy import (
     ServiceKey,
     decide,
     policy_for_scrape,
+    with_decode_context_parallel,
 )
 from ..adaptation.update import (
     IDLE_SECONDS,
@@ -79,6 +80,7 @@ from ..adaptation.update import (
     after_rollout,
     cap_limits,
     current_state,
+    decode_context_parallel_size,
     due_services,
     fresher_status,
     live_cap_progress,
@@ -192,6 +194,7 @@ class AdaptationLoop:
         ns, name = svc.key
         status = fresher_status(svc.status, self.written.get(svc.key))
         svc = Service(svc.key, {**svc.body, "status": status}, svc.spec)
+        obs = with_decode_context_parallel(obs, decode_context_parallel_size(status))
         state = current_state(svc.spec, status)
         progress: LiveCapProgress | None = None
         rolling: RolloutProgress | None = None

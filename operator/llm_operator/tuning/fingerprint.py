@@ -32,7 +32,7 @@ def fingerprint_inputs(svc: LLMService, plan: Plan, image: str | None = None) ->
     """The facts a tuning result depends on (what :func:`tuning_fingerprint` hashes).
 
     Model (name, revision, quantization), image, GPU product and count per replica,
-    tensor and pipeline parallelism, max model length, dtype and KV-cache dtype, GPU
+    tensor, pipeline and decode context parallelism, max model length, dtype and KV-cache dtype, GPU
     memory share, the workload profile with its SLO, and the user's pins and extra
     arguments (they fix the server the search runs against). Not: replicas, scheduling,
     budgets, adaptation, names. ``image`` is the image actually run (pass
@@ -50,6 +50,9 @@ def fingerprint_inputs(svc: LLMService, plan: Plan, image: str | None = None) ->
         "gpusPerReplica": plan.gpus_per_replica,
         "tensorParallelSize": plan.tensor_parallel_size,
         "pipelineParallelSize": plan.pipeline_parallel_size,
+        # Only when split: a service without it keeps its fingerprint (and its result).
+        **({"decodeContextParallelSize": plan.decode_context_parallel_size}
+           if plan.decode_context_parallel_size > 1 else {}),
         "maxModelLen": plan.max_model_len,
         "dtype": plan.dtype,
         "kvCacheDtype": str(engine.kv_cache_dtype),

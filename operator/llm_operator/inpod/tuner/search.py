@@ -171,6 +171,15 @@ class Space:
         argv += [CHUNKED_FLAGS[cfg.chunked_prefill]] if cfg.chunked_prefill is not None else []
         return [str(r) for r in refusals(EngineSettings.of(argv))]
 
+    @property
+    def kv_token_factor(self) -> int:
+        """What vLLM's ``cache_config_info`` (blocks x block size) is to be multiplied by
+        for the tokens its KV cache holds: the decode context parallel size of the server
+        args (it counts one rank's 16-token blocks, a block holding 16 tokens on each
+        rank: vllm/v1/core/single_type_kv_cache_manager.py); 1 without."""
+        dcp = EngineSettings.of(list(self.server_args)).number("decode_context_parallel_size")
+        return dcp if dcp and dcp > 1 else 1
+
     def valid(self, cfg: Config) -> bool:
         """Whether vLLM starts with ``cfg`` (:meth:`refusals` finds nothing)."""
         return not self.refusals(cfg)
@@ -969,7 +978,8 @@ class _Run:
             if not mns_levels or not trial.runs:
                 return []
             m = trial.runs[0]
-            kv_cap = (int(m.kv_tokens // (self.wl.input_tokens + self.wl.output_tokens))
+            kv_cap = (int(m.kv_tokens * self.space.kv_token_factor
+                          // (self.wl.input_tokens + self.wl.output_tokens))
                       if m.kv_tokens else None)
             limit = self.space.default_max_num_seqs
             return sweep_concurrencies(self.wl.concurrency, mns_levels, self.opts,
