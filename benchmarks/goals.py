@@ -83,6 +83,8 @@ NO_GOALS: dict[str, str] = {
     "gpu-kernels": "PyTorch GEMMs on an H100 and an H200 against the model's efficiency factors",
     "chunked-prefill": "chunked prefill on and off measured, a verdict per workload",
     "chunked-prefill-2": "chunked prefill on and off measured, and the tuner's opt-in search",
+    "parallel-silicon": "expert parallelism and DP attention against TP experts in NVIDIA's "
+                        "measured vLLM points: why the planner renders neither",
 }
 
 
