@@ -10,7 +10,8 @@ server's ``/metrics``. Every request must succeed, the server's processes must b
 same ones throughout, and a bad file must leave the last cap in force.
 
 Bounds are generous (the machine is shared): the cap must show on /metrics within
-``REPORT_S`` of the write and the running batch obey it within ``OBEY_S``; the measured
+``REPORT_S`` of the write (or three times the time one /metrics answer took just before,
+under load) and the running batch obey it within ``OBEY_S``; the measured
 figures are printed (``-s``) and recorded in docs/TESTING.md.
 """
 
@@ -141,10 +142,17 @@ def test_cap_moves_the_running_batch_live(server: tuple[VLLMServer, Path]) -> No
         drain_s = max(OBEY_S, 2 * MAX_TOKENS * step_s)
         figures["drain_bound_s"] = round(drain_s, 1)
         for cap in (8, 32):
+            # The report needs the engine's once-a-second re-read and one /metrics
+            # answer, which took ~10 s under 48 clients on a loaded 2-core machine (a
+            # 10 s bound failed once): the bound follows the answer's time, measured now.
+            t_scrape = time.monotonic()
+            metric(srv, "llmop_admission_cap")
+            report_s = max(REPORT_S, 2.0 + 3 * (time.monotonic() - t_scrape))
+            figures[f"report_bound_{cap}_s"] = round(report_s, 1)
             t0 = time.monotonic()
             write_cap(cap_file, f"{cap}\n")
             figures[f"report_{cap}"] = wait_for(
-                srv, lambda c=cap: metric(srv, "llmop_admission_cap") == c, REPORT_S)
+                srv, lambda c=cap: metric(srv, "llmop_admission_cap") == c, report_s)
             if cap < CAPACITY // 2:  # lowered: the batch drains down to the cap
                 wait_for(srv, lambda c=cap: metric(srv, "vllm:num_requests_running") <= c,
                          drain_s)
