@@ -430,7 +430,22 @@ def _pp_executor(s: EngineSettings) -> Finding | None:
     d = ("distributed_executor_backend", "pipeline_parallel_size")
     return Finding(d, f"{s.name(d[0])} cannot run {s.name(d[1])} pipeline stages",
                    f"remove {s.where(d[0])} (vLLM picks mp on one node; the operator "
-                   "uses ray across nodes)")
+                   "runs mp across nodes too)")
+
+
+@rule("nnodes-divides-world-size", *_ARGS, says="must evenly divide the total",
+      summary="--nnodes must divide tensor x pipeline parallel GPUs")
+def _nnodes(s: EngineSettings) -> Finding | None:
+    nodes = s.number("nnodes")
+    tp, pp = s.number("tensor_parallel_size") or 1, s.number("pipeline_parallel_size") or 1
+    if nodes is None or nodes <= 1 or (tp * pp) % nodes == 0:
+        return None
+    d = ("nnodes", "tensor_parallel_size", "pipeline_parallel_size")
+    return Finding(d, f"{tp * pp} GPUs ({s.name(d[1])} x {s.name(d[2])}) do not divide "
+                   f"evenly over the replica's {nodes} nodes (--nnodes; vLLM's mp executor "
+                   "runs the same number of workers on every node)",
+                   f"make tensorParallelSize x pipelineParallelSize a multiple of the {nodes} "
+                   "nodes (e.g. tensorParallelSize = the GPUs of one node)")
 
 
 @rule("fault-tolerance-needs-external-lb", *_ARGS,
@@ -496,7 +511,7 @@ def _nsight(s: EngineSettings) -> Finding | None:
         return None
     d = ("ray_workers_use_nsight", "distributed_executor_backend")
     return Finding(d, f"{s.name(d[0])} profiles Ray workers, and this server runs none "
-                   "(one node: the mp executor)",
+                   "(the mp executor, on one node or across nodes)",
                    f"remove {s.where(d[0])}")
 
 

@@ -101,6 +101,11 @@ PLAN_BREAKING: dict[str, tuple[str, str]] = {
     "headless": (
         "starts no API server, so the pod never passes its /health probes",
         "remove it"),
+    **dict.fromkeys(("nnodes", "node_rank", "master_addr", "master_port"), (
+        "spreads one engine over nodes, which the operator renders itself for a replica "
+        "that needs more GPUs than a node has (a LeaderWorkerSet; one node needs none)",
+        "remove it; set spec.gpus.perNode, or pin spec.gpus.count, for a replica over "
+        "nodes")),
     "uds": (
         "serves on a Unix socket instead of port 8000, so probes and the Service find "
         "nothing", "remove it"),

@@ -1810,9 +1810,17 @@ OVERRIDABLE: dict[str, str] = {
     "maxNumBatchedTokens": "max_num_batched_tokens",
 }
 
-# What a multi-node replica's leader adds after every other argument (its workers join
-# the leader's Ray cluster): rendering.leaderworkerset.build_leader_worker_set.
-MULTI_NODE_EXECUTOR = ("--distributed-executor-backend", "ray")
+# A replica over several nodes runs on vLLM's own multiprocessing executor across nodes
+# (vLLM's docs/serving/parallelism_scaling.md, "Running vLLM with MultiProcessing"; no
+# Ray in the image, and the same on vLLM's CPU build, which refuses Ray): every node runs
+# ``vllm serve`` with the same arguments plus these, then its rank (0 serves the API, the
+# others run --headless) and the leader's address, which only the pod knows
+# (rendering.leaderworkerset).
+
+
+def multi_node_flags(plan: Plan) -> tuple[str, ...]:
+    """What every node of a multi-node replica adds after every other argument."""
+    return ("--distributed-executor-backend", "mp", "--nnodes", str(plan.nodes_per_replica))
 
 
 def effective_engine_value(
@@ -1939,10 +1947,11 @@ def _engine_argv(spec: LLMServiceSpec, plan: Plan, overrides: Mapping[str, int] 
         argv.append(item)
         owners.append(k)
     if plan.nodes_per_replica > 1:
-        ray = EngineFlag(MULTI_NODE_EXECUTOR, "spec.gpus", "operator",
-                         "a replica over several nodes runs on Ray")
-        argv += MULTI_NODE_EXECUTOR
-        owners += [ray] * len(MULTI_NODE_EXECUTOR)
+        items = multi_node_flags(plan)
+        nodes = EngineFlag(items, "spec.gpus", "operator",
+                           "a replica over several nodes runs vLLM's mp executor on each")
+        argv += items
+        owners += [nodes] * len(items)
     return argv, owners
 
 

@@ -33,11 +33,12 @@ def _corpus() -> dict[str, Any]:
 
 
 def service(case: dict[str, Any]) -> LLMService:
-    """``base`` with the case's engine merged in and its model instead."""
+    """``base`` with the case's engine and GPUs merged in and its model instead."""
     spec = copy.deepcopy(_corpus()["base"])
     if "model" in case:
         spec["model"] = case["model"]
     spec["engine"] = {**spec["engine"], **case.get("engine", {})}
+    spec["gpus"] = {**spec["gpus"], **case.get("gpus", {})}
     return parse_llmservice({"apiVersion": "llmops.dev/v1alpha1", "kind": "LLMService",
                              "metadata": {"name": "engine-rules", "namespace": "ml"},
                              "spec": spec})

@@ -60,6 +60,10 @@ def test_every_spelling_of_a_managed_flag_is_refused_naming_its_field(
     (["--cpu-offload-gb", "10"], "quantize"),
     (["--config", "/etc/vllm.yaml"], "extraArgs items"),
     (["--headless"], "remove it"),
+    (["--nnodes", "2"], "spec.gpus.perNode"),
+    (["--node-rank=1"], "spec.gpus.perNode"),
+    (["--master-addr", "10.0.0.1"], "spec.gpus.perNode"),
+    (["--master-port", "29600"], "spec.gpus.perNode"),
 ])
 def test_flags_that_would_invalidate_the_plan_are_refused(args: list[str], words: str) -> None:
     assert words in refused(args).fix

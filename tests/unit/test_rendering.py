@@ -33,7 +33,7 @@ from llm_operator.rendering.deployment import build_deployment
 from llm_operator.rendering.identity import COMPONENT_TUNING, labels_for, spec_hash
 from llm_operator.rendering.leaderworkerset import (
     EXCLUSIVE_TOPOLOGY_ANNOTATION,
-    RAY_JOIN_BASE_SECONDS,
+    JOIN_BASE_SECONDS,
     build_leader_worker_set,
     join_timeout_seconds,
 )
@@ -918,9 +918,10 @@ def test_one_group_per_replica_one_pod_per_node(replicas: int) -> None:
     validate_manifest(lws)
 
 
-def test_group_lifecycle_fits_a_ray_cluster_on_scarce_gpus() -> None:
+def test_group_lifecycle_fits_a_distributed_engine_on_scarce_gpus() -> None:
     spec = multi_node()[0]["spec"]
-    # A Ray cluster does not survive a member's restart: the whole group restarts.
+    # vLLM's distributed group does not survive a member's restart: the whole group
+    # restarts.
     assert spec["leaderWorkerTemplate"]["restartPolicy"] == "RecreateGroupOnPodRestart"
     # Workers start with the leader; LeaderReady would wait for a leader that becomes
     # ready only after the workers joined.
@@ -933,17 +934,18 @@ def test_group_lifecycle_fits_a_ray_cluster_on_scarce_gpus() -> None:
 
 
 @pytest.mark.parametrize("overrides", [None, {"maxNumSeqs": 64}])
-def test_leader_serves_the_deployment_args_with_the_ray_executor(
+def test_every_node_serves_the_deployment_args_with_the_mp_executor_over_the_nodes(
     overrides: dict[str, int] | None,
 ) -> None:
     spec = {**LLAMA_405B_SPEC, "engine": {"extraArgs": ["--enable-log-requests"]}}
     lws = multi_node(spec, overrides)[0]
-    lead, _ = containers_of(lws)
+    lead, work = containers_of(lws)
     plan = hand_plan(**LLAMA_405B_PLAN)
     expected = build_vllm_args(make_svc(spec), plan, overrides)
-    # The same arguments the Deployment would pass, then the Ray executor (after the
-    # user's extraArgs, so that it wins: the default executor cannot reach other nodes).
-    assert lead["args"] == [*expected, "--distributed-executor-backend", "ray"]
+    # The same arguments the Deployment would pass, then vLLM's mp executor over the
+    # group's nodes (after the user's extraArgs, so that they win), on every node.
+    assert lead["args"] == [*expected, "--distributed-executor-backend", "mp", "--nnodes", "2"]
+    assert work["args"] == lead["args"]
     assert flag_value(lead["args"], "--max-num-seqs") == str(
         overrides["maxNumSeqs"] if overrides else LLAMA_405B_PLAN["max_num_seqs"])
     assert lead["ports"] == [{"name": "http", "containerPort": 8000, "protocol": "TCP"}]
@@ -951,7 +953,8 @@ def test_leader_serves_the_deployment_args_with_the_ray_executor(
 
 @pytest.mark.parametrize(
     ("gpus", "nodes", "per_pod"),
-    [(16, 2, 8), (32, 4, 8), (12, 2, 6), (9, 2, 5)],  # 9 over 2: rounded up, one idle
+    # 9 over 2: rounded up (a plan the planner refuses: vLLM's --nnodes rule)
+    [(16, 2, 8), (32, 4, 8), (12, 2, 6), (9, 2, 5)],
 )
 def test_every_pod_requests_its_nodes_share_of_gpus(gpus: int, nodes: int, per_pod: int) -> None:
     lws = multi_node(gpus_per_replica=gpus, nodes_per_replica=nodes)[0]
@@ -976,8 +979,6 @@ def test_probes_only_on_the_leader_and_its_budget_covers_the_workers_joining() -
     svc = make_svc(LLAMA_405B_SPEC)
     join = join_timeout_seconds(svc.spec, hand_plan(**LLAMA_405B_PLAN))
     assert loading + join <= allowed
-    # The leader's own wait is that long too (the script's deadline).
-    assert f"deadline = time.monotonic() + {join}" in lead["command"][2]
 
 
 def test_join_wait_covers_a_workers_download_and_only_the_base_from_a_volume() -> None:
@@ -987,10 +988,10 @@ def test_join_wait_covers_a_workers_download_and_only_the_base_from_a_volume() -
     plan = hand_plan(**LLAMA_405B_PLAN)
     hub = join_timeout_seconds(make_svc(LLAMA_405B_SPEC).spec, plan)
     # 812 GB at the download's 50 MB/s floor: 16,235 s, on top of 600 + 600.
-    assert hub == RAY_JOIN_BASE_SECONDS + 600 + 16_235
+    assert hub == JOIN_BASE_SECONDS + 600 + 16_235
     vol = {**LLAMA_405B_SPEC, "model": {"name": LLAMA_405B_SPEC["model"]["name"],
                                         "volume": {"claimName": "weights"}}}
-    assert join_timeout_seconds(make_svc(vol).spec, plan) == RAY_JOIN_BASE_SECONDS
+    assert join_timeout_seconds(make_svc(vol).spec, plan) == JOIN_BASE_SECONDS
 
 
 def test_group_topology_key_becomes_the_lws_exclusive_topology_annotation() -> None:
@@ -1096,57 +1097,30 @@ def test_lws_validation_would_catch_bad_fields() -> None:
         validate_manifest(bad_pod)
 
 
-# The leader's and workers' scripts run for real (/bin/sh and python3) against stand-ins
-# for ``ray`` and ``vllm``, which are not installed here: a ``ray`` command and module
-# that log what they are asked and simulate nodes joining, a ``vllm`` that records its
-# argv, and a no-op ``sleep``.
-_FAKE_RAY_CLI = """#!/bin/sh
-echo "ray $*" >> "$FAKE_LOG"
-if [ "$1" = health-check ]; then
-  n=$(cat "$FAKE_STATE" 2>/dev/null || echo 0)
-  echo $((n + 1)) > "$FAKE_STATE"
-  [ "$n" -ge "$FAKE_HEAD_UP_AFTER" ] || exit 1
-fi
-exit 0
-"""
+# The leader's and workers' scripts run for real (/bin/sh) against a stand-in for
+# ``vllm``, which is not installed here, that records its argv.
 _FAKE_VLLM = """#!/usr/bin/env python3
 import json, os, sys
 with open(os.environ["FAKE_LOG"], "a") as log:
     log.write("vllm " + json.dumps(sys.argv[1:]) + "\\n")
 """
-_FAKE_RAY_MODULE = """import os, time
-_alive = [int(n) for n in os.environ["FAKE_RAY_ALIVE"].split(",")]
-_clock = [0.0]
-_calls = [0]
-time.sleep = lambda seconds: None  # instant waits ...
-def _monotonic():
-    _clock[0] += 100.0  # ... and a clock that races, to reach the deadline quickly
-    return _clock[0]
-time.monotonic = _monotonic
-def init(address=None):
-    assert address == "auto", address
-def nodes():
-    alive = _alive[min(_calls[0], len(_alive) - 1)]
-    _calls[0] += 1
-    return [{"Alive": True}] * alive + [{"Alive": False}]
-"""
 
 
 def _run_script(tmp_path: Path, container: dict[str, Any], env: dict[str, str]
                 ) -> tuple[subprocess.CompletedProcess[str], list[str]]:
-    bin_dir, lib_dir = tmp_path / "bin", tmp_path / "lib" / "ray"
+    bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
-    lib_dir.mkdir(parents=True, exist_ok=True)
-    for name, body in (("ray", _FAKE_RAY_CLI), ("vllm", _FAKE_VLLM), ("sleep", "#!/bin/sh\n")):
-        (bin_dir / name).write_text(body)
-        (bin_dir / name).chmod(0o755)
-    (lib_dir / "__init__.py").write_text(_FAKE_RAY_MODULE)
+    (bin_dir / "vllm").write_text(_FAKE_VLLM)
+    (bin_dir / "vllm").chmod(0o755)
     log = tmp_path / "log"
-    full_env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "PYTHONPATH": str(lib_dir.parent),
-                "FAKE_LOG": str(log), "FAKE_STATE": str(tmp_path / "state"), **env}
+    full_env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "FAKE_LOG": str(log), **env}
     proc = subprocess.run([*container["command"], *container.get("args", [])], env=full_env,
                           capture_output=True, text=True, timeout=60, check=False)
     return proc, (log.read_text().splitlines() if log.exists() else [])
+
+
+# What LWS injects into every container of group 0 of LeaderWorkerSet llama-lws.
+LWS_ENV = {"LWS_LEADER_ADDRESS": "llama-lws-0.llama-lws.ml", "LWS_GROUP_SIZE": "2"}
 
 
 def test_scripts_survive_kubernetes_expansion() -> None:
@@ -1156,56 +1130,54 @@ def test_scripts_survive_kubernetes_expansion() -> None:
         assert "$(" not in text and "$$" not in text
 
 
-def test_leader_starts_ray_waits_for_every_node_then_execs_vllm(tmp_path: Path) -> None:
+def test_leader_execs_vllm_as_node_0_at_its_own_address(tmp_path: Path) -> None:
     extra = ["--chat-template", "{{ messages }} it's \"quoted\"", "--enable-log-requests"]
     spec = {**LLAMA_405B_SPEC, "engine": {"extraArgs": extra}}
     lead, _ = containers_of(multi_node(spec)[0])
-    proc, log = _run_script(tmp_path, lead, {"LWS_GROUP_SIZE": "2", "FAKE_RAY_ALIVE": "1,1,2"})
+    proc, log = _run_script(tmp_path, lead, {**LWS_ENV, "LWS_WORKER_INDEX": "0"})
     assert proc.returncode == 0, proc.stderr
-    assert log[0] == "ray start --head --port=6379 --disable-usage-stats"
-    assert "Ray nodes alive: 1/2" in proc.stdout and "Ray nodes alive: 2/2" in proc.stdout
-    # vllm serve received exactly the rendered arguments: nothing re-split or expanded.
-    assert log[1] == "vllm " + json.dumps(["serve", *lead["args"]])
-    assert len(log) == 2
+    # vllm serve received exactly the rendered arguments, nothing re-split or expanded,
+    # then its rank and the leader's address (last: argparse keeps the last).
+    assert log == ["vllm " + json.dumps(["serve", *lead["args"], "--node-rank", "0",
+                                         "--master-addr", LWS_ENV["LWS_LEADER_ADDRESS"]])]
 
 
-def test_leader_gives_up_when_workers_never_join(tmp_path: Path) -> None:
-    lead, _ = containers_of(multi_node()[0])
-    proc, log = _run_script(tmp_path, lead, {"LWS_GROUP_SIZE": "2", "FAKE_RAY_ALIVE": "1"})
-    assert proc.returncode != 0
-    assert "waiting for 2 Ray nodes" in proc.stderr
-    assert not any(line.startswith("vllm") for line in log)  # so LWS recreates the group
-
-
-def test_worker_waits_for_the_head_then_joins_it(tmp_path: Path) -> None:
+def test_worker_execs_vllm_headless_at_its_index(tmp_path: Path) -> None:
     _, work = containers_of(multi_node()[0])
-    address = "llama-lws-0.llama-lws.ml"  # what LWS injects: <lws>-<group>.<lws>.<namespace>
-    proc, log = _run_script(tmp_path, work,
-                            {"LWS_LEADER_ADDRESS": address, "FAKE_HEAD_UP_AFTER": "2"})
+    proc, log = _run_script(tmp_path, work, {**LWS_ENV, "LWS_WORKER_INDEX": "1"})
     assert proc.returncode == 0, proc.stderr
-    assert log == [f"ray health-check --address={address}:6379"] * 3 + [
-        f"ray start --address={address}:6379 --block --disable-usage-stats"]
-    assert proc.stdout.count("Waiting for the Ray head") == 2
+    assert log == ["vllm " + json.dumps(["serve", *work["args"], "--node-rank", "1",
+                                         "--master-addr", LWS_ENV["LWS_LEADER_ADDRESS"],
+                                         "--headless"])]
 
 
 @pytest.mark.vllm  # imports vLLM (~10 s), though no server starts
 def test_installed_vllm_parses_the_leader_args() -> None:
-    """``vllm serve``'s own parser accepts the leader's arguments (its script execs
-    ``vllm serve "$@"`` with them): the positional model, Ray executor, TP 8, PP 2."""
+    """``vllm serve``'s own parser accepts the leader's and a worker's arguments as their
+    scripts give them: the positional model, the mp executor over 2 nodes, TP 8, PP 2,
+    each node's rank, the leader's address, the worker headless."""
     python = Path(os.environ.get("LLMOP_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
     if not python.exists():
         pytest.skip(f"no vLLM interpreter at {python} (see docs/TESTING.md)")
     script = _PARSE_SCRIPT.replace('"enable_log_requests")', '"enable_log_requests", '
-                                   '"distributed_executor_backend")')
-    lead, _ = containers_of(multi_node()[0])
-    proc = subprocess.run([str(python), "-c", script],
-                          input=json.dumps({"lws": ["serve", *lead["args"]]}),
+                                   '"distributed_executor_backend", "nnodes", "node_rank", '
+                                   '"master_addr", "headless")')
+    lead, work = containers_of(multi_node()[0])
+    addr = LWS_ENV["LWS_LEADER_ADDRESS"]
+    argv = {"leader": ["serve", *lead["args"], "--node-rank", "0", "--master-addr", addr],
+            "worker": ["serve", *work["args"], "--node-rank", "1", "--master-addr", addr,
+                       "--headless"]}
+    proc = subprocess.run([str(python), "-c", script], input=json.dumps(argv),
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    parsed = json.loads(proc.stdout.strip().splitlines()[-1])["lws"]
-    assert parsed["model_tag"] == lead["args"][0]
-    assert parsed["distributed_executor_backend"] == "ray"
-    assert parsed["tensor_parallel_size"] == 8 and parsed["pipeline_parallel_size"] == 2
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    for role, rank in (("leader", 0), ("worker", 1)):
+        parsed = out[role]
+        assert parsed["model_tag"] == lead["args"][0]
+        assert parsed["distributed_executor_backend"] == "mp" and parsed["nnodes"] == 2
+        assert parsed["node_rank"] == rank and parsed["master_addr"] == addr
+        assert parsed["headless"] is (role == "worker")
+        assert parsed["tensor_parallel_size"] == 8 and parsed["pipeline_parallel_size"] == 2
 
 
 # --- PodDisruptionBudget ------------------------------------------------------------------

@@ -12,8 +12,9 @@ One module per child, plus the pieces they share:
   model first and positional), when one replica fits one node.
 - :mod:`.leaderworkerset`: instead of the Deployment when the plan spreads one replica
   over several nodes (pipeline stages across nodes): a ``leaderworkerset.x-k8s.io/v1``
-  LeaderWorkerSet whose group is one replica, a leader pod (Ray head + ``vllm serve``)
-  and one worker pod (Ray worker) per further node.
+  LeaderWorkerSet whose group is one replica, on vLLM's mp executor across nodes: a
+  leader pod (``vllm serve``, node rank 0, the API) and one worker pod (``vllm serve
+  --headless``) per further node.
 - :mod:`.service`: ClusterIP on port 8000 named ``http`` (leader pods only for a
   LeaderWorkerSet: workers serve nothing).
 - :mod:`.podmonitor`: a ``monitoring.coreos.com/v1`` PodMonitor, only when the

@@ -12,7 +12,7 @@ from typing import Any
 from ..constants import VLLM_PORT
 from ..errors import SpecError, SpecErrors
 from ..models import LLMService, LLMServiceSpec
-from ..planning import MULTI_NODE_EXECUTOR, Plan
+from ..planning import Plan, multi_node_flags
 from ..settings import Settings
 from .download import download_budget_seconds
 from .identity import (
@@ -37,10 +37,14 @@ from .server import build_probes, rolling_update, server_pod_spec, workload_meta
 from .vllm_args import VLLM_COMMAND, build_vllm_args
 
 # --- multi-node replicas (LeaderWorkerSet) ---
-# One replica on several nodes runs as one LeaderWorkerSet group, the way vLLM documents
-# it (docs.vllm.ai deployment/frameworks/lws and examples/online_serving/
-# multi-node-serving.sh): the leader starts a Ray head and, once every node of the group
-# has joined, runs ``vllm serve`` with the Ray executor; each worker joins the head.
+# One replica on several nodes runs as one LeaderWorkerSet group on vLLM's own
+# multiprocessing executor across nodes (vLLM's docs/serving/parallelism_scaling.md,
+# "Running vLLM with MultiProcessing"): every pod runs ``vllm serve`` with the same
+# arguments plus ``--distributed-executor-backend mp --nnodes N``
+# (planning.multi_node_flags), its rank, and the leader's address; the leader (rank 0)
+# serves the API, each worker runs ``--headless``. No Ray in the image, and the same
+# commands run on vLLM's CPU build, which refuses Ray (tests/vllm/test_multi_node_vllm.py
+# starts them). Each node waits for the others in torch.distributed's rendezvous.
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 LWS_KIND = "LeaderWorkerSet"
 # The LeaderWorkerSet may not share the Service's name: LWS creates a headless Service
@@ -54,54 +58,26 @@ LWS_NAME_SUFFIX = "-lws"
 # ``<lws>-<group index>``, so that name must fit 52 characters.
 STATEFULSET_NAME_MAX = 52
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
-RAY_PORT = 6379  # the Ray head's GCS port (Ray's default)
-# How long the leader waits for every worker to join its Ray cluster before it gives up
-# (the container exits, and LWS recreates the whole group); the leader's startup probe
-# allows this on top of the loading budget (:func:`join_timeout_seconds`). A worker joins
-# once its pod is scheduled, its image pulled (the base) and its own download init
-# container has fetched the model, which may take that container's whole budget on a
-# node slower than the leader's.
-RAY_JOIN_BASE_SECONDS = 600
+# How long the leader's startup probe allows, on top of the loading budget, for every
+# worker to join (:func:`join_timeout_seconds`). A worker joins once its pod is
+# scheduled, its image pulled (the base) and its own download init container has fetched
+# the model, which may take that container's whole budget on a node slower than the
+# leader's. vLLM itself waits in torch.distributed's rendezvous (its default timeout).
+JOIN_BASE_SECONDS = 600
 # The LWS annotation that gives each group a topology domain of its own (one rack, zone
 # or node pool per group): its value is the node label key naming the domain.
 EXCLUSIVE_TOPOLOGY_ANNOTATION = "leaderworkerset.sigs.k8s.io/exclusive-topology"
 # Only shell variables (``${VAR}``) and ``"$@"``: Kubernetes rewrites ``$(VAR)`` and
-# ``$$`` in command and args, so neither may appear. LWS injects LWS_LEADER_ADDRESS and
-# LWS_GROUP_SIZE into every container; the leader's ``vllm serve`` arguments arrive as
-# the positional parameters (``sh -c SCRIPT NAME ARGS...``), so no argument is ever
-# re-parsed by the shell. ``exec`` makes vllm / ray PID 1, so they receive SIGTERM.
-def ray_wait_for_nodes(timeout_s: int) -> str:
-    """The leader's Python that waits until ``LWS_GROUP_SIZE`` Ray nodes are alive, at
-    most ``timeout_s`` seconds."""
-    return f"""import os, sys, time
-import ray
-want = int(os.environ["LWS_GROUP_SIZE"])
-ray.init(address="auto")
-deadline = time.monotonic() + {timeout_s}
-while True:
-    alive = sum(1 for node in ray.nodes() if node["Alive"])
-    print(f"Ray nodes alive: {{alive}}/{{want}}", flush=True)
-    if alive >= want:
-        break
-    if time.monotonic() > deadline:
-        sys.exit(f"Gave up after {timeout_s} s waiting for {{want}} Ray nodes")
-    time.sleep(5)
+# ``$$`` in command and args, so neither may appear. LWS injects LWS_LEADER_ADDRESS,
+# LWS_GROUP_SIZE and LWS_WORKER_INDEX into every container; the ``vllm serve`` arguments
+# arrive as the positional parameters (``sh -c SCRIPT NAME ARGS...``), so no argument is
+# ever re-parsed by the shell. The rank and address come last (argparse keeps the last).
+# ``exec`` makes vllm PID 1, so it receives SIGTERM.
+LEADER_SCRIPT = f"""exec {" ".join(VLLM_COMMAND)} "$@" --node-rank 0 \\
+  --master-addr "${{LWS_LEADER_ADDRESS}}"
 """
-
-
-def leader_script(timeout_s: int) -> str:
-    """Ray head, the wait for every node (:func:`ray_wait_for_nodes`), then vLLM."""
-    return f"""set -e
-ray start --head --port={RAY_PORT} --disable-usage-stats
-python3 -c '{ray_wait_for_nodes(timeout_s)}'
-exec {" ".join(VLLM_COMMAND)} "$@"
-"""
-WORKER_SCRIPT = f"""head="${{LWS_LEADER_ADDRESS}}:{RAY_PORT}"
-until ray health-check --address="${{head}}" >/dev/null 2>&1; do
-  echo "Waiting for the Ray head at ${{head}}"
-  sleep 5
-done
-exec ray start --address="${{head}}" --block --disable-usage-stats
+WORKER_SCRIPT = f"""exec {" ".join(VLLM_COMMAND)} "$@" --node-rank "${{LWS_WORKER_INDEX}}" \\
+  --master-addr "${{LWS_LEADER_ADDRESS}}" --headless
 """
 
 
@@ -116,17 +92,18 @@ def leader_worker_set_name(svc: LLMService) -> str:
 
 
 def join_timeout_seconds(spec: LLMServiceSpec, plan: Plan) -> int:
-    """How long the leader waits for its workers: :data:`RAY_JOIN_BASE_SECONDS` plus a
+    """How long the leader waits for its workers: :data:`JOIN_BASE_SECONDS` plus a
     worker's download budget (0 for a model on a volume), since a worker joins only after
     its own download init container, which may run that long (the 405B in bf16 from the
     Hub: 600 + 600 + 16,235 s)."""
-    return RAY_JOIN_BASE_SECONDS + download_budget_seconds(spec, plan)
+    return JOIN_BASE_SECONDS + download_budget_seconds(spec, plan)
 
 
 def gpus_per_pod(plan: Plan) -> int:
     """GPUs each pod of a multi-node replica requests: the replica's ``TP x PP`` GPUs
     shared over its nodes. Rounded up when they do not divide evenly (every pod of the
-    group has the same size, so Ray then leaves a GPU or so of the last node idle)."""
+    group has the same size; the planner refuses a replica whose GPUs do not divide
+    evenly over its nodes, which vLLM's --nnodes refuses)."""
     return math.ceil(plan.gpus_per_replica / plan.nodes_per_replica)
 
 
@@ -156,11 +133,13 @@ def build_leader_worker_set(
     for a plan whose replica spans ``plan.nodes_per_replica`` nodes.
 
     One group per replica (``replicas`` = ``spec.replicas``, ``size`` = nodes per replica).
-    The leader pod starts a Ray head, waits until all ``size`` nodes have joined (at most
-    :func:`join_timeout_seconds`) and then runs ``vllm serve`` with the arguments of
-    :func:`~.vllm_args.build_vllm_args` plus ``--distributed-executor-backend ray``: vLLM places its
-    TP x PP workers over the Ray cluster. Each worker pod joins the head at
-    ``$LWS_LEADER_ADDRESS``. Every pod requests one node's share of the GPUs
+    Every pod runs ``vllm serve`` with the arguments of
+    :func:`~.vllm_args.build_vllm_args` plus :func:`~llm_operator.planning.multi_node_flags`
+    (vLLM's mp executor over ``size`` nodes), then its node rank and the leader's address
+    (:data:`LEADER_SCRIPT`, :data:`WORKER_SCRIPT`): the leader is rank 0 and serves the
+    API; each worker is rank ``$LWS_WORKER_INDEX`` and ``--headless``. The leader's startup
+    probe allows :func:`join_timeout_seconds` for the workers to join. Every pod requests
+    one node's share of the GPUs
     (:func:`gpus_per_pod`) and holds the same model source, cache and scheduling as a
     Deployment pod (each node loads its own pipeline stage's weights). Only the leader
     serves port 8000 and has probes; it carries ``llmops.dev/role: leader``, which the
@@ -178,23 +157,25 @@ def build_leader_worker_set(
     per_pod = gpus_per_pod(plan)
     env = build_env(spec, downloaded=True)
     join_s = join_timeout_seconds(spec, plan)
+    # After extraArgs, so that the executor and node count always win (argparse keeps
+    # the last).
+    args = [*build_vllm_args(svc, plan, overrides), *multi_node_flags(plan)]
 
     leader: dict[str, Any] = {
         "name": CONTAINER_NAME,
         "image": image,
         "imagePullPolicy": "IfNotPresent",
         # sh -c SCRIPT $0 "$@": the vLLM arguments stay a list, never re-split by a shell.
-        "command": ["/bin/sh", "-c", leader_script(join_s), "vllm-leader"],
-        # Appended after extraArgs so that the Ray executor always wins (argparse keeps
-        # the last): the multiprocessing executor cannot reach other nodes.
-        "args": [*build_vllm_args(svc, plan, overrides), *MULTI_NODE_EXECUTOR],
+        "command": ["/bin/sh", "-c", LEADER_SCRIPT, "vllm-leader"],
+        "args": args,
         "ports": [{"name": PORT_NAME, "containerPort": VLLM_PORT, "protocol": "TCP"}],
     }
     worker: dict[str, Any] = {
         "name": CONTAINER_NAME,
         "image": image,
         "imagePullPolicy": "IfNotPresent",
-        "command": ["/bin/sh", "-c", WORKER_SCRIPT],
+        "command": ["/bin/sh", "-c", WORKER_SCRIPT, "vllm-worker"],
+        "args": list(args),
     }
     for container in (leader, worker):
         if env:
@@ -235,8 +216,8 @@ def build_leader_worker_set(
             },
             "leaderWorkerTemplate": {
                 "size": plan.nodes_per_replica,
-                # A Ray cluster does not survive losing a member: if any pod or container
-                # of the group restarts, recreate the whole group.
+                # vLLM's distributed group does not survive losing a member: if any pod or
+                # container of the group restarts, recreate the whole group.
                 "restartPolicy": "RecreateGroupOnPodRestart",
                 "leaderTemplate": template(ROLE_LEADER, leader),
                 "workerTemplate": template(ROLE_WORKER, worker),

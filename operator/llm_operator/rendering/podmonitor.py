@@ -25,8 +25,8 @@ def build_pod_monitor(
     """A PodMonitor (``monitoring.coreos.com/v1``) scraping ``/metrics`` on the server
     pods, relabelled so every vLLM series carries the service name and namespace under
     the labels the adaptation queries group by (``settings.prometheus_*_label``).
-    ``leaders_only`` for a LeaderWorkerSet: its workers run only Ray, no vLLM server,
-    and serve no ``/metrics`` (the leader's engine reports for the whole replica)."""
+    ``leaders_only`` for a LeaderWorkerSet: its workers run ``vllm serve --headless``,
+    no API server, and serve no ``/metrics`` (the leader's engine reports for the whole replica)."""
     metadata = child_metadata(svc, COMPONENT_SERVER)
     # The Prometheus selects PodMonitors by label (kube-prometheus-stack: release: <its
     # release>); the operator's own labels are kept (settings refuse keys in their domains).
