@@ -85,6 +85,8 @@ NO_GOALS: dict[str, str] = {
     "chunked-prefill-2": "chunked prefill on and off measured, and the tuner's opt-in search",
     "parallel-silicon": "expert parallelism and DP attention against TP experts in NVIDIA's "
                         "measured vLLM points: why the planner renders neither",
+    "aic-vs-silicon": "AIConfigurator's estimator against NVIDIA's measured vLLM points: "
+                      "how far the landscape yardstick is from measured vLLM",
 }
 
 

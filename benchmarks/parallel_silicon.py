@@ -26,7 +26,6 @@ first look at the rows (exploratory, not pre-registered); every pair found is st
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import statistics
@@ -37,7 +36,7 @@ from typing import Any
 
 from tests.support.aic import AIC_SOURCE, silicon_csv
 
-from benchmarks.results_md import emit, markers
+from benchmarks.results_md import markers, record_or_write
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "benchmarks" / "data" / "parallel_silicon.json"
@@ -201,13 +200,8 @@ def section(data: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--record", action="store_true",
-                        help="re-read the CSV from .venv-aic and store the pairs")
-    parser.add_argument("--write", action="store_true", help="replace the RESULTS.md section")
-    args = parser.parse_args(argv)
-    data = record() if args.record else json.loads(DATA.read_text())
-    return emit(SECTION, section(data), args.write)
+    return record_or_write(__doc__, SECTION, record,
+                           lambda: section(json.loads(DATA.read_text())), argv)
 
 
 if __name__ == "__main__":

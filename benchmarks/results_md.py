@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
@@ -36,3 +37,21 @@ def emit(name: str, section: str, write: bool) -> int:
         replace_section(name, section)
     sys.stdout.write(section)
     return 0
+
+
+def record_or_write(doc: str, name: str, record: Callable[[], object],
+                    render: Callable[[], str], argv: list[str] | None = None) -> int:
+    """The command line of a benchmark whose figures are stored: ``--record`` re-measures
+    and stores them (``record``), ``--write`` replaces section ``name`` of RESULTS.md
+    with ``render()``; without either it prints the section."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--record", action="store_true", help="measure and store the figures")
+    parser.add_argument("--write", action="store_true", help="replace the RESULTS.md section")
+    args = parser.parse_args(argv)
+    if args.record:
+        record()
+        if not args.write:
+            return 0
+    return emit(name, render(), args.write)
