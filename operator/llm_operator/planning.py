@@ -1033,8 +1033,7 @@ def _make_plan(spec: LLMServiceSpec, gpus_per_node: int,
                                         tokens_per_request)
     adjusted: list[str] = []
     seqs, mem_seqs, cap = _plan_max_num_seqs(ex, warnings, adjusted, spec, gpu, fit,
-                                             concurrency, blocks_per_request,
-                                             tokens_per_request)
+                                             concurrency, tokens_per_request)
     batched = _plan_batched_tokens(ex, adjusted, spec, seqs, max_model_len)
     if spec.engine.enable_chunked_prefill is False:
         # vLLM 0.32 starts, with a warning: vllm/engine/arg_utils.py EngineArgs.
@@ -1534,8 +1533,7 @@ def _explain_alternatives(ex: list[Explained], warnings: list[str], spec: LLMSer
 
 def _plan_max_num_seqs(ex: list[Explained], warnings: list[str], adjusted: list[str],
                        spec: LLMServiceSpec, gpu: GPUFacts, fit: _Fit, concurrency: int,
-                       blocks_per_request: int, tokens_per_request: int
-                       ) -> tuple[int, int, int]:
+                       tokens_per_request: int) -> tuple[int, int, int]:
     engine = spec.engine
     blocks = fit.usable_tokens // fit.block
     blocks_per_request = math.ceil(tokens_per_request / fit.block)
