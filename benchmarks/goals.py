@@ -81,6 +81,8 @@ NO_GOALS: dict[str, str] = {
     "client-ab": "an A/B of the operator's API client",
     "client-keepalive": "an A/B of the client's keep-alive",
     "gpu-kernels": "PyTorch GEMMs on an H100 and an H200 against the model's efficiency factors",
+    "gpu-kernels-moe": "routed experts on an H200 (PyTorch measured here, vLLM's fused MoE "
+                       "measured by NVIDIA) against the model's HBM factor",
     "chunked-prefill": "chunked prefill on and off measured, a verdict per workload",
     "chunked-prefill-2": "chunked prefill on and off measured, and the tuner's opt-in search",
     "parallel-silicon": "expert parallelism and DP attention against TP experts in NVIDIA's "
@@ -198,7 +200,8 @@ def section(text: str) -> str:
         "(`.venv/bin/python -m benchmarks.goals --write`; the sections say how each was "
         "measured and the config it was fixed in before the run). A config run more than "
         "once shows each run's figure. No goal here ran on a GPU: the only GPU figures this "
-        "project measured itself are PyTorch kernels (`gpu-kernels`, below), not vLLM.",
+        "project measured itself are PyTorch kernels (`gpu-kernels`, `gpu-kernels-moe`, "
+        "below), not vLLM.",
         "",
         "| benchmark | goal | figure | met | where |",
         "|---|---|---|---|---|",
