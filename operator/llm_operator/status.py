@@ -28,7 +28,7 @@ from .inpod.engine.cap import FAILURE_PREFIX
 from .models import AdaptationMode, EngineSpec, LLMServiceSpec
 from .planning import Plan, effective_engine_value
 from .rendering.admission import LIVE_CAP_FLAGS
-from .timestamps import rfc3339
+from .timestamps import parse_rfc3339_or_none, rfc3339
 
 JSON = dict[str, Any]
 # replicas and selector: what the LLMService's scale subresource reports (an HPA reads them).
@@ -299,6 +299,55 @@ def workload_conditions(
                  f"{state.available} of {state.desired} replicas available")
     return set_condition(conds, ConditionType.READY, ready[0], ready[1], ready[2],
                          generation=generation, now=now)
+
+
+# LeaderWorkerSet's Event when a pod of a group restarts and it recreates the whole group
+# (``RecreateGroupOnPodRestart``, the restart policy the operator renders): the reason
+# and what the pod controller of LWS v0.7 posts on the LeaderWorkerSet.
+GROUP_RECREATED_REASON = "RecreateGroupOnPodRestart"
+# How long such an Event explains a group that is not available: longer than a group of
+# a large model takes to load again is not needed, since it is said only while the
+# LeaderWorkerSet has fewer groups available than desired.
+GROUP_RECREATED_WINDOW_S = 3600.0
+
+
+def group_recreated_note(events: Sequence[Mapping[str, Any]], now: float) -> str | None:
+    """What the latest :data:`GROUP_RECREATED_REASON` Event of a LeaderWorkerSet says, with
+    its time, when within :data:`GROUP_RECREATED_WINDOW_S` of ``now``; None otherwise."""
+    latest: tuple[float, str] | None = None
+    for ev in events:
+        if ev.get("reason") != GROUP_RECREATED_REASON:
+            continue
+        meta = ev.get("metadata") or {}
+        when = next((t for t in (parse_rfc3339_or_none(ev.get(k)) for k in (
+            "lastTimestamp", "eventTime", "firstTimestamp")) if t is not None), None)
+        if when is None:
+            when = parse_rfc3339_or_none(meta.get("creationTimestamp"))
+        if when is None or now - when > GROUP_RECREATED_WINDOW_S:
+            continue
+        if latest is None or when > latest[0]:
+            latest = (when, str(ev.get("message") or "").strip().rstrip("."))
+    if latest is None:
+        return None
+    return (f"at {rfc3339(latest[0])} the LeaderWorkerSet recreated a group because one of "
+            f"its pods restarted ({latest[1]}): every node of that group loads the model "
+            "and joins again")
+
+
+def with_group_recreated(conditions: Sequence[Mapping[str, Any]], note: str | None, *,
+                         generation: int | None, now: float) -> list[JSON]:
+    """``conditions`` with ``note`` added to the message of Available and Ready where they
+    are False (a group of a LeaderWorkerSet is down because LWS recreated it)."""
+    conds = [dict(c) for c in conditions]
+    if not note:
+        return conds
+    for ctype in (ConditionType.AVAILABLE, ConditionType.READY):
+        cond = get_condition(conds, ctype)
+        if cond is None or cond.get("status") != "False" or note in str(cond.get("message")):
+            continue
+        conds = set_condition(conds, ctype, False, str(cond.get("reason")),
+                              f"{cond.get('message')}; {note}", generation=generation, now=now)
+    return conds
 
 
 def build_status(

@@ -422,6 +422,14 @@ async def workload_changed(
                 conds, replica_failure(body.get("status") or {}), kind=kind,
                 name=str(body.meta.name), namespace=namespace,
                 generation=svc_meta.get("generation"), now=now)
+        if kind == "LeaderWorkerSet" and state.available < state.desired:
+            # LWS says in an Event on itself when it recreated a group after a pod restart.
+            events = await ctx.kube.list(
+                "v1", "Event", namespace,
+                field_selector=f"involvedObject.kind={kind},involvedObject.name="
+                               f"{body.meta.name},reason={st.GROUP_RECREATED_REASON}")
+            conds = st.with_group_recreated(conds, st.group_recreated_note(events, now),
+                                            generation=svc_meta.get("generation"), now=now)
         outcome = ReconcileOutcome(st.status_patch(
             current, {"conditions": conds, "replicas": state.replicas}))
     written = await write_status(ctx, svc_body, outcome.status_patch)
