@@ -7,8 +7,12 @@
 #   bash tools/setup.sh --demo    # plus the control plane and helm: the demo
 #   bash tools/setup.sh --cluster # plus the real control plane (Go build, cached outside)
 #   bash tools/setup.sh --unit    # .venv with the test tools only: the unit tier
-#   bash tools/setup.sh --tests   # plus helm, the control plane and the Prometheus Operator
-#                                 # (Go build, cached outside): everything CI's tests need
+#   bash tools/setup.sh --tests   # plus helm and the control plane (Go build, cached
+#                                 # outside): everything CI's tests need but the next line
+#   bash tools/setup.sh --controllers # only the Prometheus Operator and the LeaderWorkerSet
+#                                 # controller (Go builds, cached outside) for the cluster
+#                                 # tier: tools/test.sh builds them at the start of its
+#                                 # cluster lane, beside the vLLM lane, not before it
 #   bash tools/setup.sh --aic     # only NVIDIA AIConfigurator 0.12.0 in .venv-aic (benchmarks
 #                                 # and the aic tier, which skips without it; about 850 MB and
 #                                 # 3 min, so not in --tests: the unit tier checks the stored
@@ -18,11 +22,11 @@ cd "$(dirname "$0")/.."
 want_tests=0
 want_engine=0
 want_cluster=0
-want_prometheus_operator=0
 want_helm=0
 want_aic=0
 case "${1:-}" in
-  --tests) want_tests=1; want_engine=1; want_cluster=1; want_helm=1; want_prometheus_operator=1 ;;
+  --tests) want_tests=1; want_engine=1; want_cluster=1; want_helm=1 ;;
+  --controllers) ;;
   --aic) want_aic=1 ;;
   --unit) want_tests=1 ;;
   --engine) want_engine=1 ;;
@@ -42,6 +46,12 @@ if [ "$want_aic" = 1 ] && ! .venv-aic/bin/python -c 'import aiconfigurator_core'
   .venv-aic/bin/pip install -q --disable-pip-version-check aiconfigurator==0.12.0
 fi
 [ "${1:-}" = "--aic" ] && exit 0
+if [ "${1:-}" = "--controllers" ]; then
+  step "The Prometheus Operator (the chart beside kube-prometheus-stack, cluster tier)"
+  bash tools/build_prometheus_operator.sh
+  step "The LeaderWorkerSet controller (a replica over two nodes, cluster tier)"
+  exec bash tools/build_lws.sh
+fi
 
 if [ ! -x .venv/bin/python ]; then
   step "Creating .venv"
@@ -55,10 +65,6 @@ step "Installing llm-operator into .venv (extras: $extras)"
 if [ "$want_cluster" = 1 ]; then
   step "The real Kubernetes control plane (etcd, kube-apiserver, controller-manager, scheduler)"
   bash tools/build_cluster.sh
-fi
-if [ "$want_prometheus_operator" = 1 ]; then
-  step "The Prometheus Operator (the chart beside kube-prometheus-stack, cluster tier)"
-  bash tools/build_prometheus_operator.sh
 fi
 
 [ "$want_engine" = 1 ] || exit 0

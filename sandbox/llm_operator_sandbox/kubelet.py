@@ -202,6 +202,16 @@ class LocalKubelet:
                     out += [c.proc.pid, *descendants(c.proc.pid)]
         return out
 
+    def container_pid(self, namespace: str, pod: str, container: str) -> int | None:
+        """The pid of the process that runs ``container`` of pod ``namespace/pod`` now
+        (None if none)."""
+        with self._lock:
+            worker = self.workers.get(f"{namespace}/{pod}")
+        for c in [*worker.inits, *worker.mains] if worker else []:
+            if c.spec["name"] == container and c.proc is not None and c.proc.poll() is None:
+                return c.proc.pid
+        return None
+
     # ---------------------------------------------------------------- nodes
     def _register(self, node: NodeSpec) -> None:
         body = node.manifest()

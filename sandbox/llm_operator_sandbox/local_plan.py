@@ -57,12 +57,22 @@ def vllm_cli_script(vllm_python: Path) -> str:
     return f"#!{vllm_python}\nif __name__ == '__main__':\n    {VLLM_CLI_SHIM}\n"
 
 
+# A LeaderWorkerSet pod's script (rendering's LEADER_SCRIPT, WORKER_SCRIPT): the same exec
+# with the node's rank and the leader's address after the arguments.
+_SHELL_VLLM_SERVE_LINE = re.compile(r'(^|\n)\s*exec vllm serve "\$@"( |\s*$)')
+# What LWS's pod webhook injects: the leader pod's DNS name under the group's headless
+# Service (``<lws>-<group>.<subdomain>.<namespace>``).
+LWS_LEADER_ADDRESS = "LWS_LEADER_ADDRESS"
+
+
 def is_vllm_serve(command: Sequence[str]) -> bool:
-    """``vllm serve``, directly or as the last line of a ``/bin/sh -c`` script."""
+    """``vllm serve``, directly or as the exec line of a ``/bin/sh -c`` script (the last
+    line of the live-mode script, the only line of a LeaderWorkerSet pod's)."""
     if list(command[:2]) == ["vllm", "serve"]:
         return True
     return (list(command[:2]) == ["/bin/sh", "-c"] and len(command) > 2
-            and command[2].rstrip().endswith(SHELL_VLLM_SERVE))
+            and (command[2].rstrip().endswith(SHELL_VLLM_SERVE)
+                 or _SHELL_VLLM_SERVE_LINE.search(command[2]) is not None))
 
 
 @dataclass(frozen=True)
@@ -157,6 +167,11 @@ SUBSTITUTIONS: list[Substitution] = [
                  "the container waiting in `CreateContainerConfigError` with the kubelet's "
                  "message, retried every 5 s",
                  "the kubelet reads them the same way"),
+    Substitution(f"`{LWS_LEADER_ADDRESS}` (injected by LeaderWorkerSet's pod webhook: the "
+                 "leader pod's DNS name under the group's headless Service)",
+                 "`127.0.0.1`: every pod shares this machine's network and no cluster DNS "
+                 "runs here",
+                 "the cluster DNS resolves the name to the leader pod's IP"),
     Substitution("network access (Hugging Face hub)",
                  "`HF_HUB_OFFLINE=1` in every container, but one whose `HF_ENDPOINT` is on "
                  "this machine (`127.0.0.1`, `localhost`: a test's Hub stand-in, as the "
@@ -430,6 +445,10 @@ def plan_container(
     # Environment: the rendered one, resolved and with paths rewritten; then the image's.
     env = resolve_env(container, pod, lookup)
     env = {k: rewrite_paths(v, mapping) for k, v in env.items()}
+    if env.get(LWS_LEADER_ADDRESS) and spec.get("subdomain"):
+        notes.append(f"{LWS_LEADER_ADDRESS} {env[LWS_LEADER_ADDRESS]} -> 127.0.0.1 (no "
+                     "cluster DNS here)")
+        env[LWS_LEADER_ADDRESS] = "127.0.0.1"
     if env.get(VLLM_LOCK_ENV) == "":
         env[VLLM_LOCK_ENV] = vllm_lock
         notes.append(f"{VLLM_LOCK_ENV}='' -> {vllm_lock} (one vLLM at a time here)")

@@ -1,5 +1,5 @@
 """The REAL Prometheus Operator against a :class:`~.cluster.LocalCluster`: the binary
-``bash tools/setup.sh --cluster`` builds from the Go module proxy
+``bash tools/setup.sh --controllers`` builds from the Go module proxy
 (``tools/build_prometheus_operator.sh``), its CRDs as that release ships them, run as a
 local process with a kubeconfig.
 

@@ -85,7 +85,8 @@ class Stack:
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     if not binaries_present() or not operator_present():
         pytest.fail(f"the control plane or the Prometheus Operator is not built (see "
-                    f"{operator_dir()}): run `bash tools/setup.sh --tests`")
+                    f"{operator_dir()}): run `bash tools/setup.sh --tests` and "
+                    "`bash tools/setup.sh --controllers` (tools/test.sh does both)")
     workdir = tmp_path_factory.mktemp("kps-cluster")
     with LocalCluster(workdir, out=lambda line: sys.stderr.write(line + "\n")) as cluster:
         admin = ClusterKubectl(cluster.admin_kubeconfig, workdir / "kube-cache")

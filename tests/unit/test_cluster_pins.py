@@ -41,3 +41,14 @@ def test_the_prometheus_operator_build_and_its_users_name_one_version() -> None:
     script = (TOOLS.parent / "build_prometheus_operator.sh").read_text()
     built = re.search(r"^VERSION=(v\S+)", script, re.M)
     assert built and built.group(1) == PROMETHEUS_OPERATOR_VERSION
+
+
+def test_the_lws_build_and_its_users_name_one_version() -> None:
+    """tools/build_lws.sh builds the LeaderWorkerSet release the sandbox looks for, and
+    pins the module's checksum."""
+    from llm_operator_sandbox.lws import LWS_VERSION
+
+    script = (TOOLS.parent / "build_lws.sh").read_text()
+    built = re.search(r"^VERSION=(v\S+)", script, re.M)
+    assert built and built.group(1) == LWS_VERSION
+    assert re.search(r'^SUM="h1:[A-Za-z0-9+/=]{44}"', script, re.M)

@@ -201,3 +201,62 @@ def test_production_doc_lists_every_substitution() -> None:
     assert "docs/production/node-agent.md#what-it-substitutes-and-what-a-cluster-does-instead" \
         in readme, "README.md no longer links to the substitution table"
     assert len(SUBSTITUTIONS) >= 10
+
+
+def _lws_pod(role: str) -> dict[str, Any]:
+    """A pod of the operator's LeaderWorkerSet for a replica over two one-GPU nodes, as
+    LWS's webhook leaves it (subdomain, the three injected variables first)."""
+    from llm_operator.rendering.leaderworkerset import build_leader_worker_set
+
+    svc = parse_llmservice({
+        "apiVersion": "llmops.dev/v1alpha1", "kind": "LLMService",
+        "metadata": {"name": "duo", "namespace": "ml", "uid": "u-2"},
+        "spec": {"model": {"name": "tiny", "volume": {"claimName": "models"},
+                           "architecture": {"parameters": 1.0e6, "numLayers": 2,
+                                            "hiddenSize": 128, "numAttentionHeads": 4,
+                                            "numKeyValueHeads": 2, "maxContext": 4096}},
+                 "gpus": {"product": "L4", "perNode": 1},
+                 "engine": {"tensorParallelSize": 1, "pipelineParallelSize": 2},
+                 "workload": {"inputTokens": 32, "outputTokens": 16, "concurrency": 2},
+                 "tuning": {"mode": "Disabled"}}})
+    lws = build_leader_worker_set(svc, make_plan(svc.spec), Settings())
+    tpl = lws["spec"]["leaderWorkerTemplate"][f"{role}Template"]["spec"]
+    injected = [{"name": "LWS_LEADER_ADDRESS", "value": "duo-lws-0.duo-lws.ml"},
+                {"name": "LWS_GROUP_SIZE", "value": "2"},
+                {"name": "LWS_WORKER_INDEX", "value": "0" if role == "leader" else "1"}]
+    for c in tpl["containers"]:
+        c["env"] = [*injected, *(c.get("env") or [])]
+    return {"metadata": {"name": "duo-lws-0" if role == "leader" else "duo-lws-0-1",
+                         "namespace": "ml"}, "spec": {**tpl, "subdomain": "duo-lws"}}
+
+
+@pytest.mark.parametrize("role", ["leader", "worker"])
+def test_a_leaderworkerset_pod_runs_vllm_with_the_leader_on_loopback(
+        role: str, tmp_path: Path) -> None:
+    """The group's script runs as written; the model, the leader's port and the KV cache
+    are substituted as for a Deployment pod, and the leader's DNS name becomes 127.0.0.1
+    (no cluster DNS here), said in the notes."""
+    pod = _lws_pod(role)
+    (container,) = pod["spec"]["containers"]
+    ports = {8000: 18000} if role == "leader" else {}
+    plan = plan_container(pod, container, pod_dir=tmp_path / "pod", vllm_python=VLLM_PY,
+                          operator_python=OP_PY, operator_pythonpath="/src/operator",
+                          models={"tiny": MODEL}, ports=ports)
+    assert plan.argv[:3] == ["/bin/sh", "-c", container["command"][2]]
+    assert plan.env["LWS_LEADER_ADDRESS"] == "127.0.0.1"
+    assert any("LWS_LEADER_ADDRESS duo-lws-0.duo-lws.ml -> 127.0.0.1" in n for n in plan.notes)
+    args = plan.argv[4:]
+    assert args[0] == str(MODEL)
+    assert args[args.index("--kv-cache-memory-bytes") + 1].isdigit()
+    assert args[args.index("--nnodes") + 1] == "2"
+    if role == "leader":
+        assert args[args.index("--port") + 1] == "18000"
+
+
+def test_the_leader_address_is_left_alone_outside_a_group(tmp_path: Path) -> None:
+    """A pod without a subdomain (no LeaderWorkerSet) keeps a variable of that name."""
+    dep = deployment()
+    dep["spec"]["template"]["spec"]["containers"][0].setdefault("env", []).append(
+        {"name": "LWS_LEADER_ADDRESS", "value": "somewhere.example"})
+    plan = plan_for(dep, "vllm", tmp_path)
+    assert plan.env["LWS_LEADER_ADDRESS"] == "somewhere.example"
