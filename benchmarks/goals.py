@@ -44,6 +44,8 @@ CURRENT: tuple[Config, ...] = (
     Config("Performance model vs published GPU sweeps", ("perfmodel",), GPU_PUBLISHED),
     Config("Performance model vs NVIDIA's measured vLLM points (aic-silicon-2)",
            ("aic-silicon",), GPU_SILICON),
+    Config("Performance model vs NVIDIA's measured vLLM points, MoE models (aic-silicon-3)",
+           ("aic-silicon-3",), GPU_SILICON),
     Config("Planner's start vs AIConfigurator's landscape (aic-estimator-2)",
            ("aic-estimator-2",), AIC_ESTIMATE),
     Config("Tuner's search on the landscape, TTFT <= 1-2 s (tune-landscape-6, search v3)",
@@ -152,8 +154,8 @@ def line_goals(body: str) -> list[Goal]:
     if m:
         goals.append(Goal("every held-out published figure within +-25%", m.group(1),
                           m.group(1) == "met"))
-    m = re.search(r"^Goals on held-out rows \(aic_silicon\.yaml\), share within \+-25%: (.*)$",
-                  body, re.M)
+    m = re.search(r"^Goals on held-out rows \(aic_silicon(?:_\d+)?\.yaml\), share within "
+                  r"\+-25%: (.*)$", body, re.M)
     if m:
         for part in m.group(1).split("; "):
             what, rest = part.split(": ", 1)

@@ -56,9 +56,11 @@ def predict_rows(config: dict[str, Any], csv_path: Path) -> list[dict[str, Any]]
     groups = {g["name"]: g for g in config["groups"]}
     util = float(config["engine"]["gpuMemoryUtilization"])
     out = []
-    for r in read_rows(csv_path, config["groups"]):
+    for r in read_rows(csv_path, config["groups"], bool(config.get("tpExpertsOnly"))):
         g = groups[r.group]
-        fp8 = g["quantization"] == "fp8"
+        # The dtype the matmuls run in: fp8 for fp8 weights unless the group says otherwise
+        # (``compute``: a checkpoint quantized by its publisher names it).
+        fp8 = g.get("compute", "fp8" if g["quantization"] == "fp8" else "bf16") == "fp8"
         shape = ModelShape.from_facts(model(g["model"]), quantization=g["quantization"],
                                       kv_cache_dtype=config["engine"]["kvCacheDtype"])
         hw = hardware(g["gpu"], fp8=fp8)

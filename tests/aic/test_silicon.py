@@ -55,3 +55,18 @@ def test_stored_estimate_is_what_the_installed_estimator_gives() -> None:
     out = subprocess.run([str(aic_python()), "-c", code], cwd=ROOT, capture_output=True,
                          text=True, timeout=120, check=True).stdout.strip().splitlines()[-1]
     assert json.loads(out) == cell["batches"]["64"]
+
+
+def test_stored_moe_extract_is_what_the_installed_csv_gives() -> None:
+    """benchmarks/data/perfmodel_vs_silicon_3.json (aic-silicon-3) holds exactly the
+    TP-expert MoE rows its config selects from the installed CSV, none with expert
+    parallelism or data-parallel attention, with the current model's figures."""
+    import yaml
+    from benchmarks import perfmodel_vs_silicon_moe as moe
+
+    assert CSV is not None
+    config = yaml.safe_load(moe.CONFIG.read_text())
+    fresh = json.loads(json.dumps(predict_rows(config, CSV)))
+    assert json.loads(moe.DATA.read_text())["rows"] == fresh
+    everything = predict_rows({**config, "tpExpertsOnly": False}, CSV)
+    assert len(everything) > len(fresh)  # the EP / DP-attention rows exist and are left out

@@ -9,12 +9,14 @@ that install at run time; benchmarks store only derived result tables, attribute
 
 Also here: the facts of the one model and the one GPU those rows need that the catalog
 does not have (Qwen3-32B, B200), taken from the model's config.json and NVIDIA's
-datasheet, and the reading of one CSV row (:func:`read_rows`).
+datasheet, other models' facts from the corpus of public config.json files, and the
+reading of one CSV row (:func:`read_rows`).
 """
 
 from __future__ import annotations
 
 import csv
+import json
 import os
 import re
 from dataclasses import dataclass, replace
@@ -64,11 +66,20 @@ B200 = GPUFacts("NVIDIA-B200", "B200 180GB", 180 * 10**9, 8.0e12, 2.25e15, 4.5e1
 B200_NVLINK = 900e9  # one direction, bytes/s
 
 
+CORPUS = ROOT / "tests" / "fixtures" / "model_configs"
+
+
 def model(name: str) -> ModelFacts:
-    """Catalog facts, or the ones above."""
+    """Catalog facts, or the ones above, or the facts of the model's config.json in the
+    corpus of public configs (``tests/fixtures/model_configs``), as the planner reads it."""
     facts = QWEN3_32B if name == QWEN3_32B.name else lookup_model(name)
     if facts is None:
-        raise KeyError(name)
+        path = CORPUS / f"{name.replace('/', '--')}_config.json"
+        if not path.exists():
+            raise KeyError(name)
+        from llm_operator.modelfacts import facts_from_hf_config
+
+        facts = facts_from_hf_config(json.loads(path.read_text()), name)
     return facts
 
 
@@ -119,13 +130,26 @@ def _version(row: dict[str, str]) -> str:
     return m.group(1) if m else "not stated"
 
 
-def read_rows(path: Path, groups: list[dict[str, str]]) -> list[SiliconRow]:
+def _at_most_one(value: str) -> bool:
+    """An EP or attention-DP size of one (or none stated: empty, 0)."""
+    try:
+        return not value or float(value) <= 1
+    except ValueError:
+        return False
+
+
+def read_rows(path: Path, groups: list[dict[str, str]],
+              tp_experts_only: bool = False) -> list[SiliconRow]:
     """The rows the config's groups name: backend vllm, mode agg, one pipeline stage,
-    TTFT and TPOT present (nothing else dropped)."""
+    TTFT and TPOT present; with ``tp_experts_only`` also no expert parallelism and no
+    data-parallel attention (the placement the operator renders). Nothing else dropped."""
     out = []
     with path.open(newline="") as f:
         for r in csv.DictReader(f):
             if r["backend"] != "vllm" or r["mode"] != "agg" or r["pp_size"] not in ("", "1"):
+                continue
+            if tp_experts_only and not (_at_most_one(r.get("moe_ep_size", ""))
+                                        and _at_most_one(r.get("attention_dp_size", ""))):
                 continue
             if not (r["silicon_ttft_ms"] and r["silicon_tpot_ms"] and r["tp_size"]):
                 continue
