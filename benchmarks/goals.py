@@ -44,8 +44,8 @@ CURRENT: tuple[Config, ...] = (
     Config("Performance model vs published GPU sweeps", ("perfmodel",), GPU_PUBLISHED),
     Config("Performance model vs NVIDIA's measured vLLM points (aic-silicon-2)",
            ("aic-silicon",), GPU_SILICON),
-    Config("Performance model vs NVIDIA's measured vLLM points, MoE models (aic-silicon-3)",
-           ("aic-silicon-3",), GPU_SILICON),
+    Config("Performance model vs NVIDIA's measured vLLM points, MoE models (aic-silicon-4)",
+           ("aic-silicon-4",), GPU_SILICON),
     Config("Planner's start vs AIConfigurator's landscape (aic-estimator-2)",
            ("aic-estimator-2",), AIC_ESTIMATE),
     Config("Tuner's search on the landscape, TTFT <= 1-2 s (tune-landscape-6, search v3)",
@@ -69,6 +69,8 @@ CURRENT: tuple[Config, ...] = (
 # Sections that are not current, and why (they stay below the table, as history).
 SUPERSEDED: dict[str, str] = {
     "aic-estimator": "aic-estimator-2 (36 of 48 scenarios had no feasible point)",
+    "aic-silicon-3": "aic-silicon-4 (the same MoE rows less 19 with DP attention; a fixed "
+                     "cost per MoE layer fitted to NVIDIA's kernel table)",
     "tune-landscape-1": "tune-landscape-6 (the same setup, search v3)",
     "tune-landscape-4": "tune-landscape-6 (the same setup, search v3)",
     "tune-landscape-2": "tune-landscape-5 (the same setup, search v3)",

@@ -34,6 +34,10 @@ ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "benchmarks" / "configs" / "gpu_kernels_moe.yaml"
 MEASURED = ROOT / "benchmarks" / "data" / "gpu_kernels_moe_h200.json"
 DATA = ROOT / "benchmarks" / "data" / "moe_kernels_aic_h200.json"
+# The rows the performance model's fixed cost per MoE layer is fitted to (aic-silicon-4):
+# every bf16 shape of the same table, balanced routing, one GPU, <= FIT_MAX_TOKENS tokens.
+FIT_DATA = ROOT / "benchmarks" / "data" / "moe_kernels_aic_h200_fit.json"
+FIT_MAX_TOKENS = 128
 SECTION = "gpu-kernels-moe"
 KERNEL = "vllm_unquantizedfusedmoe_triton_tritonexperts"
 TABLE = "systems/data/h200_sxm/moe/vllm/0.24.0/moe_perf.parquet"
@@ -64,7 +68,37 @@ def record(path: Path = DATA) -> dict[str, Any]:
             "kernel": KERNEL, "dtype": "bfloat16", "distribution": "balanced",
             "measured_by": "NVIDIA", "rows": rows}
     path.write_text(json.dumps(data, indent=1) + "\n")
+    fit = df[(df.kernel_source == KERNEL) & (df.moe_dtype == "bfloat16")
+             & (df.distribution == "balanced") & (df.moe_tp_size == 1) & (df.moe_ep_size == 1)
+             & (df.num_tokens <= FIT_MAX_TOKENS)]
+    fit_rows = [{"hidden": int(r.hidden_size), "intermediate": int(r.inter_size),
+                 "top_k": int(r.topk), "experts": int(r.num_experts),
+                 "tokens": int(r.num_tokens), "ms": round(float(r.latency), 4)}
+                for r in fit.sort_values(["hidden_size", "inter_size", "topk", "num_experts",
+                                          "num_tokens"]).itertuples()]
+    FIT_DATA.write_text(json.dumps({**{k: data[k] for k in ("source", "kernel", "dtype",
+                                                             "distribution", "measured_by")},
+                                    "device": "NVIDIA H200", "rows": fit_rows}, indent=1) + "\n")
     return data
+
+
+def fit_moe_layer_overhead(fit: dict[str, Any]) -> tuple[float, list[float]]:
+    """The performance model's fixed time per MoE layer per step (aic-silicon-4's fit):
+    the median over NVIDIA's measured fused-MoE latencies (``fit``, one H200) of the
+    measured time minus the model's roofline for the same experts; with every residual."""
+    from llm_operator.catalog import lookup_gpu
+    from llm_operator.perfmodel import GPU_EFFICIENCY
+
+    gpu = lookup_gpu("H200")
+    assert gpu is not None and gpu.memory_bandwidth and gpu.bf16_flops
+    residuals = []
+    for r in fit["rows"]:
+        layer = {**r, "local": r["experts"]}
+        model_t, _ = model_seconds(layer, int(r["tokens"]), gpu.memory_bandwidth,
+                                   gpu.bf16_flops, GPU_EFFICIENCY.bandwidth,
+                                   GPU_EFFICIENCY.compute)
+        residuals.append(r["ms"] / 1e3 - model_t)
+    return statistics.median(residuals), residuals
 
 
 def model_seconds(layer: dict[str, Any], tokens: int, bandwidth: float, flops: float,

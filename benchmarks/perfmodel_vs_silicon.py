@@ -56,7 +56,8 @@ def predict_rows(config: dict[str, Any], csv_path: Path) -> list[dict[str, Any]]
     groups = {g["name"]: g for g in config["groups"]}
     util = float(config["engine"]["gpuMemoryUtilization"])
     out = []
-    for r in read_rows(csv_path, config["groups"], bool(config.get("tpExpertsOnly"))):
+    for r in read_rows(csv_path, config["groups"], bool(config.get("tpExpertsOnly")),
+                       bool(config.get("expertsMatchAttentionTp"))):
         g = groups[r.group]
         # The dtype the matmuls run in: fp8 for fp8 weights unless the group says otherwise
         # (``compute``: a checkpoint quantized by its publisher names it).

@@ -188,6 +188,9 @@ class Efficiency:
     # output processing and scheduling on a GPU): the step then takes the longer of the
     # two, not their sum. False on the CPU engine, where both share the same cores.
     overlap_seq_overhead: bool = False
+    # Fixed time per mixture-of-experts layer per step on each GPU (routing, alignment and
+    # launch of the fused MoE kernel), beyond its roofline; 0 for models without experts.
+    moe_layer_overhead_s: float = 0.0
 
 
 # Calibrated GPU efficiency of vLLM (V1 engine, CUDA graphs, bf16), FITTED to these
@@ -239,6 +242,13 @@ class Efficiency:
 # 71-82% of the datasheet's HBM bandwidth (per-tensor fp8 through torch._scaled_mm
 # 64-80%), prefill GEMMs (M >= 1024) reach 63-73% of dense peak. The factors below sit
 # inside those ceilings (tests/unit/test_gpu_kernels.py).
+# * moe_layer_overhead_s 3.9 us (aic-silicon-4, benchmarks/configs/aic_silicon_4.yaml):
+#   FITTED ONLY to NVIDIA's measured vLLM fused-MoE kernel latencies (AIConfigurator's
+#   H200 table, vLLM 0.24, bf16, 176 rows of 16 shapes at 1-128 tokens): the median of the
+#   measured time minus this model's roofline for the same experts
+#   (benchmarks/moe_kernels.fit_moe_layer_overhead; tests/unit/test_moe_kernels.py). The
+#   MoE serving rows of aic-silicon-3/-4 are predictions.
+#
 # Routed experts (section gpu-kernels-moe): vLLM 0.24's fused MoE kernel, measured by
 # NVIDIA on an H200 (AIConfigurator's kernel tables), reads a layer's experts at 72-85% of
 # HBM where all are touched; the same 0.80 applies to them (tests/unit/test_moe_kernels.py).
@@ -252,6 +262,7 @@ GPU_EFFICIENCY = Efficiency(
     allreduce_latency_s=28e-6,
     prefill_queue_share=0.10,
     overlap_seq_overhead=True,
+    moe_layer_overhead_s=3.9e-6,
     source="A100 sweep (johnmusgrave.com, vLLM 0.23); H100 sweep (InferenceBench, vLLM 0.21); "
            "AIConfigurator silicon_sample.csv, Qwen3-32B H100 TP 2 (vLLM 0.12)",
 )
@@ -411,7 +422,9 @@ def step_time(model: ModelShape, hw: Hardware, tp: int, decode_seqs: float,
             hw.interconnect_bandwidth * eff.interconnect)
         comm_s = 2 * model.num_layers * per
     seq_s = eff.per_seq_overhead_s * (decode_seqs + prefill_seqs)
-    overhead_s = eff.step_overhead_s + seq_s + eff.per_token_overhead_s * prefill_tokens
+    moe_s = eff.moe_layer_overhead_s * model.num_layers if model.num_experts else 0.0
+    overhead_s = (eff.step_overhead_s + seq_s + eff.per_token_overhead_s * prefill_tokens
+                  + moe_s)
     seconds = max(memory_s, compute_s) + comm_s + overhead_s
     if eff.overlap_seq_overhead:
         seconds = max(max(memory_s, compute_s) + comm_s, seq_s) + overhead_s - seq_s

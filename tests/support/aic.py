@@ -139,10 +139,14 @@ def _at_most_one(value: str) -> bool:
 
 
 def read_rows(path: Path, groups: list[dict[str, str]],
-              tp_experts_only: bool = False) -> list[SiliconRow]:
+              tp_experts_only: bool = False, experts_match_tp: bool = False
+              ) -> list[SiliconRow]:
     """The rows the config's groups name: backend vllm, mode agg, one pipeline stage,
     TTFT and TPOT present; with ``tp_experts_only`` also no expert parallelism and no
-    data-parallel attention (the placement the operator renders). Nothing else dropped."""
+    data-parallel attention (the placement the operator renders); with
+    ``experts_match_tp`` also the experts' TP equal to the attention's (the CSV leaves
+    ``attention_dp_size`` empty on some rows whose experts span more GPUs). Nothing else
+    dropped."""
     out = []
     with path.open(newline="") as f:
         for r in csv.DictReader(f):
@@ -150,6 +154,10 @@ def read_rows(path: Path, groups: list[dict[str, str]],
                 continue
             if tp_experts_only and not (_at_most_one(r.get("moe_ep_size", ""))
                                         and _at_most_one(r.get("attention_dp_size", ""))):
+                continue
+            moe_tp = r.get("moe_tp_size", "")
+            if experts_match_tp and moe_tp not in ("", "0") and float(moe_tp) != float(
+                    r["tp_size"]):
                 continue
             if not (r["silicon_ttft_ms"] and r["silicon_tpot_ms"] and r["tp_size"]):
                 continue

@@ -48,3 +48,11 @@ def test_the_bandwidth_factor_sits_within_vllms_measured_fused_moe() -> None:
     assert all(0.70 <= r["model_over_vllm"] <= 1.25 for r in rows), rows
     full = [r["vllm_hbm"] for r in rows if r["vllm_hbm"] is not None]
     assert full and max(full) >= GPU_EFFICIENCY.bandwidth - 0.05
+
+
+def test_the_models_moe_layer_overhead_is_the_registered_fit() -> None:
+    """GPU_EFFICIENCY.moe_layer_overhead_s is what aic-silicon-4's fit gives on the stored
+    kernel table (the median residual, to 0.1 us): re-fit, or re-register, to change it."""
+    median, residuals = mk.fit_moe_layer_overhead(json.loads(mk.FIT_DATA.read_text()))
+    assert len(residuals) == 176
+    assert GPU_EFFICIENCY.moe_layer_overhead_s == pytest.approx(median, abs=0.05e-6)

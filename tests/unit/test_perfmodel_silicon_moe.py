@@ -1,39 +1,71 @@
-"""The stored comparison of the performance model with NVIDIA's measured vLLM points for
-mixture-of-experts models (aic-silicon-3, benchmarks/data/perfmodel_vs_silicon_3.json,
-issue 34), without AIConfigurator installed: the stored rows are what the current model
-gives at their inputs, RESULTS.md shows them, and every row is held out."""
+"""The stored comparisons of the performance model with NVIDIA's measured vLLM points for
+mixture-of-experts models (aic-silicon-3 and -4, benchmarks/data/perfmodel_vs_silicon_3/4
+.json, issue 34), without AIConfigurator installed: the latest run's stored rows are what
+the current model gives at their inputs, RESULTS.md shows both runs, every row is held
+out, and the fixed cost per MoE layer leaves the dense rows alone."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 from benchmarks import perfmodel_vs_silicon_moe as moe
 from benchmarks.perfmodel_vs_silicon import predict_rows
 from benchmarks.results_md import RESULTS
+from tests.support.aic import hardware, model
 from tests.unit.test_perfmodel_silicon import _rewrite_csv
 
-DATA = json.loads(moe.DATA.read_text())
+from llm_operator.perfmodel import GPU_EFFICIENCY, ModelShape, step_time
 
 
-def test_stored_rows_are_what_the_model_gives_now(tmp_path: Path) -> None:
-    """Else: .venv/bin/python -m benchmarks.perfmodel_vs_silicon_moe --record --write."""
+def stored(label: str) -> dict:
+    return dict(json.loads(moe.RUNS[label][1].read_text()))
+
+
+def test_the_latest_runs_rows_are_what_the_model_gives_now(tmp_path: Path) -> None:
+    """Else: .venv/bin/python -m benchmarks.perfmodel_vs_silicon_moe --run aic-silicon-4
+    --record --write."""
+    data = stored(moe.LATEST)
     path = tmp_path / "rows.csv"
-    _rewrite_csv(DATA["rows"], path)  # stored rows are TP-expert rows: EP/DP columns empty
+    _rewrite_csv(data["rows"], path)  # stored rows: TP experts; EP/DP/moe-TP columns empty
     config = yaml.safe_load(moe.CONFIG.read_text())
     fresh = json.loads(json.dumps(predict_rows(config, path)))
     keys = ("id", "group", "tp", "isl", "osl", "concurrency", "predicted", "error", "fit")
     assert [{k: r[k] for k in keys} for r in fresh] == [
-        {k: r[k] for k in keys} for r in DATA["rows"]]
+        {k: r[k] for k in keys} for r in data["rows"]]
+    assert data["moeLayerOverheadUs"] == round(GPU_EFFICIENCY.moe_layer_overhead_s * 1e6, 2)
 
 
 def test_every_group_is_stored_and_every_row_is_held_out() -> None:
-    config = yaml.safe_load(moe.CONFIG.read_text())
-    assert {r["group"] for r in DATA["rows"]} == {g["name"] for g in config["groups"]}
-    assert not any(r["fit"] for r in DATA["rows"]) and not DATA["fitted"]
-    assert len(DATA["rows"]) >= 600
+    for label, (config_path, _) in moe.RUNS.items():
+        data, config = stored(label), yaml.safe_load(config_path.read_text())
+        assert {r["group"] for r in data["rows"]} == {g["name"] for g in config["groups"]}
+        assert not any(r["fit"] for r in data["rows"]) and not data["fitted"]
+    # run 4 keeps run 3's rows but the 19 whose experts span more GPUs than attention
+    ids3 = {r["id"] for r in stored("aic-silicon-3")["rows"]}
+    ids4 = {r["id"] for r in stored("aic-silicon-4")["rows"]}
+    assert ids4 < ids3 and len(ids3 - ids4) == 19
 
 
-def test_results_md_shows_the_stored_rows() -> None:
-    assert moe.section(DATA) in RESULTS.read_text()
+def test_results_md_shows_both_runs() -> None:
+    text = RESULTS.read_text()
+    for label in moe.RUNS:
+        assert moe.render(label) in text
+
+
+def test_the_moe_term_counts_only_for_models_with_experts() -> None:
+    """One decode step of 8 sequences: a dense model's time is the same with and without
+    the term; an MoE model's grows by the term times its layers."""
+    from dataclasses import replace
+
+    hw = hardware("H200", fp8=True)
+    off = replace(GPU_EFFICIENCY, moe_layer_overhead_s=0.0)
+    dense = ModelShape.from_facts(model("meta-llama/Llama-3.1-70B"), quantization="fp8")
+    mixed = ModelShape.from_facts(model("Qwen/Qwen3-235B-A22B-FP8"))
+    assert step_time(dense, hw, 4, 8, 1000).seconds == step_time(
+        dense, hw, 4, 8, 1000, efficiency=off).seconds
+    grown = (step_time(mixed, hw, 4, 8, 1000).seconds
+             - step_time(mixed, hw, 4, 8, 1000, efficiency=off).seconds)
+    assert grown == pytest.approx(GPU_EFFICIENCY.moe_layer_overhead_s * mixed.num_layers)
