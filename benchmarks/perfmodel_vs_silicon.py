@@ -86,7 +86,9 @@ def predict_rows(config: dict[str, Any], csv_path: Path) -> list[dict[str, Any]]
     return out
 
 
-def record(config_path: Path = CONFIG, path: Path = DATA) -> dict[str, Any]:
+def record(config_path: Path = CONFIG, path: Path = DATA,
+           extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Predict every selected row and store them at ``path`` (with ``extra`` keys)."""
     csv_path = silicon_csv()
     if csv_path is None:
         sys.exit("silicon_sample.csv not found: install AIConfigurator in .venv-aic "
@@ -95,7 +97,7 @@ def record(config_path: Path = CONFIG, path: Path = DATA) -> dict[str, Any]:
     data = {"label": config["label"], "config": str(config_path.relative_to(ROOT)),
             "source": AIC_SOURCE, "model": "llm_operator.perfmodel GPU_EFFICIENCY",
             "band": config["band"], "fitted": bool(config.get("fittedToSubset", False)),
-            "rows": predict_rows(config, csv_path)}
+            "rows": predict_rows(config, csv_path), **(extra or {})}
     path.write_text(json.dumps(data, indent=1) + "\n")
     return data
 

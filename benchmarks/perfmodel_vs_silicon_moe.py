@@ -172,13 +172,11 @@ def record(label: str = LATEST) -> dict[str, Any]:
     from llm_operator.perfmodel import GPU_EFFICIENCY
 
     config_path, path = RUNS[label]
-    data = pvs_record(config_path, path)
     config = yaml.safe_load(config_path.read_text())
-    data["matchTp"] = bool(config.get("expertsMatchAttentionTp"))
+    extra: dict[str, Any] = {"matchTp": bool(config.get("expertsMatchAttentionTp"))}
     if label == "aic-silicon-4":
-        data["moeLayerOverheadUs"] = round(GPU_EFFICIENCY.moe_layer_overhead_s * 1e6, 2)
-    path.write_text(json.dumps(data, indent=1) + "\n")
-    return data
+        extra["moeLayerOverheadUs"] = round(GPU_EFFICIENCY.moe_layer_overhead_s * 1e6, 2)
+    return pvs_record(config_path, path, extra)
 
 
 def render(label: str) -> str:

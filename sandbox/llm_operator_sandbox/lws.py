@@ -162,66 +162,64 @@ class LocalLWS:
         out = self._kubectl("get", "crd", CRD_NAME, "--ignore-not-found", "-o", "json")
         return json.loads(out) if out.strip() else None
 
+    def _poll(self, probe: Callable[[], bool], timeout: float, what: str,
+              interval: float = 0.5) -> None:
+        """Until ``probe()`` is true; raises after ``timeout`` s, or at once when the
+        manager (once started) has exited, with the end of its log."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.component.proc is not None and not self.component.alive():
+                raise RuntimeError(f"the LWS manager exited while waiting for {what}:\n"
+                                   f"{self.component.tail()}")
+            if probe():
+                return
+            time.sleep(interval)
+        raise RuntimeError(f"timed out after {timeout:.0f} s waiting for {what}:\n"
+                           f"{self.component.tail()}")
+
     def _wait_crd_not_terminating(self, timeout: float) -> None:
         """Until a LeaderWorkerSet CRD another test deleted is gone (applying over one
         that is terminating fails)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def gone() -> bool:
             crd = self._crd()
-            if crd is None or not crd["metadata"].get("deletionTimestamp"):
-                return
-            time.sleep(1)
-        raise RuntimeError(f"the CRD {CRD_NAME} was still terminating after {timeout:.0f} s")
+            return crd is None or not crd["metadata"].get("deletionTimestamp")
+        self._poll(gone, timeout, f"the terminating CRD {CRD_NAME} to go", interval=1)
 
     def _wait_established(self, timeout: float) -> None:
         """Until the CRD is served (``kubectl wait`` fails while it has no conditions)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def established() -> bool:
             crd = self._crd() or {}
-            if any(c.get("type") == "Established" and c.get("status") == "True"
-                   for c in (crd.get("status") or {}).get("conditions") or []):
-                return
-            time.sleep(0.5)
-        raise RuntimeError(f"the CRD {CRD_NAME} was not Established in {timeout:.0f} s")
+            return any(c.get("type") == "Established" and c.get("status") == "True"
+                       for c in (crd.get("status") or {}).get("conditions") or [])
+        self._poll(established, timeout, f"the CRD {CRD_NAME} to be Established")
 
     def _wait_healthy(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not self.component.alive():
-                raise RuntimeError(f"the LWS manager exited:\n{self.component.tail()}")
+        def ready() -> bool:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/readyz",
                                             timeout=2) as r:
-                    if r.status == 200:
-                        return
+                    return bool(r.status == 200)
             except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(0.5)
-        raise RuntimeError(f"the LWS manager was not ready in {timeout:.0f} s:\n"
-                           f"{self.component.tail()}")
+                return False
+        self._poll(ready, timeout, "the LWS manager's /readyz")
 
     def _wait_webhook(self, timeout: float) -> None:
-        """Until the API server reaches the webhook: a dry-run create of an invalid
-        LeaderWorkerSet is refused by the validating webhook's own message."""
+        """Until the API server reaches the webhooks: a server-side dry-run create of a
+        valid LeaderWorkerSet passes them (it fails while they cannot be called)."""
         probe = {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
                  "metadata": {"name": "webhook-probe", "namespace": "default"},
                  "spec": {"replicas": 1, "leaderWorkerTemplate": {
                      "size": 1, "workerTemplate": {"spec": {"containers": [
                          {"name": "c", "image": "busybox"}]}}}}}
-        deadline = time.monotonic() + timeout
-        last = ""
-        while time.monotonic() < deadline:
+
+        def admitted() -> bool:
             try:
                 self._kubectl("create", "--dry-run=server", "-o", "json", "-f", "-",
                               stdin=json.dumps(probe))
-                return  # the webhooks answered (defaulted and admitted it)
-            except RuntimeError as exc:
-                last = str(exc)
-            if not self.component.alive():
-                raise RuntimeError(f"the LWS manager exited:\n{self.component.tail()}")
-            time.sleep(1)
-        raise RuntimeError(f"the API server did not reach the LWS webhooks in {timeout:.0f} s:"
-                           f" {last}\n{self.component.tail()}")
+                return True
+            except RuntimeError:
+                return False
+        self._poll(admitted, timeout, "the API server to reach the LWS webhooks", interval=1)
 
     def stop(self) -> None:
         """Remove the webhook configurations (they would refuse every LeaderWorkerSet and
