@@ -5,10 +5,14 @@ AIConfigurator environment, not the project's.
     .venv-aic/bin/python -m benchmarks.aic_estimate                 # the grid and KV bisection
     .venv-aic/bin/python -m benchmarks.aic_estimate --batches 6 12  # add batch sizes
     .venv-aic/bin/python -m benchmarks.aic_estimate --brief         # the brief's 8B figures
+    .venv-aic/bin/python -m benchmarks.aic_estimate --schedule      # add the step schedules
 
 Stores ``benchmarks/data/aic_estimator.json``: for each (model, GPU, TP, workload) the
 estimate at each batch size (TTFT and TPOT in ms, output tok/s, or "OOM"), and the
-largest batch the estimator accepts without OOM with its memory breakdown. Every figure
+largest batch the estimator accepts without OOM with its memory breakdown, and each
+estimate's step schedule (:func:`schedule_of`: the mix and generation-only steps of its
+aggregated mode, their latencies and counts; the landscape's ITL p95 is read from it,
+aic_estimator_3.yaml). Every figure
 is **estimated** (AIConfigurator's estimator, its vLLM kernel tables), not measured.
 The project's side (planner, performance model) is in ``benchmarks/planner_vs_aic.py``,
 which reads this file in the project's environment. Reruns keep what is stored and add
@@ -50,11 +54,48 @@ def estimate(aic_model: str, system: str, tp: int, isl: int, osl: int,
     out = {"ttftMs": round(float(r.ttft), 3), "tpotMs": round(float(r.tpot), 3),
            "outputTps": round(float(r.raw["tokens/s"]), 1),
            "memoryGiB": round(float(r.raw["memory"]), 3), "version": r.backend_version}
+    out["schedule"] = schedule_of(r.per_ops_data)
     with contextlib.suppress(Exception):
         mem = r.summary.get_memory()
         out["memory"] = {k: round(float(v), 3) for k, v in dict(mem).items()
                          if isinstance(v, (int, float))}
     return out
+
+
+def schedule_of(per_ops: dict[str, Any] | None) -> dict[str, float]:
+    """The estimate's step schedule: mix steps (one prompt's tokens plus the decodes) and
+    generation-only steps, their counts and latencies (ms), and the decode iterations."""
+    s = (per_ops or {})["scheduling"]
+    return {"mixSteps": float(s["num_mix_steps"]), "genonlySteps": float(s["num_genonly_steps"]),
+            "mixStepMs": round(float(s["mix_step_latency_ms"]), 4),
+            "genonlyStepMs": round(float(s["genonly_step_latency_ms"]), 4),
+            "decodeIterations": float(s["decode_iterations"])}
+
+
+def add_schedules(data: dict[str, Any], only: str = "") -> int:
+    """Estimate again every stored point that lacks its schedule and add it; the TTFT and
+    TPOT must come back as stored (the estimator is deterministic), else stop. Returns
+    how many were added."""
+    added = 0
+    for k, c in data["cells"].items():
+        if only not in k:
+            continue
+        points = list(c["batches"].items())
+        at = c.get("kv", {}).get("at")
+        if at:
+            points.append((str(c["kv"]["largestBatch"]), at))
+        for b, v in points:
+            if "oom" in v or "schedule" in v:
+                continue
+            e = estimate(c["aic"], c["system"], c["tp"], c["input"], c["output"], int(b))
+            for f in ("ttftMs", "tpotMs"):
+                if abs(e[f] - v[f]) > 1e-3 * max(1.0, abs(v[f])):
+                    raise SystemExit(f"{k} batch {b}: {f} {e[f]} now, {v[f]} stored: the "
+                                     "estimator is not the one that made the store")
+            v["schedule"] = e["schedule"]
+            added += 1
+        sys.stderr.write(f"{k}: schedules added\n")
+    return added
 
 
 def key(model: str, gpu: str, tp: int, wl: dict[str, Any]) -> str:
@@ -86,6 +127,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--at", nargs="*", default=[], metavar="KEY=BATCH",
                     help="one more batch size for one stored cell (the planner's picks: "
                     "benchmarks/planner_vs_aic.py --missing prints them)")
+    ap.add_argument("--schedule", action="store_true",
+                    help="add each stored estimate's step schedule (estimated again; its "
+                    "TTFT and TPOT must equal the stored ones)")
     ap.add_argument("--brief", action="store_true",
                     help="Llama-3.1-8B on A100/H100 at batch 1/8/32 (the seed's figures)")
     args = ap.parse_args(argv)
@@ -112,6 +156,11 @@ def main(argv: list[str] | None = None) -> int:
     data.setdefault("estimator", cfg["estimator"]["label"])
     data.setdefault("package", cfg["estimator"]["package"])
     cells = data.setdefault("cells", {})
+    if args.schedule:
+        n = add_schedules(data, args.only)
+        DATA.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+        sys.stderr.write(f"{n} schedules added\n")
+        return 0
     if args.at:
         for item in args.at:
             k, b = item.rsplit("=", 1)

@@ -61,10 +61,40 @@ def spec_for(model: str, gpu: str, tp: int, wl: dict[str, Any], slo: dict[str, A
     return parse_llmservice({"metadata": {"name": "svc", "namespace": "ml"}, "spec": body}).spec
 
 
+# What stands for the spec's ITL p95 on the estimator's landscape: its mean TPOT (runs
+# aic-estimator-1/-2, tune-landscape-1..6), or the p95 read from its step schedule
+# (aic_estimator_3.yaml, tune-landscape-7/8).
+ITL_STATISTICS = ("tpot-mean", "p95-from-schedule")
+
+
+def itl_p95_ms(schedule: dict[str, float], b: float) -> float:
+    """The landscape's ITL p95 at batch ``b`` from the estimator's step schedule (the rule
+    of aic_estimator_3.yaml): the mix step's latency when the mix steps carrying other
+    requests' prompts are more than 5% of a request's steps, else the generation-only
+    step's (the nearest-rank p95 of a two-valued distribution)."""
+    share = schedule["mixSteps"] * (1 - 1 / b) / schedule["decodeIterations"]
+    return schedule["mixStepMs"] if share > 0.05 else schedule["genonlyStepMs"]
+
+
+def itl_of(est: dict[str, Any], b: float, itl: str = "tpot-mean") -> tuple[float, str]:
+    """The per-token figure the SLO judges (ms) and its name, by the config's ``itl``."""
+    if itl == "tpot-mean":
+        return est["tpotMs"], "TPOT"
+    if itl != "p95-from-schedule":
+        raise ValueError(f"itl: {itl!r} is not one of {', '.join(ITL_STATISTICS)}")
+    if "itlP95Ms" in est:
+        return est["itlP95Ms"], "ITL p95"
+    if "schedule" not in est:
+        raise ValueError("the estimate has no step schedule: run "
+                         ".venv-aic/bin/python -m benchmarks.aic_estimate --schedule")
+    return itl_p95_ms(est["schedule"], b), "ITL p95"
+
+
 def goodput(est: dict[str, Any] | None, b: int, wl: dict[str, Any], slo: dict[str, Any],
-            saturated: bool = False) -> tuple[float, str]:
+            saturated: bool = False, itl: str = "tpot-mean") -> tuple[float, str]:
     """Output tok/s at batch ``b`` under the SLO (the config's rule), and why it is 0.
-    ``saturated``: b clients (aic-estimator-2), else the workload's, the rest queueing."""
+    ``saturated``: b clients (aic-estimator-2), else the workload's, the rest queueing;
+    ``itl``: what the SLO's per-token figure judges (:data:`ITL_STATISTICS`)."""
     if est is None:
         return 0.0, "not estimated"
     if "oom" in est:
@@ -73,8 +103,9 @@ def goodput(est: dict[str, Any] | None, b: int, wl: dict[str, Any], slo: dict[st
     r_ms = est["ttftMs"] + (osl - 1) * est["tpotMs"]
     wait = max(0.0, (c / b - 1)) * r_ms
     tps = b * osl / (r_ms / 1e3)
-    if est["tpotMs"] > slo["tpotMs"]:
-        return 0.0, f"TPOT {est['tpotMs']:.0f} ms"
+    per_token, what = itl_of(est, b, itl)
+    if per_token > slo["tpotMs"]:
+        return 0.0, f"{what} {per_token:.0f} ms"
     if est["ttftMs"] + wait > slo["ttftMs"]:
         return 0.0, f"TTFT {est['ttftMs'] + wait:,.0f} ms"
     return tps, "meets"
@@ -92,16 +123,17 @@ def pick_for(spec: LLMServiceSpec, plan: Plan, saturated: bool, top: int) -> int
 
 
 def load(path: Path) -> dict[str, Any]:
-    """A config; a second run's names its base and overrides it."""
+    """A config; a later run's names its base (which may name its own) and overrides it."""
     cfg = dict(yaml.safe_load(path.read_text()))
     if "base" in cfg:
-        cfg = {**yaml.safe_load((ROOT / cfg["base"]).read_text()), **cfg}
+        cfg = {**load(ROOT / cfg.pop("base")), **cfg}
     return cfg
 
 
 def scenarios(cfg: dict[str, Any], data: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     sat = bool(cfg.get("saturated"))
+    itl = str(cfg.get("itl", "tpot-mean"))
     top = max(cfg["batchGrid"])
     for model, m in cfg["models"].items():
         for gpu in cfg["gpus"]:
@@ -125,10 +157,10 @@ def scenarios(cfg: dict[str, Any], data: dict[str, Any]) -> list[dict[str, Any]]
                             out.append(row)
                             continue
                         batches = {int(x): v for x, v in cell["batches"].items()}
-                        land = {x: goodput(v, x, wl, slo, sat) for x, v in batches.items()
+                        land = {x: goodput(v, x, wl, slo, sat, itl) for x, v in batches.items()
                                 if x <= (top if sat else wl["concurrency"])}
                         best_b = max(land, key=lambda x: (land[x][0], -x))
-                        got, why = goodput(batches.get(b), b, wl, slo, sat)
+                        got, why = goodput(batches.get(b), b, wl, slo, sat, itl)
                         row.update(best=land[best_b][0], bestBatch=best_b, got=got, why=why,
                                    ratio=(got / land[best_b][0]) if land[best_b][0] else None,
                                    missing=b not in batches, estBatch=b,
@@ -153,7 +185,7 @@ def _mean_tpot_slo() -> Iterator[None]:
 
 def diagnostic(cfg: dict[str, Any]) -> list[str]:
     """aic-estimator-2 only: the same comparison with the pick judged by mean TPOT."""
-    if not cfg.get("saturated"):
+    if not cfg.get("saturated") or cfg.get("itl", "tpot-mean") != "tpot-mean":
         return []
     with _mean_tpot_slo():
         rows = scenarios(cfg, json.loads(DATA.read_text()))
@@ -190,13 +222,21 @@ def section(rows: list[dict[str, Any]], cfg: dict[str, Any], name: str = SECTION
              + ("with as many clients as the batch (saturated, no queue) "
                 if cfg.get("saturated") else "with 256 clients ")
              + "x SLO TTFT <= 2 s, TPOT <= 50 ms or TTFT <= 1 s, TPOT <= 25 ms). Goodput at "
-             "batch b: the estimator's output tok/s when its TPOT and its TTFT"
+             "batch b: the estimator's output tok/s when its "
+             + ("ITL p95 (read from the estimator's own step schedule: the latency of its "
+                "mix step, a prompt plus the decodes, when such steps carrying other "
+                "requests' prompts are more than 5% of a request's steps, else of its "
+                "generation-only step; the spec's itlP95Ms is what the pick is asked to "
+                "meet) and its TTFT (a mean, standing for the spec's p95)"
+                if cfg.get("itl") == "p95-from-schedule" else "TPOT and its TTFT")
              + ("" if cfg.get("saturated") else " plus the queue wait of the clients beyond b")
              + " meet the SLO, else 0. Our pick: the tuner's start (`suggest_start`: our "
              "performance model's knee under the SLO"
              + (", client count unknown" if cfg.get("saturated") else ", at 256 clients")
              + ") on the planner's plan. Regenerate: `.venv-aic/bin/python -m "
-             "benchmarks.aic_estimate` (and `--at` for the picks `--missing` lists), then "
+             "benchmarks.aic_estimate` (and `--at` for the picks `--missing` lists"
+             + (", `--schedule` for the step schedules" if cfg.get("itl") == "p95-from-schedule"
+                else "") + "), then "
              f"`.venv/bin/python -m benchmarks.planner_vs_aic --config {cfg['config']} "
              "--write`.", ""]
     if ratios:

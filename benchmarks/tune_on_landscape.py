@@ -40,7 +40,7 @@ from typing import Any
 
 import yaml
 
-from benchmarks.planner_vs_aic import goodput, spec_for
+from benchmarks.planner_vs_aic import goodput, itl_of, itl_p95_ms, spec_for
 from benchmarks.results_md import emit, markers
 from llm_operator.catalog import lookup_gpu
 from llm_operator.inpod.tuner.search import (
@@ -235,33 +235,53 @@ class Cell:
     output_tokens: int
     points: dict[int, tuple[float, float]]  # batch -> (TTFT ms, TPOT ms), none OOM
     largest_batch: int  # K: the largest batch the estimator does not call OOM
+    # batch -> the estimator's step schedule (aic_estimate.schedule_of), where stored
+    schedules: dict[int, dict[str, float]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, key: str, cell: dict[str, Any]) -> Cell:
-        pts = {int(b): (float(v["ttftMs"]), float(v["tpotMs"]))
-               for b, v in cell["batches"].items() if "oom" not in v}
+        stored = {int(b): v for b, v in cell["batches"].items() if "oom" not in v}
         kv = cell.get("kv", {})
         at = kv.get("at")
         if at and "oom" not in at:
-            pts[int(kv["largestBatch"])] = (float(at["ttftMs"]), float(at["tpotMs"]))
+            stored[int(kv["largestBatch"])] = at
+        pts = {b: (float(v["ttftMs"]), float(v["tpotMs"])) for b, v in stored.items()}
         largest = int(kv.get("largestBatch") or max(pts, default=0))
+        sched = {b: v["schedule"] for b, v in stored.items() if "schedule" in v}
         return cls(key, cell["model"], cell["gpu"], int(cell["tp"]), int(cell["input"]),
-                   int(cell["output"]), dict(sorted(pts.items())), largest)
+                   int(cell["output"]), dict(sorted(pts.items())), largest,
+                   dict(sorted(sched.items())))
+
+    def _around(self, xs: list[int], batch: int) -> tuple[int, int, float]:
+        lo = max((x for x in xs if x < batch), default=None)
+        hi = min((x for x in xs if x > batch), default=None)
+        if lo is None or hi is None:
+            raise ValueError(f"{self.key}: batch {batch} outside the stored sizes "
+                             f"{xs[0]}..{xs[-1]}")
+        return lo, hi, (math.log(batch) - math.log(lo)) / (math.log(hi) - math.log(lo))
 
     def at(self, batch: int) -> tuple[float, float]:
         """(TTFT, TPOT) in ms at ``batch`` running sequences: the stored figure, else
         linear in log(batch) between the stored sizes around it."""
         if batch in self.points:
             return self.points[batch]
-        xs = list(self.points)
-        lo = max((x for x in xs if x < batch), default=None)
-        hi = min((x for x in xs if x > batch), default=None)
-        if lo is None or hi is None:
-            raise ValueError(f"{self.key}: batch {batch} outside the stored sizes "
-                             f"{xs[0]}..{xs[-1]}")
-        t = (math.log(batch) - math.log(lo)) / (math.log(hi) - math.log(lo))
+        lo, hi, t = self._around(list(self.points), batch)
         (a1, a2), (b1, b2) = self.points[lo], self.points[hi]
         return a1 + t * (b1 - a1), a2 + t * (b2 - a2)
+
+    def itl_p95(self, batch: int) -> float:
+        """The ITL p95 (ms) at ``batch`` from the estimator's step schedule
+        (:func:`benchmarks.planner_vs_aic.itl_p95_ms`): each of the schedule's figures
+        linear in log(batch) between the stored sizes around it, the rule applied to
+        them."""
+        if not self.schedules:
+            raise ValueError(f"{self.key}: no step schedule stored; run .venv-aic/bin/python "
+                             "-m benchmarks.aic_estimate --schedule")
+        if batch in self.schedules:
+            return itl_p95_ms(self.schedules[batch], batch)
+        lo, hi, t = self._around(list(self.schedules), batch)
+        a, b = self.schedules[lo], self.schedules[hi]
+        return itl_p95_ms({k: a[k] + t * (b[k] - a[k]) for k in a}, batch)
 
 
 @dataclass(frozen=True)
@@ -273,6 +293,7 @@ class Scenario:
     slo_name: str
     ttft_ms: float
     tpot_ms: float
+    itl: str = "tpot-mean"  # what stands for the ITL p95 (planner_vs_aic.ITL_STATISTICS)
 
     @property
     def name(self) -> str:
@@ -296,16 +317,19 @@ class Scenario:
     def run(self, clients: int, cap: int | None, speed: float = 1.0
             ) -> tuple[float, float, float, float, int]:
         """One run at ``clients`` with ``cap``, latencies x ``speed``: (goodput tok/s,
-        output tok/s, TTFT seen ms, TPOT ms, running batch)."""
+        output tok/s, TTFT seen ms, ITL ms (the config's statistic: mean TPOT or the
+        schedule's p95), running batch)."""
         b = self.running(clients, cap)
         ttft, tpot = self.cell.at(b)
         est = {"ttftMs": ttft * speed, "tpotMs": tpot * speed}
+        if self.itl == "p95-from-schedule":
+            est["itlP95Ms"] = self.cell.itl_p95(b) * speed
         wl = {"concurrency": clients, "output": self.cell.output_tokens}
-        good, _why = goodput(est, b, wl, self.slo)
+        good, _why = goodput(est, b, wl, self.slo, itl=self.itl)
         r_ms = est["ttftMs"] + (self.cell.output_tokens - 1) * est["tpotMs"]
         tps = b * self.cell.output_tokens / (r_ms / 1e3)
         wait = max(0.0, clients / b - 1) * r_ms
-        return good, tps, est["ttftMs"] + wait, est["tpotMs"], b
+        return good, tps, est["ttftMs"] + wait, itl_of(est, b, self.itl)[0], b
 
     def truth(self, cap: int | None) -> float:
         """Noise-free goodput at the workload's concurrency with ``cap`` (None: vLLM's
@@ -358,7 +382,7 @@ class LandscapeSession:
     def measure(self, concurrency: int) -> Measurement:
         ev, sc = self.ev, self.ev.scenario
         speed = math.exp(ev.sigma * ev.rng.gauss(0.0, 1.0))
-        good, tps, ttft_ms, tpot_ms, b = sc.run(concurrency, self.cap, speed)
+        good, tps, ttft_ms, itl_ms, b = sc.run(concurrency, self.cap, speed)
         osl = sc.cell.output_tokens
         prompts = max(ev.min_prompts, int(ev.waves * concurrency))
         rate = tps / osl
@@ -366,10 +390,10 @@ class LandscapeSession:
         ev.clock[0] += duration
         ev.measurements += 1
         ttft_miss = prompts if ttft_ms > sc.ttft_ms else 0
-        itl_miss = prompts if tpot_ms > sc.tpot_ms else 0
+        itl_miss = prompts if itl_ms > sc.tpot_ms else 0
         return Measurement(
             concurrency=concurrency, duration_s=duration, goodput_tps=good, output_tps=tps,
-            request_rate=rate, ttft_p95_ms=ttft_ms, itl_p95_ms=tpot_ms, completed=prompts,
+            request_rate=rate, ttft_p95_ms=ttft_ms, itl_p95_ms=itl_ms, completed=prompts,
             good_fraction=1.0 if good > 0 else 0.0, ttft_miss=ttft_miss, itl_miss=itl_miss,
             running_max=float(b), running_mean=float(b),
             waiting_mean=float(concurrency - b),
@@ -482,7 +506,7 @@ def scenarios(cfg: dict[str, Any]) -> list[Scenario]:
         for c in cfg["concurrencies"]:
             for slo in cfg["slos"]:
                 out.append(Scenario(cell, int(c), slo["name"], float(slo["ttftMs"]),
-                                    float(slo["tpotMs"])))
+                                    float(slo["tpotMs"]), str(cfg.get("itl", "tpot-mean"))))
     return out
 
 
@@ -596,7 +620,14 @@ def section(data: dict[str, Any]) -> str:
              "was replaced: each run's "
              "goodput, TTFT and ITL at a max-num-seqs come from AIConfigurator 0.12.0's "
              "stored vLLM estimates (`benchmarks/data/aic_estimator.json`; TTFT and TPOT "
-             "linearly interpolated in log(batch) between stored batch sizes; the running "
+             "linearly interpolated in log(batch) between stored batch sizes; "
+             + ("the ITL p95 the tuner judges read from the estimator's step schedule (the "
+                "mix step's latency when steps carrying other requests' prompts are more "
+                "than 5% of a request's steps, else the generation-only step's; "
+                "aic_estimator_3.yaml), not its mean TPOT as in runs 1-6; "
+                if cfg.get("itl") == "p95-from-schedule"
+                else "the estimator's mean TPOT stands for the ITL p95 the tuner judges; ")
+             + "the running "
              "batch is min(clients, cap, the estimator's largest batch without OOM)), with "
              "the clients beyond the running batch queueing and their Little's-law wait "
              "added to the TTFT, goodput by `benchmarks/planner_vs_aic.goodput` (all or "

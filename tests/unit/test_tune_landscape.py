@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from benchmarks.planner_vs_aic import goodput
+from benchmarks.planner_vs_aic import goodput, itl_of, itl_p95_ms
 from benchmarks.results_md import RESULTS
 from benchmarks.tune_on_landscape import (
     ROOT,
@@ -178,3 +178,56 @@ def test_one_runs_noise_slows_latencies_and_throughput_alike_and_is_seeded() -> 
         assert ttft == pytest.approx(ttft0 * s) and tps == pytest.approx(tps0 / s)
     logs = [math.log(s) for s in speeds]
     assert 0.2 < math.sqrt(sum(x * x for x in logs) / len(logs)) < 0.45
+
+
+# --- the ITL p95 read from the estimator's step schedule (aic_estimator_3.yaml) ---------------
+
+
+def _schedule(b: int, mix_ms: float = 36.0, gen_ms: float = 13.0, osl: int = 256
+              ) -> dict[str, float]:
+    """The estimator's schedule of one cycle: one mix step per request, OSL iterations."""
+    return {"mixSteps": float(b), "genonlySteps": float(osl - b), "mixStepMs": mix_ms,
+            "genonlyStepMs": gen_ms, "decodeIterations": float(osl)}
+
+
+@pytest.mark.parametrize(("b", "p95"), [(1, 13.0), (13, 13.0), (14, 36.0), (64, 36.0)])
+def test_the_p95_is_the_mix_step_once_other_prompts_pass_5_percent_of_the_steps(
+        b: int, p95: float) -> None:
+    # Of a request's 256 steps, the b - 1 other requests' prompt steps: 12 of 256 (4.7%)
+    # at 13 sequences, 13 (5.1%) at 14; one sequence alone never sees another's prompt.
+    assert itl_p95_ms(_schedule(b), b) == p95
+
+
+def test_the_slo_judges_the_p95_where_the_config_says_and_the_mean_where_not() -> None:
+    est = {"ttftMs": 150.0, "tpotMs": 19.0, "schedule": _schedule(64)}
+    wl, slo = {"concurrency": 64, "output": 256}, {"ttftMs": 2000.0, "tpotMs": 25.0}
+    mean, _ = goodput(est, 64, wl, slo, saturated=True)
+    assert mean == pytest.approx(64 * 256 / ((150 + 255 * 19) / 1e3))
+    assert goodput(est, 64, wl, slo, True, "p95-from-schedule") == (0.0, "ITL p95 36 ms")
+    assert itl_of(est, 64, "p95-from-schedule") == (36.0, "ITL p95")
+    with pytest.raises(ValueError, match="not one of tpot-mean, p95-from-schedule"):
+        itl_of(est, 64, "p99")
+    with pytest.raises(ValueError, match="aic_estimate --schedule"):
+        itl_of({"ttftMs": 1.0, "tpotMs": 1.0}, 64, "p95-from-schedule")
+
+
+def test_the_landscapes_p95_between_stored_batches_and_under_noise() -> None:
+    base = _cell()
+    cell = Cell(base.key, base.model, base.gpu, 1, 512, 256, base.points, 96,
+                {1: _schedule(1, 30.0, 6.0), 64: _schedule(64, 36.0, 10.0),
+                 96: _schedule(96, 40.0, 14.0)})
+    assert cell.itl_p95(1) == 6.0 and cell.itl_p95(64) == 36.0
+    t = (math.log(8) - math.log(1)) / (math.log(64) - math.log(1))
+    # At 8, between the stored 1 and 64: every figure of the schedule is interpolated in
+    # log(batch) as registered, mix steps too (1 + 63 t = 32.5, not 8), and the rule
+    # applies to them: 32.5 x 7/8 of 256 steps is 11%, so the (interpolated) mix step.
+    mix_steps = 1 + 63 * t
+    assert mix_steps * (1 - 1 / 8) / 256 > 0.05
+    assert cell.itl_p95(8) == pytest.approx(30.0 + 6.0 * t)
+    sc = Scenario(cell, 64, "tight", 20000.0, 25.0, "p95-from-schedule")
+    good, _tps, _ttft, itl, b = sc.run(64, 64, speed=1.5)
+    assert (good, itl, b) == (0.0, pytest.approx(36.0 * 1.5), 64)
+    # The mean (10 ms x 1.5) would have met the 25 ms objective.
+    assert Scenario(cell, 64, "tight", 20000.0, 25.0).run(64, 64, 1.5)[0] > 0
+    with pytest.raises(ValueError, match="no step schedule stored"):
+        base.itl_p95(64)
