@@ -46,12 +46,18 @@ CURRENT: tuple[Config, ...] = (
            ("aic-silicon",), GPU_SILICON),
     Config("Performance model vs NVIDIA's measured vLLM points, MoE models (aic-silicon-4)",
            ("aic-silicon-4",), GPU_SILICON),
-    Config("Planner's start vs AIConfigurator's landscape (aic-estimator-2)",
-           ("aic-estimator-2",), AIC_ESTIMATE),
-    Config("Tuner's search on the landscape, TTFT <= 1-2 s (tune-landscape-6, search v3)",
-           ("tune-landscape-6",), AIC_LANDSCAPE),
-    Config("Tuner's search on the landscape, TTFT <= 30 s (tune-landscape-5, search v3)",
-           ("tune-landscape-5",), AIC_LANDSCAPE),
+    Config("Planner's start vs AIConfigurator's landscape, ITL judged by its mean TPOT "
+           "(aic-estimator-2)", ("aic-estimator-2",), AIC_ESTIMATE),
+    Config("Planner's start vs AIConfigurator's landscape, ITL p95 from its step schedule "
+           "(aic-estimator-3)", ("aic-estimator-3",), AIC_ESTIMATE),
+    Config("Tuner's search on the landscape, TTFT <= 1-2 s, ITL as mean TPOT "
+           "(tune-landscape-6, search v3)", ("tune-landscape-6",), AIC_LANDSCAPE),
+    Config("Tuner's search on the landscape, TTFT <= 1-2 s, ITL p95 from the schedule "
+           "(tune-landscape-7, search v3)", ("tune-landscape-7",), AIC_LANDSCAPE),
+    Config("Tuner's search on the landscape, TTFT <= 30 s, ITL as mean TPOT "
+           "(tune-landscape-5, search v3)", ("tune-landscape-5",), AIC_LANDSCAPE),
+    Config("Tuner's search on the landscape, TTFT <= 30 s, ITL p95 from the schedule "
+           "(tune-landscape-8, search v3)", ("tune-landscape-8",), AIC_LANDSCAPE),
     Config("Tuner vs grid and defaults (tune-paired-1)", ("tuning", "tuning-2"), CPU),
     Config("Tuner vs grid and defaults (tune-wide-1)", ("tuning-wide", "tuning-wide-2"), CPU),
     Config("Tuner vs grid and defaults (tune-wide-bound-1)",

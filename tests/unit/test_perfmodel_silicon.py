@@ -75,7 +75,7 @@ def test_held_out_shares_stay_at_least_where_the_refit_put_them() -> None:
 def test_results_md_has_the_planner_against_the_stored_estimates() -> None:
     """The aic-estimator sections of benchmarks/RESULTS.md are what the current planner
     and performance model give against the stored estimator figures (else: .venv/bin/python
-    -m benchmarks.planner_vs_aic [--config benchmarks/configs/aic_estimator_2.yaml]
+    -m benchmarks.planner_vs_aic [--config benchmarks/configs/aic_estimator_N.yaml]
     --write)."""
     from benchmarks.planner_vs_aic import CONFIG as EST_CONFIG
     from benchmarks.planner_vs_aic import DATA as EST_DATA
@@ -85,7 +85,8 @@ def test_results_md_has_the_planner_against_the_stored_estimates() -> None:
     text = RESULTS.read_text()
     root = EST_CONFIG.parents[2]
     for path, name in ((EST_CONFIG, "aic-estimator"),
-                       (EST_CONFIG.with_name("aic_estimator_2.yaml"), "aic-estimator-2")):
+                       (EST_CONFIG.with_name("aic_estimator_2.yaml"), "aic-estimator-2"),
+                       (EST_CONFIG.with_name("aic_estimator_3.yaml"), "aic-estimator-3")):
         cfg = load(path)
         cfg["config"] = str(path.relative_to(root))
         rows = scenarios(cfg, json.loads(EST_DATA.read_text()))
