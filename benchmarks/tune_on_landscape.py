@@ -232,9 +232,10 @@ def label_of(data: dict[str, Any]) -> str:
     """What a stored run's figures are, with the tuner's code they describe."""
     if tuner_version(data) == 1:
         return LABEL  # as tune-landscape-1 and -2 were published
-    return ("estimated (AIConfigurator's estimator, a model) + noise measured on the CPU "
-            f"engine; the tuner's code as of commit {data['commit'][:10]} (search version "
-            f"{tuner_version(data)})")
+    noise = ("ASSUMED noise (a sensitivity run)" if data["config"]["noise"].get("assumed")
+             else "noise measured on the CPU engine")
+    return (f"estimated (AIConfigurator's estimator, a model) + {noise}; the tuner's code as "
+            f"of commit {data['commit'][:10]} (search version {tuner_version(data)})")
 
 
 # --- the landscape (pure) -----------------------------------------------------------------
@@ -485,11 +486,17 @@ def run_scenario(sc: Scenario, cfg: dict[str, Any]) -> dict[str, Any]:
 # --- config, noise, scenarios ------------------------------------------------------------------
 
 
-def load(path: Path) -> dict[str, Any]:
-    """A scenario file; one with ``base`` takes that file's fields and overrides them."""
+def _merged(path: Path) -> dict[str, Any]:
     cfg = dict(yaml.safe_load(path.read_text()))
-    if "base" in cfg:
-        cfg = {**yaml.safe_load((ROOT / cfg["base"]).read_text()), **cfg}
+    if "base" in cfg:  # its base's fields (and its base's), overridden by its own
+        cfg = {**_merged(ROOT / cfg["base"]), **cfg}
+    return cfg
+
+
+def load(path: Path) -> dict[str, Any]:
+    """A scenario file; one with ``base`` takes that file's fields (and, where that one
+    names a base, its fields) and overrides them."""
+    cfg = _merged(path)
     for name in ("label", "landscape", "cells", "concurrencies", "slos", "seeds", "noise",
                  "tuner", "goals"):
         if name not in cfg:
@@ -650,9 +657,12 @@ def section(data: dict[str, Any]) -> str:
              "added to the TTFT, goodput by `benchmarks/planner_vs_aic.goodput` (all or "
              "nothing at the SLO), times seeded run-to-run noise: one speed factor "
              f"exp({s['sigma']:.2f} z) per run on latencies and throughput, {s['sigma']:.2f} "
-             "being the pooled log-sd of output tok/s measured on the vLLM CPU engine "
-             f"(tune-noisy-1 runs 1 and 2, recomputed: {data['noiseMeasured']:.3f}), "
-             "independent run to run. The operator's tuner settings: the live admission "
+             + (f"an ASSUMED spread ({cfg['noise']['assumed']}; the vLLM CPU engine's, "
+                f"measured in tune-noisy-1 runs 1 and 2, is {data['noiseMeasured']:.3f})"
+                if cfg["noise"].get("assumed") else
+                "being the pooled log-sd of output tok/s measured on the vLLM CPU engine "
+                f"(tune-noisy-1 runs 1 and 2, recomputed: {data['noiseMeasured']:.3f})")
+             + ", independent run to run. The operator's tuner settings: the live admission "
              f"cap, the planner's hint, {cfg['tuner']['maxTrials']} trials, min gain "
              f"{cfg['tuner']['minGain']:.0%}; max-num-batched-tokens not searched (the "
              "estimator has no such dimension). vLLM's defaults: max-num-seqs 1024 / "
