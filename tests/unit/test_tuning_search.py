@@ -542,3 +542,73 @@ def test_where_nothing_meets_the_slo_the_defaults_stay_and_the_text_says_why() -
     assert out.best is out.baseline
     assert out.decision() == ("--max-num-seqs 48 and vLLM's defaults: no goodput in either "
                               "arm (3 pairs); kept vLLM's defaults")
+
+
+# --- a cap on the SLO's edge (search version 4) ------------------------------------------------
+
+
+@dataclass
+class EdgeServer:
+    """All-or-nothing runs (summary only, as the landscape harness's): the ITL p95 grows
+    with the running batch (10 ms + 0.2 ms a sequence), and clients beyond the cap queue
+    (Little's law). Under a 15.5 ms ITL and 5 s TTFT objective at 48 clients only a cap
+    near 24 meets both, and only at the ITL's edge (14.8 ms: above 0.9 of the objective);
+    the defaults (48 running) miss the ITL, a cap of 12 the TTFT (9.5 s of queue)."""
+
+    started: list[Config] = field(default_factory=list)
+    clock: list[float] = field(default_factory=lambda: [0.0])
+    startup_s: float = 0.0
+    slo: SLO = field(default_factory=lambda: EDGE_SLO)
+
+    def start(self, config: Config) -> EdgeServer:
+        self.started.append(config)
+        self.cap = config.max_num_seqs or DEFAULT_MNS
+        return self
+
+    def measure(self, concurrency: int) -> Measurement:
+        running = min(concurrency, self.cap)
+        itl_ms = 10.0 + 0.2 * running
+        tps = running / (itl_ms / 1e3)
+        rate = tps / WL.output_tokens
+        ttft_ms = 50.0 + (concurrency - running) / rate * 1e3
+        ok = itl_ms <= self.slo.itl_ms and ttft_ms <= self.slo.ttft_ms
+        self.clock[0] += 100 / rate
+        return Measurement(concurrency=concurrency, duration_s=100 / rate,
+                           goodput_tps=tps if ok else 0.0, output_tps=tps, request_rate=rate,
+                           ttft_p95_ms=ttft_ms, itl_p95_ms=itl_ms, completed=100,
+                           good_fraction=1.0 if ok else 0.0, running_max=float(running),
+                           running_mean=float(running))
+
+    def close(self) -> None:
+        return None
+
+    def now(self) -> float:
+        return self.clock[0]
+
+
+EDGE_SLO = SLO(ttft_ms=5000, itl_ms=15.5)
+
+
+def test_a_cap_on_the_slos_edge_is_verified_rather_than_keeping_defaults_that_miss() -> None:
+    ev = EdgeServer()
+    space = Space(max_num_seqs=ladder(1, WL.concurrency), default_max_num_seqs=DEFAULT_MNS,
+                  default_max_num_batched_tokens=DEFAULT_MNBT)
+    out = search(ev, space, WL, EDGE_SLO, Budget(12, 1e9), Options(), clock=ev.now)
+    assert out.baseline is not None and out.baseline.score == 0  # the defaults miss
+    # Inside the 0.9 margin no probe beats them (24: ITL 14.8 ms > 13.95; 12: TTFT 9.5 s);
+    # at the SLO itself the probe at 24 does, so it is verified and wins its pairs.
+    assert out.best is not None and out.best.config.max_num_seqs == 24
+    assert any("at the SLO itself are verified" in n for n in out.notes)
+    assert "kept --max-num-seqs 24" in out.decision()
+    assert ev.started[:2] == [Config(), Config(max_num_seqs=24)]  # one start for it
+
+
+def test_no_edge_verification_where_a_probe_beats_the_defaults_inside_the_margin() -> None:
+    # A 17 ms objective: the probe at 24 (14.8 ms) is inside 0.9 of it, the usual path.
+    slo = SLO(ttft_ms=5000, itl_ms=17.0)
+    ev = EdgeServer(slo=slo)
+    space = Space(max_num_seqs=ladder(1, WL.concurrency), default_max_num_seqs=DEFAULT_MNS,
+                  default_max_num_batched_tokens=DEFAULT_MNBT)
+    out = search(ev, space, WL, slo, Budget(12, 1e9), Options(), clock=ev.now)
+    assert not any("at the SLO itself" in n for n in out.notes)
+    assert out.best is not None and out.best.config.max_num_seqs is not None

@@ -20,6 +20,10 @@ minutes of model loading. This search spends restarts only where they pay:
    of each cap without restarting.
 2. **Verify** the predicted best cap with one restart, measured at ``C``; when it does not
    win, the next cap the sweep predicts to beat the defaults (at most ``verify_points``).
+   Predictions count a request as good only within ``predict_margin`` of the SLO, so the
+   search does not aim at the SLO's edge; where that leaves no cap predicted to beat the
+   defaults but the SLO itself does (the defaults miss it and only caps near its edge
+   meet it), those caps are verified instead of keeping the defaults.
 3. **Refine** only next to the incumbent on the level ladder, only where the prediction
    says it could win, and move only on a gain larger than the noise margin.
 4. **max-num-batched-tokens** by coordinate steps from vLLM's default, only in the
@@ -71,8 +75,10 @@ from .compare import DEFAULT_CONFIDENCE, DEFAULT_MAX_PAIRS, Comparison, Verdict,
 # version that made them. 1: up to tune-landscape-2; 2: a sweep probe at 3C/4, the next
 # predicted cap verified when the best one fails, both-zero pairs left out (issue 34 item 3;
 # runs 3 and 4); 3: version 2 without the 3C/4 probe, which cost trials and, on run 1's
-# setup, chose below the defaults in 13 runs (runs 5 and 6).
-SEARCH_VERSION = 3
+# setup, chose below the defaults in 13 runs (runs 5 and 6); 4: where the sweep predicts
+# no probed cap beating the defaults inside the prediction margin, the caps predicted to
+# beat them at the SLO itself are verified (runs 9, 10 and 12).
+SEARCH_VERSION = 4
 
 # --- inputs -------------------------------------------------------------------------------
 
@@ -995,11 +1001,27 @@ class _Run:
         return self.base
 
     def predict(self, base: Trial) -> dict[int, float]:
-        """Predicted goodput by cap, from the baseline's repeats and probes."""
+        """Predicted goodput by cap, from the baseline's repeats and probes: inside the
+        prediction margin; where that predicts no probed cap above the defaults but the
+        SLO itself does, at the SLO (version 4: a cap on the SLO's edge is worth one
+        verification when the alternative is keeping the defaults, which the sweep says
+        do no better; the paired comparison still decides)."""
         C = self.wl.concurrency
-        preds: dict[int, float] = {}
-        for p in base.probes:
-            preds[p.concurrency] = predict_cap_goodput(p, C, self.slo, self.opts.predict_margin)
+
+        def at(margin: float) -> dict[int, float]:
+            return {p.concurrency: predict_cap_goodput(p, C, self.slo, margin)
+                    for p in base.probes}
+
+        preds = at(self.opts.predict_margin)
+        floor = max(base.score, 0.0)
+        if preds and max(preds.values()) <= floor and self.opts.predict_margin < 1.0:
+            edge = at(1.0)
+            if max(edge.values()) > floor:
+                self.notes.append(
+                    f"no probed cap is predicted to beat vLLM's defaults within "
+                    f"{self.opts.predict_margin:.0%} of the SLO; the caps predicted to beat "
+                    "them at the SLO itself are verified")
+                preds = edge
         # Caps that never bind behave like the baseline: those at or above C, and those
         # at or above the running batch the baseline actually reached (the KV cache, not
         # the cap, limited it).
