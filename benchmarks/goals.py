@@ -26,6 +26,8 @@ GPU_SILICON = "measured, real vLLM on a GPU (AIConfigurator's silicon data), aga
 GPU_PUBLISHED = "measured on GPUs by others (published sweeps), against our model"
 AIC_ESTIMATE = "AIConfigurator's estimate (a model)"
 AIC_LANDSCAPE = "AIConfigurator's estimate (a model) + noise measured on vLLM CPU"
+AIC_ASSUMED_NOISE = ("AIConfigurator's estimate (a model) + ASSUMED noise (a sensitivity "
+                     "run, not measured)")
 CPU = "measured on vLLM CPU (this machine, 2 shared cores)"
 EMULATED = "emulated API server"
 CLUSTER = "real control plane (local kube-apiserver, etcd, controllers; 2 cores)"
@@ -51,13 +53,16 @@ CURRENT: tuple[Config, ...] = (
     Config("Planner's start vs AIConfigurator's landscape, ITL p95 from its step schedule "
            "(aic-estimator-3)", ("aic-estimator-3",), AIC_ESTIMATE),
     Config("Tuner's search on the landscape, TTFT <= 1-2 s, ITL as mean TPOT "
-           "(tune-landscape-6, search v3)", ("tune-landscape-6",), AIC_LANDSCAPE),
+           "(tune-landscape-14, search v4)", ("tune-landscape-14",), AIC_LANDSCAPE),
     Config("Tuner's search on the landscape, TTFT <= 1-2 s, ITL p95 from the schedule "
-           "(tune-landscape-7, search v3)", ("tune-landscape-7",), AIC_LANDSCAPE),
+           "(tune-landscape-10, search v4)", ("tune-landscape-10",), AIC_LANDSCAPE),
     Config("Tuner's search on the landscape, TTFT <= 30 s, ITL as mean TPOT "
-           "(tune-landscape-5, search v3)", ("tune-landscape-5",), AIC_LANDSCAPE),
+           "(tune-landscape-13, search v4)", ("tune-landscape-13",), AIC_LANDSCAPE),
     Config("Tuner's search on the landscape, TTFT <= 30 s, ITL p95 from the schedule "
-           "(tune-landscape-8, search v3)", ("tune-landscape-8",), AIC_LANDSCAPE),
+           "(tune-landscape-9, search v4)", ("tune-landscape-9",), AIC_LANDSCAPE),
+    Config("Tuner's search on the landscape, TTFT <= 30 s, ITL p95, ASSUMED GPU-like "
+           "noise 0.05 (tune-landscape-12, search v4)", ("tune-landscape-12",),
+           AIC_ASSUMED_NOISE),
     Config("Tuner vs grid and defaults (tune-paired-1)", ("tuning", "tuning-2"), CPU),
     Config("Tuner vs grid and defaults (tune-wide-1)", ("tuning-wide", "tuning-wide-2"), CPU),
     Config("Tuner vs grid and defaults (tune-wide-bound-1)",
@@ -77,10 +82,15 @@ SUPERSEDED: dict[str, str] = {
     "aic-estimator": "aic-estimator-2 (36 of 48 scenarios had no feasible point)",
     "aic-silicon-3": "aic-silicon-4 (the same MoE rows less 19 with DP attention; a fixed "
                      "cost per MoE layer fitted to NVIDIA's kernel table)",
-    "tune-landscape-1": "tune-landscape-6 (the same setup, search v3)",
-    "tune-landscape-4": "tune-landscape-6 (the same setup, search v3)",
-    "tune-landscape-2": "tune-landscape-5 (the same setup, search v3)",
-    "tune-landscape-3": "tune-landscape-5 (the same setup, search v3)",
+    "tune-landscape-1": "tune-landscape-14 (the same setup, search v4)",
+    "tune-landscape-4": "tune-landscape-14 (the same setup, search v4)",
+    "tune-landscape-2": "tune-landscape-13 (the same setup, search v4)",
+    "tune-landscape-3": "tune-landscape-13 (the same setup, search v4)",
+    "tune-landscape-5": "tune-landscape-13 (the same setup, search v4)",
+    "tune-landscape-6": "tune-landscape-14 (the same setup, search v4)",
+    "tune-landscape-7": "tune-landscape-10 (the same setup, search v4)",
+    "tune-landscape-8": "tune-landscape-9 (the same setup, search v4)",
+    "tune-landscape-11": "tune-landscape-12 (the same setup, search v4)",
 }
 # Sections without goals (measurements reported as they are).
 NO_GOALS: dict[str, str] = {
