@@ -31,6 +31,7 @@ from tests.support.aic import QWEN3_32B
 
 from benchmarks.results_md import emit, markers
 from llm_operator.catalog import lookup_gpu
+from llm_operator.cli.aic import itl_p95_ms
 from llm_operator.models import LLMServiceSpec, parse_llmservice
 from llm_operator.perfmodel import Point, inputs_for, suggest_for, suggest_start
 from llm_operator.planning import Plan, make_plan
@@ -91,15 +92,6 @@ def spec_for(model: str, gpu: str, tp: int, wl: dict[str, Any], slo: dict[str, A
 # aic-estimator-1/-2, tune-landscape-1..6), or the p95 read from its step schedule
 # (aic_estimator_3.yaml, tune-landscape-7/8).
 ITL_STATISTICS = ("tpot-mean", "p95-from-schedule")
-
-
-def itl_p95_ms(schedule: dict[str, float], b: float) -> float:
-    """The landscape's ITL p95 at batch ``b`` from the estimator's step schedule (the rule
-    of aic_estimator_3.yaml): the mix step's latency when the mix steps carrying other
-    requests' prompts are more than 5% of a request's steps, else the generation-only
-    step's (the nearest-rank p95 of a two-valued distribution)."""
-    share = schedule["mixSteps"] * (1 - 1 / b) / schedule["decodeIterations"]
-    return schedule["mixStepMs"] if share > 0.05 else schedule["genonlyStepMs"]
 
 
 def itl_of(est: dict[str, Any], b: float, itl: str = "tpot-mean") -> tuple[float, str]:

@@ -65,6 +65,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             console.print(curve_table(points, f"Predicted: {plan.model_name} on "
                                       f"{plan.gpu_product}, TP {plan.tensor_parallel_size}", slo))
             console.print(f"Suggested starting max-num-seqs: {start.max_num_seqs} ({start.reason})")
+            if args.aic is not None:
+                _print_aic(console, args, svc.spec, plan, points, slo)
             for option, point in tp_alternative(svc.spec, plan,
                                                 gpus_per_node=settings.gpus_per_node):
                 taken = "planned" if option is plan else "not taken"
@@ -80,6 +82,38 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     elif args.output == "yaml":
         sys.stdout.write(yaml.safe_dump_all(documents, sort_keys=False, explicit_start=True))
     return 0
+
+
+def _print_aic(console: Console, args: argparse.Namespace, spec: Any, plan: Any,
+               points: Any, slo: Any) -> None:
+    """AIConfigurator's estimate beside the curve (``plan --aic``), or why not."""
+    from ..perfmodel import inputs_for
+    from .aic import (
+        AICError,
+        aic_system,
+        comparable,
+        comparison_table,
+        find_python,
+        request_for,
+        run_aic,
+    )
+
+    model = args.aic_model or (args.model_config if args.model_config not in (None, "hub")
+                               else spec.model.name)
+    try:
+        experts = bool(inputs_for(spec, plan).model.num_experts)
+        rows = comparable(points)
+        if not rows:
+            raise AICError("no point of the curve runs every client's request (the cap or "
+                           "the KV cache binds at every concurrency): nothing to compare")
+        request = request_for(spec, plan, model, [p.concurrency for p in rows], experts)
+        result = run_aic(find_python(args.aic), request)
+    except AICError as exc:
+        console.print(f"No AIConfigurator estimate: {exc}.")
+        return
+    console.print(comparison_table(points, result, aic_system(plan.gpu_product), slo))
+    if result.get("error"):
+        console.print(f"AIConfigurator stopped early: {result['error']}.")
 
 
 def _read_facts(source: str | None, spec: Any) -> Any:
@@ -167,6 +201,16 @@ def build_parser() -> argparse.ArgumentParser:
                    "index): a local folder, or 'hub' for spec.model.name at "
                    "spec.model.revision (HF_ENDPOINT, HF_TOKEN honoured); "
                    "spec.model.architecture still wins")
+    p.add_argument("--aic", nargs="?", const="auto", default=None, metavar="PYTHON",
+                   help="also print NVIDIA AIConfigurator's estimate beside the predicted "
+                   "curve (an estimate too, not a measurement), run with PYTHON (default: "
+                   "$LLMOP_AIC_PYTHON, this Python, or ./.venv-aic/bin/python); "
+                   "AIConfigurator is not a dependency: pip install aiconfigurator==0.12.0 "
+                   "into its own environment")
+    p.add_argument("--aic-model", metavar="ID|DIR", default=None,
+                   help="the model as AIConfigurator knows it (an id from its own list, e.g. "
+                   "meta-llama/Meta-Llama-3.1-8B, or a folder holding config.json; default: "
+                   "the --model-config folder, else spec.model.name)")
     p.set_defaults(func=_cmd_plan)
 
     p = sub.add_parser("render", help="print the manifests the operator would apply")
