@@ -22,8 +22,8 @@ minutes of model loading. This search spends restarts only where they pay:
    win, the next cap the sweep predicts to beat the defaults (at most ``verify_points``).
    Predictions count a request as good only within ``predict_margin`` of the SLO, so the
    search does not aim at the SLO's edge; where that leaves no cap predicted to beat the
-   defaults but the SLO itself does (the defaults miss it and only caps near its edge
-   meet it), those caps are verified instead of keeping the defaults.
+   defaults but the SLO itself does (as where the defaults miss it and only caps near its
+   edge meet it), those caps are verified instead of keeping the defaults unchallenged.
 3. **Refine** only next to the incumbent on the level ladder, only where the prediction
    says it could win, and move only on a gain larger than the noise margin.
 4. **max-num-batched-tokens** by coordinate steps from vLLM's default, only in the
