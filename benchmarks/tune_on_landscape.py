@@ -719,7 +719,7 @@ def section(data: dict[str, Any]) -> str:
              "| goal | figure | met |", "|---|---|---|",
              f"| (a) choice >= {g['bestShare']} x the landscape's best (noise-free) with <= "
              f"{g['trialShare']} x the grid's trials, in >= {g['runsShare']:.0%} of runs | "
-             f"{a['ok']} of {a['runs']} runs ({a['share']:.0%}) in the {a['scenarios']} "
+             f"{a['ok']} of {a['runs']} runs ({a['share']:.1%}) in the {a['scenarios']} "
              f"scenarios where something meets the SLO; per scenario (median run): "
              f"{a['scenariosOk']} of {a['scenarios']} | {_met(a['met'])} |",
              f"| (b) where vLLM's defaults miss the SLO, the choice meets it | "
@@ -779,7 +779,7 @@ def _before_after(data: dict[str, Any], s: dict[str, Any]) -> list[str]:
 
     def cells(x: dict[str, Any], d: dict[str, Any]) -> list[str]:
         a, b, c = x["a"], x["b"], x["c"]
-        return [f"{a['ok']} of {a['runs']} ({a['share']:.0%})",
+        return [f"{a['ok']} of {a['runs']} ({a['share']:.1%})",
                 f"{a['scenariosOk']} of {a['scenarios']}", f"{len(a['missBest'])}",
                 f"{b['ok']} of {b['runs']}", f"{c['ok']} of {c['runs']}",
                 f"{c['below1']} / {c['below95']}",
