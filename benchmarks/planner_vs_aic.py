@@ -93,8 +93,8 @@ def spec_for(model: str, gpu: str, tp: int, wl: dict[str, Any], slo: dict[str, A
 
 
 # What stands for the spec's ITL p95 on the estimator's landscape: its mean TPOT (runs
-# aic-estimator-1/-2, tune-landscape-1..6), or the p95 read from its step schedule
-# (aic_estimator_3.yaml, tune-landscape-7/8).
+# aic-estimator-1/-2, tune-landscape-1..6, 13, 14), or the p95 read from its step schedule
+# (aic_estimator_3.yaml, tune-landscape-7..12).
 ITL_STATISTICS = ("tpot-mean", "p95-from-schedule")
 
 
@@ -145,10 +145,11 @@ def pick_for(spec: LLMServiceSpec, plan: Plan, saturated: bool, top: int) -> int
 
 
 def load(path: Path) -> dict[str, Any]:
-    """A config; a later run's names its base (which may name its own) and overrides it."""
+    """A config; a later run's names its base (which may name its own) and overrides its
+    fields, keeping its own ``base``. The landscape harness's configs load the same way."""
     cfg = dict(yaml.safe_load(path.read_text()))
     if "base" in cfg:
-        cfg = {**load(ROOT / cfg.pop("base")), **cfg}
+        cfg = {**load(ROOT / cfg["base"]), **cfg}
     return cfg
 
 

@@ -38,11 +38,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from benchmarks.planner_vs_aic import goodput, itl_of, itl_p95_ms, spec_for
+from benchmarks.planner_vs_aic import goodput, itl_of, spec_for
+from benchmarks.planner_vs_aic import load as load_config
 from benchmarks.results_md import emit, markers
 from llm_operator.catalog import lookup_gpu
+from llm_operator.cli.aic import itl_p95_ms
 from llm_operator.inpod.tuner.search import (
     SEARCH_VERSION,
     SLO,
@@ -54,6 +54,7 @@ from llm_operator.inpod.tuner.search import (
     TrialFailed,
     Workload,
     grid_search,
+    interpolate,
     ladder,
     search,
 )
@@ -312,36 +313,33 @@ class Cell:
                    int(cell["output"]), dict(sorted(pts.items())), largest,
                    dict(sorted(sched.items())))
 
-    def _around(self, xs: list[int], batch: int) -> tuple[int, int, float]:
-        lo = max((x for x in xs if x < batch), default=None)
-        hi = min((x for x in xs if x > batch), default=None)
-        if lo is None or hi is None:
+    def _between(self, series: dict[int, float], batch: int) -> float:
+        """``series`` at ``batch``: the stored figure, else linear in log(batch) between
+        the stored sizes around it (the tuner's own :func:`interpolate`)."""
+        got = interpolate(series, batch)
+        if got is None:
+            xs = sorted(series)
             raise ValueError(f"{self.key}: batch {batch} outside the stored sizes "
                              f"{xs[0]}..{xs[-1]}")
-        return lo, hi, (math.log(batch) - math.log(lo)) / (math.log(hi) - math.log(lo))
+        return got
 
     def at(self, batch: int) -> tuple[float, float]:
         """(TTFT, TPOT) in ms at ``batch`` running sequences: the stored figure, else
         linear in log(batch) between the stored sizes around it."""
-        if batch in self.points:
-            return self.points[batch]
-        lo, hi, t = self._around(list(self.points), batch)
-        (a1, a2), (b1, b2) = self.points[lo], self.points[hi]
-        return a1 + t * (b1 - a1), a2 + t * (b2 - a2)
+        return (self._between({b: v[0] for b, v in self.points.items()}, batch),
+                self._between({b: v[1] for b, v in self.points.items()}, batch))
 
     def itl_p95(self, batch: int) -> float:
         """The ITL p95 (ms) at ``batch`` from the estimator's step schedule
-        (:func:`benchmarks.planner_vs_aic.itl_p95_ms`): each of the schedule's figures
+        (:func:`llm_operator.cli.aic.itl_p95_ms`): each of the schedule's figures
         linear in log(batch) between the stored sizes around it, the rule applied to
         them."""
         if not self.schedules:
             raise ValueError(f"{self.key}: no step schedule stored; run .venv-aic/bin/python "
                              "-m benchmarks.aic_estimate --schedule")
-        if batch in self.schedules:
-            return itl_p95_ms(self.schedules[batch], batch)
-        lo, hi, t = self._around(list(self.schedules), batch)
-        a, b = self.schedules[lo], self.schedules[hi]
-        return itl_p95_ms({k: a[k] + t * (b[k] - a[k]) for k in a}, batch)
+        fields = next(iter(self.schedules.values()))
+        return itl_p95_ms({k: self._between({b: s[k] for b, s in self.schedules.items()},
+                                            batch) for k in fields}, batch)
 
 
 @dataclass(frozen=True)
@@ -528,17 +526,10 @@ def run_scenario(sc: Scenario, cfg: dict[str, Any]) -> dict[str, Any]:
 # --- config, noise, scenarios ------------------------------------------------------------------
 
 
-def _merged(path: Path) -> dict[str, Any]:
-    cfg = dict(yaml.safe_load(path.read_text()))
-    if "base" in cfg:  # its base's fields (and its base's), overridden by its own
-        cfg = {**_merged(ROOT / cfg["base"]), **cfg}
-    return cfg
-
-
 def load(path: Path) -> dict[str, Any]:
     """A scenario file; one with ``base`` takes that file's fields (and, where that one
-    names a base, its fields) and overrides them."""
-    cfg = _merged(path)
+    names a base, its fields) and overrides them (:func:`benchmarks.planner_vs_aic.load`)."""
+    cfg = load_config(path)
     for name in ("label", "landscape", "cells", "concurrencies", "slos", "seeds", "noise",
                  "tuner", "goals"):
         if name not in cfg:

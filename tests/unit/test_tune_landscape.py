@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from benchmarks.planner_vs_aic import goodput, itl_of, itl_p95_ms
+from benchmarks.planner_vs_aic import goodput, itl_of
 from benchmarks.results_md import RESULTS
 from benchmarks.tune_on_landscape import (
     ROOT,
@@ -31,6 +31,7 @@ from benchmarks.tune_on_landscape import (
     tuner_version,
 )
 
+from llm_operator.cli.aic import itl_p95_ms
 from llm_operator.inpod.tuner.search import (
     SEARCH_VERSION,
     SLO,
