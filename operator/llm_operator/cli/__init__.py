@@ -90,7 +90,6 @@ def _print_aic(console: Console, args: argparse.Namespace, spec: Any, plan: Any,
     from ..perfmodel import inputs_for
     from .aic import (
         AICError,
-        aic_system,
         comparable,
         comparison_table,
         find_python,
@@ -111,7 +110,7 @@ def _print_aic(console: Console, args: argparse.Namespace, spec: Any, plan: Any,
     except AICError as exc:
         console.print(f"No AIConfigurator estimate: {exc}.")
         return
-    console.print(comparison_table(points, result, aic_system(plan.gpu_product), slo))
+    console.print(comparison_table(points, result, request["system"], slo))
     if result.get("error"):
         console.print(f"AIConfigurator stopped early: {result['error']}.")
 
