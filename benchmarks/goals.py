@@ -52,17 +52,14 @@ CURRENT: tuple[Config, ...] = (
            "(aic-estimator-2)", ("aic-estimator-2",), AIC_ESTIMATE),
     Config("Planner's start vs AIConfigurator's landscape, ITL p95 from its step schedule "
            "(aic-estimator-3)", ("aic-estimator-3",), AIC_ESTIMATE),
-    Config("Tuner's search on the landscape, TTFT <= 1-2 s, ITL as mean TPOT "
-           "(tune-landscape-14, search v4)", ("tune-landscape-14",), AIC_LANDSCAPE),
-    Config("Tuner's search on the landscape, TTFT <= 1-2 s, ITL p95 from the schedule "
-           "(tune-landscape-10, search v4)", ("tune-landscape-10",), AIC_LANDSCAPE),
-    Config("Tuner's search on the landscape, TTFT <= 30 s, ITL as mean TPOT "
-           "(tune-landscape-13, search v4)", ("tune-landscape-13",), AIC_LANDSCAPE),
-    Config("Tuner's search on the landscape, TTFT <= 30 s, ITL p95 from the schedule "
-           "(tune-landscape-9, search v4)", ("tune-landscape-9",), AIC_LANDSCAPE),
-    Config("Tuner's search on the landscape, TTFT <= 30 s, ITL p95, ASSUMED GPU-like "
-           "noise 0.05 (tune-landscape-12, search v4)", ("tune-landscape-12",),
-           AIC_ASSUMED_NOISE),
+    *(Config(f"Tuner's search on the landscape, TTFT <= {ttft}, {itl} "
+             f"(tune-landscape-{n}, search v4)", (f"tune-landscape-{n}",), where)
+      for ttft, itl, n, where in (
+          ("1-2 s", "ITL as mean TPOT", 14, AIC_LANDSCAPE),
+          ("1-2 s", "ITL p95 from the schedule", 10, AIC_LANDSCAPE),
+          ("30 s", "ITL as mean TPOT", 13, AIC_LANDSCAPE),
+          ("30 s", "ITL p95 from the schedule", 9, AIC_LANDSCAPE),
+          ("30 s", "ITL p95, ASSUMED GPU-like noise 0.05", 12, AIC_ASSUMED_NOISE))),
     Config("Tuner vs grid and defaults (tune-paired-1)", ("tuning", "tuning-2"), CPU),
     Config("Tuner vs grid and defaults (tune-wide-1)", ("tuning-wide", "tuning-wide-2"), CPU),
     Config("Tuner vs grid and defaults (tune-wide-bound-1)",
