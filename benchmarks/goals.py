@@ -44,14 +44,14 @@ class Config:
 
 CURRENT: tuple[Config, ...] = (
     Config("Performance model vs published GPU sweeps", ("perfmodel",), GPU_PUBLISHED),
-    Config("Performance model vs NVIDIA's measured vLLM points (aic-silicon-2)",
+    Config("Performance model vs NVIDIA's measured vLLM points (aic-silicon-5)",
            ("aic-silicon",), GPU_SILICON),
-    Config("Performance model vs NVIDIA's measured vLLM points, MoE models (aic-silicon-4)",
-           ("aic-silicon-4",), GPU_SILICON),
+    Config("Performance model vs NVIDIA's measured vLLM points, MoE models (aic-silicon-6)",
+           ("aic-silicon-6",), GPU_SILICON),
     Config("Planner's start vs AIConfigurator's landscape, ITL judged by its mean TPOT "
            "(aic-estimator-2)", ("aic-estimator-2",), AIC_ESTIMATE),
     Config("Planner's start vs AIConfigurator's landscape, ITL p95 from its step schedule "
-           "(aic-estimator-3)", ("aic-estimator-3",), AIC_ESTIMATE),
+           "(aic-estimator-4)", ("aic-estimator-4",), AIC_ESTIMATE),
     *(Config(f"Tuner's search on the landscape, TTFT <= {ttft}, {itl} "
              f"(tune-landscape-{n}, search v4)", (f"tune-landscape-{n}",), where)
       for ttft, itl, n, where in (
@@ -79,6 +79,10 @@ SUPERSEDED: dict[str, str] = {
     "aic-estimator": "aic-estimator-2 (36 of 48 scenarios had no feasible point)",
     "aic-silicon-3": "aic-silicon-4 (the same MoE rows less 19 with DP attention; a fixed "
                      "cost per MoE layer fitted to NVIDIA's kernel table)",
+    "aic-silicon-4": "aic-silicon-6 (the same rows; the TTFT queue re-fitted on the dense fit "
+                     "subset)",
+    "aic-estimator-3": "aic-estimator-4 (the same scenarios; the model's TTFT queue re-fitted: "
+                       "every pick as in run 3)",
     "tune-landscape-1": "tune-landscape-14 (the same setup, search v4)",
     "tune-landscape-4": "tune-landscape-14 (the same setup, search v4)",
     "tune-landscape-2": "tune-landscape-13 (the same setup, search v4)",

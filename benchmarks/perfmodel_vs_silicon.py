@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,14 +29,22 @@ import yaml
 from tests.support.aic import AIC_SOURCE, gpu_facts, hardware, model, read_rows, silicon_csv
 
 from benchmarks.results_md import emit, markers
-from llm_operator.perfmodel import EngineSettings, ModelShape, Workload, predict_point
+from llm_operator.perfmodel import EngineSettings, Hardware, ModelShape, Workload, predict_point
 from llm_operator.planning import vllm_default_max_num_batched_tokens, vllm_default_max_num_seqs
 
 ROOT = Path(__file__).resolve().parent.parent
-CONFIG = ROOT / "benchmarks" / "configs" / "aic_silicon_2.yaml"  # the current run
+CONFIG = ROOT / "benchmarks" / "configs" / "aic_silicon_5.yaml"  # the current run
 DATA = ROOT / "benchmarks" / "data" / "perfmodel_vs_silicon.json"
-# Run 1 (aic-silicon-1, configs/aic_silicon.yaml): the model before its re-fit.
+# Earlier runs of the same rows, stored as they were: aic-silicon-1 (configs/aic_silicon.yaml,
+# the model before any re-fit) and aic-silicon-2 (configs/aic_silicon_2.yaml, re-fitted on
+# the fit subset; its TTFT queue a fixed share of the running requests).
 BEFORE = ROOT / "benchmarks" / "data" / "perfmodel_vs_silicon_1.json"
+EARLIER = (BEFORE, ROOT / "benchmarks" / "data" / "perfmodel_vs_silicon_2.json")
+RUN_NOTES = {"aic-silicon-1": "the model fitted to none of these rows",
+             "aic-silicon-2": "re-fitted on the declared subset only",
+             "aic-silicon-5": "its TTFT queue re-fitted on the same subset only"}
+# aic-silicon-5's fit of the TTFT queue (share, exponent), on the fit subset only.
+TTFT_FIT = ROOT / "benchmarks" / "data" / "perfmodel_ttft_fit.json"
 SECTION = "aic-silicon"
 FIGURES = ("tpot", "tps", "ttft")
 LABELS = {"tpot": "TPOT", "tps": "output tok/s", "ttft": "TTFT"}
@@ -51,24 +60,28 @@ def in_fit(row: dict[str, Any], config: dict[str, Any]) -> bool:
     return bool(fit) and row["group"] == fit.get("group") and row["tp"] == fit.get("tp")
 
 
+def _setting(group: dict[str, Any], config: dict[str, Any]
+             ) -> tuple[ModelShape, Hardware, EngineSettings]:
+    """The model, GPU and vLLM's default batch settings for a group's rows."""
+    # The dtype the matmuls run in: fp8 for fp8 weights unless the group says otherwise
+    # (``compute``: a checkpoint quantized by its publisher names it).
+    fp8 = group.get("compute", "fp8" if group["quantization"] == "fp8" else "bf16") == "fp8"
+    shape = ModelShape.from_facts(model(group["model"]), quantization=group["quantization"],
+                                  kv_cache_dtype=config["engine"]["kvCacheDtype"])
+    facts = gpu_facts(group["gpu"])
+    engine = EngineSettings(max_num_seqs=vllm_default_max_num_seqs(facts),
+                            max_num_batched_tokens=vllm_default_max_num_batched_tokens(facts),
+                            gpu_memory_utilization=float(config["engine"]["gpuMemoryUtilization"]))
+    return shape, hardware(group["gpu"], fp8=fp8), engine
+
+
 def predict_rows(config: dict[str, Any], csv_path: Path) -> list[dict[str, Any]]:
     """Each selected row with the model's figures at the same setting."""
     groups = {g["name"]: g for g in config["groups"]}
-    util = float(config["engine"]["gpuMemoryUtilization"])
     out = []
     for r in read_rows(csv_path, config["groups"], bool(config.get("tpExpertsOnly")),
                        bool(config.get("expertsMatchAttentionTp"))):
-        g = groups[r.group]
-        # The dtype the matmuls run in: fp8 for fp8 weights unless the group says otherwise
-        # (``compute``: a checkpoint quantized by its publisher names it).
-        fp8 = g.get("compute", "fp8" if g["quantization"] == "fp8" else "bf16") == "fp8"
-        shape = ModelShape.from_facts(model(g["model"]), quantization=g["quantization"],
-                                      kv_cache_dtype=config["engine"]["kvCacheDtype"])
-        hw = hardware(g["gpu"], fp8=fp8)
-        facts = gpu_facts(g["gpu"])
-        engine = EngineSettings(max_num_seqs=vllm_default_max_num_seqs(facts),
-                                max_num_batched_tokens=vllm_default_max_num_batched_tokens(facts),
-                                gpu_memory_utilization=util)
+        shape, hw, engine = _setting(groups[r.group], config)
         row = asdict(r)
         row["measured"] = {"tpot": r.tpot_ms, "ttft": r.ttft_ms, "tps": r.measured_tps}
         try:
@@ -86,6 +99,40 @@ def predict_rows(config: dict[str, Any], csv_path: Path) -> list[dict[str, Any]]
     return out
 
 
+def _steps(spec: dict[str, float]) -> list[float]:
+    n = round((spec["to"] - spec["from"]) / spec["step"])
+    return [round(spec["from"] + i * spec["step"], 6) for i in range(n + 1)]
+
+
+def fit_ttft_queue(config: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """aic-silicon-5's fit, as its config registers it: over the grid of (share, exponent),
+    the least sum of squared ln(predicted / measured) TTFT over the fit subset's rows ONLY
+    (``rows`` may hold others: they are not read), every other constant as it is; a tie
+    goes to the smaller exponent, then the smaller share."""
+    groups = {g["name"]: g for g in config["groups"]}
+    fit_rows = [r for r in rows if in_fit(r, config)]
+    settings = [(r, *_setting(groups[r["group"]], config)) for r in fit_rows]
+    def sse(share: float, exponent: float) -> float:
+        total = 0.0
+        for r, shape, hw, engine in settings:
+            eff = replace(hw.efficiency, prefill_queue_share=share,
+                          prefill_queue_exponent=exponent)
+            p = predict_point(shape, replace(hw, efficiency=eff), r["tp"],
+                              Workload(r["isl"], r["osl"]), engine, r["concurrency"])
+            total += math.log(p.ttft_s * 1e3 / r["measured"]["ttft"]) ** 2
+        return round(total, 9)
+
+    grid = config["ttftFit"]
+    best = min((sse(share, exponent), exponent, share)
+               for exponent in _steps(grid["exponent"]) for share in _steps(grid["share"]))
+    return {"label": config["label"], "rows": len(settings),
+            "rowIds": [r["id"] for r in fit_rows], "share": best[2], "exponent": best[1],
+            "sumSquaredLogError": best[0],
+            # aic-silicon-2's constants, on the same rows
+            "before": {"share": 0.10, "exponent": 1.0, "sumSquaredLogError": sse(0.10, 1.0)},
+            "grid": grid}
+
+
 def record(config_path: Path = CONFIG, path: Path = DATA,
            extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Predict every selected row and store them at ``path`` (with ``extra`` keys)."""
@@ -93,6 +140,7 @@ def record(config_path: Path = CONFIG, path: Path = DATA,
     if csv_path is None:
         sys.exit("silicon_sample.csv not found: install AIConfigurator in .venv-aic "
                  "(bash tools/setup.sh --aic) or set LLMOP_AIC_CSV")
+    config_path = config_path.resolve()
     config = load_config(config_path)
     data = {"label": config["label"], "config": str(config_path.relative_to(ROOT)),
             "source": AIC_SOURCE, "model": "llm_operator.perfmodel GPU_EFFICIENCY",
@@ -161,17 +209,28 @@ def section(data: dict[str, Any]) -> str:
         s = summarise(g, band)
         lines.append(f"| **{label}** | {s['predicted']} of {s['rows']} | {_cell(s, 'tpot')} | "
                      f"{_cell(s, 'tps')} | {_cell(s, 'ttft')} | |")
-    if BEFORE.exists() and data["label"] != json.loads(BEFORE.read_text())["label"]:
-        old = json.loads(BEFORE.read_text())
-        lines += ["", f"Before and after the re-fit ({old['label']}: the model fitted to none "
-                  f"of these rows; {data['label']}: re-fitted on the declared subset only):", "",
+    runs = [json.loads(p.read_text()) for p in EARLIER if p.exists()]
+    runs = [d for d in runs if d["label"] != data["label"]] + [data]
+    if len(runs) > 1:
+        lines += ["", "Run by run (" + "; ".join(
+            f"{d['label']}: {RUN_NOTES.get(d['label'], 'the model as it was')}"
+            for d in runs) + "):", "",
                   "| rows | run | TPOT | output tok/s | TTFT |", "|---|---|---|---|---|"]
         for label, pick in (("held out", lambda r: not r["fit"]),
                             ("fit subset", lambda r: r["fit"])):
-            for d in (old, data):
+            for d in runs:
                 s = summarise([r for r in d["rows"] if pick(r)], band)
                 lines.append(f"| {label} | {d['label']} | {_cell(s, 'tpot')} | "
                              f"{_cell(s, 'tps')} | {_cell(s, 'ttft')} |")
+        if TTFT_FIT.exists() and data["label"] == "aic-silicon-5":
+            f = json.loads(TTFT_FIT.read_text())
+            lines += ["", f"The fit, as registered in `{data['config']}`: over {f['rows']} rows "
+                      "of the fit subset only, the TTFT queue's share and exponent with the "
+                      f"least squared log TTFT error are {f['share']:.2f} and "
+                      f"{f['exponent']:.2f} (sum {f['before']['sumSquaredLogError']:.2f} at "
+                      f"aic-silicon-2's {f['before']['share']:.2f} and "
+                      f"{f['before']['exponent']:.0f}, {f['sumSquaredLogError']:.2f} at "
+                      "the fit; stored in `benchmarks/data/perfmodel_ttft_fit.json`)."]
         g = [r for r in data["rows"] if not r["fit"]]
         s = summarise(g, band)
         want = {"tpot": 0.90, "tps": 0.90, "ttft": 0.75}
@@ -195,7 +254,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--record", action="store_true", help="re-run the model on the CSV")
     ap.add_argument("--write", action="store_true", help="replace the section in RESULTS.md")
     ap.add_argument("--config", type=Path, default=CONFIG)
+    ap.add_argument("--fit", action="store_true",
+                    help="aic-silicon-5's TTFT fit on the fit subset of the stored rows")
     args = ap.parse_args(argv)
+    if args.fit:
+        fit = fit_ttft_queue(load_config(args.config), json.loads(DATA.read_text())["rows"])
+        TTFT_FIT.write_text(json.dumps(fit, indent=1) + "\n")
+        shown = {k: v for k, v in fit.items() if k != "rowIds"}
+        sys.stdout.write(json.dumps(shown, indent=1) + "\n")
+        return 0
     data = record(args.config) if args.record else json.loads(DATA.read_text())
     return emit(SECTION, section(data), args.write)
 

@@ -5,10 +5,12 @@ models the planner plans (issue 34 section 1, widened by issue 33). Not a unit t
 - ``aic-silicon-4`` (``configs/aic_silicon_4.yaml``): plus a fixed cost per MoE layer per
   step, fitted only to NVIDIA's measured fused-MoE kernel table
   (:func:`benchmarks.moe_kernels.fit_moe_layer_overhead`), and the rows whose experts
-  span exactly the attention's GPUs.
+  span exactly the attention's GPUs;
+- ``aic-silicon-6`` (``configs/aic_silicon_6.yaml``): the same rows with aic-silicon-5's
+  TTFT queue (fitted on the dense fit subset only).
 
-    .venv/bin/python -m benchmarks.perfmodel_vs_silicon_moe --run aic-silicon-4 --record --write
-    .venv/bin/python -m benchmarks.perfmodel_vs_silicon_moe --write   # both, from stored data
+    .venv/bin/python -m benchmarks.perfmodel_vs_silicon_moe --run aic-silicon-6 --record --write
+    .venv/bin/python -m benchmarks.perfmodel_vs_silicon_moe --write   # all, from stored data
 
 Each run is fixed in its config (committed before it ran): the groups (TP-sliced experts
 only), each group's checkpoint and compute dtype, the figures and the band. Stored in
@@ -36,8 +38,9 @@ ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "benchmarks" / "configs"
 STORED = ROOT / "benchmarks" / "data"
 RUNS = {"aic-silicon-3": (CONFIGS / "aic_silicon_3.yaml", STORED / "perfmodel_vs_silicon_3.json"),
-        "aic-silicon-4": (CONFIGS / "aic_silicon_4.yaml", STORED / "perfmodel_vs_silicon_4.json")}
-LATEST = "aic-silicon-4"
+        "aic-silicon-4": (CONFIGS / "aic_silicon_4.yaml", STORED / "perfmodel_vs_silicon_4.json"),
+        "aic-silicon-6": (CONFIGS / "aic_silicon_6.yaml", STORED / "perfmodel_vs_silicon_6.json")}
+LATEST = "aic-silicon-6"
 CONFIG, DATA = RUNS[LATEST]
 # What the model was in each run (its configs say the same, in more words).
 MODEL = {
@@ -45,6 +48,9 @@ MODEL = {
     "aic-silicon-4": "aic-silicon-2's, plus a fixed {us:.1f} us per MoE layer per step, fitted "
                      "only to NVIDIA's measured vLLM fused-MoE kernel latencies (H200, 176 "
                      "rows; RESULTS gpu-kernels-moe)",
+    "aic-silicon-6": "aic-silicon-4's, with aic-silicon-5's TTFT queue (a new request waits for "
+                     "the prompts of {share:.2f} x (running - 1) ^ {exponent:.2f} others, fitted "
+                     "on the dense fit subset only)",
 }
 GOALS = {"tpot": 0.90, "tps": 0.90, "ttft": 0.75}
 BANDS = ((1, 16, "<= 16"), (17, 64, "17-64"), (65, 10**9, "> 64"))
@@ -88,8 +94,11 @@ def section(data: dict[str, Any], before: dict[str, Any] | None = None) -> str:
     rows, band = data["rows"], data["band"]
     label = data["label"]
     begin, end = markers(label)
+    queue = data.get("prefillQueue") or {}
     model = MODEL[label].format(us=data.get("moeLayerOverheadUs",
-                                            GPU_EFFICIENCY.moe_layer_overhead_s * 1e6))
+                                            GPU_EFFICIENCY.moe_layer_overhead_s * 1e6),
+                                share=queue.get("share", 0.0),
+                                exponent=queue.get("exponent", 1.0))
     versions = sorted({r["vllm"] for r in rows})
     lines = [begin, "## Performance model against NVIDIA's measured vLLM points: "
              f"mixture-of-experts models ({data['label']})", "",
@@ -174,7 +183,10 @@ def record(label: str = LATEST) -> dict[str, Any]:
     config_path, path = RUNS[label]
     config = yaml.safe_load(config_path.read_text())
     extra: dict[str, Any] = {"matchTp": bool(config.get("expertsMatchAttentionTp"))}
-    if label == "aic-silicon-4":
+    if label == "aic-silicon-6":
+        extra["prefillQueue"] = {"share": GPU_EFFICIENCY.prefill_queue_share,
+                                "exponent": GPU_EFFICIENCY.prefill_queue_exponent}
+    if label in ("aic-silicon-4", "aic-silicon-6"):
         extra["moeLayerOverheadUs"] = round(GPU_EFFICIENCY.moe_layer_overhead_s * 1e6, 2)
     return pvs_record(config_path, path, extra)
 
