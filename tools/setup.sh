@@ -9,6 +9,9 @@
 #   bash tools/setup.sh --unit    # .venv with the test tools only: the unit tier
 #   bash tools/setup.sh --tests   # plus helm and the control plane (Go build, cached
 #                                 # outside): everything CI's tests need but the next line
+#   bash tools/setup.sh --tests --cluster-later  # all that but the control plane, which
+#                                 # tools/test.sh builds itself (tools/build_cluster.sh) in
+#                                 # the background from its start, off the critical path
 #   bash tools/setup.sh --controllers # only the Prometheus Operator and the LeaderWorkerSet
 #                                 # controller (Go builds, cached outside) for the cluster
 #                                 # tier: tools/test.sh builds them at the start of its
@@ -33,6 +36,7 @@ case "${1:-}" in
   --demo) want_engine=1; want_cluster=1; want_helm=1 ;;
   --cluster) want_cluster=1 ;;
 esac
+[ "${2:-}" = "--cluster-later" ] && want_cluster=0
 PY=${PYTHON:-python3}
 
 step() { printf '\n==> %s\n' "$*"; }
