@@ -69,6 +69,13 @@ READINGS: dict[str, str] = {
         "against 50 (Qwen3-32B H100 TP2, relaxed). (5) 2 are one step of the ladder below "
         "the best: 96 for 128 (Llama-3.1-70B H100 TP4, 0.89) and 16 for 24 "
         "(Llama-3.1-70B H200 TP2 2048/512, tight, 0.76)."),
+    "aic-estimator-4": (
+        "The planner's model changed (aic-silicon-5's TTFT queue), the yardstick did not: "
+        "every one of the 48 picks is the same as in aic-estimator-3, so every figure and "
+        "the 16 below 0.9 are as read there. At the picks the model's TTFT is at most 0.89 "
+        "of the objective (0.76 with aic-silicon-2's queue): on this grid (1-2 s "
+        "objectives, as many clients as the batch) the ITL p95 or the throughput's knee "
+        "sets the pick, not the TTFT."),
 }
 
 

@@ -129,7 +129,8 @@ def test_results_md_has_the_planner_against_the_stored_estimates() -> None:
     root = EST_CONFIG.parents[2]
     for path, name in ((EST_CONFIG, "aic-estimator"),
                        (EST_CONFIG.with_name("aic_estimator_2.yaml"), "aic-estimator-2"),
-                       (EST_CONFIG.with_name("aic_estimator_3.yaml"), "aic-estimator-3")):
+                       (EST_CONFIG.with_name("aic_estimator_3.yaml"), "aic-estimator-3"),
+                       (EST_CONFIG.with_name("aic_estimator_4.yaml"), "aic-estimator-4")):
         cfg = load(path)
         cfg["config"] = str(path.relative_to(root))
         rows = scenarios(cfg, json.loads(EST_DATA.read_text()))

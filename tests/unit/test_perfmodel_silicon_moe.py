@@ -49,7 +49,7 @@ def test_every_group_is_stored_and_every_row_is_held_out() -> None:
     assert ids4 < ids3 and len(ids3 - ids4) == 19
 
 
-def test_results_md_shows_both_runs() -> None:
+def test_results_md_shows_every_run() -> None:
     text = RESULTS.read_text()
     for label in moe.RUNS:
         assert moe.render(label) in text
