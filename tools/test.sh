@@ -15,14 +15,16 @@ if [ "${1:-}" = "--unit" ]; then
   exec .venv/bin/python -m pytest -q -m unit "$@"
 fi
 logs="$(mktemp -d)"
-# The control plane (a Go build of about 10 minutes on 2 cores the first time, cached in
-# ~/.cache/llm-operator after) builds at low priority from the start, beside the installs
-# and the first pytest step, not before them: the cluster lane and lane A's e2e tier (the
-# last in that lane) wait for it.
+# The control plane (a Go build: 649 s on 2 cores with little else running, the first
+# time; cached in ~/.cache/llm-operator after) builds at low priority from the start,
+# beside the installs and the first pytest step (1,351 s there, 2026-11-28), not before
+# them: the cluster lane and lane A's e2e tier (the last in that lane) wait for it.
+# stop PID...: a background job and its children (lane A's pytest, the build's script).
+stop() { for p in "$@"; do pkill -P "$p" 2>/dev/null || true; kill "$p" 2>/dev/null || true; done; }
 ( rc=0; nice -n 15 bash tools/build_cluster.sh > "$logs/control-plane.log" 2>&1 || rc=$?
   echo "$rc" > "$logs/control-plane.rc" ) &
 cp_build=$!
-trap 'kill "$cp_build" 2>/dev/null || true' EXIT
+trap 'stop "$cp_build"' EXIT
 control_plane() {  # wait for the build; its log; its exit status
   while [ ! -f "$logs/control-plane.rc" ]; do sleep 5; done
   printf '\n==> the control plane (tools/build_cluster.sh, in the background)\n'
@@ -68,7 +70,7 @@ printf '\n==> pytest, lane A: tests/prometheus tests/vllm, then tests/e2e (log: 
   exit "$rc" ) > "$logs/lane-a.log" 2>&1 &
 lane_a=$!
 # lane A and the control plane's build stop with this script
-trap 'kill "$lane_a" "$cp_build" 2>/dev/null || true' EXIT
+trap 'stop "$lane_a" "$cp_build"' EXIT
 printf '\n==> pytest, lane B: tests/cluster tests/aic\n'
 rc_b=0
 # The cluster tier's two Go-built controllers (the Prometheus Operator, LeaderWorkerSet)
