@@ -182,12 +182,12 @@ def record(label: str = LATEST) -> dict[str, Any]:
 
     config_path, path = RUNS[label]
     config = yaml.safe_load(config_path.read_text())
-    extra: dict[str, Any] = {"matchTp": bool(config.get("expertsMatchAttentionTp"))}
-    if label == "aic-silicon-6":
-        extra["prefillQueue"] = {"share": GPU_EFFICIENCY.prefill_queue_share,
-                                "exponent": GPU_EFFICIENCY.prefill_queue_exponent}
-    if label in ("aic-silicon-4", "aic-silicon-6"):
-        extra["moeLayerOverheadUs"] = round(GPU_EFFICIENCY.moe_layer_overhead_s * 1e6, 2)
+    # The constants the run's section names (the model as it is now).
+    extra: dict[str, Any] = {
+        "matchTp": bool(config.get("expertsMatchAttentionTp")),
+        "prefillQueue": {"share": GPU_EFFICIENCY.prefill_queue_share,
+                         "exponent": GPU_EFFICIENCY.prefill_queue_exponent},
+        "moeLayerOverheadUs": round(GPU_EFFICIENCY.moe_layer_overhead_s * 1e6, 2)}
     return pvs_record(config_path, path, extra)
 
 
