@@ -46,8 +46,8 @@ CURRENT: tuple[Config, ...] = (
     Config("Performance model vs published GPU sweeps", ("perfmodel",), GPU_PUBLISHED),
     Config("Performance model vs NVIDIA's measured vLLM points (aic-silicon-5)",
            ("aic-silicon",), GPU_SILICON),
-    Config("Performance model vs NVIDIA's measured vLLM points, MoE models (aic-silicon-6)",
-           ("aic-silicon-6",), GPU_SILICON),
+    Config("Performance model vs NVIDIA's measured vLLM points, MoE models (aic-silicon-7)",
+           ("aic-silicon-7",), GPU_SILICON),
     Config("Planner's start vs AIConfigurator's landscape, ITL judged by its mean TPOT "
            "(aic-estimator-2)", ("aic-estimator-2",), AIC_ESTIMATE),
     Config("Planner's start vs AIConfigurator's landscape, ITL p95 from its step schedule "
@@ -81,6 +81,8 @@ SUPERSEDED: dict[str, str] = {
                      "cost per MoE layer fitted to NVIDIA's kernel table)",
     "aic-silicon-4": "aic-silicon-6 (the same rows; the TTFT queue re-fitted on the dense fit "
                      "subset)",
+    "aic-silicon-6": "aic-silicon-7 (the same rows; the fixed cost per MoE layer re-fitted at "
+                     "one token on the kernels these checkpoints run)",
     "aic-estimator-3": "aic-estimator-4 (the same scenarios; the model's TTFT queue re-fitted: "
                        "every pick as in run 3)",
     "tune-landscape-1": "tune-landscape-14 (the same setup, search v4)",

@@ -16,6 +16,12 @@ Two measurements of the same shapes, side by side:
 
     .venv-aic/bin/python -m benchmarks.moe_kernels --record   # extract NVIDIA's rows
     .venv/bin/python -m benchmarks.moe_kernels --write        # the RESULTS.md section
+
+The performance model's fixed time per MoE layer is fitted here, to kernel rows only:
+aic-silicon-4 on the bf16 rows above (``fit_moe_layer_overhead``), aic-silicon-7 on the
+one-token rows of the quantized kernels the MoE checkpoints run, on three GPUs
+(``fit_moe_layer_overhead_1token``; rows extracted by ``--record-1token``, in
+AIConfigurator's environment, as ``benchmarks/configs/aic_silicon_7.yaml`` registers).
 """
 
 from __future__ import annotations
@@ -38,6 +44,11 @@ DATA = ROOT / "benchmarks" / "data" / "moe_kernels_aic_h200.json"
 # every bf16 shape of the same table, balanced routing, one GPU, <= FIT_MAX_TOKENS tokens.
 FIT_DATA = ROOT / "benchmarks" / "data" / "moe_kernels_aic_h200_fit.json"
 FIT_MAX_TOKENS = 128
+# aic-silicon-7's fit rows: one token, the quantized kernels, H100 / H200 / B200.
+FIT_1TOKEN_CONFIG = ROOT / "benchmarks" / "configs" / "aic_silicon_7.yaml"
+FIT_1TOKEN_DATA = ROOT / "benchmarks" / "data" / "moe_kernels_aic_1token_fit.json"
+# AIConfigurator's system directories and the project's GPU table names for them.
+AIC_GPUS = {"h100_sxm": "H100", "h200_sxm": "H200", "b200_sxm": "B200"}
 SECTION = "gpu-kernels-moe"
 KERNEL = "vllm_unquantizedfusedmoe_triton_tritonexperts"
 TABLE = "systems/data/h200_sxm/moe/vllm/0.24.0/moe_perf.parquet"
@@ -98,6 +109,60 @@ def fit_moe_layer_overhead(fit: dict[str, Any]) -> tuple[float, list[float]]:
                                    gpu.bf16_flops, GPU_EFFICIENCY.bandwidth,
                                    GPU_EFFICIENCY.compute)
         residuals.append(r["ms"] / 1e3 - model_t)
+    return statistics.median(residuals), residuals
+
+
+def record_1token(path: Path = FIT_1TOKEN_DATA,
+                  config_path: Path = FIT_1TOKEN_CONFIG) -> dict[str, Any]:
+    """aic-silicon-7's fit rows from NVIDIA's kernel tables (AIConfigurator's environment):
+    every kernel of the registered dtypes, every shape, balanced routing, one GPU (no TP
+    or EP slicing), at the registered token count, on each registered GPU."""
+    import aiconfigurator_core
+    import pandas as pd
+
+    fit = dict(yaml.safe_load(config_path.read_text()))["fit"]
+    dtypes = dict(fit["moeDtypes"])
+    rows = []
+    for system in fit["gpus"]:
+        table = f"systems/data/{system}/moe/vllm/0.24.0/moe_perf.parquet"
+        df = pd.read_parquet(Path(aiconfigurator_core.__file__).parent / table)
+        q = df[df.moe_dtype.isin(list(dtypes)) & (df.distribution == "balanced")
+               & (df.moe_tp_size == 1) & (df.moe_ep_size == 1)
+               & (df.num_tokens == int(fit["tokens"]))]
+        for r in q.sort_values(["moe_dtype", "kernel_source", "hidden_size", "inter_size",
+                                "topk", "num_experts"]).itertuples():
+            rows.append({"gpu": system, "kernel": str(r.kernel_source),
+                         "dtype": str(r.moe_dtype), "hidden": int(r.hidden_size),
+                         "intermediate": int(r.inter_size), "top_k": int(r.topk),
+                         "experts": int(r.num_experts), "tokens": int(r.num_tokens),
+                         "ms": round(float(r.latency), 5)})
+    data = {"source": "AIConfigurator 0.12.0 aiconfigurator_core/systems/data/"
+                      "{" + ",".join(fit["gpus"]) + "}/moe/vllm/0.24.0/moe_perf.parquet",
+            "config": str(config_path.relative_to(ROOT)), "distribution": "balanced",
+            "measured_by": "NVIDIA", "rows": rows}
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    return data
+
+
+def fit_moe_layer_overhead_1token(fit: dict[str, Any], config_path: Path = FIT_1TOKEN_CONFIG
+                                  ) -> tuple[float, list[float]]:
+    """aic-silicon-7's fit: the median over the stored one-token rows (``fit``) of NVIDIA's
+    measured latency minus the model's roofline for the same experts on that GPU (the
+    top_k experts' weights at the dtype's registered bytes per weight, read at the
+    model's share of HBM); with every residual."""
+    from llm_operator.catalog import lookup_gpu
+    from llm_operator.perfmodel import GPU_EFFICIENCY
+
+    registered = dict(yaml.safe_load(config_path.read_text()))["fit"]
+    bytes_per = {k: float(v) for k, v in registered["moeDtypes"].items()}
+    residuals = []
+    for r in fit["rows"]:
+        gpu = lookup_gpu(AIC_GPUS[r["gpu"]])
+        assert gpu is not None and gpu.memory_bandwidth
+        weights = int(r["top_k"]) * 3 * int(r["hidden"]) * int(r["intermediate"])
+        roofline = weights * bytes_per[r["dtype"]] / (gpu.memory_bandwidth
+                                                      * GPU_EFFICIENCY.bandwidth)
+        residuals.append(r["ms"] / 1e3 - roofline)
     return statistics.median(residuals), residuals
 
 
@@ -225,7 +290,13 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return record_or_write(__doc__, SECTION, record, render, argv)
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args == ["--record-1token"]:
+        data = record_1token()
+        median, residuals = fit_moe_layer_overhead_1token(data)
+        sys.stdout.write(f"{len(residuals)} rows; median residual {median * 1e6:.2f} us\n")
+        return 0
+    return record_or_write(__doc__, SECTION, record, render, args)
 
 
 if __name__ == "__main__":

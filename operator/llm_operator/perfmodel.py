@@ -252,12 +252,14 @@ class Efficiency:
 # 71-82% of the datasheet's HBM bandwidth (per-tensor fp8 through torch._scaled_mm
 # 64-80%), prefill GEMMs (M >= 1024) reach 63-73% of dense peak. The factors below sit
 # inside those ceilings (tests/unit/test_gpu_kernels.py).
-# * moe_layer_overhead_s 3.9 us (aic-silicon-4, benchmarks/configs/aic_silicon_4.yaml):
-#   FITTED ONLY to NVIDIA's measured vLLM fused-MoE kernel latencies (AIConfigurator's
-#   H200 table, vLLM 0.24, bf16, 176 rows of 16 shapes at 1-128 tokens): the median of the
-#   measured time minus this model's roofline for the same experts
-#   (benchmarks/moe_kernels.fit_moe_layer_overhead; tests/unit/test_moe_kernels.py). The
-#   MoE serving rows of aic-silicon-3/-4 are predictions.
+# * moe_layer_overhead_s 30.3 us (aic-silicon-7, benchmarks/configs/aic_silicon_7.yaml):
+#   FITTED ONLY to NVIDIA's measured vLLM fused-MoE kernel latencies (AIConfigurator's H100,
+#   H200 and B200 tables, vLLM 0.24): the median, over the 63 one-token rows of the kernels
+#   the MoE checkpoints run (fp8 block, mxfp4, int4 weight-only), of the measured time
+#   minus this model's roofline for the same experts
+#   (benchmarks/moe_kernels.fit_moe_layer_overhead_1token; tests/unit/test_moe_kernels.py).
+#   It replaced aic-silicon-4's 3.9 us, fitted to the bf16 kernel (which no MoE serving
+#   row runs) pooled over 1-128 tokens. The MoE serving rows are predictions.
 #
 # Routed experts (section gpu-kernels-moe): vLLM 0.24's fused MoE kernel, measured by
 # NVIDIA on an H200 (AIConfigurator's kernel tables), reads a layer's experts at 72-85% of
@@ -273,7 +275,7 @@ GPU_EFFICIENCY = Efficiency(
     prefill_queue_share=0.38,
     prefill_queue_exponent=0.65,
     overlap_seq_overhead=True,
-    moe_layer_overhead_s=3.9e-6,
+    moe_layer_overhead_s=30.3e-6,
     source="A100 sweep (johnmusgrave.com, vLLM 0.23); H100 sweep (InferenceBench, vLLM 0.21); "
            "AIConfigurator silicon_sample.csv, Qwen3-32B H100 TP 2 (vLLM 0.12)",
 )
