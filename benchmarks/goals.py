@@ -46,8 +46,8 @@ CURRENT: tuple[Config, ...] = (
     Config("Performance model vs published GPU sweeps", ("perfmodel",), GPU_PUBLISHED),
     Config("Performance model vs NVIDIA's measured vLLM points (aic-silicon-5)",
            ("aic-silicon",), GPU_SILICON),
-    Config("Performance model vs NVIDIA's measured vLLM points, MoE models (aic-silicon-7)",
-           ("aic-silicon-7",), GPU_SILICON),
+    Config("Performance model vs NVIDIA's measured vLLM points, MoE models (aic-silicon-8)",
+           ("aic-silicon-8",), GPU_SILICON),
     Config("Planner's start vs AIConfigurator's landscape, ITL judged by its mean TPOT "
            "(aic-estimator-2)", ("aic-estimator-2",), AIC_ESTIMATE),
     Config("Planner's start vs AIConfigurator's landscape, ITL p95 from its step schedule "
@@ -83,6 +83,8 @@ SUPERSEDED: dict[str, str] = {
                      "subset)",
     "aic-silicon-6": "aic-silicon-7 (the same rows; the fixed cost per MoE layer re-fitted at "
                      "one token on the kernels these checkpoints run)",
+    "aic-silicon-7": "aic-silicon-8 (the same rows; the routed experts' FLOPs at their own "
+                     "rate, fitted on the same kernels at prefill sizes)",
     "aic-estimator-3": "aic-estimator-4 (the same scenarios; the model's TTFT queue re-fitted: "
                        "every pick as in run 3)",
     "tune-landscape-1": "tune-landscape-14 (the same setup, search v4)",

@@ -22,6 +22,9 @@ aic-silicon-4 on the bf16 rows above (``fit_moe_layer_overhead``), aic-silicon-7
 one-token rows of the quantized kernels the MoE checkpoints run, on three GPUs
 (``fit_moe_layer_overhead_1token``; rows extracted by ``--record-1token``, in
 AIConfigurator's environment, as ``benchmarks/configs/aic_silicon_7.yaml`` registers).
+The routed experts' achieved fraction of peak at prefill sizes (``moe_compute``,
+aic-silicon-8) is fitted on the same kernels at 1,024-8,192 tokens
+(``fit_moe_compute``; rows by ``--record-prefill``, ``configs/aic_silicon_8.yaml``).
 """
 
 from __future__ import annotations
@@ -47,6 +50,9 @@ FIT_MAX_TOKENS = 128
 # aic-silicon-7's fit rows: one token, the quantized kernels, H100 / H200 / B200.
 FIT_1TOKEN_CONFIG = ROOT / "benchmarks" / "configs" / "aic_silicon_7.yaml"
 FIT_1TOKEN_DATA = ROOT / "benchmarks" / "data" / "moe_kernels_aic_1token_fit.json"
+# aic-silicon-8's fit rows: prefill token counts, the same kernels and GPUs.
+FIT_PREFILL_CONFIG = ROOT / "benchmarks" / "configs" / "aic_silicon_8.yaml"
+FIT_PREFILL_DATA = ROOT / "benchmarks" / "data" / "moe_kernels_aic_prefill_fit.json"
 # AIConfigurator's system directories and the project's GPU table names for them.
 AIC_GPUS = {"h100_sxm": "H100", "h200_sxm": "H200", "b200_sxm": "B200"}
 SECTION = "gpu-kernels-moe"
@@ -117,20 +123,34 @@ def record_1token(path: Path = FIT_1TOKEN_DATA,
     """aic-silicon-7's fit rows from NVIDIA's kernel tables (AIConfigurator's environment):
     every kernel of the registered dtypes, every shape, balanced routing, one GPU (no TP
     or EP slicing), at the registered token count, on each registered GPU."""
+    fit = dict(yaml.safe_load(config_path.read_text()))["fit"]
+    return _record_kernel_rows(path, config_path, fit, list(fit["moeDtypes"]),
+                               [int(fit["tokens"])])
+
+
+def record_prefill(path: Path = FIT_PREFILL_DATA,
+                   config_path: Path = FIT_PREFILL_CONFIG) -> dict[str, Any]:
+    """aic-silicon-8's fit rows: as :func:`record_1token`, at the registered prefill token
+    counts."""
+    fit = dict(yaml.safe_load(config_path.read_text()))["fit"]
+    return _record_kernel_rows(path, config_path, fit, list(fit["moeDtypes"]),
+                               [int(t) for t in fit["tokens"]])
+
+
+def _record_kernel_rows(path: Path, config_path: Path, fit: dict[str, Any],
+                        dtypes: list[str], tokens: list[int]) -> dict[str, Any]:
     import aiconfigurator_core
     import pandas as pd
 
-    fit = dict(yaml.safe_load(config_path.read_text()))["fit"]
-    dtypes = dict(fit["moeDtypes"])
     rows = []
     for system in fit["gpus"]:
         table = f"systems/data/{system}/moe/vllm/0.24.0/moe_perf.parquet"
         df = pd.read_parquet(Path(aiconfigurator_core.__file__).parent / table)
         q = df[df.moe_dtype.isin(list(dtypes)) & (df.distribution == "balanced")
                & (df.moe_tp_size == 1) & (df.moe_ep_size == 1)
-               & (df.num_tokens == int(fit["tokens"]))]
+               & (df.num_tokens.isin(tokens))]
         for r in q.sort_values(["moe_dtype", "kernel_source", "hidden_size", "inter_size",
-                                "topk", "num_experts"]).itertuples():
+                                "topk", "num_experts", "num_tokens"]).itertuples():
             rows.append({"gpu": system, "kernel": str(r.kernel_source),
                          "dtype": str(r.moe_dtype), "hidden": int(r.hidden_size),
                          "intermediate": int(r.inter_size), "top_k": int(r.topk),
@@ -164,6 +184,26 @@ def fit_moe_layer_overhead_1token(fit: dict[str, Any], config_path: Path = FIT_1
                                                       * GPU_EFFICIENCY.bandwidth)
         residuals.append(r["ms"] / 1e3 - roofline)
     return statistics.median(residuals), residuals
+
+
+def fit_moe_compute(fit: dict[str, Any], config_path: Path = FIT_PREFILL_CONFIG
+                    ) -> tuple[float, list[float]]:
+    """aic-silicon-8's fit: the median over the stored prefill-size rows (``fit``) of the
+    routed experts' achieved fraction of the peak the model uses for that dtype on that
+    GPU (FP8 for the registered fp8 dtypes, else BF16); with every fraction."""
+    from llm_operator.catalog import lookup_gpu
+
+    registered = dict(yaml.safe_load(config_path.read_text()))["fit"]
+    fp8 = set(registered["fp8Peak"])
+    fractions = []
+    for r in fit["rows"]:
+        gpu = lookup_gpu(AIC_GPUS[r["gpu"]])
+        assert gpu is not None and gpu.bf16_flops and gpu.fp8_flops
+        peak = gpu.fp8_flops if r["dtype"] in fp8 else gpu.bf16_flops
+        flops = 2 * int(r["tokens"]) * int(r["top_k"]) * 3 * int(r["hidden"]) * int(
+            r["intermediate"])
+        fractions.append(flops / (r["ms"] / 1e3) / peak)
+    return statistics.median(fractions), fractions
 
 
 def model_seconds(layer: dict[str, Any], tokens: int, bandwidth: float, flops: float,
@@ -295,6 +335,11 @@ def main(argv: list[str] | None = None) -> int:
         data = record_1token()
         median, residuals = fit_moe_layer_overhead_1token(data)
         sys.stdout.write(f"{len(residuals)} rows; median residual {median * 1e6:.2f} us\n")
+        return 0
+    if args == ["--record-prefill"]:
+        data = record_prefill()
+        median, fractions = fit_moe_compute(data)
+        sys.stdout.write(f"{len(fractions)} rows; median fraction of peak {median:.4f}\n")
         return 0
     return record_or_write(__doc__, SECTION, record, render, args)
 

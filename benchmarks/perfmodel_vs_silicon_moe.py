@@ -10,9 +10,12 @@ models the planner plans (issue 34 section 1, widened by issue 33). Not a unit t
   TTFT queue (fitted on the dense fit subset only);
 - ``aic-silicon-7`` (``configs/aic_silicon_7.yaml``): the fixed cost per MoE layer re-fitted
   at one token on the quantized kernels these checkpoints run
-  (:func:`benchmarks.moe_kernels.fit_moe_layer_overhead_1token`).
+  (:func:`benchmarks.moe_kernels.fit_moe_layer_overhead_1token`);
+- ``aic-silicon-8`` (``configs/aic_silicon_8.yaml``): the routed experts' FLOPs at their own
+  achieved fraction of peak, fitted on the same kernels at prefill sizes
+  (:func:`benchmarks.moe_kernels.fit_moe_compute`).
 
-    .venv/bin/python -m benchmarks.perfmodel_vs_silicon_moe --run aic-silicon-7 --record --write
+    .venv/bin/python -m benchmarks.perfmodel_vs_silicon_moe --run aic-silicon-8 --record --write
     .venv/bin/python -m benchmarks.perfmodel_vs_silicon_moe --write   # all, from stored data
 
 Each run is fixed in its config (committed before it ran): the groups (TP-sliced experts
@@ -28,6 +31,7 @@ import argparse
 import json
 import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +47,9 @@ STORED = ROOT / "benchmarks" / "data"
 RUNS = {"aic-silicon-3": (CONFIGS / "aic_silicon_3.yaml", STORED / "perfmodel_vs_silicon_3.json"),
         "aic-silicon-4": (CONFIGS / "aic_silicon_4.yaml", STORED / "perfmodel_vs_silicon_4.json"),
         "aic-silicon-6": (CONFIGS / "aic_silicon_6.yaml", STORED / "perfmodel_vs_silicon_6.json"),
-        "aic-silicon-7": (CONFIGS / "aic_silicon_7.yaml", STORED / "perfmodel_vs_silicon_7.json")}
-LATEST = "aic-silicon-7"
+        "aic-silicon-7": (CONFIGS / "aic_silicon_7.yaml", STORED / "perfmodel_vs_silicon_7.json"),
+        "aic-silicon-8": (CONFIGS / "aic_silicon_8.yaml", STORED / "perfmodel_vs_silicon_8.json")}
+LATEST = "aic-silicon-8"
 CONFIG, DATA = RUNS[LATEST]
 # What the model was in each run (its configs say the same, in more words).
 MODEL = {
@@ -59,6 +64,9 @@ MODEL = {
                      "us, the median at one token of NVIDIA's measured latencies of the "
                      "quantized fused-MoE kernels these checkpoints run (fp8 block, mxfp4, int4; "
                      "H100, H200, B200 tables, vLLM 0.24), less the model's roofline",
+    "aic-silicon-8": "aic-silicon-7's, with the routed experts' FLOPs at {moe_compute:.2f} of "
+                     "peak (the other FLOPs at 0.60): the median achieved fraction of the "
+                     "same kernels at 1,024-8,192 tokens, NVIDIA's measurements",
 }
 GOALS = {"tpot": 0.90, "tps": 0.90, "ttft": 0.75}
 BANDS = ((1, 16, "<= 16"), (17, 64, "17-64"), (65, 10**9, "> 64"))
@@ -94,24 +102,47 @@ def fit_note() -> str:
             "MoE gap lies elsewhere.")
 
 
+def _kernel_fit(path: Path, fit: Callable[[dict[str, Any]], tuple[float, list[float]]],
+                fmt: Callable[[float], str]) -> tuple[int, float, float, float, str]:
+    """A stored kernel fit, as registered: rows, median, quartiles, and ``H200 fp8_block
+    <median> (<rows>)`` for each GPU and dtype."""
+    data = json.loads(path.read_text())
+    median, values = fit(data)
+    q1, _, q3 = statistics.quantiles(values, n=4)
+    groups: dict[tuple[str, str], list[float]] = {}
+    for r, x in zip(data["rows"], values, strict=True):
+        groups.setdefault((r["gpu"], r["dtype"]), []).append(x)
+    parts = ", ".join(f"{gpu.split('_')[0].upper()} {dtype} {fmt(statistics.median(xs))} "
+                      f"({len(xs)})" for (gpu, dtype), xs in sorted(groups.items()))
+    return len(values), median, q1, q3, parts
+
+
 def fit_note_1token() -> str:
     """aic-silicon-7's fit as registered, from its stored kernel rows: the constant, its
     spread, and the residuals by GPU and dtype."""
     from benchmarks.moe_kernels import FIT_1TOKEN_DATA, fit_moe_layer_overhead_1token
 
-    fit = json.loads(FIT_1TOKEN_DATA.read_text())
-    median, residuals = fit_moe_layer_overhead_1token(fit)
-    q1, _, q3 = statistics.quantiles(residuals, n=4)
-    groups: dict[tuple[str, str], list[float]] = {}
-    for r, x in zip(fit["rows"], residuals, strict=True):
-        groups.setdefault((r["gpu"], r["dtype"]), []).append(x)
-    parts = [f"{gpu.split('_')[0].upper()} {dtype} {statistics.median(xs) * 1e6:.0f} us "
-             f"({len(xs)})" for (gpu, dtype), xs in sorted(groups.items())]
-    return (f"The fit, as registered: the median of {len(residuals)} residuals (NVIDIA's "
+    n, median, q1, q3, parts = _kernel_fit(FIT_1TOKEN_DATA, fit_moe_layer_overhead_1token,
+                                           lambda x: f"{x * 1e6:.0f} us")
+    return (f"The fit, as registered: the median of {n} residuals (NVIDIA's "
             "measured fused-MoE latency at one token minus the model's roofline for the "
             f"same top-k experts) is {median * 1e6:.1f} us (quartiles {q1 * 1e6:.0f} and "
-            f"{q3 * 1e6:.0f} us); by GPU and dtype, median (rows): {', '.join(parts)}. "
+            f"{q3 * 1e6:.0f} us); by GPU and dtype, median (rows): {parts}. "
             "Stored in `benchmarks/data/moe_kernels_aic_1token_fit.json`.")
+
+
+def fit_note_prefill() -> str:
+    """aic-silicon-8's fit as registered, from its stored kernel rows."""
+    from benchmarks.moe_kernels import FIT_PREFILL_DATA, fit_moe_compute
+
+    n, median, q1, q3, parts = _kernel_fit(FIT_PREFILL_DATA, fit_moe_compute,
+                                           lambda x: f"{x:.2f}")
+    return (f"The fit, as registered: the median of {n} achieved fractions of "
+            "peak (the routed experts' FLOPs over NVIDIA's measured fused-MoE latency at "
+            "1,024-8,192 tokens, over the FP8 peak for fp8_block and the BF16 peak for the "
+            f"4-bit dtypes) is {median:.3f} (quartiles {q1:.2f} and {q3:.2f}); by GPU and "
+            f"dtype, median (rows): {parts}. Stored in "
+            "`benchmarks/data/moe_kernels_aic_prefill_fit.json`.")
 
 
 def section(data: dict[str, Any], before: dict[str, Any] | None = None) -> str:
@@ -126,7 +157,8 @@ def section(data: dict[str, Any], before: dict[str, Any] | None = None) -> str:
     model = MODEL[label].format(us=data.get("moeLayerOverheadUs",
                                             GPU_EFFICIENCY.moe_layer_overhead_s * 1e6),
                                 share=queue.get("share", 0.0),
-                                exponent=queue.get("exponent", 1.0))
+                                exponent=queue.get("exponent", 1.0),
+                                moe_compute=data.get("moeCompute") or 0.0)
     versions = sorted({r["vllm"] for r in rows})
     lines = [begin, "## Performance model against NVIDIA's measured vLLM points: "
              f"mixture-of-experts models ({data['label']})", "",
@@ -177,6 +209,8 @@ def section(data: dict[str, Any], before: dict[str, Any] | None = None) -> str:
         lines += ["", fit_note()]
     if label == "aic-silicon-7":
         lines += ["", fit_note_1token()]
+    if label == "aic-silicon-8":
+        lines += ["", fit_note_prefill()]
     if before is not None:
         ids = {r["id"] for r in rows}
         old = [r for r in before["rows"] if r["id"] in ids]
@@ -217,7 +251,8 @@ def record(label: str = LATEST) -> dict[str, Any]:
         "matchTp": bool(config.get("expertsMatchAttentionTp")),
         "prefillQueue": {"share": GPU_EFFICIENCY.prefill_queue_share,
                          "exponent": GPU_EFFICIENCY.prefill_queue_exponent},
-        "moeLayerOverheadUs": round(GPU_EFFICIENCY.moe_layer_overhead_s * 1e6, 2)}
+        "moeLayerOverheadUs": round(GPU_EFFICIENCY.moe_layer_overhead_s * 1e6, 2),
+        "moeCompute": GPU_EFFICIENCY.moe_compute}
     return pvs_record(config_path, path, extra)
 
 

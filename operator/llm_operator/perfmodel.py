@@ -128,13 +128,28 @@ class ModelShape:
         one token routes to; with uniform routing a given expert is missed by all tokens
         with probability ``(1 - k/E) ** tokens``.
         """
-        if not (self.num_experts and self.experts_per_token and self.active_parameters):
+        per_expert = self.expert_parameters
+        if not (per_expert and self.num_experts and self.experts_per_token):
             return self.weight_bytes
         e, k = self.num_experts, self.experts_per_token
-        per_expert = (self.parameters - self.active_parameters) / max(1, e - k)
         shared = self.parameters - e * per_expert
         touched = e * (1 - (1 - k / e) ** max(tokens, 1.0))
         return (shared + touched * per_expert) * self.bytes_per_param
+
+    @property
+    def expert_parameters(self) -> float:
+        """One routed expert's parameters (all layers): ``(parameters - active) / (experts
+        - top_k)``; 0 for a model without experts."""
+        if not (self.num_experts and self.experts_per_token and self.active_parameters):
+            return 0.0
+        return ((self.parameters - self.active_parameters)
+                / max(1, self.num_experts - self.experts_per_token))
+
+    @property
+    def routed_parameters(self) -> float:
+        """Parameters of the routed experts one token runs through (top_k experts); 0 for
+        a model without experts."""
+        return (self.experts_per_token or 0) * self.expert_parameters
 
     @classmethod
     def from_facts(cls, facts: ModelFacts, quantization: str = "none",
@@ -194,6 +209,9 @@ class Efficiency:
     # Fixed time per mixture-of-experts layer per step on each GPU (routing, alignment and
     # launch of the fused MoE kernel), beyond its roofline; 0 for models without experts.
     moe_layer_overhead_s: float = 0.0
+    # Achieved fraction of dense peak FLOP/s for the routed experts' FLOPs (vLLM's fused MoE
+    # kernels); None: ``compute``, as for every other FLOP.
+    moe_compute: float | None = None
 
 
 # Calibrated GPU efficiency of vLLM (V1 engine, CUDA graphs, bf16), FITTED to these
@@ -260,6 +278,12 @@ class Efficiency:
 #   (benchmarks/moe_kernels.fit_moe_layer_overhead_1token; tests/unit/test_moe_kernels.py).
 #   It replaced aic-silicon-4's 3.9 us, fitted to the bf16 kernel (which no MoE serving
 #   row runs) pooled over 1-128 tokens. The MoE serving rows are predictions.
+# * moe_compute 0.18 (aic-silicon-8, benchmarks/configs/aic_silicon_8.yaml): the routed
+#   experts' FLOPs at their own achieved fraction of dense peak, FITTED ONLY to the same
+#   kernels' measured latencies at 1,024-8,192 tokens (prefill chunks; 252 rows, H100,
+#   H200, B200): the median of FLOPs / (latency x the peak the model uses for that dtype)
+#   (benchmarks/moe_kernels.fit_moe_compute). The model had priced them at 0.60 like
+#   every other FLOP. The MoE serving rows are predictions.
 #
 # Routed experts (section gpu-kernels-moe): vLLM 0.24's fused MoE kernel, measured by
 # NVIDIA on an H200 (AIConfigurator's kernel tables), reads a layer's experts at 72-85% of
@@ -276,6 +300,7 @@ GPU_EFFICIENCY = Efficiency(
     prefill_queue_exponent=0.65,
     overlap_seq_overhead=True,
     moe_layer_overhead_s=30.3e-6,
+    moe_compute=0.18,
     source="A100 sweep (johnmusgrave.com, vLLM 0.23); H100 sweep (InferenceBench, vLLM 0.21); "
            "AIConfigurator silicon_sample.csv, Qwen3-32B H100 TP 2 (vLLM 0.12)",
 )
@@ -425,7 +450,11 @@ def step_time(model: ModelShape, hw: Hardware, tp: int, decode_seqs: float,
     flops = (2 * linear * tokens + 2 * head * (decode_seqs + prefill_seqs)
              + 4 * model.num_layers * model.num_attention_heads * model.head_dim * attended) / tp
     memory_s = bytes_moved / (hw.bandwidth * eff.bandwidth)
-    compute_s = flops / (hw.flops * eff.compute)
+    # The routed experts' FLOPs at their own rate where one is set (fused MoE kernels).
+    routed = 2 * model.routed_parameters * tokens / tp if eff.moe_compute else 0.0
+    compute_s = (flops - routed) / (hw.flops * eff.compute)
+    if routed:
+        compute_s += routed / (hw.flops * (eff.moe_compute or eff.compute))
     comm_s = 0.0
     if tp > 1:
         # Two all-reduces per layer (after attention and after the MLP) of the step's

@@ -97,3 +97,38 @@ def test_the_1token_roofline_uses_the_dtypes_bytes() -> None:
     _, (res2,) = mk.fit_moe_layer_overhead_1token(doubled)
     assert res2 - res == pytest.approx(r["ms"] / 1e3)
     assert 0 < r["ms"] / 1e3 - res < r["ms"] / 1e3 * 10  # a positive roofline
+
+
+def test_the_models_moe_compute_is_the_registered_fit() -> None:
+    """GPU_EFFICIENCY.moe_compute is what aic-silicon-8's fit gives on its stored kernel rows
+    (the median achieved fraction of peak at 1,024-8,192 tokens, to 0.005)."""
+    fit = json.loads(mk.FIT_PREFILL_DATA.read_text())
+    median, fractions = mk.fit_moe_compute(fit)
+    assert len(fractions) == 252
+    assert GPU_EFFICIENCY.moe_compute == pytest.approx(median, abs=0.005)
+
+
+def test_the_prefill_fit_reads_only_the_registered_rows() -> None:
+    """Every stored row is a registered dtype, GPU and token count, and every GPU has
+    every dtype at every token count."""
+    import yaml
+
+    fit = json.loads(mk.FIT_PREFILL_DATA.read_text())
+    registered = yaml.safe_load(mk.FIT_PREFILL_CONFIG.read_text())["fit"]
+    rows = fit["rows"]
+    assert {r["dtype"] for r in rows} == set(registered["moeDtypes"])
+    assert {r["gpu"] for r in rows} == set(registered["gpus"])
+    assert {r["tokens"] for r in rows} == set(registered["tokens"])
+    for gpu in registered["gpus"]:
+        have = {(r["dtype"], r["tokens"]) for r in rows if r["gpu"] == gpu}
+        assert have == {(d, t) for d in registered["moeDtypes"] for t in registered["tokens"]}
+
+
+def test_the_prefill_fraction_uses_the_fp8_peak_only_for_fp8() -> None:
+    """The same measured row counts against the FP8 peak as fp8_block and the BF16 peak as
+    int4_wo: on an H200 (FP8 twice BF16) the fraction halves."""
+    fit = json.loads(mk.FIT_PREFILL_DATA.read_text())
+    row = next(r for r in fit["rows"] if r["gpu"] == "h200_sxm" and r["dtype"] == "fp8_block")
+    (_, (as_fp8,)) = mk.fit_moe_compute({**fit, "rows": [row]})
+    (_, (as_int4,)) = mk.fit_moe_compute({**fit, "rows": [{**row, "dtype": "int4_wo"}]})
+    assert as_fp8 == pytest.approx(as_int4 / 2, rel=0.01)
