@@ -209,8 +209,9 @@ class Efficiency:
     # Fixed time per mixture-of-experts layer per step on each GPU (routing, alignment and
     # launch of the fused MoE kernel), beyond its roofline; 0 for models without experts.
     moe_layer_overhead_s: float = 0.0
-    # Achieved fraction of dense peak FLOP/s for the routed experts' FLOPs (vLLM's fused MoE
-    # kernels); None: ``compute``, as for every other FLOP.
+    # Achieved fraction of dense peak FLOP/s for the routed experts' FLOPs of a model with
+    # quantized weights (vLLM's fp8, mxfp4 and int4 fused MoE kernels); None, or bf16
+    # weights: ``compute``, as for every other FLOP.
     moe_compute: float | None = None
 
 
@@ -283,7 +284,10 @@ class Efficiency:
 #   kernels' measured latencies at 1,024-8,192 tokens (prefill chunks; 252 rows, H100,
 #   H200, B200): the median of FLOPs / (latency x the peak the model uses for that dtype)
 #   (benchmarks/moe_kernels.fit_moe_compute). The model had priced them at 0.60 like
-#   every other FLOP. The MoE serving rows are predictions.
+#   every other FLOP. The MoE serving rows are predictions. Applied to quantized weights
+#   only (what it was fitted on, and every serving row): vLLM's bf16 fused MoE reaches
+#   0.24-0.69 of bf16 peak at these sizes in the same tables (Mixtral-8x7B on an H200:
+#   0.67-0.69), so bf16 experts keep 0.60, unfitted.
 #
 # Routed experts (section gpu-kernels-moe): vLLM 0.24's fused MoE kernel, measured by
 # NVIDIA on an H200 (AIConfigurator's kernel tables), reads a layer's experts at 72-85% of
@@ -450,8 +454,13 @@ def step_time(model: ModelShape, hw: Hardware, tp: int, decode_seqs: float,
     flops = (2 * linear * tokens + 2 * head * (decode_seqs + prefill_seqs)
              + 4 * model.num_layers * model.num_attention_heads * model.head_dim * attended) / tp
     memory_s = bytes_moved / (hw.bandwidth * eff.bandwidth)
-    # The routed experts' FLOPs at their own rate where one is set (fused MoE kernels).
-    routed = 2 * model.routed_parameters * tokens / tp if eff.moe_compute else 0.0
+    # The routed experts' FLOPs at their own rate where one is set (fused MoE kernels), for
+    # quantized weights only: the rate was fitted on vLLM's fp8, mxfp4 and int4 MoE kernels;
+    # its bf16 kernel reaches far more of its peak (NVIDIA's tables: 0.24-0.69 at prefill
+    # sizes), so bf16 experts keep ``compute``.
+    quantized = model.bytes_per_param < 2.0
+    routed = (2 * model.routed_parameters * tokens / tp
+              if eff.moe_compute and quantized else 0.0)
     compute_s = (flops - routed) / (hw.flops * eff.compute)
     if routed:
         compute_s += routed / (hw.flops * (eff.moe_compute or eff.compute))
