@@ -430,8 +430,10 @@ def step_time(model: ModelShape, hw: Hardware, tp: int, decode_seqs: float,
     tokens; a prefill chunk adds ``prefill_tokens`` tokens that attend to
     ``prefill_context`` earlier tokens on average. Bytes: weights read (/TP) + KV read
     + KV written. FLOPs: 2 x active linear parameters x tokens (/TP) + LM head for the
-    sampled tokens + attention 4 x layers x heads x head_dim x attended tokens (/TP).
-    With ``efficiency`` = :func:`physical` the result is the hardware's limit.
+    sampled tokens + attention 4 x layers x heads x head_dim x attended tokens (/TP), at
+    ``compute`` of peak, but the routed experts' share of a quantized MoE model's at
+    ``moe_compute``. With ``efficiency`` = :func:`physical` the result is the hardware's
+    limit.
     """
     eff = efficiency or hw.efficiency
     if tp < 1:
