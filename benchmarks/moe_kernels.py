@@ -118,35 +118,22 @@ def fit_moe_layer_overhead(fit: dict[str, Any]) -> tuple[float, list[float]]:
     return statistics.median(residuals), residuals
 
 
-def record_1token(path: Path = FIT_1TOKEN_DATA,
-                  config_path: Path = FIT_1TOKEN_CONFIG) -> dict[str, Any]:
-    """aic-silicon-7's fit rows from NVIDIA's kernel tables (AIConfigurator's environment):
-    every kernel of the registered dtypes, every shape, balanced routing, one GPU (no TP
-    or EP slicing), at the registered token count, on each registered GPU."""
-    fit = dict(yaml.safe_load(config_path.read_text()))["fit"]
-    return _record_kernel_rows(path, config_path, fit, list(fit["moeDtypes"]),
-                               [int(fit["tokens"])])
-
-
-def record_prefill(path: Path = FIT_PREFILL_DATA,
-                   config_path: Path = FIT_PREFILL_CONFIG) -> dict[str, Any]:
-    """aic-silicon-8's fit rows: as :func:`record_1token`, at the registered prefill token
-    counts."""
-    fit = dict(yaml.safe_load(config_path.read_text()))["fit"]
-    return _record_kernel_rows(path, config_path, fit, list(fit["moeDtypes"]),
-                               [int(t) for t in fit["tokens"]])
-
-
-def _record_kernel_rows(path: Path, config_path: Path, fit: dict[str, Any],
-                        dtypes: list[str], tokens: list[int]) -> dict[str, Any]:
+def record_fit_rows(config_path: Path, path: Path) -> dict[str, Any]:
+    """A registered kernel fit's rows from NVIDIA's tables (AIConfigurator's environment):
+    every kernel of the config's dtypes, every shape, balanced routing, one GPU (no TP or
+    EP slicing), at its token count(s), on each of its GPUs (aic-silicon-7: one token;
+    aic-silicon-8: prefill sizes)."""
     import aiconfigurator_core
     import pandas as pd
 
+    fit = dict(yaml.safe_load(config_path.read_text()))["fit"]
+    tokens = [int(t) for t in (fit["tokens"] if isinstance(fit["tokens"], list)
+                               else [fit["tokens"]])]
     rows = []
     for system in fit["gpus"]:
         table = f"systems/data/{system}/moe/vllm/0.24.0/moe_perf.parquet"
         df = pd.read_parquet(Path(aiconfigurator_core.__file__).parent / table)
-        q = df[df.moe_dtype.isin(list(dtypes)) & (df.distribution == "balanced")
+        q = df[df.moe_dtype.isin(list(fit["moeDtypes"])) & (df.distribution == "balanced")
                & (df.moe_tp_size == 1) & (df.moe_ep_size == 1)
                & (df.num_tokens.isin(tokens))]
         for r in q.sort_values(["moe_dtype", "kernel_source", "hidden_size", "inter_size",
@@ -178,10 +165,11 @@ def fit_moe_layer_overhead_1token(fit: dict[str, Any], config_path: Path = FIT_1
     residuals = []
     for r in fit["rows"]:
         gpu = lookup_gpu(AIC_GPUS[r["gpu"]])
-        assert gpu is not None and gpu.memory_bandwidth
-        weights = int(r["top_k"]) * 3 * int(r["hidden"]) * int(r["intermediate"])
-        roofline = weights * bytes_per[r["dtype"]] / (gpu.memory_bandwidth
-                                                      * GPU_EFFICIENCY.bandwidth)
+        assert gpu is not None and gpu.memory_bandwidth and gpu.bf16_flops
+        roofline, _ = model_seconds({**r, "local": r["experts"]}, int(r["tokens"]),
+                                    gpu.memory_bandwidth, gpu.bf16_flops,
+                                    GPU_EFFICIENCY.bandwidth, GPU_EFFICIENCY.compute,
+                                    bytes_per[r["dtype"]])
         residuals.append(r["ms"] / 1e3 - roofline)
     return statistics.median(residuals), residuals
 
@@ -207,16 +195,18 @@ def fit_moe_compute(fit: dict[str, Any], config_path: Path = FIT_PREFILL_CONFIG
 
 
 def model_seconds(layer: dict[str, Any], tokens: int, bandwidth: float, flops: float,
-                  eff_bw: float, eff_compute: float) -> tuple[float, float]:
+                  eff_bw: float, eff_compute: float, bytes_per_weight: float = 2.0
+                  ) -> tuple[float, float]:
     """The performance model's time for one layer's routed experts on this GPU and the
     local experts it expects touched: uniform routing, as ``ModelShape.weight_bytes``
     counts them (an expert is missed by every token with probability (1 - k/E)^tokens),
-    bf16 weights (gate_up and down), FLOPs of the rows routed here."""
+    weights (gate_up and down) of ``bytes_per_weight`` (bf16: 2), FLOPs of the rows
+    routed here."""
     e, local, k = int(layer["experts"]), int(layer["local"]), int(layer["top_k"])
     h, inter = int(layer["hidden"]), int(layer["intermediate"])
     touched = local * (1 - (1 - k / e) ** max(tokens, 1))
     rows = tokens * k * local / e
-    t = max(touched * 3 * h * inter * 2 / (bandwidth * eff_bw),
+    t = max(touched * 3 * h * inter * bytes_per_weight / (bandwidth * eff_bw),
             2 * rows * 3 * h * inter / (flops * eff_compute))
     return t, touched
 
@@ -329,17 +319,19 @@ def render() -> str:
     return section(json.loads(MEASURED.read_text()), json.loads(DATA.read_text()))
 
 
+# The registered kernel fits this module records: flag -> (config, rows, fit, what).
+FITS = {"--record-1token": (FIT_1TOKEN_CONFIG, FIT_1TOKEN_DATA,
+                            fit_moe_layer_overhead_1token, "median residual, s"),
+        "--record-prefill": (FIT_PREFILL_CONFIG, FIT_PREFILL_DATA,
+                             fit_moe_compute, "median fraction of peak")}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if args == ["--record-1token"]:
-        data = record_1token()
-        median, residuals = fit_moe_layer_overhead_1token(data)
-        sys.stdout.write(f"{len(residuals)} rows; median residual {median * 1e6:.2f} us\n")
-        return 0
-    if args == ["--record-prefill"]:
-        data = record_prefill()
-        median, fractions = fit_moe_compute(data)
-        sys.stdout.write(f"{len(fractions)} rows; median fraction of peak {median:.4f}\n")
+    if len(args) == 1 and args[0] in FITS:
+        config_path, path, fit, what = FITS[args[0]]
+        median, values = fit(record_fit_rows(config_path, path))
+        sys.stdout.write(f"{len(values)} rows; {what} {median:.6g}\n")
         return 0
     return record_or_write(__doc__, SECTION, record, render, args)
 
