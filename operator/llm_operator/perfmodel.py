@@ -460,12 +460,10 @@ def step_time(model: ModelShape, hw: Hardware, tp: int, decode_seqs: float,
     # quantized weights only: the rate was fitted on vLLM's fp8, mxfp4 and int4 MoE kernels;
     # its bf16 kernel reaches far more of its peak (NVIDIA's tables: 0.24-0.69 at prefill
     # sizes), so bf16 experts keep ``compute``.
-    quantized = model.bytes_per_param < 2.0
-    routed = (2 * model.routed_parameters * tokens / tp
-              if eff.moe_compute and quantized else 0.0)
-    compute_s = (flops - routed) / (hw.flops * eff.compute)
-    if routed:
-        compute_s += routed / (hw.flops * (eff.moe_compute or eff.compute))
+    compute_s = flops / (hw.flops * eff.compute)
+    if eff.moe_compute and model.bytes_per_param < 2.0:
+        routed = 2 * model.routed_parameters * tokens / tp
+        compute_s += routed / hw.flops * (1 / eff.moe_compute - 1 / eff.compute)
     comm_s = 0.0
     if tp > 1:
         # Two all-reduces per layer (after attention and after the MLP) of the step's
