@@ -87,16 +87,21 @@ def test_the_1token_fit_reads_only_the_registered_rows() -> None:
 
 def test_the_1token_roofline_uses_the_dtypes_bytes() -> None:
     """A row's residual is its measured time less its top-k experts' bytes at the
-    registered bytes per weight over the GPU's HBM x the model's factor: doubling a row's
-    measured time moves its residual by exactly that time."""
+    registered bytes per weight over the GPU's HBM x the model's factor, computed here
+    apart; relabelled from fp8_block (1 byte) to int4_wo (0.5625), its roofline shrinks by
+    that ratio (a fit that ignored the dtype, or read all experts, fails)."""
+    import yaml
+
     fit = json.loads(mk.FIT_1TOKEN_DATA.read_text())
-    one = {**fit, "rows": fit["rows"][:1]}
-    _, (res,) = mk.fit_moe_layer_overhead_1token(one)
-    r = fit["rows"][0]
-    doubled = {**fit, "rows": [{**r, "ms": 2 * r["ms"]}]}
-    _, (res2,) = mk.fit_moe_layer_overhead_1token(doubled)
-    assert res2 - res == pytest.approx(r["ms"] / 1e3)
-    assert 0 < r["ms"] / 1e3 - res < r["ms"] / 1e3 * 10  # a positive roofline
+    bytes_per = yaml.safe_load(mk.FIT_1TOKEN_CONFIG.read_text())["fit"]["moeDtypes"]
+    r = next(x for x in fit["rows"] if x["gpu"] == "h200_sxm" and x["dtype"] == "fp8_block")
+    weights = r["top_k"] * 3 * r["hidden"] * r["intermediate"]
+    roofline = weights * bytes_per["fp8_block"] / (4.8e12 * GPU_EFFICIENCY.bandwidth)
+    _, (res,) = mk.fit_moe_layer_overhead_1token({**fit, "rows": [r]})
+    assert res == pytest.approx(r["ms"] / 1e3 - roofline, rel=1e-6)
+    _, (res4,) = mk.fit_moe_layer_overhead_1token({**fit, "rows": [{**r, "dtype": "int4_wo"}]})
+    assert r["ms"] / 1e3 - res4 == pytest.approx(roofline * bytes_per["int4_wo"]
+                                                 / bytes_per["fp8_block"], rel=1e-6)
 
 
 def test_the_models_moe_compute_is_the_registered_fit() -> None:
