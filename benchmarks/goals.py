@@ -44,10 +44,10 @@ class Config:
 
 CURRENT: tuple[Config, ...] = (
     Config("Performance model vs published GPU sweeps", ("perfmodel",), GPU_PUBLISHED),
-    Config("Performance model vs NVIDIA's measured vLLM points (aic-silicon-5)",
+    Config("Performance model vs NVIDIA's measured vLLM points (aic-silicon-9)",
            ("aic-silicon",), GPU_SILICON),
-    Config("Performance model vs NVIDIA's measured vLLM points, MoE models (aic-silicon-8)",
-           ("aic-silicon-8",), GPU_SILICON),
+    Config("Performance model vs NVIDIA's measured vLLM points, MoE models (aic-silicon-10)",
+           ("aic-silicon-10",), GPU_SILICON),
     Config("Planner's start vs AIConfigurator's landscape, ITL judged by its mean TPOT "
            "(aic-estimator-2)", ("aic-estimator-2",), AIC_ESTIMATE),
     Config("Planner's start vs AIConfigurator's landscape, ITL p95 from its step schedule "
@@ -85,6 +85,8 @@ SUPERSEDED: dict[str, str] = {
                      "one token on the kernels these checkpoints run)",
     "aic-silicon-7": "aic-silicon-8 (the same rows; the routed experts' FLOPs at their own "
                      "rate, fitted on the same kernels at prefill sizes)",
+    "aic-silicon-8": "aic-silicon-10 (the same rows; the TTFT queue's prompt priced once, a "
+                     "bug fix)",
     "aic-estimator-3": "aic-estimator-4 (the same scenarios; the model's TTFT queue re-fitted: "
                        "every pick as in run 3)",
     "tune-landscape-1": "tune-landscape-14 (the same setup, search v4)",

@@ -33,16 +33,21 @@ from llm_operator.perfmodel import EngineSettings, Hardware, ModelShape, Workloa
 from llm_operator.planning import vllm_default_max_num_batched_tokens, vllm_default_max_num_seqs
 
 ROOT = Path(__file__).resolve().parent.parent
-CONFIG = ROOT / "benchmarks" / "configs" / "aic_silicon_5.yaml"  # the current run
+CONFIG = ROOT / "benchmarks" / "configs" / "aic_silicon_9.yaml"  # the current run
 DATA = ROOT / "benchmarks" / "data" / "perfmodel_vs_silicon.json"
 # Earlier runs of the same rows, stored as they were: aic-silicon-1 (configs/aic_silicon.yaml,
-# the model before any re-fit) and aic-silicon-2 (configs/aic_silicon_2.yaml, re-fitted on
-# the fit subset; its TTFT queue a fixed share of the running requests).
+# the model before any re-fit), aic-silicon-2 (configs/aic_silicon_2.yaml, re-fitted on
+# the fit subset; its TTFT queue a fixed share of the running requests) and aic-silicon-5
+# (configs/aic_silicon_5.yaml, the queue's share and exponent fitted on the same subset).
 BEFORE = ROOT / "benchmarks" / "data" / "perfmodel_vs_silicon_1.json"
-EARLIER = (BEFORE, ROOT / "benchmarks" / "data" / "perfmodel_vs_silicon_2.json")
+EARLIER = (BEFORE, ROOT / "benchmarks" / "data" / "perfmodel_vs_silicon_2.json",
+           ROOT / "benchmarks" / "data" / "perfmodel_vs_silicon_5.json")
 RUN_NOTES = {"aic-silicon-1": "the model fitted to none of these rows",
              "aic-silicon-2": "re-fitted on the declared subset only",
-             "aic-silicon-5": "its TTFT queue re-fitted on the same subset only"}
+             "aic-silicon-5": "its TTFT queue re-fitted on the same subset only",
+             "aic-silicon-9": "aic-silicon-5's, the queue's prompt priced once (a bug fix)"}
+# The runs whose constants are aic-silicon-5's TTFT fit (shown under them).
+TTFT_FIT_RUNS = ("aic-silicon-5", "aic-silicon-9")
 # aic-silicon-5's fit of the TTFT queue (share, exponent), on the fit subset only.
 TTFT_FIT = ROOT / "benchmarks" / "data" / "perfmodel_ttft_fit.json"
 SECTION = "aic-silicon"
@@ -222,9 +227,10 @@ def section(data: dict[str, Any]) -> str:
                 s = summarise([r for r in d["rows"] if pick(r)], band)
                 lines.append(f"| {label} | {d['label']} | {_cell(s, 'tpot')} | "
                              f"{_cell(s, 'tps')} | {_cell(s, 'ttft')} |")
-        if TTFT_FIT.exists() and data["label"] == "aic-silicon-5":
+        if TTFT_FIT.exists() and data["label"] in TTFT_FIT_RUNS:
             f = json.loads(TTFT_FIT.read_text())
-            lines += ["", f"The fit, as registered in `{data['config']}`: over {f['rows']} rows "
+            lines += ["", f"The fit ({f['label']}'s, as registered in "
+                      f"`benchmarks/configs/aic_silicon_5.yaml`): over {f['rows']} rows "
                       "of the fit subset only, the TTFT queue's share and exponent with the "
                       f"least squared log TTFT error are {f['share']:.2f} and "
                       f"{f['exponent']:.2f} (sum {f['before']['sumSquaredLogError']:.2f} at "

@@ -634,7 +634,10 @@ def _cycle(model: ModelShape, hw: Hardware, tp: int, wl: Workload, engine: Engin
     ttft_engine = 0.5 * mean_step + chunks * t_mix.seconds
     share = hw.efficiency.prefill_queue_share
     if share and running > 1:
-        alone = step_time(model, hw, tp, 0, 0, min(i, budget_total), 0).seconds * chunks
+        # Each prompt waited for, priced once, as if prefilled alone (aic-silicon-9: it
+        # was min(prompt, budget) x the chunks a prompt takes beside the decodes, which
+        # counted an 8,192-token prompt twice at 8,192 batched tokens).
+        alone = prefill_time(model, hw, tp, i, budget_total)
         ttft_engine += share * (running - 1) ** hw.efficiency.prefill_queue_exponent * alone
     return cycle, ttft_engine, t_dec, t_mix, steps, mixed_steps
 

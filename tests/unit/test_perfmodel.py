@@ -39,6 +39,7 @@ from llm_operator.perfmodel import (
     physical,
     predict_curve,
     predict_point,
+    prefill_time,
     step_time,
     suggest_start,
 )
@@ -200,6 +201,27 @@ def test_chunked_prefill_spikes_the_inter_token_latency() -> None:
     # Smaller chunks: a smaller spike, but the prompt takes more steps to get in.
     assert small.itl_p95_s < big.itl_p95_s
     assert small.ttft_s > big.ttft_s
+
+
+def test_the_ttft_queue_prices_each_prompt_waited_for_once() -> None:
+    """aic-silicon-9's bug fix: with 8,192 batched tokens, an 8,192-token prompt takes two
+    chunks beside the decodes, but a prompt waited for is one 8,192-token prefill, not
+    two. The queue (TTFT with the fitted share less TTFT with none, the same cycle) is
+    share x (running - 1) ** exponent prompts of exactly prefill_time each."""
+    m, h = shape(L70), gpu("H100")
+    wl, engine = Workload(8192, 1024), EngineSettings(max_num_batched_tokens=8192)
+    eff = h.efficiency
+    p = predict_point(m, h, 4, wl, engine, 4)
+    none = predict_point(m, replace(h, efficiency=replace(eff, prefill_queue_share=0.0)),
+                         4, wl, engine, 4)
+    assert p.output_tps == pytest.approx(none.output_tps, rel=1e-9)
+    alone = prefill_time(m, h, 4, 8192, 8192)
+    prompts = eff.prefill_queue_share * (p.running - 1) ** eff.prefill_queue_exponent
+    assert p.ttft_s - none.ttft_s == pytest.approx(prompts * alone, rel=1e-6)
+    # The prompt takes two chunks beside the decodes (the case the bug doubled).
+    assert p.mixed_step is not None and p.mixed_step.seconds < 0.6 * alone
+    # A prompt that is one chunk: the same prefill as one step of its tokens.
+    assert prefill_time(m, h, 4, 4096, 8192) == step_time(m, h, 4, 0, 0, 4096, 0).seconds
 
 
 def test_bad_inputs_fail_with_a_message() -> None:

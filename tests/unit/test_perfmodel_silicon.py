@@ -85,6 +85,42 @@ def test_held_out_shares_stay_at_least_where_the_refit_put_them() -> None:
         [r["predicted"]["tps"] for r in old], rel=1e-6)
 
 
+def _changed_by_the_queue_fix(old: list[dict], new: list[dict], config: dict) -> set[str]:
+    """Check run ``new`` against ``old`` (the same rows, the model before aic-silicon-9's
+    fix): the rows that moved are exactly those whose prompt fills the GPU's whole default
+    batched-token budget with other clients running (the prompt then takes two chunks
+    beside the decodes, where the bug counted it twice); their TTFT fell; every other row
+    is unchanged to the bit. Returns the moved rows' ids."""
+    from benchmarks.perfmodel_vs_silicon import gpu_facts
+
+    from llm_operator.planning import vllm_default_max_num_batched_tokens
+
+    gpus = {g["name"]: g["gpu"] for g in config["groups"]}
+    assert [r["id"] for r in old] == [r["id"] for r in new]
+    moved = {b["id"] for a, b in zip(old, new, strict=True) if a["predicted"] != b["predicted"]}
+    want = {r["id"] for r in old if r["error"] is not None and r["concurrency"] > 1
+            and r["isl"] >= vllm_default_max_num_batched_tokens(gpu_facts(gpus[r["group"]]))}
+    assert moved == want and moved
+    for a, b in zip(old, new, strict=True):
+        if b["id"] in moved:
+            assert b["predicted"]["ttft"] < a["predicted"]["ttft"], b["id"]
+    return moved
+
+
+def test_aic_silicon_9_moves_only_the_prompts_the_bug_counted_twice() -> None:
+    """aic-silicon-9 (the TTFT queue's prompt priced once) against aic-silicon-5: 35 rows
+    (Llama-3.1-70B fp8, 8,192-token prompts on H100 and H200) moved, TTFT lower; the fit
+    subset and every other row unchanged. None moved into the band (recorded: 55% of
+    held-out TTFT within +-25% before and after; the 35 rows' median TTFT error went from
+    +149% to +50%)."""
+    five = json.loads(EARLIER[2].read_text())
+    assert five["label"] == "aic-silicon-5"
+    data = json.loads(DATA.read_text())
+    moved = _changed_by_the_queue_fix(five["rows"], data["rows"], load_config())
+    assert len(moved) == 35
+    assert not any(r["fit"] for r in data["rows"] if r["id"] in moved)
+
+
 def _grid(share: float, exponent: float) -> dict[str, dict[str, float]]:
     """A 3 x 3 grid of (share, exponent) around a point, in aic-silicon-5's steps."""
     return {"share": {"from": round(share - 0.02, 2), "to": round(share + 0.02, 2),
