@@ -215,6 +215,18 @@ class ApiError(Exception):
         return (any(c.get("reason") == "NamespaceTerminating" for c in causes)
                 or "because it is being terminated" in str(self))
 
+    @property
+    def namespace_missing(self) -> bool:
+        """A 404 because the namespace itself is gone (a write into a namespace deleted
+        meanwhile: the Status names kind ``namespaces``), not the object written or read."""
+        if self.status != 404:
+            return False
+        try:
+            details = json.loads(self.body).get("details") or {}
+        except (ValueError, AttributeError):
+            details = {}
+        return details.get("kind") == "namespaces"
+
 
 async def _keep_credentials_fresh(loader: KubeConfigLoader, cfg: Configuration) -> None:
     """Run the kubeconfig's loader again every :data:`CREDENTIALS_REFRESH_SECONDS`: an exec

@@ -141,10 +141,11 @@ async def tuning_step(
             await _carry_out(ctx, obj, svc, plan, fingerprint, status, decision, job, now,
                              logger)
         except ApiError as exc:
-            if not exc.namespace_terminating:
+            if not (exc.namespace_terminating or exc.namespace_missing):
                 raise
             # Deleting the namespace deleted the Job's pod too: no retry can be created,
-            # and none is wanted (seen on the real API server, tests/cluster).
+            # and none is wanted (seen on the real API server, tests/cluster: a 403 while
+            # the namespace terminates, a 404 once it is gone and a retry still runs).
             logger.info(f"Tuning {namespace}/{name}: its namespace is being deleted, "
                         "so no Job is created")
             return None
