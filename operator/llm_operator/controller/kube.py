@@ -202,16 +202,20 @@ class ApiError(Exception):
             message = body
         super().__init__(f"({status}) {message}")
 
+    def _details(self) -> dict[str, Any]:
+        """The ``details`` of the API server's Status body ({} when there is none)."""
+        try:
+            return dict(json.loads(self.body).get("details") or {})
+        except (ValueError, AttributeError, TypeError):
+            return {}
+
     @property
     def namespace_terminating(self) -> bool:
         """A 403 because the namespace is being deleted (the API server's
         ``NamespaceTerminating`` cause): not the operator's RBAC, and nothing to fix."""
         if self.status != 403:
             return False
-        try:
-            causes = (json.loads(self.body).get("details") or {}).get("causes") or []
-        except (ValueError, AttributeError):
-            causes = []
+        causes = self._details().get("causes") or []
         return (any(c.get("reason") == "NamespaceTerminating" for c in causes)
                 or "because it is being terminated" in str(self))
 
@@ -219,13 +223,7 @@ class ApiError(Exception):
     def namespace_missing(self) -> bool:
         """A 404 because the namespace itself is gone (a write into a namespace deleted
         meanwhile: the Status names kind ``namespaces``), not the object written or read."""
-        if self.status != 404:
-            return False
-        try:
-            details = json.loads(self.body).get("details") or {}
-        except (ValueError, AttributeError):
-            details = {}
-        return details.get("kind") == "namespaces"
+        return self.status == 404 and self._details().get("kind") == "namespaces"
 
 
 async def _keep_credentials_fresh(loader: KubeConfigLoader, cfg: Configuration) -> None:
