@@ -2,7 +2,8 @@
 # The test command: installs what the tests need, then lint, type check and every tier
 # (unit, chart, integration against the emulated API server, Prometheus, vLLM on the CPU).
 # Extra arguments go to pytest, e.g. `bash tools/test.sh -m unit` (which does not wait for
-# the control plane's build: only a selection with cluster or e2e tests does).
+# the control plane's build: only a selection with cluster or e2e tests does, and one with
+# cluster tests builds the tier's two controllers too).
 #
 #   bash tools/test.sh --unit   # the cheap loop: only the project venv, lint, unit tier
 set -euo pipefail
@@ -43,11 +44,16 @@ if [ $# -gt 0 ]; then  # pytest arguments given: one run with them
   # It waits for the control plane only when it selects a test that starts one (the
   # cluster and e2e tiers), as pytest --collect-only lists them (about 10 s for every
   # test); else the build stops with this script (`-m unit` waited up to 649 s for it).
+  # A cluster test selected also needs the tier's two Go-built controllers (built once,
+  # then cached), as the full run builds them in lane B.
   selected="$(.venv/bin/python -m pytest --collect-only -q "$@" 2>/dev/null || true)"
   if grep -qE '^tests/(cluster|e2e)/' <<<"$selected"; then
     control_plane
   else
     printf '\n==> the control plane is not waited for: no cluster or e2e test selected\n'
+  fi
+  if grep -qE '^tests/cluster/' <<<"$selected"; then
+    bash tools/setup.sh --controllers
   fi
   printf '\n==> pytest %s\n' "$*"
   rc=0
