@@ -44,14 +44,14 @@ class Config:
 
 CURRENT: tuple[Config, ...] = (
     Config("Performance model vs published GPU sweeps", ("perfmodel",), GPU_PUBLISHED),
-    Config("Performance model vs NVIDIA's measured vLLM points (aic-silicon-9)",
+    Config("Performance model vs NVIDIA's measured vLLM points (aic-silicon-11)",
            ("aic-silicon",), GPU_SILICON),
-    Config("Performance model vs NVIDIA's measured vLLM points, MoE models (aic-silicon-10)",
-           ("aic-silicon-10",), GPU_SILICON),
+    Config("Performance model vs NVIDIA's measured vLLM points, MoE models (aic-silicon-12)",
+           ("aic-silicon-12",), GPU_SILICON),
     Config("Planner's start vs AIConfigurator's landscape, ITL judged by its mean TPOT "
            "(aic-estimator-2)", ("aic-estimator-2",), AIC_ESTIMATE),
     Config("Planner's start vs AIConfigurator's landscape, ITL p95 from its step schedule "
-           "(aic-estimator-4)", ("aic-estimator-4",), AIC_ESTIMATE),
+           "(aic-estimator-5)", ("aic-estimator-5",), AIC_ESTIMATE),
     *(Config(f"Tuner's search on the landscape, TTFT <= {ttft}, {itl} "
              f"(tune-landscape-{n}, search v4)", (f"tune-landscape-{n}",), where)
       for ttft, itl, n, where in (
@@ -87,8 +87,12 @@ SUPERSEDED: dict[str, str] = {
                      "rate, fitted on the same kernels at prefill sizes)",
     "aic-silicon-8": "aic-silicon-10 (the same rows; the TTFT queue's prompt priced once, a "
                      "bug fix)",
+    "aic-silicon-10": "aic-silicon-12 (the same rows; the per-sequence CPU cost 35 us, the "
+                      "largest no measured row contradicts)",
     "aic-estimator-3": "aic-estimator-4 (the same scenarios; the model's TTFT queue re-fitted: "
                        "every pick as in run 3)",
+    "aic-estimator-4": "aic-estimator-5 (the same scenarios; the model's per-sequence CPU cost "
+                       "35 us: 8 picks moved)",
     "tune-landscape-1": "tune-landscape-14 (the same setup, search v4)",
     "tune-landscape-4": "tune-landscape-14 (the same setup, search v4)",
     "tune-landscape-2": "tune-landscape-13 (the same setup, search v4)",

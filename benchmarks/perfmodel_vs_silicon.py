@@ -21,6 +21,7 @@ import json
 import math
 import statistics
 import sys
+from collections.abc import Iterable
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -33,21 +34,25 @@ from llm_operator.perfmodel import EngineSettings, Hardware, ModelShape, Workloa
 from llm_operator.planning import vllm_default_max_num_batched_tokens, vllm_default_max_num_seqs
 
 ROOT = Path(__file__).resolve().parent.parent
-CONFIG = ROOT / "benchmarks" / "configs" / "aic_silicon_9.yaml"  # the current run
+CONFIG = ROOT / "benchmarks" / "configs" / "aic_silicon_11.yaml"  # the current run
 DATA = ROOT / "benchmarks" / "data" / "perfmodel_vs_silicon.json"
 # Earlier runs of the same rows, stored as they were: aic-silicon-1 (configs/aic_silicon.yaml,
 # the model before any re-fit), aic-silicon-2 (configs/aic_silicon_2.yaml, re-fitted on
 # the fit subset; its TTFT queue a fixed share of the running requests) and aic-silicon-5
-# (configs/aic_silicon_5.yaml, the queue's share and exponent fitted on the same subset).
+# (configs/aic_silicon_5.yaml, the queue's share and exponent fitted on the same subset)
+# and aic-silicon-9 (configs/aic_silicon_9.yaml, the queue's prompt priced once).
 BEFORE = ROOT / "benchmarks" / "data" / "perfmodel_vs_silicon_1.json"
 EARLIER = (BEFORE, ROOT / "benchmarks" / "data" / "perfmodel_vs_silicon_2.json",
-           ROOT / "benchmarks" / "data" / "perfmodel_vs_silicon_5.json")
+           ROOT / "benchmarks" / "data" / "perfmodel_vs_silicon_5.json",
+           ROOT / "benchmarks" / "data" / "perfmodel_vs_silicon_9.json")
 RUN_NOTES = {"aic-silicon-1": "the model fitted to none of these rows",
              "aic-silicon-2": "re-fitted on the declared subset only",
              "aic-silicon-5": "its TTFT queue re-fitted on the same subset only",
-             "aic-silicon-9": "aic-silicon-5's, the queue's prompt priced once (a bug fix)"}
+             "aic-silicon-9": "aic-silicon-5's, the queue's prompt priced once (a bug fix)",
+             "aic-silicon-11": "aic-silicon-9's, the per-sequence CPU cost 35 us (the largest "
+                               "no measured row contradicts)"}
 # The runs whose constants are aic-silicon-5's TTFT fit (shown under them).
-TTFT_FIT_RUNS = ("aic-silicon-5", "aic-silicon-9")
+TTFT_FIT_RUNS = ("aic-silicon-5", "aic-silicon-9", "aic-silicon-11")
 # aic-silicon-5's fit of the TTFT queue (share, exponent), on the fit subset only.
 TTFT_FIT = ROOT / "benchmarks" / "data" / "perfmodel_ttft_fit.json"
 SECTION = "aic-silicon"
@@ -153,6 +158,17 @@ def record(config_path: Path = CONFIG, path: Path = DATA,
             "rows": predict_rows(config, csv_path), **(extra or {})}
     path.write_text(json.dumps(data, indent=1) + "\n")
     return data
+
+
+def per_seq_bound(paths: Iterable[Path]) -> tuple[float, str]:
+    """aic-silicon-11's rule (configs/aic_silicon_11.yaml) for the per-sequence CPU cost,
+    which overlaps the GPU's step and so caps one engine at 1 / cost output tok/s: the
+    largest cost no measured row contradicts, 1 / the highest measured output tok/s over
+    the stored rows of ``paths``, rounded down to the microsecond. Returns it (seconds)
+    and the id of the row that sets it."""
+    rows = [r for p in paths for r in json.loads(p.read_text())["rows"]]
+    top = max(rows, key=lambda r: r["measured"]["tps"])
+    return math.floor(1e6 / top["measured"]["tps"]) / 1e6, top["id"]
 
 
 def summarise(rows: list[dict[str, Any]], band: float) -> dict[str, Any]:

@@ -264,6 +264,13 @@ class Efficiency:
 #   high at 64-128 (seen, for the structure); both constants are the least squares of log
 #   TTFT over a stated grid on the SAME fit subset only (sum 2.80 -> 1.63;
 #   benchmarks/data/perfmodel_ttft_fit.json). Throughput is again unchanged.
+# * per_seq_overhead_s 0.12 ms -> 35 us (aic-silicon-11/12, benchmarks/configs/
+#   aic_silicon_11.yaml, registered before the change): overlapping the step, the cost
+#   caps one engine at 1 / cost output tok/s (0.12 ms: 8,333, whatever the model or
+#   GPU), and 48 of NVIDIA's measured rows exceed that, up to 28,525 tok/s (gpt-oss-120b
+#   mxfp4, H100, TP 8, vLLM 0.11.2). A bound, not a fit: the largest cost no measured row
+#   contradicts, 1 / the highest measured output rate, rounded down to the microsecond
+#   (benchmarks.perfmodel_vs_silicon.per_seq_bound; tests/unit/test_perfmodel_silicon.py).
 #
 # Checked, not fitted (benchmarks/gpu_kernels.py, section gpu-kernels of RESULTS.md):
 # PyTorch's own GEMMs at these models' layer shapes, MEASURED on one H100 SXM and one
@@ -296,7 +303,7 @@ GPU_EFFICIENCY = Efficiency(
     bandwidth=0.80,
     compute=0.60,
     step_overhead_s=0.35e-3,
-    per_seq_overhead_s=0.12e-3,
+    per_seq_overhead_s=35e-6,
     request_overhead_s=3e-3,
     interconnect=0.7,
     allreduce_latency_s=28e-6,
