@@ -57,9 +57,9 @@ CURRENT: tuple[Config, ...] = (
       for ttft, itl, n, where in (
           ("1-2 s", "ITL as mean TPOT", 14, AIC_LANDSCAPE),
           ("1-2 s", "ITL p95 from the schedule", 10, AIC_LANDSCAPE),
-          ("30 s", "ITL as mean TPOT", 13, AIC_LANDSCAPE),
-          ("30 s", "ITL p95 from the schedule", 9, AIC_LANDSCAPE),
-          ("30 s", "ITL p95, ASSUMED GPU-like noise 0.05", 12, AIC_ASSUMED_NOISE))),
+          ("30 s", "ITL as mean TPOT", 15, AIC_LANDSCAPE),
+          ("30 s", "ITL p95 from the schedule", 16, AIC_LANDSCAPE),
+          ("30 s", "ITL p95, ASSUMED GPU-like noise 0.05", 17, AIC_ASSUMED_NOISE))),
     Config("Tuner vs grid and defaults (tune-paired-1)", ("tuning", "tuning-2"), CPU),
     Config("Tuner vs grid and defaults (tune-wide-1)", ("tuning-wide", "tuning-wide-2"), CPU),
     Config("Tuner vs grid and defaults (tune-wide-bound-1)",
@@ -102,6 +102,12 @@ SUPERSEDED: dict[str, str] = {
     "tune-landscape-7": "tune-landscape-10 (the same setup, search v4)",
     "tune-landscape-8": "tune-landscape-9 (the same setup, search v4)",
     "tune-landscape-11": "tune-landscape-12 (the same setup, search v4)",
+    "tune-landscape-13": "tune-landscape-15 (the same setup and search, the planner's hint "
+                         "after aic-silicon-11)",
+    "tune-landscape-9": "tune-landscape-16 (the same setup and search, the planner's hint "
+                        "after aic-silicon-11)",
+    "tune-landscape-12": "tune-landscape-17 (the same setup and search, the planner's hint "
+                         "after aic-silicon-11)",
 }
 # Sections without goals (measurements reported as they are).
 NO_GOALS: dict[str, str] = {

@@ -246,6 +246,17 @@ READINGS: dict[str, str] = {
     "tune-landscape-14": (
         "Search version 4 on run 6's setup: every run chose as version 3 did (the "
         "defaults, wherever they are best), at the same trials."),
+    **{f"tune-landscape-{n}": (
+        f"Run {b} with the planner's hint from the model after aic-silicon-11 (the "
+        "per-sequence cost 35 us): 8 of 96 hints moved (Llama-3.1-8B 512/256, 96-128 -> "
+        "256). " + (
+            "14 runs changed, all in the TP 2 scenarios of those (H100 and H200, both "
+            "SLOs, seeds 2, 11, 14, 19): the same choice, vLLM's defaults (the best "
+            "there), one trial fewer each; every goal figure is as in run "
+            f"{b}." if n != 17 else
+            "No run changed (choices and trials as in run 12): at this noise the search "
+            "verifies the same caps from either start.")) for n, b in ((15, 13), (16, 9),
+                                                                      (17, 12))},
 }
 # A run of a changed search is shown beside the run of the earlier search on the same
 # setup (its label): both from their stored JSON.
@@ -257,7 +268,10 @@ BEFORE: dict[str, str] = {"tune-landscape-3": "tune-landscape-2",
                           "tune-landscape-10": "tune-landscape-7",
                           "tune-landscape-12": "tune-landscape-11",
                           "tune-landscape-13": "tune-landscape-5",
-                          "tune-landscape-14": "tune-landscape-6"}
+                          "tune-landscape-14": "tune-landscape-6",
+                          "tune-landscape-15": "tune-landscape-13",
+                          "tune-landscape-16": "tune-landscape-9",
+                          "tune-landscape-17": "tune-landscape-12"}
 LABEL = ("estimated (AIConfigurator's estimator, a model) + noise measured on the CPU engine; "
          "the tuner's code unchanged")
 # The tuner's code a stored run describes: the search and its paired comparison (and the
