@@ -34,27 +34,33 @@ from llm_operator.perfmodel import EngineSettings, Hardware, ModelShape, Workloa
 from llm_operator.planning import vllm_default_max_num_batched_tokens, vllm_default_max_num_seqs
 
 ROOT = Path(__file__).resolve().parent.parent
-CONFIG = ROOT / "benchmarks" / "configs" / "aic_silicon_11.yaml"  # the current run
+CONFIG = ROOT / "benchmarks" / "configs" / "aic_silicon_13.yaml"  # the current run
 DATA = ROOT / "benchmarks" / "data" / "perfmodel_vs_silicon.json"
 # Earlier runs of the same rows, stored as they were: aic-silicon-1 (configs/aic_silicon.yaml,
 # the model before any re-fit), aic-silicon-2 (configs/aic_silicon_2.yaml, re-fitted on
 # the fit subset; its TTFT queue a fixed share of the running requests) and aic-silicon-5
 # (configs/aic_silicon_5.yaml, the queue's share and exponent fitted on the same subset)
-# and aic-silicon-9 (configs/aic_silicon_9.yaml, the queue's prompt priced once).
+# aic-silicon-9 (configs/aic_silicon_9.yaml, the queue's prompt priced once) and
+# aic-silicon-11 (configs/aic_silicon_11.yaml, the per-sequence CPU cost 35 us).
 BEFORE = ROOT / "benchmarks" / "data" / "perfmodel_vs_silicon_1.json"
 EARLIER = (BEFORE, ROOT / "benchmarks" / "data" / "perfmodel_vs_silicon_2.json",
            ROOT / "benchmarks" / "data" / "perfmodel_vs_silicon_5.json",
-           ROOT / "benchmarks" / "data" / "perfmodel_vs_silicon_9.json")
+           ROOT / "benchmarks" / "data" / "perfmodel_vs_silicon_9.json",
+           ROOT / "benchmarks" / "data" / "perfmodel_vs_silicon_11.json")
 RUN_NOTES = {"aic-silicon-1": "the model fitted to none of these rows",
              "aic-silicon-2": "re-fitted on the declared subset only",
              "aic-silicon-5": "its TTFT queue re-fitted on the same subset only",
              "aic-silicon-9": "aic-silicon-5's, the queue's prompt priced once (a bug fix)",
              "aic-silicon-11": "aic-silicon-9's, the per-sequence CPU cost 35 us (the largest "
-                               "no measured row contradicts)"}
+                               "no measured row contradicts)",
+             "aic-silicon-13": "aic-silicon-11's, plus a GPU cost per sequence per layer "
+                               "fitted on the same subset only"}
 # The runs whose constants are aic-silicon-5's TTFT fit (shown under them).
-TTFT_FIT_RUNS = ("aic-silicon-5", "aic-silicon-9", "aic-silicon-11")
+TTFT_FIT_RUNS = ("aic-silicon-5", "aic-silicon-9", "aic-silicon-11", "aic-silicon-13")
 # aic-silicon-5's fit of the TTFT queue (share, exponent), on the fit subset only.
 TTFT_FIT = ROOT / "benchmarks" / "data" / "perfmodel_ttft_fit.json"
+# aic-silicon-13's fit of the cost per sequence per layer, on the fit subset only.
+SEQ_LAYER_FIT = ROOT / "benchmarks" / "data" / "perfmodel_seq_layer_fit.json"
 SECTION = "aic-silicon"
 FIGURES = ("tpot", "tps", "ttft")
 LABELS = {"tpot": "TPOT", "tps": "output tok/s", "ttft": "TTFT"}
@@ -109,24 +115,34 @@ def predict_rows(config: dict[str, Any], csv_path: Path) -> list[dict[str, Any]]
     return out
 
 
-def _steps(spec: dict[str, float]) -> list[float]:
+def _steps(spec: dict[str, float], digits: int = 6) -> list[float]:
     n = round((spec["to"] - spec["from"]) / spec["step"])
-    return [round(spec["from"] + i * spec["step"], 6) for i in range(n + 1)]
+    return [round(spec["from"] + i * spec["step"], digits) for i in range(n + 1)]
 
 
-def fit_ttft_queue(config: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
+# The model as aic-silicon-5 fitted the TTFT queue on: the terms added since, as they were
+# then (aic-silicon-13's cost per sequence per layer did not exist; aic-silicon-11's
+# per-sequence cost moved no fit-subset row). The fit is not re-run with them (its config).
+TTFT_FIT_MODEL: dict[str, float] = {"attention_seq_layer_s": 0.0}
+
+
+def fit_ttft_queue(config: dict[str, Any], rows: list[dict[str, Any]],
+                   at: dict[str, float] | None = None) -> dict[str, Any]:
     """aic-silicon-5's fit, as its config registers it: over the grid of (share, exponent),
     the least sum of squared ln(predicted / measured) TTFT over the fit subset's rows ONLY
-    (``rows`` may hold others: they are not read), every other constant as it is; a tie
+    (``rows`` may hold others: they are not read), every other constant as it was then
+    (``at``: the model's constants that changed since, :data:`TTFT_FIT_MODEL`); a tie
     goes to the smaller exponent, then the smaller share."""
     groups = {g["name"]: g for g in config["groups"]}
     fit_rows = [r for r in rows if in_fit(r, config)]
     settings = [(r, *_setting(groups[r["group"]], config)) for r in fit_rows]
+    then = TTFT_FIT_MODEL if at is None else at
+
     def sse(share: float, exponent: float) -> float:
         total = 0.0
         for r, shape, hw, engine in settings:
             eff = replace(hw.efficiency, prefill_queue_share=share,
-                          prefill_queue_exponent=exponent)
+                          prefill_queue_exponent=exponent, **then)
             p = predict_point(shape, replace(hw, efficiency=eff), r["tp"],
                               Workload(r["isl"], r["osl"]), engine, r["concurrency"])
             total += math.log(p.ttft_s * 1e3 / r["measured"]["ttft"]) ** 2
@@ -140,6 +156,33 @@ def fit_ttft_queue(config: dict[str, Any], rows: list[dict[str, Any]]) -> dict[s
             "sumSquaredLogError": best[0],
             # aic-silicon-2's constants, on the same rows
             "before": {"share": 0.10, "exponent": 1.0, "sumSquaredLogError": sse(0.10, 1.0)},
+            "grid": grid}
+
+
+def fit_seq_layer(config: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """aic-silicon-13's fit, as its config registers it: over the grid of
+    ``attention_seq_layer_s``, the least sum of squared ln(predicted / measured) TPOT over
+    the fit subset's rows ONLY (``rows`` may hold others: they are not read), every other
+    constant as it is; a tie goes to the smaller value."""
+    groups = {g["name"]: g for g in config["groups"]}
+    fit_rows = [r for r in rows if in_fit(r, config)]
+    settings = [(r, *_setting(groups[r["group"]], config)) for r in fit_rows]
+
+    def sse(seconds: float) -> float:
+        total = 0.0
+        for r, shape, hw, engine in settings:
+            eff = replace(hw.efficiency, attention_seq_layer_s=seconds)
+            p = predict_point(shape, replace(hw, efficiency=eff), r["tp"],
+                              Workload(r["isl"], r["osl"]), engine, r["concurrency"])
+            total += math.log(p.tpot_s * 1e3 / r["measured"]["tpot"]) ** 2
+        return round(total, 9)
+
+    grid = config["seqLayerFit"]
+    best = min((sse(x), x) for x in _steps(grid["seconds"], digits=12))
+    return {"label": config["label"], "rows": len(settings),
+            "rowIds": [r["id"] for r in fit_rows], "attentionSeqLayerSeconds": best[1],
+            "sumSquaredLogError": best[0],
+            "before": {"attentionSeqLayerSeconds": 0.0, "sumSquaredLogError": sse(0.0)},
             "grid": grid}
 
 
@@ -278,7 +321,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", type=Path, default=CONFIG)
     ap.add_argument("--fit", action="store_true",
                     help="aic-silicon-5's TTFT fit on the fit subset of the stored rows")
+    ap.add_argument("--fit-seq-layer", action="store_true",
+                    help="aic-silicon-13's fit of the cost per sequence per layer, on the "
+                         "fit subset of the stored rows")
     args = ap.parse_args(argv)
+    if args.fit_seq_layer:
+        fit = fit_seq_layer(load_config(args.config), json.loads(DATA.read_text())["rows"])
+        SEQ_LAYER_FIT.write_text(json.dumps(fit, indent=1) + "\n")
+        sys.stdout.write(json.dumps({k: v for k, v in fit.items() if k != "rowIds"},
+                                    indent=1) + "\n")
+        return 0
     if args.fit:
         fit = fit_ttft_queue(load_config(args.config), json.loads(DATA.read_text())["rows"])
         TTFT_FIT.write_text(json.dumps(fit, indent=1) + "\n")

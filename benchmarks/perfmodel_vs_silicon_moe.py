@@ -55,8 +55,10 @@ RUNS = {"aic-silicon-3": (CONFIGS / "aic_silicon_3.yaml", STORED / "perfmodel_vs
         "aic-silicon-10": (CONFIGS / "aic_silicon_10.yaml",
                            STORED / "perfmodel_vs_silicon_10.json"),
         "aic-silicon-12": (CONFIGS / "aic_silicon_12.yaml",
-                           STORED / "perfmodel_vs_silicon_12.json")}
-LATEST = "aic-silicon-12"
+                           STORED / "perfmodel_vs_silicon_12.json"),
+        "aic-silicon-14": (CONFIGS / "aic_silicon_14.yaml",
+                           STORED / "perfmodel_vs_silicon_14.json")}
+LATEST = "aic-silicon-14"
 CONFIG, DATA = RUNS[LATEST]
 # What the model was in each run (its configs say the same, in more words).
 MODEL = {
@@ -79,6 +81,9 @@ MODEL = {
     "aic-silicon-12": "aic-silicon-10's, with the per-sequence CPU cost per step 35 us (was "
                       "0.12 ms): the largest no measured row contradicts, set by one of these "
                       "rows (aic-silicon-11's rule)",
+    "aic-silicon-14": "aic-silicon-12's, plus a GPU cost of {seq_layer_us:.2f} us per sequence "
+                      "per layer in each step, fitted only on the dense fit subset (Qwen3-32B "
+                      "bf16 H100 TP 2; aic-silicon-13)",
 }
 GOALS = {"tpot": 0.90, "tps": 0.90, "ttft": 0.75}
 BANDS = ((1, 16, "<= 16"), (17, 64, "17-64"), (65, 10**9, "> 64"))
@@ -176,7 +181,8 @@ def section(data: dict[str, Any], before: dict[str, Any] | None = None) -> str:
                                             GPU_EFFICIENCY.moe_layer_overhead_s * 1e6),
                                 share=queue.get("share", 0.0),
                                 exponent=queue.get("exponent", 1.0),
-                                moe_compute=data.get("moeCompute") or 0.0)
+                                moe_compute=data.get("moeCompute") or 0.0,
+                                seq_layer_us=data.get("attentionSeqLayerUs") or 0.0)
     versions = sorted({r["vllm"] for r in rows})
     lines = [begin, "## Performance model against NVIDIA's measured vLLM points: "
              f"mixture-of-experts models ({data['label']})", "",
@@ -274,7 +280,8 @@ def record(label: str = LATEST) -> dict[str, Any]:
         "moeLayerOverheadUs": round(GPU_EFFICIENCY.moe_layer_overhead_s * 1e6, 2),
         "moeCompute": GPU_EFFICIENCY.moe_compute,
         "perSeqOverheadUs": round(GPU_EFFICIENCY.per_seq_overhead_s * 1e6, 2)}
-    if label == "aic-silicon-12":  # the row aic-silicon-11's rule took the cost from
+    extra["attentionSeqLayerUs"] = round(GPU_EFFICIENCY.attention_seq_layer_s * 1e6, 3)
+    if label in ("aic-silicon-12", "aic-silicon-14"):  # the row aic-silicon-11's rule took
         extra["perSeqBoundRow"] = per_seq_bound(
             [PVS_DATA, RUNS["aic-silicon-10"][1]])[1]
     return pvs_record(config_path, path, extra)

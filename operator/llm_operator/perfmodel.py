@@ -213,6 +213,10 @@ class Efficiency:
     # quantized weights (vLLM's fp8, mxfp4 and int4 fused MoE kernels); None, or bf16
     # weights: ``compute``, as for every other FLOP.
     moe_compute: float | None = None
+    # GPU time per sequence per layer in each step, beyond the roofline (the attention
+    # kernels' fixed work per sequence: its block table, its split of the KV, the
+    # reduction), whatever its context and the TP; added to the step, not overlapped.
+    attention_seq_layer_s: float = 0.0
 
 
 # Calibrated GPU efficiency of vLLM (V1 engine, CUDA graphs, bf16), FITTED to these
@@ -271,6 +275,14 @@ class Efficiency:
 #   mxfp4, H100, TP 8, vLLM 0.11.2). A bound, not a fit: the largest cost no measured row
 #   contradicts, 1 / the highest measured output rate, rounded down to the microsecond
 #   (benchmarks.perfmodel_vs_silicon.per_seq_bound; tests/unit/test_perfmodel_silicon.py).
+# * attention_seq_layer_s 0.76 us (aic-silicon-13, benchmarks/configs/aic_silicon_13.yaml,
+#   registered before the fit): GPU time per sequence per layer in each step, added to
+#   the step. The measured TPOT of Qwen3-32B on H100 grows from 8 to 128 clients by
+#   0.05-0.06 ms per added sequence more than the roofline's, alike at TP 2, 4 and 8 and
+#   at 1,024 or 4,096-token prompts (seen, for the structure). The constant is the least
+#   squares of log TPOT over a stated grid on the fit subset ONLY (sum 0.260 -> 0.111;
+#   benchmarks/data/perfmodel_seq_layer_fit.json). Per layer is an assumption (one model
+#   in the fit subset cannot tell per layer from per model).
 #
 # Checked, not fitted (benchmarks/gpu_kernels.py, section gpu-kernels of RESULTS.md):
 # PyTorch's own GEMMs at these models' layer shapes, MEASURED on one H100 SXM and one
@@ -312,6 +324,7 @@ GPU_EFFICIENCY = Efficiency(
     overlap_seq_overhead=True,
     moe_layer_overhead_s=30.3e-6,
     moe_compute=0.18,
+    attention_seq_layer_s=0.76e-6,
     source="A100 sweep (johnmusgrave.com, vLLM 0.23); H100 sweep (InferenceBench, vLLM 0.21); "
            "AIConfigurator silicon_sample.csv, Qwen3-32B H100 TP 2 (vLLM 0.12)",
 )
@@ -481,8 +494,9 @@ def step_time(model: ModelShape, hw: Hardware, tp: int, decode_seqs: float,
         comm_s = 2 * model.num_layers * per
     seq_s = eff.per_seq_overhead_s * (decode_seqs + prefill_seqs)
     moe_s = eff.moe_layer_overhead_s * model.num_layers if model.num_experts else 0.0
+    attn_seq_s = eff.attention_seq_layer_s * model.num_layers * (decode_seqs + prefill_seqs)
     overhead_s = (eff.step_overhead_s + seq_s + eff.per_token_overhead_s * prefill_tokens
-                  + moe_s)
+                  + moe_s + attn_seq_s)
     seconds = max(memory_s, compute_s) + comm_s + overhead_s
     if eff.overlap_seq_overhead:
         seconds = max(max(memory_s, compute_s) + comm_s, seq_s) + overhead_s - seq_s

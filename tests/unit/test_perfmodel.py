@@ -27,6 +27,7 @@ from llm_operator.catalog import lookup_gpu, lookup_model
 from llm_operator.cli.tables import curve_table
 from llm_operator.inpod.tuner.search import SLO
 from llm_operator.perfmodel import (
+    GPU_EFFICIENCY,
     Efficiency,
     EngineSettings,
     Hardware,
@@ -133,6 +134,21 @@ def test_a_longer_context_costs_kv_reads() -> None:
     assert long_.bytes_moved - short.bytes_moved == pytest.approx(
         64 * 7500 * m.kv_bytes_per_token(1))
     assert long_.seconds > short.seconds
+
+
+def test_each_sequence_costs_the_gpu_per_layer_whatever_its_context_and_the_tp() -> None:
+    """aic-silicon-13's term: attention_seq_layer_s x layers x sequences in the step, added
+    to the step (not hidden under the CPU's per-sequence work), the same at TP 1 and 4 and
+    at 500 or 8,000 tokens of context; off, the step is as before."""
+    m, h = shape(L70), gpu("H100")
+    off = replace(h, efficiency=replace(h.efficiency, attention_seq_layer_s=0.0))
+    cost = GPU_EFFICIENCY.attention_seq_layer_s
+    assert cost > 0
+    for tp in (1, 4):
+        for context in (500, 8000):
+            on_, off_ = step_time(m, h, tp, 64, context), step_time(m, off, tp, 64, context)
+            assert on_.seconds - off_.seconds == pytest.approx(cost * m.num_layers * 64)
+            assert on_.bytes_moved == off_.bytes_moved and on_.flops == off_.flops
 
 
 def test_tensor_parallel_splits_the_work_but_pays_for_all_reduces() -> None:

@@ -16,7 +16,9 @@ from benchmarks.perfmodel_vs_silicon import (
     CONFIG,
     DATA,
     EARLIER,
+    SEQ_LAYER_FIT,
     TTFT_FIT,
+    fit_seq_layer,
     fit_ttft_queue,
     in_fit,
     load_config,
@@ -76,9 +78,11 @@ def test_held_out_shares_stay_at_least_where_the_refit_put_them() -> None:
     # aic-silicon-11 (the per-sequence cost 35 us, a bound from the measured rows) moved
     # three Qwen3-32B bf16 rows at 128 clients out of the band (TPOT 214 -> 211 within,
     # tok/s 205 -> 202): the old ceiling had hidden the model being fast there.
-    assert s["tpot"]["within"] >= 0.84
-    assert s["tps"]["within"] >= 0.80
-    assert s["ttft"]["within"] >= 0.55
+    assert s["tpot"]["within"] >= 0.87
+    assert s["tps"]["within"] >= 0.87
+    # aic-silicon-13's cost per sequence per layer (TTFT queue not re-fitted) moved two
+    # rows' TTFT out of the band: 138 -> 136 of 249 within.
+    assert s["ttft"]["within"] >= 0.54
     # aic-silicon-5's TTFT queue lifted the held-out TTFT share above aic-silicon-2's
     # without moving TPOT or throughput (the wait moves time within the same cycle).
     old, five = ([r for r in json.loads(EARLIER[i].read_text())["rows"] if not r["fit"]]
@@ -131,6 +135,13 @@ def _grid(share: float, exponent: float) -> dict[str, dict[str, float]]:
                          "step": 0.05}}
 
 
+def _outside_skewed(rows: list[dict], config: dict, figure: str) -> list[dict]:
+    """The rows with ``figure`` measured as 1.0 outside the fit subset: a fit that reads
+    only the subset comes out the same on them."""
+    return [r if in_fit(r, config) else {**r, "measured": {**r["measured"], figure: 1.0}}
+            for r in rows]
+
+
 def test_the_ttft_queue_is_the_registered_fit_on_the_fit_subset_only() -> None:
     """GPU_EFFICIENCY's share and exponent are the stored fit, and the stored fit is the
     least squared log TTFT error among its grid neighbours on the fit subset's rows; rows
@@ -148,15 +159,13 @@ def test_the_ttft_queue_is_the_registered_fit_on_the_fit_subset_only() -> None:
     assert (again["share"], again["exponent"]) == (fit["share"], fit["exponent"])
     assert again["sumSquaredLogError"] == pytest.approx(fit["sumSquaredLogError"], rel=1e-6)
     assert again["sumSquaredLogError"] < 0.7 * fit["before"]["sumSquaredLogError"]
-    skewed = [r if in_fit(r, config) else {**r, "measured": {**r["measured"], "ttft": 1.0}}
-              for r in rows]
-    assert fit_ttft_queue(local, skewed) == again
+    assert fit_ttft_queue(local, _outside_skewed(rows, config, "ttft")) == again
 
 
 def test_results_md_has_the_planner_against_the_stored_estimates() -> None:
     """The aic-estimator sections of benchmarks/RESULTS.md are what the current planner
     and performance model give against the stored estimator figures, the earlier runs with
-    the per-sequence cost they had (PER_SEQ_AT_RUN; else: .venv/bin/python
+    the model constants they had (MODEL_AT_RUN; else: .venv/bin/python
     -m benchmarks.planner_vs_aic [--config benchmarks/configs/aic_estimator_N.yaml]
     --write)."""
     from benchmarks.planner_vs_aic import CONFIG as EST_CONFIG
@@ -170,7 +179,8 @@ def test_results_md_has_the_planner_against_the_stored_estimates() -> None:
                        (EST_CONFIG.with_name("aic_estimator_2.yaml"), "aic-estimator-2"),
                        (EST_CONFIG.with_name("aic_estimator_3.yaml"), "aic-estimator-3"),
                        (EST_CONFIG.with_name("aic_estimator_4.yaml"), "aic-estimator-4"),
-                       (EST_CONFIG.with_name("aic_estimator_5.yaml"), "aic-estimator-5")):
+                       (EST_CONFIG.with_name("aic_estimator_5.yaml"), "aic-estimator-5"),
+                       (EST_CONFIG.with_name("aic_estimator_6.yaml"), "aic-estimator-6")):
         cfg = load(path)
         cfg["config"] = str(path.relative_to(root))
         rows = scenarios(cfg, json.loads(EST_DATA.read_text()))
@@ -178,7 +188,7 @@ def test_results_md_has_the_planner_against_the_stored_estimates() -> None:
 
 
 
-def _ceiling_bound(rows: list[dict], config: dict, per_seq_s: float
+def _ceiling_bound(rows: list[dict], config: dict, per_seq_s: float, **then: float
                    ) -> tuple[set[str], set[str]]:
     """The rows whose predicted steady state, with the per-sequence cost ``per_seq_s``, has
     a step the per-sequence CPU work sets (it overlaps the GPU's step: the step then lasts
@@ -197,7 +207,8 @@ def _ceiling_bound(rows: list[dict], config: dict, per_seq_s: float
         if r["error"] is None:
             continue
         shape, hw, engine = _setting(groups[r["group"]], config)
-        hw = replace(hw, efficiency=replace(hw.efficiency, per_seq_overhead_s=per_seq_s))
+        hw = replace(hw, efficiency=replace(hw.efficiency, per_seq_overhead_s=per_seq_s,
+                                            **then))
         p = predict_point(shape, hw, r["tp"], Workload(r["isl"], r["osl"]), engine,
                           r["concurrency"])
         cpu = [s is not None and s.seconds == pytest.approx(s.overhead_s, rel=1e-9)
@@ -233,12 +244,52 @@ def test_aic_silicon_11_moves_only_the_rows_the_old_ceiling_bound() -> None:
     those where only the decode-only step was, and a prompt rides more than half the
     steps (the mixed step sets their ITL); the fit subset did not move (its fit stands).
     Recorded: 17 rows moved, TPOT within +-25% 214 -> 211 of 249 held out."""
-    nine, data = (json.loads(p.read_text()) for p in (EARLIER[3], DATA))
+    nine, data = (json.loads(p.read_text()) for p in (EARLIER[3], EARLIER[4]))
+    assert (nine["label"], data["label"]) == ("aic-silicon-9", "aic-silicon-11")
     assert [r["id"] for r in nine["rows"]] == [r["id"] for r in data["rows"]]
     moved = {b["id"] for a, b in zip(nine["rows"], data["rows"], strict=True)
              if a["predicted"] != b["predicted"]}
-    bound, decode_only = _ceiling_bound(nine["rows"], load_config(), 0.12e-3)
+    bound, decode_only = _ceiling_bound(nine["rows"], load_config(), 0.12e-3,
+                                        attention_seq_layer_s=0.0)
     assert moved <= bound
     assert bound - moved <= decode_only and len(bound - moved) == 2
     assert len(moved) == 17
     assert not any(r["fit"] for r in data["rows"] if r["id"] in moved)
+
+
+def test_the_cost_per_sequence_per_layer_is_the_registered_fit_on_the_fit_subset_only(
+) -> None:
+    """aic-silicon-13: GPU_EFFICIENCY's cost per sequence per layer is the stored fit, and
+    the stored fit is the least squared log TPOT error among its grid neighbours on the fit
+    subset's rows; rows outside the subset are not read. The whole registered grid:
+    .venv/bin/python -m benchmarks.perfmodel_vs_silicon --fit-seq-layer."""
+    fit = json.loads(SEQ_LAYER_FIT.read_text())
+    assert GPU_EFFICIENCY.attention_seq_layer_s == fit["attentionSeqLayerSeconds"] == 0.76e-6
+    config = load_config()
+    assert fit["grid"] == config["seqLayerFit"]
+    rows = json.loads(DATA.read_text())["rows"]
+    assert fit["rowIds"] == [r["id"] for r in rows if in_fit(r, config)]
+    x, step = fit["attentionSeqLayerSeconds"], config["seqLayerFit"]["seconds"]["step"]
+    local = {**config, "seqLayerFit": {**config["seqLayerFit"], "seconds": {
+        "from": round(x - step, 12), "to": round(x + step, 12), "step": step}}}
+    again = fit_seq_layer(local, rows)
+    assert again["attentionSeqLayerSeconds"] == x
+    assert again["sumSquaredLogError"] == pytest.approx(fit["sumSquaredLogError"], rel=1e-6)
+    assert fit["sumSquaredLogError"] < 0.5 * fit["before"]["sumSquaredLogError"]
+    assert fit_seq_layer(local, _outside_skewed(rows, config, "tpot")) == again
+
+
+def test_aic_silicon_13_predicts_held_out_tpot_and_throughput_better_than_11() -> None:
+    """The cost per sequence per layer, fitted on the 30 fit-subset rows, against the 249
+    held-out rows (NVIDIA's measurements): TPOT within +-25% 211 -> 219, output tok/s 202
+    -> 220; TTFT 138 -> 136 (the queue was not re-fitted). Goals (90% / 90% / 75%) not
+    met: the Llama-3.1-8B fp8 rows of the other harness stay out."""
+    eleven, data = (json.loads(p.read_text()) for p in (EARLIER[4], DATA))
+    assert (eleven["label"], data["label"]) == ("aic-silicon-11", "aic-silicon-13")
+
+    def within(d: dict, k: str) -> int:
+        return sum(abs(r["error"][k]) <= 0.25 for r in d["rows"] if not r["fit"])
+
+    assert within(data, "tpot") - within(eleven, "tpot") == 8
+    assert within(data, "tps") - within(eleven, "tps") == 18
+    assert within(data, "ttft") - within(eleven, "ttft") == -2
