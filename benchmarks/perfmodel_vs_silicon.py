@@ -30,7 +30,14 @@ import yaml
 from tests.support.aic import AIC_SOURCE, gpu_facts, hardware, model, read_rows, silicon_csv
 
 from benchmarks.results_md import emit, markers
-from llm_operator.perfmodel import EngineSettings, Hardware, ModelShape, Workload, predict_point
+from llm_operator.perfmodel import (
+    EngineSettings,
+    Hardware,
+    ModelShape,
+    Point,
+    Workload,
+    predict_point,
+)
 from llm_operator.planning import vllm_default_max_num_batched_tokens, vllm_default_max_num_seqs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -120,33 +127,48 @@ def _steps(spec: dict[str, float], digits: int = 6) -> list[float]:
     return [round(spec["from"] + i * spec["step"], digits) for i in range(n + 1)]
 
 
+Setting = tuple[dict[str, Any], ModelShape, Hardware, EngineSettings]
+
+
+def settings_of(config: dict[str, Any], rows: list[dict[str, Any]]) -> list[Setting]:
+    """Each row with the model, GPU and vLLM settings its group gives (:func:`_setting`)."""
+    groups = {g["name"]: g for g in config["groups"]}
+    return [(r, *_setting(groups[r["group"]], config)) for r in rows]
+
+
+def predict_at(setting: Setting, **constants: Any) -> Point:
+    """The model's point at one row's setting, with ``constants`` of its Efficiency
+    replaced (a fit's trial value, or the constants an earlier run had)."""
+    r, shape, hw, engine = setting
+    hw = replace(hw, efficiency=replace(hw.efficiency, **constants))
+    return predict_point(shape, hw, r["tp"], Workload(r["isl"], r["osl"]), engine,
+                         r["concurrency"])
+
+
+def _sse(settings: list[Setting], figure: str, **constants: Any) -> float:
+    """Sum of squared ln(predicted / measured) of ``figure`` (ttft or tpot) over rows."""
+    attr = {"ttft": "ttft_s", "tpot": "tpot_s"}[figure]
+    return round(sum(math.log(getattr(predict_at(st, **constants), attr) * 1e3
+                              / st[0]["measured"][figure]) ** 2 for st in settings), 9)
+
+
 # The model as aic-silicon-5 fitted the TTFT queue on: the terms added since, as they were
 # then (aic-silicon-13's cost per sequence per layer did not exist; aic-silicon-11's
 # per-sequence cost moved no fit-subset row). The fit is not re-run with them (its config).
 TTFT_FIT_MODEL: dict[str, float] = {"attention_seq_layer_s": 0.0}
 
 
-def fit_ttft_queue(config: dict[str, Any], rows: list[dict[str, Any]],
-                   at: dict[str, float] | None = None) -> dict[str, Any]:
+def fit_ttft_queue(config: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
     """aic-silicon-5's fit, as its config registers it: over the grid of (share, exponent),
     the least sum of squared ln(predicted / measured) TTFT over the fit subset's rows ONLY
     (``rows`` may hold others: they are not read), every other constant as it was then
-    (``at``: the model's constants that changed since, :data:`TTFT_FIT_MODEL`); a tie
-    goes to the smaller exponent, then the smaller share."""
-    groups = {g["name"]: g for g in config["groups"]}
+    (:data:`TTFT_FIT_MODEL`); a tie goes to the smaller exponent, then the smaller share."""
     fit_rows = [r for r in rows if in_fit(r, config)]
-    settings = [(r, *_setting(groups[r["group"]], config)) for r in fit_rows]
-    then = TTFT_FIT_MODEL if at is None else at
+    settings = settings_of(config, fit_rows)
 
     def sse(share: float, exponent: float) -> float:
-        total = 0.0
-        for r, shape, hw, engine in settings:
-            eff = replace(hw.efficiency, prefill_queue_share=share,
-                          prefill_queue_exponent=exponent, **then)
-            p = predict_point(shape, replace(hw, efficiency=eff), r["tp"],
-                              Workload(r["isl"], r["osl"]), engine, r["concurrency"])
-            total += math.log(p.ttft_s * 1e3 / r["measured"]["ttft"]) ** 2
-        return round(total, 9)
+        return _sse(settings, "ttft", prefill_queue_share=share,
+                    prefill_queue_exponent=exponent, **TTFT_FIT_MODEL)
 
     grid = config["ttftFit"]
     best = min((sse(share, exponent), exponent, share)
@@ -164,25 +186,16 @@ def fit_seq_layer(config: dict[str, Any], rows: list[dict[str, Any]]) -> dict[st
     ``attention_seq_layer_s``, the least sum of squared ln(predicted / measured) TPOT over
     the fit subset's rows ONLY (``rows`` may hold others: they are not read), every other
     constant as it is; a tie goes to the smaller value."""
-    groups = {g["name"]: g for g in config["groups"]}
     fit_rows = [r for r in rows if in_fit(r, config)]
-    settings = [(r, *_setting(groups[r["group"]], config)) for r in fit_rows]
-
-    def sse(seconds: float) -> float:
-        total = 0.0
-        for r, shape, hw, engine in settings:
-            eff = replace(hw.efficiency, attention_seq_layer_s=seconds)
-            p = predict_point(shape, replace(hw, efficiency=eff), r["tp"],
-                              Workload(r["isl"], r["osl"]), engine, r["concurrency"])
-            total += math.log(p.tpot_s * 1e3 / r["measured"]["tpot"]) ** 2
-        return round(total, 9)
-
+    settings = settings_of(config, fit_rows)
     grid = config["seqLayerFit"]
-    best = min((sse(x), x) for x in _steps(grid["seconds"], digits=12))
+    best = min((_sse(settings, "tpot", attention_seq_layer_s=x), x)
+               for x in _steps(grid["seconds"], digits=12))
     return {"label": config["label"], "rows": len(settings),
             "rowIds": [r["id"] for r in fit_rows], "attentionSeqLayerSeconds": best[1],
             "sumSquaredLogError": best[0],
-            "before": {"attentionSeqLayerSeconds": 0.0, "sumSquaredLogError": sse(0.0)},
+            "before": {"attentionSeqLayerSeconds": 0.0,
+                       "sumSquaredLogError": _sse(settings, "tpot", attention_seq_layer_s=0.0)},
             "grid": grid}
 
 

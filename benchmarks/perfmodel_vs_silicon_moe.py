@@ -279,8 +279,8 @@ def record(label: str = LATEST) -> dict[str, Any]:
                          "exponent": GPU_EFFICIENCY.prefill_queue_exponent},
         "moeLayerOverheadUs": round(GPU_EFFICIENCY.moe_layer_overhead_s * 1e6, 2),
         "moeCompute": GPU_EFFICIENCY.moe_compute,
-        "perSeqOverheadUs": round(GPU_EFFICIENCY.per_seq_overhead_s * 1e6, 2)}
-    extra["attentionSeqLayerUs"] = round(GPU_EFFICIENCY.attention_seq_layer_s * 1e6, 3)
+        "perSeqOverheadUs": round(GPU_EFFICIENCY.per_seq_overhead_s * 1e6, 2),
+        "attentionSeqLayerUs": round(GPU_EFFICIENCY.attention_seq_layer_s * 1e6, 3)}
     if label in ("aic-silicon-12", "aic-silicon-14"):  # the row aic-silicon-11's rule took
         extra["perSeqBoundRow"] = per_seq_bound(
             [PVS_DATA, RUNS["aic-silicon-10"][1]])[1]

@@ -33,7 +33,7 @@ from benchmarks.results_md import emit, markers
 from llm_operator.catalog import lookup_gpu
 from llm_operator.cli.aic import itl_p95_ms
 from llm_operator.models import LLMServiceSpec, parse_llmservice
-from llm_operator.perfmodel import Point, inputs_for, suggest_for, suggest_start
+from llm_operator.perfmodel import Point, inputs_for, suggest_start
 from llm_operator.planning import Plan, make_plan
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -183,18 +183,11 @@ def pick_for(spec: LLMServiceSpec, plan: Plan, saturated: bool, top: int,
     """The tuner's start for a planned replica; ``saturated``: with the client count
     unknown, at most ``top`` (aic-estimator-2); ``model_at_run``: the model's constants as
     an earlier run had them (:data:`MODEL_AT_RUN`)."""
-    if not saturated and not model_at_run:
-        return suggest_for(spec, plan).max_num_seqs
     i = inputs_for(spec, plan)
-    hw = i.hardware
-    if model_at_run:
-        hw = replace(hw, efficiency=replace(hw.efficiency, **model_at_run))
-    if not saturated:
-        return suggest_start(i.model, hw, i.tp, i.workload, i.engine, i.slo,
-                             upper=plan.max_num_seqs).max_num_seqs
-    wl = replace(i.workload, concurrency=None)
-    return suggest_start(i.model, hw, i.tp, wl, i.engine, i.slo,
-                         upper=min(plan.max_num_seqs, top)).max_num_seqs
+    hw = replace(i.hardware, efficiency=replace(i.hardware.efficiency, **(model_at_run or {})))
+    wl, upper = ((replace(i.workload, concurrency=None), min(plan.max_num_seqs, top))
+                 if saturated else (i.workload, plan.max_num_seqs))
+    return suggest_start(i.model, hw, i.tp, wl, i.engine, i.slo, upper=upper).max_num_seqs
 
 
 def load(path: Path) -> dict[str, Any]:

@@ -234,7 +234,8 @@ class Efficiency:
 #   122 / 580 / 1,384 tok/s at concurrency 1 / 4 / 16, TPOT p50 6.48 / 6.59 / 10.94 ms,
 #   TTFT p50 14 / 23 / 42 ms. TPOT 6.48 ms at batch 1 is 16.06 GB / 6.1 ms = 2.6 TB/s,
 #   ~79% of 3.35 TB/s once the fixed step overhead is taken off: the same factor.
-#   The TPOT growth from 4 to 16 sets the per-sequence overhead (~0.12 ms).
+#   The TPOT growth from 4 to 16 set the per-sequence overhead (~0.12 ms; 35 us since
+#   aic-silicon-11, below).
 # * Prefill efficiency 0.6 of dense bf16 peak: from memory, the range vLLM and
 #   TensorRT-LLM benchmark reports show for 8B-70B prefill at 1-8K tokens (H100 ~
 #   50-65% MFU, A100 ~60-70%); consistent with the TTFT and concurrency-8 points above.
