@@ -15,7 +15,11 @@ models the planner plans (issue 34 section 1, widened by issue 33). Not a unit t
   achieved fraction of peak, fitted on the same kernels at prefill sizes
   (:func:`benchmarks.moe_kernels.fit_moe_compute`);
 - ``aic-silicon-10`` (``configs/aic_silicon_10.yaml``): the TTFT queue's prompt priced once
-  (aic-silicon-9's bug fix), nothing re-fitted.
+  (aic-silicon-9's bug fix), nothing re-fitted;
+- ``aic-silicon-12`` and ``-14``: aic-silicon-11's per-sequence CPU cost and
+  aic-silicon-13's GPU cost per sequence per layer;
+- ``aic-silicon-16`` (``configs/aic_silicon_16.yaml``): aic-silicon-15's TTFT wait priced in
+  mixed steps, re-fitted on the dense fit subset only.
 
     .venv/bin/python -m benchmarks.perfmodel_vs_silicon_moe --run aic-silicon-10 --record --write
     .venv/bin/python -m benchmarks.perfmodel_vs_silicon_moe --write   # all, from stored data
@@ -57,8 +61,10 @@ RUNS = {"aic-silicon-3": (CONFIGS / "aic_silicon_3.yaml", STORED / "perfmodel_vs
         "aic-silicon-12": (CONFIGS / "aic_silicon_12.yaml",
                            STORED / "perfmodel_vs_silicon_12.json"),
         "aic-silicon-14": (CONFIGS / "aic_silicon_14.yaml",
-                           STORED / "perfmodel_vs_silicon_14.json")}
-LATEST = "aic-silicon-14"
+                           STORED / "perfmodel_vs_silicon_14.json"),
+        "aic-silicon-16": (CONFIGS / "aic_silicon_16.yaml",
+                           STORED / "perfmodel_vs_silicon_16.json")}
+LATEST = "aic-silicon-16"
 CONFIG, DATA = RUNS[LATEST]
 # What the model was in each run (its configs say the same, in more words).
 MODEL = {
@@ -84,6 +90,11 @@ MODEL = {
     "aic-silicon-14": "aic-silicon-12's, plus a GPU cost of {seq_layer_us:.2f} us per sequence "
                       "per layer in each step, fitted only on the dense fit subset (Qwen3-32B "
                       "bf16 H100 TP 2; aic-silicon-13)",
+    "aic-silicon-16": "aic-silicon-14's, with the prompts a new request waits for priced as "
+                      "mixed steps of the cycle (their chunk beside the running batch's "
+                      "decodes), not as the prompt alone: {share:.2f} x (running - 1) ^ "
+                      "{exponent:.2f} of them, re-fitted only on the dense fit subset "
+                      "(aic-silicon-15)",
 }
 GOALS = {"tpot": 0.90, "tps": 0.90, "ttft": 0.75}
 BANDS = ((1, 16, "<= 16"), (17, 64, "17-64"), (65, 10**9, "> 64"))
@@ -276,12 +287,15 @@ def record(label: str = LATEST) -> dict[str, Any]:
     extra: dict[str, Any] = {
         "matchTp": bool(config.get("expertsMatchAttentionTp")),
         "prefillQueue": {"share": GPU_EFFICIENCY.prefill_queue_share,
-                         "exponent": GPU_EFFICIENCY.prefill_queue_exponent},
+                         "exponent": GPU_EFFICIENCY.prefill_queue_exponent,
+                         **({"unit": GPU_EFFICIENCY.prefill_queue_unit}
+                            if GPU_EFFICIENCY.prefill_queue_unit != "prompt" else {})},
         "moeLayerOverheadUs": round(GPU_EFFICIENCY.moe_layer_overhead_s * 1e6, 2),
         "moeCompute": GPU_EFFICIENCY.moe_compute,
         "perSeqOverheadUs": round(GPU_EFFICIENCY.per_seq_overhead_s * 1e6, 2),
         "attentionSeqLayerUs": round(GPU_EFFICIENCY.attention_seq_layer_s * 1e6, 3)}
-    if label in ("aic-silicon-12", "aic-silicon-14"):  # the row aic-silicon-11's rule took
+    # the row aic-silicon-11's rule took
+    if label in ("aic-silicon-12", "aic-silicon-14", "aic-silicon-16"):
         extra["perSeqBoundRow"] = per_seq_bound(
             [PVS_DATA, RUNS["aic-silicon-10"][1]])[1]
     return pvs_record(config_path, path, extra)
