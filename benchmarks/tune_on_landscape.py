@@ -285,6 +285,11 @@ READINGS: dict[str, str] = {
         "hint of the 96 moved, so every run chose as in run "
         f"{n - 5}, at the same trials (the stored runs are identical).")
        for n in range(23, 28)},
+    **{f"tune-landscape-{n}": (
+        f"Run {n - 5} with the planner's hint after aic-silicon-17 (two fixes to the "
+        "model's TTFT wait): no hint of the 96 moved, so every run chose as in run "
+        f"{n - 5}, at the same trials (the stored runs are identical).")
+       for n in range(28, 33)},
 }
 # A run of a changed search is shown beside the run of the earlier search on the same
 # setup (its label): both from their stored JSON.
@@ -306,7 +311,7 @@ BEFORE: dict[str, str] = {"tune-landscape-3": "tune-landscape-2",
                           "tune-landscape-21": "tune-landscape-16",
                           "tune-landscape-22": "tune-landscape-17",
                           **{f"tune-landscape-{n}": f"tune-landscape-{n - 5}"
-                             for n in range(23, 28)}}
+                             for n in range(23, 33)}}
 LABEL = ("estimated (AIConfigurator's estimator, a model) + noise measured on the CPU engine; "
          "the tuner's code unchanged")
 # The tuner's code a stored run describes: the search and its paired comparison (and the
