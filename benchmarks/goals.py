@@ -44,14 +44,14 @@ class Config:
 
 CURRENT: tuple[Config, ...] = (
     Config("Performance model vs published GPU sweeps", ("perfmodel",), GPU_PUBLISHED),
-    Config("Performance model vs NVIDIA's measured vLLM points (aic-silicon-17)",
+    Config("Performance model vs NVIDIA's measured vLLM points (aic-silicon-19)",
            ("aic-silicon",), GPU_SILICON),
-    Config("Performance model vs NVIDIA's measured vLLM points, MoE models (aic-silicon-18)",
-           ("aic-silicon-18",), GPU_SILICON),
+    Config("Performance model vs NVIDIA's measured vLLM points, MoE models (aic-silicon-20)",
+           ("aic-silicon-20",), GPU_SILICON),
     Config("Planner's start vs AIConfigurator's landscape, ITL judged by its mean TPOT "
            "(aic-estimator-2)", ("aic-estimator-2",), AIC_ESTIMATE),
     Config("Planner's start vs AIConfigurator's landscape, ITL p95 from its step schedule "
-           "(aic-estimator-8)", ("aic-estimator-8",), AIC_ESTIMATE),
+           "(aic-estimator-9)", ("aic-estimator-9",), AIC_ESTIMATE),
     *(Config(f"Tuner's search on the landscape, TTFT <= {ttft}, {itl} "
              f"(tune-landscape-{n}, search v4)", (f"tune-landscape-{n}",), where)
       for ttft, itl, n, where in (
@@ -100,6 +100,10 @@ SUPERSEDED: dict[str, str] = {
     "aic-estimator-7": "aic-estimator-8 (the same scenarios; two fixes to the model's TTFT "
                        "wait: no pick moved)",
     "aic-silicon-16": "aic-silicon-18 (the same rows; two fixes to the TTFT wait)",
+    "aic-silicon-18": "aic-silicon-20 (the same rows; the second fix, a cap on the wait, "
+                      "withdrawn)",
+    "aic-estimator-8": "aic-estimator-9 (the same scenarios; the cap on the model's TTFT "
+                       "wait withdrawn: no pick moved)",
     "aic-estimator-3": "aic-estimator-4 (the same scenarios; the model's TTFT queue re-fitted: "
                        "every pick as in run 3)",
     "aic-estimator-4": "aic-estimator-5 (the same scenarios; the model's per-sequence CPU cost "

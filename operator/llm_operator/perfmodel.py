@@ -311,6 +311,11 @@ class Efficiency:
 #   is kept within the cycle (it had taken all of it at 1,000 clients with 4-token
 #   outputs: TPOT 0). Re-fitted on the same subset: 0.42 and 0.60 again (no fit-subset row
 #   moved; benchmarks/data/perfmodel_ttft_fit_17.json).
+# * prefill_queue_within_cycle withdrawn (aic-silicon-19, benchmarks/configs/
+#   aic_silicon_19.yaml, registered before the change): the cap bound at 2-16 clients with
+#   short prompts (the TTFT fell as clients were added) and in no measured dense row, and
+#   the per-chunk pricing alone keeps the 1,000-client bursts above TPOT 0. Re-fitted on
+#   the same subset: 0.42 and 0.60 (benchmarks/data/perfmodel_ttft_fit_19.json).
 #
 # Checked, not fitted (benchmarks/gpu_kernels.py, section gpu-kernels of RESULTS.md):
 # PyTorch's own GEMMs at these models' layer shapes, MEASURED on one H100 SXM and one
@@ -350,7 +355,6 @@ GPU_EFFICIENCY = Efficiency(
     prefill_queue_share=0.42,
     prefill_queue_exponent=0.60,
     prefill_queue_unit="mixed_step_per_chunk",
-    prefill_queue_within_cycle=True,
     overlap_seq_overhead=True,
     moe_layer_overhead_s=30.3e-6,
     moe_compute=0.18,

@@ -103,12 +103,7 @@ def test_curve_never_beats_one_token_per_physical_step(model: str, hw: str, tp: 
 
 @pytest.mark.parametrize(("model", "hw", "tp"), CASES)
 def test_more_clients_more_throughput_up_to_the_knee_and_slower_users(
-        model: str, hw: str, tp: int, request: pytest.FixtureRequest) -> None:
-    if GPU_EFFICIENCY.prefill_queue_within_cycle and model.startswith("mistralai/Mixtral"):
-        request.applymarker(pytest.mark.xfail(strict=True, reason=(
-            "aic-silicon-17's cap on the wait (the cycle less the other decode steps) binds "
-            "at 2-16 clients with 512-token prompts: the TTFT falls as clients are added "
-            "(Mixtral-8x7B, H100, TP 2)")))
+        model: str, hw: str, tp: int) -> None:
     pts = predict_curve(shape(model), gpu(hw), tp, Workload(512, 256), EngineSettings(),
                         CONCURRENCIES)
     k = knee(pts)
@@ -256,7 +251,8 @@ def test_the_ttft_queue_prices_each_prompt_waited_for_as_the_mixed_steps_it_fill
     with no wait."""
     m, h = shape(L70), gpu("H100")
     eff = h.efficiency
-    assert eff.prefill_queue_unit == "mixed_step_per_chunk" and eff.prefill_queue_within_cycle
+    assert eff.prefill_queue_unit == "mixed_step_per_chunk"
+    assert not eff.prefill_queue_within_cycle  # aic-silicon-19 withdrew aic-silicon-17's cap
     engine = EngineSettings(max_num_batched_tokens=8192)
     for wl, clients, steps in ((Workload(1024, 1024), 32, 1), (Workload(2048, 256), 64, 1),
                                (Workload(8192, 1024), 8, 2)):
@@ -269,6 +265,25 @@ def test_the_ttft_queue_prices_each_prompt_waited_for_as_the_mixed_steps_it_fill
         assert p.ttft_s - none.ttft_s == pytest.approx(prompts * steps * p.mixed_step.seconds,
                                                        rel=1e-6)
         assert steps * p.mixed_step.seconds > prefill_time(m, h, 8, wl.input_tokens, 8192)
+
+
+def test_prompts_sharing_a_step_keep_the_wait_within_the_cycle() -> None:
+    """GPUStack's bursts (1,000 clients, 128-token prompts, 4-token outputs; vLLM's H100
+    defaults): the prompts share steps, so each waited for costs a fraction of one, and
+    the TTFT leaves room for the other tokens' decode steps. aic-silicon-15's one step
+    per prompt took the whole cycle (TPOT 0); aic-silicon-17's cap on the wait is not
+    needed for it (aic-silicon-19 withdrew it)."""
+    m, h = shape(L8), gpu("H100")
+    wl, engine = Workload(128, 4), EngineSettings(max_num_seqs=1024, max_num_batched_tokens=8192)
+    p = predict_point(m, h, 1, wl, engine, 1000)
+    one_step = predict_point(m, replace(h, efficiency=replace(
+        h.efficiency, prefill_queue_unit="mixed_step")), 1, wl, engine, 1000)
+    capped = predict_point(m, replace(h, efficiency=replace(
+        h.efficiency, prefill_queue_within_cycle=True)), 1, wl, engine, 1000)
+    assert one_step.tpot_s == 0.0
+    assert p.tpot_s >= p.decode_step.seconds > 0
+    assert capped.ttft_s == p.ttft_s
+    assert p.output_tps == pytest.approx(one_step.output_tps, rel=1e-9)
 
 
 def test_bad_inputs_fail_with_a_message() -> None:

@@ -20,6 +20,7 @@ from benchmarks.perfmodel_vs_silicon import (
     TTFT_FIT,
     TTFT_FIT_15,
     TTFT_FIT_17,
+    TTFT_FIT_19,
     fit_seq_layer,
     fit_ttft_queue,
     in_fit,
@@ -164,7 +165,7 @@ def test_the_ttft_queue_of_aic_silicon_5_is_its_registered_fit_on_the_fit_subset
     assert fit_ttft_queue(local, _outside_skewed(rows, config, "ttft")) == again
 
 
-@pytest.mark.parametrize("label", ["aic-silicon-15", "aic-silicon-17"])
+@pytest.mark.parametrize("label", ["aic-silicon-15", "aic-silicon-17", "aic-silicon-19"])
 def test_the_ttft_fits_in_mixed_steps_are_the_registered_fits_on_the_fit_subset_only(
         label: str) -> None:
     """aic-silicon-15's and -17's stored fits are the least squared log TTFT error among
@@ -177,7 +178,7 @@ def test_the_ttft_fits_in_mixed_steps_are_the_registered_fits_on_the_fit_subset_
     .venv/bin/python -m benchmarks.perfmodel_vs_silicon --fit --config
     benchmarks/configs/aic_silicon_15.yaml (or _17)."""
     n = label.rsplit("-", 1)[1]
-    fit = json.loads({"15": TTFT_FIT_15, "17": TTFT_FIT_17}[n].read_text())
+    fit = json.loads({"15": TTFT_FIT_15, "17": TTFT_FIT_17, "19": TTFT_FIT_19}[n].read_text())
     config = load_config(CONFIG.parent / f"aic_silicon_{n}.yaml")
     assert fit["label"] == config["label"] == label
     assert fit["grid"] == config["ttftFit"]
@@ -199,15 +200,15 @@ def test_the_ttft_fits_in_mixed_steps_are_the_registered_fits_on_the_fit_subset_
     assert fit_ttft_queue(local, _outside_skewed(rows, config, "ttft")) == again
 
 
-def test_the_ttft_queue_is_aic_silicon_17s() -> None:
+def test_the_ttft_queue_is_aic_silicon_19s() -> None:
     """GPU_EFFICIENCY prices each prompt waited for as the mixed steps its tokens fill,
-    keeps the wait within the cycle, with aic-silicon-17's stored share and exponent."""
-    fit = json.loads(TTFT_FIT_17.read_text())
+    without aic-silicon-17's cap, with aic-silicon-19's stored share and exponent."""
+    fit = json.loads(TTFT_FIT_19.read_text())
     eff = GPU_EFFICIENCY
     assert (eff.prefill_queue_share, eff.prefill_queue_exponent, eff.prefill_queue_unit,
             eff.prefill_queue_within_cycle) == (fit["share"], fit["exponent"],
-                                                "mixed_step_per_chunk", True)
-    assert load_config()["label"] == "aic-silicon-17"
+                                                "mixed_step_per_chunk", False)
+    assert load_config()["label"] == "aic-silicon-19"
 
 
 def test_results_md_has_the_planner_against_the_stored_estimates() -> None:
@@ -366,22 +367,23 @@ def test_aic_silicon_17_moves_only_the_rows_its_fixes_touch() -> None:
     tok/s 220 as before."""
     from benchmarks.perfmodel_vs_silicon import predict_at, settings_of
 
-    fifteen, data = (json.loads(p.read_text()) for p in (EARLIER[6], DATA))
+    fifteen, data = (json.loads(p.read_text()) for p in (EARLIER[6], EARLIER[7]))
     assert (fifteen["label"], data["label"]) == ("aic-silicon-15", "aic-silicon-17")
     moved = {b["id"] for a, b in zip(fifteen["rows"], data["rows"], strict=True)
              if a["predicted"] != b["predicted"]}
     config = load_config()
     want = set()
     for st in settings_of(config, [r for r in data["rows"] if r["error"] is not None]):
-        r = st[0]
-        p = predict_at(st)
-        steps_per_prompt = (predict_at(st, prefill_queue_unit="mixed_step",
-                                       prefill_queue_within_cycle=True).ttft_s
-                            - predict_at(st, prefill_queue_share=0.0).ttft_s)
-        capped = predict_at(st, prefill_queue_within_cycle=False).ttft_s > p.ttft_s * (1 + 1e-9)
-        if capped or abs(p.ttft_s - predict_at(st, prefill_queue_share=0.0).ttft_s
-                         - steps_per_prompt) > 1e-9:
-            want.add(r["id"])
+        none = predict_at(st, prefill_queue_share=0.0).ttft_s
+
+        def wait(unit: str, cap: bool, st: tuple = st, none: float = none) -> float:
+            return predict_at(st, prefill_queue_unit=unit,
+                              prefill_queue_within_cycle=cap).ttft_s - none
+
+        per_chunk = wait("mixed_step_per_chunk", False)
+        if (abs(per_chunk - wait("mixed_step", False)) > 1e-9
+                or abs(wait("mixed_step_per_chunk", True) - per_chunk) > 1e-9):
+            want.add(st[0]["id"])
     assert moved == want and len(moved) == 37
     assert not any(r["fit"] for r in data["rows"] if r["id"] in moved)
     assert [r["predicted"]["tps"] for r in data["rows"]] == [
@@ -392,3 +394,12 @@ def test_aic_silicon_17_moves_only_the_rows_its_fixes_touch() -> None:
 
     assert (within(fifteen, "ttft"), within(data, "ttft")) == (169, 138)
     assert (within(data, "tpot"), within(data, "tps")) == (219, 220)
+
+
+
+def test_aic_silicon_19_gives_every_dense_row_aic_silicon_17s_figures() -> None:
+    """aic-silicon-19 withdraws aic-silicon-17's cap on the wait, which bound in no dense
+    row (its config said so before the run): every row's figures are the same."""
+    seventeen, data = (json.loads(p.read_text()) for p in (EARLIER[7], DATA))
+    assert (seventeen["label"], data["label"]) == ("aic-silicon-17", "aic-silicon-19")
+    assert [r["predicted"] for r in data["rows"]] == [r["predicted"] for r in seventeen["rows"]]
