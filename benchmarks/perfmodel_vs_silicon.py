@@ -79,11 +79,6 @@ RUN_NOTES = {"aic-silicon-1": "the model fitted to none of these rows",
                                "subset only"}
 # The runs whose constants are aic-silicon-5's TTFT fit (shown under them).
 TTFT_FIT_RUNS = ("aic-silicon-5", "aic-silicon-9", "aic-silicon-11", "aic-silicon-13")
-# The runs whose constants are aic-silicon-15's.
-TTFT_FIT_15_RUNS = ("aic-silicon-15",)
-# The runs whose constants are aic-silicon-17's, and aic-silicon-19's.
-TTFT_FIT_17_RUNS = ("aic-silicon-17",)
-TTFT_FIT_19_RUNS = ("aic-silicon-19",)
 # aic-silicon-5's fit of the TTFT queue (share, exponent), on the fit subset only, and
 # aic-silicon-15's (the prompts waited for priced in mixed steps), by config label.
 TTFT_FIT = ROOT / "benchmarks" / "data" / "perfmodel_ttft_fit.json"
@@ -92,6 +87,30 @@ TTFT_FIT_17 = ROOT / "benchmarks" / "data" / "perfmodel_ttft_fit_17.json"
 TTFT_FIT_19 = ROOT / "benchmarks" / "data" / "perfmodel_ttft_fit_19.json"
 TTFT_FITS = {"prompt": TTFT_FIT, "mixed_step": TTFT_FIT_15,
              "mixed_step_per_chunk": TTFT_FIT_17, "mixed_step_per_chunk_uncapped": TTFT_FIT_19}
+_8192_ROWS = ("aic-silicon-15's gain had been almost all the 35 Llama-3.1-70B rows with "
+              "8,192-token prompts on H100 and H200 (1 -> 32 within +-25%; 1 again in "
+              "aic-silicon-17 and -19, where the 31 that left the band are +28% to +74%): "
+              "there a prompt takes two chunks of the 8,192-token budget beside the "
+              "decodes, and one mixed step (half the prompt) is what the measured wait "
+              "behind it looks like; the whole prompt's steps are twice that.")
+# The TTFT fits since aic-silicon-15, by the run whose constants they are: the stored fit,
+# what the wait was, and what was found after the run.
+MIXED_STEP_FITS: dict[str, tuple[Path, str, str]] = {
+    "aic-silicon-15": (
+        TTFT_FIT_15, "the prompts a new request waits for priced as one mixed step each",
+        "The fit subset alone did not ask for the change: the unit was chosen with the "
+        "held-out rows in view, as the config says, and the held-out TTFT figure of this "
+        "run is a selected result."),
+    "aic-silicon-17": (
+        TTFT_FIT_17, "aic-silicon-15's wait with two fixes (a prompt waited for costs the "
+        "mixed steps its tokens fill, not one; the wait kept within the cycle)",
+        "The fixes move no fit-subset row. " + _8192_ROWS),
+    "aic-silicon-19": (
+        TTFT_FIT_19, "aic-silicon-17's wait without its cap (which bound at 2-16 clients "
+        "with short prompts, and in no row here)",
+        "Every row's figures are aic-silicon-17's, as the config said they would be. "
+        + _8192_ROWS),
+}
 # aic-silicon-13's fit of the cost per sequence per layer, on the fit subset only.
 SEQ_LAYER_FIT = ROOT / "benchmarks" / "data" / "perfmodel_seq_layer_fit.json"
 SECTION = "aic-silicon"
@@ -381,58 +400,18 @@ def section(data: dict[str, Any]) -> str:
                       f"aic-silicon-2's {f['before']['share']:.2f} and "
                       f"{f['before']['exponent']:.0f}, {f['sumSquaredLogError']:.2f} at "
                       "the fit; stored in `benchmarks/data/perfmodel_ttft_fit.json`)."]
-        if TTFT_FIT_19.exists() and data["label"] in TTFT_FIT_19_RUNS:
-            f = json.loads(TTFT_FIT_19.read_text())
+        if data["label"] in MIXED_STEP_FITS:
+            path, what, after = MIXED_STEP_FITS[data["label"]]
+            f = json.loads(path.read_text())
+            n = data["label"].rsplit("-", 1)[1]
             lines += ["", f"The fit ({f['label']}'s, as registered in "
-                      "`benchmarks/configs/aic_silicon_19.yaml`): aic-silicon-17's wait "
-                      "without its cap (which bound at 2-16 clients with short prompts and "
-                      "in no row here); over "
-                      f"{f['rows']} rows of the fit subset only, the share and exponent "
-                      f"with the least squared log TTFT error are {f['share']:.2f} and "
-                      f"{f['exponent']:.2f} (sum {f['sumSquaredLogError']:.2f}, as "
-                      f"aic-silicon-17's {f['before']['sumSquaredLogError']:.2f}; stored in "
-                      "`benchmarks/data/perfmodel_ttft_fit_19.json`). Every row's figures are "
-                      "aic-silicon-17's, as its config said they would be. aic-silicon-15's "
-                      "gain had been almost all the 35 Llama-3.1-70B rows with 8,192-token "
-                      "prompts on H100 and H200 (1 -> 32 within +-25%; 1 here and in "
-                      "aic-silicon-17, +28% to +74%): there a prompt takes two chunks of the "
-                      "8,192-token budget beside the decodes, and one mixed step (half the "
-                      "prompt) was what the measured wait behind it looks like; the whole "
-                      "prompt's steps are twice that."]
-        if TTFT_FIT_17.exists() and data["label"] in TTFT_FIT_17_RUNS:
-            f = json.loads(TTFT_FIT_17.read_text())
-            lines += ["", f"The fit ({f['label']}'s, as registered in "
-                      "`benchmarks/configs/aic_silicon_17.yaml`): aic-silicon-15's wait with "
-                      "two fixes (a prompt waited for costs the mixed steps its tokens fill, "
-                      "not one; the wait kept within the cycle); over "
-                      f"{f['rows']} rows of the fit subset only, the share and exponent "
-                      f"with the least squared log TTFT error are {f['share']:.2f} and "
-                      f"{f['exponent']:.2f} (sum {f['sumSquaredLogError']:.2f}, as "
-                      f"aic-silicon-15's {f['before']['sumSquaredLogError']:.2f}: the fixes "
-                      "move no fit-subset row; stored in "
-                      "`benchmarks/data/perfmodel_ttft_fit_17.json`). What the fixes cost: "
-                      "aic-silicon-15's gain was almost all the 35 Llama-3.1-70B rows with "
-                      "8,192-token prompts on H100 and H200 (1 -> 32 within +-25%; back to "
-                      "1 here: the 31 that leave the band are +28% to +74%, and no row "
-                      "enters it): there a prompt takes two chunks of the "
-                      "8,192-token budget beside the decodes, and one mixed step (half the "
-                      "prompt) was what the measured wait behind it looks like; the whole "
-                      "prompt's steps are twice that."]
-        if TTFT_FIT_15.exists() and data["label"] in TTFT_FIT_15_RUNS:
-            f = json.loads(TTFT_FIT_15.read_text())
-            b = f["before"]
-            lines += ["", f"The fit ({f['label']}'s, as registered in "
-                      "`benchmarks/configs/aic_silicon_15.yaml`): the prompts a new request "
-                      "waits for priced as mixed steps of the cycle; over "
-                      f"{f['rows']} rows of the fit subset only, the share and exponent "
-                      f"with the least squared log TTFT error are {f['share']:.2f} and "
-                      f"{f['exponent']:.2f} (sum {f['sumSquaredLogError']:.2f}; "
-                      f"aic-silicon-5's {b['share']:.2f} and {b['exponent']:.2f} priced "
-                      f"as prompts alone: {b['sumSquaredLogError']:.2f} on the same rows, "
-                      "so the fit subset alone did not ask for the change: the unit was "
-                      "chosen with the held-out rows in view, as the config says, and the "
-                      "held-out TTFT figure of this run is a selected result; stored in "
-                      "`benchmarks/data/perfmodel_ttft_fit_15.json`)."]
+                      f"`benchmarks/configs/aic_silicon_{n}.yaml`): {what}; over {f['rows']} "
+                      "rows of the fit subset only, the share and exponent with the least "
+                      f"squared log TTFT error are {f['share']:.2f} and {f['exponent']:.2f} "
+                      f"(sum {f['sumSquaredLogError']:.2f}; the wait it replaced, "
+                      f"{f['before']['share']:.2f} and {f['before']['exponent']:.2f}: "
+                      f"{f['before']['sumSquaredLogError']:.2f} on the same rows; stored in "
+                      f"`benchmarks/data/{path.name}`). {after}"]
         g = [r for r in data["rows"] if not r["fit"]]
         s = summarise(g, band)
         want = {"tpot": 0.90, "tps": 0.90, "ttft": 0.75}

@@ -24,7 +24,7 @@ How (every formula is in one function below, with its inputs):
   prefill plus the prompts of ``share x (running - 1) ** exponent`` of the other running
   requests ahead of it (``Efficiency.prefill_queue_share`` and ``prefill_queue_exponent``:
   closed loops of equal lengths arrive in clumps and vLLM prefills first come, first
-  served).
+  served), each costing the mixed steps its tokens fill (``prefill_queue_unit``).
 * **KV capacity** bounds the running batch: vLLM admits requests while their prompt
   fits in free KV blocks, so the cache fills to about ``capacity / (input + output/2)``
   sequences; beyond ``capacity / (input + output)`` the growing sequences run out of
