@@ -135,6 +135,8 @@ SUPERSEDED: dict[str, str] = {
 }
 # Sections without goals (measurements reported as they are).
 NO_GOALS: dict[str, str] = {
+    "sched-sim-1": "a diagnostic: where the measured TTFT lies between two simulated "
+                   "arrival patterns",
     "bad-input": "every bad input's error, listed",
     "bad-input-real-server": "every bad input's error against a real vLLM server",
     "churn": "converged or not, listed per run",
