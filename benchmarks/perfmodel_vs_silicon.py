@@ -79,8 +79,10 @@ RUN_NOTES = {"aic-silicon-1": "the model fitted to none of these rows",
                                "subset only"}
 # The runs whose constants are aic-silicon-5's TTFT fit (shown under them).
 TTFT_FIT_RUNS = ("aic-silicon-5", "aic-silicon-9", "aic-silicon-11", "aic-silicon-13")
-# aic-silicon-5's fit of the TTFT queue (share, exponent), on the fit subset only, and
-# aic-silicon-15's (the prompts waited for priced in mixed steps), by config label.
+# The fits of the TTFT queue (share, exponent), each on the fit subset only: aic-silicon-5's
+# (the prompts waited for priced alone), -15's (one mixed step each), -17's (the mixed
+# steps each fills, the wait capped at the cycle) and -19's (the cap withdrawn), by the
+# kind of fit their config registers (:func:`fit_kind`).
 TTFT_FIT = ROOT / "benchmarks" / "data" / "perfmodel_ttft_fit.json"
 TTFT_FIT_15 = ROOT / "benchmarks" / "data" / "perfmodel_ttft_fit_15.json"
 TTFT_FIT_17 = ROOT / "benchmarks" / "data" / "perfmodel_ttft_fit_17.json"
@@ -206,12 +208,13 @@ SEQ_LAYER_FIT_MODEL: dict[str, Any] = {
 
 # The registered TTFT fits, by the unit their config's ttftFit names: aic-silicon-5's (no
 # unit: the prompts waited for priced alone; configs aic_silicon_5 to _13 carry its grid),
-# aic-silicon-15's (one mixed step each) and aic-silicon-17's (the mixed steps a prompt
-# fills, the wait kept within the cycle). The model each ran on: aic-silicon-5's, the
-# terms added since as they were then (aic-silicon-13's cost per sequence per layer did
-# not exist; aic-silicon-11's per-sequence cost moved no fit-subset row); aic-silicon-15's
-# and -17's, the model as it is but for the wait. And the constants each replaced (its
-# "before"): aic-silicon-2's, aic-silicon-5's and aic-silicon-15's.
+# aic-silicon-15's (one mixed step each), aic-silicon-17's (the mixed steps a prompt
+# fills, the wait kept within the cycle) and aic-silicon-19's (that cap withdrawn). The
+# model each ran on: aic-silicon-5's, the terms added since as they were then
+# (aic-silicon-13's cost per sequence per layer did not exist; aic-silicon-11's
+# per-sequence cost moved no fit-subset row); the later ones, the model as it is but for
+# the wait. And the constants each replaced (its "before"): aic-silicon-2's, -5's, -15's
+# and -17's.
 TTFT_FIT_MODEL: dict[str, dict[str, Any]] = {
     "prompt": {"attention_seq_layer_s": 0.0, "prefill_queue_unit": "prompt",
                "prefill_queue_within_cycle": False},
@@ -243,7 +246,7 @@ def fit_kind(grid: dict[str, Any]) -> str:
 
 
 def fit_ttft_queue(config: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """The TTFT fit a config registers (aic-silicon-5's, aic-silicon-15's): over the grid
+    """The TTFT fit a config registers (aic-silicon-5's, -15's, -17's, -19's): over the grid
     of (share, exponent), the least sum of squared ln(predicted / measured) TTFT over the
     fit subset's rows ONLY (``rows`` may hold others: they are not read), the model as that
     fit ran (:data:`TTFT_FIT_MODEL`); a tie goes to the smaller exponent, then the smaller
@@ -436,8 +439,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write", action="store_true", help="replace the section in RESULTS.md")
     ap.add_argument("--config", type=Path, default=CONFIG)
     ap.add_argument("--fit", action="store_true",
-                    help="the config's TTFT fit (aic-silicon-5's, aic-silicon-15's) on the "
-                         "fit subset of the stored rows")
+                    help="the config's TTFT fit (aic-silicon-5's, -15's, -17's, -19's) on "
+                         "the fit subset of the stored rows")
     ap.add_argument("--fit-ttft-steps", action="store_true",
                     help="aic-silicon-15's TTFT fit (configs/aic_silicon_15.yaml)")
     ap.add_argument("--fit-seq-layer", action="store_true",

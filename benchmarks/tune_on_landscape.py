@@ -288,7 +288,9 @@ READINGS: dict[str, str] = {
     **{f"tune-landscape-{n}": (
         f"Run {n - 5} with the planner's hint after aic-silicon-17 (two fixes to the "
         "model's TTFT wait): no hint of the 96 moved, so every run chose as in run "
-        f"{n - 5}, at the same trials (the stored runs are identical).")
+        f"{n - 5}, at the same trials (the stored runs are identical). After "
+        "aic-silicon-19 (the second fix withdrawn) no hint moved either, so, as its "
+        "config registered, this run stands as the current one.")
        for n in range(28, 33)},
 }
 # A run of a changed search is shown beside the run of the earlier search on the same

@@ -243,8 +243,8 @@ def test_the_ttft_queue_prices_each_prompt_waited_for_once() -> None:
 
 def test_the_ttft_queue_prices_each_prompt_waited_for_as_the_mixed_steps_it_fills(
 ) -> None:
-    """aic-silicon-17 (GPU_EFFICIENCY): each prompt waited for costs the mixed steps of the
-    cycle its tokens fill (one where a mixed step carries one prompt; two for an 8,192-token
+    """aic-silicon-17, -19 (GPU_EFFICIENCY): each prompt waited for costs the mixed steps of
+    the cycle its tokens fill (one where a mixed step carries one prompt; two for an 8,192-token
     prompt beside the decodes in an 8,192-token budget, which aic-silicon-15 priced as
     one); each step carries the running batch's decodes too, so it is longer than the
     prompt's share of prefill alone. The cycle, and so the throughput, is the same as
