@@ -199,42 +199,55 @@ def _sse(settings: list[Setting], figure: str, **constants: Any) -> float:
                               / st[0]["measured"][figure]) ** 2 for st in settings), 9)
 
 
-# The model aic-silicon-13's fit ran on: the TTFT wait as aic-silicon-5 fitted it (the
-# wait moves time from TPOT to TTFT, so it moves the TPOT the fit reads).
-SEQ_LAYER_FIT_MODEL: dict[str, Any] = {
-    "prefill_queue_share": 0.38, "prefill_queue_exponent": 0.65, "prefill_queue_unit": "prompt",
-    "prefill_queue_within_cycle": False}
+# The TTFT wait as each run that changed it left it (Efficiency's fields), for re-running
+# what was fitted or run on it: aic-silicon-5's (to -13; the prompts waited for priced
+# alone), -15's (one mixed step each), -17's (the mixed steps each fills, capped at the
+# cycle). aic-silicon-19's is GPU_EFFICIENCY's.
+WAIT: dict[str, dict[str, Any]] = {
+    "aic-silicon-5": {"prefill_queue_share": 0.38, "prefill_queue_exponent": 0.65,
+                      "prefill_queue_unit": "prompt", "prefill_queue_within_cycle": False},
+    "aic-silicon-15": {"prefill_queue_share": 0.42, "prefill_queue_exponent": 0.60,
+                       "prefill_queue_unit": "mixed_step", "prefill_queue_within_cycle": False},
+    "aic-silicon-17": {"prefill_queue_share": 0.42, "prefill_queue_exponent": 0.60,
+                       "prefill_queue_unit": "mixed_step_per_chunk",
+                       "prefill_queue_within_cycle": True},
+}
+# The model aic-silicon-13's fit ran on: aic-silicon-5's wait (the wait moves time from
+# TPOT to TTFT, so it moves the TPOT the fit reads).
+SEQ_LAYER_FIT_MODEL = WAIT["aic-silicon-5"]
 
 
-# The registered TTFT fits, by the unit their config's ttftFit names: aic-silicon-5's (no
-# unit: the prompts waited for priced alone; configs aic_silicon_5 to _13 carry its grid),
-# aic-silicon-15's (one mixed step each), aic-silicon-17's (the mixed steps a prompt
-# fills, the wait kept within the cycle) and aic-silicon-19's (that cap withdrawn). The
-# model each ran on: aic-silicon-5's, the terms added since as they were then
-# (aic-silicon-13's cost per sequence per layer did not exist; aic-silicon-11's
-# per-sequence cost moved no fit-subset row); the later ones, the model as it is but for
-# the wait. And the constants each replaced (its "before"): aic-silicon-2's, -5's, -15's
-# and -17's.
+def _how(run: str) -> dict[str, Any]:
+    """A run's wait without its share and exponent (how each prompt is priced)."""
+    return {k: v for k, v in WAIT[run].items()
+            if k not in ("prefill_queue_share", "prefill_queue_exponent")}
+
+
+def _before(run: str) -> dict[str, Any]:
+    """A run's wait as a fit's "before" (the constants the fit replaced)."""
+    return {"share": WAIT[run]["prefill_queue_share"],
+            "exponent": WAIT[run]["prefill_queue_exponent"], **_how(run)}
+
+
+# The registered TTFT fits, by the kind their config's ttftFit names (:func:`fit_kind`):
+# aic-silicon-5's (no unit; configs aic_silicon_5 to _13 carry its grid), -15's, -17's
+# and -19's (-17's cap withdrawn). The model each ran on: aic-silicon-5's, the terms added
+# since as they were then (aic-silicon-13's cost per sequence per layer did not exist;
+# aic-silicon-11's per-sequence cost moved no fit-subset row); the later ones, the model
+# as it is but for the wait. And the constants each replaced (its "before"):
+# aic-silicon-2's, -5's, -15's and -17's.
 TTFT_FIT_MODEL: dict[str, dict[str, Any]] = {
-    "prompt": {"attention_seq_layer_s": 0.0, "prefill_queue_unit": "prompt",
-               "prefill_queue_within_cycle": False},
-    "mixed_step": {"prefill_queue_unit": "mixed_step", "prefill_queue_within_cycle": False},
-    "mixed_step_per_chunk": {"prefill_queue_unit": "mixed_step_per_chunk",
-                             "prefill_queue_within_cycle": True},
-    "mixed_step_per_chunk_uncapped": {"prefill_queue_unit": "mixed_step_per_chunk",
+    "prompt": {"attention_seq_layer_s": 0.0, **_how("aic-silicon-5")},
+    "mixed_step": _how("aic-silicon-15"),
+    "mixed_step_per_chunk": _how("aic-silicon-17"),
+    "mixed_step_per_chunk_uncapped": {**_how("aic-silicon-17"),
                                       "prefill_queue_within_cycle": False},
 }
 TTFT_FIT_BEFORE: dict[str, dict[str, Any]] = {
     "prompt": {"share": 0.10, "exponent": 1.0},
-    "mixed_step": {"share": SEQ_LAYER_FIT_MODEL["prefill_queue_share"],
-                   "exponent": SEQ_LAYER_FIT_MODEL["prefill_queue_exponent"],
-                   "prefill_queue_unit": "prompt", "prefill_queue_within_cycle": False},
-    "mixed_step_per_chunk": {"share": 0.42, "exponent": 0.60,
-                             "prefill_queue_unit": "mixed_step",
-                             "prefill_queue_within_cycle": False},
-    "mixed_step_per_chunk_uncapped": {"share": 0.42, "exponent": 0.60,
-                                      "prefill_queue_unit": "mixed_step_per_chunk",
-                                      "prefill_queue_within_cycle": True},
+    "mixed_step": _before("aic-silicon-5"),
+    "mixed_step_per_chunk": _before("aic-silicon-15"),
+    "mixed_step_per_chunk_uncapped": _before("aic-silicon-17"),
 }
 
 
@@ -265,7 +278,9 @@ def fit_ttft_queue(config: dict[str, Any], rows: list[dict[str, Any]]) -> dict[s
                for exponent in _steps(grid["exponent"]) for share in _steps(grid["share"]))
     before = TTFT_FIT_BEFORE[unit_of_fit]
     unit = {k: v for k, v in before.items() if k not in ("share", "exponent")}
-    return {"label": config["label"], "rows": len(settings),
+    # configs aic_silicon_5 to _13 all carry aic-silicon-5's fit: it is that fit's label
+    label = "aic-silicon-5" if unit_of_fit == "prompt" else config["label"]
+    return {"label": label, "rows": len(settings),
             "rowIds": [r["id"] for r in fit_rows], "share": best[2], "exponent": best[1],
             "sumSquaredLogError": best[0],
             "before": {**before, "sumSquaredLogError": sse(before["share"], before["exponent"],

@@ -29,6 +29,7 @@ from typing import Any
 import yaml
 from tests.support.aic import QWEN3_32B
 
+from benchmarks.perfmodel_vs_silicon import WAIT
 from benchmarks.results_md import emit, markers
 from llm_operator.catalog import lookup_gpu
 from llm_operator.cli.aic import itl_p95_ms
@@ -192,11 +193,9 @@ def goodput(est: dict[str, Any] | None, b: int, wl: dict[str, Any], slo: dict[st
 # cap withdrawn): re-rendering one of them uses
 # them, so that its section stays what was run. A run not named here uses the model as
 # it is.
-_BEFORE_19: dict[str, Any] = {"prefill_queue_within_cycle": True}
-_BEFORE_17: dict[str, Any] = {"prefill_queue_unit": "mixed_step",
-                              "prefill_queue_within_cycle": False}
-_BEFORE_15: dict[str, Any] = {**_BEFORE_17, "prefill_queue_share": 0.38,
-                              "prefill_queue_exponent": 0.65, "prefill_queue_unit": "prompt"}
+_BEFORE_19 = WAIT["aic-silicon-17"]
+_BEFORE_17 = WAIT["aic-silicon-15"]
+_BEFORE_15 = WAIT["aic-silicon-5"]
 _BEFORE_13: dict[str, Any] = {"attention_seq_layer_s": 0.0, **_BEFORE_15}
 MODEL_AT_RUN: dict[str, dict[str, Any]] = {
     **{label: {"per_seq_overhead_s": 0.12e-3, **_BEFORE_13} for label in (

@@ -280,18 +280,16 @@ READINGS: dict[str, str] = {
                    "hint for Llama-3.1-70B TP 4 lets the search verify 128, the best, "
                    "more often."))},
     **{f"tune-landscape-{n}": (
-        f"Run {n - 5} with the planner's hint after aic-silicon-15 (the model's TTFT wait "
-        "priced in mixed steps, re-fitted on NVIDIA's measured Qwen3-32B TP 2 rows): no "
-        "hint of the 96 moved, so every run chose as in run "
-        f"{n - 5}, at the same trials (the stored runs are identical).")
-       for n in range(23, 28)},
-    **{f"tune-landscape-{n}": (
-        f"Run {n - 5} with the planner's hint after aic-silicon-17 (two fixes to the "
-        "model's TTFT wait): no hint of the 96 moved, so every run chose as in run "
-        f"{n - 5}, at the same trials (the stored runs are identical). After "
-        "aic-silicon-19 (the second fix withdrawn) no hint moved either, so, as its "
-        "config registered, this run stands as the current one.")
-       for n in range(28, 33)},
+        f"Run {n - 5} with the planner's hint after {after}: no hint of the 96 moved, so "
+        f"every run chose as in run {n - 5}, at the same trials (the stored runs are "
+        f"identical).{more}")
+       for first, after, more in (
+           (23, "aic-silicon-15 (the model's TTFT wait priced in mixed steps, re-fitted on "
+                "NVIDIA's measured Qwen3-32B TP 2 rows)", ""),
+           (28, "aic-silicon-17 (two fixes to the model's TTFT wait)",
+            " After aic-silicon-19 (the second fix withdrawn) no hint moved either, so, as "
+            "its config registered, this run stands as the current one."))
+       for n in range(first, first + 5)},
 }
 # A run of a changed search is shown beside the run of the earlier search on the same
 # setup (its label): both from their stored JSON.
