@@ -137,6 +137,8 @@ SUPERSEDED: dict[str, str] = {
 NO_GOALS: dict[str, str] = {
     "sched-sim-1": "a diagnostic: where the measured TTFT lies between two simulated "
                    "arrival patterns",
+    "closed-loop-check-1": "a diagnostic: whether each measured row can be a no-gap closed "
+                           "loop of uncached prompts",
     "bad-input": "every bad input's error, listed",
     "bad-input-real-server": "every bad input's error against a real vLLM server",
     "churn": "converged or not, listed per run",
