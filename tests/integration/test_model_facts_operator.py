@@ -21,10 +21,14 @@ from typing import Any
 import pytest
 import yaml
 
+from llm_operator.modelfacts import facts_from_hf_config
+from llm_operator.models import parse_llmservice
+from llm_operator.perfmodel import suggest_for
+from llm_operator.planning import make_plan
 from llm_operator_sandbox.node_agent import NodeAgent
 from tests.integration.conftest import NAMESPACE
 from tests.support.emulator import EmulatorProcess, Kubectl, OperatorProcess, wait_for
-from tests.support.hub import GPT_OSS_20B, LocalHub
+from tests.support.hub import GPT_OSS_20B, INDEX, LocalHub
 
 pytest.importorskip("huggingface_hub")
 
@@ -102,10 +106,21 @@ def test_model_outside_the_catalog_is_planned_from_its_config_json(
 
             # Tuning on rollout (the default) starts once the facts are in: kopf's tuning
             # handler ran before there was a plan, the Job's end runs the step again.
-            wait_for(lambda: kubectl.run(
+            job_name = wait_for(lambda: kubectl.run(
                 "get", "jobs", "-n", NAMESPACE, "-o", "name", "-l",
                 "llmops.dev/llmservice=oss,llmops.dev/component=tuning").stdout.strip(), 30,
                 "a tuning Job for oss")
+            # Its search starts at the performance model's knee with the same facts, not
+            # at the plan's memory limit (what a model outside the catalog once got).
+            job = kubectl.get("job", job_name.split("/")[-1], NAMESPACE) or {}
+            args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+            hint = int(args[args.index("--hint-max-num-seqs") + 1])
+            spec = parse_llmservice({**service("oss", "openai/gpt-oss-20b"),
+                                     "metadata": {"name": "oss", "namespace": NAMESPACE}}).spec
+            facts = facts_from_hf_config(GPT_OSS_20B, spec.model.name, index=INDEX)
+            assert hint == suggest_for(spec, make_plan(spec, facts=facts), facts=facts
+                                       ).max_num_seqs
+            assert hint < plan["maxNumSeqs"], (hint, plan["maxNumSeqs"])
 
             # The model on a volume: read from the mounted folder, its own 12 layers.
             pvc = wait_for(lambda: (p := ((kubectl.get("llms", "onpvc", NAMESPACE) or {}).get(

@@ -225,6 +225,38 @@ def test_search_starts_at_the_performance_models_knee() -> None:
     assert 1 <= hint < plan.max_num_seqs  # the knee lies well below the memory limit here
 
 
+def test_a_model_planned_from_its_config_json_starts_at_the_models_knee_too() -> None:
+    """A model the catalog does not know, planned from its own config.json (the facts the
+    operator cached): the hint is the performance model's knee under the SLO with those
+    facts, as for a catalog model; without them the Job fell back to the memory limit."""
+    import json
+    from pathlib import Path
+
+    from llm_operator.modelfacts import facts_from_hf_config
+    from llm_operator.perfmodel import suggest_for
+
+    config = Path(__file__).resolve().parents[1] / "fixtures" / "model_configs" / (
+        "Qwen--Qwen3.5-35B-A3B_config.json")
+    svc = parse_llmservice({
+        "metadata": {"name": "q35", "namespace": "ml", "uid": "u-1"},
+        "spec": {"model": {"name": "Qwen/Qwen3.5-35B-A3B"}, "gpus": {"product": "H100"},
+                 "workload": {"inputTokens": 512, "outputTokens": 256, "concurrency": 16}},
+    })
+    with pytest.raises(SpecError, match="spec.model.architecture"):
+        make_plan(svc.spec)  # not in the catalog: the facts are needed
+    facts = facts_from_hf_config(json.loads(config.read_text()), svc.spec.model.name)
+    plan = make_plan(svc.spec, facts=facts)
+
+    def hint(**kw: Any) -> int:
+        args = build_tuning_job(svc, plan, Settings(), "f" * 64, **kw)[
+            "spec"]["template"]["spec"]["containers"][0]["args"]
+        return int(args[args.index("--hint-max-num-seqs") + 1])
+
+    assert hint(facts=facts) == suggest_for(svc.spec, plan, facts=facts).max_num_seqs
+    assert 1 <= hint(facts=facts) < plan.max_num_seqs
+    assert hint() == plan.max_num_seqs  # no facts: the model cannot say, the limit stands
+
+
 def test_the_code_the_job_runs_needs_only_what_a_vllm_image_has() -> None:
     """The init container copies ``llm_operator/inpod/tuner/`` into the vLLM image: every module
     there may import the standard library, vLLM and vLLM's own dependencies, and its

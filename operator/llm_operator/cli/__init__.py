@@ -52,22 +52,19 @@ def _cmd_plan(args: argparse.Namespace) -> int:
                 f"{fact} from {source}" for fact, source in plan.fact_sources.items()))
         if not args.no_curve:
             try:
-                points, slo = curve_for(svc.spec, plan)
-                start = suggest_for(svc.spec, plan)
+                # The facts the plan was made from (catalog, spec.model.architecture, or
+                # --model-config's config.json).
+                points, slo = curve_for(svc.spec, plan, facts=facts)
+                start = suggest_for(svc.spec, plan, facts=facts)
             except NoPrediction as exc:
                 console.print(f"No predicted curve: {exc}.")
-                continue
-            except SpecError:
-                # The performance model reads the catalog or spec.model.architecture only.
-                console.print("No predicted curve: the performance model does not read "
-                              "facts from config.json yet.")
                 continue
             console.print(curve_table(points, f"Predicted: {plan.model_name} on "
                                       f"{plan.gpu_product}, TP {plan.tensor_parallel_size}", slo))
             console.print(f"Suggested starting max-num-seqs: {start.max_num_seqs} ({start.reason})")
             if args.aic is not None:
-                _print_aic(console, args, svc.spec, plan, points, slo)
-            for option, point in tp_alternative(svc.spec, plan,
+                _print_aic(console, args, svc.spec, plan, points, slo, facts)
+            for option, point in tp_alternative(svc.spec, plan, facts=facts,
                                                 gpus_per_node=settings.gpus_per_node):
                 taken = "planned" if option is plan else "not taken"
                 console.print(
@@ -85,7 +82,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _print_aic(console: Console, args: argparse.Namespace, spec: Any, plan: Any,
-               points: Any, slo: Any) -> None:
+               points: Any, slo: Any, facts: Any = None) -> None:
     """AIConfigurator's estimate beside the curve (``plan --aic``), or why not."""
     from ..perfmodel import inputs_for
     from .aic import (
@@ -100,7 +97,7 @@ def _print_aic(console: Console, args: argparse.Namespace, spec: Any, plan: Any,
     model = args.aic_model or (args.model_config if args.model_config not in (None, "hub")
                                else spec.model.name)
     try:
-        experts = bool(inputs_for(spec, plan).model.num_experts)
+        experts = bool(inputs_for(spec, plan, facts).model.num_experts)
         rows = comparable(points)
         if not rows:
             raise AICError("no point of the curve runs every client's request (the cap or "

@@ -50,6 +50,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..adaptation.policy import ServiceKey
+from ..catalog import ModelFacts
 from ..constants import (
     API_VERSION,
     KIND,
@@ -105,9 +106,9 @@ async def tuning_step(
         try:
             svc = parse_llmservice(obj)
             # A model planned from its config.json: the facts the reconciliation cached.
+            facts = await cached_model_facts(ctx, svc)
             plan = make_plan(svc.spec, gpus_per_node=ctx.settings.gpus_per_node,
-                             facts=await cached_model_facts(ctx, svc),
-                             load_bandwidth=ctx.settings.model_load_bandwidth)
+                             facts=facts, load_bandwidth=ctx.settings.model_load_bandwidth)
         except (SpecError, SpecErrors):
             return None  # the reconcile handler reports it
         status = dict(obj.get("status") or {})
@@ -139,7 +140,7 @@ async def tuning_step(
             logger.info(f"Tuning {namespace}/{name}: {decision.action}: {decision.why}")
         try:
             await _carry_out(ctx, obj, svc, plan, fingerprint, status, decision, job, now,
-                             logger)
+                             logger, facts)
         except ApiError as exc:
             if not (exc.namespace_terminating or exc.namespace_missing):
                 raise
@@ -155,7 +156,7 @@ async def tuning_step(
 async def _carry_out(
     ctx: OperatorContext, obj: JSON, svc: LLMService, plan: Plan, fingerprint: str,
     status: JSON, decision: tc.TuningDecision, job: tc.ObservedJob | None, now: float,
-    logger: Any,
+    logger: Any, facts: ModelFacts | None = None,
 ) -> None:
     namespace, name = svc.metadata.namespace, svc.metadata.name
     current = dict(status.get("tuning") or {})
@@ -165,7 +166,7 @@ async def _carry_out(
         await write_cache(ctx, namespace, fingerprint, decision.cache_entry)
     if decision.create_job:
         job_body = build_tuning_job(svc, plan, ctx.settings, fingerprint,
-                                    held=bool(tuning.get("beforeServing")))
+                                    held=bool(tuning.get("beforeServing")), facts=facts)
         job_name = job_body["metadata"]["name"]
         try:
             created = await ctx.kube.create(job_body)

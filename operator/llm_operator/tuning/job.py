@@ -22,6 +22,7 @@ import copy
 import shlex
 from typing import Any
 
+from ..catalog import ModelFacts
 from ..constants import ANNOTATION_FINGERPRINT, TERMINATION_LOG
 from ..errors import SpecError
 from ..extra_args import flag_set
@@ -117,14 +118,16 @@ def fixed_server_args(svc: LLMService, plan: Plan) -> list[str]:
     return out
 
 
-def start_hint(svc: LLMService, plan: Plan) -> int:
+def start_hint(svc: LLMService, plan: Plan, facts: ModelFacts | None = None) -> int:
     """Where the search starts: the performance model's knee under the SLO for this
-    plan (``perfmodel.suggest_for``), at most the planner's memory limit. The planner's
-    limit itself when the model cannot say (a GPU or model it has no facts for)."""
+    plan (``perfmodel.suggest_for``), at most the planner's memory limit; ``facts``: the
+    model's own config.json, for a model planned from it. The planner's limit itself
+    when the model cannot say (a GPU or model it has no facts for)."""
     from ..perfmodel import suggest_for  # operator side only: the pod never renders Jobs
 
     try:
-        return max(1, min(plan.max_num_seqs, suggest_for(svc.spec, plan).max_num_seqs))
+        return max(1, min(plan.max_num_seqs,
+                          suggest_for(svc.spec, plan, facts=facts).max_num_seqs))
     except (SpecError, ValueError, ZeroDivisionError):
         return plan.max_num_seqs
 
@@ -144,8 +147,10 @@ def sweeps_caps_live(svc: LLMService) -> bool:
     return flag_set(spec.engine.extra_args, LIVE_CAP_FLAGS) is None
 
 
-def tuner_args(svc: LLMService, plan: Plan, fingerprint: str) -> list[str]:
-    """The arguments of ``python3 -m llm_operator.inpod.tuner`` for ``svc``."""
+def tuner_args(svc: LLMService, plan: Plan, fingerprint: str,
+               facts: ModelFacts | None = None) -> list[str]:
+    """The arguments of ``python3 -m llm_operator.inpod.tuner`` for ``svc`` (``facts``:
+    the model's config.json, where the plan was made from it)."""
     spec = svc.spec
     wl = spec.workload
     model, _ = model_source(spec)
@@ -171,7 +176,7 @@ def tuner_args(svc: LLMService, plan: Plan, fingerprint: str) -> list[str]:
         f"--server-args={shlex.join(fixed_server_args(svc, plan))}",
     ]  # fmt: skip
     if not isinstance(spec.engine.max_num_seqs, int):
-        args += ["--hint-max-num-seqs", str(start_hint(svc, plan))]
+        args += ["--hint-max-num-seqs", str(start_hint(svc, plan, facts))]
     if sweeps_caps_live(svc):
         # The init container copied llm_operator/inpod/engine next to the tuner.
         args += ["--live-cap-engine", CODE_PATH]
@@ -201,7 +206,8 @@ def active_deadline_seconds(svc: LLMService, plan: Plan) -> int:
 
 
 def build_tuning_job(
-    svc: LLMService, plan: Plan, settings: Settings, fingerprint: str, *, held: bool = False
+    svc: LLMService, plan: Plan, settings: Settings, fingerprint: str, *, held: bool = False,
+    facts: ModelFacts | None = None,
 ) -> dict[str, Any]:
     """The ``batch/v1`` Job that tunes ``svc`` (pure: no API calls, no clock).
 
@@ -210,7 +216,9 @@ def build_tuning_job(
     ``llmops.dev/llmservice`` and ``llmops.dev/component=tuning``; annotation
     ``llmops.dev/tuning-fingerprint``; owned by the LLMService. The priority follows
     ``spec.tuning.placement`` (:func:`~.placement.job_priority_class`; ``held``: the
-    service's workload waits for this run, so its GPUs are the service's). Raises
+    service's workload waits for this run, so its GPUs are the service's; ``facts``: the
+    model's config.json, for a plan made from it, so the tuner's start hint is the
+    performance model's, not the memory limit). Raises
     :class:`~llm_operator.errors.SpecError` for a plan whose replica spans several nodes
     (one pod cannot start such a server).
     """
@@ -250,7 +258,7 @@ def build_tuning_job(
         "image": image_for(svc, settings),
         "imagePullPolicy": "IfNotPresent",
         "command": ["python3", "-m", "llm_operator.inpod.tuner"],
-        "args": tuner_args(svc, plan, fingerprint),
+        "args": tuner_args(svc, plan, fingerprint, facts),
         "env": env,
         "resources": build_resources(spec, plan),
         "volumeMounts": [*build_volume_mounts(spec), {**code_mount, "readOnly": True}],
