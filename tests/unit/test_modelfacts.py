@@ -28,6 +28,7 @@ from llm_operator.modelfacts import (
     facts_from_hf_config,
 )
 from llm_operator.models import parse_llmservice
+from llm_operator.perfmodel import suggest_for
 from llm_operator.planning import (
     BLOCK_SIZE,
     kv_bytes_per_sequence,
@@ -441,7 +442,8 @@ CORPUS_REFUSED: dict[str, str] = {}
 
 def test_model_config_corpus() -> None:
     """Every corpus model is planned (on H200s, 8 a node, for 16 requests of 2,048 + 512
-    tokens) or refused naming the one feature it lacks."""
+    tokens) or refused naming the one feature it lacks, and the performance model
+    predicts a start for each planned one from the same facts."""
     stems = sorted(p.name.removesuffix("_config.json") for p in CORPUS.glob("*_config.json")
                    if not p.name.endswith("_hf_quant_config.json"))
     assert len(stems) == 89
@@ -452,8 +454,9 @@ def test_model_config_corpus() -> None:
         except ValueError as exc:
             refused[stem] = str(exc)
             continue
-        plan = make_plan(spec(facts.name, gpus={"perNode": 8}, workload={
-            "concurrency": 16, "inputTokens": 2048, "outputTokens": 512}), facts=facts)
+        svc_spec = spec(facts.name, gpus={"perNode": 8}, workload={
+            "concurrency": 16, "inputTokens": 2048, "outputTokens": 512})
+        plan = make_plan(svc_spec, facts=facts)
         assert plan.kv_bytes_per_token > 0 and plan.weight_bytes > 0, stem
         # KV as the planner's formula gives it at the workload's length, and weights
         # no larger than the model's parameters in bf16 (+ 1% for scales).
@@ -462,6 +465,11 @@ def test_model_config_corpus() -> None:
             state_dtype_bytes={"float32": 4}.get(facts.state_dtype or "", 2),
             conv_dtype_bytes=2), stem
         assert plan.weight_bytes <= facts.parameters * 2 * 1.01, stem
+        # The performance model predicts from the same facts (plan's curve, the tuning
+        # Job's start): a starting max-num-seqs within the plan's limit.
+        start = suggest_for(svc_spec, plan, facts=facts)
+        assert 1 <= start.max_num_seqs <= plan.max_num_seqs, stem
+        assert start.point.output_tps > 0 and start.point.ttft_s > 0, stem
         planned.append(stem)
     assert refused.keys() == CORPUS_REFUSED.keys(), refused
     for stem, why in refused.items():
