@@ -380,6 +380,40 @@ _INTERCONNECT: dict[str, float] = {
 _PCIE_GEN4 = 32e9
 
 
+@dataclass(frozen=True)
+class Accuracy:
+    """How often the model's figures fell within +-25% of vLLM measured on GPUs by NVIDIA
+    (AIConfigurator 0.12.0's silicon_sample.csv), on rows it was not fitted to: one run of
+    ``benchmarks/perfmodel_vs_silicon.py`` (dense) or ``perfmodel_vs_silicon_moe.py``."""
+
+    run: str
+    rows: int
+    tpot: float
+    output_tps: float
+    ttft: float
+
+    def note(self, kind: str) -> str:
+        return (f"against vLLM measured on GPUs by NVIDIA ({kind}, {self.rows} rows it was not "
+                f"fitted to, {self.run}), within +-25%: TPOT {self.tpot:.0%}, output tok/s "
+                f"{self.output_tps:.0%}, TTFT {self.ttft:.0%}")
+
+
+# The current runs (benchmarks/RESULTS.md, sections aic-silicon and aic-silicon-20);
+# tests/unit/test_perfmodel_accuracy.py keeps them equal to the stored comparisons.
+MEASURED_ACCURACY = {
+    "dense": Accuracy("aic-silicon-19", 249, tpot=0.88, output_tps=0.88, ttft=0.55),
+    "moe": Accuracy("aic-silicon-20", 630, tpot=0.75, output_tps=0.76, ttft=0.50),
+}
+
+
+def accuracy_caption(experts: bool) -> str:
+    """What a predicted curve is, and how far to trust it: the measured accuracy for
+    the kind of model (mixture-of-experts or dense)."""
+    acc = MEASURED_ACCURACY["moe" if experts else "dense"]
+    return ("predicted by llm_operator.perfmodel (steady state, an estimate); "
+            + acc.note("mixture-of-experts models" if experts else "dense models"))
+
+
 class NoPrediction(ValueError):
     """The model lacks a figure it needs to predict speed (e.g. a GPU known only by its
     memory size): the plan stands, the curve cannot be drawn."""

@@ -29,7 +29,14 @@ from ..settings import Settings
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from ..perfmodel import NoPrediction, curve_for, suggest_for, tp_alternative
+    from ..perfmodel import (
+        NoPrediction,
+        accuracy_caption,
+        curve_for,
+        inputs_for,
+        suggest_for,
+        tp_alternative,
+    )
     from ..planning import make_plan
     from ..rendering.placement import with_placement
     from .tables import curve_table, plan_document, plan_table
@@ -59,8 +66,10 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             except NoPrediction as exc:
                 console.print(f"No predicted curve: {exc}.")
                 continue
+            experts = bool(inputs_for(svc.spec, plan, facts).model.num_experts)
             console.print(curve_table(points, f"Predicted: {plan.model_name} on "
-                                      f"{plan.gpu_product}, TP {plan.tensor_parallel_size}", slo))
+                                      f"{plan.gpu_product}, TP {plan.tensor_parallel_size}", slo,
+                                      accuracy_caption(experts)))
             console.print(f"Suggested starting max-num-seqs: {start.max_num_seqs} ({start.reason})")
             if args.aic is not None:
                 _print_aic(console, args, svc.spec, plan, points, slo, facts)

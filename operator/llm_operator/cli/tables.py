@@ -107,10 +107,11 @@ def plan_document(svc: LLMService, plan: Plan) -> dict[str, Any]:
 
 
 def curve_table(points: Sequence[Point], title: str = "Predicted curve",
-                slo: SLO | None = None) -> Table:
+                slo: SLO | None = None,
+                caption: str = "predicted by llm_operator.perfmodel (steady state)") -> Table:
     """The curve as a rich table (one row per concurrency; the knee marked, and the
     goodput column when an SLO is given)."""
-    table = Table(title=title, caption="predicted by llm_operator.perfmodel (steady state)")
+    table = Table(title=title, caption=caption)
     for col in ("clients", "running", "queued", "output tok/s", "tok/s per user", "TTFT ms",
                 "ITL ms", "ITL p95 ms", "bound"):
         table.add_column(col, justify="right" if col != "bound" else "left")
