@@ -24,8 +24,15 @@ from typing import Any
 
 import yaml
 
-from benchmarks.gpu_kernels import summarise
-from benchmarks.perfmodel_vs_silicon import FIGURES, LABELS, load_config, settings_of
+from benchmarks.gpu_kernels import summarise as summarise_kernels
+from benchmarks.perfmodel_vs_silicon import (
+    FIGURES,
+    LABELS,
+    compute_dtype,
+    load_config,
+    settings_of,
+    summarise,
+)
 from benchmarks.results_md import markers, record_or_write
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,7 +58,7 @@ def best_gemm_fractions(kernel_files: list[Path], min_tokens: int, mode: str
     least ``min_tokens`` rows reached in ``mode`` (gpu-kernels' medians over repeats)."""
     best: dict[tuple[str, str], float] = {}
     for f in kernel_files:
-        s = summarise(json.loads(f.read_text()))
+        s = summarise_kernels(json.loads(f.read_text()))
         for r in s["rows"]:
             if r["tokens"] >= min_tokens and r["mode"] == mode:
                 key = (s["gpu"], r["dtype"])
@@ -83,8 +90,7 @@ def record(config_path: Path = CONFIG, path: Path = DATA) -> dict[str, Any]:
             if r["predicted"] is not None]
     out = []
     for r, shape, hw, _ in settings_of(rows_cfg, rows):
-        g = groups[r["group"]]
-        dtype = g.get("compute", "fp8" if g["quantization"] == "fp8" else "bf16")
+        dtype = compute_dtype(groups[r["group"]])
         fraction = best.get((hw.name, dtype))
         m = r["measured"]
         n = need(r["concurrency"], r["isl"], r["osl"], r["tp"],
@@ -101,11 +107,6 @@ def record(config_path: Path = CONFIG, path: Path = DATA) -> dict[str, Any]:
             "rows": out}
     path.write_text(json.dumps(data, indent=1) + "\n")
     return data
-
-
-def within(rows: list[dict[str, Any]], band: float) -> dict[str, float]:
-    """The share of ``rows`` within +-band, per figure."""
-    return {k: sum(abs(r["error"][k]) <= band for r in rows) / len(rows) for k in FIGURES}
 
 
 def section(data: dict[str, Any]) -> str:
@@ -159,9 +160,9 @@ def section(data: dict[str, Any]) -> str:
               "|---|---|" + "---|" * len(FIGURES)]
     for name, g in (("every held-out row (the goal's)", held),
                     ("those with need <= 1 (chosen by this check)", ok)):
-        w = within(g, band)
+        s = summarise(g, band)
         lines.append(f"| {name} | {len(g)} | "
-                     + " | ".join(f"{w[k]:.0%}" for k in FIGURES) + " |")
+                     + " | ".join(f"{s[k]['within']:.0%}" for k in FIGURES) + " |")
     lines += ["", READING, "", end]
     return "\n".join(lines) + "\n"
 

@@ -130,12 +130,16 @@ def in_fit(row: dict[str, Any], config: dict[str, Any]) -> bool:
     return bool(fit) and row["group"] == fit.get("group") and row["tp"] == fit.get("tp")
 
 
+def compute_dtype(group: dict[str, Any]) -> str:
+    """The dtype a group's matmuls run in: fp8 for fp8 weights unless the group says
+    otherwise (``compute``: a checkpoint quantized by its publisher names it), else bf16."""
+    return str(group.get("compute", "fp8" if group["quantization"] == "fp8" else "bf16"))
+
+
 def _setting(group: dict[str, Any], config: dict[str, Any]
              ) -> tuple[ModelShape, Hardware, EngineSettings]:
     """The model, GPU and vLLM's default batch settings for a group's rows."""
-    # The dtype the matmuls run in: fp8 for fp8 weights unless the group says otherwise
-    # (``compute``: a checkpoint quantized by its publisher names it).
-    fp8 = group.get("compute", "fp8" if group["quantization"] == "fp8" else "bf16") == "fp8"
+    fp8 = compute_dtype(group) == "fp8"
     shape = ModelShape.from_facts(model(group["model"]), quantization=group["quantization"],
                                   kv_cache_dtype=config["engine"]["kvCacheDtype"])
     facts = gpu_facts(group["gpu"])

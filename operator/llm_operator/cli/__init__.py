@@ -72,7 +72,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
                                       accuracy_caption(experts)))
             console.print(f"Suggested starting max-num-seqs: {start.max_num_seqs} ({start.reason})")
             if args.aic is not None:
-                _print_aic(console, args, svc.spec, plan, points, slo, facts)
+                _print_aic(console, args, svc.spec, plan, points, slo, experts)
             for option, point in tp_alternative(svc.spec, plan, facts=facts,
                                                 gpus_per_node=settings.gpus_per_node):
                 taken = "planned" if option is plan else "not taken"
@@ -91,9 +91,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _print_aic(console: Console, args: argparse.Namespace, spec: Any, plan: Any,
-               points: Any, slo: Any, facts: Any = None) -> None:
-    """AIConfigurator's estimate beside the curve (``plan --aic``), or why not."""
-    from ..perfmodel import inputs_for
+               points: Any, slo: Any, experts: bool) -> None:
+    """AIConfigurator's estimate beside the curve (``plan --aic``), or why not; ``experts``:
+    whether the model routes to experts (the estimator names MoE models differently)."""
     from .aic import (
         AICError,
         comparable,
@@ -106,7 +106,6 @@ def _print_aic(console: Console, args: argparse.Namespace, spec: Any, plan: Any,
     model = args.aic_model or (args.model_config if args.model_config not in (None, "hub")
                                else spec.model.name)
     try:
-        experts = bool(inputs_for(spec, plan, facts).model.num_experts)
         rows = comparable(points)
         if not rows:
             raise AICError("no point of the curve runs every client's request (the cap or "
