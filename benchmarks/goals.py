@@ -5,7 +5,8 @@ typed by hand, so it cannot disagree with them).
 Which sections are current is said here, in :data:`CURRENT`: one entry per committed
 config (its repeated runs together), and :data:`SUPERSEDED` names every other section and
 what replaced it. A section in neither fails the unit test, so a new benchmark cannot be
-left out of the table silently.
+left out of the table silently. ``--write`` also moves every superseded section, verbatim,
+from RESULTS.md to the end of HISTORY.md, so RESULTS.md holds the current runs only.
 
     .venv/bin/python -m benchmarks.goals --write
 """
@@ -16,7 +17,7 @@ import argparse
 import re
 from dataclasses import dataclass
 
-from benchmarks.results_md import RESULTS, markers, replace_section
+from benchmarks.results_md import HISTORY, RESULTS, markers, replace_section
 
 NAME = "goals"
 BEGIN, END = markers(NAME)
@@ -74,7 +75,7 @@ CURRENT: tuple[Config, ...] = (
            ("scale-cluster",), CLUSTER),
 )
 
-# Sections that are not current, and why (they stay below the table, as history).
+# Sections that are not current, and why (moved to HISTORY.md by --write).
 SUPERSEDED: dict[str, str] = {
     "aic-estimator": "aic-estimator-2 (36 of 48 scenarios had no feasible point)",
     "aic-silicon-3": "aic-silicon-4 (the same MoE rows less 19 with DP attention; a fixed "
@@ -293,7 +294,8 @@ def section(text: str) -> str:
             where = ", ".join(f"`{s}`" for s in cfg.sections)
             lines.append(f"| {_esc(cfg.title)} | {_esc(goal)} | {_esc(figure)} | {verdict} "
                          f"| {cfg.label}; {where} |")
-    lines += ["", "Not in the table: " + "; ".join(
+    lines += ["", "Not in the table (superseded runs are in [HISTORY.md](HISTORY.md), "
+              "verbatim): " + "; ".join(
         f"`{name}` (superseded by {why})" for name, why in SUPERSEDED.items()) + "; " +
         "; ".join(f"`{name}` ({why})" for name, why in NO_GOALS.items()) + ".", END]
     return "\n".join(lines)
@@ -305,6 +307,39 @@ def unclassified(text: str) -> list[str]:
     return sorted(set(sections(text)) - placed - {NAME})
 
 
+ARCHIVE_HEAD = "## Superseded runs"
+ARCHIVE_INTRO = (
+    "Sections a later run of the same benchmark replaced, moved here verbatim from "
+    "RESULTS.md by `.venv/bin/python -m benchmarks.goals --write` (RESULTS.md's goals table "
+    "names what replaced each). Each is still generated from its stored data and committed "
+    "config by the command it names, which now writes it here; the unit tests check that "
+    "it still matches. In the order RESULTS.md had them.")
+
+
+def archive(results: str, history: str, names: set[str]) -> tuple[str, str]:
+    """Move the sections ``names`` from ``results`` to the end of ``history``, verbatim
+    and in their order, under :data:`ARCHIVE_HEAD` (added once); one ``history`` already
+    has is replaced there by the copy from ``results``. Returns both texts; a second call
+    changes nothing."""
+    found = re.compile(r"<!-- ([a-z0-9-]+):begin -->\n.*?<!-- \1:end -->", re.S)
+    moved = [m for m in found.finditer(results) if m.group(1) in names]
+    for m in moved:
+        results = results.replace(m.group(0), "", 1)
+    results = re.sub(r"\n{3,}", "\n\n", results).rstrip("\n") + "\n"
+    kept = {m.group(1): m for m in found.finditer(history)}
+    fresh = []
+    for m in moved:
+        if m.group(1) in kept:
+            history = history.replace(kept[m.group(1)].group(0), m.group(0), 1)
+        else:
+            fresh.append(m.group(0))
+    if fresh:
+        if ARCHIVE_HEAD not in history:
+            history = history.rstrip("\n") + f"\n\n{ARCHIVE_HEAD}\n\n{ARCHIVE_INTRO}\n"
+        history = history.rstrip("\n") + "\n\n" + "\n\n".join(fresh) + "\n"
+    return results, history
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help="write it into RESULTS.md")
@@ -314,7 +349,10 @@ def main() -> int:
     if missing:
         raise SystemExit(f"sections not placed in benchmarks/goals.py: {', '.join(missing)}")
     if args.write:  # in place; the unit test checks the table opens the file
-        replace_section(NAME, section(text))
+        replace_section(NAME, section(text), RESULTS)
+        results, history = archive(RESULTS.read_text(), HISTORY.read_text(), set(SUPERSEDED))
+        RESULTS.write_text(results)
+        HISTORY.write_text(history)
     else:
         print(section(text))  # noqa: T201 - the table, for a pipe
     return 0

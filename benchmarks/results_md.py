@@ -1,5 +1,7 @@
 """``benchmarks/RESULTS.md`` is shared by every benchmark: each owns one section between
-``<!-- name:begin -->`` and ``<!-- name:end -->`` and replaces only that."""
+``<!-- name:begin -->`` and ``<!-- name:end -->`` and replaces only that. A section a later
+run superseded lives in ``benchmarks/HISTORY.md`` instead (``benchmarks.goals --write``
+moves it there), and is replaced where it lives."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+HISTORY = RESULTS.with_name("HISTORY.md")
 
 
 def markers(name: str) -> tuple[str, str]:
@@ -14,10 +17,23 @@ def markers(name: str) -> tuple[str, str]:
     return f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
 
 
-def replace_section(name: str, section: str, path: Path = RESULTS) -> None:
-    """Replace section ``name`` (``section`` includes its markers) in ``path``, re-read
-    just before writing since other sections belong to other benchmarks; append it when
-    the file does not have it yet."""
+def home(name: str) -> Path:
+    """Where section ``name`` lives: HISTORY.md once it was moved there, else RESULTS.md."""
+    begin, end = markers(name)
+    text = HISTORY.read_text() if HISTORY.exists() else ""
+    return HISTORY if begin in text and end in text else RESULTS
+
+
+def published() -> str:
+    """RESULTS.md and HISTORY.md together: every section a stored run renders to."""
+    return "\n".join(p.read_text() for p in (RESULTS, HISTORY) if p.exists())
+
+
+def replace_section(name: str, section: str, path: Path | None = None) -> None:
+    """Replace section ``name`` (``section`` includes its markers) in ``path`` (by default
+    the file it lives in, :func:`home`), re-read just before writing since other sections
+    belong to other benchmarks; append it when the file does not have it yet."""
+    path = home(name) if path is None else path
     begin, end = markers(name)
     text = path.read_text() if path.exists() else "# Benchmark results\n"
     if begin in text and end in text:
@@ -29,8 +45,8 @@ def replace_section(name: str, section: str, path: Path = RESULTS) -> None:
 
 
 def emit(name: str, section: str, write: bool) -> int:
-    """Print section ``name``, and with ``write`` replace it in RESULTS.md (a benchmark's
-    ``--write``); returns the exit status."""
+    """Print section ``name``, and with ``write`` replace it where it lives (RESULTS.md,
+    or HISTORY.md once superseded; a benchmark's ``--write``); returns the exit status."""
     import sys
 
     if write:

@@ -196,6 +196,45 @@ def test_the_goals_table_matches_the_sections_below_it() -> None:
                                          for s in goals.sections(text) if s != goals.NAME)
 
 
+def test_superseded_sections_live_in_history_and_current_ones_in_results() -> None:
+    """RESULTS.md holds the current runs only: every superseded section is in HISTORY.md,
+    none is left in RESULTS.md (the fix: `.venv/bin/python -m benchmarks.goals --write`),
+    and a superseded benchmark's --write goes to the file its section lives in."""
+    from benchmarks import goals, results_md
+
+    results = goals.sections(results_md.RESULTS.read_text())
+    history = goals.sections(results_md.HISTORY.read_text())
+    assert set(goals.SUPERSEDED) & set(results) == set()
+    assert set(goals.SUPERSEDED) <= set(history)
+    current = {s for cfg in goals.CURRENT for s in cfg.sections} | set(goals.NO_GOALS)
+    assert current & set(history) == set() and current <= set(results)
+    assert results_md.home("tune-landscape-1") == results_md.HISTORY
+    assert results_md.home("aic-silicon") == results_md.RESULTS
+
+
+def test_archive_moves_superseded_sections_verbatim_once() -> None:
+    """archive() takes the named sections out of RESULTS.md, appends them to HISTORY.md
+    under one heading in their order, replaces a copy HISTORY.md already has, and changes
+    nothing the second time."""
+    from benchmarks.goals import ARCHIVE_HEAD, archive
+
+    def block(name: str, body: str) -> str:
+        return f"<!-- {name}:begin -->\n## {name}\n\n{body}\n\n<!-- {name}:end -->"
+
+    results = "# R\n\n" + "\n\n".join(
+        [block("a", "one"), block("b", "two"), block("c", "three"), block("d", "new")]) + "\n"
+    history = "# H\n\nintro\n\n" + ARCHIVE_HEAD + "\n\nx\n\n" + block("d", "old") + "\n"
+    r1, h1 = archive(results, history, {"b", "c", "d"})
+    assert r1 == "# R\n\n" + block("a", "one") + "\n"
+    assert h1 == ("# H\n\nintro\n\n" + ARCHIVE_HEAD + "\n\nx\n\n" + block("d", "new") +
+                  "\n\n" + block("b", "two") + "\n\n" + block("c", "three") + "\n")
+    assert h1.count(ARCHIVE_HEAD) == 1
+    assert archive(r1, h1, {"b", "c", "d"}) == (r1, h1)
+    r2, h2 = archive(results, "# H\n", {"b"})
+    assert h2.startswith("# H\n\n" + ARCHIVE_HEAD) and h2.endswith(block("b", "two") + "\n")
+    assert "<!-- b:begin -->" not in r2 and block("c", "three") in r2
+
+
 def test_goal_rows_are_read_from_tables_and_sentences() -> None:
     """Rows marked as bounds are no goals; a verdict keeps its note; one-line goals count."""
     from benchmarks.goals import goals_of

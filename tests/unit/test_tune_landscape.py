@@ -1,9 +1,9 @@
 """The tuner's search on AIConfigurator's estimated landscape (issue 34 item 3,
 benchmarks/tune_on_landscape.py): the stored runs (benchmarks/data/tune_landscape_*.json)
 of the current search version are what the current search gives on the harness's
-landscape, their summary is what benchmarks/RESULTS.md shows, and the harness's landscape
-follows its stated rules (interpolation in log(batch), the queue's wait, vLLM's defaults
-per GPU, the noise)."""
+landscape, their summary is what benchmarks/RESULTS.md (HISTORY.md once superseded)
+shows, and the harness's landscape follows its stated rules (interpolation in
+log(batch), the queue's wait, vLLM's defaults per GPU, the noise)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from benchmarks.planner_vs_aic import goodput, itl_of
-from benchmarks.results_md import RESULTS
+from benchmarks.results_md import published
 from benchmarks.tune_on_landscape import (
     ROOT,
     Cell,
@@ -55,7 +55,7 @@ def test_results_md_shows_the_stored_runs_summary(path: Path) -> None:
     --write (the section is generated from the stored JSON)."""
     data = _stored(path)
     assert data["config"] == load(path), "the stored run is of another config"
-    assert section(data) in RESULTS.read_text(), data["section"]
+    assert section(data) in published(), data["section"]
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
