@@ -138,6 +138,8 @@ SUPERSEDED: dict[str, str] = {
 NO_GOALS: dict[str, str] = {
     "sched-sim-1": "a diagnostic: where the measured TTFT lies between two simulated "
                    "arrival patterns",
+    "planner-measured-scale-1": "a sensitivity: the planner's start on the estimator's "
+                                "landscape scaled by its measured error",
     "closed-loop-check-1": "a diagnostic: whether each measured row can be a no-gap closed "
                            "loop of uncached prompts",
     "bad-input": "every bad input's error, listed",
