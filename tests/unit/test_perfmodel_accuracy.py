@@ -51,3 +51,14 @@ def test_plan_prints_the_note_for_the_kind_of_model(capsys, tmp_path: Path) -> N
     assert cli.main(["plan", str(moe)]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert MEASURED_ACCURACY["moe"].note("mixture-of-experts models") in out
+
+
+def test_the_docs_at_a_glance_table_quotes_the_current_figures() -> None:
+    """docs/production/performance-model.md opens with a table a reader takes in at once;
+    its dense and MoE rows are the current runs' (the note's) figures, named by run."""
+    doc = (EXAMPLES.parent / "docs" / "production" / "performance-model.md").read_text()
+    glance = doc.split("## At a glance", 1)[1].split("## Point by point", 1)[0]
+    for kind in ("dense", "moe"):
+        acc = MEASURED_ACCURACY[kind]
+        row = next(line for line in glance.splitlines() if f"({acc.run})" in line)
+        assert f"{acc.tpot:.0%} / {acc.output_tps:.0%} / {acc.ttft:.0%}" in row, row
