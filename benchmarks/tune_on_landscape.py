@@ -311,7 +311,7 @@ BEFORE: dict[str, str] = {"tune-landscape-3": "tune-landscape-2",
                           "tune-landscape-21": "tune-landscape-16",
                           "tune-landscape-22": "tune-landscape-17",
                           **{f"tune-landscape-{n}": f"tune-landscape-{n - 5}"
-                             for n in range(23, 33)}}
+                             for n in range(23, 38)}}
 LABEL = ("estimated (AIConfigurator's estimator, a model) + noise measured on the CPU engine; "
          "the tuner's code unchanged")
 # The tuner's code a stored run describes: the search and its paired comparison (and the

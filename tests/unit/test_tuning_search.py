@@ -612,3 +612,64 @@ def test_no_edge_verification_where_a_probe_beats_the_defaults_inside_the_margin
     out = search(ev, space, WL, slo, Budget(12, 1e9), Options(), clock=ev.now)
     assert not any("at the SLO itself" in n for n in out.notes)
     assert out.best is not None and out.best.config.max_num_seqs is not None
+
+
+# --- the planner's hint where the defaults miss outright (search version 5) ---------------
+
+
+@dataclass
+class _OnlyAt(_Edge):
+    """A live-cap engine where one cap alone meets the SLO at the workload's clients (a
+    knife edge, as the landscape's TTFT <= 30 s scenarios have) and no probe of the
+    defaults' server at fewer clients does: the sweep predicts nothing."""
+
+    good_cap: int = 12
+
+    def start(self, config: Config) -> _OnlySession:  # type: ignore[override]
+        self.started = True
+        return _OnlySession(self, config.max_num_seqs)
+
+
+@dataclass
+class _OnlySession(_EdgeSession):
+    def measure(self, concurrency: int) -> Measurement:
+        self.engine.clock[0] += 10.0
+        batch = min(concurrency, self.cap or 1024)
+        ok = self.cap == self.engine.good_cap  # type: ignore[attr-defined]
+        tps = 100.0 * batch
+        return Measurement(concurrency=concurrency, duration_s=10.0,
+                           goodput_tps=tps if ok else 0.0, output_tps=tps,
+                           request_rate=batch / 5.0, ttft_p95_ms=100.0,
+                           itl_p95_ms=30.0 if ok else 60.0, completed=2 * concurrency,
+                           running_max=batch, running_mean=batch)
+
+
+@pytest.mark.parametrize("hint", [12, 11])
+def test_defaults_that_miss_outright_get_the_planners_hint_verified(hint: int) -> None:
+    """tune-landscape-30/31: the defaults met the SLO in no run, the sweep's verified cap
+    had none either, and the search ended keeping the defaults while the planner's hint
+    met the SLO. Version 5 verifies the hint (snapped to the ladder) before giving up."""
+    space = Space(max_num_seqs=ladder(1, 64), default_max_num_seqs=1024)
+    ev = _OnlyAt()
+    out = search(ev, space, Workload(128, 256, 64), SLO(30000, 50), Budget(12, 1e9),
+                 Options(hint_max_num_seqs=hint), clock=ev.now)
+    assert out.baseline is not None and out.baseline.score == 0
+    assert ("verify", 12) in [(t.phase, t.config.max_num_seqs) for t in out.trials]
+    assert out.best is not None and out.best.config.max_num_seqs == 12
+    assert "kept --max-num-seqs 12" in out.decision()
+    assert any("planner's hint, --max-num-seqs 12, verified" in n for n in out.notes)
+    # Without a hint the same search keeps the defaults, as version 4 did.
+    ev = _OnlyAt()
+    out = search(ev, space, Workload(128, 256, 64), SLO(30000, 50), Budget(12, 1e9),
+                 Options(), clock=ev.now)
+    assert out.best is out.baseline
+
+
+def test_the_hint_is_not_forced_where_the_defaults_met_the_slo() -> None:
+    """Where any baseline run had goodput, version 5 adds no trial: the search is
+    version 4's, trial for trial."""
+    with_hint, _ = run(Surface(), opts=Options(hint_max_num_seqs=4))
+    without, _ = run(Surface())
+    assert with_hint.baseline is not None and with_hint.baseline.score > 0
+    assert not any("planner's hint" in n for n in with_hint.notes)
+    assert [t.config for t in with_hint.trials] == [t.config for t in without.trials]

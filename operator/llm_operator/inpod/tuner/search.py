@@ -24,6 +24,10 @@ minutes of model loading. This search spends restarts only where they pay:
    search does not aim at the SLO's edge; where that leaves no cap predicted to beat the
    defaults but the SLO itself does (as where the defaults miss it and only caps near its
    edge meet it), those caps are verified instead of keeping the defaults unchallenged.
+   Where the defaults met the SLO in none of the baseline's runs and nothing verified
+   won, the planner's hint (the model's knee under the SLO) is verified too: the sweep's
+   probes are single noisy runs, and a cap the model expects to meet the SLO is worth
+   one trial before the defaults, which miss it outright, are kept.
 3. **Refine** only next to the incumbent on the level ladder, only where the prediction
    says it could win, and move only on a gain larger than the noise margin.
 4. **max-num-batched-tokens** by coordinate steps from vLLM's default, only in the
@@ -77,8 +81,10 @@ from .compare import DEFAULT_CONFIDENCE, DEFAULT_MAX_PAIRS, Comparison, Verdict,
 # runs 3 and 4); 3: version 2 without the 3C/4 probe, which cost trials and, on run 1's
 # setup, chose below the defaults in 13 runs (runs 5 and 6); 4: where the sweep predicts
 # no probed cap beating the defaults inside the prediction margin, the caps predicted to
-# beat them at the SLO itself are verified (runs 9, 10 and 12).
-SEARCH_VERSION = 4
+# beat them at the SLO itself are verified (runs 9, 10 and 12); 5: where the defaults met
+# the SLO in none of the baseline's runs and the verify phase kept nothing, the planner's
+# hint is verified against them before the hill-climb (runs 33 to 37).
+SEARCH_VERSION = 5
 
 # --- inputs -------------------------------------------------------------------------------
 
@@ -1073,6 +1079,8 @@ class _Run:
             if not self.can_afford(verify[0]):
                 return
             self.first_better(verify, "verify", base)
+        if not self.chain and not self.verify_hint(base, limit):
+            return
         # Hill-climb on the ladder from the incumbent among mns levels.
         while True:
             inc = self.incumbent()
@@ -1102,6 +1110,27 @@ class _Run:
             cands.sort(key=lambda x: (-x[0], -x[1]))
             if not self.first_better([cfg for _pr, _lvl, cfg in cands], "refine", inc):
                 return
+
+    def verify_hint(self, base: Trial, limit: int) -> bool:
+        """Version 5: where vLLM's defaults met the SLO in none of the baseline's runs,
+        the planner's hint (the model's knee under the SLO), when given, binding and not
+        yet tried, is verified against them: the sweep's probes are single noisy runs, and
+        with the defaults missing outright a cap the model expects to meet the SLO is
+        worth one trial. False when the budget stopped the search."""
+        hint = self.opts.hint_max_num_seqs
+        levels = self.space.max_num_seqs
+        if hint is None or not levels or any(m.goodput_tps > 0 for m in base.runs):
+            return True
+        cap = snap(levels, hint)
+        cfg = Config(max_num_seqs=cap)
+        if cap >= limit or self.tried(cfg) or not self.space.valid(cfg):
+            return True
+        if not self.can_afford(cfg):
+            return False
+        self.notes.append(f"vLLM's defaults met the SLO in none of their runs: the "
+                          f"planner's hint, {cfg.describe()}, verified against them")
+        self.first_better([cfg], "verify", base)
+        return True
 
     def search_mnbt(self) -> None:
         levels = self.space.max_num_batched_tokens
