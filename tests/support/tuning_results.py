@@ -62,6 +62,17 @@ def kv_constrained_result(fingerprint: str | None, *, best_max_num_seqs: int = 2
     return result_from_outcome(outcome, SLO, WORKLOAD, fingerprint=fingerprint)
 
 
+def slo_unmet_result(fingerprint: str | None) -> TuningResult:
+    """A search where no request met the SLO with vLLM's defaults nor with the cap it
+    compared with them (both arms without goodput in every pair): the defaults are kept."""
+    base = _trial(0, Config(), "baseline", (0.0, 0.0, 0.0), ttft=40000.0, itl=180.0)
+    cand = _trial(1, Config(max_num_seqs=16), "verify", (0.0, 0.0, 0.0), ttft=52000.0,
+                  itl=120.0, against=(0.0, 0.0, 0.0))
+    outcome = Outcome(trials=[base, cand], baseline=base, best=base, complete=True,
+                      stop_reason="converged", wall_s=190.0)
+    return result_from_outcome(outcome, SLO, WORKLOAD, fingerprint=fingerprint)
+
+
 def failed_tuner_result(fingerprint: str | None) -> TuningResult:
     """What the tuner reports when even vLLM's defaults could not be measured."""
     base = Trial(index=0, config=Config(), phase="baseline",

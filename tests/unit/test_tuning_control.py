@@ -9,7 +9,11 @@ import json
 from typing import Any
 
 import pytest
-from tests.support.tuning_results import failed_tuner_result, kv_constrained_result
+from tests.support.tuning_results import (
+    failed_tuner_result,
+    kv_constrained_result,
+    slo_unmet_result,
+)
 
 from llm_operator import status as st
 from llm_operator.models import LLMService, parse_llmservice
@@ -360,3 +364,25 @@ def test_every_state_has_a_tuned_condition(state: str) -> None:
     assert cond is not None and cond[0] in ("True", "False", "Unknown") and cond[2]
     conds = tc.with_tuned_condition([], {"state": state}, generation=3, now=AT_NOW)
     assert conds[0]["type"] == "Tuned" and conds[0]["observedGeneration"] == 3
+
+
+def test_a_result_where_nothing_met_the_slo_says_so_and_what_to_change() -> None:
+    """Defaults kept because nothing tried met the SLO is not "the defaults were best":
+    the condition and the Event name the SLO and the fields that would change it."""
+    svc, plan, fp, name = service()
+    running = decide(svc, plan, fp, name, None).status_after(None)
+    running["jobUid"] = "job-1"
+    d = decide(svc, plan, fp, name, running, job(name, fp, "Complete"),
+               slo_unmet_result(fp).to_message(), now=AT_LATER)
+    t = d.tuning
+    assert d.action is tc.TuningAction.ACCEPT and t is not None and not t.get("applied")
+    assert "the defaults were best" not in t["reason"]
+    assert ("vLLM's defaults met the SLO (TTFT p95 <= 15000 ms, ITL p95 <= 100 ms) for no "
+            "request") in t["reason"]
+    assert "spec.workload.slo" in t["reason"] and "spec.gpus" in t["reason"]
+    assert d.event is not None and d.event.message == t["reason"]
+    # Where the defaults had goodput and stayed best, the usual words.
+    kept = kv_constrained_result(fp, defaults_best=True)
+    d = decide(svc, plan, fp, name, running, job(name, fp, "Complete"), kept.to_message(),
+               now=AT_LATER)
+    assert d.tuning is not None and "the defaults were best" in d.tuning["reason"]

@@ -783,9 +783,23 @@ def accepted_message(result: TuningResult, applied: Mapping[str, int], source: s
             evidence += f", {ratio}vLLM's defaults ({base.goodput:g} tok/s)"
     if applied:
         change = "running with " + ", ".join(f"{_flag(k)} {v}" for k, v in applied.items())
+    elif base is not None and base.goodput <= 0 and (best is None or best.goodput <= 0):
+        change = ("settings unchanged, but vLLM's defaults met the SLO"
+                  f"{_slo_text(result.slo)} for no request in the tuning runs and no "
+                  "configuration tried beat them: relax spec.workload.slo, or give the "
+                  "service more or larger GPUs (spec.gpus)")
     else:
         change = "the defaults were best: settings unchanged"
     return f"Tuned{partial}: {change}; {evidence}; {where}"
+
+
+def _slo_text(slo: Mapping[str, float]) -> str:
+    """The result's SLO as a user wrote it (the tuner writes ``ttftMs``; ``ttftP95Ms``
+    read too)."""
+    ttft = slo.get("ttftMs", slo.get("ttftP95Ms"))
+    parts = [f"{name} <= {value:g} ms" for name, value in
+             (("TTFT p95", ttft), ("ITL p95", slo.get("itlP95Ms"))) if value is not None]
+    return f" ({', '.join(parts)})" if parts else ""
 
 
 def _flag(key: str) -> str:
