@@ -93,6 +93,10 @@ def compare(cfg_path: Path = CONFIG) -> dict[str, Any]:
             "after": scenarios(cfg, scaled(data, ratios, itl))}
 
 
+def _ratio(x: float | None) -> str:
+    return f"{x:.2f}" if x is not None else "-"
+
+
 def _band_name(lo: int, hi: int) -> str:
     return f"{lo}-{hi}" if hi < 100000 else f">= {lo}"
 
@@ -144,11 +148,10 @@ def section(found: dict[str, Any]) -> str:
         low = [x for x in (r["ratio"], s["ratio"]) if x is not None and x < 0.9]
         if not low:
             continue
-        fmt = lambda x: f"{x:.2f}" if x is not None else "-"  # noqa: E731
         lines.append(
             f"| {r['key']} | {r['slo']} | {r['pick']} | {r['best']:,.0f} ({r['bestBatch']}), "
-            f"{fmt(r['ratio'])} | {s['got']:,.0f} ({s['why']}) | {s['best']:,.0f} "
-            f"({s['bestBatch']}), {fmt(s['ratio'])} |")
+            f"{_ratio(r['ratio'])} | {s['got']:,.0f} ({s['why']}) | {s['best']:,.0f} "
+            f"({s['bestBatch']}), {_ratio(s['ratio'])} |")
     lines += ["", f"Reading (written after the run): {READING}", "", end]
     return "\n".join(lines) + "\n"
 

@@ -304,7 +304,7 @@ READINGS: dict[str, str] = {
                 "something meets the SLO, so (a), (b) and (c) are run 28's.",
             "median simulated time 1,038 -> 1,050 s, mean 1,187 -> 1,357 s"),
            (34, "As in run 33: (a), (b) and (c) are run 29's.",
-            "measurements up to 0.79 of the grid's, was 0.67"),
+            "median simulated time 851 -> 856 s, mean 1,053 -> 1,184 s"),
            (35, "Goal (b) 200 -> 208 of 440 runs, (a) 905 -> 907 of 1,380: with the mean "
                 "TPOT as the ITL, the hint meets the SLO noise-free in fewer of these "
                 "scenarios (145 of run 30's 240 runs failing (b)).",
