@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
-from .inpod.tuner.result import RESULT_KIND, TABLE_COLUMNS, TuningResult
+from .inpod.tuner.result import RESULT_KIND, TABLE_COLUMNS, TuningResult, slo_ms
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -107,12 +107,6 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _slo(slo: Mapping[str, Any]) -> tuple[float | None, float | None]:
-    ttft = _num(slo.get("ttftMs", slo.get("ttftP95Ms")))
-    itl = _num(slo.get("itlP95Ms", slo.get("itlMs")))
-    return ttft, itl
-
-
 def _settings_of(record: Mapping[str, Any] | None) -> tuple[int | None, int | None] | None:
     """(maxNumSeqs, maxNumBatchedTokens) of a Score dump or a status summary."""
     if not record:
@@ -171,7 +165,7 @@ def _trials(source: str, records: Sequence[Mapping[str, Any]], best: Any, baseli
             + (f": {doc['reason']}" if doc.get("reason") else "") + ")",
             "plot a run that measured at least one configuration (the trial table is "
             "`table` in the result or status.tuning)")
-    ttft, itl = _slo(doc.get("slo") or {})
+    ttft, itl = slo_ms(doc.get("slo") or {})
     settings = _settings_of(best) if isinstance(best, Mapping) else None
     chosen = (*settings, _chunked_of(best)) if settings is not None else None
     return TuningTrials(

@@ -83,7 +83,14 @@ from typing import Any
 
 from .. import status as st
 from ..constants import ANNOTATION_FINGERPRINT, ANNOTATION_RETUNE
-from ..inpod.tuner.result import TABLE_COLUMNS, ResultParseError, Score, TuningResult, parse_result
+from ..inpod.tuner.result import (
+    TABLE_COLUMNS,
+    ResultParseError,
+    Score,
+    TuningResult,
+    parse_result,
+    slo_ms,
+)
 from ..models import LLMService, TuningMode, TuningPlacement
 from ..planning import OVERRIDABLE, Plan
 from ..rendering.deployment import PROGRESS_MARGIN_SECONDS
@@ -794,11 +801,9 @@ def accepted_message(result: TuningResult, applied: Mapping[str, int], source: s
 
 
 def _slo_text(slo: Mapping[str, float]) -> str:
-    """The result's SLO as a user wrote it (the tuner writes ``ttftMs``; ``ttftP95Ms``
-    read too)."""
-    ttft = slo.get("ttftMs", slo.get("ttftP95Ms"))
-    parts = [f"{name} <= {value:g} ms" for name, value in
-             (("TTFT p95", ttft), ("ITL p95", slo.get("itlP95Ms"))) if value is not None]
+    """The result's SLO as the spec states it, e.g. `` (TTFT p95 <= 2000 ms, ...)``."""
+    parts = [f"{name} <= {value:g} ms" for name, value in zip(
+        ("TTFT p95", "ITL p95"), slo_ms(slo), strict=True) if value is not None]
     return f" ({', '.join(parts)})" if parts else ""
 
 

@@ -9,6 +9,8 @@ them). ``parse_result`` is what the operator calls on a finished Job's
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -65,6 +67,19 @@ class Prediction(_M):
 
     max_num_seqs: int = Field(alias="maxNumSeqs")
     goodput: float
+
+
+def slo_ms(slo: Mapping[str, Any]) -> tuple[float | None, float | None]:
+    """(TTFT, ITL p95) in ms from a result's ``slo`` (the tuner writes ``ttftMs`` and
+    ``itlP95Ms``; ``ttftP95Ms`` and ``itlMs`` are read too); None where absent or not a
+    finite number."""
+    def num(value: Any) -> float | None:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return None
+        return float(value) if math.isfinite(value) else None
+
+    return (num(slo.get("ttftMs", slo.get("ttftP95Ms"))),
+            num(slo.get("itlP95Ms", slo.get("itlMs"))))
 
 
 class TuningResult(_M):
