@@ -68,9 +68,14 @@ def record(config_path: Path = CONFIG, path: Path = DATA) -> dict[str, Any]:
     return data
 
 
+def band_name(lo: int, hi: int) -> str:
+    """A concurrency band as the section names it (the open top band: ``>= lo``)."""
+    return f"{lo}-{hi}" if hi < 100000 else f">= {lo}"
+
+
 def _band(c: int, bands: list[list[int]]) -> str:
     lo, hi = next(b for b in bands if b[0] <= c <= b[1])
-    return f"{lo}-{hi}" if hi < 100000 else f">= {lo}"
+    return band_name(lo, hi)
 
 
 def section(data: dict[str, Any], config: dict[str, Any]) -> str:

@@ -172,10 +172,13 @@ class Goal:
     note: str = ""  # e.g. "within the noise"
 
 
+# One marked section: its name, and its body without the markers.
+SECTION_RE = re.compile(r"<!-- ([a-z0-9-]+):begin -->\n(.*?)<!-- \1:end -->", re.S)
+
+
 def sections(text: str) -> dict[str, str]:
     """Every marked section of RESULTS.md by name, its body without the markers."""
-    return {m.group(1): m.group(2) for m in re.finditer(
-        r"<!-- ([a-z0-9-]+):begin -->\n(.*?)<!-- \1:end -->", text, re.S)}
+    return {m.group(1): m.group(2) for m in SECTION_RE.finditer(text)}
 
 
 def _cells(line: str) -> list[str]:
@@ -327,12 +330,11 @@ def archive(results: str, history: str, names: set[str]) -> tuple[str, str]:
     and in their order, under :data:`ARCHIVE_HEAD` (added once); one ``history`` already
     has is replaced there by the copy from ``results``. Returns both texts; a second call
     changes nothing."""
-    found = re.compile(r"<!-- ([a-z0-9-]+):begin -->\n.*?<!-- \1:end -->", re.S)
-    moved = [m for m in found.finditer(results) if m.group(1) in names]
+    moved = [m for m in SECTION_RE.finditer(results) if m.group(1) in names]
     for m in moved:
         results = results.replace(m.group(0), "", 1)
     results = re.sub(r"\n{3,}", "\n\n", results).rstrip("\n") + "\n"
-    kept = {m.group(1): m for m in found.finditer(history)}
+    kept = {m.group(1): m for m in SECTION_RE.finditer(history)}
     fresh = []
     for m in moved:
         if m.group(1) in kept:

@@ -52,11 +52,9 @@ def band_ratios(rows: list[dict[str, Any]], bands: list[list[int]]
 
 
 def ratio_at(b: int, ratios: dict[tuple[int, int], dict[str, float]]) -> dict[str, float]:
-    """The ratios of the band batch ``b`` falls in (above every band's top: the last)."""
-    for (lo, hi), r in ratios.items():
-        if lo <= b <= hi:
-            return r
-    return ratios[max(ratios)]
+    """The ratios of the band batch ``b`` falls in (the top band is open: batches beyond
+    every measured row, above ``extrapolateAbove``, take its ratios)."""
+    return next(r for (lo, hi), r in ratios.items() if lo <= b <= hi)
 
 
 def scaled(data: dict[str, Any], ratios: dict[tuple[int, int], dict[str, float]],
@@ -97,10 +95,6 @@ def _ratio(x: float | None) -> str:
     return f"{x:.2f}" if x is not None else "-"
 
 
-def _band_name(lo: int, hi: int) -> str:
-    return f"{lo}-{hi}" if hi < 100000 else f">= {lo}"
-
-
 def section(found: dict[str, Any]) -> str:
     cfg, ratios = found["cfg"], found["ratios"]
     before = [r for r in found["before"] if not r.get("missing")]
@@ -128,7 +122,7 @@ def section(found: dict[str, Any]) -> str:
         "`.venv/bin/python -m benchmarks.planner_measured_scale --write`.", "",
         "| concurrency band | estimate/measured TTFT (median) | estimate/measured TPOT "
         "(median) |", "|---|---|---|",
-        *(f"| {_band_name(lo, hi)} | {r['ttft']:.2f} | {r['tpot']:.2f} |"
+        *(f"| {aic_vs_silicon.band_name(lo, hi)} | {r['ttft']:.2f} | {r['tpot']:.2f} |"
           for (lo, hi), r in ratios.items()), "",
         f"Our pick's goodput / the scaled landscape's best: median "
         f"{statistics.median(share):.2f}, minimum {min(share):.2f}, >= 0.9 in "
