@@ -103,14 +103,18 @@ class LoadRun:
             raise
         try:
             if rc != 0:
-                self._log.seek(0)
-                tail = self._log.read()[-3000:].decode(errors="replace")
-                raise RuntimeError(f"vllm bench serve exited with {rc}:\n{tail}")
+                raise RuntimeError(f"vllm bench serve exited with {rc}:\n"
+                                   f"{self.output_tail()}")
             result: dict[str, Any] = json.loads(self.result_path.read_text())
             return result
         finally:
             self._log.close()
             self.result_path.unlink(missing_ok=True)
+
+    def output_tail(self, chars: int = 3000) -> str:
+        """The last ``chars`` of what the benchmark printed so far."""
+        self._log.seek(0)
+        return self._log.read()[-chars:].decode(errors="replace")
 
     def kill(self) -> None:
         """Stop the benchmark (its process group)."""

@@ -114,18 +114,37 @@ def start_stack(model: Path, flags: list[str], name: str) -> Iterator[Stack]:
         (server if stack is None else stack.server).stop()
 
 
+def full(seen: list[Observation], window_s: float) -> list[Observation]:
+    """The windows holding at least 3/4 of their scrapes (one a second): the ones a test
+    judges."""
+    return [o for o in seen if o.samples >= window_s * 0.75]
+
+
 def observe_while(stack: Stack, run: LoadRun, window_s: float, every_s: float,
-                  max_s: float) -> list[Observation]:
-    """Observe every ``every_s`` while the load runs (at most ``max_s``); first wait for
-    the load to reach the server."""
+                  max_s: float, want: int = 2) -> list[Observation]:
+    """Observe every ``every_s`` while the load runs, for ``max_s`` or, while fewer than
+    ``want`` full windows (:func:`full`) are in, up to ``2 * window_s`` longer; first wait
+    for the load to reach the server.
+
+    Only windows that begin after the load was seen on the server are returned, and only
+    those Prometheus answered: a window reaching back before the load is mostly idle
+    samples (the server is scraped from its start), and on a loaded machine a query can
+    fail. CI once judged such a window (running 0.5 of a cap of 2, waiting 1.5, with 8
+    clients), so a test reading the last window must not get one.
+    """
     stack.prom.wait_for_series(
         f'vllm:num_requests_running{{llmservice="{stack.name}"}} > 0', 120)
+    seen_at = time.time()
     seen: list[Observation] = []
     t0 = time.monotonic()
-    while run.running() and time.monotonic() - t0 < max_s:
+    while run.running():
+        elapsed = time.monotonic() - t0
+        if elapsed >= max_s and (len(full(seen, window_s)) >= want
+                                 or elapsed >= max_s + 2 * window_s):
+            break
         time.sleep(every_s)
         obs = stack.observe(window_s)
-        if obs is not None:
+        if obs is not None and obs.error is None and obs.evaluated_at - window_s >= seen_at:
             seen.append(obs)
     return seen
 
@@ -142,14 +161,19 @@ def record(scenario: str, meta: dict[str, object], seen: list[Observation]) -> N
 
 def observe_scenario(stack: Stack, scenario: str, load: Load, cap: int, flags: list[str],
                      window_s: float) -> list[Observation]:
-    """Run ``load`` against the stack and observe every 3 s while it runs (at most 35 s),
-    then record the series (see :func:`record`)."""
+    """Run ``load`` against the stack and observe it (:func:`observe_while`, about 35 s),
+    then record the series (see :func:`record`). A load that ended before a full window
+    was seen fails here, with the benchmark's output."""
     run = stack.load(load)
     try:
         seen = observe_while(stack, run, window_s, every_s=3.0, max_s=35.0)
+        if not full(seen, window_s) and not run.running():
+            raise AssertionError(
+                f"the load ended before a full {window_s:.0f} s window of it was observed "
+                f"(samples {[o.samples for o in seen]}); the benchmark's output:\n"
+                f"{run.output_tail()}")
     finally:
         run.kill()
     record(scenario, {"scenario": scenario, "cap": cap, "flags": flags,
                       "load": load.__dict__, "windowSeconds": window_s}, seen)
     return seen
-

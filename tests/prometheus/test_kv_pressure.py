@@ -17,7 +17,7 @@ import pytest
 
 from llm_operator.adaptation.policy import AdaptationState, CapAction, decide
 from llm_operator.models import LLMServiceSpec
-from tests.prometheus.conftest import Stack, observe_scenario, start_stack
+from tests.prometheus.conftest import Stack, full, observe_scenario, start_stack
 from tests.support.vllm_load import Load, engine_metric
 
 # The timeout includes waiting for the machine-wide vLLM lock (other servers may hold it).
@@ -26,7 +26,9 @@ pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1800)]
 CAP = 64
 FLAGS = ["--kv-cache-memory-bytes", "2097152", "--max-num-seqs", str(CAP),
          "--max-model-len", "1024"]
-LOAD = Load(concurrency=48, num_prompts=600, input_len=128, output_len=256)
+# More prompts than the observation sees (it stops the load): a window at its end would
+# hold the drain of the last requests (600 prompts lasted about 25 s here).
+LOAD = Load(concurrency=48, num_prompts=2000, input_len=128, output_len=256)
 WINDOW_S = 20.0
 
 
@@ -52,9 +54,9 @@ def test_preemptions_are_observed_and_the_decision_lowers_the_cap(
     engine_preemptions = engine_metric(stack.server.url, "vllm:num_preemptions_total")
     assert engine_preemptions > 0, "the engine itself did not preempt: no KV pressure"
 
-    full = [o for o in observed if o.samples >= WINDOW_S * 0.75]
-    assert full, f"no full window observed: {[o.samples for o in observed]}"
-    obs = full[-1]
+    windows = full(observed, WINDOW_S)
+    assert windows, f"no full window observed: {[o.samples for o in observed]}"
+    obs = windows[-1]
     assert obs.preemption_rate and obs.preemption_rate > 0
     assert obs.kv_capacity_tokens == 4096  # 2 MiB / (2 layers x 2 x 2 KV heads x 32 x 2 B)
     assert obs.kv_usage_max is not None and obs.kv_usage_max > 0.9
@@ -77,7 +79,7 @@ def test_preemptions_are_observed_and_the_decision_lowers_the_cap(
 
 def test_every_full_window_during_pressure_lowers(observed: list) -> None:
     decisions = [decide(o, AdaptationState(current=CAP), _spec(), o.evaluated_at)
-                 for o in observed if o.samples >= WINDOW_S * 0.75]
+                 for o in full(observed, WINDOW_S)]
     assert decisions and all(d.action is CapAction.LOWER for d in decisions), \
         [d.reason for d in decisions]
 
@@ -106,7 +108,7 @@ def test_the_cap_it_lowers_to_stops_the_engine_preempting(stack: Stack, observed
     """The rollout, played by hand: the same vLLM restarted on its port (Prometheus keeps
     scraping the same target) with the cap the decision chose, under the same 48 clients.
     Last in the module: it leaves the module's server at the new cap."""
-    obs = [o for o in observed if o.samples >= WINDOW_S * 0.75][-1]
+    obs = full(observed, WINDOW_S)[-1]
     d = decide(obs, AdaptationState(current=CAP), _spec(maxStepPercent=100), obs.evaluated_at)
     assert d.value is not None and d.value < CAP, d.reason
     url = stack.server.url

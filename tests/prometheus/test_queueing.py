@@ -16,7 +16,13 @@ import pytest
 from llm_operator.adaptation.policy import AdaptationState, CapAction, decide
 from llm_operator.models import LLMServiceSpec
 from tests.conftest import vllm_python
-from tests.prometheus.conftest import MODEL_CACHE, Stack, observe_scenario, start_stack
+from tests.prometheus.conftest import (
+    MODEL_CACHE,
+    Stack,
+    full,
+    observe_scenario,
+    start_stack,
+)
 from tests.support.tiny_model import ensure_tiny_llama
 from tests.support.vllm_load import Load
 
@@ -44,9 +50,9 @@ def observed(stack: Stack) -> list:  # type: ignore[type-arg]
 
 
 def test_queueing_with_free_kv_raises_the_cap(observed: list) -> None:
-    full = [o for o in observed if o.samples >= WINDOW_S * 0.75]
-    assert full, f"no full window observed: {[o.samples for o in observed]}"
-    obs = full[-1]
+    windows = full(observed, WINDOW_S)
+    assert windows, f"no full window observed: {[o.samples for o in observed]}"
+    obs = windows[-1]
     assert obs.running_max == CAP  # the engine never ran more than its cap
     assert obs.waiting_mean is not None and obs.waiting_mean > 3  # 8 clients, 2 slots
     assert obs.kv_usage_max is not None and obs.kv_usage_max < 0.2  # far below 70 %
@@ -69,7 +75,7 @@ def test_queueing_with_free_kv_raises_the_cap(observed: list) -> None:
 
 
 def test_upper_bound_holds_the_raise(observed: list) -> None:
-    obs = [o for o in observed if o.samples >= WINDOW_S * 0.75][-1]
+    obs = full(observed, WINDOW_S)[-1]
     spec = LLMServiceSpec.model_validate({"model": {"name": "tiny"},
                                           "adaptation": {"maxMaxNumSeqs": CAP}})
     d = decide(obs, AdaptationState(current=CAP), spec, obs.evaluated_at)
