@@ -30,7 +30,13 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
-from .inpod.tuner.result import RESULT_KIND, TABLE_COLUMNS, TuningResult, slo_ms
+from .inpod.tuner.result import (
+    RESULT_KIND,
+    TABLE_COLUMNS,
+    TuningResult,
+    finite_number,
+    slo_ms,
+)
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -97,12 +103,6 @@ class TuningTrials(_M):
     note: str = ""
 
 
-def _num(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -127,7 +127,7 @@ def _throughputs(*scores: Mapping[str, Any] | None) -> dict[tuple[int | None, in
     out: dict[tuple[int | None, int | None], float] = {}
     for score in scores:
         key = _settings_of(score)
-        value = _num((score or {}).get("throughput"))
+        value = finite_number((score or {}).get("throughput"))
         if key is not None and value:
             out[key] = value
     return out
@@ -141,9 +141,9 @@ def _points_from_records(records: Sequence[Mapping[str, Any]],
         key = (_int(r.get("maxNumSeqs")), _int(r.get("maxNumBatchedTokens")))
         points.append(TrialPoint(
             max_num_seqs=key[0], max_num_batched_tokens=key[1],
-            chunked_prefill=_chunked_of(r), goodput=_num(r.get("goodput")),
-            throughput=throughput.get(key), ttft_p95_ms=_num(r.get("ttftP95Ms")),
-            itl_p95_ms=_num(r.get("itlP95Ms")), phase=str(r.get("phase") or ""),
+            chunked_prefill=_chunked_of(r), goodput=finite_number(r.get("goodput")),
+            throughput=throughput.get(key), ttft_p95_ms=finite_number(r.get("ttftP95Ms")),
+            itl_p95_ms=finite_number(r.get("itlP95Ms")), phase=str(r.get("phase") or ""),
             error=r.get("error") or None))
     return points
 
@@ -197,7 +197,7 @@ def trials_from_tuner_output(full: Mapping[str, Any], source: str) -> TuningTria
         runs = [r for r in t.get("runs") or [] if isinstance(r, Mapping)]
 
         def mean(key: str, runs: list[Mapping[str, Any]] = runs) -> float | None:
-            vals = [v for r in runs if (v := _num(r.get(key))) is not None]
+            vals = [v for r in runs if (v := finite_number(r.get(key))) is not None]
             return sum(vals) / len(vals) if vals else None
 
         key = (_int(cfg.get("max_num_seqs")), _int(cfg.get("max_num_batched_tokens")))

@@ -138,9 +138,8 @@ def observe_while(stack: Stack, run: LoadRun, window_s: float, every_s: float,
     seen: list[Observation] = []
     t0 = time.monotonic()
     while run.running():
-        elapsed = time.monotonic() - t0
-        if elapsed >= max_s and (len(full(seen, window_s)) >= want
-                                 or elapsed >= max_s + 2 * window_s):
+        enough = len(full(seen, window_s)) >= want
+        if time.monotonic() - t0 >= (max_s if enough else max_s + 2 * window_s):
             break
         time.sleep(every_s)
         obs = stack.observe(window_s)

@@ -69,17 +69,20 @@ class Prediction(_M):
     goodput: float
 
 
+def finite_number(value: Any) -> float | None:
+    """``value`` as a float when it is a finite int or float (not a bool), else None: how
+    a result's or a status summary's figures are read back."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
 def slo_ms(slo: Mapping[str, Any]) -> tuple[float | None, float | None]:
     """(TTFT, ITL p95) in ms from a result's ``slo`` (the tuner writes ``ttftMs`` and
     ``itlP95Ms``; ``ttftP95Ms`` and ``itlMs`` are read too); None where absent or not a
     finite number."""
-    def num(value: Any) -> float | None:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return None
-        return float(value) if math.isfinite(value) else None
-
-    return (num(slo.get("ttftMs", slo.get("ttftP95Ms"))),
-            num(slo.get("itlP95Ms", slo.get("itlMs"))))
+    return (finite_number(slo.get("ttftMs", slo.get("ttftP95Ms"))),
+            finite_number(slo.get("itlP95Ms", slo.get("itlMs"))))
 
 
 class TuningResult(_M):
