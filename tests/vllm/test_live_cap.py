@@ -3,30 +3,39 @@
 One server (``--max-num-seqs 48``, ample KV cache) runs the engine module the server
 pod's init container copies (:mod:`llm_operator.inpod.engine`, copied here by that same
 command) as its ``--scheduler-cls``, with the cap file and ``PROMETHEUS_MULTIPROC_DIR`` the
-rendered pod sets. 48 client threads keep the engine saturated while the test writes the
-cap file the way the kubelet refreshes a ConfigMap volume (an atomic rename), and reads
-``vllm:num_requests_running`` and the engine's own ``llmop_admission_cap`` from the API
-server's ``/metrics``. Every request must succeed, the server's processes must be the
-same ones throughout, and a bad file must leave the last cap in force.
+rendered pod sets. 48 closed-loop clients (a process of their own:
+:mod:`tests.support.closed_loop`) keep the engine saturated while the test writes the
+cap file the way the kubelet refreshes a ConfigMap volume (an atomic rename). Under that
+load it reads ``vllm:num_requests_running`` and the engine's own ``llmop_admission_cap``
+from the files the API server's ``/metrics`` serves them from (``PROMETHEUS_MULTIPROC_DIR``,
+read by prometheus_client's collector, as /metrics does), and ``/metrics`` itself before
+and after the load. Every request must succeed, the server's processes must be the same
+ones throughout, and a bad file must leave the last cap in force.
 
-Bounds are generous (the machine is shared): the cap must show on /metrics within
-``REPORT_S`` of the write (or three times the time one /metrics answer took just before,
-under load) and the running batch obey it within ``OBEY_S``; the measured
-figures are printed (``-s``) and recorded in docs/TESTING.md.
+Bounds are generous (the machine is shared): the cap must be reported within
+``REPORT_S`` of the write and the running batch obey it within ``OBEY_S`` (or, for a
+lowered cap, the drain the measured decode rate allows); the measured figures are printed
+(``-s``) and recorded in docs/TESTING.md.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.support.engine import LIVE_FLAGS, copy_engine_code, live_env, write_cap
+from tests.support.closed_loop import ClosedLoopClients
+from tests.support.engine import (
+    LIVE_FLAGS,
+    copy_engine_code,
+    live_env,
+    multiproc_metrics,
+    niced_python,
+    write_cap,
+)
 from tests.support.tiny_model import ensure_tiny_llama
 from tests.support.vllm_load import engine_metric
 
@@ -46,48 +55,6 @@ def children(pid: int) -> set[int]:
     return {int(p) for p in text.split()}
 
 
-class Clients:
-    """``n`` threads sending completions back to back until stopped; counts outcomes."""
-
-    def __init__(self, url: str, model: str, n: int) -> None:
-        self.url, self.model = url, model
-        self.ok = 0
-        self.failed: list[str] = []
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(n)]
-
-    def _run(self) -> None:
-        body = json.dumps({"model": self.model, "prompt": "hello world " * 8,
-                           "max_tokens": MAX_TOKENS, "ignore_eos": True,
-                           "temperature": 0}).encode()
-        while not self._stop.is_set():
-            req = urllib.request.Request(f"{self.url}/v1/completions", data=body,
-                                         headers={"Content-Type": "application/json"})
-            try:
-                with urllib.request.urlopen(req, timeout=300) as r:
-                    out = json.loads(r.read())
-                ok = out["usage"]["completion_tokens"] == MAX_TOKENS
-                err = "" if ok else f"short completion: {out['usage']}"
-            except Exception as e:  # any failure is a finding, not a crash of the test
-                ok, err = False, repr(e)
-            with self._lock:
-                if ok:
-                    self.ok += 1
-                else:
-                    self.failed.append(err)
-
-    def __enter__(self) -> Clients:
-        for t in self._threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join(timeout=300)
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[VLLMServer, Path]]:
     base = tmp_path_factory.mktemp("live-cap")
@@ -95,7 +62,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[VLLMServe
     code = copy_engine_code(base / "code")
     cap_file = base / "cap"  # absent at start: the engine keeps --max-num-seqs and says so
     srv = VLLMServer(
-        model=str(model), python=str(VLLM_PYTHON), log_path=base / "vllm.log",
+        model=str(model), python=niced_python(VLLM_PYTHON, base), log_path=base / "vllm.log",
         flags=["--max-num-seqs", str(CAPACITY), *LIVE_FLAGS,
                "--kv-cache-memory-bytes", str(64 * 1024 * 1024), "--max-model-len", "1024"],
         env=live_env(code, cap_file, base / "prom"),
@@ -104,18 +71,42 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[VLLMServe
         yield srv, cap_file
 
 
-def metric(srv: VLLMServer, name: str) -> float:
+def served(srv: VLLMServer, name: str) -> float:
+    """One sample of the API server's /metrics."""
     return engine_metric(srv.url, name)
+
+
+def metric(srv: VLLMServer, name: str) -> float:
+    """The same sample read from the files /metrics is served from. Under 48 clients on 2
+    cores the API server's answer took 0.01-17 s (its process got 10-30% of a core beside
+    the engine's busy loops; 2026-11-29), so bounds measured through it measured the API
+    server's turn on the CPU, not the engine's report: the tests read /metrics itself
+    before and after the load. The server runs at nice 10 (see :func:`niced_python`) so
+    that these reads are not the ones kept waiting."""
+    return multiproc_metrics(Path(srv.env["PROMETHEUS_MULTIPROC_DIR"])).get(name, 0.0)
 
 
 def wait_for(srv: VLLMServer, check: object, limit_s: float) -> float:
     """Seconds until ``check()`` holds (polled every 0.2 s); fails after ``limit_s``."""
     t0 = time.monotonic()
+    checks: list[tuple[float, float]] = []  # (began, ended) s after t0, for the message
     while time.monotonic() - t0 < limit_s:
+        began = time.monotonic() - t0
         if check():  # type: ignore[operator]
             return time.monotonic() - t0
+        checks.append((round(began, 1), round(time.monotonic() - t0, 1)))
         time.sleep(0.2)
-    raise AssertionError(f"not within {limit_s:.0f} s; server log:\n{srv.log_tail(30)}")
+    raise AssertionError(f"not within {limit_s:.0f} s (checks began, ended: {checks[-8:]}); "
+                         f"server log:\n{srv.log_tail(30)}")
+
+
+def peak_running(srv: VLLMServer, reads: int = 10) -> float:
+    """The highest ``vllm:num_requests_running`` of ``reads`` reads 0.3 s apart."""
+    peak = 0.0
+    for _ in range(reads):
+        time.sleep(0.3)
+        peak = max(peak, metric(srv, "vllm:num_requests_running"))
+    return peak
 
 
 def test_cap_moves_the_running_batch_live(server: tuple[VLLMServer, Path]) -> None:
@@ -123,13 +114,13 @@ def test_cap_moves_the_running_batch_live(server: tuple[VLLMServer, Path]) -> No
     assert srv.proc is not None
     pid, engine_pids = srv.proc.pid, children(srv.proc.pid)
     # No file yet: the cap in force is the runner capacity, the file reported unreadable.
-    assert metric(srv, "llmop_admission_cap") == CAPACITY
-    assert metric(srv, "llmop_admission_capacity") == CAPACITY
-    assert metric(srv, "llmop_admission_live") == 1
-    assert metric(srv, "llmop_admission_cap_file_ok") == 0
+    assert served(srv, "llmop_admission_cap") == CAPACITY
+    assert served(srv, "llmop_admission_capacity") == CAPACITY
+    assert served(srv, "llmop_admission_live") == 1
+    assert served(srv, "llmop_admission_cap_file_ok") == 0
 
     figures: dict[str, float] = {}
-    with Clients(srv.url, str(srv.model), CLIENTS) as clients:
+    with ClosedLoopClients(srv.url, str(srv.model), CLIENTS, MAX_TOKENS) as clients:
         wait_for(srv, lambda: metric(srv, "vllm:num_requests_running") >= CAPACITY - 8, OBEY_S)
         # A lowered cap preempts nothing: the running requests finish first, at most
         # MAX_TOKENS decode steps of a full batch. How long that is depends on the
@@ -142,37 +133,29 @@ def test_cap_moves_the_running_batch_live(server: tuple[VLLMServer, Path]) -> No
         drain_s = max(OBEY_S, 2 * MAX_TOKENS * step_s)
         figures["drain_bound_s"] = round(drain_s, 1)
         for cap in (8, 32):
-            # The report needs the engine's once-a-second re-read and one /metrics
-            # answer, which took ~10 s under 48 clients on a loaded 2-core machine (a
-            # 10 s bound failed once): the bound follows the answer's time, measured now.
-            t_scrape = time.monotonic()
-            metric(srv, "llmop_admission_cap")
-            report_s = max(REPORT_S, 2.0 + 3 * (time.monotonic() - t_scrape))
-            figures[f"report_bound_{cap}_s"] = round(report_s, 1)
             t0 = time.monotonic()
             write_cap(cap_file, f"{cap}\n")
             figures[f"report_{cap}"] = wait_for(
-                srv, lambda c=cap: metric(srv, "llmop_admission_cap") == c, report_s)
+                srv, lambda c=cap: metric(srv, "llmop_admission_cap") == c, REPORT_S)
             if cap < CAPACITY // 2:  # lowered: the batch drains down to the cap
                 wait_for(srv, lambda c=cap: metric(srv, "vllm:num_requests_running") <= c,
                          drain_s)
                 figures[f"obey_{cap}"] = time.monotonic() - t0
                 # ...and stays there while 48 clients keep asking.
-                peak = max(metric(srv, "vllm:num_requests_running")
-                           for _ in range(10) if time.sleep(0.3) is None)
+                peak = peak_running(srv)
                 assert peak <= cap, f"running batch {peak} above the cap {cap}"
             else:  # raised: the waiting requests are admitted up to the new cap
                 wait_for(srv, lambda c=cap: metric(srv, "vllm:num_requests_running") >= c - 4,
                          OBEY_S)
                 figures[f"obey_{cap}"] = time.monotonic() - t0
-                peak = max(metric(srv, "vllm:num_requests_running")
-                           for _ in range(10) if time.sleep(0.3) is None)
+                peak = peak_running(srv)
                 assert peak <= cap, f"running batch {peak} above the cap {cap}"
-        served_under_load = clients.ok
-    assert metric(srv, "llmop_admission_cap_file_ok") == 1
+    # What the engine reported is what /metrics serves.
+    assert served(srv, "llmop_admission_cap") == 32
+    assert served(srv, "llmop_admission_cap_file_ok") == 1
     print(f"\nlive cap: {figures}, requests served {clients.ok}, failed {len(clients.failed)}")  # noqa: T201 - figures
     assert clients.failed == [], clients.failed[:5]
-    assert served_under_load > CLIENTS
+    assert clients.ok > CLIENTS
     # The same processes served throughout: no restart.
     assert srv.proc.poll() is None and srv.proc.pid == pid
     assert children(pid) == engine_pids
