@@ -1,12 +1,12 @@
 """Closed-loop clients in their own process: ``n`` threads sending completions back to back
 until stopped, counting what came back.
 
-The clients run in a child process, not as threads of the test: on 2 cores, 48 client
-threads in the test's own interpreter held its main thread off the GIL for 10 s at a time
-while the tiny engine answered fast (a 0.2 s sleep between two /metrics reads lasted the
-whole 10 s bound, 2 of 3 runs here, 2026-11-29), so the test measured its own starvation,
-not the engine. The child is stopped with SIGTERM; it lets the requests in flight finish
-and prints its counts as one JSON line.
+The clients run in a child process, not as threads of the test, so that the test's own
+reads and sleeps do not wait for the interpreter lock behind 48 client threads. (What
+made the live-cap test miss its 10 s bound on 2026-11-29 was the CPU: see
+``niced_python`` in tests/support/engine.py; with the clients moved out alone, reads
+still took up to 15 s.) The child is stopped with SIGTERM; it lets the requests in
+flight finish and prints its counts as one JSON line.
 """
 
 from __future__ import annotations

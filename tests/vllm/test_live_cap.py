@@ -81,8 +81,8 @@ def metric(srv: VLLMServer, name: str) -> float:
     cores the API server's answer took 0.01-17 s (its process got 10-30% of a core beside
     the engine's busy loops; 2026-11-29), so bounds measured through it measured the API
     server's turn on the CPU, not the engine's report: the tests read /metrics itself
-    before and after the load. The server runs at nice 10 (see :func:`niced_python`) so
-    that these reads are not the ones kept waiting."""
+    before and after the load. The server's session runs at autogroup nice 10 (see
+    :func:`niced_python`) so that these reads are not the ones kept waiting."""
     return multiproc_metrics(Path(srv.env["PROMETHEUS_MULTIPROC_DIR"])).get(name, 0.0)
 
 
