@@ -36,6 +36,19 @@ It does not weaken what a win needs: the interval is computed on the informative
 alone, and a decision at 90% still needs at least 5 of them; with none (both arms miss in
 every pair) nothing is better.
 
+**Where the reference misses the SLO** (search version 6). Goodput counts only what meets
+the SLO, so where the reference's runs miss it in most runs and the candidate's meet it in
+most, the pairs are mostly ``inf`` or both-zero, and the few where noise made the reference
+meet (or the candidate miss) can keep the goodput interval from deciding in the pairs a
+trial can afford (tune-landscape-35: 110 of the 232 runs that kept defaults missing the
+SLO had compared a cap that meets it). :class:`Attainment` asks the SLO's own question of
+each arm's runs: per run, the larger of its TTFT p95 and ITL p95 over their objectives
+(1.0 is the SLO's edge), and the typical ratio with the same exact Wilcoxon interval.
+:func:`slo_verdict` calls the candidate better when the reference misses the SLO with
+confidence (the interval's lower end above 1: its typical run misses) and the candidate
+meets it in its typical run (the estimate at most 1). The reference's goodput is then
+nothing in a typical run, so no gain is claimed over a configuration that meets the SLO.
+
 **Decision.** The candidate wins only when the interval reaches the stated confidence and
 its lower end clears ``1 + min_gain``; it loses at once when even the upper end does not
 reach ``1 + min_gain`` or when the typical ratio is at most 1 (then more pairs would be
@@ -223,3 +236,92 @@ def fmt_ratio(value: float, suffix: str = "x") -> str:
 
 def _finite(value: float) -> float | None:
     return round(value, 4) if math.isfinite(value) else None
+
+
+@dataclass(frozen=True)
+class Attainment:
+    """How far one arm's runs are from the SLO: per run, its TTFT p95 and ITL p95 each over
+    its objective (1.0 is on the SLO's edge, above 1 a miss), and the larger of the two."""
+
+    ttft: tuple[float, ...]
+    itl: tuple[float, ...]
+    confidence: float = DEFAULT_CONFIDENCE
+
+    @classmethod
+    def of(cls, runs: Sequence[tuple[float, float]], ttft_ms: float, itl_ms: float,
+           confidence: float = DEFAULT_CONFIDENCE) -> Attainment:
+        """From ``(ttft_p95_ms, itl_p95_ms)`` per run and the two objectives (ms)."""
+        return cls(tuple(t / ttft_ms for t, _ in runs), tuple(i / itl_ms for _, i in runs),
+                   confidence)
+
+    @property
+    def ratios(self) -> list[float]:
+        """Per run, the binding one of the two ratios."""
+        return [max(t, i) for t, i in zip(self.ttft, self.itl, strict=True)]
+
+    @property
+    def n(self) -> int:
+        return len(self.ttft)
+
+    @property
+    def _stats(self) -> tuple[float, float, float, float]:
+        ratios = [max(r, 1e-9) for r in self.ratios]
+        return walsh_interval(ratios, self.confidence)
+
+    @property
+    def typical(self) -> float:
+        """The typical run's ratio (Hodges-Lehmann); ``nan`` without runs."""
+        return self._stats[0]
+
+    @property
+    def interval(self) -> tuple[float, float, float]:
+        """``(low, high, achieved confidence)`` of the typical ratio."""
+        _est, lo, hi, achieved = self._stats
+        return lo, hi, achieved
+
+    def misses(self, margin: float = 0.0) -> bool:
+        """The typical run misses the SLO by more than ``margin`` (a fraction of the
+        objective), with the stated confidence."""
+        if not self.n:
+            return False
+        lo, _hi, achieved = self.interval
+        return achieved >= self.confidence and lo > 1.0 + margin
+
+    def meets_typically(self) -> bool:
+        """The typical run meets the SLO (the estimate at most 1; no confidence asked)."""
+        return bool(self.n) and self.typical <= 1.0
+
+    def binding(self) -> str:
+        """``"TTFT"`` or ``"ITL"``: the objective its typical run is nearer to missing."""
+        t = walsh_interval([max(x, 1e-9) for x in self.ttft], self.confidence)[0]
+        i = walsh_interval([max(x, 1e-9) for x in self.itl], self.confidence)[0]
+        return "TTFT" if t >= i else "ITL"
+
+    def typical_of(self, which: str) -> float:
+        """The typical ratio of one objective (``"TTFT"`` or ``"ITL"``)."""
+        vals = self.ttft if which == "TTFT" else self.itl
+        return walsh_interval([max(x, 1e-9) for x in vals], self.confidence)[0]
+
+    def text(self) -> str:
+        """``1.40x the objective (1.25-1.60x, 94% confidence, 6 runs; ITL binds)``."""
+        if not self.n:
+            return "not measured"
+        lo, hi, achieved = self.interval
+        return (f"{fmt_ratio(self.typical)} the objective ({fmt_ratio(lo, '')}-"
+                f"{fmt_ratio(hi)}, {achieved:.0%} confidence, {self.n} runs; "
+                f"{self.binding()} binds)")
+
+
+def slo_verdict(reference: Attainment, candidate: Attainment, min_runs: int,
+                margin: float = 0.0) -> Verdict:
+    """Better when the reference misses the SLO with confidence and the candidate meets it
+    in its typical run (at least ``min_runs`` runs); undecided while the reference's
+    typical run misses and the candidate's meets but the reference's interval still
+    reaches 1 (more runs may tell); else not better (see the module)."""
+    if candidate.n < min_runs or not candidate.meets_typically():
+        return Verdict.NOT_BETTER if candidate.n >= min_runs else Verdict.UNDECIDED
+    if reference.misses(margin):
+        return Verdict.BETTER
+    if reference.n and reference.typical > 1.0:
+        return Verdict.UNDECIDED
+    return Verdict.NOT_BETTER

@@ -24,10 +24,14 @@ minutes of model loading. This search spends restarts only where they pay:
    search does not aim at the SLO's edge; where that leaves no cap predicted to beat the
    defaults but the SLO itself does (as where the defaults miss it and only caps near its
    edge meet it), those caps are verified instead of keeping the defaults unchallenged.
-   Where the defaults met the SLO in none of the baseline's runs and nothing verified
-   won, the planner's hint (the model's knee under the SLO) is verified too: the sweep's
-   probes are single noisy runs, and a cap the model expects to meet the SLO is worth
-   one trial before the defaults, which miss it outright, are kept.
+   Where the defaults miss the SLO in their typical run (or met it in none of the
+   baseline's runs) and nothing verified won, the planner's hint (the model's knee under
+   the SLO) is verified too: the sweep's probes are single noisy runs, and a cap the
+   model expects to meet the SLO is worth one trial before defaults that miss it are kept.
+   **Walk** (version 6): if that cap lost too, up to three caps follow it on the ladder
+   toward the SLO, by the objective its typical run missed: the TTFT objective (the
+   queue of clients beyond the cap) by a larger cap, sized by Little's law; the ITL
+   objective by the next smaller one.
 3. **Refine** only next to the incumbent on the level ladder, only where the prediction
    says it could win, and move only on a gain larger than the noise margin.
 4. **max-num-batched-tokens** by coordinate steps from vLLM's default, only in the
@@ -50,7 +54,13 @@ goodput ratio (a pair where neither arm had any goodput gives none and is left o
 the candidate wins only when the exact Wilcoxon signed-rank interval of the typical
 ratio, at ``confidence`` (90%), lies above ``1 + min_gain``. ``repeats`` pairs first;
 more, up to ``max_pairs``, only while the interval straddles that line and the budget allows.
-Where the arms need separate servers (another max-num-batched-tokens, or no live cap) the
+Where the reference misses the SLO in its typical run (each run's TTFT and ITL p95 over
+their objectives: the statistic the spec's SLO states), by more than ``min_gain`` with the
+same confidence, a candidate whose typical run meets it wins too (version 6,
+:func:`.compare.slo_verdict`): there the goodput pairs are mostly ``inf`` or both zero, and
+the few where noise let the reference meet kept the interval from deciding. The decision
+then says so, with both arms' figures. Where the arms need separate servers (another
+max-num-batched-tokens, or no live cap) the
 i-th runs of the two servers are paired, and the comparison says so. No arm is ever scored
 by its worst run. The winner is then confirmed against vLLM's defaults directly (when it
 won against another incumbent), so the gain reported is always a measured interval against
@@ -72,7 +82,15 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from ...engine_rules import VLLM_VERSION, EngineSettings, refusals
-from .compare import DEFAULT_CONFIDENCE, DEFAULT_MAX_PAIRS, Comparison, Verdict, pairs_for
+from .compare import (
+    DEFAULT_CONFIDENCE,
+    DEFAULT_MAX_PAIRS,
+    Attainment,
+    Comparison,
+    Verdict,
+    pairs_for,
+    slo_verdict,
+)
 
 # What the search decides changed (a new version) when, on the same measurements, it may
 # choose another configuration or spend other trials; runs stored by a benchmark name the
@@ -83,8 +101,13 @@ from .compare import DEFAULT_CONFIDENCE, DEFAULT_MAX_PAIRS, Comparison, Verdict,
 # no probed cap beating the defaults inside the prediction margin, the caps predicted to
 # beat them at the SLO itself are verified (runs 9, 10 and 12); 5: where the defaults met
 # the SLO in none of the baseline's runs and the verify phase kept nothing, the planner's
-# hint is verified against them before the hill-climb (runs 33 to 37).
-SEARCH_VERSION = 5
+# hint is verified against them before the hill-climb (runs 33 to 37); 6: a candidate also
+# wins where the reference misses the SLO in its typical run by more than min_gain, with
+# confidence, and the candidate meets it in its typical run (compare.slo_verdict); the
+# hint is verified where the defaults' typical run misses, and from a cap that lost the
+# search walks the ladder toward the SLO by the objective its typical run missed (runs 38
+# to 42).
+SEARCH_VERSION = 6
 
 # --- inputs -------------------------------------------------------------------------------
 
@@ -495,7 +518,7 @@ class Trial:
 
     index: int
     config: Config
-    phase: str  # baseline | verify | refine | batched-tokens | grid
+    phase: str  # baseline | verify | walk | refine | batched-tokens | grid
     runs: list[Measurement] = field(default_factory=list)
     probes: list[Measurement] = field(default_factory=list)  # other concurrencies
     startup_s: float = 0.0
@@ -507,6 +530,10 @@ class Trial:
     interleaved: bool = True  # the pairs measured back to back on one server
     confidence: float = DEFAULT_CONFIDENCE
     measured: int = 0  # measurements at C taken during this trial, the reference's too
+    # How it beat its reference: "goodput" (the paired interval) or "slo" (it met the SLO
+    # in its typical run where the reference missed it with confidence); None: it did not.
+    won_by: str | None = None
+    reference_attainment: Attainment | None = None  # the reference's, when won by "slo"
 
     @property
     def comparison(self) -> Comparison | None:
@@ -548,6 +575,11 @@ class Trial:
             return -1.0
         return self.median
 
+    def attainment(self, slo: SLO) -> Attainment:
+        """Its runs at ``C`` against the SLO (:class:`~.compare.Attainment`)."""
+        return Attainment.of([(m.ttft_p95_ms, m.itl_p95_ms) for m in self.runs],
+                             slo.ttft_ms, slo.itl_ms, self.confidence)
+
     def mean_of(self, attr: str) -> float:
         """Mean of one Measurement attribute over the repeats."""
         vals = [float(getattr(m, attr)) for m in self.runs]
@@ -567,6 +599,7 @@ class Outcome:
     wall_s: float = 0.0
     notes: list[str] = field(default_factory=list)
     min_gain: float = 0.05
+    slo: SLO | None = None  # what the search judged by (the decision's text cites it)
 
     @property
     def predicted_best(self) -> tuple[int, float] | None:
@@ -627,6 +660,12 @@ class Outcome:
         cmp = self.versus_defaults
         if cmp is not None and self.best is not None:
             what = self.best.config.describe()
+            ref = self.best.reference_attainment
+            if self.best.won_by == "slo" and ref is not None and self.slo is not None:
+                mine = self.best.attainment(self.slo)
+                return (f"{what}: met the SLO in its typical run ({mine.text()}) where "
+                        f"vLLM's defaults missed it ({ref.text()}); goodput {cmp.text()} "
+                        f"of vLLM's defaults; kept {what}")
             return (f"{what}: {cmp.text()} of vLLM's defaults; kept {what} (interval "
                     f"above {line})")
         if self.best is not None and self.best is not self.baseline:  # the grid: unpaired
@@ -876,8 +915,31 @@ class _Run:
         return same and not needs_start(ref) and not needs_start(cand)
 
     def _decided(self, trial: Trial) -> bool:
+        return trial.comparison is not None and self.verdict(trial) is not Verdict.UNDECIDED
+
+    def _trial(self, index: int | None) -> Trial | None:
+        return next((t for t in self.trials if t.index == index), None)
+
+    def verdict(self, trial: Trial) -> Verdict:
+        """The paired goodput interval's verdict, or, where the reference misses the SLO
+        with confidence and ``trial`` meets it in its typical run, better
+        (:func:`~.compare.slo_verdict`); undecided while either could still decide."""
         cmp = trial.comparison
-        return cmp is not None and cmp.verdict(self.opts.min_gain) is not Verdict.UNDECIDED
+        if cmp is None:
+            return Verdict.NOT_BETTER
+        by_goodput = cmp.verdict(self.opts.min_gain)
+        if by_goodput is Verdict.BETTER:
+            return by_goodput
+        ref = self._trial(trial.against)
+        if ref is None:
+            return by_goodput
+        by_slo = slo_verdict(ref.attainment(self.slo), trial.attainment(self.slo),
+                             self.opts.repeats, self.opts.min_gain)
+        if by_slo is Verdict.BETTER:
+            return by_slo
+        if Verdict.UNDECIDED in (by_goodput, by_slo):
+            return Verdict.UNDECIDED
+        return Verdict.NOT_BETTER
 
     def challenge(self, cfg: Config, phase: str, ref: Trial) -> Trial:
         """Measure ``cfg`` against ``ref`` in pairs (see the module docstring): interleaved
@@ -950,9 +1012,19 @@ class _Run:
         return False
 
     def beats(self, cand: Trial) -> bool:
-        """Whether ``cand``'s paired comparison with its reference says it is better."""
+        """Whether ``cand``'s comparison with its reference says it is better (by the paired
+        goodput interval, or by the SLO where the reference misses it: :meth:`verdict`);
+        records which in ``cand.won_by``."""
         cmp = cand.comparison
-        return cand.ok and cmp is not None and cmp.verdict(self.opts.min_gain) is Verdict.BETTER
+        if not cand.ok or cmp is None or self.verdict(cand) is not Verdict.BETTER:
+            return False
+        if cmp.verdict(self.opts.min_gain) is Verdict.BETTER:
+            cand.won_by = "goodput"
+        else:
+            ref = self._trial(cand.against)
+            cand.won_by = "slo"
+            cand.reference_attainment = ref.attainment(self.slo) if ref else None
+        return True
 
     def confirm(self) -> Trial | None:
         """The configuration to keep, with a measured comparison against vLLM's defaults:
@@ -1081,6 +1153,8 @@ class _Run:
             self.first_better(verify, "verify", base)
         if not self.chain and not self.verify_hint(base, limit):
             return
+        if not self.chain and not self.walk_to_slo(base, limit):
+            return
         # Hill-climb on the ladder from the incumbent among mns levels.
         while True:
             inc = self.incumbent()
@@ -1119,7 +1193,10 @@ class _Run:
         worth one trial. False when the budget stopped the search."""
         hint = self.opts.hint_max_num_seqs
         levels = self.space.max_num_seqs
-        if hint is None or not levels or any(m.goodput_tps > 0 for m in base.runs):
+        # Version 6: also where some baseline run met the SLO but their typical run misses.
+        missed = (not any(m.goodput_tps > 0 for m in base.runs)
+                  or base.attainment(self.slo).typical > 1.0)
+        if hint is None or not levels or not missed:
             return True
         cap = snap(levels, hint)
         cfg = Config(max_num_seqs=cap)
@@ -1127,9 +1204,56 @@ class _Run:
             return True
         if not self.can_afford(cfg):
             return False
-        self.notes.append(f"vLLM's defaults met the SLO in none of their runs: the "
+        self.notes.append(f"vLLM's defaults missed the SLO in their typical run: the "
                           f"planner's hint, {cfg.describe()}, verified against them")
         self.first_better([cfg], "verify", base)
+        return True
+
+    def walk_to_slo(self, base: Trial, limit: int, steps: int = 3) -> bool:
+        """Version 6: where vLLM's defaults miss the SLO in their typical run and no cap has
+        won, walk the ladder from the last cap compared with them that lost, toward the
+        SLO: a cap whose typical run missed the TTFT objective (the queue of the clients
+        beyond the cap) is followed by a larger one, sized by Little's law so that the
+        wait shrinks to within the objective; one that missed the ITL objective by the
+        next level down. At most ``steps`` caps; it stops at a cap already tried (the
+        two objectives leave no level between them) or at one whose typical run met the
+        SLO and still lost (the defaults' misses are not sure enough to call). False when
+        the budget stopped the search."""
+        levels = self.space.max_num_seqs
+        if not levels or base.attainment(self.slo).typical <= 1.0:
+            return True
+        C = self.wl.concurrency
+        for _ in range(steps):
+            lost = [t for t in self.trials if t.against == base.index and t.ok
+                    and t.config.max_num_seqs is not None]
+            if not lost:
+                return True
+            last = lost[-1]
+            att = last.attainment(self.slo)
+            if att.meets_typically():
+                return True
+            cap = int(last.config.max_num_seqs or 1)
+            i = levels.index(cap) if cap in levels else levels.index(snap(levels, cap))
+            if att.binding() == "TTFT":
+                # The wait of C - b clients behind b running ones grows as C / b - 1 (Little's
+                # law); aim at 0.8 of the objective, and at least the next level up.
+                ratio = att.typical_of("TTFT")
+                want = C / (1.0 + (C / cap - 1.0) * 0.8 / ratio) if cap < C else cap
+                nxt = min((lvl for lvl in levels if lvl > cap and lvl >= snap(levels, want)),
+                          default=None)
+            else:
+                nxt = levels[i - 1] if i > 0 else None
+            if nxt is None or nxt >= limit:
+                return True
+            cfg = replace(last.config, max_num_seqs=nxt)
+            if self.tried(cfg) or not self.space.valid(cfg):
+                return True
+            if not self.can_afford(cfg):
+                return False
+            self.notes.append(f"{last.config.describe()} missed the {att.binding()} objective "
+                              f"in its typical run: {cfg.describe()} tried next")
+            if self.first_better([cfg], "walk", base):
+                return True
         return True
 
     def search_mnbt(self) -> None:
@@ -1253,7 +1377,8 @@ def search(
         best = won[-1] if won else (base if base is not None and base.ok else None)
     outcome = Outcome(trials=run.trials, baseline=base, best=best, complete=complete,
                       stop_reason=run.stop_reason, predictions=run.predictions,
-                      wall_s=run.elapsed(), notes=run.notes, min_gain=run.opts.min_gain)
+                      wall_s=run.elapsed(), notes=run.notes, min_gain=run.opts.min_gain,
+                      slo=slo)
     run.progress("done", outcome=outcome)
     return outcome
 

@@ -1,0 +1,203 @@
+"""Search version 6: where vLLM's defaults miss the SLO, a cap that meets it wins.
+
+Two layers. The pure rule (:func:`~llm_operator.inpod.tuner.compare.slo_verdict`): a
+candidate is better when the reference misses the SLO in its typical run by more than the
+margin, with confidence, and the candidate meets it in its typical run. The whole search,
+on a seeded engine whose truth is known: each run's latencies are the truth times one
+speed factor ``exp(sigma z)`` and its goodput is all or nothing at the SLO (as on
+AIConfigurator's landscape, benchmarks/tune_on_landscape.py), so a cap near the SLO's
+edge misses it in some runs and the defaults meet it in some.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+
+import pytest
+
+from llm_operator.inpod.tuner.compare import Attainment, Verdict, slo_verdict
+from llm_operator.inpod.tuner.search import (
+    SLO,
+    Budget,
+    Config,
+    Measurement,
+    Options,
+    Space,
+    Workload,
+    ladder,
+    search,
+)
+
+pytestmark = pytest.mark.unit
+
+
+def att(itl: list[float], ttft: float = 0.1) -> Attainment:
+    """An arm whose runs had these ITL p95 ratios to the objective (TTFT well inside)."""
+    return Attainment(tuple(ttft for _ in itl), tuple(itl))
+
+
+def test_a_cap_that_meets_where_the_defaults_surely_miss_is_better() -> None:
+    defaults = att([1.35, 1.5, 1.28, 1.42, 1.6, 1.31])
+    cap = att([0.8, 1.1, 0.9])  # one noisy run missed: its typical run meets
+    assert slo_verdict(defaults, cap, min_runs=3, margin=0.05) is Verdict.BETTER
+    assert defaults.binding() == "ITL"
+    assert "the objective" in defaults.text() and "6 runs" in defaults.text()
+
+
+def test_defaults_on_the_edge_are_not_called_a_miss() -> None:
+    # Half their runs meet: the typical run is on the edge, not a sure miss.
+    edge = att([0.92, 1.12, 0.97, 1.08, 1.01, 0.95])
+    assert slo_verdict(edge, att([0.6, 0.7, 0.65]), 3, 0.05) is not Verdict.BETTER
+
+
+def test_a_miss_by_less_than_the_margin_is_not_enough() -> None:
+    barely = att([1.03, 1.04, 1.02, 1.04, 1.03, 1.04])  # a sure miss, by 2-4%
+    assert barely.misses() and not barely.misses(0.05)
+    assert slo_verdict(barely, att([0.6, 0.7, 0.65]), 3, 0.05) is not Verdict.BETTER
+
+
+def test_a_candidate_that_typically_misses_is_not_better() -> None:
+    defaults = att([1.4, 1.5, 1.45, 1.6, 1.38, 1.5])
+    assert slo_verdict(defaults, att([1.2, 0.9, 1.1]), 3, 0.05) is Verdict.NOT_BETTER
+
+
+def test_too_few_runs_of_the_candidate_decide_nothing() -> None:
+    defaults = att([1.4, 1.5, 1.45, 1.6, 1.38, 1.5])
+    assert slo_verdict(defaults, att([0.7]), 3, 0.05) is Verdict.UNDECIDED
+
+
+def test_the_binding_objective_is_the_one_nearer_a_miss() -> None:
+    queued = Attainment((2.1, 1.8, 2.4), (0.5, 0.6, 0.55))
+    assert queued.binding() == "TTFT"
+    assert queued.typical_of("TTFT") == pytest.approx(2.1, rel=0.1)
+
+
+# --- the whole search on a known landscape -------------------------------------------------
+
+C = 64
+WL = Workload(input_tokens=512, output_tokens=256, concurrency=C)
+SLO_ = SLO(ttft_ms=30_000, itl_ms=25)
+LEVELS = ladder(1, C)
+
+
+@dataclass
+class QueueEngine:
+    """A live-cap engine: ``b = min(C, cap)`` sequences run; ITL grows with the batch; the
+    clients beyond it queue for ``(C / b - 1)`` request times (Little's law)."""
+
+    itl_ms: float  # at one sequence
+    itl_per_seq_ms: float
+    request_s: float  # one request's time, the queue's unit
+    sigma: float
+    seed: int
+    clock: list[float] = field(default_factory=lambda: [0.0])
+    started: bool = False
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+
+    def truth(self, cap: int | None, speed: float = 1.0) -> tuple[float, float, float]:
+        """(goodput tok/s, TTFT ms, ITL ms) at ``C`` clients."""
+        b = min(C, cap or 1024)
+        itl = (self.itl_ms + self.itl_per_seq_ms * b) * speed
+        ttft = (0.2 + (C / b - 1) * self.request_s) * 1000 * speed
+        tps = b * WL.output_tokens / (self.request_s * speed)
+        good = tps if itl <= SLO_.itl_ms and ttft <= SLO_.ttft_ms else 0.0
+        return good, ttft, itl
+
+    def needs_start(self, config: Config) -> bool:
+        return not self.started
+
+    def start(self, config: Config) -> Session:
+        startup = 0.0 if self.started else 60.0
+        self.started = True
+        self.clock[0] += startup
+        return Session(self, config.max_num_seqs, startup)
+
+
+@dataclass
+class Session:
+    eng: QueueEngine
+    cap: int | None
+    startup_s: float
+
+    def measure(self, concurrency: int) -> Measurement:
+        e = self.eng
+        speed = math.exp(e.sigma * e.rng.gauss(0.0, 1.0))
+        cap = self.cap if concurrency >= C else min(self.cap or 1024, concurrency)
+        b = min(concurrency, cap or 1024)
+        good, ttft, itl = e.truth(b, speed)
+        if concurrency < C:  # a probe below C: no queue at the server
+            ttft = 200.0 * speed
+            good = b * WL.output_tokens / (e.request_s * speed) if itl <= SLO_.itl_ms else 0.0
+        tps = b * WL.output_tokens / (e.request_s * speed)
+        duration = 2 * concurrency / (b / (e.request_s * speed))
+        e.clock[0] += duration
+        return Measurement(concurrency=concurrency, duration_s=duration, goodput_tps=good,
+                           output_tps=tps, request_rate=b / (e.request_s * speed),
+                           ttft_p95_ms=ttft, itl_p95_ms=itl, completed=2 * concurrency,
+                           running_max=float(b), running_mean=float(b))
+
+    def close(self) -> None:
+        return None
+
+
+def run(eng: QueueEngine, hint: int | None = None, sweep_points: int = 5):
+    space = Space(max_num_seqs=LEVELS, default_max_num_seqs=1024,
+                  default_max_num_batched_tokens=8192)
+    opts = Options(hint_max_num_seqs=hint, sweep_points=sweep_points)
+    return search(eng, space, WL, SLO_, Budget(max_trials=12, max_seconds=1e9), opts,
+                  clock=lambda: eng.clock[0])
+
+
+def test_where_the_defaults_miss_the_itl_objective_the_choice_meets_it() -> None:
+    # Defaults (64 running): ITL 35.6 ms, 1.42x the 25 ms objective; caps 16-32 meet both
+    # (16: TTFT 24 s of the 30 s objective; 32: ITL 22.8 ms).
+    met = 0
+    for seed in range(20):
+        eng = QueueEngine(itl_ms=10, itl_per_seq_ms=0.4, request_s=8.0, sigma=0.32,
+                          seed=seed)
+        out = run(eng, hint=16)
+        cap = out.best.config.max_num_seqs if out.best else None
+        met += eng.truth(cap)[0] > 0
+    # Seeded, so the same every run: 19 of 20 seeds with search version 6, 15 of 20 with
+    # version 5 on these seeds.
+    assert met >= 18
+
+
+def test_a_win_on_the_slo_says_so_in_the_decision() -> None:
+    for seed in range(20):
+        eng = QueueEngine(itl_ms=10, itl_per_seq_ms=0.4, request_s=8.0, sigma=0.32,
+                          seed=seed)
+        out = run(eng, hint=16)
+        if out.best is not None and out.best.won_by == "slo":
+            text = out.decision()
+            assert "met the SLO in its typical run" in text
+            assert "where vLLM's defaults missed it" in text and "ITL binds" in text
+            return
+    pytest.fail("no seed won on the SLO rule")
+
+
+def test_from_a_cap_too_small_for_the_queue_the_search_walks_up() -> None:
+    # The hint (8) queues 56 of 64 clients for 56 s against a 30 s objective; with the
+    # sweep probing only the hint, the walk is what reaches the caps that meet (16-32).
+    for seed in range(5):
+        eng = QueueEngine(itl_ms=10, itl_per_seq_ms=0.4, request_s=8.0, sigma=0.05,
+                          seed=seed)
+        out = run(eng, hint=8, sweep_points=1)
+        phases = [(t.config.max_num_seqs, t.phase) for t in out.trials]
+        assert (8, "verify") in phases, phases
+        walked = [cap for cap, phase in phases if phase == "walk"]
+        assert walked and walked[0] in (16, 20, 24), phases
+        assert out.best is not None and eng.truth(out.best.config.max_num_seqs)[0] > 0
+
+
+def test_defaults_that_meet_the_slo_are_not_replaced_on_the_slo_rule() -> None:
+    # Defaults at ITL 23.2 ms (0.93x): they meet; no cap may win on "the defaults miss".
+    for seed in range(20):
+        eng = QueueEngine(itl_ms=10, itl_per_seq_ms=0.206, request_s=8.0, sigma=0.32,
+                          seed=seed)
+        out = run(eng, hint=16)
+        assert not any(t.won_by == "slo" for t in out.trials), out.decision()
