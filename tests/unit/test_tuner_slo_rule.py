@@ -201,3 +201,15 @@ def test_defaults_that_meet_the_slo_are_not_replaced_on_the_slo_rule() -> None:
                           seed=seed)
         out = run(eng, hint=16)
         assert not any(t.won_by == "slo" for t in out.trials), out.decision()
+
+
+def test_a_cap_that_misses_both_objectives_ends_the_walk() -> None:
+    # ITL 33 ms at 8 sequences (25 ms objective) and a 56 s queue (30 s): a larger cap only
+    # raises the ITL, a smaller one only lengthens the queue; nothing meets the SLO.
+    for seed in range(5):
+        eng = QueueEngine(itl_ms=30, itl_per_seq_ms=0.4, request_s=8.0, sigma=0.05,
+                          seed=seed)
+        out = run(eng, hint=8, sweep_points=1)
+        assert [t.phase for t in out.trials if t.phase == "walk"] == [], out.notes
+        assert any("missed both objectives" in n for n in out.notes), out.notes
+        assert out.best is not None and out.best.config.max_num_seqs is None

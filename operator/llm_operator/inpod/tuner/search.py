@@ -31,7 +31,7 @@ minutes of model loading. This search spends restarts only where they pay:
    **Walk** (version 6): if that cap lost too, up to three caps follow it on the ladder
    toward the SLO, by the objective its typical run missed: the TTFT objective (the
    queue of clients beyond the cap) by a larger cap, sized by Little's law; the ITL
-   objective by the next smaller one.
+   objective by the next smaller one; it ends at a cap that misses both (version 7).
 3. **Refine** only next to the incumbent on the level ladder, only where the prediction
    says it could win, and move only on a gain larger than the noise margin.
 4. **max-num-batched-tokens** by coordinate steps from vLLM's default, only in the
@@ -106,8 +106,10 @@ from .compare import (
 # confidence, and the candidate meets it in its typical run (compare.slo_verdict); the
 # hint is verified where the defaults' typical run misses, and from a cap that lost the
 # search walks the ladder toward the SLO by the objective its typical run missed (runs 38
-# to 42).
-SEARCH_VERSION = 6
+# to 42); 7: the walk stops at a cap whose typical run misses both objectives by more than
+# min_gain (the queue's wait only grows below it and the ITL only above it), where version
+# 6 walked on to the budget where nothing meets the SLO (runs 43 to 47).
+SEARCH_VERSION = 7
 
 # --- inputs -------------------------------------------------------------------------------
 
@@ -1216,9 +1218,11 @@ class _Run:
         beyond the cap) is followed by a larger one, sized by Little's law so that the
         wait shrinks to within the objective; one that missed the ITL objective by the
         next level down. At most ``steps`` caps; it stops at a cap already tried (the
-        two objectives leave no level between them) or at one whose typical run met the
-        SLO and still lost (the defaults' misses are not sure enough to call). False when
-        the budget stopped the search."""
+        two objectives leave no level between them), at one whose typical run met the
+        SLO and still lost (the defaults' misses are not sure enough to call), and
+        (version 7) at one whose typical run missed both objectives by more than
+        ``min_gain``: a larger cap only raises the ITL and a smaller one only lengthens
+        the queue, so no cap meets the SLO. False when the budget stopped the search."""
         levels = self.space.max_num_seqs
         if not levels or base.attainment(self.slo).typical <= 1.0:
             return True
@@ -1231,6 +1235,13 @@ class _Run:
             last = lost[-1]
             att = last.attainment(self.slo)
             if att.meets_typically():
+                return True
+            edge = 1.0 + self.opts.min_gain
+            if att.typical_of("TTFT") > edge and att.typical_of("ITL") > edge:
+                # The queue's wait only grows below this cap and the ITL only above it:
+                # a cap that misses both in its typical run leaves none that meets both.
+                self.notes.append(f"{last.config.describe()} missed both objectives in its "
+                                  "typical run: no cap meets the SLO (not walked further)")
                 return True
             cap = int(last.config.max_num_seqs or 1)
             i = levels.index(cap) if cap in levels else levels.index(snap(levels, cap))
