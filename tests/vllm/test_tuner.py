@@ -310,13 +310,18 @@ def test_rendered_job_runs_as_the_kubelet_would_and_finds_the_better_region(
     assert cap is not None and 2 <= cap <= 32, why
     assert result.best.goodput > 1.5 * result.baseline.goodput, why
     assert result.best.itl_p95_ms < result.baseline.itl_p95_ms
-    # The gain is a paired interval against the defaults, above 1 + the minimum gain, and
-    # the sentence an operator's Event carries says so.
+    # The gain is a paired comparison against the defaults (5 pairs at least), and the
+    # sentence an operator's Event carries says what decided it: the goodput interval
+    # above 1 + the minimum gain, or (search version 6 on) the defaults missing the SLO in
+    # their typical run while the cap's typical run met it, with both arms' figures.
     vs = result.versus_defaults
-    assert vs is not None and vs.low is not None and vs.low > 1.05 and vs.pairs >= 5, why
-    assert vs.interleaved, why
+    assert vs is not None and vs.pairs >= 5 and vs.interleaved, why
     assert result.decision.startswith(f"--max-num-seqs {cap}: "), result.decision
     assert "of vLLM's defaults; kept --max-num-seqs" in result.decision
+    if "met the SLO in its typical run" in result.decision:
+        assert "where vLLM's defaults missed it" in result.decision, result.decision
+    else:
+        assert vs.low is not None and vs.low > 1.05, why
     # A person can read the trial table in the pod log, and the full result file.
     assert "max-num-seqs" in proc.stdout and "baseline" in proc.stdout
     assert (work / "result.json").exists()

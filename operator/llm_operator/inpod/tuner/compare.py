@@ -45,9 +45,11 @@ SLO had compared a cap that meets it). :class:`Attainment` asks the SLO's own qu
 each arm's runs: per run, the larger of its TTFT p95 and ITL p95 over their objectives
 (1.0 is the SLO's edge), and the typical ratio with the same exact Wilcoxon interval.
 :func:`slo_verdict` calls the candidate better when the reference misses the SLO with
-confidence (the interval's lower end above 1: its typical run misses) and the candidate
-meets it in its typical run (the estimate at most 1). The reference's goodput is then
-nothing in a typical run, so no gain is claimed over a configuration that meets the SLO.
+confidence, by more than the margin (``min_gain``: the interval's lower end above 1.05)
+and the candidate, measured at least as often as a goodput decision needs (5 runs at
+90%), meets it in its typical run (the estimate at most 1). The reference's goodput is
+then nothing in a typical run, so no gain is claimed over a configuration that meets the
+SLO.
 
 **Decision.** The candidate wins only when the interval reaches the stated confidence and
 its lower end clears ``1 + min_gain``; it loses at once when even the upper end does not
@@ -314,14 +316,16 @@ class Attainment:
 
 def slo_verdict(reference: Attainment, candidate: Attainment, min_runs: int,
                 margin: float = 0.0) -> Verdict:
-    """Better when the reference misses the SLO with confidence and the candidate meets it
-    in its typical run (at least ``min_runs`` runs); undecided while the reference's
-    typical run misses and the candidate's meets but the reference's interval still
-    reaches 1 (more runs may tell); else not better (see the module)."""
-    if candidate.n < min_runs or not candidate.meets_typically():
-        return Verdict.NOT_BETTER if candidate.n >= min_runs else Verdict.UNDECIDED
-    if reference.misses(margin):
-        return Verdict.BETTER
-    if reference.n and reference.typical > 1.0:
+    """Better when the reference misses the SLO by more than ``margin`` with confidence and
+    the candidate, with at least ``min_runs`` runs, meets it in its typical run; undecided
+    only while that can still happen (the candidate's typical run meets and the
+    reference's misses by more than ``margin``, but runs or confidence are short); else
+    not better (see the module)."""
+    if not candidate.n:
         return Verdict.UNDECIDED
-    return Verdict.NOT_BETTER
+    if not candidate.meets_typically() or not (
+            reference.n and reference.typical > 1.0 + margin):
+        return Verdict.NOT_BETTER
+    if candidate.n >= min_runs and reference.misses(margin):
+        return Verdict.BETTER
+    return Verdict.UNDECIDED

@@ -108,8 +108,11 @@ from .compare import (
 # search walks the ladder toward the SLO by the objective its typical run missed (runs 38
 # to 42); 7: the walk stops at a cap whose typical run misses both objectives by more than
 # min_gain (the queue's wait only grows below it and the ITL only above it), where version
-# 6 walked on to the budget where nothing meets the SLO (runs 43 to 47).
-SEARCH_VERSION = 7
+# 6 walked on to the budget where nothing meets the SLO (runs 43 to 47); 8: a win on the
+# SLO needs as many runs of the candidate as a goodput decision (pairs_for(confidence): 5
+# at 90%, was repeats: 3), and the SLO side keeps a comparison going only while it can
+# still win (runs 48 to 52).
+SEARCH_VERSION = 8
 
 # --- inputs -------------------------------------------------------------------------------
 
@@ -936,7 +939,7 @@ class _Run:
         if ref is None:
             return by_goodput
         by_slo = slo_verdict(ref.attainment(self.slo), trial.attainment(self.slo),
-                             self.opts.repeats, self.opts.min_gain)
+                             pairs_for(self.opts.confidence), self.opts.min_gain)
         if by_slo is Verdict.BETTER:
             return by_slo
         if Verdict.UNDECIDED in (by_goodput, by_slo):
