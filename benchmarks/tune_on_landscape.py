@@ -369,6 +369,26 @@ READINGS: dict[str, str] = {
            (47, "At the ASSUMED noise of 0.05 every run's choice as run 42's; where nothing "
                 "meets the SLO, median simulated time 2,604 -> 1,988 s, runs on the time "
                 "budget 382 -> 219."))},
+    **{f"tune-landscape-{n}": (
+        f"Run {n - 5}'s setup, hints and seeds with search version 8 (a win on the SLO "
+        "needs 5 runs of the candidate, as a goodput decision at 90% does; versions 6 and "
+        f"7 decided on 3). {what}")
+       for n, what in (
+           (48, "Every run's choice as run 43's."),
+           (49, "Goals as run 44's; 2 runs chose otherwise."),
+           (50, "Goal (b) 294 -> 298 of 440 runs, (a) 924 -> 918 of 1,380, (c) unchanged "
+                "(1,907); 57 runs chose otherwise; measurements a median 0.30 -> 0.33 of "
+                "the grid's. Against search version 5 (run 35): (b) 208 -> 298, (a) 907 -> "
+                "918, (c) 1,908 -> 1,907."),
+           (51, "Goal (b) 490 -> 482 of 600 runs and (a) 854 -> 848 of 1,120: the price of "
+                "the stronger evidence, where 3 runs of a cap on the SLO's edge had "
+                "decided; (c) unchanged (1,908); measurements a median 0.30 -> 0.38 of the "
+                "grid's. Against search version 5 (run 36): (b) 434 -> 482, (a) 836 -> 848 "
+                "(74.6% -> 75.7%), (c) 1,908; where nothing meets the SLO the median "
+                "simulated tuning time 2,050 -> 2,333 s and runs on the 3,600 s budget 188 "
+                "-> 249."),
+           (52, "At the ASSUMED noise of 0.05: (b) 595 of 600 as run 47, (a) 1,026 -> 1,027, "
+                "(c) unchanged (1,912); against run 37 (version 5), (b) 590 -> 595."))},
 }
 # A run of a changed search is shown beside the run of the earlier search on the same
 # setup (its label): both from their stored JSON.
@@ -390,7 +410,7 @@ BEFORE: dict[str, str] = {"tune-landscape-3": "tune-landscape-2",
                           "tune-landscape-21": "tune-landscape-16",
                           "tune-landscape-22": "tune-landscape-17",
                           **{f"tune-landscape-{n}": f"tune-landscape-{n - 5}"
-                             for n in range(23, 48)}}
+                             for n in range(23, 53)}}
 LABEL = ("estimated (AIConfigurator's estimator, a model) + noise measured on the CPU engine; "
          "the tuner's code unchanged")
 # The tuner's code a stored run describes: the search and its paired comparison (and the
