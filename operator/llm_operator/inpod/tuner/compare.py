@@ -267,8 +267,7 @@ class Attainment:
 
     @property
     def _stats(self) -> tuple[float, float, float, float]:
-        ratios = [max(r, 1e-9) for r in self.ratios]
-        return walsh_interval(ratios, self.confidence)
+        return walsh_interval(self.ratios, self.confidence)  # a 0 counts as 0.01x (clip)
 
     @property
     def typical(self) -> float:
@@ -293,16 +292,13 @@ class Attainment:
         """The typical run meets the SLO (the estimate at most 1; no confidence asked)."""
         return bool(self.n) and self.typical <= 1.0
 
-    def binding(self) -> str:
-        """``"TTFT"`` or ``"ITL"``: the objective its typical run is nearer to missing."""
-        t = walsh_interval([max(x, 1e-9) for x in self.ttft], self.confidence)[0]
-        i = walsh_interval([max(x, 1e-9) for x in self.itl], self.confidence)[0]
-        return "TTFT" if t >= i else "ITL"
-
     def typical_of(self, which: str) -> float:
         """The typical ratio of one objective (``"TTFT"`` or ``"ITL"``)."""
-        vals = self.ttft if which == "TTFT" else self.itl
-        return walsh_interval([max(x, 1e-9) for x in vals], self.confidence)[0]
+        return walsh_interval(self.ttft if which == "TTFT" else self.itl, self.confidence)[0]
+
+    def binding(self) -> str:
+        """``"TTFT"`` or ``"ITL"``: the objective its typical run is nearer to missing."""
+        return "TTFT" if self.typical_of("TTFT") >= self.typical_of("ITL") else "ITL"
 
     def text(self) -> str:
         """``1.40x the objective (1.25-1.60x, 94% confidence, 6 runs; ITL binds)``."""
