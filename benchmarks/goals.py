@@ -138,16 +138,13 @@ SUPERSEDED: dict[str, str] = {
                               "miss outright)"
        for b in range(28, 33)},
     **{f"tune-landscape-{b}": f"tune-landscape-{b + 5} (the same setup, hints and seeds, "
-                              "search v6: a cap that meets the SLO beats defaults that "
-                              "miss it in their typical run; the walk toward the SLO)"
-       for b in range(33, 38)},
-    **{f"tune-landscape-{b}": f"tune-landscape-{b + 5} (the same setup, hints and seeds, "
-                              "search v7: the walk stops where no cap can meet the SLO)"
-       for b in range(38, 43)},
-    **{f"tune-landscape-{b}": f"tune-landscape-{b + 5} (the same setup, hints and seeds, "
-                              "search v8: a win on the SLO needs the 5 runs a 90% "
-                              "decision needs)"
-       for b in range(43, 48)},
+                              f"search {why})"
+       for first, why in (
+           (33, "v6: a cap that meets the SLO beats defaults that miss it in their typical "
+                "run; the walk toward the SLO"),
+           (38, "v7: the walk stops where no cap can meet the SLO"),
+           (43, "v8: a win on the SLO needs the 5 runs a 90% decision needs"))
+       for b in range(first, first + 5)},
 }
 # Sections without goals (measurements reported as they are).
 NO_GOALS: dict[str, str] = {

@@ -1191,11 +1191,12 @@ class _Run:
                 return
 
     def verify_hint(self, base: Trial, limit: int) -> bool:
-        """Version 5: where vLLM's defaults met the SLO in none of the baseline's runs,
-        the planner's hint (the model's knee under the SLO), when given, binding and not
-        yet tried, is verified against them: the sweep's probes are single noisy runs, and
-        with the defaults missing outright a cap the model expects to meet the SLO is
-        worth one trial. False when the budget stopped the search."""
+        """Version 5: where vLLM's defaults met the SLO in none of the baseline's runs
+        (version 6: or their typical run misses it), the planner's hint (the model's knee
+        under the SLO), when given, binding and not yet tried, is verified against them:
+        the sweep's probes are single noisy runs, and with the defaults missing a cap the
+        model expects to meet the SLO is worth one trial. False when the budget stopped
+        the search."""
         hint = self.opts.hint_max_num_seqs
         levels = self.space.max_num_seqs
         # Version 6: also where some baseline run met the SLO but their typical run misses.
