@@ -72,8 +72,23 @@ class Stack:
         return (self.namespace, self.name)
 
     def load(self, load: Load) -> LoadRun:
-        """Start a benchmark against the server (returns at once)."""
+        """Start a benchmark against the server (returns at once), once the requests of
+        an earlier one have left it (:meth:`wait_idle`)."""
+        self.wait_idle()
         return LoadRun(vllm_python(), self.server.url, str(self.model), load)
+
+    def wait_idle(self, timeout_s: float = 120.0) -> None:
+        """Wait until Prometheus's latest sample has no request running on the server.
+
+        A load a test killed leaves its last samples (running > 0) in Prometheus for a
+        scrape or more, and its requests in the engine until it notices the clients
+        went. :func:`observe_while` waits for ``running > 0`` to know the next load
+        arrived: without this wait, those samples answered it at once, its windows
+        started before the next benchmark's client had even imported vLLM (tens of
+        seconds on two busy cores), and a test judged idle windows ("no window looked
+        anything up in the prefix cache", CI, after a 310 s wait for the vLLM lock)."""
+        self.prom.wait_for_series(
+            f'vllm:num_requests_running{{llmservice="{self.name}"}} == 0', timeout_s)
 
     def restart(self, flags: list[str]) -> None:
         """A rollout played by hand: the server stopped and started again on its port with

@@ -83,7 +83,9 @@ def observe(stack: Stack, load: Load) -> Any:
     finally:
         run.kill()
     inside = [o for o in seen if o.prefix_cache_query_rate]
-    assert inside, "no window looked anything up in the prefix cache"
+    assert inside, ("no window looked anything up in the prefix cache: windows "
+                    f"{[(o.samples, o.running_mean, o.prefix_cache_query_rate) for o in seen]}, "
+                    f"the benchmark's output:\n{run.output_tail()}")
     return inside[-1]
 
 
