@@ -194,13 +194,25 @@ def test_from_a_cap_too_small_for_the_queue_the_search_walks_up() -> None:
         assert out.best is not None and eng.truth(out.best.config.max_num_seqs)[0] > 0
 
 
-def test_defaults_that_meet_the_slo_are_not_replaced_on_the_slo_rule() -> None:
-    # Defaults at ITL 23.2 ms (0.93x): they meet; no cap may win on "the defaults miss".
-    for seed in range(20):
-        eng = QueueEngine(itl_ms=10, itl_per_seq_ms=0.206, request_s=8.0, sigma=0.32,
-                          seed=seed)
-        out = run(eng, hint=16)
-        assert not any(t.won_by == "slo" for t in out.trials), out.decision()
+def test_defaults_inside_the_slo_are_seldom_traded_for_a_slower_cap() -> None:
+    # Defaults at ITL 23.2 ms (0.93x the objective) and 21.5 ms (0.86x): they meet, but
+    # with 0.32 log-sd per run they miss in 41% and 32% of runs, so the goodput pairs
+    # against a smaller cap are often inf: a cap with a quarter of their goodput then won
+    # on the goodput interval (version 8: 5 of these 80 seeds end below exp(-0.32) = 0.73
+    # of the defaults' noise-free goodput, goal (c) of tune-landscape). Version 9 leaves a
+    # slower cap's win to the SLO rule, whose per-run ratios to the objective tell a miss
+    # from the edge better than all-or-nothing goodput: 2 of 80, both on the SLO rule.
+    below = []
+    for per_seq in (0.206, 0.18):
+        for seed in range(40):
+            eng = QueueEngine(itl_ms=10, itl_per_seq_ms=per_seq, request_s=8.0, sigma=0.32,
+                              seed=seed)
+            out = run(eng, hint=16)
+            cap = out.best.config.max_num_seqs if out.best else None
+            if eng.truth(cap)[0] < math.exp(-0.32) * eng.truth(None)[0]:
+                below.append((per_seq, seed, cap, out.best.won_by if out.best else None))
+    assert len(below) <= 2, below
+    assert all(won == "slo" for *_x, won in below), below
 
 
 def test_a_cap_that_misses_both_objectives_ends_the_walk() -> None:

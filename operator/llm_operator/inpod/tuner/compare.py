@@ -45,11 +45,14 @@ SLO had compared a cap that meets it). :class:`Attainment` asks the SLO's own qu
 each arm's runs: per run, the larger of its TTFT p95 and ITL p95 over their objectives
 (1.0 is the SLO's edge), and the typical ratio with the same exact Wilcoxon interval.
 :func:`slo_verdict` calls the candidate better when the reference misses the SLO with
-confidence, by more than the margin (``min_gain``: the interval's lower end above 1.05)
-and the candidate, measured at least as often as a goodput decision needs (5 runs at
-90%), meets it in its typical run (the estimate at most 1). The reference's goodput is
-then nothing in a typical run, so no gain is claimed over a configuration that meets the
-SLO.
+confidence, by more than the margin (the interval's lower end above ``1 + margin``; the
+search passes none since version 9, 5% before) and the candidate, measured at least as
+often as a goodput decision needs (5 runs at 90%), meets it in its typical run (the
+estimate at most 1). The reference's goodput is then nothing in a typical run, so no gain
+is claimed over a configuration that meets the SLO. Since search version 9 it is also the
+only way a candidate slower than its reference wins (``search.slower``): on the SLO's
+edge the goodput pairs are ``inf`` whenever the reference's run happened to miss, about
+half of them, and their interval then calls a loss of three quarters of the goodput a win.
 
 **Decision.** The candidate wins only when the interval reaches the stated confidence and
 its lower end clears ``1 + min_gain``; it loses at once when even the upper end does not

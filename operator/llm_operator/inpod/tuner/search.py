@@ -55,12 +55,17 @@ the candidate wins only when the exact Wilcoxon signed-rank interval of the typi
 ratio, at ``confidence`` (90%), lies above ``1 + min_gain``. ``repeats`` pairs first;
 more, up to ``max_pairs``, only while the interval straddles that line and the budget allows.
 Where the reference misses the SLO in its typical run (each run's TTFT and ITL p95 over
-their objectives: the statistic the spec's SLO states), by more than ``min_gain`` with the
-same confidence, a candidate whose typical run meets it wins too (version 6,
-:func:`.compare.slo_verdict`): there the goodput pairs are mostly ``inf`` or both zero, and
-the few where noise let the reference meet kept the interval from deciding. The decision
-then says so, with both arms' figures. Where the arms need separate servers (another
-max-num-batched-tokens, or no live cap) the
+their objectives: the statistic the spec's SLO states) with the same confidence, a
+candidate whose typical run meets it wins too (version 6, :func:`.compare.slo_verdict`):
+there the goodput pairs are mostly ``inf`` or both zero, and the few where noise let the
+reference meet kept the interval from deciding. The decision then says so, with both
+arms' figures. A candidate slower than its reference (its median output tokens/s over
+every request, met or not, below the reference's) wins only that way (version 9): its
+goodput gain can only come from the reference's runs that missed the SLO, and on the
+SLO's edge, where the reference misses in about half its runs, the all-or-nothing pairs
+let caps with a quarter of the goodput of defaults inside the SLO win over them
+(tune-landscape-50), where the runs' ratios to the objective tell the edge from a miss.
+Where the arms need separate servers (another max-num-batched-tokens, or no live cap) the
 i-th runs of the two servers are paired, and the comparison says so. No arm is ever scored
 by its worst run. The winner is then confirmed against vLLM's defaults directly (when it
 won against another incumbent), so the gain reported is always a measured interval against
@@ -111,8 +116,11 @@ from .compare import (
 # 6 walked on to the budget where nothing meets the SLO (runs 43 to 47); 8: a win on the
 # SLO needs as many runs of the candidate as a goodput decision (pairs_for(confidence): 5
 # at 90%, was repeats: 3), and the SLO side keeps a comparison going only while it can
-# still win (runs 48 to 52).
-SEARCH_VERSION = 8
+# still win (runs 48 to 52); 9: a candidate slower than its reference (median output
+# tok/s) does not win on the goodput interval, only on the SLO rule, whose reference must
+# miss the SLO in its typical run with confidence (the interval above 1, was 1 + min_gain)
+# (runs 53 to 57).
+SEARCH_VERSION = 9
 
 # --- inputs -------------------------------------------------------------------------------
 
@@ -690,6 +698,16 @@ class Outcome:
 # --- prediction (pure) --------------------------------------------------------------------
 
 
+def slower(trial: Trial, ref: Trial) -> bool:
+    """Whether ``trial``'s median output tokens/s (every request, met or not) is below
+    ``ref``'s: a candidate slower than its reference gains goodput on it only where the
+    reference's requests missed the SLO (version 9)."""
+    if not trial.runs or not ref.runs:
+        return False
+    return (statistics.median(m.output_tps for m in trial.runs)
+            < statistics.median(m.output_tps for m in ref.runs))
+
+
 def predict_cap_goodput(probe: Measurement, workload_concurrency: int, slo: SLO,
                         margin: float = 1.0) -> float:
     """Predicted goodput at ``workload_concurrency`` clients with ``--max-num-seqs`` equal to
@@ -926,20 +944,24 @@ class _Run:
         return next((t for t in self.trials if t.index == index), None)
 
     def verdict(self, trial: Trial) -> Verdict:
-        """The paired goodput interval's verdict, or, where the reference misses the SLO
-        with confidence and ``trial`` meets it in its typical run, better
+        """The paired goodput interval's verdict, unless ``trial`` is slower than its
+        reference (version 9: its goodput gain can then only be the reference's runs that
+        missed the SLO, the SLO's question); or, where the reference's typical run misses
+        the SLO with confidence and ``trial``'s meets it, better
         (:func:`~.compare.slo_verdict`); undecided while either could still decide."""
         cmp = trial.comparison
         if cmp is None:
             return Verdict.NOT_BETTER
         by_goodput = cmp.verdict(self.opts.min_gain)
-        if by_goodput is Verdict.BETTER:
-            return by_goodput
         ref = self._trial(trial.against)
         if ref is None:
             return by_goodput
+        if by_goodput is Verdict.BETTER:
+            if not slower(trial, ref):
+                return by_goodput
+            by_goodput = Verdict.NOT_BETTER
         by_slo = slo_verdict(ref.attainment(self.slo), trial.attainment(self.slo),
-                             pairs_for(self.opts.confidence), self.opts.min_gain)
+                             pairs_for(self.opts.confidence))
         if by_slo is Verdict.BETTER:
             return by_slo
         if Verdict.UNDECIDED in (by_goodput, by_slo):
@@ -1023,10 +1045,11 @@ class _Run:
         cmp = cand.comparison
         if not cand.ok or cmp is None or self.verdict(cand) is not Verdict.BETTER:
             return False
-        if cmp.verdict(self.opts.min_gain) is Verdict.BETTER:
+        ref = self._trial(cand.against)
+        if cmp.verdict(self.opts.min_gain) is Verdict.BETTER and (
+                ref is None or not slower(cand, ref)):
             cand.won_by = "goodput"
         else:
-            ref = self._trial(cand.against)
             cand.won_by = "slo"
             cand.reference_attainment = ref.attainment(self.slo) if ref else None
         return True
