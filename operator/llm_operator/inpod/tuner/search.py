@@ -119,8 +119,9 @@ from .compare import (
 # still win (runs 48 to 52); 9: a candidate slower than its reference (median output
 # tok/s) does not win on the goodput interval, only on the SLO rule, whose reference must
 # miss the SLO in its typical run with confidence (the interval above 1, was 1 + min_gain)
-# (runs 53 to 57).
-SEARCH_VERSION = 9
+# (runs 53 to 57); 10: "slower" by more than min_gain (version 9: any amount, so a cap as
+# fast as the defaults within the medians' noise lost a sure goodput win; runs 58 to 62).
+SEARCH_VERSION = 10
 
 # --- inputs -------------------------------------------------------------------------------
 
@@ -691,6 +692,17 @@ class Outcome:
         if not other.comparison.ratios:
             return (f"{other.config.describe()} and vLLM's defaults: "
                     f"{other.comparison.text()}; kept vLLM's defaults")
+        lo, _hi, achieved = other.comparison.interval
+        if (self.slo is not None and achieved >= other.comparison.confidence
+                and lo > 1 + self.min_gain and slower(other, self.baseline, self.min_gain)):
+            # Version 9: a goodput interval above the line, from a slower candidate.
+            mine, theirs = (statistics.median(m.output_tps for m in t.runs)
+                            for t in (other, self.baseline))
+            return (f"{other.config.describe()}: goodput {other.comparison.text()} of "
+                    f"vLLM's defaults but slower ({mine:.0f} against their {theirs:.0f} "
+                    "output tok/s), a gain only in their runs that missed the SLO, and "
+                    f"their typical run ({self.baseline.attainment(self.slo).text()}) does "
+                    "not miss it with confidence; kept vLLM's defaults")
         return (f"{other.config.describe()}: {other.comparison.text()} of vLLM's defaults; "
                 f"kept vLLM's defaults (interval not above {line})")
 
@@ -698,13 +710,15 @@ class Outcome:
 # --- prediction (pure) --------------------------------------------------------------------
 
 
-def slower(trial: Trial, ref: Trial) -> bool:
+def slower(trial: Trial, ref: Trial, margin: float = 0.0) -> bool:
     """Whether ``trial``'s median output tokens/s (every request, met or not) is below
-    ``ref``'s: a candidate slower than its reference gains goodput on it only where the
-    reference's requests missed the SLO (version 9)."""
+    ``ref``'s by more than ``margin``: a candidate slower than its reference gains
+    goodput on it only where the reference's requests missed the SLO (version 9; version
+    10 with the margin, ``min_gain``: a candidate as fast as its reference within the
+    noise of the medians is not slower)."""
     if not trial.runs or not ref.runs:
         return False
-    return (statistics.median(m.output_tps for m in trial.runs)
+    return (statistics.median(m.output_tps for m in trial.runs) * (1.0 + margin)
             < statistics.median(m.output_tps for m in ref.runs))
 
 
@@ -957,7 +971,7 @@ class _Run:
         if ref is None:
             return by_goodput
         if by_goodput is Verdict.BETTER:
-            if not slower(trial, ref):
+            if not slower(trial, ref, self.opts.min_gain):
                 return by_goodput
             by_goodput = Verdict.NOT_BETTER
         by_slo = slo_verdict(ref.attainment(self.slo), trial.attainment(self.slo),
@@ -1047,7 +1061,7 @@ class _Run:
             return False
         ref = self._trial(cand.against)
         if cmp.verdict(self.opts.min_gain) is Verdict.BETTER and (
-                ref is None or not slower(cand, ref)):
+                ref is None or not slower(cand, ref, self.opts.min_gain)):
             cand.won_by = "goodput"
         else:
             cand.won_by = "slo"
