@@ -54,13 +54,13 @@ CURRENT: tuple[Config, ...] = (
     Config("Planner's start vs AIConfigurator's landscape, ITL p95 from its step schedule "
            "(aic-estimator-9)", ("aic-estimator-9",), AIC_ESTIMATE),
     *(Config(f"Tuner's search on the landscape, TTFT <= {ttft}, {itl} "
-             f"(tune-landscape-{n}, search v8)", (f"tune-landscape-{n}",), where)
+             f"(tune-landscape-{n}, search v10)", (f"tune-landscape-{n}",), where)
       for ttft, itl, n, where in (
-          ("1-2 s", "ITL as mean TPOT", 48, AIC_LANDSCAPE),
-          ("1-2 s", "ITL p95 from the schedule", 49, AIC_LANDSCAPE),
-          ("30 s", "ITL as mean TPOT", 50, AIC_LANDSCAPE),
-          ("30 s", "ITL p95 from the schedule", 51, AIC_LANDSCAPE),
-          ("30 s", "ITL p95, ASSUMED GPU-like noise 0.05", 52, AIC_ASSUMED_NOISE))),
+          ("1-2 s", "ITL as mean TPOT", 58, AIC_LANDSCAPE),
+          ("1-2 s", "ITL p95 from the schedule", 59, AIC_LANDSCAPE),
+          ("30 s", "ITL as mean TPOT", 60, AIC_LANDSCAPE),
+          ("30 s", "ITL p95 from the schedule", 61, AIC_LANDSCAPE),
+          ("30 s", "ITL p95, ASSUMED GPU-like noise 0.05", 62, AIC_ASSUMED_NOISE))),
     Config("Tuner vs grid and defaults (tune-paired-1)", ("tuning", "tuning-2"), CPU),
     Config("Tuner vs grid and defaults (tune-wide-1)", ("tuning-wide", "tuning-wide-2"), CPU),
     Config("Tuner vs grid and defaults (tune-wide-bound-1)",
@@ -144,6 +144,13 @@ SUPERSEDED: dict[str, str] = {
                 "run; the walk toward the SLO"),
            (38, "v7: the walk stops where no cap can meet the SLO"),
            (43, "v8: a win on the SLO needs the 5 runs a 90% decision needs"))
+       for b in range(first, first + 5)},
+    **{f"tune-landscape-{b}": f"tune-landscape-{58 + (b - first)} (the same setup, hints "
+                              f"and seeds, search {why})"
+       for first, why in (
+           (48, "v10: a candidate slower than the defaults by more than min-gain wins only "
+                "on the SLO rule"),
+           (53, "v10: v9 with 'slower' by more than min-gain"))
        for b in range(first, first + 5)},
 }
 # Sections without goals (measurements reported as they are).

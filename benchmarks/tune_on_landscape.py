@@ -389,6 +389,38 @@ READINGS: dict[str, str] = {
                 "-> 249."),
            (52, "At the ASSUMED noise of 0.05: (b) 595 of 600 as run 47, (a) 1,026 -> 1,027, "
                 "(c) unchanged (1,912); against run 37 (version 5), (b) 590 -> 595."))},
+    **{f"tune-landscape-{n}": (
+        f"Run {n - 5}'s setup, hints and seeds with search version 9 (a candidate slower "
+        "than its reference wins only on the SLO rule, whose reference must miss in its "
+        f"typical run with confidence, no margin). {what} Superseded by run {n + 5} "
+        "(version 10).")
+       for n, what in (
+           (53, "Every run's choice as run 48's."),
+           (54, "Every run's choice as run 49's."),
+           (55, "Goal (c) 1,907 -> 1,914 of 1,920 (below 1.00x 85 -> 70), (a) 918 -> 925 of "
+                "1,380, (b) 298 -> 290 of 440."),
+           (56, "Goal (c) 1,908 -> 1,913, (a) 848 -> 855 of 1,120, (b) 482 -> 480 of 600."),
+           (57, "At the ASSUMED noise of 0.05: (c) 1,912 -> 1,919, (a) 1,027 -> 1,034, (b) 595 "
+                "-> 588: --max-num-seqs 192, as fast as the defaults (4,925 against 4,922 "
+                "tok/s), lost sure goodput wins on 'slower' by 3 tok/s."))},
+    **{f"tune-landscape-{n}": (
+        f"Run {n - 10}'s setup, hints and seeds with search version 10 (version 9, a "
+        f"candidate 'slower' only by more than min-gain). Against run {n - 10} (version 8): "
+        f"{what}")
+       for n, what in (
+           (58, "every run's choice as run 48's."),
+           (59, "every run's choice as run 49's."),
+           (60, "goal (c) 1,907 -> 1,913 of 1,920 (below 1.00x 85 -> 71, below 0.95x 77 -> "
+                "64), (a) 918 -> 924 of 1,380, (b) 298 -> 291 of 440; 86 runs chose "
+                "otherwise. The (c) misses left: defaults at 0.85-0.99 of the ITL objective "
+                "whose runs' ratios, not only their goodput, looked like a sure miss."),
+           (61, "goal (c) 1,908 -> 1,912 (below 1.00x 44 -> 40), (a) 848 -> 854 of 1,120 "
+                "(76.2%), (b) 482 -> 480 of 600; 68 runs chose otherwise."),
+           (62, "at the ASSUMED noise of 0.05, goal (c) 1,912 -> 1,917 (below 1.00x 10 -> 4), "
+                "(a) 1,027 -> 1,033 (92.2%), (b) 595 -> 589 of 600: the 6 runs lost are "
+                "defaults 1-2% over the ITL objective (typical run 1.01-1.02x, interval "
+                "from 0.99-1.00x over 15-32 runs), which the goodput pairs had called and "
+                "the SLO rule at 90% cannot; the decision now says so."))},
 }
 # A run of a changed search is shown beside the run of the earlier search on the same
 # setup (its label): both from their stored JSON.
@@ -410,7 +442,9 @@ BEFORE: dict[str, str] = {"tune-landscape-3": "tune-landscape-2",
                           "tune-landscape-21": "tune-landscape-16",
                           "tune-landscape-22": "tune-landscape-17",
                           **{f"tune-landscape-{n}": f"tune-landscape-{n - 5}"
-                             for n in range(23, 53)}}
+                             for n in range(23, 58)},
+                          **{f"tune-landscape-{n}": f"tune-landscape-{n - 10}"
+                             for n in range(58, 63)}}
 LABEL = ("estimated (AIConfigurator's estimator, a model) + noise measured on the CPU engine; "
          "the tuner's code unchanged")
 # The tuner's code a stored run describes: the search and its paired comparison (and the
