@@ -73,6 +73,20 @@ def slo_unmet_result(fingerprint: str | None) -> TuningResult:
     return result_from_outcome(outcome, SLO, WORKLOAD, fingerprint=fingerprint)
 
 
+def slo_missed_result(fingerprint: str | None) -> TuningResult:
+    """A search where vLLM's defaults met the SLO in two runs of three (ITL p95 90, 150
+    and 98 ms against 100) and the cap compared with them did not win: the defaults are
+    kept, though their runs miss the SLO on average."""
+    base = Trial(index=0, config=Config(), phase="baseline", startup_s=35.0, wall_s=95.0,
+                 runs=[_measurement(g, 0.0, 4000.0, itl)
+                       for g, itl in ((800.0, 90.0), (0.0, 150.0), (760.0, 98.0))])
+    cand = _trial(1, Config(max_num_seqs=16), "verify", (600.0, 0.0, 610.0),
+                  against=(800.0, 0.0, 0.0))
+    outcome = Outcome(trials=[base, cand], baseline=base, best=base, complete=True,
+                      stop_reason="converged", wall_s=190.0)
+    return result_from_outcome(outcome, SLO, WORKLOAD, fingerprint=fingerprint)
+
+
 def failed_tuner_result(fingerprint: str | None) -> TuningResult:
     """What the tuner reports when even vLLM's defaults could not be measured."""
     base = Trial(index=0, config=Config(), phase="baseline",

@@ -12,6 +12,7 @@ import pytest
 from tests.support.tuning_results import (
     failed_tuner_result,
     kv_constrained_result,
+    slo_missed_result,
     slo_unmet_result,
 )
 
@@ -386,3 +387,12 @@ def test_a_result_where_nothing_met_the_slo_says_so_and_what_to_change() -> None
     d = decide(svc, plan, fp, name, running, job(name, fp, "Complete"), kept.to_message(),
                now=AT_LATER)
     assert d.tuning is not None and "the defaults were best" in d.tuning["reason"]
+    # Defaults that met the SLO in some run but miss it on average (what status.tuning's
+    # baseline shows), kept because nothing tried was shown better, are not "best" either.
+    d = decide(svc, plan, fp, name, running, job(name, fp, "Complete"),
+               slo_missed_result(fp).to_message(), now=AT_LATER)
+    t = d.tuning
+    assert t is not None and not t.get("applied") and "the defaults were best" not in t["reason"]
+    assert ("vLLM's defaults missed the SLO (TTFT p95 <= 15000 ms, ITL p95 <= 100 ms) in the "
+            "tuning runs (TTFT p95 4000 ms, ITL p95 112.67 ms, mean of 3)") in t["reason"]
+    assert "spec.workload.slo" in t["reason"] and "spec.gpus" in t["reason"]

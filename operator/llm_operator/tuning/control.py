@@ -795,9 +795,22 @@ def accepted_message(result: TuningResult, applied: Mapping[str, int], source: s
                   f"{_slo_text(result.slo)} for no request in the tuning runs and no "
                   "configuration tried beat them: relax spec.workload.slo, or give the "
                   "service more or larger GPUs (spec.gpus)")
+    elif base is not None and _misses(base, result.slo):
+        change = ("settings unchanged, but vLLM's defaults missed the SLO"
+                  f"{_slo_text(result.slo)} in the tuning runs (TTFT p95 "
+                  f"{base.ttft_p95_ms:g} ms, ITL p95 {base.itl_p95_ms:g} ms, mean of "
+                  f"{base.repeats}) and no configuration tried was shown to meet it: relax "
+                  "spec.workload.slo, or give the service more or larger GPUs (spec.gpus)")
     else:
         change = "the defaults were best: settings unchanged"
     return f"Tuned{partial}: {change}; {evidence}; {where}"
+
+
+def _misses(score: Score, slo: Mapping[str, float]) -> bool:
+    """Whether a score's mean p95 latencies (what ``status.tuning`` shows) miss the SLO."""
+    ttft, itl = slo_ms(slo)
+    return bool((ttft is not None and score.ttft_p95_ms > ttft)
+                or (itl is not None and score.itl_p95_ms > itl))
 
 
 def _slo_text(slo: Mapping[str, float]) -> str:

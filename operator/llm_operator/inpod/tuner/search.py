@@ -688,23 +688,36 @@ class Outcome:
                     f"defaults' {self.baseline.score:.0f} (medians, not paired); kept {what}")
         other = self.strongest_rejected
         if other is None or other.comparison is None:
-            return "kept vLLM's defaults: no other configuration was compared with them"
+            return ("kept vLLM's defaults: no other configuration was compared with them"
+                    + self._defaults_missed())
         if not other.comparison.ratios:
             return (f"{other.config.describe()} and vLLM's defaults: "
-                    f"{other.comparison.text()}; kept vLLM's defaults")
+                    f"{other.comparison.text()}; kept vLLM's defaults"
+                    + self._defaults_missed())
         lo, _hi, achieved = other.comparison.interval
         if (self.slo is not None and achieved >= other.comparison.confidence
                 and lo > 1 + self.min_gain and slower(other, self.baseline, self.min_gain)):
             # Version 9: a goodput interval above the line, from a slower candidate.
-            mine, theirs = (statistics.median(m.output_tps for m in t.runs)
-                            for t in (other, self.baseline))
+            its_tps, their_tps = (statistics.median(m.output_tps for m in t.runs)
+                                  for t in (other, self.baseline))
             return (f"{other.config.describe()}: goodput {other.comparison.text()} of "
-                    f"vLLM's defaults but slower ({mine:.0f} against their {theirs:.0f} "
+                    f"vLLM's defaults but slower ({its_tps:.0f} against their "
+                    f"{their_tps:.0f} "
                     "output tok/s), a gain only in their runs that missed the SLO, and "
                     f"their typical run ({self.baseline.attainment(self.slo).text()}) does "
                     "not miss it with confidence; kept vLLM's defaults")
         return (f"{other.config.describe()}: {other.comparison.text()} of vLLM's defaults; "
-                f"kept vLLM's defaults (interval not above {line})")
+                f"kept vLLM's defaults (interval not above {line})" + self._defaults_missed())
+
+    def _defaults_missed(self) -> str:
+        """Where vLLM's defaults are kept though their typical run missed the SLO, the
+        clause that says so (a kept configuration is not one that meets it)."""
+        if self.slo is None or self.baseline is None or not self.baseline.runs:
+            return ""
+        att = self.baseline.attainment(self.slo)
+        if att.meets_typically():
+            return ""
+        return f", though their typical run missed the SLO ({att.text()})"
 
 
 # --- prediction (pure) --------------------------------------------------------------------
