@@ -28,6 +28,9 @@ minutes of model loading. This search spends restarts only where they pay:
    baseline's runs) and nothing verified won, the planner's hint (the model's knee under
    the SLO) is verified too: the sweep's probes are single noisy runs, and a cap the
    model expects to meet the SLO is worth one trial before defaults that miss it are kept.
+   Where a cap below the hint won, the hint is compared with the defaults too (version
+   11) and kept if it wins and is no slower: a step of one ladder level up is too small
+   a gain for the paired interval to call at a noisy engine.
    **Walk** (version 6): if that cap lost too, up to three caps follow it on the ladder
    toward the SLO, by the objective its typical run missed: the TTFT objective (the
    queue of clients beyond the cap) by a larger cap, sized by Little's law; the ITL
@@ -120,8 +123,10 @@ from .compare import (
 # tok/s) does not win on the goodput interval, only on the SLO rule, whose reference must
 # miss the SLO in its typical run with confidence (the interval above 1, was 1 + min_gain)
 # (runs 53 to 57); 10: "slower" by more than min_gain (version 9: any amount, so a cap as
-# fast as the defaults within the medians' noise lost a sure goodput win; runs 58 to 62).
-SEARCH_VERSION = 10
+# fast as the defaults within the medians' noise lost a sure goodput win; runs 58 to 62);
+# 11: where a cap below the planner's hint won against the defaults, the hint is compared
+# with them too and kept if it wins and is no slower (runs 63 to 67).
+SEARCH_VERSION = 11
 
 # --- inputs -------------------------------------------------------------------------------
 
@@ -1210,6 +1215,8 @@ class _Run:
             return
         if not self.chain and not self.walk_to_slo(base, limit):
             return
+        if not self.hint_above(base, limit):
+            return
         # Hill-climb on the ladder from the incumbent among mns levels.
         while True:
             inc = self.incumbent()
@@ -1263,6 +1270,34 @@ class _Run:
         self.notes.append(f"vLLM's defaults missed the SLO in their typical run: the "
                           f"planner's hint, {cfg.describe()}, verified against them")
         self.first_better([cfg], "verify", base)
+        return True
+
+    def hint_above(self, base: Trial, limit: int) -> bool:
+        """Version 11: where a cap below the planner's hint won against vLLM's defaults
+        and the hint was not tried, the hint is compared with the defaults too, and kept
+        if it wins and is no slower than that cap. The sweep ranks caps by single noisy
+        probes, so the first cap verified is often one or two levels below the model's
+        knee, and a one-level step up (1.2-1.3x) is too small for the paired interval to
+        call in the pairs a trial affords at the CPU engine's noise. False when the
+        budget stopped the search."""
+        inc = self.incumbent()
+        hint = self.opts.hint_max_num_seqs
+        levels = self.space.max_num_seqs
+        if (inc is None or inc is base or hint is None or not levels
+                or inc.config.max_num_seqs is None):
+            return True
+        cap = snap(levels, hint)
+        cfg = replace(inc.config, max_num_seqs=cap)
+        if (cap <= inc.config.max_num_seqs or cap >= limit or self.tried(cfg)
+                or not self.space.valid(cfg)):
+            return True
+        if not self.can_afford(cfg):
+            return False
+        self.notes.append(f"{inc.config.describe()} won below the planner's hint: "
+                          f"{cfg.describe()} compared with vLLM's defaults too")
+        trial = self.challenge(cfg, "verify", base)
+        if self.beats(trial) and not slower(trial, inc, self.opts.min_gain):
+            self.chain.append(trial)
         return True
 
     def walk_to_slo(self, base: Trial, limit: int, steps: int = 3) -> bool:
