@@ -54,13 +54,13 @@ CURRENT: tuple[Config, ...] = (
     Config("Planner's start vs AIConfigurator's landscape, ITL p95 from its step schedule "
            "(aic-estimator-9)", ("aic-estimator-9",), AIC_ESTIMATE),
     *(Config(f"Tuner's search on the landscape, TTFT <= {ttft}, {itl} "
-             f"(tune-landscape-{n}, search v10)", (f"tune-landscape-{n}",), where)
+             f"(tune-landscape-{n}, search v11)", (f"tune-landscape-{n}",), where)
       for ttft, itl, n, where in (
-          ("1-2 s", "ITL as mean TPOT", 58, AIC_LANDSCAPE),
-          ("1-2 s", "ITL p95 from the schedule", 59, AIC_LANDSCAPE),
-          ("30 s", "ITL as mean TPOT", 60, AIC_LANDSCAPE),
-          ("30 s", "ITL p95 from the schedule", 61, AIC_LANDSCAPE),
-          ("30 s", "ITL p95, ASSUMED GPU-like noise 0.05", 62, AIC_ASSUMED_NOISE))),
+          ("1-2 s", "ITL as mean TPOT", 63, AIC_LANDSCAPE),
+          ("1-2 s", "ITL p95 from the schedule", 64, AIC_LANDSCAPE),
+          ("30 s", "ITL as mean TPOT", 65, AIC_LANDSCAPE),
+          ("30 s", "ITL p95 from the schedule", 66, AIC_LANDSCAPE),
+          ("30 s", "ITL p95, ASSUMED GPU-like noise 0.05", 67, AIC_ASSUMED_NOISE))),
     Config("Tuner vs grid and defaults (tune-paired-1)", ("tuning", "tuning-2"), CPU),
     Config("Tuner vs grid and defaults (tune-wide-1)", ("tuning-wide", "tuning-wide-2"), CPU),
     Config("Tuner vs grid and defaults (tune-wide-bound-1)",
@@ -152,6 +152,9 @@ SUPERSEDED: dict[str, str] = {
                 "on the SLO rule"),
            (53, "v10: v9 with 'slower' by more than min-gain"))
        for b in range(first, first + 5)},
+    **{f"tune-landscape-{b}": f"tune-landscape-{b + 5} (the same setup, hints and seeds, "
+                              "search v11: a win below the planner's hint tries the hint too)"
+       for b in range(58, 63)},
 }
 # Sections without goals (measurements reported as they are).
 NO_GOALS: dict[str, str] = {

@@ -421,6 +421,23 @@ READINGS: dict[str, str] = {
                 "defaults 1-2% over the ITL objective (typical run 1.01-1.02x, interval "
                 "from 0.99-1.00x over 15-32 runs), which the goodput pairs had called and "
                 "the SLO rule at 90% cannot; the decision now says so."))},
+    **{f"tune-landscape-{n}": (
+        f"Run {n - 15}'s setup, hints and seeds with search version 11 (version 10, and "
+        "where a cap below the planner's hint won against the defaults, the hint compared "
+        f"with them too). Against run {n - 5} (version 10): {what}")
+       for n, what in (
+           (63, "every run's choice as run 58's."),
+           (64, "every run's choice as run 59's."),
+           (65, "(a) 924 of 1,380 as before, (b) 291 -> 293 of 440, (c) 1,913 as before; 6 "
+                "runs chose otherwise; runs over 0.3 of the grid's trials 26 -> 30. Judged "
+                "by the mean TPOT the hint is within 0.95 of the best in 23 of 69 scenarios "
+                "(run 60), so it has less to give here."),
+           (66, "(a) 854 -> 907 of 1,120 (76.2% -> 81.0%; scenarios by their median run 49 "
+                "-> 50 of 56), (b) 480 -> 487 of 600, (c) 1,912 -> 1,914; 61 runs chose "
+                "otherwise. Against search version 8 (run 51): (a) 848 -> 907, (b) 482 -> "
+                "487, (c) 1,908 -> 1,914."),
+           (67, "at the ASSUMED noise of 0.05, 1 run chose otherwise; every goal's figure "
+                "as run 62's."))},
 }
 # A run of a changed search is shown beside the run of the earlier search on the same
 # setup (its label): both from their stored JSON.
@@ -444,7 +461,9 @@ BEFORE: dict[str, str] = {"tune-landscape-3": "tune-landscape-2",
                           **{f"tune-landscape-{n}": f"tune-landscape-{n - 5}"
                              for n in range(23, 58)},
                           **{f"tune-landscape-{n}": f"tune-landscape-{n - 10}"
-                             for n in range(58, 63)}}
+                             for n in range(58, 63)},
+                          **{f"tune-landscape-{n}": f"tune-landscape-{n - 5}"
+                             for n in range(63, 68)}}
 LABEL = ("estimated (AIConfigurator's estimator, a model) + noise measured on the CPU engine; "
          "the tuner's code unchanged")
 # The tuner's code a stored run describes: the search and its paired comparison (and the
