@@ -54,13 +54,13 @@ CURRENT: tuple[Config, ...] = (
     Config("Planner's start vs AIConfigurator's landscape, ITL p95 from its step schedule "
            "(aic-estimator-9)", ("aic-estimator-9",), AIC_ESTIMATE),
     *(Config(f"Tuner's search on the landscape, TTFT <= {ttft}, {itl} "
-             f"(tune-landscape-{n}, search v11)", (f"tune-landscape-{n}",), where)
+             f"(tune-landscape-{n}, search v13)", (f"tune-landscape-{n}",), where)
       for ttft, itl, n, where in (
-          ("1-2 s", "ITL as mean TPOT", 63, AIC_LANDSCAPE),
-          ("1-2 s", "ITL p95 from the schedule", 64, AIC_LANDSCAPE),
-          ("30 s", "ITL as mean TPOT", 65, AIC_LANDSCAPE),
-          ("30 s", "ITL p95 from the schedule", 66, AIC_LANDSCAPE),
-          ("30 s", "ITL p95, ASSUMED GPU-like noise 0.05", 67, AIC_ASSUMED_NOISE))),
+          ("1-2 s", "ITL as mean TPOT", 73, AIC_LANDSCAPE),
+          ("1-2 s", "ITL p95 from the schedule", 74, AIC_LANDSCAPE),
+          ("30 s", "ITL as mean TPOT", 75, AIC_LANDSCAPE),
+          ("30 s", "ITL p95 from the schedule", 76, AIC_LANDSCAPE),
+          ("30 s", "ITL p95, ASSUMED GPU-like noise 0.05", 77, AIC_ASSUMED_NOISE))),
     Config("Tuner vs grid and defaults (tune-paired-1)", ("tuning", "tuning-2"), CPU),
     Config("Tuner vs grid and defaults (tune-wide-1)", ("tuning-wide", "tuning-wide-2"), CPU),
     Config("Tuner vs grid and defaults (tune-wide-bound-1)",
@@ -155,6 +155,13 @@ SUPERSEDED: dict[str, str] = {
     **{f"tune-landscape-{b}": f"tune-landscape-{b + 5} (the same setup, hints and seeds, "
                               "search v11: a win below the planner's hint tries the hint too)"
        for b in range(58, 63)},
+    **{f"tune-landscape-{b}": f"tune-landscape-{78 - (first + 5 - b)} (the same setup, "
+                              f"hints and seeds, search {why})"
+       for first, why in (
+           (63, "v13: a slower cap's goodput win stands where it leads in every pair"),
+           (68, "v13: v12, and a slower cap without goodput in its typical pair needs the "
+                "SLO rule"))
+       for b in range(first, first + 5)},
 }
 # Sections without goals (measurements reported as they are).
 NO_GOALS: dict[str, str] = {

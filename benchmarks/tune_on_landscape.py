@@ -438,6 +438,36 @@ READINGS: dict[str, str] = {
                 "487, (c) 1,908 -> 1,914."),
            (67, "at the ASSUMED noise of 0.05, 1 run chose otherwise; every goal's figure "
                 "as run 62's."))},
+    **{f"tune-landscape-{n}": (
+        f"Run {n - 20}'s setup, hints and seeds with search version 12 (a slower "
+        "candidate's goodput win left to the SLO rule only where it is also behind the "
+        "defaults in the pairs where they had goodput). Against run "
+        f"{n - 5} (version 11): {what} Superseded by run {n + 5} (version 13).")
+       for n, what in (
+           (68, "every run's choice as run 63's."),
+           (69, "every run's choice as run 64's."),
+           (70, "(b) 293 -> 285 of 440: 11 runs lost to caps with goodput in 5 of 12 pairs "
+                "against defaults with none, read >100x by the interval, which leaves "
+                "both-zero pairs out; (a), (c) as before."),
+           (71, "(a) 907 -> 910 of 1,120, (b) 487 -> 491 of 600, (c) 1,914 as before."),
+           (72, "at the ASSUMED noise of 0.05, (a) 1,033 -> 1,034, (b) 589 -> 590."))},
+    **{f"tune-landscape-{n}": (
+        f"Run {n - 25}'s setup, hints and seeds with search version 13 (version 12, and a "
+        "slower candidate without goodput in its typical pair also left to the SLO rule). "
+        f"{what}")
+       for n, what in (
+           (73, "Every run's choice as runs 48-68's."),
+           (74, "Every run's choice as runs 49-69's."),
+           (75, "Against run 70 (v12): (b) 285 -> 292 of 440, (a) 924 -> 923. Against run "
+                "50 (v8): (a) 918 -> 923 of 1,380 (66.5% -> 66.9%), (b) 298 -> 292 of 440, "
+                "(c) 1,907 -> 1,913 of 1,920 (below 1.00x 85 -> 75)."),
+           (76, "Goals as run 71's (11 runs chose otherwise). Against run 51 (v8): (a) "
+                "848 -> 910 of 1,120 (75.7% -> 81.2%), (b) 482 -> 491 of 600, (c) 1,908 -> "
+                "1,914 of 1,920 (below 1.00x 44 -> 40)."),
+           (77, "At the ASSUMED noise of 0.05, goals as run 72's (1 run chose otherwise). "
+                "Against run "
+                "52 (v8): (a) 1,027 -> 1,034 of 1,120, (b) 595 -> 590 of 600, (c) 1,912 -> "
+                "1,917 (below 1.00x 10 -> 4)."))},
 }
 # A run of a changed search is shown beside the run of the earlier search on the same
 # setup (its label): both from their stored JSON.
@@ -463,7 +493,9 @@ BEFORE: dict[str, str] = {"tune-landscape-3": "tune-landscape-2",
                           **{f"tune-landscape-{n}": f"tune-landscape-{n - 10}"
                              for n in range(58, 63)},
                           **{f"tune-landscape-{n}": f"tune-landscape-{n - 5}"
-                             for n in range(63, 68)}}
+                             for n in range(63, 73)},
+                          **{f"tune-landscape-{n}": f"tune-landscape-{n - 25}"
+                             for n in range(73, 78)}}
 LABEL = ("estimated (AIConfigurator's estimator, a model) + noise measured on the CPU engine; "
          "the tuner's code unchanged")
 # The tuner's code a stored run describes: the search and its paired comparison (and the

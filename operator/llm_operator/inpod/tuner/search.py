@@ -763,11 +763,13 @@ def gain_only_where_missed(trial: Trial, ref: Trial, margin: float) -> bool:
     """Whether ``trial``'s goodput gain on ``ref`` comes only from the runs where ``ref``
     missed the SLO: it is slower (:func:`slower`, by more than ``margin``) and, in the
     pairs where ``ref`` had goodput, behind it in the typical one (version 12; versions
-    9-11 asked only the first), or without goodput in its own typical pair (version 13). Where the reference had goodput in no pair, or the
-    candidate led it there too, the gain is in every run: on a real engine goodput counts
-    requests, and a smaller cap whose requests meet the SLO more often than the defaults'
-    leads them in each pair though its tokens/s are lower (tests/vllm/test_tuner.py: 487
-    tok/s against 0 in all 6 pairs, 1,058 against 1,120 output tok/s)."""
+    9-11 asked only the first), or without goodput in its own typical pair (version 13).
+    Where the reference had goodput in no pair, or the candidate led it there too, and the
+    candidate had goodput in its typical pair, the gain is in every run: on a real engine
+    goodput counts requests, and a smaller cap whose requests meet the SLO more often
+    than the defaults' leads them in each pair though its tokens/s are lower
+    (tests/vllm/test_tuner.py: 487 tok/s against 0 in all 6 pairs, 1,058 against 1,120
+    output tok/s)."""
     if not slower(trial, ref, margin):
         return False
     if not trial.pairs or statistics.median(b for _a, b in trial.pairs) <= 0:
