@@ -709,8 +709,8 @@ class Outcome:
         if (self.slo is not None and achieved >= other.comparison.confidence
                 and lo > 1 + self.min_gain
                 and gain_only_where_missed(other, self.baseline, self.min_gain)):
-            # Versions 9-12: a goodput interval above the line, from a slower candidate
-            # behind the defaults in the pairs where they met the SLO.
+            # Versions 9-13: a goodput interval above the line, from a slower candidate
+            # whose gain lies only in the defaults' missed runs (gain_only_where_missed).
             its_tps, their_tps = (statistics.median(m.output_tps for m in t.runs)
                                   for t in (other, self.baseline))
             met = [b / a for a, b in other.pairs if a > 0]
@@ -1017,10 +1017,10 @@ class _Run:
         return next((t for t in self.trials if t.index == index), None)
 
     def verdict(self, trial: Trial) -> Verdict:
-        """The paired goodput interval's verdict, unless ``trial`` is slower than its
-        reference (version 9: its goodput gain can then only be the reference's runs that
-        missed the SLO, the SLO's question); or, where the reference's typical run misses
-        the SLO with confidence and ``trial``'s meets it, better
+        """The paired goodput interval's verdict (:meth:`goodput_win`: not where the gain
+        lies only in the reference's runs that missed the SLO, the SLO's question); or,
+        where the reference's typical run misses the SLO with confidence and ``trial``'s
+        meets it, better
         (:func:`~.compare.slo_verdict`); undecided while either could still decide."""
         cmp = trial.comparison
         if cmp is None:
@@ -1030,7 +1030,7 @@ class _Run:
         if ref is None:
             return by_goodput
         if by_goodput is Verdict.BETTER:
-            if not gain_only_where_missed(trial, ref, self.opts.min_gain):
+            if self.goodput_win(trial):
                 return by_goodput
             by_goodput = Verdict.NOT_BETTER
         by_slo = slo_verdict(ref.attainment(self.slo), trial.attainment(self.slo),
@@ -1040,6 +1040,14 @@ class _Run:
         if Verdict.UNDECIDED in (by_goodput, by_slo):
             return Verdict.UNDECIDED
         return Verdict.NOT_BETTER
+
+    def goodput_win(self, trial: Trial) -> bool:
+        """The paired goodput interval calls ``trial`` better, and not only through its
+        reference's runs that missed the SLO (:func:`gain_only_where_missed`)."""
+        cmp, ref = trial.comparison, self._trial(trial.against)
+        return (cmp is not None and cmp.verdict(self.opts.min_gain) is Verdict.BETTER
+                and (ref is None or not gain_only_where_missed(trial, ref,
+                                                               self.opts.min_gain)))
 
     def challenge(self, cfg: Config, phase: str, ref: Trial) -> Trial:
         """Measure ``cfg`` against ``ref`` in pairs (see the module docstring): interleaved
@@ -1119,8 +1127,7 @@ class _Run:
         if not cand.ok or cmp is None or self.verdict(cand) is not Verdict.BETTER:
             return False
         ref = self._trial(cand.against)
-        if cmp.verdict(self.opts.min_gain) is Verdict.BETTER and (
-                ref is None or not gain_only_where_missed(cand, ref, self.opts.min_gain)):
+        if self.goodput_win(cand):
             cand.won_by = "goodput"
         else:
             cand.won_by = "slo"
