@@ -138,8 +138,10 @@ class LoopDemo:
         # The decision with its paired interval against vLLM's defaults (issue 32).
         self.console.print(f"Decision: {tuning.get('decision') or 'none recorded'}",
                            highlight=False)
-        self.console.print(f"Tuned: {condition(svc, 'Tuned').get('message', '')}",
-                           highlight=False)
+        # The condition's message begins with "Tuned" itself: its status and reason lead.
+        cond = condition(svc, "Tuned")
+        self.console.print(f"Condition Tuned={cond.get('status')} ({cond.get('reason')}): "
+                           f"{cond.get('message', '')}", highlight=False)
         return svc
 
     def rollout(self) -> dict[str, Any] | None:

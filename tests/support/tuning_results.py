@@ -73,6 +73,18 @@ def slo_unmet_result(fingerprint: str | None) -> TuningResult:
     return result_from_outcome(outcome, SLO, WORKLOAD, fingerprint=fingerprint)
 
 
+def slo_unmet_typical_result(fingerprint: str | None) -> TuningResult:
+    """A search where vLLM's defaults met the SLO in one run of three (their median
+    goodput 0) and the cap compared with them in none: the defaults are kept."""
+    base = _trial(0, Config(), "baseline", (0.0, 0.0, 0.0), ttft=40000.0, itl=180.0)
+    base.runs[1] = _measurement(700.0, 0.0, 9000.0, 95.0)
+    cand = _trial(1, Config(max_num_seqs=16), "verify", (0.0, 0.0, 0.0), ttft=52000.0,
+                  itl=120.0, against=(0.0, 700.0, 0.0))
+    outcome = Outcome(trials=[base, cand], baseline=base, best=base, complete=True,
+                      stop_reason="converged", wall_s=190.0)
+    return result_from_outcome(outcome, SLO, WORKLOAD, fingerprint=fingerprint)
+
+
 def slo_missed_result(fingerprint: str | None) -> TuningResult:
     """A search where vLLM's defaults met the SLO in two runs of three (ITL p95 90, 150
     and 98 ms against 100) and the cap compared with them did not win: the defaults are

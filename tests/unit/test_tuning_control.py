@@ -14,6 +14,7 @@ from tests.support.tuning_results import (
     kv_constrained_result,
     slo_missed_result,
     slo_unmet_result,
+    slo_unmet_typical_result,
 )
 
 from llm_operator import status as st
@@ -382,6 +383,15 @@ def test_a_result_where_nothing_met_the_slo_says_so_and_what_to_change() -> None
             "request") in t["reason"]
     assert "spec.workload.slo" in t["reason"] and "spec.gpus" in t["reason"]
     assert d.event is not None and d.event.message == t["reason"]
+    # Defaults whose typical run had no goodput but one run of three did: the message
+    # does not say no run met it.
+    d = decide(svc, plan, fp, name, running, job(name, fp, "Complete"),
+               slo_unmet_typical_result(fp).to_message(), now=AT_LATER)
+    t = d.tuning
+    assert t is not None and not t.get("applied")
+    assert "for no request in the tuning runs" not in t["reason"]
+    assert ("for no request in their typical tuning run (some did in 1 of 3 runs) and no "
+            "configuration tried beat them") in t["reason"]
     # Where the defaults had goodput and stayed best, the usual words.
     kept = kv_constrained_result(fp, defaults_best=True)
     d = decide(svc, plan, fp, name, running, job(name, fp, "Complete"), kept.to_message(),

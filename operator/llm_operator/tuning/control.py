@@ -792,7 +792,7 @@ def accepted_message(result: TuningResult, applied: Mapping[str, int], source: s
         change = "running with " + ", ".join(f"{_flag(k)} {v}" for k, v in applied.items())
     elif base is not None and base.goodput <= 0 and (best is None or best.goodput <= 0):
         change = ("settings unchanged, but vLLM's defaults met the SLO"
-                  f"{_slo_text(result.slo)} for no request in the tuning runs and no "
+                  f"{_slo_text(result.slo)} for no request {_where_unmet(base)} and no "
                   "configuration tried beat them: relax spec.workload.slo, or give the "
                   "service more or larger GPUs (spec.gpus)")
     elif base is not None and _misses(base, result.slo):
@@ -804,6 +804,18 @@ def accepted_message(result: TuningResult, applied: Mapping[str, int], source: s
     else:
         change = "the defaults were best: settings unchanged"
     return f"Tuned{partial}: {change}; {evidence}; {where}"
+
+
+def _where_unmet(score: Score) -> str:
+    """Where a score without goodput (the median of its runs) met the SLO for no request:
+    in every tuning run only where none had goodput (``metRuns`` 0); else in the typical
+    run, with how many runs met it for some (a result without ``metRuns``: unknown)."""
+    if score.met_runs == 0:
+        return "in the tuning runs"
+    if score.met_runs is None:
+        return "in their typical tuning run"
+    return (f"in their typical tuning run (some did in {score.met_runs} of "
+            f"{score.repeats} runs)")
 
 
 def _misses(score: Score, slo: Mapping[str, float]) -> bool:

@@ -47,6 +47,10 @@ class Score(_M):
     ttft_p95_ms: float = Field(0.0, alias="ttftP95Ms")
     itl_p95_ms: float = Field(0.0, alias="itlP95Ms")
     preemptions: float = 0.0  # per run, mean
+    # Repeats in which some request met the SLO (goodput above 0); None in a result
+    # written before the field was added. The goodput above is their median: 0 there
+    # does not mean no run met it.
+    met_runs: int | None = Field(None, alias="metRuns")
 
 
 class Interval(_M):
@@ -143,6 +147,7 @@ def _score(trial: Trial) -> Score:
         ttft_p95_ms=round(trial.mean_of("ttft_p95_ms"), 1),
         itl_p95_ms=round(trial.mean_of("itl_p95_ms"), 2),
         preemptions=round(trial.mean_of("preemptions"), 1),
+        met_runs=sum(1 for m in trial.runs if m.goodput_tps > 0),
     )
 
 
