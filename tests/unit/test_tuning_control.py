@@ -392,6 +392,7 @@ def test_a_result_where_nothing_met_the_slo_says_so_and_what_to_change() -> None
     assert "for no request in the tuning runs" not in t["reason"]
     assert ("for no request in their typical tuning run (some did in 1 of 3 runs) and no "
             "configuration tried beat them") in t["reason"]
+    assert t["baseline"]["metRuns"] == 1 and t["baseline"]["goodput"] == 0
     # Where the defaults had goodput and stayed best, the usual words.
     kept = kv_constrained_result(fp, defaults_best=True)
     d = decide(svc, plan, fp, name, running, job(name, fp, "Complete"), kept.to_message(),

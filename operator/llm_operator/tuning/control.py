@@ -689,6 +689,8 @@ def score_summary(score: Score | None) -> JSON | None:
     out.update(goodput=score.goodput, spread=score.spread, repeats=score.repeats,
                throughput=score.throughput, ttftP95Ms=score.ttft_p95_ms,
                itlP95Ms=score.itl_p95_ms, preemptions=score.preemptions)
+    if score.met_runs is not None:
+        out["metRuns"] = score.met_runs
     return out
 
 
