@@ -41,6 +41,11 @@ def test_plan_of_a_bad_spec_names_the_field_and_the_fix(tmp_path: Path) -> None:
     out = run_cli("plan", str(bad))
     assert out.returncode == 2
     assert "spec.model.architecture" in out.stderr and "fix:" in out.stderr
+    # The command can read the model's config.json itself: the fix names the flag.
+    fix = " ".join(out.stderr.split())
+    assert "--model-config hub" in fix and "--model-config DIR" in fix, out.stderr
+    out = run_cli("render", str(bad))
+    assert out.returncode == 2 and "--model-config" in out.stderr, out.stderr
 
 
 def test_render_examples_gives_one_deployment_and_service_each() -> None:

@@ -121,8 +121,22 @@ def _print_aic(console: Console, args: argparse.Namespace, spec: Any, plan: Any,
 
 
 def _read_facts(source: str | None, spec: Any) -> Any:
-    """The model's facts from ``--model-config`` (a folder, or ``hub``), or None."""
+    """The model's facts from ``--model-config`` (a folder, or ``hub``), or None. Without
+    it, a model the catalog does not know and no ``spec.model.architecture``: the error
+    names the flag (the operator reads config.json itself; this command does not unless
+    asked)."""
+    from ..facts.control import needs_facts
+
     if source is None:
+        if needs_facts(spec):
+            raise SpecError(
+                "spec.model.architecture",
+                f"is required here: model {spec.model.name!r} is not in the built-in "
+                "catalog and --model-config was not given",
+                "add --model-config hub (reads spec.model.name's config.json from the "
+                "Hub; HF_ENDPOINT, HF_TOKEN honoured) or --model-config DIR (a folder "
+                "holding config.json), or set spec.model.architecture; in a cluster the "
+                "operator reads config.json itself (a facts Job)")
         return None
     from .modelsource import facts_from_folder, facts_from_hub
 
