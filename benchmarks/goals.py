@@ -29,6 +29,8 @@ AIC_ESTIMATE = "AIConfigurator's estimate (a model)"
 AIC_LANDSCAPE = "AIConfigurator's estimate (a model) + noise measured on vLLM CPU"
 AIC_ASSUMED_NOISE = ("AIConfigurator's estimate (a model) + ASSUMED noise (a sensitivity "
                      "run, not measured)")
+AIC_GPU_NOISE = ("AIConfigurator's estimate (a model) + noise measured on GPUs by NVIDIA "
+                 "(day-to-day repeats of real vLLM, gpu-noise-1; a sensitivity run)")
 CPU = "measured on vLLM CPU (this machine, 2 shared cores)"
 EMULATED = "emulated API server"
 CLUSTER = "real control plane (local kube-apiserver, etcd, controllers; 2 cores)"
@@ -60,7 +62,9 @@ CURRENT: tuple[Config, ...] = (
           ("1-2 s", "ITL p95 from the schedule", 74, AIC_LANDSCAPE),
           ("30 s", "ITL as mean TPOT", 75, AIC_LANDSCAPE),
           ("30 s", "ITL p95 from the schedule", 76, AIC_LANDSCAPE),
-          ("30 s", "ITL p95, ASSUMED GPU-like noise 0.05", 77, AIC_ASSUMED_NOISE))),
+          ("30 s", "ITL p95, ASSUMED GPU-like noise 0.05", 77, AIC_ASSUMED_NOISE),
+          ("30 s", "ITL p95, GPU noise measured by NVIDIA", 78, AIC_GPU_NOISE),
+          ("30 s", "ITL as mean TPOT, GPU noise measured by NVIDIA", 79, AIC_GPU_NOISE))),
     Config("Tuner vs grid and defaults (tune-paired-1)", ("tuning", "tuning-2"), CPU),
     Config("Tuner vs grid and defaults (tune-wide-1)", ("tuning-wide", "tuning-wide-2"), CPU),
     Config("Tuner vs grid and defaults (tune-wide-bound-1)",
@@ -171,6 +175,8 @@ NO_GOALS: dict[str, str] = {
                                 "landscape scaled by its measured error",
     "closed-loop-check-1": "a diagnostic: whether each measured row can be a no-gap closed "
                            "loop of uncached prompts",
+    "gpu-noise-1": "the run-to-run spread of real vLLM on GPUs in NVIDIA's repeated "
+                   "measurements: the noise of tune-landscape-78 and -79",
     "bad-input": "every bad input's error, listed",
     "bad-input-real-server": "every bad input's error against a real vLLM server",
     "churn": "converged or not, listed per run",

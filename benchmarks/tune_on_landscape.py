@@ -495,7 +495,10 @@ BEFORE: dict[str, str] = {"tune-landscape-3": "tune-landscape-2",
                           **{f"tune-landscape-{n}": f"tune-landscape-{n - 5}"
                              for n in range(63, 73)},
                           **{f"tune-landscape-{n}": f"tune-landscape-{n - 25}"
-                             for n in range(73, 78)}}
+                             for n in range(73, 78)},
+                          # the same setup and search at the CPU engine's noise
+                          "tune-landscape-78": "tune-landscape-76",
+                          "tune-landscape-79": "tune-landscape-75"}
 LABEL = ("estimated (AIConfigurator's estimator, a model) + noise measured on the CPU engine; "
          "the tuner's code unchanged")
 # The tuner's code a stored run describes: the search and its paired comparison (and the
@@ -514,6 +517,8 @@ def label_of(data: dict[str, Any]) -> str:
     if tuner_version(data) == 1:
         return LABEL  # as tune-landscape-1 and -2 were published
     noise = ("ASSUMED noise (a sensitivity run)" if data["config"]["noise"].get("assumed")
+             else "noise measured on GPUs by NVIDIA (day-to-day repeats, gpu-noise-1; a "
+             "sensitivity run)" if gpu_measured(data["config"]["noise"])
              else "noise measured on the CPU engine")
     return (f"estimated (AIConfigurator's estimator, a model) + {noise}; the tuner's code as "
             f"of commit {data['commit'][:10]} (search version {tuner_version(data)})")
@@ -773,12 +778,27 @@ def load(path: Path) -> dict[str, Any]:
         if name not in cfg:
             raise SystemExit(f"{path}: the field {name!r} is missing; see "
                              "benchmarks/configs/tune_landscape_1.yaml for each field")
+    if "from" in cfg["noise"]:
+        # A spread measured on GPUs by others (tune-landscape-78, -79): gpu-noise-1's stored
+        # figure, rounded as its config says; recomputed from the stored extract.
+        from benchmarks.gpu_noise import noise_of
+
+        cfg["noise"] = {**cfg["noise"], "logSd": noise_of(ROOT / cfg["noise"]["from"])}
     return cfg
 
 
-def measured_noise(paths: list[str]) -> float:
+def gpu_measured(noise: dict[str, Any]) -> bool:
+    """Whether a run's noise is a spread measured on GPUs by others (gpu-noise-1), not
+    the CPU engine's nor an assumed one."""
+    return "from" in noise
+
+
+def measured_noise(paths: list[str] | None) -> float | None:
     """The pooled within-configuration log-sd of output tok/s over the rotation
-    measurements of stored CPU runs (tune_paired.py's JSON)."""
+    measurements of stored CPU runs (tune_paired.py's JSON); None without such runs (a
+    noise measured on GPUs, :func:`gpu_measured`)."""
+    if not paths:
+        return None
     ss, dof = 0.0, 0
     for p in paths:
         by: dict[str, list[float]] = {}
@@ -931,6 +951,12 @@ def section(data: dict[str, Any]) -> str:
              + (f"an ASSUMED spread ({cfg['noise']['assumed']}; the vLLM CPU engine's, "
                 f"measured in tune-noisy-1 runs 1 and 2, is {data['noiseMeasured']:.3f})"
                 if cfg["noise"].get("assumed") else
+                "the run-to-run spread of real vLLM on GPUs MEASURED BY NVIDIA (gpu-noise-1: "
+                "the pooled log-sd of output tok/s over its configurations measured on two "
+                "or more dates with the same vLLM image, rounded; day to day, so an upper "
+                "bound of the spread within one tuning Job), in place of the vLLM CPU "
+                "engine's 0.32 (a sensitivity run: the goals ask for the CPU engine's)"
+                if gpu_measured(cfg["noise"]) else
                 "being the pooled log-sd of output tok/s measured on the vLLM CPU engine "
                 f"(tune-noisy-1 runs 1 and 2, recomputed: {data['noiseMeasured']:.3f})")
              + ", independent run to run. The operator's tuner settings: the live admission "
@@ -1022,9 +1048,13 @@ def _before_after(data: dict[str, Any], s: dict[str, Any]) -> list[str]:
             "trials / grid's: median / max", "runs over 0.3 x the grid's trials",
             "measurements / grid's: median / max", "runs stopped by the time budget")
     before, after = cells(o, old), cells(s, data)
-    head = (f"| same setup, same seeds | {label} (search version {tuner_version(old)}, "
+    sd_old, sd_new = (float(d["config"]["noise"]["logSd"]) for d in (old, data))
+    first, n_old, n_new = (("same setup, same seeds", "", "") if sd_old == sd_new else
+                           ("same setup and seeds, another noise", f", noise {sd_old:.2f}",
+                            f", noise {sd_new:.2f}"))
+    head = (f"| {first} | {label} (search version {tuner_version(old)}{n_old}, "
             f"commit `{old['commit'][:10]}`) | {data['config']['label']} (search version "
-            f"{tuner_version(data)}, commit `{data['commit'][:10]}`) |")
+            f"{tuner_version(data)}{n_new}, commit `{data['commit'][:10]}`) |")
     return ["", head, "|---|---|---|",
             *(f"| {r} | {x} | {y} |" for r, x, y in zip(rows, before, after, strict=True))]
 
@@ -1115,7 +1145,7 @@ def main(argv: list[str] | None = None) -> int:
     data = {"label": LABEL, "config": cfg, "configFile": rel,
             "configGitBlob": _git("rev-parse", f"HEAD:{rel}"), "commit": _git("rev-parse", "HEAD"),
             "tunerVersion": SEARCH_VERSION,
-            "section": cfg["label"], "noiseMeasured": measured_noise(cfg["noise"]["source"]),
+            "section": cfg["label"], "noiseMeasured": measured_noise(cfg["noise"].get("source")),
             "runtimeSeconds": round(time.monotonic() - t0, 1), "scenarios": rows}
     data["label"] = label_of(data)
     if args.write and not trial:

@@ -6,6 +6,7 @@ tier checks the stored extract (tests/unit/test_perfmodel_silicon.py) without it
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from benchmarks.perfmodel_vs_silicon import DATA, load_config, predict_rows, summarise
@@ -71,3 +72,13 @@ def test_stored_moe_extract_is_what_the_installed_csv_gives() -> None:
     everything = predict_rows({**config, "tpExpertsOnly": False,
                                "expertsMatchAttentionTp": False}, CSV)
     assert len(everything) > len(fresh)  # the EP / DP-attention rows exist and are left out
+
+
+def test_stored_gpu_noise_extract_is_what_the_installed_csv_gives(tmp_path: Path) -> None:
+    """benchmarks/data/gpu_noise_1.json holds exactly the repeated configurations its config
+    selects from the installed CSV (else re-record it)."""
+    from benchmarks import gpu_noise as gn
+
+    fresh = gn.record(path=tmp_path / "fresh.json")
+    stored = json.loads(gn.DATA.read_text())
+    assert stored["configurations"] == json.loads(json.dumps(fresh))["configurations"]
