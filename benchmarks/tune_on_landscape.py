@@ -468,6 +468,34 @@ READINGS: dict[str, str] = {
                 "Against run "
                 "52 (v8): (a) 1,027 -> 1,034 of 1,120, (b) 595 -> 590 of 600, (c) 1,912 -> "
                 "1,917 (below 1.00x 10 -> 4)."))},
+    "tune-landscape-78": (
+        "A sensitivity run, not the goal's: run 76's setup, hints, seeds and search "
+        "(version 13) at the spread of real vLLM on GPUs that NVIDIA's day-to-day repeats "
+        "show (gpu-noise-1: 0.12, which one configuration of 71 carries; without it 0.027, "
+        "computed after that run and not used). Against run 76 (the CPU engine's 0.32): (a) "
+        "910 -> 1,028 of 1,120 (81.2% -> 91.8%, met), (b) 491 -> 569 of 600, (c) 1,914 -> "
+        "1,916 of 1,920 (below 1.00x 40 -> 11); against run 77 (an ASSUMED 0.05): (a) "
+        "1,034, (b) 590, (c) 1,917. Of the 91 runs below 0.95 x the best, 31 keep "
+        "defaults that miss the SLO noise-free (near its edge, where one run's noise "
+        "flips it) and 60 stop 1-6 ladder levels below the best (57 of them 1-4); 1 more "
+        "run spent over 0.3 of the grid's trials. (b) and (c) stay short at this noise "
+        "too."),
+    "tune-landscape-79": (
+        "A sensitivity run, not the goal's: run 75's setup (the estimator's mean TPOT as "
+        "the ITL), hints, seeds and search at gpu-noise-1's 0.12. Against run 75 (0.32): (a) "
+        "923 -> 1,029 of 1,380 (66.9% -> 74.6%), (b) 292 -> 399 of 440, (c) 1,913 -> 1,916 "
+        "(below 1.00x 75 -> 15). Here the noise is not what keeps (a) short: of the 349 "
+        "runs below 0.95 x the best, 257 stop 1-2 ladder levels below the best (178 two, 79 one), at caps that "
+        "meet the SLO with 0.64-0.95 of the best's goodput (median 0.86). The mean TPOT grows smoothly "
+        "with the cap, so the best is the largest cap under the ITL objective, and the "
+        "search moves up only on a gain above min gain (5%) at 90% confidence: the next "
+        "level up from these caps gains 2-31% (median 11%; near 10%, about 40 pairs at "
+        "this noise), and the baseline sweep's "
+        "probes, interpolated across the cap where the ITL objective is missed, predict "
+        "the next level below the refine margin, so it is not tried. Tried on seeds "
+        "100-119 of runs 75, 76, 78 and 79 (never stored) and not kept: no interpolation "
+        "across that edge (79: (a) +5 runs, 76: -3), also a neighbour two levels up ((a) "
+        "79 +22, 76 -39, 78 -16), a wider predict margin 0.95-0.97 (79 +12-15, 78 +3-8)."),
 }
 # A run of a changed search is shown beside the run of the earlier search on the same
 # setup (its label): both from their stored JSON.
