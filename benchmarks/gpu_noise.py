@@ -131,15 +131,19 @@ def breakdown(configs: list[dict[str, Any]], index: int) -> dict[str, dict[str, 
     return {k: summarise(v) for k, v in sorted(parts.items())}
 
 
-def noise_of(path: Path = DATA, digits: int | None = None) -> float:
-    """The figure the tuner runs take: the stored pooled log-sd of output tok/s, rounded
-    as the config says (``digits``: its ``round``)."""
-    data = json.loads(path.read_text())
+def figure(data: Mapping[str, Any]) -> float:
+    """The figure the tuner runs take, from a stored extract: the pooled log-sd of output
+    tok/s, rounded as its config says (``round``)."""
     cfg = yaml.safe_load((ROOT / data["config"]).read_text())
     sd = summarise(data["configurations"])["tps"]["logSd"]
     if sd is None:
-        raise ValueError(f"{path}: no configuration measured on two dates")
-    return round(float(sd), int(cfg["round"] if digits is None else digits))
+        raise ValueError(f"{data['label']}: no configuration measured on two dates")
+    return round(float(sd), int(cfg["round"]))
+
+
+def noise_of(path: Path = DATA) -> float:
+    """:func:`figure` of the extract stored at ``path``."""
+    return figure(json.loads(path.read_text()))
 
 
 def record(config_path: Path = CONFIG, path: Path = DATA) -> dict[str, Any]:
@@ -201,7 +205,7 @@ def render(path: Path = DATA) -> str:
     lines.append(f"| **all** | {s['configurations']} | {s['measurements']} | "
                  f"{_fmt(s, 'tps')} | {_fmt(s, 'ttft')} | {_fmt(s, 'tpot')} |")
     lines += ["", f"The tuner's landscape runs tune-landscape-78 and -79 take "
-              f"{noise_of(path):.2f} (output tok/s, rounded as the config says) as their "
+              f"{figure(data):.2f} (output tok/s, rounded as the config says) as their "
               "noise's log-sd, against the CPU engine's 0.32.", "",
               f"Reading (written after the run): {READING}", "", end]
     return "\n".join(lines) + "\n"

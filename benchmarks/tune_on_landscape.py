@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks.gpu_noise import noise_of, pooled_log_sd
 from benchmarks.planner_vs_aic import goodput, itl_of, spec_for
 from benchmarks.planner_vs_aic import load as load_config
 from benchmarks.results_md import emit, markers
@@ -491,9 +492,10 @@ READINGS: dict[str, str] = {
         "with the cap, so the best is the largest cap under the ITL objective, and the "
         "search moves up only on a gain above min gain (5%) at 90% confidence: the next "
         "level up from these caps gains 2-31% (median 11%; near 10%, about 40 pairs at "
-        "this noise), and the baseline sweep's "
-        "probes, interpolated across the cap where the ITL objective is missed, predict "
-        "the next level below the refine margin, so it is not tried. Tried on seeds "
+        "this noise); in the scenario traced (Llama-3.1-70B H200 TP 4, 512/256, 256 "
+        "clients, tight SLO: 64 kept, 80 best) the baseline sweep's probes, interpolated "
+        "across the cap where the ITL objective is missed, predict the next level below "
+        "the refine margin, so it is not tried. Tried on seeds "
         "100-119 of runs 75, 76, 78 and 79 (never stored) and not kept: no interpolation "
         "across that edge (79: (a) +5 runs, 76: -3), also a neighbour two levels up ((a) "
         "79 +22, 76 -39, 78 -16), a wider predict margin 0.95-0.97 (79 +12-15, 78 +3-8)."),
@@ -810,8 +812,6 @@ def load(path: Path) -> dict[str, Any]:
     if "from" in cfg["noise"]:
         # A spread measured on GPUs by others (tune-landscape-78, -79): gpu-noise-1's stored
         # figure, rounded as its config says; recomputed from the stored extract.
-        from benchmarks.gpu_noise import noise_of
-
         cfg["noise"] = {**cfg["noise"], "logSd": noise_of(ROOT / cfg["noise"]["from"])}
     return cfg
 
@@ -828,17 +828,13 @@ def measured_noise(paths: list[str] | None) -> float | None:
     noise measured on GPUs, :func:`gpu_measured`)."""
     if not paths:
         return None
-    ss, dof = 0.0, 0
+    groups: list[list[float]] = []
     for p in paths:
         by: dict[str, list[float]] = {}
         for m in json.loads((ROOT / p).read_text())["rotation"]["measurements"]:
-            by.setdefault(json.dumps(m["config"], sort_keys=True), []).append(
-                math.log(m["output_tps"]))
-        for vals in by.values():
-            mu = statistics.fmean(vals)
-            ss += sum((v - mu) ** 2 for v in vals)
-            dof += len(vals) - 1
-    return math.sqrt(ss / dof)
+            by.setdefault(json.dumps(m["config"], sort_keys=True), []).append(m["output_tps"])
+        groups.extend(by.values())
+    return pooled_log_sd(groups)[0]
 
 
 def scenarios(cfg: dict[str, Any]) -> list[Scenario]:
