@@ -200,6 +200,32 @@ def test_killed_mid_rollout_and_mid_status_write_a_restart_converges(
     no_orphans(kubectl)
 
 
+def test_killed_between_the_new_job_and_the_superseded_ones_delete_a_restart_deletes_it(
+    api: EmulatorProcess, kubectl: Kubectl, operator: OperatorProcess, tmp_path: Path
+) -> None:
+    """A rollout while the service tunes: the operator creates the new fingerprint's Job,
+    then deletes the old one. Killed between the two (CI, 2026-12-02: 4 test workers on 2
+    cores let the test's kill land there), the next operator finds the new Job running and
+    adopts it; the superseded Job must not stay and hold its GPUs."""
+    apply(kubectl, tmp_path, manifest(**USER, engine={"maxNumSeqs": 40}))
+    wait_for(lambda: converged(kubectl, 40), 30, "the first rollout")
+    first = wait_job(kubectl)
+    inject(api, method="DELETE", plural="jobs", delay=3.0, code=500, times=1)
+    kubectl.run("patch", "llms", NAME, "-n", NAMESPACE, "--type", "merge", "-p",
+                json.dumps({"spec": {"engine": {"maxNumSeqs": 56}}}))
+    wait_for(lambda: not injected(api)["faults"], 30, "the superseded Job's delete to start")
+    kill(operator)
+    assert len(jobs(kubectl)) == 2, "the kill was meant to land between create and delete"
+    restart(operator)
+    wait_for(lambda: converged(kubectl, 56), 45, "convergence after the kill")
+    found = wait_for(lambda: (lambda js: js if len(js) == 1 else None)(jobs(kubectl)), 30,
+                     "the superseded Job deleted")
+    assert found[0]["metadata"]["uid"] != first["metadata"]["uid"]
+    assert wait_for(lambda: tuning(kubectl).get("jobUid") == found[0]["metadata"]["uid"],
+                    30, "status.tuning following the new Job")
+    no_orphans(kubectl)
+
+
 # --------------------------------------------------------------------------- tuning pods
 def fail_job(kubectl: Kubectl, job: dict[str, Any], pod_status: dict[str, Any],
              suffix: str) -> None:

@@ -32,7 +32,9 @@ once it finished (the tuner's compact result; the message is on the Pod, not the
 and the cache entry for the fingerprint (ConfigMap ``llm-operator-tuning-cache`` in the
 service's namespace, one key per fingerprint). Then, in this order, so that a crash
 anywhere leaves a state the next step completes: cache the result, create the Job
-(``409 AlreadyExists`` means it exists), write ``status.tuning`` with the ``Tuned``
+(``409 AlreadyExists`` means it exists) and delete the Jobs it supersedes (also when a
+step adopts a running Job: the operator that created it may have died before it deleted
+them), write ``status.tuning`` with the ``Tuned``
 condition, re-render the workload when the applied settings changed
 (:func:`.reconcile.reconcile`), delete the finished Job, post the Event.
 
@@ -175,6 +177,10 @@ async def _carry_out(
             created = await ctx.kube.get(JOB_API, "Job", namespace, job_name) or {}
         tuning["jobUid"] = (created.get("metadata") or {}).get("uid")
         await delete_tuning_jobs(ctx, obj, logger, keep=job_name)
+    elif decision.action is tc.TuningAction.ADOPT and job is not None:
+        # Adopted after a restart: the operator that created this Job may have died before
+        # it deleted the Jobs this one supersedes (a rollout while the service tuned).
+        await delete_tuning_jobs(ctx, obj, logger, keep=job.name)
 
     # Status: status.tuning and the Tuned condition, written now so that the next step,
     # maybe for the Job's event, reads it.
