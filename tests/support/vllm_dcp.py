@@ -10,9 +10,13 @@ devices, no weights), which runs its parallelism checks (vllm/config/parallel.py
 engine core computes from M bytes per GPU for L layers of one rank's spec
 (``MLAAttentionSpec`` or ``FullAttentionSpec`` of K heads of H, bf16, 16-token blocks):
 ``get_kv_cache_configs`` then ``get_kv_cache_capacity`` (vllm/v1/core/kv_cache_utils.py),
-the "KV cache size: N tokens" vLLM logs. Prints one line ``DCP {json}``: per case, per
-size, ``{"ok": true, "tokens": n, "blocks": b}`` or ``{"ok": false, "error": text}``.
-Imports nothing of the operator.
+the "KV cache size: N tokens" vLLM logs. The block size is given (16, the default of
+vLLM's NVIDIA backends and the planner's ``BLOCK_SIZE``): left to it, vLLM's CPU platform
+picks one by the machine, 128 for full attention, and for latent attention 16 without
+AMX but 128 with it (a machine with AMX counted 209,664 tokens in 128-token blocks
+against the planner's 209,712 in 16-token ones, 2026-12-03). Prints one line
+``DCP {json}``: per case, per size, ``{"ok": true, "tokens": n, "blocks": b,
+"block_size": s}`` or ``{"ok": false, "error": text}``. Imports nothing of the operator.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ def _capacity(cfg: Any, case: dict[str, Any]) -> dict[str, int]:
     resolve_kv_cache_layout(cfg, [["NHD"]], list(specs.values()))
     config = get_kv_cache_configs(cfg, [specs], [case["memory"]])[0]
     tokens, _ = get_kv_cache_capacity(cfg, config)
-    return {"tokens": int(tokens), "blocks": int(config.num_blocks)}
+    return {"tokens": int(tokens), "blocks": int(config.num_blocks), "block_size": block}
 
 
 def main(path: str) -> None:
@@ -57,6 +61,7 @@ def main(path: str) -> None:
                 cfg = EngineArgs(model=case["folder"], skip_tokenizer_init=True,
                                  load_format="dummy", max_model_len=4096, dtype="bfloat16",
                                  enforce_eager=True, tensor_parallel_size=case["tp"],
+                                 block_size=16,
                                  decode_context_parallel_size=d).create_engine_config()
             except Exception as exc:  # noqa: BLE001 - vLLM's refusal is the answer
                 sizes[str(d)] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:400]}

@@ -129,6 +129,7 @@ def test_the_kv_capacity_vllm_counts_is_the_planners(
         if not answer["ok"]:
             continue
         dcp = int(d)
+        assert answer["block_size"] == BLOCK_SIZE, answer  # vLLM kept the block size given
         planned = kv_token_capacity(MEMORY, kv_bytes_per_token(facts, tp, 1, 2, dcp=dcp),
                                     BLOCK_SIZE * dcp)
         assert planned == answer["tokens"], (dcp, planned, answer)
