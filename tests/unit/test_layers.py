@@ -44,7 +44,7 @@ def test_the_contracts_hold() -> None:
 
 
 @pytest.mark.parametrize(("module", "line", "broken"), [
-    ("planning.py", "from llm_operator.controller import kube",
+    ("planning/memory.py", "from llm_operator.controller import kube",
      "Pure modules import no client and no kopf"),
     ("status.py", "import time",
      "Pure modules read no clock"),
