@@ -67,6 +67,13 @@ def manifest(**spec: Any) -> dict[str, Any]:
     return out
 
 
+# A request the test kills the operator during hangs this long, then fails (500): the
+# kill must land while it hangs. 3 s was too short on 4 test workers sharing 2 cores,
+# where the test can notice the request seconds late and the operator has had its 500
+# and retried by then. Well under the operator's 30 s API timeout.
+HANG_S = 10.0
+
+
 USER = {"pod": {"labels": {"team": "search"}, "annotations": {"owner": "ana"},
                 "env": [{"name": "USER_VALUE", "value": "kept"}]},
         "scheduling": {"nodeSelector": {"pool": "gpu-a"}}}
@@ -180,7 +187,7 @@ def test_killed_mid_rollout_and_mid_status_write_a_restart_converges(
     wait_for(lambda: converged(kubectl, 40), 30, "the first rollout")
     wait_job(kubectl)
     # Mid-rollout: the Deployment's apply hangs, the operator dies while it waits.
-    inject(api, method="PATCH", plural="deployments", delay=3.0, code=500, times=1)
+    inject(api, method="PATCH", plural="deployments", delay=HANG_S, code=500, times=1)
     kubectl.run("patch", "llms", NAME, "-n", NAMESPACE, "--type", "merge", "-p",
                 json.dumps({"spec": {"engine": {"maxNumSeqs": 56}}}))
     wait_for(lambda: not injected(api)["faults"], 20, "the rollout's apply to start")
@@ -188,7 +195,7 @@ def test_killed_mid_rollout_and_mid_status_write_a_restart_converges(
     assert "--max-num-seqs" in server_args(kubectl)
     assert server_args(kubectl)[server_args(kubectl).index("--max-num-seqs") + 1] == "40"
     # Mid-status-write: the next operator's status write hangs, and it dies too.
-    inject(api, method="PATCH", plural="llmservices", subresource="status", delay=3.0,
+    inject(api, method="PATCH", plural="llmservices", subresource="status", delay=HANG_S,
            code=500, times=1)
     restart(operator)
     wait_for(lambda: not injected(api)["faults"], 30, "the status write to start")
@@ -210,7 +217,7 @@ def test_killed_between_the_new_job_and_the_superseded_ones_delete_a_restart_del
     apply(kubectl, tmp_path, manifest(**USER, engine={"maxNumSeqs": 40}))
     wait_for(lambda: converged(kubectl, 40), 30, "the first rollout")
     first = wait_job(kubectl)
-    inject(api, method="DELETE", plural="jobs", delay=3.0, code=500, times=1)
+    inject(api, method="DELETE", plural="jobs", delay=HANG_S, code=500, times=1)
     kubectl.run("patch", "llms", NAME, "-n", NAMESPACE, "--type", "merge", "-p",
                 json.dumps({"spec": {"engine": {"maxNumSeqs": 56}}}))
     wait_for(lambda: not injected(api)["faults"], 30, "the superseded Job's delete to start")
