@@ -32,11 +32,10 @@ once it finished (the tuner's compact result; the message is on the Pod, not the
 and the cache entry for the fingerprint (ConfigMap ``llm-operator-tuning-cache`` in the
 service's namespace, one key per fingerprint). Then, in this order, so that a crash
 anywhere leaves a state the next step completes: cache the result, create the Job
-(``409 AlreadyExists`` means it exists) and delete the Jobs it supersedes (also when a
-step adopts a running Job: the operator that created it may have died before it deleted
-them), write ``status.tuning`` with the ``Tuned``
-condition, re-render the workload when the applied settings changed
-(:func:`.reconcile.reconcile`), delete the finished Job, post the Event.
+(``409 AlreadyExists`` means it exists), delete the Jobs it supersedes (also when a step
+adopts it: :attr:`~llm_operator.tuning.control.TuningDecision.supersedes`), write
+``status.tuning`` with the ``Tuned`` condition, re-render the workload when the applied
+settings changed (:func:`.reconcile.reconcile`), delete the finished Job, post the Event.
 
 Why no watch on the Job's pods: the Job controller sets ``Complete`` only after the pod
 terminated, so when the Job's event arrives the message is there to read; watching
@@ -176,11 +175,8 @@ async def _carry_out(
         except ConflictError:  # it exists (a racing step, a restart): follow that one
             created = await ctx.kube.get(JOB_API, "Job", namespace, job_name) or {}
         tuning["jobUid"] = (created.get("metadata") or {}).get("uid")
-        await delete_tuning_jobs(ctx, obj, logger, keep=job_name)
-    elif decision.action is tc.TuningAction.ADOPT and job is not None:
-        # Adopted after a restart: the operator that created this Job may have died before
-        # it deleted the Jobs this one supersedes (a rollout while the service tuned).
-        await delete_tuning_jobs(ctx, obj, logger, keep=job.name)
+    if decision.supersedes:
+        await delete_tuning_jobs(ctx, obj, logger, keep=tuning_job_name(svc, fingerprint))
 
     # Status: status.tuning and the Tuned condition, written now so that the next step,
     # maybe for the Job's event, reads it.

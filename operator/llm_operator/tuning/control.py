@@ -347,6 +347,13 @@ class TuningDecision:
         """``status.tuning`` once the decision is carried out."""
         return dict(current or {}) if self.tuning is None else dict(self.tuning)
 
+    @property
+    def supersedes(self) -> bool:
+        """The fingerprint's Job is created or adopted here: the service's other tuning
+        Jobs are for fingerprints it no longer has and go. On adoption too: the operator
+        that created the Job may have died before it deleted them."""
+        return self.create_job or self.action is TuningAction.ADOPT
+
 
 # --------------------------------------------------------------------------- decide
 def decide(
