@@ -33,6 +33,7 @@ are those of the model families named; the rule's source is named where vLLM has
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -175,6 +176,59 @@ def _first(config: Mapping[str, Any], keys: Iterable[str]) -> Any:
     return None
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) \
+        and math.isfinite(value)
+
+
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def _refusal(c: Mapping[str, Any], key: str, problem: str) -> ValueError:
+    """A config.json field of a shape the planner does not read, refused by name with the
+    model type and the fix (never an exception the caller did not expect)."""
+    return ValueError(f"config.json {key} {problem} (model_type {c.get('model_type')!r}), "
+                      "a shape the planner does not read: give spec.model.architecture")
+
+
+# The fields the planner reads as one number, each checked before it is read: a list, a
+# string, a mapping or a boolean there is refused by name. intermediate_size and
+# moe_intermediate_size may also be lists (_per_layer, _expert_groups).
+_NUMBER_FIELDS = (
+    "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+    "head_dim", "vocab_size", "num_local_experts", "num_experts", "n_routed_experts",
+    "num_experts_per_tok", "experts_per_token", "moe_topk", "top_k_experts",
+    "n_shared_experts", "num_shared_experts", "shared_expert_intermediate_size",
+    "moe_shared_expert_intermediate_size", "shared_intermediate_size", "share_expert_dim",
+    "dense_intermediate_size", "intermediate_size_mlp", "moe_latent_size",
+    "first_k_dense_replace", "decoder_sparse_step", "interleave_moe_layer_step",
+    "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim",
+    "global_head_dim", "num_global_key_value_heads", "full_attention_interval",
+    "sliding_window", "sliding_window_pattern", "sliding_window_size", "swa_num_key_value_heads",
+    "swa_num_attention_heads", "swa_head_dim", "swa_v_head_dim",
+    "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+    "linear_value_head_dim", "linear_conv_kernel_dim", "mamba_num_heads", "mamba_head_dim",
+    "ssm_state_size", "mamba_d_state", "n_groups", "mamba_n_groups", "conv_kernel",
+    "mamba_d_conv", "index_head_dim", "index_n_heads", "o_lora_rank", "o_groups",
+    "hc_mult", "num_hash_layers",
+)
+_LIST_OR_NUMBER_FIELDS = ("intermediate_size", "moe_intermediate_size",
+                          "expert_intermediate_size")
+
+
+def _check_shapes(c: Mapping[str, Any]) -> None:
+    """Refuse, by name, a field the planner reads as a number that is not one."""
+    for key in _NUMBER_FIELDS + _LIST_OR_NUMBER_FIELDS:
+        value = c.get(key)
+        if value is None or _is_number(value) or (
+                key in _LIST_OR_NUMBER_FIELDS and isinstance(value, list)):
+            continue
+        shown = json.dumps(value) if not isinstance(value, Mapping | list) else \
+            f"a {'mapping' if isinstance(value, Mapping) else 'list'}"
+        raise _refusal(c, key, f"is {shown[:40]}, not a number")
+
+
 def max_context(config: Mapping[str, Any]) -> int:
     """Longest context as vLLM derives it (``_get_and_verify_max_len``): the smallest
     length key, times the rope scaling factor except for rope types that already state
@@ -222,6 +276,9 @@ class _Layers:
     attention: int  # layers with attention weights (full + sliding)
     moe: int  # layers with experts
     mlp: int  # layers with a dense MLP
+    # Which layers those are (0-based), where known: per-layer widths are summed over them.
+    moe_at: tuple[int, ...] = ()
+    mlp_at: tuple[int, ...] = ()
 
 
 def _layer_plan(c: Mapping[str, Any], layers: int, experts: int | None) -> _Layers:
@@ -238,8 +295,10 @@ def _layer_plan(c: Mapping[str, Any], layers: int, experts: int | None) -> _Laye
                              + "): give spec.model.architecture")
     if isinstance(pattern, str) and pattern:  # Nemotron-H: one character per layer
         attn, mamba = pattern.count("*"), pattern.count("M")
-        moe, mlp = pattern.count("E"), pattern.count("-")
-        return _Layers(attn, 0, None, mamba, "mamba2" if mamba else None, attn, moe, mlp)
+        moe_at = tuple(i for i, ch in enumerate(pattern) if ch == "E")
+        mlp_at = tuple(i for i, ch in enumerate(pattern) if ch == "-")
+        return _Layers(attn, 0, None, mamba, "mamba2" if mamba else None, attn, len(moe_at),
+                       len(mlp_at), moe_at, mlp_at)
     types = c.get("layer_types")
     hybrid = c.get("hybrid_layer_pattern")
     if isinstance(hybrid, list) and len(hybrid) == layers and not isinstance(types, list):
@@ -282,9 +341,10 @@ def _layer_plan(c: Mapping[str, Any], layers: int, experts: int | None) -> _Laye
                          "sliding_window size: give spec.model.architecture")
     kind = ("mamba2" if any(k == "mamba" for k in kinds) else "linear_attention") if state \
         else None
-    moe = _moe_layers(c, layers) if experts else 0
+    moe_at = _moe_layers(c, layers) if experts else ()
+    mlp_at = tuple(i for i in range(layers) if i not in frozenset(moe_at))
     return _Layers(full, sliding, window if sliding else None, state, kind,
-                   full + sliding, moe, layers - moe)
+                   full + sliding, len(moe_at), len(mlp_at), moe_at, mlp_at)
 
 
 # deepseek_sparse_attention (GLM-5.2+): MLA layers whose lightning indexer's small key
@@ -296,20 +356,19 @@ _LAYER_KINDS = {"full_attention": "full", "attention": "full", "global": "full",
                 "local": "sliding", "linear_attention": "state", "mamba": "state"}
 
 
-def _moe_layers(c: Mapping[str, Any], layers: int) -> int:
-    """Layers with experts: all but DeepSeek's ``first_k_dense_replace`` dense ones,
-    every ``moe_layer_freq`` / ``decoder_sparse_step`` / Llama-4's
+def _moe_layers(c: Mapping[str, Any], layers: int) -> tuple[int, ...]:
+    """Layers with experts (0-based): all but DeepSeek's ``first_k_dense_replace`` dense
+    ones, every ``moe_layer_freq`` / ``decoder_sparse_step`` / Llama-4's
     ``interleave_moe_layer_step``-th, none of Qwen's ``mlp_only_layers``."""
     first = int(c.get("first_k_dense_replace") or 0)
     freq = c.get("moe_layer_freq")
     if isinstance(freq, list):  # MiniMax-M3, MiMo-V2: 1 for a layer with experts
-        return sum(1 for f in freq[:layers] if f)
+        return tuple(i for i, f in enumerate(freq[:layers]) if f)
     step = int(_first(c, ("moe_layer_freq", "decoder_sparse_step",
                           "interleave_moe_layer_step")) or 1)
     only_mlp = set(c.get("mlp_only_layers") or [])
-    return sum(1 for i in range(first, layers)
-               if (i + 1) % step == 0 and i not in only_mlp) if step > 1 else \
-        sum(1 for i in range(first, layers) if i not in only_mlp)
+    return tuple(i for i in range(first, layers)
+                 if (step <= 1 or (i + 1) % step == 0) and i not in only_mlp)
 
 
 def _state_elements(c: Mapping[str, Any], kind: str | None) -> tuple[int, int]:
@@ -476,12 +535,62 @@ def _attention_params(c: Mapping[str, Any], hidden: int, heads: int, kv_heads: i
     return attn
 
 
+def _per_layer(c: Mapping[str, Any], key: str, layers: int) -> list[int] | None:
+    """``key``'s value for each layer: one number for all, or a list of one per layer
+    (Gemma-3n's ``intermediate_size``: transformers' Gemma3nTextConfig writes one per
+    layer, and vLLM's Gemma3nDecoderLayer reads ``intermediate_size[layer_idx]``); None
+    where absent. Any other shape is refused by name."""
+    value = c.get(key)
+    if isinstance(value, list):
+        if len(value) != layers or not all(_is_number(v) for v in value):
+            raise _refusal(c, key, f"is a list of {len(value)} for {layers} layers, not one "
+                           "number per layer")
+        return [int(v) for v in value]
+    return [int(value)] * layers if value else None
+
+
+def _expert_groups(c: Mapping[str, Any], layers: int, counts: list[int],
+                   inter_at: list[int]) -> tuple[list[int], list[list[int]]]:
+    """The routed experts of a MoE layer as groups, and each group's width per layer.
+
+    One group for most families, of ``moe_intermediate_size`` (or the MLP's width) per
+    expert, that number one per layer where it is a list of one per layer. ERNIE-4.5-VL
+    has two (vLLM's ernie45_vl_moe.py, Ernie4_5_VLMoeMoE; transformers'
+    Ernie4_5_VLMoeTextConfig): ``moe_intermediate_size`` ``[text, vision]``
+    (``[1536, 512]``) and ``moe_num_experts`` one count for both or ``[text, vision]``;
+    a text token routes to the first group only."""
+    key = "moe_intermediate_size" if c.get("moe_intermediate_size") is not None \
+        else "expert_intermediate_size"
+    raw = c.get(key)
+    if isinstance(raw, list) and len(raw) != layers:
+        if len(raw) != 2 or not all(_is_number(v) for v in raw):
+            raise _refusal(c, key, f"is a list of {len(raw)} for {layers} layers: neither "
+                           "one width per layer nor a (text, vision) pair as ERNIE-4.5-VL's")
+        widths = [int(v) for v in raw]
+        return (counts * 2 if len(counts) == 1 else counts), [widths] * layers
+    if len(counts) != 1:
+        raise _refusal(c, "moe_num_experts", f"is a list of {len(counts)} but "
+                       f"{key} gives one width: expert groups the planner does not model")
+    per_layer = _per_layer(c, key, layers) if raw else None
+    return counts, [[w] for w in (per_layer or inter_at)]
+
+
+def _sum_at(widths: list[int], at: tuple[int, ...], count: int) -> int:
+    """The sum of per-layer ``widths`` over the layers ``at`` (where unknown: ``count``
+    layers of the widest, the upper bound)."""
+    if at:
+        return sum(widths[i] for i in at)
+    return count * max(widths)
+
+
 def _groups(c: Mapping[str, Any], layers: _Layers, heads: int, kv_heads: int, head_dim: int,
             experts: int | None, top_k: int | None,
             sliding_kv_heads: int | None = None) -> dict[str, int]:
     """Parameters by group (total, and the routed experts a token uses as "active")."""
     hidden = int(c["hidden_size"])
-    inter = int(c.get("intermediate_size") or 4 * hidden)
+    n_layers = int(c["num_hidden_layers"])
+    # intermediate_size: one for all layers, or one per layer (Gemma-3n).
+    inter_at = _per_layer(c, "intermediate_size", n_layers) or [4 * hidden] * n_layers
     vocab = int(c.get("vocab_size") or 0)
     v_dim = int(c.get("v_head_dim") or head_dim)
     if c.get("kv_lora_rank"):
@@ -491,34 +600,39 @@ def _groups(c: Mapping[str, Any], layers: _Layers, heads: int, kv_heads: int, he
             c, hidden, heads, kv_heads, head_dim, v_dim) + layers.sliding * _attention_params(
             c, hidden, heads, sliding_kv_heads or kv_heads, head_dim, v_dim)
     norms = (4 if c.get("model_type") in ("gemma2", "gemma3_text") else 2) * hidden
-    moe_inter = int(_first(c, ("moe_intermediate_size", "expert_intermediate_size"))
-                    or inter)
     # Dense layers of a MoE model (DeepSeek's first_k_dense_replace, Llama-4 Maverick's
     # interleaved ones) may have their own width.
-    dense_inter = int(_first(c, ("dense_intermediate_size", "intermediate_size_mlp")) or inter)
+    dense = _first(c, ("dense_intermediate_size", "intermediate_size_mlp"))
+    dense_at = [int(dense)] * n_layers if experts and dense else inter_at
     # Gated MLPs have gate, up and down; Nemotron-H's squared-ReLU MLPs up and down.
     mats = 2 if c.get("mlp_hidden_act") == "relu2" or _is_pattern(c) else 3
     # Nemotron-3's latent experts work in moe_latent_size, with one down and one up
     # projection between it and the hidden size per MoE layer.
     latent = int(c.get("moe_latent_size") or 0)
-    expert = mats * (latent or hidden) * moe_inter
+    # Routed experts per MoE layer: (experts, width) groups, the first the one a text
+    # token routes to; widths per layer where moe_intermediate_size is a list of them.
+    moe_groups, width_at = _expert_groups(c, n_layers, [experts or 0], inter_at)
+    moe_at = layers.moe_at or range(layers.moe)
+    expert_elems = sum(n * width_at[i][g] for i in moe_at for g, n in enumerate(moe_groups))
+    active_elems = sum((top_k or 1) * width_at[i][0] for i in moe_at)
     shared_inter = int(_first(c, ("shared_expert_intermediate_size",
                                   "moe_shared_expert_intermediate_size",
                                   "shared_intermediate_size", "share_expert_dim")) or 0)
     n_shared = int(_first(c, ("n_shared_experts", "num_shared_experts")) or (
         1 if str(c.get("model_type")).startswith("llama4") else 0))  # Llama-4: one, always
-    shared = (mats * hidden * shared_inter if shared_inter
-              else n_shared * mats * hidden * moe_inter)
+    shared = (layers.moe * mats * hidden * shared_inter if shared_inter
+              else n_shared * mats * hidden * sum(
+                  width_at[i][0] for i in moe_at))
     tied = bool(c.get("tie_word_embeddings", False))
     g = {
         "embeddings": vocab * hidden * (1 if tied else 2) + hidden,
         "attention": attn,
         "state": layers.state * _state_params(c, layers.state_kind, hidden),
-        "mlp": layers.mlp * mats * hidden * (dense_inter if experts else inter),
-        "experts": layers.moe * (experts or 0) * expert,
-        "active_experts": layers.moe * (top_k or 1) * expert if experts else 0,
-        "shared_experts": layers.moe * shared,
-        "router": layers.moe * (hidden * (experts or 0) + 2 * hidden * latent),
+        "mlp": mats * hidden * _sum_at(dense_at, layers.mlp_at, layers.mlp),
+        "experts": mats * (latent or hidden) * expert_elems if experts else 0,
+        "active_experts": mats * (latent or hidden) * active_elems if experts else 0,
+        "shared_experts": shared,
+        "router": layers.moe * (hidden * sum(moe_groups) + 2 * hidden * latent),
         "norms": int(c["num_hidden_layers"]) * norms,
     }
     return g
@@ -690,6 +804,21 @@ def facts_from_hf_config(config: Mapping[str, Any], name: str | None = None,
     (and its ``total_parameters``, where written, the count). Raises ``ValueError`` naming
     the key that is missing or that the planner does not model.
     """
+    try:
+        return _facts_from_config(config, name, index, hf_quant_config)
+    except (TypeError, AttributeError, KeyError, IndexError, ZeroDivisionError,
+            OverflowError) as exc:
+        # A shape no check above foresaw: still a refusal naming the fix, never a crash.
+        inner = _text_config(config) if isinstance(config, Mapping) else {}
+        raise ValueError(
+            f"config.json (model_type {inner.get('model_type')!r}) has a field of a shape "
+            f"the planner does not read ({type(exc).__name__}: {exc}): give "
+            "spec.model.architecture") from exc
+
+
+def _facts_from_config(config: Mapping[str, Any], name: str | None,
+                       index: Mapping[str, Any] | None,
+                       hf_quant_config: Mapping[str, Any] | None) -> ModelFacts:
     c = _text_config(config)
     if not c.get("num_hidden_layers") and isinstance(c.get("layers_block_type"), list):
         c["num_hidden_layers"] = len(c["layers_block_type"])
@@ -697,6 +826,7 @@ def facts_from_hf_config(config: Mapping[str, Any], name: str | None = None,
         if not c.get(key):
             raise ValueError(f"config.json has no {key}: not a decoder transformer the "
                              "planner can read; give spec.model.architecture")
+    _check_shapes(c)
     hidden = int(c["hidden_size"])
     layers_n = int(c["num_hidden_layers"])
     heads = int(c["num_attention_heads"])
@@ -727,7 +857,7 @@ def facts_from_hf_config(config: Mapping[str, Any], name: str | None = None,
                              f"(model_type {c.get('model_type')!r}): compressed attention the "
                              "planner does not model; give spec.model.architecture")
         dsv4 = _deepseek_v4(c, layers_n, hidden, heads)
-        layers = _Layers(0, 0, None, 0, None, layers_n, layers_n, 0)
+        layers = _Layers(0, 0, None, 0, None, layers_n, layers_n, 0, tuple(range(layers_n)))
         g = _groups(c, layers, heads, kv_heads, head_dim, experts, top_k)
         g["attention"] = dsv4.attention_parameters
         g["norms"] += dsv4.hyper_connection_parameters
@@ -800,7 +930,8 @@ def facts_from_hf_config(config: Mapping[str, Any], name: str | None = None,
         window_kv_bytes_per_token=dsv4.window_per_token if dsv4 else 0.0,
         shared_experts=int(_first(c, ("n_shared_experts", "num_shared_experts")) or (
             1 if c.get("shared_expert_intermediate_size") else 0)) if experts else 0,
-        moe_intermediate_size=int(c["moe_intermediate_size"])
+        # A list's first: ERNIE-4.5-VL's text experts, or the first layer's.
+        moe_intermediate_size=int(_listed(c["moe_intermediate_size"])[0])
         if experts and c.get("moe_intermediate_size") else None,
         quantization=quant,
         quantization_method=method,

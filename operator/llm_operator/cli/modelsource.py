@@ -170,7 +170,8 @@ def facts_command(source: str, repo: str, revision: str | None,
     them with the parser, print them in the compact form of
     :mod:`llm_operator.facts.message` and write that to ``termination_log`` (the facts
     Job's termination message). A failure is written there too, with its kind and fix,
-    and the exit code is 2."""
+    and the exit code is 2; an unexpected exception (a bug) too, kind
+    :data:`~llm_operator.facts.message.INTERNAL`, exit code 1."""
     try:
         if source == "hub":
             config, index, quant, commit = hub_files(repo, revision)
@@ -188,6 +189,10 @@ def facts_command(source: str, repo: str, revision: str | None,
     except fm.MessageError as exc:
         text, code = fm.encode_error(fm.TOO_BIG, repo, str(exc),
                                      "give spec.model.architecture"), 2
+    except Exception as exc:  # a bug: still a message the operator can show, not a bare exit
+        text, code = fm.encode_error(
+            fm.INTERNAL, repo, f"llm-operator facts failed ({type(exc).__name__}: {exc})",
+            "give spec.model.architecture, and report this as a bug in llm-operator"), 1
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
     if termination_log:

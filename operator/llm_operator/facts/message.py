@@ -44,6 +44,7 @@ NO_CONFIG = "config"  # no config.json (a repository or folder without one)
 INVALID = "invalid"  # a config.json the parser refuses (names the key)
 TOO_BIG = "too-big"
 HTTP = "http"  # another answer of the Hub (5xx, a mirror that is down)
+INTERNAL = "internal"  # an exception llm-operator did not expect (a bug)
 
 
 class MessageError(ValueError):
