@@ -44,6 +44,8 @@ CATALOG = "catalog"
 SPEC = "spec.model.architecture"
 CONFIG_JSON = "config.json"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
+# The source of a dtype config.json does not name (transformers' float32 default).
+DTYPE_UNSTATED = "default: config.json names no torch_dtype"
 
 # Bytes per weight of each checkpoint quantization, scales included (estimated where the
 # safetensors index gives no total_size):
@@ -194,12 +196,14 @@ def _refusal(c: Mapping[str, Any], key: str, problem: str) -> ValueError:
 
 # The fields the planner reads as one number, each checked before it is read: a list, a
 # string, a mapping or a boolean there is refused by name. intermediate_size and
-# moe_intermediate_size may also be lists (_per_layer, _expert_groups).
+# moe_intermediate_size may also be lists (_per_layer, _expert_groups), and ERNIE-4.5-VL's
+# moe_num_experts and MoE layer range (text, vision) pairs (_expert_counts, _moe_layers).
 _NUMBER_FIELDS = (
     "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
     "head_dim", "vocab_size", "num_local_experts", "num_experts", "n_routed_experts",
-    "num_experts_per_tok", "experts_per_token", "moe_topk", "top_k_experts",
-    "n_shared_experts", "num_shared_experts", "shared_expert_intermediate_size",
+    "num_experts_per_tok", "experts_per_token", "moe_topk", "moe_k", "moe_top_k",
+    "top_k_experts", "n_shared_experts", "num_shared_experts", "moe_num_shared_experts",
+    "moe_layer_interval", "shared_expert_intermediate_size",
     "moe_shared_expert_intermediate_size", "shared_intermediate_size", "share_expert_dim",
     "dense_intermediate_size", "intermediate_size_mlp", "moe_latent_size",
     "first_k_dense_replace", "decoder_sparse_step", "interleave_moe_layer_step",
@@ -214,7 +218,8 @@ _NUMBER_FIELDS = (
     "hc_mult", "num_hash_layers",
 )
 _LIST_OR_NUMBER_FIELDS = ("intermediate_size", "moe_intermediate_size",
-                          "expert_intermediate_size")
+                          "expert_intermediate_size", "moe_num_experts",
+                          "moe_layer_start_index", "moe_layer_end_index")
 
 
 def _check_shapes(c: Mapping[str, Any]) -> None:
@@ -359,7 +364,22 @@ _LAYER_KINDS = {"full_attention": "full", "attention": "full", "global": "full",
 def _moe_layers(c: Mapping[str, Any], layers: int) -> tuple[int, ...]:
     """Layers with experts (0-based): all but DeepSeek's ``first_k_dense_replace`` dense
     ones, every ``moe_layer_freq`` / ``decoder_sparse_step`` / Llama-4's
-    ``interleave_moe_layer_step``-th, none of Qwen's ``mlp_only_layers``."""
+    ``interleave_moe_layer_step``-th, none of Qwen's ``mlp_only_layers``. ERNIE-4.5 as
+    vLLM's ernie45_moe.py (Ernie4_5_MoeDecoderLayer) builds it: layers
+    ``moe_layer_start_index`` to ``moe_layer_end_index`` (-1: the last, as transformers'
+    Ernie4_5_MoeConfig reads it) whose ``(i + 1) % moe_layer_interval == 0``; for
+    ERNIE-4.5-VL's (text, vision) pairs, the widest range (Ernie4_5_VLMoeDecoderLayer);
+    transformers 5 writes ERNIE-4.5-VL's as ``mlp_layer_types`` (``sparse``)."""
+    kinds = c.get("mlp_layer_types")
+    if isinstance(kinds, list) and len(kinds) == layers:
+        return tuple(i for i, k in enumerate(kinds) if str(k) in ("sparse", "moe"))
+    if c.get("moe_layer_start_index") is not None or c.get("moe_layer_end_index") is not None:
+        start = min(int(v) for v in _listed(c.get("moe_layer_start_index") or 0))
+        end_raw = c.get("moe_layer_end_index")
+        ends = [int(v) for v in _listed(-1 if end_raw is None else end_raw)]
+        end = max(layers - 1 if e < 0 else e for e in ends)
+        every = int(c.get("moe_layer_interval") or 1)
+        return tuple(i for i in range(start, min(end, layers - 1) + 1) if (i + 1) % every == 0)
     first = int(c.get("first_k_dense_replace") or 0)
     freq = c.get("moe_layer_freq")
     if isinstance(freq, list):  # MiniMax-M3, MiMo-V2: 1 for a layer with experts
@@ -535,6 +555,32 @@ def _attention_params(c: Mapping[str, Any], hidden: int, heads: int, kv_heads: i
     return attn
 
 
+# Each family's name for its routed experts per MoE layer (transformers' attribute_map
+# maps them all to num_experts): Mixtral, gpt-oss, Jamba num_local_experts; Qwen-MoE,
+# OLMoE num_experts; DeepSeek, GLM n_routed_experts; ERNIE-4.5, Aria moe_num_experts.
+_EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
+
+
+# Shared experts (each of the routed experts' width): DeepSeek n_shared_experts, others
+# num_shared_experts, ERNIE-4.5 and Aria moe_num_shared_experts.
+_SHARED_KEYS = ("n_shared_experts", "num_shared_experts", "moe_num_shared_experts")
+
+
+def _expert_counts(c: Mapping[str, Any]) -> list[int]:
+    """Routed experts per MoE layer: one count, or ERNIE-4.5-VL's (text, vision) pair;
+    none where the config says the model has none (``is_moe`` / ``use_moe`` false, as
+    vLLM's ernie45_moe.py reads ``use_moe``) whatever count it carries."""
+    if c.get("is_moe") is False or c.get("use_moe") is False:
+        return []
+    key = next((k for k in _EXPERT_KEYS if c.get(k) is not None), None)
+    if key is None:
+        return []
+    counts = [int(v) for v in _listed(c[key]) if _is_number(v)]
+    if len(counts) != len(_listed(c[key])) or len(counts) not in (1, 2):
+        raise _refusal(c, key, "is a list, not one count nor a (text, vision) pair")
+    return counts if counts[0] else []
+
+
 def _per_layer(c: Mapping[str, Any], key: str, layers: int) -> list[int] | None:
     """``key``'s value for each layer: one number for all, or a list of one per layer
     (Gemma-3n's ``intermediate_size``: transformers' Gemma3nTextConfig writes one per
@@ -611,14 +657,15 @@ def _groups(c: Mapping[str, Any], layers: _Layers, heads: int, kv_heads: int, he
     latent = int(c.get("moe_latent_size") or 0)
     # Routed experts per MoE layer: (experts, width) groups, the first the one a text
     # token routes to; widths per layer where moe_intermediate_size is a list of them.
-    moe_groups, width_at = _expert_groups(c, n_layers, [experts or 0], inter_at)
+    counts = _expert_counts(c) if experts else [0]
+    moe_groups, width_at = _expert_groups(c, n_layers, counts, inter_at)
     moe_at = layers.moe_at or range(layers.moe)
     expert_elems = sum(n * width_at[i][g] for i in moe_at for g, n in enumerate(moe_groups))
     active_elems = sum((top_k or 1) * width_at[i][0] for i in moe_at)
     shared_inter = int(_first(c, ("shared_expert_intermediate_size",
                                   "moe_shared_expert_intermediate_size",
                                   "shared_intermediate_size", "share_expert_dim")) or 0)
-    n_shared = int(_first(c, ("n_shared_experts", "num_shared_experts")) or (
+    n_shared = int(_first(c, _SHARED_KEYS) or (
         1 if str(c.get("model_type")).startswith("llama4") else 0))  # Llama-4: one, always
     shared = (layers.moe * mats * hidden * shared_inter if shared_inter
               else n_shared * mats * hidden * sum(
@@ -832,10 +879,10 @@ def _facts_from_config(config: Mapping[str, Any], name: str | None,
     heads = int(c["num_attention_heads"])
     kv_heads = int(c.get("num_key_value_heads") or heads)
     head_dim = int(c.get("head_dim") or hidden // heads)
-    experts_raw = _first(c, ("num_local_experts", "num_experts", "n_routed_experts"))
-    experts = int(experts_raw) if experts_raw else None
-    top_k_raw = _first(c, ("num_experts_per_tok", "experts_per_token", "moe_topk",
-                           "top_k_experts"))
+    counts = _expert_counts(c)
+    experts = counts[0] if counts else None
+    top_k_raw = _first(c, ("num_experts_per_tok", "experts_per_token", "moe_topk", "moe_k",
+                           "moe_top_k", "top_k_experts"))
     top_k = int(top_k_raw) if experts and top_k_raw else None
     sliding_kv_heads = _mimo_sliding_kv_heads(c, heads, head_dim)
     if isinstance(c.get("block_configs"), list):  # Nemotron NAS (DeciLM)
@@ -868,6 +915,8 @@ def _facts_from_config(config: Mapping[str, Any], name: str | None,
     total = common + g["experts"] + vision
     active = common + g["active_experts"] + vision
     sources: list[tuple[str, str]] = []
+    if not (c.get("torch_dtype") or c.get("dtype")):
+        sources.append(("dtype", DTYPE_UNSTATED))
     quant, method, attn_quantized, activations = _quantization(c, hf_quant_config)
     meta = (index or {}).get("metadata") or {}
     if isinstance(meta.get("total_parameters"), int):
@@ -928,7 +977,7 @@ def _facts_from_config(config: Mapping[str, Any], name: str | None,
         compressed_kv_bytes_per_token=dsv4.per_token if dsv4 else 0.0,
         window_kv_bytes_per_sequence=dsv4.window_per_sequence if dsv4 else 0,
         window_kv_bytes_per_token=dsv4.window_per_token if dsv4 else 0.0,
-        shared_experts=int(_first(c, ("n_shared_experts", "num_shared_experts")) or (
+        shared_experts=int(_first(c, _SHARED_KEYS) or (
             1 if c.get("shared_expert_intermediate_size") else 0)) if experts else 0,
         # A list's first: ERNIE-4.5-VL's text experts, or the first layer's.
         moe_intermediate_size=int(_listed(c["moe_intermediate_size"])[0])

@@ -176,3 +176,125 @@ def test_facts_job_writes_its_termination_message_on_every_failure(
     assert err["kind"] == fm.INTERNAL and "RuntimeError: boom" in err["problem"]
     assert "spec.model.architecture" in err["fix"]
     capsys.readouterr()
+
+
+# --------------------------------------------------------------------------- item 2
+
+# baidu/ERNIE-4.5-21B-A3B-PT as transformers' Ernie4_5_MoeConfig gives it (its defaults;
+# moe_layer_end_index -1 is the last layer): 64 routed experts of 1536, 6 per token, 2
+# shared, the first layer dense. The class sets no dtype; the published config says
+# bfloat16.
+ERNIE_MOE: dict[str, Any] = {
+    "model_type": "ernie4_5_moe", "architectures": ["Ernie4_5_MoeForCausalLM"],
+    "vocab_size": 103424, "hidden_size": 2560, "intermediate_size": 12288,
+    "num_hidden_layers": 28, "num_attention_heads": 20, "num_key_value_heads": 4,
+    "max_position_embeddings": 131072, "tie_word_embeddings": True, "use_bias": False,
+    "moe_intermediate_size": 1536, "moe_k": 6, "moe_num_experts": 64,
+    "moe_num_shared_experts": 2, "moe_layer_start_index": 1, "moe_layer_end_index": -1,
+    "moe_layer_interval": 1, "torch_dtype": "bfloat16",
+}
+# Per layer (head_dim 2560 / 20 = 128): attention q 2560 x 2560 + k,v 2560 x 4 x 256 + o
+# 2560 x 2560 = 15,728,640; an expert 3 x 2560 x 1536 = 11,796,480; norms 2 x 2560.
+ERNIE_ATTENTION = 28 * 15_728_640  # 440,401,920
+ERNIE_EXPERT = 3 * 2560 * 1536  # 11,796,480
+ERNIE_COMMON = (103424 * 2560 + 2560  # tied embeddings, final norm: 264,768,000
+                + ERNIE_ATTENTION
+                + 3 * 2560 * 12288  # layer 0's dense MLP: 94,371,840
+                + 27 * 2 * ERNIE_EXPERT  # shared experts: 637,009,920
+                + 27 * 2560 * 64  # routers: 4,423,680
+                + 28 * 2 * 2560)  # norms: 143,360
+ERNIE_TOTAL = ERNIE_COMMON + 27 * 64 * ERNIE_EXPERT  # + 20,384,317,440 = 21,825,436,160
+ERNIE_ACTIVE = ERNIE_COMMON + 27 * 6 * ERNIE_EXPERT  # + 1,911,029,760 = 3,352,148,480
+
+
+def test_ernie_4_5_moe_experts_are_read_from_moe_num_experts() -> None:
+    facts = facts_from_hf_config(ERNIE_MOE, name="baidu/ERNIE-4.5-21B-A3B-PT")
+    assert (facts.num_experts, facts.num_experts_per_token, facts.shared_experts) == (64, 6, 2)
+    assert facts.parameters == ERNIE_TOTAL == 21_825_436_160  # "21B"
+    assert facts.active == ERNIE_ACTIVE == 3_352_148_480  # "A3B"
+    # 43.65 GB of bf16 weights do not fit one L4 (22.5 GiB): not TP 1, as was planned
+    # when the experts went unread (a dense 3.35 B model, 6.7 GB).
+    plan = make_plan(spec("baidu/ERNIE-4.5-21B-A3B-PT", product="NVIDIA-L4"), facts=facts)
+    assert plan.weight_bytes == 2 * 21_825_436_160
+    assert plan.tensor_parallel_size * plan.pipeline_parallel_size >= 2
+
+
+def test_the_index_total_size_is_the_weight_bytes_whenever_there_is_one() -> None:
+    """transformers' class writes no dtype (float32, the class default): the index's bytes
+    are what the checkpoint holds, used as written, not 4 bytes per estimated parameter."""
+    config = {k: v for k, v in ERNIE_MOE.items() if k != "torch_dtype"}
+    total_size = 43_650_872_320  # 2 x 21,825,436,160: a bf16 checkpoint of that count
+    facts = facts_from_hf_config(config, index={"metadata": {"total_size": total_size}})
+    plan = make_plan(spec("baidu/ERNIE-4.5-21B-A3B-PT", product="NVIDIA-L4"), facts=facts)
+    assert plan.weight_bytes == total_size
+    weights = next(e for e in plan.explanations if e.name == "weightBytes")
+    assert "total_size" in weights.formula
+    # A checkpoint that says float32 is served in bfloat16: half the index's bytes.
+    f32 = facts_from_hf_config({**config, "torch_dtype": "float32"},
+                               index={"metadata": {"total_size": 2 * total_size}})
+    plan = make_plan(spec("baidu/ERNIE-4.5-21B-A3B-PT", product="NVIDIA-L4"), facts=f32)
+    assert plan.weight_bytes == total_size
+    weights = next(e for e in plan.explanations if e.name == "weightBytes")
+    assert "x 2 / 4" in weights.formula
+
+
+def test_ernie_4_5_vl_has_text_and_vision_experts() -> None:
+    facts = facts_from_hf_config(ERNIE_VL, name="baidu/ERNIE-4.5-VL-28B-A3B-PT")
+    assert (facts.num_experts, facts.num_experts_per_token) == (64, 6)
+    assert facts.moe_intermediate_size == 1536
+    # As ERNIE-4.5-MoE, plus 64 vision experts of 3 x 2560 x 512 = 3,932,160 in each of
+    # the 27 MoE layers (6,794,772,480), their routers (27 x 2560 x 64 = 4,423,680), and
+    # the vision tower: 32 x (4 x 1280^2 + 2 x 1280 x 5120) = 629,145,600.
+    vision_experts = 27 * 64 * 3 * 2560 * 512 + 27 * 2560 * 64
+    assert facts.parameters == ERNIE_TOTAL + vision_experts + 629_145_600 \
+        == 29_253_777_920  # "28B"
+    # A text token routes to 6 text experts: the vision experts are not active.
+    assert facts.active == ERNIE_ACTIVE + 27 * 2560 * 64 + 629_145_600
+    # The published config's (text, vision) pair of counts reads the same.
+    pair = {**ERNIE_VL_TEXT, "moe_num_experts": [64, 64], "moe_layer_start_index": [1, 1],
+            "moe_layer_end_index": [27, 27]}
+    pair.pop("mlp_layer_types")
+    same = facts_from_hf_config({**ERNIE_VL, "text_config": pair})
+    assert same.parameters == facts.parameters
+
+
+# rhymes-ai/Aria's language model (transformers' AriaTextConfig: the experts' width is
+# intermediate_size; values of the published checkpoint's text_config), with its
+# Idefics2-shaped vision tower.
+ARIA: dict[str, Any] = {
+    "model_type": "aria", "architectures": ["AriaForConditionalGeneration"],
+    "text_config": {
+        "model_type": "aria_text", "hidden_size": 2560, "intermediate_size": 1664,
+        "num_hidden_layers": 28, "num_attention_heads": 20, "num_key_value_heads": 20,
+        "moe_num_experts": 64, "moe_topk": 6, "moe_num_shared_experts": 2,
+        "vocab_size": 100352, "max_position_embeddings": 65536,
+        "tie_word_embeddings": False, "torch_dtype": "bfloat16"},
+    "vision_config": {"model_type": "idefics3_vision", "hidden_size": 1152,
+                      "intermediate_size": 4304, "num_hidden_layers": 27},
+}
+
+
+def test_aria_experts_are_read_from_moe_num_experts() -> None:
+    facts = facts_from_hf_config(ARIA, name="rhymes-ai/Aria")
+    assert (facts.num_experts, facts.num_experts_per_token, facts.shared_experts) == (64, 6, 2)
+    # Per layer: attention 2 x 2560^2 + 2560 x 20 x 256 = 26,214,400; an expert
+    # 3 x 2560 x 1664 = 12,779,520. 28 x (26,214,400 + 66 x 12,779,520 + 2560 x 64 router
+    # + 2 x 2560 norms) + embeddings 2 x 100,352 x 2560 + 2560 + vision 27 x (4 x 1152^2 +
+    # 2 x 1152 x 4304) = 24,869,091,840 + 411,070,464 = 25,280,162,304 ("25.3B").
+    assert facts.parameters == 25_280_162_304
+    plan = make_plan(spec("rhymes-ai/Aria"), facts=facts)
+    assert plan.weight_bytes == 2 * 25_280_162_304
+    assert plan.tensor_parallel_size == 1  # 50.6 GB on one H100
+
+
+def test_is_moe_false_means_dense_whatever_the_expert_count() -> None:
+    # transformers' DogeConfig (SmallDoge/Doge-320M): is_moe false by default, with
+    # num_experts 16384 and num_experts_per_tok 64 written beside it.
+    doge = {"model_type": "doge", "vocab_size": 32768, "hidden_size": 1024,
+            "intermediate_size": 2048, "num_hidden_layers": 32, "num_attention_heads": 8,
+            "num_key_value_heads": 4, "max_position_embeddings": 2048,
+            "is_moe": False, "num_experts": 16384, "num_experts_per_tok": 64}
+    facts = facts_from_hf_config(doge)
+    dense = facts_from_hf_config({k: v for k, v in doge.items()
+                                  if k not in ("is_moe", "num_experts")})
+    assert facts.num_experts is None and facts.parameters == dense.parameters

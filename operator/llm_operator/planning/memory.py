@@ -11,7 +11,7 @@ from ..catalog import (
     ModelFacts,
 )
 from ..constants import GIB
-from ..modelfacts import estimated_weight_bytes
+from ..modelfacts import DTYPE_UNSTATED, estimated_weight_bytes
 from ..models import (
     EngineSpec,
     Quantization,
@@ -160,19 +160,35 @@ def weight_bytes(facts: ModelFacts, dtype_bytes: int, quantization: Quantization
     """Bytes of the whole model's weights. A checkpoint quantized by its publisher
     (config.json's quantization_config): the safetensors index's total_size, else
     estimated from its parameter groups (:func:`~llm_operator.modelfacts.estimated_weight_bytes`).
-    Quantized on load or by spec.model.quantization: linear layers at the quantized size,
-    embeddings and LM head kept in the serving dtype (as vLLM loads them)."""
+    Unquantized: the index's total_size where there is one (:func:`index_weight_bytes`),
+    else parameters x dtype bytes. Quantized on load or by spec.model.quantization: linear
+    layers at the quantized size, embeddings and LM head kept in the serving dtype (as
+    vLLM loads them)."""
     if facts.quantization is not None:
         if facts.weight_bytes:
             return facts.weight_bytes
         return estimated_weight_bytes(facts, dtype_bytes)
     if quantization == Quantization.NONE:
-        if facts.weight_bytes and DTYPE_BYTES.get(facts.dtype) == dtype_bytes:
-            return facts.weight_bytes  # the index's bytes, in the dtype vLLM serves
+        if facts.weight_bytes:
+            return index_weight_bytes(facts, dtype_bytes)
         return math.ceil(facts.parameters * dtype_bytes)
     embed = min(facts.embedding_parameters, int(facts.parameters))
     linear = facts.parameters - embed
     return math.ceil(linear * QUANT_BYTES_PER_PARAM[quantization] + embed * dtype_bytes)
+
+
+def index_weight_bytes(facts: ModelFacts, dtype_bytes: int) -> int:
+    """An unquantized checkpoint's bytes in the dtype vLLM serves, from the safetensors
+    index's total_size (what the checkpoint holds, whatever the parameter count says):
+    as written when stored in that dtype or when config.json names no dtype (the
+    checkpoint's own size, the upper bound), else scaled by serving / stored bytes (a
+    float32 checkpoint served in bfloat16 takes half)."""
+    assert facts.weight_bytes
+    stored = DTYPE_BYTES.get(facts.dtype) if facts.source_of("dtype") != DTYPE_UNSTATED \
+        else None
+    if not stored or stored == dtype_bytes:
+        return facts.weight_bytes
+    return math.ceil(facts.weight_bytes * dtype_bytes / stored)
 
 
 def usable_bytes_per_gpu(gpu: GPUFacts, utilization: float) -> int:

@@ -317,10 +317,14 @@ def _explain_facts(ex: list[Explained], spec: LLMServiceSpec, facts: ModelFacts,
             "bytesPerQuantizedWeight": QUANT_BYTES_PER_WEIGHT[facts.quantization],
             "quantizedGroups": list(facts.quantized_groups), "dtype": dtype,
             "dtypeBytes": dbytes}
-    elif quant == Quantization.NONE and facts.weight_bytes and weights == facts.weight_bytes:
+    elif quant == Quantization.NONE and facts.weight_bytes:
         formula = ("the checkpoint's bytes: model.safetensors.index.json metadata.total_size "
-                   "(stored in the dtype vLLM serves)")
-        inputs = {"parameters": facts.parameters, "dtype": dtype, "dtypeBytes": dbytes}
+                   + ("(stored in the dtype vLLM serves, or config.json names none)"
+                      if weights == facts.weight_bytes else
+                      f"x {dbytes} / {DTYPE_BYTES.get(facts.dtype)} (stored in "
+                      f"{facts.dtype}, served in {dtype})"))
+        inputs = {"parameters": facts.parameters, "totalSize": facts.weight_bytes,
+                  "checkpointDtype": facts.dtype, "dtype": dtype, "dtypeBytes": dbytes}
     elif quant == Quantization.NONE:
         formula = "parameters x dtype bytes"
         inputs = {"parameters": facts.parameters, "dtype": dtype, "dtypeBytes": dbytes}
