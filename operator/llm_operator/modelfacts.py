@@ -267,6 +267,66 @@ def _text_config(config: Mapping[str, Any]) -> dict[str, Any]:
     return dict(config)
 
 
+# transformers' attribute_map of the config classes that name the standard fields their
+# own way (src/transformers/models/<type>/configuration_<type>.py, transformers 4.57 and
+# 5): config.hidden_size and the rest read these keys. transformers is not a dependency
+# of the operator (its image stays small), hence this table of the types vLLM serves.
+_GPT2_NAMES = {"hidden_size": "n_embd", "max_position_embeddings": "n_positions",
+               "num_attention_heads": "n_head", "num_hidden_layers": "n_layer"}
+_ATTRIBUTE_MAPS: dict[str, dict[str, str]] = {
+    "gpt2": _GPT2_NAMES,  # GPT2Config
+    "gpt_bigcode": _GPT2_NAMES,  # GPTBigCodeConfig (StarCoder)
+    "gptj": _GPT2_NAMES,  # GPTJConfig
+    "mpt": {"num_attention_heads": "n_heads", "hidden_size": "d_model",  # MptConfig
+            "num_hidden_layers": "n_layers"},
+    "dbrx": {"num_attention_heads": "n_heads", "hidden_size": "d_model",  # DbrxConfig
+             "num_hidden_layers": "n_layers", "max_position_embeddings": "max_seq_len"},
+    # BloomConfig; its __init__ also takes n_embed for hidden_size.
+    "bloom": {"num_hidden_layers": "n_layer", "num_attention_heads": "n_head",
+              "hidden_size": "n_embed"},
+}
+
+
+def _standard_names(c: dict[str, Any]) -> dict[str, Any]:
+    """``c`` with the standard field names its config class maps (a name the config
+    writes itself wins), and what those classes and vLLM's models derive the same way:
+
+    - GPT-2, GPT-BigCode, GPT-J: the MLP is ``n_inner``, or 4 x ``n_embd`` where null;
+      GPT-BigCode's ``multi_query`` (its default: true) is one KV head (vLLM's
+      gpt_bigcode.py, GPTBigCodeAttention: ``num_kv_heads = 1 if multi_query``).
+    - MPT: the MLP is ``expansion_ratio`` x ``d_model``; MPT and DBRX give their KV heads
+      as ``attn_config.kv_n_heads`` (DbrxConfig sets num_key_value_heads from it; vLLM's
+      mpt.py reads it, all heads where absent).
+    - DBRX: ``ffn_config`` holds the experts: ``moe_num_experts``, ``moe_top_k``,
+      ``ffn_hidden_size`` each (DbrxFFNConfig; vLLM's dbrx.py)."""
+    names = _ATTRIBUTE_MAPS.get(str(c.get("model_type")))
+    if not names:
+        return c
+    out = dict(c)
+    for standard, own in names.items():
+        if out.get(standard) is None and out.get(own) is not None:
+            out[standard] = out[own]
+    mt = out["model_type"]
+    if mt in ("gpt2", "gpt_bigcode", "gptj") and out.get("intermediate_size") is None:
+        out["intermediate_size"] = out.get("n_inner")  # None: 4 x hidden, the default
+    if mt == "gpt_bigcode" and out.get("multi_query", True) and \
+            out.get("num_key_value_heads") is None:
+        out["num_key_value_heads"] = 1
+    if mt == "mpt" and out.get("intermediate_size") is None and _is_number(out.get("d_model")):
+        out["intermediate_size"] = int(out.get("expansion_ratio") or 4) * int(out["d_model"])
+    attn = out.get("attn_config")
+    if isinstance(attn, Mapping) and out.get("num_key_value_heads") is None:
+        out["num_key_value_heads"] = attn.get("kv_n_heads")
+    ffn = out.get("ffn_config")
+    if mt == "dbrx" and isinstance(ffn, Mapping):
+        for standard, own in (("num_local_experts", "moe_num_experts"),
+                              ("num_experts_per_tok", "moe_top_k"),
+                              ("moe_intermediate_size", "ffn_hidden_size")):
+            if out.get(standard) is None:
+                out[standard] = ffn.get(own)
+    return out
+
+
 def _is_pattern(c: Mapping[str, Any]) -> bool:
     return bool(c.get("hybrid_override_pattern") or c.get("layers_block_type"))
 
@@ -866,7 +926,7 @@ def facts_from_hf_config(config: Mapping[str, Any], name: str | None = None,
 def _facts_from_config(config: Mapping[str, Any], name: str | None,
                        index: Mapping[str, Any] | None,
                        hf_quant_config: Mapping[str, Any] | None) -> ModelFacts:
-    c = _text_config(config)
+    c = _standard_names(_text_config(config))
     if not c.get("num_hidden_layers") and isinstance(c.get("layers_block_type"), list):
         c["num_hidden_layers"] = len(c["layers_block_type"])
     for key in ("hidden_size", "num_hidden_layers", "num_attention_heads"):

@@ -298,3 +298,94 @@ def test_is_moe_false_means_dense_whatever_the_expert_count() -> None:
     dense = facts_from_hf_config({k: v for k, v in doge.items()
                                   if k not in ("is_moe", "num_experts")})
     assert facts.num_experts is None and facts.parameters == dense.parameters
+
+
+# --------------------------------------------------------------------------- item 3
+
+# openai-community/gpt2 as published (GPT2Config's defaults).
+GPT2: dict[str, Any] = {
+    "model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "vocab_size": 50257,
+    "n_positions": 1024, "n_embd": 768, "n_layer": 12, "n_head": 12, "n_inner": None,
+    "activation_function": "gelu_new", "tie_word_embeddings": True,
+}
+# bigcode/starcoder as published (GPTBigCodeConfig's names; multi-query attention).
+STARCODER: dict[str, Any] = {
+    "model_type": "gpt_bigcode", "architectures": ["GPTBigCodeForCausalLM"],
+    "vocab_size": 49152, "n_positions": 8192, "n_embd": 6144, "n_layer": 40, "n_head": 48,
+    "n_inner": 24576, "multi_query": True, "torch_dtype": "float32",
+}
+# EleutherAI/gpt-j-6b as published (GPTJConfig's defaults).
+GPTJ: dict[str, Any] = {
+    "model_type": "gptj", "architectures": ["GPTJForCausalLM"], "vocab_size": 50400,
+    "n_positions": 2048, "n_embd": 4096, "n_layer": 28, "n_head": 16, "rotary_dim": 64,
+    "n_inner": None, "tie_word_embeddings": False,
+}
+# mosaicml/mpt-7b as published (MptConfig's names: d_model, n_layers, n_heads,
+# expansion_ratio; no kv_n_heads, so every head keeps K and V).
+MPT: dict[str, Any] = {
+    "model_type": "mpt", "architectures": ["MPTForCausalLM"], "d_model": 4096,
+    "n_heads": 32, "n_layers": 32, "expansion_ratio": 4, "max_seq_len": 2048,
+    "vocab_size": 50432, "attn_config": {"alibi": True, "attn_type": "multihead_attention"},
+    "torch_dtype": "bfloat16",
+}
+# databricks/dbrx-instruct as published (DbrxConfig with its attn and ffn sub-configs).
+DBRX: dict[str, Any] = {
+    "model_type": "dbrx", "architectures": ["DbrxForCausalLM"], "d_model": 6144,
+    "n_heads": 48, "n_layers": 40, "max_seq_len": 32768, "vocab_size": 100352,
+    "attn_config": {"kv_n_heads": 8, "clip_qkv": 8, "rope_theta": 500000},
+    "ffn_config": {"ffn_hidden_size": 10752, "moe_num_experts": 16, "moe_top_k": 4},
+    "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+}
+# bigscience/bloom-560m as published (BloomConfig's names n_layer, n_head; ALiBi, so no
+# position count).
+BLOOM: dict[str, Any] = {
+    "model_type": "bloom", "architectures": ["BloomForCausalLM"], "vocab_size": 250880,
+    "hidden_size": 1024, "n_layer": 24, "n_head": 16, "n_inner": None,
+}
+
+
+@pytest.mark.parametrize(("config", "shape", "kv_per_token"), [
+    # 12 layers x 12 heads x (64 + 64) x 2 bytes
+    (GPT2, (768, 12, 12, 12, 64, 1024), 12 * 12 * 128 * 2),
+    # multi_query: one KV head of 128; 40 x 1 x 256 x 2 = 20,480 (48 heads: 983,040)
+    (STARCODER, (6144, 40, 48, 1, 128, 8192), 40 * 1 * 256 * 2),
+    # 28 x 16 x 512 x 2
+    (GPTJ, (4096, 28, 16, 16, 256, 2048), 28 * 16 * 512 * 2),
+    # 32 x 32 x 256 x 2
+    (MPT, (4096, 32, 32, 32, 128, 2048), 32 * 32 * 256 * 2),
+    # attn_config.kv_n_heads 8: 40 x 8 x 256 x 2 = 163,840
+    (DBRX, (6144, 40, 48, 8, 128, 32768), 40 * 8 * 256 * 2),
+], ids=["gpt2", "gpt_bigcode", "gptj", "mpt", "dbrx"])
+def test_gpt2_generation_field_names_are_read(config: dict[str, Any],
+                                              shape: tuple[int, ...],
+                                              kv_per_token: int) -> None:
+    facts = facts_from_hf_config(config)
+    assert (facts.hidden_size, facts.num_layers, facts.num_attention_heads,
+            facts.num_key_value_heads, facts.head_dim, facts.max_context) == shape
+    assert kv_bytes_per_token(facts, 1, 1, 2) == kv_per_token
+
+
+def test_dbrx_experts_are_read_from_ffn_config() -> None:
+    facts = facts_from_hf_config(DBRX, name="databricks/dbrx-instruct")
+    assert (facts.num_experts, facts.num_experts_per_token) == (16, 4)
+    # Per layer: attention 2 x 6144^2 + 6144 x 8 x 256 = 88,080,384; an expert (w1, v1,
+    # w2) 3 x 6144 x 10752 = 198,180,864; router 6144 x 16; norms 2 x 6144. Embeddings
+    # 2 x 100,352 x 6144 + 6144. 40 x (88,080,384 + 16 x 198,180,864 + 98,304 + 12,288)
+    # + 1,233,131,520 = 131,596,523,520 ("132B"); with 4 experts 36,469,708,800 ("36B").
+    assert facts.parameters == 131_596_523_520
+    assert facts.active == 36_469_708_800
+    plan = make_plan(spec("databricks/dbrx-instruct"), facts=facts)
+    assert plan.tensor_parallel_size == 4  # 263 GB of bf16: four 80 GB GPUs
+
+
+def test_bloom_is_told_what_it_lacks_not_that_it_has_no_hidden_size() -> None:
+    with pytest.raises(ValueError) as exc:
+        facts_from_hf_config(BLOOM)
+    assert "max_position_embeddings" in str(exc.value)  # ALiBi: no length in config.json
+    assert "hidden_size" not in str(exc.value)
+    facts = facts_from_hf_config({**BLOOM, "seq_length": 2048})
+    assert (facts.hidden_size, facts.num_layers, facts.num_attention_heads) == (1024, 24, 16)
+    # n_embed, which BloomConfig also reads as hidden_size (bigscience/bloom's own).
+    renamed = {k: v for k, v in BLOOM.items() if k != "hidden_size"}
+    assert facts_from_hf_config({**renamed, "n_embed": 1024, "seq_length": 2048}).hidden_size \
+        == 1024
