@@ -17,13 +17,22 @@ are those of the model families named; the rule's source is named where vLLM has
   ``full_attention``, ``sliding_attention``, ``linear_attention``), Gemma 2's alternation
   (even layers slide), Gemma 3's ``sliding_window_pattern``, Qwen3-Next's
   ``full_attention_interval``, Nemotron-H's ``hybrid_override_pattern`` (``*`` attention,
-  ``M`` Mamba-2, ``-`` MLP, ``E`` experts). A sliding-window layer keeps at most the window
+  ``M`` Mamba-2, ``-`` MLP, ``E`` experts), Jamba's ``attn_layer_period`` /
+  ``attn_layer_offset`` (the rest Mamba-1) and Bamba's ``attn_layer_indices`` (the rest
+  Mamba-2). A sliding-window layer keeps at most the window
   of tokens per sequence; a linear-attention or Mamba layer keeps a fixed state per
   sequence and nothing per token.
-- **Experts**: ``num_local_experts`` / ``num_experts`` / ``n_routed_experts``, experts per
-  token (``num_experts_per_tok`` / ``experts_per_token``), ``moe_intermediate_size``,
-  shared experts (``n_shared_experts``, ``shared_expert_intermediate_size``) and dense
-  first layers (``first_k_dense_replace``): total and active parameters.
+- **Experts**: ``num_local_experts`` / ``num_experts`` / ``n_routed_experts`` /
+  ``moe_num_experts`` (none where ``is_moe`` is false), experts per token
+  (``num_experts_per_tok`` / ``experts_per_token`` / ``moe_k`` ...),
+  ``moe_intermediate_size`` (one, one per layer, or ERNIE-4.5-VL's text and vision pair),
+  shared experts (``n_shared_experts``, ``moe_num_shared_experts``,
+  ``shared_expert_intermediate_size``) and dense layers (``first_k_dense_replace``,
+  ERNIE's ``moe_layer_start_index``, Jamba's ``expert_layer_period``): total and active
+  parameters.
+- **Field names**: the GPT-2 generation's (``n_embd``, ``n_layer``, ``d_model`` ...) as
+  transformers' ``attribute_map`` reads them (:data:`_ATTRIBUTE_MAPS`). A field of a
+  shape the planner does not read is refused by name, never a crash.
 - **Quantization** (``quantization_config``): fp8, modelopt FP8/NVFP4, MXFP4, AWQ/GPTQ,
   compressed-tensors; weight bytes are the safetensors index's ``total_size`` where it is
   given, else estimated from the parameter groups at the method's bytes per weight.
@@ -94,7 +103,7 @@ class ModelFacts:
     state_layers: int = 0  # linear-attention / Mamba layers: a fixed state per sequence
     state_elements_per_layer: int = 0  # that state's elements per sequence, all ranks
     state_conv_elements_per_layer: int = 0  # of which the conv state (the model's dtype)
-    state_kind: str | None = None  # "linear_attention" | "mamba2"
+    state_kind: str | None = None  # "linear_attention" | "mamba2" | "mamba1"
     # The temporal state's dtype: mamba_ssm_cache_dtype (Nemotron-H) or mamba_ssm_dtype
     # (Qwen3.5) where set (None: the model's).
     state_dtype: str | None = None
@@ -215,7 +224,8 @@ _NUMBER_FIELDS = (
     "linear_value_head_dim", "linear_conv_kernel_dim", "mamba_num_heads", "mamba_head_dim",
     "ssm_state_size", "mamba_d_state", "n_groups", "mamba_n_groups", "conv_kernel",
     "mamba_d_conv", "index_head_dim", "index_n_heads", "o_lora_rank", "o_groups",
-    "hc_mult", "num_hash_layers",
+    "hc_mult", "num_hash_layers", "attn_layer_period", "attn_layer_offset",
+    "expert_layer_period", "expert_layer_offset", "mamba_n_heads", "mamba_expand",
 )
 _LIST_OR_NUMBER_FIELDS = ("intermediate_size", "moe_intermediate_size",
                           "expert_intermediate_size", "moe_num_experts",
@@ -375,7 +385,14 @@ def _layer_plan(c: Mapping[str, Any], layers: int, experts: int | None) -> _Laye
         types = None
         interval = c.get("full_attention_interval")
         mt = str(c.get("model_type", ""))
-        if isinstance(interval, int) and interval > 0:  # Qwen3-Next: 3 linear, 1 full
+        indices, period = c.get("attn_layer_indices"), c.get("attn_layer_period")
+        if isinstance(indices, list):  # Bamba: these attention, the rest Mamba-2
+            types = ["full_attention" if i in indices else "mamba" for i in range(layers)]
+        elif isinstance(period, int) and period > 0:  # Jamba: 1 in attn_layer_period
+            offset = int(c.get("attn_layer_offset") or 0)
+            types = ["full_attention" if i % period == offset else "mamba"
+                     for i in range(layers)]
+        elif isinstance(interval, int) and interval > 0:  # Qwen3-Next: 3 linear, 1 full
             types = ["full_attention" if (i + 1) % interval == 0 else "linear_attention"
                      for i in range(layers)]
         elif mt == "gemma2" and window:  # Gemma 2: even layers slide
@@ -404,8 +421,8 @@ def _layer_plan(c: Mapping[str, Any], layers: int, experts: int | None) -> _Laye
     if sliding and not window:
         raise ValueError("config.json has sliding-window layers in layer_types but no "
                          "sliding_window size: give spec.model.architecture")
-    kind = ("mamba2" if any(k == "mamba" for k in kinds) else "linear_attention") if state \
-        else None
+    kind = (_mamba_kind(c) if any(k == "mamba" for k in kinds) else "linear_attention") \
+        if state else None
     moe_at = _moe_layers(c, layers) if experts else ()
     mlp_at = tuple(i for i in range(layers) if i not in frozenset(moe_at))
     return _Layers(full, sliding, window if sliding else None, state, kind,
@@ -424,12 +441,17 @@ _LAYER_KINDS = {"full_attention": "full", "attention": "full", "global": "full",
 def _moe_layers(c: Mapping[str, Any], layers: int) -> tuple[int, ...]:
     """Layers with experts (0-based): all but DeepSeek's ``first_k_dense_replace`` dense
     ones, every ``moe_layer_freq`` / ``decoder_sparse_step`` / Llama-4's
-    ``interleave_moe_layer_step``-th, none of Qwen's ``mlp_only_layers``. ERNIE-4.5 as
+    ``interleave_moe_layer_step``-th, none of Qwen's ``mlp_only_layers``; Jamba's every
+    ``expert_layer_period``-th from ``expert_layer_offset``. ERNIE-4.5 as
     vLLM's ernie45_moe.py (Ernie4_5_MoeDecoderLayer) builds it: layers
     ``moe_layer_start_index`` to ``moe_layer_end_index`` (-1: the last, as transformers'
     Ernie4_5_MoeConfig reads it) whose ``(i + 1) % moe_layer_interval == 0``; for
     ERNIE-4.5-VL's (text, vision) pairs, the widest range (Ernie4_5_VLMoeDecoderLayer);
     transformers 5 writes ERNIE-4.5-VL's as ``mlp_layer_types`` (``sparse``)."""
+    period = c.get("expert_layer_period")
+    if isinstance(period, int) and period > 0:  # Jamba (JambaConfig.layers_num_experts)
+        offset = int(c.get("expert_layer_offset") or 0)
+        return tuple(i for i in range(layers) if i % period == offset)
     kinds = c.get("mlp_layer_types")
     if isinstance(kinds, list) and len(kinds) == layers:
         return tuple(i for i, k in enumerate(kinds) if str(k) in ("sparse", "moe"))
@@ -455,15 +477,15 @@ def _state_elements(c: Mapping[str, Any], kind: str | None) -> tuple[int, int]:
     """A linear-attention or Mamba layer's state per sequence, elements, and of them the
     conv state's (vLLM's ``MambaStateShapeCalculator``: conv state (kernel - 1) x conv
     channels, plus the recurrent state)."""
-    if kind == "mamba2":  # Nemotron-H
-        heads = int(_first(c, ("mamba_num_heads",)) or 0)
-        head_dim = int(_first(c, ("mamba_head_dim",)) or 0)
-        state = int(_first(c, ("ssm_state_size", "mamba_d_state")) or 0)
-        groups = int(_first(c, ("n_groups", "mamba_n_groups")) or 1)
-        kernel = int(_first(c, ("conv_kernel", "mamba_d_conv")) or 4)
+    if kind == "mamba2":  # Nemotron-H, Bamba, Granite-4.0-H
+        heads, head_dim, state, groups, kernel = _mamba2_shape(c)
         inner = heads * head_dim
         conv = (kernel - 1) * (inner + 2 * groups * state)
         return conv + heads * head_dim * state, conv
+    if kind == "mamba1":  # Jamba: MambaStateShapeCalculator.mamba1_state_shape
+        inner, state, kernel, _rank = _mamba1_shape(c)
+        conv = (kernel - 1) * inner
+        return conv + inner * state, conv
     if kind == "linear_attention":  # Qwen3-Next / 3.5 gated DeltaNet
         k_heads = int(c.get("linear_num_key_heads") or 0)
         v_heads = int(c.get("linear_num_value_heads") or 0)
@@ -473,6 +495,42 @@ def _state_elements(c: Mapping[str, Any], kind: str | None) -> tuple[int, int]:
         conv = (kernel - 1) * (2 * k_heads * k_dim + v_heads * v_dim)
         return conv + v_heads * k_dim * v_dim, conv
     return 0, 0
+
+
+def _mamba_kind(c: Mapping[str, Any]) -> str:
+    """Which Mamba a config's Mamba layers are: Jamba's are Mamba-1 (vLLM's jamba.py builds
+    MambaMixer), the others' Mamba-2 (MambaMixer2: Nemotron-H, Bamba, Granite-4.0-H)."""
+    return "mamba1" if str(c.get("model_type")) == "jamba" else "mamba2"
+
+
+def _auto(value: Any, default: int) -> int:
+    """A size config.json may write as ``"auto"`` (the config class computes it)."""
+    return default if value in (None, "auto") else int(value)
+
+
+def _mamba2_shape(c: Mapping[str, Any]) -> tuple[int, int, int, int, int]:
+    """(heads, head size, state size, groups, conv kernel) of a Mamba-2 layer under each
+    family's keys: Nemotron-H mamba_num_heads, mamba_head_dim, ssm_state_size, n_groups,
+    conv_kernel; Bamba and Granite-4.0-H (BambaConfig, GraniteMoeHybridConfig)
+    mamba_n_heads, mamba_d_head ("auto": mamba_expand x hidden / heads), mamba_d_state,
+    mamba_n_groups, mamba_d_conv."""
+    heads = int(_first(c, ("mamba_num_heads", "mamba_n_heads")) or 0)
+    inner = int(c.get("mamba_expand") or 2) * int(c["hidden_size"])
+    head_dim = _auto(_first(c, ("mamba_head_dim", "mamba_d_head")),
+                     inner // heads if heads else 0)
+    state = int(_first(c, ("ssm_state_size", "mamba_d_state")) or 0)
+    groups = int(_first(c, ("n_groups", "mamba_n_groups")) or 1)
+    kernel = int(_first(c, ("conv_kernel", "mamba_d_conv")) or 4)
+    return heads, head_dim, state, groups, kernel
+
+
+def _mamba1_shape(c: Mapping[str, Any]) -> tuple[int, int, int, int]:
+    """(inner size, state size, conv kernel, dt rank) of a Mamba-1 layer (JambaConfig:
+    mamba_expand x hidden, mamba_d_state, mamba_d_conv, mamba_dt_rank "auto" = hidden /
+    16 rounded up)."""
+    hidden = int(c["hidden_size"])
+    return (int(c.get("mamba_expand") or 2) * hidden, int(c.get("mamba_d_state") or 16),
+            int(c.get("mamba_d_conv") or 4), _auto(c.get("mamba_dt_rank"), -(-hidden // 16)))
 
 
 def _state_dtype(c: Mapping[str, Any]) -> str | None:
@@ -581,13 +639,17 @@ def _mla_params(c: Mapping[str, Any], hidden: int, heads: int) -> tuple[int, int
 
 
 def _state_params(c: Mapping[str, Any], kind: str | None, hidden: int) -> int:
-    """A linear-attention or Mamba layer's weights (in and out projections), estimated."""
+    """A linear-attention or Mamba layer's weights (in and out projections), estimated;
+    Mamba-1 as vLLM's MambaMixer holds them (in_proj, conv1d, x_proj, dt_proj, A, D,
+    out_proj)."""
     if kind == "mamba2":
-        heads = int(c.get("mamba_num_heads") or 0)
-        inner = heads * int(c.get("mamba_head_dim") or 0)
-        groups = int(_first(c, ("n_groups",)) or 1)
-        state = int(c.get("ssm_state_size") or 0)
+        heads, head_dim, state, groups, _kernel = _mamba2_shape(c)
+        inner = heads * head_dim
         return hidden * (2 * inner + 2 * groups * state + heads) + inner * hidden
+    if kind == "mamba1":
+        inner, state, kernel, rank = _mamba1_shape(c)
+        return hidden * 2 * inner + inner * (kernel + 1) + inner * (rank + 2 * state) \
+            + rank * inner + inner + inner * state + inner + inner * hidden
     k = int(c.get("linear_num_key_heads") or 0) * int(c.get("linear_key_head_dim") or 0)
     v = int(c.get("linear_num_value_heads") or 0) * int(c.get("linear_value_head_dim") or 0)
     return hidden * (2 * k + 2 * v) + v * hidden

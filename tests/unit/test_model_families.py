@@ -389,3 +389,61 @@ def test_bloom_is_told_what_it_lacks_not_that_it_has_no_hidden_size() -> None:
     renamed = {k: v for k, v in BLOOM.items() if k != "hidden_size"}
     assert facts_from_hf_config({**renamed, "n_embed": 1024, "seq_length": 2048}).hidden_size \
         == 1024
+
+
+# --------------------------------------------------------------------------- item 4
+
+# ai21labs/Jamba-v0.1 as transformers' JambaConfig gives it (its defaults): attention in
+# 1 layer of 8 (offset 4), experts in 1 of 2 (offset 1), the rest Mamba-1.
+JAMBA: dict[str, Any] = {
+    "model_type": "jamba", "architectures": ["JambaForCausalLM"], "vocab_size": 65536,
+    "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 262144,
+    "attn_layer_period": 8, "attn_layer_offset": 4, "expert_layer_period": 2,
+    "expert_layer_offset": 1, "num_experts": 16, "num_experts_per_tok": 2,
+    "mamba_d_state": 16, "mamba_d_conv": 4, "mamba_expand": 2, "mamba_dt_rank": 256,
+    "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+}
+# ibm-ai-platform/Bamba-9B as published (BambaConfig's names): attention at layers 9,
+# 18 and 27, the rest Mamba-2.
+BAMBA: dict[str, Any] = {
+    "model_type": "bamba", "architectures": ["BambaForCausalLM"], "vocab_size": 128000,
+    "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 262144,
+    "attn_layer_indices": [9, 18, 27], "mamba_n_heads": 128, "mamba_d_head": 64,
+    "mamba_n_groups": 1, "mamba_d_state": 256, "mamba_d_conv": 4, "mamba_expand": 2,
+    "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+}
+
+
+def test_jamba_attention_and_expert_periods() -> None:
+    facts = facts_from_hf_config(JAMBA, name="ai21labs/Jamba-v0.1")
+    assert (facts.kv_layers, facts.state_layers, facts.state_kind) == (4, 28, "mamba1")
+    # Mamba-1 state per layer (inner 2 x 4096 = 8192): conv 3 x 8192 + SSM 8192 x 16.
+    assert facts.state_elements_per_layer == 24_576 + 131_072 == 155_648
+    assert facts.state_conv_elements_per_layer == 24_576
+    # 4 attention layers x 8 KV heads x (128 + 128) x 2 bytes.
+    assert kv_bytes_per_token(facts, 1, 1, 2) == 4 * 8 * 256 * 2 == 16_384
+    # Attention 4 x (2 x 4096^2 + 4096 x 8 x 256) = 167,772,160; Mamba-1 28 x (in_proj
+    # 4096 x 16384 + conv 8192 x 5 + x_proj 8192 x (256 + 32) + dt_proj 256 x 8192 + 8192
+    # + A 8192 x 16 + D 8192 + out_proj 8192 x 4096 = 105,308,160) = 2,948,628,480;
+    # experts 16 layers x 16 x 3 x 4096 x 14336 = 45,097,156,608; dense MLPs 16 x
+    # 176,160,768 = 2,818,572,288; routers 16 x 4096 x 16; embeddings 2 x 65536 x 4096 +
+    # 4096; norms 32 x 2 x 4096: 51,570,315,264 ("52B").
+    assert facts.parameters == 51_570_315_264
+    assert facts.num_experts == 16
+    plan = make_plan(spec("ai21labs/Jamba-v0.1"), facts=facts)
+    assert plan.tensor_parallel_size == 2  # 103 GB of bf16
+
+
+def test_bamba_attention_layer_indices() -> None:
+    facts = facts_from_hf_config(BAMBA, name="ibm-ai-platform/Bamba-9B")
+    assert (facts.kv_layers, facts.state_layers, facts.state_kind) == (3, 29, "mamba2")
+    # Mamba-2 (128 heads of 64 = 8192): conv 3 x (8192 + 2 x 1 x 256) + SSM 128 x 64 x 256.
+    assert facts.state_elements_per_layer == 26_112 + 2_097_152 == 2_123_264
+    # 3 attention layers, not 32: 12,288 B/token (131,072 before, 10.7x).
+    assert kv_bytes_per_token(facts, 1, 1, 2) == 3 * 8 * 256 * 2 == 12_288
+    # Attention 3 x 41,943,040; Mamba-2 29 x (4096 x (16384 + 512 + 128) + 8192 x 4096
+    # = 103,284,736); MLPs 32 x 3 x 4096 x 14336; embeddings 2 x 128000 x 4096 + 4096;
+    # norms 32 x 2 x 4096: 9,807,073,280 ("9B").
+    assert facts.parameters == 9_807_073_280
