@@ -30,6 +30,8 @@ are those of the model families named; the rule's source is named where vLLM has
   ``shared_expert_intermediate_size``) and dense layers (``first_k_dense_replace``,
   ERNIE's ``moe_layer_start_index``, Jamba's ``expert_layer_period``): total and active
   parameters.
+- **MLPs**: gate, up and down, but up and down only in the families whose code builds
+  two matrices (:data:`_TWO_MATRIX_MLPS`: GPT-2, Falcon, GPT-NeoX, OPT, Phi, StarCoder2 ...).
 - **Field names**: the GPT-2 generation's (``n_embd``, ``n_layer``, ``d_model`` ...) as
   transformers' ``attribute_map`` reads them (:data:`_ATTRIBUTE_MAPS`). A field of a
   shape the planner does not read is refused by name, never a crash.
@@ -296,6 +298,26 @@ _ATTRIBUTE_MAPS: dict[str, dict[str, str]] = {
               "hidden_size": "n_embed"},
 }
 
+# The families whose MLP is two matrices, up and down with the activation between and no
+# gate, as each model's code builds it: vLLM 0.32's own model file where it has one,
+# else transformers' modeling_<type>.py (vLLM serves those through its Transformers
+# backend, or served them until the version named in its registry). Every other MLP is
+# gated: gate, up and down (Nemotron-H's squared-ReLU layers are read from its pattern).
+_TWO_MATRIX_MLPS = frozenset({
+    "gpt2",  # vLLM gpt2.py, GPT2MLP: c_fc, c_proj
+    "gpt_bigcode",  # transformers GPTBigCodeMLP: c_fc, c_proj
+    "gptj",  # vLLM gpt_j.py, GPTJMLP: fc_in, fc_out
+    "mpt",  # transformers MptMLP: up_proj, down_proj (vLLM's mpt.py until 0.28)
+    "bloom",  # vLLM bloom.py, BloomMLP: dense_h_to_4h, dense_4h_to_h
+    "falcon",  # vLLM falcon.py, FalconMLP: dense_h_to_4h, dense_4h_to_h
+    "gpt_neox",  # transformers GPTNeoXMLP: dense_h_to_4h, dense_4h_to_h
+    "opt",  # vLLM opt.py, OPTDecoderLayer: fc1, fc2
+    "phi",  # transformers PhiMLP: fc1, fc2
+    "starcoder2",  # transformers Starcoder2MLP: c_fc, c_proj
+    "persimmon",  # transformers PersimmonMLP: dense_h_to_4h, dense_4h_to_h (vLLM until 0.25)
+    "nemotron",  # vLLM nemotron.py, NemotronMLP: up_proj, down_proj (relu2)
+})
+
 
 def _standard_names(c: dict[str, Any]) -> dict[str, Any]:
     """``c`` with the standard field names its config class maps (a name the config
@@ -308,15 +330,29 @@ def _standard_names(c: dict[str, Any]) -> dict[str, Any]:
       as ``attn_config.kv_n_heads`` (DbrxConfig sets num_key_value_heads from it; vLLM's
       mpt.py reads it, all heads where absent).
     - DBRX: ``ffn_config`` holds the experts: ``moe_num_experts``, ``moe_top_k``,
-      ``ffn_hidden_size`` each (DbrxFFNConfig; vLLM's dbrx.py)."""
-    names = _ATTRIBUTE_MAPS.get(str(c.get("model_type")))
-    if not names:
+      ``ffn_hidden_size`` each (DbrxFFNConfig; vLLM's dbrx.py).
+    - OPT: the MLP is ``ffn_dim`` (vLLM's opt.py, OPTDecoderLayer's fc1).
+    - Falcon: KV heads as vLLM's falcon.py (FalconAttention) reads them:
+      ``num_kv_heads`` under ``new_decoder_architecture`` (Falcon-40B/180B), else one
+      where ``multi_query`` (Falcon-7B; FalconConfig's default: true), else all heads;
+      its embeddings tied unless ``tie_word_embeddings`` says otherwise
+      (FalconForCausalLM: the first Falcons' configs do not write it)."""
+    mt = str(c.get("model_type"))
+    if mt not in _ATTRIBUTE_MAPS and mt not in ("opt", "falcon"):
         return c
     out = dict(c)
-    for standard, own in names.items():
+    for standard, own in _ATTRIBUTE_MAPS.get(mt, {}).items():
         if out.get(standard) is None and out.get(own) is not None:
             out[standard] = out[own]
-    mt = out["model_type"]
+    if mt == "opt" and out.get("intermediate_size") is None:
+        out["intermediate_size"] = out.get("ffn_dim")
+    if mt == "falcon" and out.get("num_key_value_heads") is None:
+        if out.get("new_decoder_architecture"):
+            out["num_key_value_heads"] = out.get("num_kv_heads")
+        elif out.get("multi_query", True):
+            out["num_key_value_heads"] = 1
+    if mt == "falcon" and out.get("tie_word_embeddings") is None:
+        out["tie_word_embeddings"] = True  # vLLM's falcon.py: "True by default"
     if mt in ("gpt2", "gpt_bigcode", "gptj") and out.get("intermediate_size") is None:
         out["intermediate_size"] = out.get("n_inner")  # None: 4 x hidden, the default
     if mt == "gpt_bigcode" and out.get("multi_query", True) and \
@@ -772,8 +808,10 @@ def _groups(c: Mapping[str, Any], layers: _Layers, heads: int, kv_heads: int, he
     # interleaved ones) may have their own width.
     dense = _first(c, ("dense_intermediate_size", "intermediate_size_mlp"))
     dense_at = [int(dense)] * n_layers if experts and dense else inter_at
-    # Gated MLPs have gate, up and down; Nemotron-H's squared-ReLU MLPs up and down.
-    mats = 2 if c.get("mlp_hidden_act") == "relu2" or _is_pattern(c) else 3
+    # Gated MLPs have gate, up and down; Nemotron-H's squared-ReLU MLPs and the
+    # _TWO_MATRIX_MLPS families' up and down.
+    mats = 2 if c.get("mlp_hidden_act") == "relu2" or _is_pattern(c) \
+        or c.get("model_type") in _TWO_MATRIX_MLPS else 3
     # Nemotron-3's latent experts work in moe_latent_size, with one down and one up
     # projection between it and the hidden size per MoE layer.
     latent = int(c.get("moe_latent_size") or 0)

@@ -447,3 +447,137 @@ def test_bamba_attention_layer_indices() -> None:
     # = 103,284,736); MLPs 32 x 3 x 4096 x 14336; embeddings 2 x 128000 x 4096 + 4096;
     # norms 32 x 2 x 4096: 9,807,073,280 ("9B").
     assert facts.parameters == 9_807_073_280
+
+
+# --------------------------------------------------------------------------- two-matrix MLPs
+
+# bigcode/starcoder2-3b as transformers' Starcoder2Config writes it (tie_word_embeddings:
+# the class's default, true; the published checkpoint is float32).
+STARCODER2_3B: dict[str, Any] = {
+    "model_type": "starcoder2", "architectures": ["Starcoder2ForCausalLM"],
+    "vocab_size": 49152, "hidden_size": 3072, "intermediate_size": 12288,
+    "num_hidden_layers": 30, "num_attention_heads": 24, "num_key_value_heads": 2,
+    "max_position_embeddings": 16384, "sliding_window": 4096, "use_bias": True,
+    "hidden_act": "gelu_pytorch_tanh", "tie_word_embeddings": True, "torch_dtype": "float32",
+}
+# tiiuae/falcon-7b as transformers' FalconConfig writes it (its defaults: multi_query,
+# num_kv_heads filled with num_attention_heads, which vLLM ignores without
+# new_decoder_architecture).
+FALCON_7B: dict[str, Any] = {
+    "model_type": "falcon", "architectures": ["FalconForCausalLM"], "vocab_size": 65024,
+    "hidden_size": 4544, "num_hidden_layers": 32, "num_attention_heads": 71,
+    "num_kv_heads": 71, "multi_query": True, "new_decoder_architecture": False,
+    "parallel_attn": True, "bias": False, "alibi": False, "max_position_embeddings": 2048,
+    "torch_dtype": "bfloat16",
+}
+# tiiuae/falcon-40b: the new decoder architecture, 8 KV heads.
+FALCON_40B: dict[str, Any] = {
+    **FALCON_7B, "hidden_size": 8192, "num_hidden_layers": 60, "num_attention_heads": 128,
+    "num_kv_heads": 8, "new_decoder_architecture": True,
+}
+# EleutherAI/gpt-neox-20b as published.
+GPT_NEOX_20B: dict[str, Any] = {
+    "model_type": "gpt_neox", "architectures": ["GPTNeoXForCausalLM"], "vocab_size": 50432,
+    "hidden_size": 6144, "intermediate_size": 24576, "num_hidden_layers": 44,
+    "num_attention_heads": 64, "max_position_embeddings": 2048, "rotary_pct": 0.25,
+    "use_parallel_residual": True, "tie_word_embeddings": False, "torch_dtype": "float16",
+}
+# facebook/opt-6.7b as OPTConfig writes it (the MLP is ffn_dim; embeddings tied).
+OPT_6_7B: dict[str, Any] = {
+    "model_type": "opt", "architectures": ["OPTForCausalLM"], "vocab_size": 50272,
+    "hidden_size": 4096, "ffn_dim": 16384, "num_hidden_layers": 32,
+    "num_attention_heads": 32, "max_position_embeddings": 2048, "word_embed_proj_dim": 4096,
+    "do_layer_norm_before": True, "tie_word_embeddings": True, "torch_dtype": "float16",
+}
+# microsoft/phi-2 as published.
+PHI_2: dict[str, Any] = {
+    "model_type": "phi", "architectures": ["PhiForCausalLM"], "vocab_size": 51200,
+    "hidden_size": 2560, "intermediate_size": 10240, "num_hidden_layers": 32,
+    "num_attention_heads": 32, "num_key_value_heads": 32, "max_position_embeddings": 2048,
+    "partial_rotary_factor": 0.4, "hidden_act": "gelu_new", "tie_word_embeddings": False,
+    "torch_dtype": "float16",
+}
+# adept/persimmon-8b-base: PersimmonConfig's defaults.
+PERSIMMON: dict[str, Any] = {
+    "model_type": "persimmon", "architectures": ["PersimmonForCausalLM"],
+    "vocab_size": 262144, "hidden_size": 4096, "intermediate_size": 16384,
+    "num_hidden_layers": 36, "num_attention_heads": 64, "hidden_act": "relu2",
+    "max_position_embeddings": 16384, "tie_word_embeddings": False,
+}
+# NemotronConfig's defaults ("nemotron-15b style"; head_dim filled in, KV heads none:
+# all 48).
+NEMOTRON: dict[str, Any] = {
+    "model_type": "nemotron", "architectures": ["NemotronForCausalLM"],
+    "vocab_size": 256000, "hidden_size": 6144, "intermediate_size": 24576,
+    "num_hidden_layers": 32, "num_attention_heads": 48, "head_dim": 128,
+    "num_key_value_heads": None, "hidden_act": "relu2", "max_position_embeddings": 4096,
+    "tie_word_embeddings": False,
+}
+
+
+# Per family: attention + MLP (up and down: 2 x hidden x intermediate) + 2 x hidden of
+# norms per layer; embeddings (one matrix when tied) + the final norm. Biases and GPT-2's
+# and OPT's learned positions are not counted (under 1.3 %). "was": with three MLP
+# matrices, as counted before.
+@pytest.mark.parametrize(("config", "parameters"), [
+    # 12 x (4 x 768^2 + 2 x 768 x 3072 + 1536) + 50,257 x 768 + 768 (124 M; was 151.9 M)
+    (GPT2, 123_551_232),
+    # 40 x (2 x 6144^2 + 6144 x 256 + 2 x 6144 x 24576 + 12,288) + 49,152 x 6144 + 6144
+    # (15.5 B; was 21.5 B)
+    ({**STARCODER, "tie_word_embeddings": True}, 15_464_896_512),
+    # 28 x (4 x 4096^2 + 2 x 4096 x 16384 + 8192) + 2 x 50,400 x 4096 + 4096 (6.05 B;
+    # was 7.93 B)
+    (GPTJ, 6_050_254_848),
+    # 32 x (4 x 4096^2 + 2 x 4096 x 16384 + 8192) + 50,432 x 4096 + 4096 (6.65 B; was 8.80 B)
+    ({**MPT, "tie_word_embeddings": True}, 6_649_286_656),
+    # 24 x (4 x 1024^2 + 2 x 1024 x 4096 + 2048) + 250,880 x 1024 + 1024 (559 M; was 660 M)
+    ({**BLOOM, "seq_length": 2048, "tie_word_embeddings": True}, 558_941_184),
+    # 30 x (2 x 3072^2 + 3072 x 2 x 256 + 2 x 3072 x 12288 + 6144) + 49,152 x 3072 + 3072
+    # (3.03 B; was 4.16 B)
+    (STARCODER2_3B, 3_029_523_456),
+    # One KV head: 32 x (2 x 4544^2 + 4544 x 128 + 2 x 4544 x 18176 + 9088) + 65,024 x 4544
+    # + 4544 (6.92 B; was 11.16 B: three matrices, 71 KV heads, untied)
+    (FALCON_7B, 6_921_716_160),
+    # 44 x (4 x 6144^2 + 2 x 6144 x 24576 + 12,288) + 2 x 50,432 x 6144 + 6144 (20.55 B;
+    # was 27.20 B)
+    (GPT_NEOX_20B, 20_551_587_840),
+    # 32 x (4 x 4096^2 + 2 x 4096 x 16384 + 8192) + 50,272 x 4096 + 4096 (6.65 B; was 8.80 B)
+    (OPT_6_7B, 6_648_631_296),
+    # 32 x (4 x 2560^2 + 2 x 2560 x 10240 + 5120) + 2 x 51,200 x 2560 + 2560 (2.78 B;
+    # was 3.62 B)
+    (PHI_2, 2_778_892_800),
+    # 36 x (4 x 4096^2 + 2 x 4096 x 16384 + 8192) + 2 x 262,144 x 4096 + 4096 (9.40 B;
+    # was 11.81 B)
+    (PERSIMMON, 9_395_539_968),
+    # 32 x (4 x 6144^2 + 2 x 6144 x 24576 + 12,288) + 2 x 256,000 x 6144 + 6144 (17.64 B;
+    # was 22.47 B)
+    (NEMOTRON, 17_641_641_984),
+], ids=["gpt2", "gpt_bigcode", "gptj", "mpt", "bloom", "starcoder2", "falcon", "gpt_neox",
+        "opt", "phi", "persimmon", "nemotron"])
+def test_two_matrix_mlps_are_counted_as_two(config: dict[str, Any], parameters: int) -> None:
+    assert facts_from_hf_config(config).parameters == parameters
+
+
+def test_starcoder2_3b_weighs_3_03_b_parameters() -> None:
+    facts = facts_from_hf_config(STARCODER2_3B, name="bigcode/starcoder2-3b")
+    plan = make_plan(spec("bigcode/starcoder2-3b", product="NVIDIA-L4"), facts=facts)
+    # A float32 checkpoint served in bfloat16: 2 x 3,029,523,456 (8.32 GB before).
+    assert plan.weight_bytes == 6_059_046_912
+    assert plan.tensor_parallel_size == 1
+
+
+def test_falcon_kv_heads_as_vllm_reads_them() -> None:
+    # Falcon-7B: multi_query, one KV head of 64: 32 x 1 x 128 x 2 = 8,192 B/token
+    # (581,632 when its 71 query heads were read as KV heads).
+    falcon_7b = facts_from_hf_config(FALCON_7B)
+    assert falcon_7b.num_key_value_heads == 1
+    assert kv_bytes_per_token(falcon_7b, 1, 1, 2) == 32 * 1 * 128 * 2 == 8_192
+    # Falcon-40B: the new decoder architecture's num_kv_heads: 60 x 8 x 128 x 2.
+    falcon_40b = facts_from_hf_config(FALCON_40B)
+    assert kv_bytes_per_token(falcon_40b, 1, 1, 2) == 60 * 8 * 128 * 2 == 122_880
+    # Neither: every head keeps K and V.
+    mha = facts_from_hf_config({**FALCON_7B, "multi_query": False})
+    assert mha.num_key_value_heads == 71
+    # An untied Falcon (Falcon-11B writes tie_word_embeddings false): two matrices.
+    untied = facts_from_hf_config({**FALCON_7B, "tie_word_embeddings": False})
+    assert untied.parameters - falcon_7b.parameters == 65024 * 4544
