@@ -19,9 +19,12 @@ are those of the model families named; the rule's source is named where vLLM has
   ``full_attention_interval``, Nemotron-H's ``hybrid_override_pattern`` (``*`` attention,
   ``M`` Mamba-2, ``-`` MLP, ``E`` experts), Jamba's ``attn_layer_period`` /
   ``attn_layer_offset`` (the rest Mamba-1) and Bamba's ``attn_layer_indices`` (the rest
-  Mamba-2). A sliding-window layer keeps at most the window
-  of tokens per sequence; a linear-attention or Mamba layer keeps a fixed state per
-  sequence and nothing per token.
+  Mamba-2), MiniMax-Text-01's ``attn_type_list``, Kimi-Linear's
+  ``linear_attn_config.kda_layers``, the Bailing hybrid's ``layer_group_size``; Falcon-H1
+  runs attention and Mamba-2 in every layer. A sliding-window layer keeps at most the
+  window of tokens per sequence; a linear-attention or Mamba layer keeps a fixed state per
+  sequence and nothing per token: gated DeltaNet, lightning attention, Kimi delta
+  attention, Mamba-2 or Mamba-1, each shaped as vLLM's ``MambaStateShapeCalculator``.
 - **Experts**: ``num_local_experts`` / ``num_experts`` / ``n_routed_experts`` /
   ``moe_num_experts`` (none where ``is_moe`` is false), experts per token
   (``num_experts_per_tok`` / ``experts_per_token`` / ``moe_k`` ...),
@@ -105,9 +108,11 @@ class ModelFacts:
     state_layers: int = 0  # linear-attention / Mamba layers: a fixed state per sequence
     state_elements_per_layer: int = 0  # that state's elements per sequence, all ranks
     state_conv_elements_per_layer: int = 0  # of which the conv state (the model's dtype)
-    state_kind: str | None = None  # "linear_attention" | "mamba2" | "mamba1"
+    # "linear_attention" (gated DeltaNet) | "lightning" | "kda" | "mamba2" | "mamba1"
+    state_kind: str | None = None
     # The temporal state's dtype: mamba_ssm_cache_dtype (Nemotron-H) or mamba_ssm_dtype
-    # (Qwen3.5) where set (None: the model's).
+    # (Qwen3.5) where set; KDA's float32 (vLLM's MambaStateDtypeCalculator.
+    # kda_state_dtype under the default mamba_ssm_cache_dtype auto); None: the model's.
     state_dtype: str | None = None
     mla_kv_dim: int | None = None  # MLA: kv_lora_rank + qk_rope_head_dim per token, layer
     # DeepSeek-V4's compressed attention (all layers, one GPU of a TP group: its caches
@@ -228,6 +233,8 @@ _NUMBER_FIELDS = (
     "mamba_d_conv", "index_head_dim", "index_n_heads", "o_lora_rank", "o_groups",
     "hc_mult", "num_hash_layers", "attn_layer_period", "attn_layer_offset",
     "expert_layer_period", "expert_layer_offset", "mamba_n_heads", "mamba_expand",
+    "num_experts_per_token", "layer_group_size", "num_kv_heads_for_linear_attn",
+    "linear_num_heads", "linear_head_dim", "mamba_d_ssm",
 )
 _LIST_OR_NUMBER_FIELDS = ("intermediate_size", "moe_intermediate_size",
                           "expert_intermediate_size", "moe_num_experts",
@@ -338,6 +345,8 @@ def _standard_names(c: dict[str, Any]) -> dict[str, Any]:
       its embeddings tied unless ``tie_word_embeddings`` says otherwise
       (FalconForCausalLM: the first Falcons' configs do not write it)."""
     mt = str(c.get("model_type"))
+    if mt == "falcon_h1":  # its layers_block_type is "hybrid" for every layer
+        return {k: v for k, v in c.items() if k != "layers_block_type"}
     if mt not in _ATTRIBUTE_MAPS and mt not in ("opt", "falcon"):
         return c
     out = dict(c)
@@ -395,6 +404,12 @@ class _Layers:
 def _layer_plan(c: Mapping[str, Any], layers: int, experts: int | None) -> _Layers:
     """Per-layer types from whichever field the family uses."""
     window = c.get("sliding_window") if isinstance(c.get("sliding_window"), int) else None
+    if c.get("model_type") == "falcon_h1":
+        # Falcon-H1: every layer runs attention and a Mamba-2 mixer side by side, then an
+        # MLP (vLLM's falcon_h1.py, FalconH1ParallelHybrid; FalconH1Config's
+        # layers_block_type is "hybrid" for each).
+        return _Layers(layers, 0, None, layers, "mamba2", layers, 0, layers, (),
+                       tuple(range(layers)))
     pattern = c.get("hybrid_override_pattern")
     blocks = c.get("layers_block_type")
     if isinstance(blocks, list) and blocks and not pattern:  # Nemotron-H, newer configs
@@ -418,7 +433,8 @@ def _layer_plan(c: Mapping[str, Any], layers: int, experts: int | None) -> _Laye
         window = int(c.get("sliding_window_size") or window or 0) or None
         types = ["sliding_attention" if h == 1 else "full_attention" for h in hybrid]
     if not isinstance(types, list) or len(types) != layers:
-        types = None
+        types = _linear_layer_types(c, layers)
+    if types is None:
         interval = c.get("full_attention_interval")
         mt = str(c.get("model_type", ""))
         indices, period = c.get("attn_layer_indices"), c.get("attn_layer_period")
@@ -457,7 +473,7 @@ def _layer_plan(c: Mapping[str, Any], layers: int, experts: int | None) -> _Laye
     if sliding and not window:
         raise ValueError("config.json has sliding-window layers in layer_types but no "
                          "sliding_window size: give spec.model.architecture")
-    kind = (_mamba_kind(c) if any(k == "mamba" for k in kinds) else "linear_attention") \
+    kind = (_mamba_kind(c) if any(k == "mamba" for k in kinds) else _linear_kind(c)) \
         if state else None
     moe_at = _moe_layers(c, layers) if experts else ()
     mlp_at = tuple(i for i in range(layers) if i not in frozenset(moe_at))
@@ -513,11 +529,17 @@ def _state_elements(c: Mapping[str, Any], kind: str | None) -> tuple[int, int]:
     """A linear-attention or Mamba layer's state per sequence, elements, and of them the
     conv state's (vLLM's ``MambaStateShapeCalculator``: conv state (kernel - 1) x conv
     channels, plus the recurrent state)."""
-    if kind == "mamba2":  # Nemotron-H, Bamba, Granite-4.0-H
+    if kind == "mamba2":  # Nemotron-H, Bamba, Granite-4.0-H, Falcon-H1
         heads, head_dim, state, groups, kernel = _mamba2_shape(c)
-        inner = heads * head_dim
-        conv = (kernel - 1) * (inner + 2 * groups * state)
+        conv = (kernel - 1) * (_mamba2_inner(c, heads, head_dim) + 2 * groups * state)
         return conv + heads * head_dim * state, conv
+    if kind == "lightning":  # linear_attention_state_shape: heads x head x head, no conv
+        heads, head_dim = _lightning_shape(c)
+        return heads * head_dim * head_dim, 0
+    if kind == "kda":  # kda_state_shape: conv (kernel - 1) x 3 x proj; heads x head x head
+        heads, head_dim, kernel = _kda_shape(c)
+        conv = (kernel - 1) * 3 * heads * head_dim
+        return conv + heads * head_dim * head_dim, conv
     if kind == "mamba1":  # Jamba: MambaStateShapeCalculator.mamba1_state_shape
         inner, state, kernel, _rank = _mamba1_shape(c)
         conv = (kernel - 1) * inner
@@ -531,6 +553,80 @@ def _state_elements(c: Mapping[str, Any], kind: str | None) -> tuple[int, int]:
         conv = (kernel - 1) * (2 * k_heads * k_dim + v_heads * v_dim)
         return conv + v_heads * k_dim * v_dim, conv
     return 0, 0
+
+
+def _linear_layer_types(c: Mapping[str, Any], layers: int) -> list[str] | None:
+    """Per-layer types of the linear-attention hybrids that do not write ``layer_types``
+    (their published configs; transformers 5 writes ``layer_types`` for each):
+    MiniMax-Text-01's ``attn_type_list`` (0 lightning, 1 softmax: vLLM 0.23's
+    minimax_text_01.py), Kimi-Linear's ``linear_attn_config.kda_layers`` (1-based:
+    vLLM's transformers_utils/configs/kimi_linear.py, KimiLinearConfig.is_kda_layer)
+    and the Bailing hybrid's ``layer_group_size`` (every group's last layer full
+    attention, the others lightning: vLLM's bailing_moe_linear.py, is_linear_layer)."""
+    kinds = c.get("attn_type_list")
+    if isinstance(kinds, list) and len(kinds) == layers:
+        return ["linear_attention" if k == 0 else "full_attention" for k in kinds]
+    linear = c.get("linear_attn_config")
+    if isinstance(linear, Mapping) and isinstance(linear.get("kda_layers"), list):
+        kda = {int(i) for i in linear["kda_layers"]}
+        return ["linear_attention" if i + 1 in kda else "full_attention"
+                for i in range(layers)]
+    group = c.get("layer_group_size")
+    if isinstance(group, int) and group > 0:
+        return ["full_attention" if (i + 1) % group == 0 else "linear_attention"
+                for i in range(layers)]
+    return None
+
+
+# The families whose linear attention is lightning attention (a decayed linear state,
+# no convolution): MiniMax-Text-01 and the Bailing hybrid (Ling/Ring 2.5+).
+_LIGHTNING = frozenset({"minimax", "minimax_text_01", "bailing_hybrid", "bailing_moe_linear"})
+
+
+def _linear_kind(c: Mapping[str, Any]) -> str:
+    """What a config's ``linear_attention`` layers are, as each family's vLLM model builds
+    them: Granite-4.0-H's are Mamba-2 (granitemoehybrid.py maps "linear_attention" to
+    GraniteMoeHybridMambaDecoderLayer), Kimi-Linear's Kimi delta attention ("kda":
+    kimi_gdn_linear_attn.py), MiniMax-Text-01's and the Bailing hybrid's lightning
+    attention ("lightning"), the rest gated DeltaNet (Qwen3-Next, Qwen3.5)."""
+    mt = str(c.get("model_type"))
+    if _first(c, ("mamba_n_heads", "mamba_num_heads")) is not None \
+            and c.get("linear_num_value_heads") is None:
+        return "mamba2"
+    if mt == "kimi_linear" or isinstance(c.get("linear_attn_config"), Mapping):
+        return "kda"
+    if mt in _LIGHTNING or c.get("attn_type_list") is not None \
+            or c.get("layer_group_size") is not None:
+        return "lightning"
+    return "linear_attention"
+
+
+def _lightning_shape(c: Mapping[str, Any]) -> tuple[int, int]:
+    """(heads, head size) of a lightning-attention layer: MiniMax-Text-01
+    num_attention_heads of head_dim (vLLM 0.23's MiniMaxText01LinearAttention); the
+    Bailing hybrid num_kv_heads_for_linear_attn (else num_attention_heads) of
+    hidden_size / heads (transformers' BailingHybridLightningAttention; vLLM's
+    BailingMoELinearAttention reads head_dim, which the published configs give as that,
+    while transformers 5's BailingHybridConfig sets head_dim to MLA's qk_rope_head_dim)."""
+    hidden = int(c["hidden_size"])
+    if str(c.get("model_type")).startswith("bailing") or c.get("layer_group_size"):
+        heads = int(c.get("num_kv_heads_for_linear_attn") or c["num_attention_heads"])
+        return heads, hidden // heads
+    heads = int(c["num_attention_heads"])
+    return heads, int(c.get("head_dim") or hidden // heads)
+
+
+def _kda_shape(c: Mapping[str, Any]) -> tuple[int, int, int]:
+    """(heads, head size, conv kernel) of Kimi delta attention: the published config's
+    ``linear_attn_config`` (num_heads, head_dim, short_conv_kernel_size, as vLLM reads
+    them), or transformers 5's KimiLinearConfig linear_num_heads, linear_head_dim,
+    linear_conv_kernel_dim (defaults 32, 128, 4)."""
+    linear = c.get("linear_attn_config")
+    own = linear if isinstance(linear, Mapping) else {}
+    heads = _first(own, ("num_heads",)) or c.get("linear_num_heads") or 32
+    head_dim = _first(own, ("head_dim",)) or c.get("linear_head_dim") or 128
+    kernel = _first(own, ("short_conv_kernel_size",)) or c.get("linear_conv_kernel_dim") or 4
+    return int(heads), int(head_dim), int(kernel)
 
 
 def _mamba_kind(c: Mapping[str, Any]) -> str:
@@ -552,12 +648,23 @@ def _mamba2_shape(c: Mapping[str, Any]) -> tuple[int, int, int, int, int]:
     mamba_n_groups, mamba_d_conv."""
     heads = int(_first(c, ("mamba_num_heads", "mamba_n_heads")) or 0)
     inner = int(c.get("mamba_expand") or 2) * int(c["hidden_size"])
+    if c.get("model_type") == "falcon_h1" and _is_number(c.get("mamba_d_ssm")):
+        inner = int(c["mamba_d_ssm"])  # FalconH1Config: "auto" = mamba_d_ssm / heads
     head_dim = _auto(_first(c, ("mamba_head_dim", "mamba_d_head")),
                      inner // heads if heads else 0)
     state = int(_first(c, ("ssm_state_size", "mamba_d_state")) or 0)
     groups = int(_first(c, ("n_groups", "mamba_n_groups")) or 1)
     kernel = int(_first(c, ("conv_kernel", "mamba_d_conv")) or 4)
     return heads, head_dim, state, groups, kernel
+
+
+def _mamba2_inner(c: Mapping[str, Any], heads: int, head_dim: int) -> int:
+    """A Mamba-2 mixer's intermediate size (its conv channels, less B and C): Falcon-H1's
+    ``mamba_d_ssm`` where set (vLLM's falcon_h1.py, FalconH1SSMDecoderLayer), else heads x
+    head size (mamba_expand x hidden in the configs that pass the classes' checks)."""
+    if c.get("model_type") == "falcon_h1" and _is_number(c.get("mamba_d_ssm")):
+        return int(c["mamba_d_ssm"])
+    return heads * head_dim
 
 
 def _mamba1_shape(c: Mapping[str, Any]) -> tuple[int, int, int, int]:
@@ -680,8 +787,18 @@ def _state_params(c: Mapping[str, Any], kind: str | None, hidden: int) -> int:
     out_proj)."""
     if kind == "mamba2":
         heads, head_dim, state, groups, _kernel = _mamba2_shape(c)
-        inner = heads * head_dim
+        inner = _mamba2_inner(c, heads, head_dim)
         return hidden * (2 * inner + 2 * groups * state + heads) + inner * hidden
+    if kind == "lightning":  # q, k, v, output gate, out (MiniMax-Text-01, Bailing)
+        heads, head_dim = _lightning_shape(c)
+        return 5 * hidden * heads * head_dim
+    if kind == "kda":
+        # kimi_gdn_linear_attn.py: in_proj q, k, v, beta, f_a; f_b; g_a, g_b; o_proj;
+        # the q/k/v conv; dt_bias, A_log.
+        heads, head_dim, kernel = _kda_shape(c)
+        proj = heads * head_dim
+        return hidden * (4 * proj + heads + 2 * head_dim) + 2 * head_dim * proj \
+            + 3 * proj * kernel + proj + heads
     if kind == "mamba1":
         inner, state, kernel, rank = _mamba1_shape(c)
         return hidden * 2 * inner + inner * (kernel + 1) + inner * (rank + 2 * state) \
@@ -1042,7 +1159,7 @@ def _facts_from_config(config: Mapping[str, Any], name: str | None,
     counts = _expert_counts(c)
     experts = counts[0] if counts else None
     top_k_raw = _first(c, ("num_experts_per_tok", "experts_per_token", "moe_topk", "moe_k",
-                           "moe_top_k", "top_k_experts"))
+                           "moe_top_k", "top_k_experts", "num_experts_per_token"))
     top_k = int(top_k_raw) if experts and top_k_raw else None
     sliding_kv_heads = _mimo_sliding_kv_heads(c, heads, head_dim)
     if isinstance(c.get("block_configs"), list):  # Nemotron NAS (DeciLM)
@@ -1132,7 +1249,8 @@ def _facts_from_config(config: Mapping[str, Any], name: str | None,
         state_elements_per_layer=state[0],
         state_conv_elements_per_layer=state[1],
         state_kind=layers.state_kind,
-        state_dtype=_state_dtype(c) if layers.state else None,
+        state_dtype=(_state_dtype(c) or ("float32" if layers.state_kind == "kda" else None))
+        if layers.state else None,
         mla_kv_dim=mla_dim,
         compressed_kv_bytes_per_token=dsv4.per_token if dsv4 else 0.0,
         window_kv_bytes_per_sequence=dsv4.window_per_sequence if dsv4 else 0,

@@ -23,6 +23,7 @@ from llm_operator.facts.control import FactsFailed, parse_facts
 from llm_operator.modelfacts import facts_from_hf_config
 from llm_operator.models import parse_llmservice
 from llm_operator.planning import kv_bytes_per_token, make_plan
+from llm_operator.planning.memory import kv_bytes_per_sequence
 
 pytestmark = pytest.mark.unit
 
@@ -581,3 +582,153 @@ def test_falcon_kv_heads_as_vllm_reads_them() -> None:
     # An untied Falcon (Falcon-11B writes tie_word_embeddings false): two matrices.
     untied = facts_from_hf_config({**FALCON_7B, "tie_word_embeddings": False})
     assert untied.parameters - falcon_7b.parameters == 65024 * 4544
+
+
+# --------------------------------------------------------------------------- per-sequence state
+
+# FalconH1Config's defaults: every layer attention and Mamba-2 side by side (its
+# mamba_d_head "auto" = mamba_d_ssm 1024 / 128 heads = 8, as the class writes it).
+FALCON_H1: dict[str, Any] = {
+    "model_type": "falcon_h1", "architectures": ["FalconH1ForCausalLM"],
+    "vocab_size": 128000, "hidden_size": 4096, "intermediate_size": 14336,
+    "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+    "max_position_embeddings": 8192, "mamba_d_ssm": 1024, "mamba_n_heads": 128,
+    "mamba_d_head": 8, "mamba_n_groups": 1, "mamba_d_state": 256, "mamba_d_conv": 4,
+    "mamba_expand": 2, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+}
+# MiniMaxAI/MiniMax-Text-01-hf as transformers 5's MiniMaxConfig writes it: 7 lightning
+# layers, then one softmax layer.
+MINIMAX_TEXT_01: dict[str, Any] = {
+    "model_type": "minimax", "architectures": ["MiniMaxForCausalLM"], "vocab_size": 200064,
+    "hidden_size": 6144, "intermediate_size": 9216, "num_hidden_layers": 80,
+    "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128,
+    "max_position_embeddings": 10240000, "num_local_experts": 32, "num_experts_per_tok": 2,
+    "layer_types": ["full_attention" if (i + 1) % 8 == 0 else "linear_attention"
+                    for i in range(80)],
+    "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+}
+# moonshotai/Kimi-Linear-48B-A3B-Instruct as published (what vLLM's KimiLinearConfig
+# reads): KDA layers and MLA layers by 1-based index in linear_attn_config.
+KIMI_FULL = [4, 8, 12, 16, 20, 24, 27]
+KIMI_LINEAR: dict[str, Any] = {
+    "model_type": "kimi_linear", "architectures": ["KimiLinearForCausalLM"],
+    "vocab_size": 163840, "hidden_size": 2304, "intermediate_size": 9216,
+    "moe_intermediate_size": 1024, "num_hidden_layers": 27, "num_attention_heads": 32,
+    "num_key_value_heads": 32, "kv_lora_rank": 512, "q_lora_rank": None,
+    "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+    "mla_use_nope": True, "num_experts": 256, "num_experts_per_token": 8,
+    "num_shared_experts": 1, "first_k_dense_replace": 1, "moe_layer_freq": 1,
+    "model_max_length": 1048576,
+    "linear_attn_config": {"full_attn_layers": KIMI_FULL,
+                           "kda_layers": [i for i in range(1, 28) if i not in KIMI_FULL],
+                           "num_heads": 32, "head_dim": 128, "short_conv_kernel_size": 4},
+    "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+}
+# transformers 5's BailingHybridConfig defaults (its __post_init__ writes layer_types
+# from layer_group_size 8, and head_dim as MLA's qk_rope_head_dim).
+BAILING_HYBRID: dict[str, Any] = {
+    "model_type": "bailing_hybrid", "architectures": ["BailingMoeV2_5ForCausalLM"],
+    "vocab_size": 157184, "hidden_size": 8192, "intermediate_size": 18432,
+    "moe_intermediate_size": 2048, "moe_shared_expert_intermediate_size": 2048,
+    "num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 64,
+    "num_experts": 256, "num_shared_experts": 1, "num_experts_per_tok": 8,
+    "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64, "v_head_dim": 128,
+    "qk_nope_head_dim": 128, "head_dim": 64, "first_k_dense_replace": 4,
+    "layer_group_size": 8, "num_kv_heads_for_linear_attn": 64,
+    "max_position_embeddings": 131072, "tie_word_embeddings": False,
+    "layer_types": ["full_attention" if (i + 1) % 8 == 0 else "linear_attention"
+                    for i in range(80)],
+}
+# GraniteMoeHybridConfig's defaults (Bamba's Mamba-2 shape) with transformers 5's labels:
+# "linear_attention" for the Mamba layers, attention at 9, 18 and 27.
+GRANITE_4_H: dict[str, Any] = {
+    "model_type": "granitemoehybrid", "architectures": ["GraniteMoeHybridForCausalLM"],
+    "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008,
+    "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32,
+    "max_position_embeddings": 2048, "num_local_experts": 8, "num_experts_per_tok": 2,
+    "shared_intermediate_size": 1024, "mamba_n_heads": 128, "mamba_n_groups": 1,
+    "mamba_d_state": 256, "mamba_d_head": 64, "mamba_d_conv": 4, "mamba_expand": 2,
+    "layer_types": ["full_attention" if i in (9, 18, 27) else "linear_attention"
+                    for i in range(32)],
+}
+
+
+def test_falcon_h1_runs_mamba_2_beside_attention_in_every_layer() -> None:
+    facts = facts_from_hf_config(FALCON_H1)
+    assert (facts.kv_layers, facts.state_layers, facts.state_kind) == (32, 32, "mamba2")
+    # vLLM's MambaStateShapeCalculator.mamba2_state_shape with intermediate mamba_d_ssm:
+    # conv 3 x (1024 + 2 x 1 x 256) = 4,608; SSM 128 heads x 8 x 256 = 262,144.
+    assert facts.state_elements_per_layer == 4_608 + 262_144 == 266_752
+    assert facts.state_conv_elements_per_layer == 4_608
+    # 32 layers x 266,752 x 2 bytes per sequence (0 before); KV unchanged: 32 x 8 x 256 x 2.
+    assert kv_bytes_per_sequence(facts, 1, 1, 2, 1000) == 32 * 266_752 * 2 == 17_072_128
+    assert kv_bytes_per_token(facts, 1, 1, 2) == 131_072
+    # Mamba-2 weights per layer: in_proj 4096 x (2 x 1024 + 2 x 256 + 128) + out_proj
+    # 1024 x 4096 = 15,204,352; x 32 = 486,539,264 over the 8,028,164,096 counted before
+    # (attention, gated MLP, embeddings, norms).
+    assert facts.parameters == 8_028_164_096 + 32 * 15_204_352 == 8_514_703_360
+
+
+def test_minimax_text_01_lightning_state() -> None:
+    facts = facts_from_hf_config(MINIMAX_TEXT_01)
+    assert (facts.kv_layers, facts.state_layers, facts.state_kind) == (10, 70, "lightning")
+    # linear_attention_state_shape: 64 heads x 128 x 128, no conv state.
+    assert facts.state_elements_per_layer == 64 * 128 * 128 == 1_048_576
+    assert facts.state_conv_elements_per_layer == 0
+    # 70 x 1,048,576 x 2 bytes = 140 MiB per sequence at TP 1 (0 before); at TP 8 an
+    # eighth of the heads on each GPU.
+    assert kv_bytes_per_sequence(facts, 1, 1, 2, 1000) == 146_800_640
+    assert kv_bytes_per_sequence(facts, 8, 1, 2, 1000) == 146_800_640 // 8
+    assert kv_bytes_per_token(facts, 1, 1, 2) == 10 * 8 * 256 * 2 == 40_960
+    # Lightning layers' weights (q, k, v, gate, out: 5 x 6144 x 8192 each) now counted:
+    # 456,089,081,856 in all ("456B"; 438.5 B before), 48.4 B active (45.9 B without the
+    # embeddings, as published).
+    assert facts.parameters == 456_089_081_856
+    # The published (remote-code) config's attn_type_list reads the same.
+    published = {k: v for k, v in MINIMAX_TEXT_01.items() if k != "layer_types"}
+    published["attn_type_list"] = [1 if (i + 1) % 8 == 0 else 0 for i in range(80)]
+    assert facts_from_hf_config(published).state_elements_per_layer == 1_048_576
+    assert facts_from_hf_config(published).kv_layers == 10
+
+
+def test_kimi_linear_kda_state() -> None:
+    facts = facts_from_hf_config(KIMI_LINEAR)
+    assert (facts.kv_layers, facts.state_layers, facts.state_kind) == (7, 20, "kda")
+    # kda_state_shape: conv 3 x (3 x 32 x 128) = 36,864 in the model's dtype; recurrent
+    # 32 x 128 x 128 = 524,288 in float32 (kda_state_dtype's default).
+    assert facts.state_elements_per_layer == 36_864 + 524_288
+    assert facts.state_dtype == "float32"
+    assert kv_bytes_per_sequence(facts, 1, 1, 2, 1000, state_dtype_bytes=4,
+                                 conv_dtype_bytes=2) \
+        == 20 * (36_864 * 2 + 524_288 * 4) == 43_417_600
+    # 7 MLA layers x (512 + 64) x 2 bytes per token (27 layers' 31,104 before).
+    assert kv_bytes_per_token(facts, 1, 1, 2) == 7 * 576 * 2 == 8_064
+    assert facts.num_experts_per_token == 8
+    assert round(facts.parameters / 1e9, 1) == 49.1  # "48B"
+    assert round(facts.active / 1e9, 1) == 3.5  # "A3B"
+
+
+def test_bailing_hybrid_lightning_state() -> None:
+    facts = facts_from_hf_config(BAILING_HYBRID)
+    assert (facts.kv_layers, facts.state_layers, facts.state_kind) == (10, 70, "lightning")
+    # 64 heads of 8192 / 64 = 128 (not head_dim 64, MLA's rope size): 64 x 128 x 128.
+    assert facts.state_elements_per_layer == 1_048_576
+    assert kv_bytes_per_sequence(facts, 1, 1, 2, 1000) == 70 * 1_048_576 * 2
+    # The MLA layers' latent: 10 x (512 + 64) x 2.
+    assert kv_bytes_per_token(facts, 1, 1, 2) == 11_520
+    # The published config gives layer_group_size only: the same layers.
+    published = {k: v for k, v in BAILING_HYBRID.items() if k != "layer_types"}
+    same = facts_from_hf_config(published)
+    assert (same.kv_layers, same.state_elements_per_layer) == (10, 1_048_576)
+
+
+def test_granite_4_h_mamba_layers_under_either_label() -> None:
+    facts = facts_from_hf_config(GRANITE_4_H)
+    # vLLM's granitemoehybrid.py builds "linear_attention" layers as Mamba-2: conv
+    # 3 x (8192 + 2 x 256) + SSM 128 x 64 x 256 (0 before under this label).
+    assert (facts.state_layers, facts.state_kind) == (29, "mamba2")
+    assert facts.state_elements_per_layer == 26_112 + 2_097_152 == 2_123_264
+    older = {**GRANITE_4_H, "layer_types": [
+        "attention" if i in (9, 18, 27) else "mamba" for i in range(32)]}
+    assert facts_from_hf_config(older).state_elements_per_layer == 2_123_264
+    assert kv_bytes_per_token(facts, 1, 1, 2) == 3 * 32 * 256 * 2
