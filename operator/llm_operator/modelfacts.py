@@ -25,6 +25,9 @@ are those of the model families named; the rule's source is named where vLLM has
   window of tokens per sequence; a linear-attention or Mamba layer keeps a fixed state per
   sequence and nothing per token: gated DeltaNet, lightning attention, Kimi delta
   attention, Mamba-2 or Mamba-1, each shaped as vLLM's ``MambaStateShapeCalculator``.
+- **Chunked attention** (Llama 4: ``attention_chunk_size``, its NoPE layers from
+  ``no_rope_layers`` full attention): a chunked layer holds at most the chunk of tokens
+  per sequence, planned as a sliding window of that size.
 - **Experts**: ``num_local_experts`` / ``num_experts`` / ``n_routed_experts`` /
   ``moe_num_experts`` (none where ``is_moe`` is false), experts per token
   (``num_experts_per_tok`` / ``experts_per_token`` / ``moe_k`` ...),
@@ -233,8 +236,8 @@ _NUMBER_FIELDS = (
     "mamba_d_conv", "index_head_dim", "index_n_heads", "o_lora_rank", "o_groups",
     "hc_mult", "num_hash_layers", "attn_layer_period", "attn_layer_offset",
     "expert_layer_period", "expert_layer_offset", "mamba_n_heads", "mamba_expand",
-    "num_experts_per_token", "layer_group_size", "num_kv_heads_for_linear_attn",
-    "linear_num_heads", "linear_head_dim", "mamba_d_ssm",
+    "num_experts_per_token", "layer_group_size", "attention_chunk_size",
+    "num_kv_heads_for_linear_attn", "linear_num_heads", "linear_head_dim", "mamba_d_ssm",
 )
 _LIST_OR_NUMBER_FIELDS = ("intermediate_size", "moe_intermediate_size",
                           "expert_intermediate_size", "moe_num_experts",
@@ -438,7 +441,17 @@ def _layer_plan(c: Mapping[str, Any], layers: int, experts: int | None) -> _Laye
         interval = c.get("full_attention_interval")
         mt = str(c.get("model_type", ""))
         indices, period = c.get("attn_layer_indices"), c.get("attn_layer_period")
-        if isinstance(indices, list):  # Bamba: these attention, the rest Mamba-2
+        chunk, nope = c.get("attention_chunk_size"), c.get("no_rope_layers")
+        if chunk and (mt.startswith("llama4") or isinstance(nope, list) and nope):
+            # Llama 4: RoPE layers attend within chunks, NoPE layers (no_rope_layers 0)
+            # to everything (vLLM's llama4.py: ChunkedLocalAttention unless nope);
+            # transformers' Llama4TextConfig fills an empty list with every
+            # no_rope_layer_interval-th (4th) layer NoPE.
+            if not (isinstance(nope, list) and len(nope) == layers):
+                every = int(c.get("no_rope_layer_interval") or 4)
+                nope = [int((i + 1) % every != 0) for i in range(layers)]
+            types = ["chunked_attention" if n else "full_attention" for n in nope]
+        elif isinstance(indices, list):  # Bamba: these attention, the rest Mamba-2
             types = ["full_attention" if i in indices else "mamba" for i in range(layers)]
         elif isinstance(period, int) and period > 0:  # Jamba: 1 in attn_layer_period
             offset = int(c.get("attn_layer_offset") or 0)
@@ -468,6 +481,7 @@ def _layer_plan(c: Mapping[str, Any], layers: int, experts: int | None) -> _Laye
                          "planner does not model (it knows " + ", ".join(sorted(_LAYER_KINDS))
                          + "): give spec.model.architecture")
     sliding = sum(_LAYER_KINDS[k] == "sliding" for k in kinds)
+    window = _chunk_window(c, kinds, window)
     state = sum(_LAYER_KINDS[k] == "state" for k in kinds)
     full = layers - sliding - state
     if sliding and not window:
@@ -553,6 +567,27 @@ def _state_elements(c: Mapping[str, Any], kind: str | None) -> tuple[int, int]:
         conv = (kernel - 1) * (2 * k_heads * k_dim + v_heads * v_dim)
         return conv + v_heads * k_dim * v_dim, conv
     return 0, 0
+
+
+def _chunk_window(c: Mapping[str, Any], kinds: list[str], window: int | None) -> int | None:
+    """The window of the sliding layers, chunked ones included: a chunked-attention layer
+    (Llama 4) holds at most ``attention_chunk_size`` tokens of K and V per sequence, plus
+    the tokens in flight (vLLM's ChunkedLocalAttentionSpec.
+    max_admission_blocks_per_request: cdiv(chunk + in-flight, block), the bound a
+    sliding window of that size has), so it is planned as one. Both kinds with other
+    sizes are refused by name."""
+    if "chunked_attention" not in kinds:
+        return window
+    chunk = c.get("attention_chunk_size")
+    if not isinstance(chunk, int) or chunk <= 0:
+        raise ValueError("config.json has chunked-attention layers in layer_types but no "
+                         "attention_chunk_size: give spec.model.architecture")
+    if window and window != chunk and any(k != "chunked_attention" and
+                                          _LAYER_KINDS[k] == "sliding" for k in kinds):
+        raise ValueError(f"config.json has sliding-window layers of {window} tokens and "
+                         f"chunked-attention layers of {chunk}: two windows the planner does "
+                         "not model; give spec.model.architecture")
+    return chunk
 
 
 def _linear_layer_types(c: Mapping[str, Any], layers: int) -> list[str] | None:

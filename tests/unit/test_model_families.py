@@ -732,3 +732,71 @@ def test_granite_4_h_mamba_layers_under_either_label() -> None:
         "attention" if i in (9, 18, 27) else "mamba" for i in range(32)]}
     assert facts_from_hf_config(older).state_elements_per_layer == 2_123_264
     assert kv_bytes_per_token(facts, 1, 1, 2) == 3 * 32 * 256 * 2
+
+
+# --------------------------------------------------------------------------- chunked attention
+
+# meta-llama/Llama-4-Scout-17B-16E-Instruct as published: no_rope_layers empty, which
+# Llama4TextConfig fills with every 4th layer NoPE (full attention); the others attend
+# within chunks of attention_chunk_size.
+LLAMA4_TEXT: dict[str, Any] = {
+    "model_type": "llama4_text", "attention_chunk_size": 8192, "head_dim": 128,
+    "hidden_size": 5120, "interleave_moe_layer_step": 1, "intermediate_size": 8192,
+    "intermediate_size_mlp": 16384, "max_position_embeddings": 10485760,
+    "no_rope_layers": [], "num_attention_heads": 40, "num_experts_per_tok": 1,
+    "num_hidden_layers": 48, "num_key_value_heads": 8, "num_local_experts": 16,
+    "rope_scaling": {"factor": 16.0, "high_freq_factor": 1.0, "low_freq_factor": 1.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "use_qk_norm": True, "vocab_size": 202048, "torch_dtype": "bfloat16",
+}
+LLAMA4: dict[str, Any] = {
+    "model_type": "llama4", "architectures": ["Llama4ForConditionalGeneration"],
+    "text_config": LLAMA4_TEXT, "tie_word_embeddings": False,
+    "vision_config": {"model_type": "llama4_vision_model", "hidden_size": 1408,
+                      "intermediate_size": 5632, "num_hidden_layers": 34},
+}
+# The same as transformers 5's Llama4TextConfig writes it: no_rope_layers filled, and
+# layer_types "chunked_attention" / "full_attention" (refused before: "sliding-window
+# layers ... but no sliding_window size").
+LLAMA4_T5 = {**LLAMA4, "text_config": {
+    **LLAMA4_TEXT, "no_rope_layers": [int((i + 1) % 4 != 0) for i in range(48)],
+    "layer_types": ["chunked_attention" if (i + 1) % 4 else "full_attention"
+                    for i in range(48)]}}
+
+
+@pytest.mark.parametrize("config", [LLAMA4, LLAMA4_T5], ids=["published", "transformers5"])
+def test_llama_4_chunked_layers_hold_one_chunk(config: dict[str, Any]) -> None:
+    facts = facts_from_hf_config(config, name="meta-llama/Llama-4-Scout-17B-16E-Instruct")
+    # 12 NoPE layers keep every token; 36 chunked layers at most 8192 (+ one block).
+    assert (facts.kv_layers, facts.sliding_window_layers, facts.sliding_window) \
+        == (12, 36, 8192)
+    # Without a length, all 48 as full (the bound): 48 x 8 x 256 x 2.
+    assert kv_bytes_per_token(facts, 1, 1, 2) == 196_608
+    # A 131,072-token sequence at TP 1: 12 x 8 x 256 x 2 = 49,152 B/token, plus the
+    # chunked layers' 36 x 8 x 256 x 2 x 8208 = 1,210,318,848 B per sequence (the
+    # published config was planned with all 48 layers full: 196,608 B/token).
+    assert kv_bytes_per_sequence(facts, 1, 1, 2, 131_072) == 1_210_318_848
+    assert kv_bytes_per_token(facts, 1, 1, 2, tokens=131_072) \
+        == 49_152 + -(-1_210_318_848 // 131_072) == 58_386
+    assert round(facts.parameters / 1e9, 1) == 108.6  # "109B"
+    assert round(facts.active / 1e9, 1) == 18.0  # "17B" active, with the vision tower
+    # 128 K-token requests, 8 at a time: TP 4 (TP 8 when all 48 layers were full). Per GPU
+    # at TP 4: 12 x 2 x 256 x 2 = 12,288 B/token + 36 x 2 x 256 x 2 x 8208 = 302,579,712 B
+    # over the 132,096 tokens of a request (2,291): 14,579 (49,152 before).
+    plan = make_plan(spec("meta-llama/Llama-4-Scout-17B-16E-Instruct", workload={
+        "inputTokens": 131072, "outputTokens": 1024, "concurrency": 8}), facts=facts)
+    assert plan.tensor_parallel_size == 4
+    per_token = next(e for e in plan.explanations if e.name == "kvBytesPerToken")
+    assert per_token.value == 14_579
+
+
+def test_chunked_layers_without_a_chunk_size_are_refused_for_that() -> None:
+    text = {k: v for k, v in LLAMA4_T5["text_config"].items() if k != "attention_chunk_size"}
+    with pytest.raises(ValueError, match="chunked-attention layers in layer_types but no "
+                       "attention_chunk_size"):
+        facts_from_hf_config({**LLAMA4, "text_config": text})
+    mixed = {**LLAMA4_T5["text_config"], "sliding_window": 4096,
+             "layer_types": ["sliding_attention"] + LLAMA4_T5["text_config"]["layer_types"][1:]}
+    with pytest.raises(ValueError, match="sliding-window layers of 4096 tokens and "
+                       "chunked-attention layers of 8192"):
+        facts_from_hf_config({**LLAMA4, "text_config": mixed})
