@@ -9,7 +9,9 @@
 # emptyDir. Both stages use the same base, because the venv's python is a symlink to the
 # base image's /usr/local/bin/python3.
 
-FROM python:3.11-slim AS builder
+ARG BASE=python:3.11-slim
+
+FROM ${BASE} AS builder
 
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1 \
@@ -30,7 +32,7 @@ RUN pip wheel --no-deps --wheel-dir /wheels . \
  && /opt/venv/bin/python -c "import huggingface_hub"
 
 
-FROM python:3.11-slim
+FROM ${BASE}
 
 ARG VERSION=0.0.0-dev
 ARG REVISION=unknown

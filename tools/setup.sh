@@ -16,6 +16,11 @@
 #                                 # controller (Go builds, cached outside) for the cluster
 #                                 # tier: tools/test.sh builds them at the start of its
 #                                 # cluster lane, beside the vLLM lane, not before it
+#   bash tools/setup.sh --nodes   # only what the real nodes need (the nodes tier, after
+#                                 # --cluster): containerd, runc, the CNI plugins, buildah,
+#                                 # mmdebstrap (Debian's packages), then tools/build_images.sh:
+#                                 # the registry (Go build) and the images built from this
+#                                 # repository (cached outside; about 4 min the first time)
 #   bash tools/setup.sh --aic     # only NVIDIA AIConfigurator 0.12.0 in .venv-aic (benchmarks
 #                                 # and the aic tier, which skips without it; about 850 MB and
 #                                 # 3 min, so not in --tests: the unit tier checks the stored
@@ -50,6 +55,23 @@ if [ "$want_aic" = 1 ] && ! .venv-aic/bin/python -c 'import aiconfigurator_core'
   .venv-aic/bin/pip install -q --disable-pip-version-check aiconfigurator==0.12.0
 fi
 [ "${1:-}" = "--aic" ] && exit 0
+if [ "${1:-}" = "--nodes" ]; then
+  NODE_PACKAGES=(containerd runc containernetworking-plugins iptables buildah mmdebstrap
+                 apache2-utils)
+  missing=()
+  for p in "${NODE_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+  done
+  if [ "${#missing[@]}" -gt 0 ]; then
+    step "Installing ${missing[*]} (Debian packages: the real nodes and the image builds)"
+    SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+      "${missing[@]}"
+  fi
+  step "The images the real nodes run, and the registry (tools/build_images.sh)"
+  exec bash tools/build_images.sh
+fi
 if [ "${1:-}" = "--controllers" ]; then
   step "The Prometheus Operator (the chart beside kube-prometheus-stack, cluster tier)"
   bash tools/build_prometheus_operator.sh
