@@ -3,7 +3,8 @@
 Tiers (one folder each, one marker each): unit (pure), chart (helm + schemas),
 integration (the real operator process against the EMULATED API server, real kubectl),
 prometheus and vllm (real Prometheus, real vLLM on the CPU), aic (NVIDIA AIConfigurator's
-measured GPU points, from its own .venv-aic; skipped without it).
+measured GPU points, from its own .venv-aic; skipped without it), nodes (pods in real
+containers: Kubernetes' kubelet with containerd, images built here).
 """
 
 from __future__ import annotations
@@ -43,5 +44,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Mark each test with the tier its folder names, so `-m unit` etc. select tiers."""
     for item in items:
         tier = Path(str(item.fspath)).relative_to(ROOT / "tests").parts[0]
-        if tier in {"unit", "chart", "integration", "prometheus", "vllm", "e2e", "aic"}:
+        if tier in {"unit", "chart", "integration", "prometheus", "vllm", "e2e", "aic",
+                    "nodes"}:
             item.add_marker(getattr(pytest.mark, tier))

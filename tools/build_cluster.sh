@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build the real Kubernetes control plane the cluster tier runs against: etcd,
-# kube-apiserver, kube-controller-manager and kube-scheduler, from the Go modules pinned
+# kube-apiserver, kube-controller-manager and kube-scheduler, and the node agents the
+# nodes tier registers (kubelet, kube-proxy), from the Go modules pinned
 # in tools/cluster (go.mod: k8s.io/kubernetes with its staging modules replaced by their
 # published v0 twins; etcd/go.mod: go.etcd.io/etcd/server/v3). The binaries go to a cache
 # outside the checkout keyed by both versions ($LLMOP_CACHE, default ~/.cache/llm-operator)
@@ -13,7 +14,7 @@ command -v go >/dev/null || { echo "Go is needed to build the control plane (go.
 K8S=$(go list -m -f '{{.Version}}' k8s.io/kubernetes)
 ETCD=$(cd etcd && go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)
 OUT="${LLMOP_CACHE:-$HOME/.cache/llm-operator}/kubernetes-$K8S-etcd-$ETCD/bin"
-BINS=(etcd kube-apiserver kube-controller-manager kube-scheduler)
+BINS=(etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
 have=1; for b in "${BINS[@]}"; do [ -x "$OUT/$b" ] || have=0; done
 if [ "$have" = 1 ]; then echo "control plane $K8S (etcd $ETCD): reusing $OUT"; exit 0; fi
 
@@ -28,7 +29,7 @@ progress() {  # $1: label, $2: package count
     { n++; if (n % 100 == 0) { printf "  %s: %d/%d packages compiled (%d s)\n", label, n, total, systime() - t0; fflush() } }
     END { printf "  %s: %d packages compiled (the rest were cached)\n", label, n }'
 }
-echo "==> Building Kubernetes $K8S (kube-apiserver, kube-controller-manager, kube-scheduler) into $OUT"
+echo "==> Building Kubernetes $K8S (kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy) into $OUT"
 echo "    (first build on 2 cores: 5-11 minutes, 649 s on 2026-11-28; later runs reuse the binaries)"
 total=$(go list -deps ./cmd/... | wc -l)
 go mod download

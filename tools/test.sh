@@ -47,13 +47,16 @@ if [ $# -gt 0 ]; then  # pytest arguments given: one run with them
   # A cluster test selected also needs the tier's two Go-built controllers (built once,
   # then cached), as the full run builds them in lane B.
   selected="$(.venv/bin/python -m pytest --collect-only -q "$@" 2>/dev/null || true)"
-  if grep -qE '^tests/(cluster|e2e)/' <<<"$selected"; then
+  if grep -qE '^tests/(cluster|e2e|nodes)/' <<<"$selected"; then
     control_plane
   else
     printf '\n==> the control plane is not waited for: no cluster or e2e test selected\n'
   fi
   if grep -qE '^tests/cluster/' <<<"$selected"; then
     bash tools/setup.sh --controllers
+  fi
+  if grep -qE '^tests/nodes/' <<<"$selected"; then
+    bash tools/setup.sh --nodes
   fi
   printf '\n==> pytest %s\n' "$*"
   rc=0
@@ -70,7 +73,8 @@ fi
 #      timeouts (2026-11-27);
 #   2. two lanes at once: A, the tiers that run vLLM servers and time them (prometheus,
 #      vllm, then e2e, which needs the control plane: last, so that the build is done by
-#      then); B, the cluster tier (one control plane for the session) and aic. A vLLM
+#      then); B, the cluster tier (one control plane for the session) and aic, then the
+#      nodes tier (its own control plane, a real kubelet and containerd). A vLLM
 #      server in either lane takes the machine-wide lock (/tmp/llmop-vllm.lock): one at
 #      a time. Lane A's output follows lane B's.
 printf '\n==> pytest: tests/unit tests/chart tests/integration (4 workers)\n'
@@ -98,6 +102,14 @@ control_plane || rc_b=$?
 [ "$rc_b" -ne 0 ] || nice -n 15 bash tools/setup.sh --controllers || rc_b=$?
 [ "$rc_b" -ne 0 ] || .venv/bin/python -m pytest -ra --durations=15 \
   --basetemp=/tmp/llmop-tests-c tests/cluster tests/aic || rc_b=$?
+# The nodes tier (pods in real containers) after it: its images and registry build here,
+# at low priority, off lane A's path (about 4 min the first time, then cached).
+printf '\n==> pytest, lane B: tests/nodes (real kubelet, containerd, images built here)\n'
+rc_n=0
+nice -n 15 bash tools/setup.sh --nodes || rc_n=$?
+[ "$rc_n" -ne 0 ] || .venv/bin/python -m pytest -ra --durations=15 \
+  --basetemp=/tmp/llmop-tests-n tests/nodes || rc_n=$?
+[ "$rc_n" -eq 0 ] || rc_b=$rc_n
 rc_a=0
 wait "$lane_a" || rc_a=$?
 printf '\n==> pytest, lane A: tests/prometheus tests/vllm, then tests/e2e\n'

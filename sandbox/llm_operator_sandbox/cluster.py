@@ -153,6 +153,10 @@ class LocalCluster:
     bin_dir: Path | None = None
     out: Callable[[str], None] | None = None
     components: dict[str, Component] = field(default_factory=dict)
+    # Where the API server listens. Loopback unless real nodes run pods in containers:
+    # those reach it from their own network namespaces, on the node bridge's gateway
+    # address (:mod:`.nodes`), and then the `kubernetes` Service gets that endpoint.
+    host: str = "127.0.0.1"
 
     def __post_init__(self) -> None:
         self.workdir = Path(self.workdir).absolute()
@@ -160,7 +164,7 @@ class LocalCluster:
         self.etcd_port = free_port()
         self.peer_port = free_port()
         self.port = free_port()
-        self.url = f"https://127.0.0.1:{self.port}"
+        self.url = f"https://{self.host}:{self.port}"
         self.admin_kubeconfig = self.workdir / "admin.kubeconfig"
         self._started = False
 
@@ -280,10 +284,13 @@ class LocalCluster:
         pki_dir = self.workdir / "pki"
         if pki_dir.exists():
             shutil.rmtree(pki_dir)
-        pki = Pki(pki_dir)
+        pki = self.pki = Pki(pki_dir)
         self.ca = pki.ca
+        # The API server's client certificate for the kubelets' logs, exec, port-forward.
+        self.kubelet_client = pki.issue("apiserver-kubelet-client",
+                                        "kube-apiserver-kubelet-client", ("system:masters",))
         self.serving = pki.issue("apiserver", "kube-apiserver", server=True, hosts=(
-            "127.0.0.1", "localhost", SERVICE_IP, "kubernetes", "kubernetes.default",
+            "127.0.0.1", self.host, "localhost", SERVICE_IP, "kubernetes", "kubernetes.default",
             "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"))
         self.sa = pki.service_account_keys()
         clients = {
@@ -313,7 +320,10 @@ class LocalCluster:
             ], logs / "etcd.log"),
             "kube-apiserver": Component("kube-apiserver", [
                 str(b / "kube-apiserver"), f"--etcd-servers={client}",
-                "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+                f"--bind-address={self.host}", f"--advertise-address={self.host}",
+                f"--kubelet-client-certificate={self.kubelet_client.cert}",
+                f"--kubelet-client-key={self.kubelet_client.key}",
+                "--kubelet-preferred-address-types=InternalIP",
                 f"--secure-port={self.port}", f"--cert-dir={w / 'pki'}",
                 f"--tls-cert-file={self.serving.cert}",
                 f"--tls-private-key-file={self.serving.key}",
@@ -324,9 +334,11 @@ class LocalCluster:
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
                 "--authorization-mode=Node,RBAC", f"--enable-admission-plugins={ADMISSION}",
                 "--allow-privileged=true", "--event-ttl=1h", "--v=1",
-                # The advertise address is loopback, which the endpoint reconciler refuses
-                # (no pod reaches the API through the `kubernetes` Service here anyway).
-                "--endpoint-reconciler-type=none",
+                # A loopback advertise address the endpoint reconciler refuses (no pod
+                # reaches the API through the `kubernetes` Service on the process kubelet);
+                # on the node bridge, pods in containers do, through kube-proxy.
+                "--endpoint-reconciler-type="
+                + ("none" if self.host == "127.0.0.1" else "lease"),
             ], logs / "kube-apiserver.log"),
             "kube-controller-manager": Component("kube-controller-manager", [
                 str(b / "kube-controller-manager"),

@@ -123,6 +123,17 @@ def test_a_missing_claim_is_unschedulable_with_the_claims_fix(
 
 # --- the local kubelet's stand-ins (llm_operator_sandbox.kubelet_faults) ----------------
 
+def assert_missing_token_secret(cond: dict[str, Any], namespace: str) -> None:
+    """The kubelet's words for spec.model.tokenSecretRef's missing Secret hf-token, on the
+    download container, and the fix (also the nodes tier's, from Kubernetes' kubelet)."""
+    assert cond["reason"] == "CreateContainerConfigError", cond
+    assert ', container download-model: CreateContainerConfigError: secret "hf-token" not ' \
+        "found" in cond["message"], cond
+    assert (f"Fix: Secret {namespace}/hf-token not found: create it with `kubectl create "
+            f"secret generic hf-token -n {namespace} --from-literal=token=...`") in cond[
+                "message"]
+
+
 def test_a_missing_token_secret_is_create_container_config_error(
         admin: ClusterKubectl, namespace: str, operator: OperatorProcess) -> None:
     """The kubelet cannot build the download container's env: its HF_TOKEN comes from a
@@ -131,12 +142,7 @@ def test_a_missing_token_secret_is_create_container_config_error(
     svc = tiny_service("token")
     svc["spec"]["model"]["tokenSecretRef"] = {"name": "hf-token", "key": "token"}
     cond = apply_until_false(admin, namespace, svc, "ContainersRunning", "missing Secret")
-    assert cond["reason"] == "CreateContainerConfigError", cond
-    assert ', container download-model: CreateContainerConfigError: secret "hf-token" not ' \
-        "found" in cond["message"], cond
-    assert (f"Fix: Secret {namespace}/hf-token not found: create it with `kubectl create "
-            f"secret generic hf-token -n {namespace} --from-literal=token=...`") in cond[
-                "message"]
+    assert_missing_token_secret(cond, namespace)
     assert len(warnings(admin, namespace, "token", "CreateContainerConfigError")) == 1
     admin.run("delete", "llms", "token", "-n", namespace, "--wait=false", check=False)
 

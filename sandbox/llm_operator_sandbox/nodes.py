@@ -1,0 +1,602 @@
+"""REAL nodes for the REAL control plane (:mod:`.cluster`): Kubernetes' own kubelet and
+kube-proxy (built from the same Go module), containerd and runc (Debian's packages), a
+CNI bridge (Debian's plugins), and an OCI registry that requires a login
+(``distribution``, built from its Go module), all on this machine. Pods run in
+containers from images built here (``tools/build_images.sh``), pulled by containerd from
+the registry with the pod's ``imagePullSecrets``, exactly as rendered: nothing in a pod
+is rewritten, unlike the process kubelet (:mod:`.kubelet`).
+
+Use::
+
+    with NodeNetwork() as net, LocalCluster(workdir, host=net.gateway) as cluster, \\
+            RealNodes(cluster, workdir / "nodes") as nodes:
+        image = nodes.registry.push("localhost/llm-operator:src-...", "llm-operator")
+        ...
+
+What differs from a GPU cluster, and why:
+
+- **GPUs**: there are none. Each node's status advertises ``nvidia.com/gpu`` the way
+  Kubernetes documents for node-level extended resources (a PATCH of the node's status
+  capacity), and carries the label NVIDIA's GPU feature discovery sets
+  (``nvidia.com/gpu.product``), so the scheduler places GPU pods for real; no device is
+  mounted into them.
+- **One node per machine**: a second kubelet needs its own network and mount namespace
+  (the device-plugin socket path and iptables are per machine); the two-node
+  LeaderWorkerSet group stays on the process kubelet (docs/production/node-agent.md).
+- **The machine's state**: the kubelet sets ``vm.overcommit_memory``, ``kernel.panic``
+  and ``kernel.panic_on_oops`` (unless ``protectKernelDefaults``), the bridge plugin
+  ``net.ipv4.ip_forward``, kube-proxy and the kubelet add iptables chains, and both
+  write under ``/var/lib/kubelet`` and ``/var/log``. :class:`HostState` records all of
+  it at the start and :meth:`RealNodes.stop` puts it back, with the cgroups, mounts and
+  network namespaces the pods left.
+- **No traffic leaves the machine**: the bridge has no masquerade and no uplink; the API
+  server, the registry and every pod listen on loopback or on the bridge.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import yaml
+
+from .cluster import SERVICE_CIDR, Component, LocalCluster, cache_dir, free_port, kubeconfig
+
+BRIDGE = "llmop0"
+POD_SUBNET = "10.244.0.0/24"
+GATEWAY = "10.244.0.1"  # the bridge's address: the node IP, the API server's on this tier
+CNI_BIN = Path("/usr/lib/cni")
+CONTAINERD = "/usr/bin/containerd"
+CTR = "/usr/bin/ctr"
+SYSCTLS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops",
+           "net/ipv4/ip_forward", "net/bridge/bridge-nf-call-iptables")
+HOST_PATHS = (Path("/var/lib/kubelet"), Path("/var/log/containers"), Path("/var/log/pods"))
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+PAUSE_IMAGE = "localhost/llmop/pause:3.10"
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+def images_store() -> Path:
+    """Where ``tools/build_images.sh`` keeps its images (buildah's store)."""
+    return cache_dir().parents[1] / "images"
+
+
+def buildah() -> list[str]:
+    store = images_store()
+    return ["buildah", "--root", str(store / "storage"), "--runroot", str(store / "run"),
+            "--storage-driver", "overlay"]
+
+
+def built_images() -> dict[str, str]:
+    """The images of the last ``tools/build_images.sh`` run: ``base``, ``pause`` and
+    ``operator`` -> local name."""
+    lines = (images_store() / "built.txt").read_text().split()
+    return dict(zip(("base", "pause", "operator"), lines, strict=True))
+
+
+def run(argv: list[str], *, check: bool = True, timeout: float = 300,
+        stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, input=stdin)
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv[:4])} ... failed ({proc.returncode}): "
+                           f"{(proc.stderr or proc.stdout).strip()[-2000:]}")
+    return proc
+
+
+# ------------------------------------------------------------------ the machine's state
+@dataclass
+class HostState:
+    """What the nodes change on the machine, recorded before and put back after."""
+
+    sysctls: dict[str, str] = field(default_factory=dict)
+    iptables: dict[str, str] = field(default_factory=dict)
+    absent_paths: list[Path] = field(default_factory=list)
+    netns: set[str] = field(default_factory=set)
+
+    @classmethod
+    def record(cls) -> HostState:
+        state = cls()
+        for key in SYSCTLS:
+            p = Path("/proc/sys") / key
+            if p.exists():
+                state.sysctls[key] = p.read_text().strip()
+        for tool in ("iptables", "ip6tables"):
+            if shutil.which(f"{tool}-save"):
+                state.iptables[tool] = run([f"{tool}-save"]).stdout
+        state.absent_paths = [p for p in HOST_PATHS if not p.exists()]
+        state.netns = set(os.listdir("/run/netns")) if Path("/run/netns").is_dir() else set()
+        return state
+
+    def restore(self) -> list[str]:
+        """Put everything back; returns what could not be (for the log)."""
+        failed: list[str] = []
+        for key, value in self.sysctls.items():
+            p = Path("/proc/sys") / key
+            try:
+                if p.read_text().strip() != value:
+                    p.write_text(value)
+            except OSError as e:
+                failed.append(f"sysctl {key}: {e}")
+        for tool, saved in self.iptables.items():
+            saved_tables = {line[1:].strip() for line in saved.splitlines()
+                            if line.startswith("*")}
+            for table in ("filter", "nat", "mangle", "raw"):
+                if table not in saved_tables:  # created by the nodes: empty it
+                    run([tool, "-t", table, "-F"], check=False)
+                    run([tool, "-t", table, "-X"], check=False)
+            proc = run([f"{tool}-restore"], stdin=saved, check=False)
+            if proc.returncode != 0:
+                failed.append(f"{tool}-restore: {proc.stderr.strip()}")
+        for p in self.absent_paths:
+            unmount_under(p)
+            shutil.rmtree(p, ignore_errors=True)
+        if Path("/run/netns").is_dir():
+            for name in set(os.listdir("/run/netns")) - self.netns:
+                if name.startswith("cni-"):
+                    run(["ip", "netns", "delete", name], check=False)
+        return failed
+
+
+def unmount_under(root: Path) -> None:
+    """Unmount every mount at or under ``root``, deepest first (lazily: a pod's mount may
+    still be busy for a moment after its processes died)."""
+    prefix = str(root.absolute())
+    mounts = []
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/mountinfo").read_text().splitlines():
+            point = line.split()[4].replace("\\040", " ")
+            if point == prefix or point.startswith(prefix + "/"):
+                mounts.append(point)
+    for point in sorted(set(mounts), key=len, reverse=True):
+        run(["umount", "-l", point], check=False)
+
+
+def remove_cgroups(name: str = "kubepods") -> None:
+    """Remove the kubelet's cgroup tree in every v1 hierarchy, leaves first."""
+    for hierarchy in CGROUP_ROOT.iterdir():
+        top = hierarchy / name
+        if not top.is_dir():
+            continue
+        for dirpath, _dirs, _files in sorted(os.walk(top), key=lambda w: -len(w[0])):
+            with contextlib.suppress(OSError):
+                os.rmdir(dirpath)
+
+
+class NodeNetwork:
+    """The nodes' bridge ``llmop0`` with the gateway address (made before the API server
+    starts, since the API server listens on it), and the machine state recorded."""
+
+    def __init__(self, gateway: str = GATEWAY, subnet: str = POD_SUBNET) -> None:
+        self.gateway = gateway
+        self.subnet = subnet
+        self.state: HostState | None = None
+
+    def start(self) -> NodeNetwork:
+        if os.geteuid() != 0:
+            raise RuntimeError("real nodes need root (containerd, the kubelet, iptables)")
+        self.state = HostState.record()
+        run(["ip", "link", "del", BRIDGE], check=False)
+        run(["ip", "link", "add", BRIDGE, "type", "bridge"])
+        run(["ip", "addr", "add", f"{self.gateway}/{self.subnet.split('/')[1]}", "dev", BRIDGE])
+        run(["ip", "link", "set", BRIDGE, "up"])
+        # Pod -> Service -> pod on the same bridge goes through kube-proxy's rules only
+        # when bridged traffic meets iptables (kubeadm's preflight asks for the same).
+        Path("/proc/sys/net/bridge/bridge-nf-call-iptables").write_text("1")
+        return self
+
+    def stop(self) -> list[str]:
+        run(["ip", "link", "del", BRIDGE], check=False)
+        return self.state.restore() if self.state else []
+
+    def __enter__(self) -> NodeNetwork:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+# ------------------------------------------------------------------ the registry
+class Registry:
+    """An OCI registry (``distribution``) on loopback over TLS (the cluster's CA) that
+    requires a login (htpasswd, bcrypt): a pull without the pod's pull secret is
+    refused, as on a private registry."""
+
+    def __init__(self, workdir: Path, cluster: LocalCluster, binary: Path) -> None:
+        self.dir = Path(workdir)
+        self.cluster = cluster
+        self.binary = binary
+        self.port = free_port()
+        self.host = f"127.0.0.1:{self.port}"
+        self.user = "llmop"
+        self.password = secrets.token_hex(12)
+        self.component: Component | None = None
+
+    def start(self) -> Registry:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        serving = self.cluster.pki.issue("registry", "registry", server=True,
+                                         hosts=("127.0.0.1", "localhost"))
+        htpasswd = run(["htpasswd", "-Bbn", self.user, self.password]).stdout
+        (self.dir / "htpasswd").write_text(htpasswd)
+        self.certs = self.dir / "certs"  # buildah's --cert-dir: the CA as ca.crt
+        self.certs.mkdir(exist_ok=True)
+        shutil.copy(self.cluster.ca.cert, self.certs / "ca.crt")
+        config = {
+            "version": 0.1, "log": {"level": "warn"},
+            "storage": {"filesystem": {"rootdirectory": str(self.dir / "data")},
+                        "delete": {"enabled": True}},
+            "http": {"addr": self.host, "secret": secrets.token_hex(16),
+                     "tls": {"certificate": str(serving.cert), "key": str(serving.key)}},
+            "auth": {"htpasswd": {"realm": "llmop-local", "path": str(self.dir / "htpasswd")}},
+        }
+        path = self.dir / "config.yml"
+        path.write_text(yaml.safe_dump(config))
+        self.component = Component("registry", [str(self.binary), "serve", str(path)],
+                                   self.dir / "registry.log",
+                                   env={"OTEL_TRACES_EXPORTER": "none"})
+        self.component.start()
+        ctx = ssl.create_default_context(cafile=str(self.cluster.ca.cert))
+        wait(lambda: _status(f"https://{self.host}/v2/", ctx) == 401, 30,
+             "the registry to answer /v2/ with 401", self.component)
+        return self
+
+    def stop(self) -> None:
+        if self.component:
+            self.component.stop()
+
+    def push(self, local: str, repository: str) -> str:
+        """Push a built image (buildah's store) as ``repository`` (with ``local``'s tag);
+        returns the reference with its digest, ``HOST/REPO:TAG@sha256:...``."""
+        tag = local.rsplit(":", 1)[1]
+        ref = f"{self.host}/{repository}:{tag}"
+        digest_file = self.dir / "digest"
+        run([*buildah(), "push", "--quiet", "--creds", f"{self.user}:{self.password}",
+             "--cert-dir", str(self.certs), "--digestfile", str(digest_file),
+             local, f"docker://{ref}"], timeout=600)
+        return f"{ref}@{digest_file.read_text().strip()}"
+
+    def pull_secret(self, name: str = "regcred") -> dict[str, Any]:
+        """A ``kubernetes.io/dockerconfigjson`` Secret with this registry's login."""
+        import base64
+        auth = base64.b64encode(f"{self.user}:{self.password}".encode()).decode()
+        cfg = {"auths": {self.host: {"username": self.user, "password": self.password,
+                                     "auth": auth}}}
+        return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
+                "type": "kubernetes.io/dockerconfigjson",
+                "stringData": {".dockerconfigjson": json.dumps(cfg)}}
+
+
+# ------------------------------------------------------------------ containerd
+class Containerd:
+    """containerd with its CRI plugin, runc and the CNI bridge, all state under
+    ``workdir``. The registry is trusted through its CA (``certs.d``), never logged in
+    to: credentials come from each pod's pull secret through the kubelet."""
+
+    def __init__(self, workdir: Path, registry: Registry) -> None:
+        self.dir = Path(workdir)
+        self.registry = registry
+        self.socket = self.dir / "containerd.sock"
+        self.component: Component | None = None
+
+    def start(self) -> Containerd:
+        d = self.dir
+        (d / "net.d").mkdir(parents=True, exist_ok=True)
+        hosts = d / "certs.d" / self.registry.host
+        hosts.mkdir(parents=True, exist_ok=True)
+        # The CA for the host entry and for `server` too: on a 404 from the host entry
+        # containerd falls back to `server`, which without the CA would turn "not found"
+        # into "certificate signed by unknown authority".
+        ca = self.registry.cluster.ca.cert
+        (hosts / "hosts.toml").write_text(
+            f'server = "https://{self.registry.host}"\n'
+            f'ca = "{ca}"\n\n'
+            f'[host."https://{self.registry.host}"]\n'
+            f'  capabilities = ["pull", "resolve"]\n'
+            f'  ca = "{ca}"\n')
+        (d / "net.d" / "10-llmop.conflist").write_text(json.dumps({
+            "cniVersion": "0.4.0", "name": "llmop", "plugins": [
+                {"type": "bridge", "bridge": BRIDGE, "isGateway": True, "ipMasq": False,
+                 "hairpinMode": True,
+                 "ipam": {"type": "host-local", "dataDir": str(d / "ipam"),
+                          "ranges": [[{"subnet": POD_SUBNET, "gateway": GATEWAY}]],
+                          "routes": [{"dst": "0.0.0.0/0"}]}},
+                {"type": "portmap", "capabilities": {"portMappings": True}}]}))
+        cri = 'plugins."io.containerd.grpc.v1.cri"'
+        (d / "config.toml").write_text(f"""version = 2
+root = "{d / 'root'}"
+state = "{d / 'state'}"
+[grpc]
+  address = "{self.socket}"
+[ttrpc]
+  address = "{self.socket}.ttrpc"
+[{cri}]
+  sandbox_image = "{PAUSE_IMAGE}"
+  # This machine's capability bounding set lacks CAP_SYS_RESOURCE: runc could not
+  # lower a container's oom_score_adj below its parent's, and every sandbox would fail.
+  restrict_oom_score_adj = true
+  [{cri}.containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [{cri}.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [{cri}.containerd.runtimes.runc.options]
+        SystemdCgroup = false
+  [{cri}.cni]
+    bin_dir = "{CNI_BIN}"
+    conf_dir = "{d / 'net.d'}"
+  [{cri}.registry]
+    config_path = "{d / 'certs.d'}"
+""")
+        self.component = Component("containerd", [CONTAINERD, "--config",
+                                                  str(d / "config.toml")],
+                                   d / "containerd.log")
+        self.component.start()
+        wait(lambda: self.ctr("version", check=False).returncode == 0, 30,
+             "containerd's socket", self.component)
+        # The pause image is loaded, not pulled, as node images preload it.
+        archive = d / "pause.tar"
+        run([*buildah(), "push", "--quiet", PAUSE_IMAGE, f"oci-archive:{archive}:{PAUSE_IMAGE}"])
+        self.ctr("images", "import", "--index-name", PAUSE_IMAGE, str(archive))
+        return self
+
+    def ctr(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return run([CTR, "--address", str(self.socket), "-n", "k8s.io", *args], check=check)
+
+    def stop(self) -> None:
+        if self.component is None:
+            return
+        if self.component.alive():  # the pods' processes: containers outlive the kubelet
+            tasks = self.ctr("tasks", "ls", "-q", check=False).stdout.split()
+            for t in tasks:
+                self.ctr("tasks", "kill", "-s", "SIGKILL", t, check=False)
+            deadline = time.monotonic() + 20
+            while tasks and time.monotonic() < deadline:
+                time.sleep(0.5)
+                states = self.ctr("tasks", "ls", check=False).stdout
+                if "RUNNING" not in states:
+                    break
+        self.component.stop()
+        # The shims outlive containerd: end those of this socket.
+        for pid in _pids_with(f"-address {self.socket}"):
+            with contextlib.suppress(OSError):
+                os.kill(pid, 9)
+
+
+def _pids_with(needle: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                if needle in cmd:
+                    found.append(int(entry.name))
+    return found
+
+
+# ------------------------------------------------------------------ kubelet, kube-proxy
+@dataclass(frozen=True)
+class RealNodeSpec:
+    """One real node: its name, labels and the GPUs its status advertises."""
+
+    name: str = "node-1"
+    gpus: int = 8
+    labels: dict[str, str] = field(default_factory=lambda: {
+        "nvidia.com/gpu.product": "NVIDIA-L4", "nvidia.com/gpu.present": "true"})
+
+
+class RealNodes:
+    """The registry, containerd, one kubelet and kube-proxy against ``cluster`` (whose
+    API server must listen on the bridge: ``LocalCluster(host=GATEWAY)``)."""
+
+    def __init__(self, cluster: LocalCluster, workdir: Path,
+                 node: RealNodeSpec | None = None,
+                 out: Callable[[str], None] | None = None) -> None:
+        self.cluster = cluster
+        self.dir = Path(workdir).absolute()
+        self.node = node or RealNodeSpec()
+        self.out = out
+        self.bin = cluster.bin
+        registry_bin = registry_binary()
+        self.registry = Registry(self.dir / "registry", cluster, registry_bin)
+        self.containerd = Containerd(self.dir / "containerd", self.registry)
+        self.kubelet: Component | None = None
+        self.proxy: Component | None = None
+
+    def say(self, text: str) -> None:
+        if self.out:
+            self.out(f"[real-nodes] {text}")
+
+    def start(self, timeout: float = 120) -> RealNodes:
+        if self.cluster.host == "127.0.0.1":
+            raise RuntimeError("real nodes need the API server on the bridge: "
+                               "LocalCluster(..., host=NodeNetwork().gateway)")
+        t0 = time.monotonic()
+        try:
+            self.registry.start()
+            self.containerd.start()
+            self._kubelet()
+            wait(self.node_ready, timeout, f"node {self.node.name} Ready", self.kubelet)
+            self._advertise_gpus()
+            self._proxy()
+            wait(self._services_routed, 60, "kube-proxy's rules for the `kubernetes` "
+                 "Service", self.proxy)
+        except BaseException:
+            self.stop()
+            raise
+        self.say(f"node {self.node.name} Ready with containerd, runc, the CNI bridge and "
+                 f"kube-proxy in {time.monotonic() - t0:.1f} s; registry {self.registry.host}")
+        return self
+
+    def __enter__(self) -> RealNodes:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        for comp in (self.proxy, self.kubelet):
+            if comp is not None:
+                comp.stop()
+        self.containerd.stop()
+        self.registry.stop()
+        unmount_under(self.dir)
+        remove_cgroups()
+
+    # ------------------------------------------------------------ pieces
+    def _kubelet(self) -> None:
+        d = self.dir / "kubelet"
+        d.mkdir(parents=True, exist_ok=True)
+        pki = self.cluster.pki
+        name = self.node.name
+        client = pki.issue(f"kubelet-{name}", f"system:node:{name}", ("system:nodes",))
+        serving = pki.issue(f"kubelet-{name}-serving", name, server=True,
+                            hosts=(GATEWAY, name))
+        kc = d / "kubelet.kubeconfig"
+        kc.write_text(kubeconfig(self.cluster.url, self.cluster.ca.cert, f"system:node:{name}",
+                                 client=client))
+        port, healthz = free_port(), free_port()
+        config = {
+            "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+            # cgroup v1 (this machine's hybrid layout) is deprecated, still served in 1.37.
+            "failCgroupV1": False, "cgroupDriver": "cgroupfs", "cgroupsPerQOS": True,
+            "enforceNodeAllocatable": ["pods"], "oomScoreAdj": 0, "failSwapOn": False,
+            "address": GATEWAY, "port": port, "readOnlyPort": 0,
+            "healthzBindAddress": "127.0.0.1", "healthzPort": healthz,
+            "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
+                               "x509": {"clientCAFile": str(self.cluster.ca.cert)}},
+            "authorization": {"mode": "Webhook"},
+            "tlsCertFile": str(serving.cert), "tlsPrivateKeyFile": str(serving.key),
+            "containerRuntimeEndpoint": f"unix://{self.containerd.socket}",
+            "clusterDomain": "cluster.local",
+            "serializeImagePulls": False, "imageGCHighThresholdPercent": 100,
+            "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%",
+                             "imagefs.available": "1%", "nodefs.inodesFree": "1%"},
+            "nodeStatusUpdateFrequency": "5s", "syncFrequency": "10s",
+            "fileCheckFrequency": "5s", "maxPods": 30,
+        }
+        cfg = d / "config.yaml"
+        cfg.write_text(yaml.safe_dump(config))
+        labels = ",".join(f"{k}={v}" for k, v in self.node.labels.items())
+        self.kubelet = Component("kubelet", [
+            str(self.bin / "kubelet"), f"--config={cfg}", f"--kubeconfig={kc}",
+            f"--root-dir={d / 'root'}", f"--cert-dir={d / 'pki'}",
+            f"--hostname-override={name}", f"--node-ip={GATEWAY}",
+            f"--node-labels={labels}", "--v=1",
+        ], d / "kubelet.log")
+        self.kubelet.start()
+
+    def _proxy(self) -> None:
+        d = self.dir / "kube-proxy"
+        d.mkdir(parents=True, exist_ok=True)
+        pki = self.cluster.pki
+        client = pki.issue("kube-proxy", "system:kube-proxy", ("system:node-proxier",))
+        kc = d / "kube-proxy.kubeconfig"
+        kc.write_text(kubeconfig(self.cluster.url, self.cluster.ca.cert, "system:kube-proxy",
+                                 client=client))
+        config = {
+            "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+            "kind": "KubeProxyConfiguration", "mode": "iptables",
+            "clientConnection": {"kubeconfig": str(kc)},
+            "hostnameOverride": self.node.name, "clusterCIDR": POD_SUBNET,
+            "bindAddress": "127.0.0.1",
+            "healthzBindAddress": f"127.0.0.1:{free_port()}",
+            "metricsBindAddress": f"127.0.0.1:{free_port()}",
+            # no sysctl writes for conntrack: the machine's table is large enough
+            "conntrack": {"maxPerCore": 0, "tcpEstablishedTimeout": "0s",
+                          "tcpCloseWaitTimeout": "0s"},
+            "iptables": {"localhostNodePorts": False},
+            "nodePortAddresses": [f"{GATEWAY}/32"],
+        }
+        cfg = d / "config.yaml"
+        cfg.write_text(yaml.safe_dump(config))
+        self.proxy = Component("kube-proxy", [str(self.bin / "kube-proxy"), f"--config={cfg}",
+                                              "--v=1"], d / "kube-proxy.log")
+        self.proxy.start()
+
+    def _services_routed(self) -> bool:
+        out = run(["iptables-save", "-t", "nat"], check=False).stdout
+        return "KUBE-SERVICES" in out and "default/kubernetes:https" in out
+
+    def _api(self, method: str, path: str, body: Any = None,
+             content_type: str = "application/json") -> Any:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(f"{self.cluster.url}{path}", data=data, method=method,
+                                     headers={"Content-Type": content_type})
+        with urllib.request.urlopen(req, timeout=10,
+                                    context=self.cluster._admin_ssl) as r:
+            return json.loads(r.read())
+
+    def node_ready(self) -> bool:
+        try:
+            node = self._api("GET", f"/api/v1/nodes/{self.node.name}")
+        except (urllib.error.URLError, OSError):
+            return False
+        return any(c.get("type") == "Ready" and c.get("status") == "True"
+                   for c in node.get("status", {}).get("conditions") or [])
+
+    def _advertise_gpus(self) -> None:
+        """``nvidia.com/gpu`` in the node's status capacity, as Kubernetes documents for
+        node-level extended resources; the kubelet copies it into allocatable."""
+        if not self.node.gpus:
+            return
+        self._api("PATCH", f"/api/v1/nodes/{self.node.name}/status",
+                  [{"op": "add", "path": "/status/capacity/nvidia.com~1gpu",
+                    "value": str(self.node.gpus)}], "application/json-patch+json")
+
+        def allocatable() -> bool:
+            node = self._api("GET", f"/api/v1/nodes/{self.node.name}")
+            return str(node["status"].get("allocatable", {}).get(GPU_RESOURCE)) == str(
+                self.node.gpus)
+        wait(allocatable, 30, f"{GPU_RESOURCE} allocatable on {self.node.name}", self.kubelet)
+
+    def logs(self) -> Iterator[Path]:
+        yield from self.dir.rglob("*.log")
+
+
+def registry_binary() -> Path:
+    """``distribution``'s registry, built by ``tools/build_images.sh``."""
+    return images_store() / "bin" / "registry"
+
+
+def _status(url: str, ctx: ssl.SSLContext) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=3, context=ctx) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)
+    except (urllib.error.URLError, OSError):
+        return 0
+
+
+def wait(probe: Callable[[], bool], timeout: float, what: str,
+         comp: Component | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if comp is not None and comp.proc is not None and not comp.alive():
+            raise RuntimeError(f"{comp.name} exited while waiting for {what}; its log "
+                               f"({comp.log}) ends:\n{comp.tail()}")
+        try:
+            if probe():
+                return
+        except (urllib.error.URLError, OSError, KeyError):
+            pass
+        time.sleep(0.5)
+    tail = f"\n{comp.name}'s log ends:\n{comp.tail(25)}" if comp is not None else ""
+    raise RuntimeError(f"timed out after {timeout:.0f} s waiting for {what}{tail}")
+
+
+__all__ = ["GATEWAY", "SERVICE_CIDR", "HostState", "NodeNetwork", "RealNodeSpec",
+           "RealNodes", "Registry", "built_images", "registry_binary"]

@@ -1,0 +1,120 @@
+"""Nodes tier: pods in REAL containers. The real control plane of the cluster tier, plus
+Kubernetes' own kubelet and kube-proxy v1.37.2 (built from the same Go module), containerd
+1.6 and runc (Debian's packages), a CNI bridge, and an OCI registry that requires a login,
+all on this machine (:mod:`llm_operator_sandbox.nodes`). The operator runs from the image
+``tools/build_images.sh`` built from this repository's Dockerfile, installed by ``helm
+install`` with the chart's ``image.*`` values and a pull secret, exactly as rendered.
+
+Which kubelet ran these pods: **Kubernetes' kubelet with containerd** (node ``node-1``),
+never the process kubelet of the cluster tier. It needs root (containerd, iptables); CI
+runs as root.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from llm_operator_sandbox.cluster import LocalCluster, binaries_present, cache_dir, helm_install
+from llm_operator_sandbox.nodes import NodeNetwork, RealNodes, built_images, registry_binary
+from tests.cluster.conftest import CHART, ClusterKubectl, helm_binary
+from tests.support.emulator import kubectl_binary, wait_for
+
+RELEASE_NAMESPACE = "llm-operator"
+
+
+@pytest.fixture(scope="session")
+def real_nodes(tmp_path_factory: pytest.TempPathFactory
+               ) -> Iterator[tuple[LocalCluster, RealNodes]]:
+    if os.geteuid() != 0:
+        pytest.fail("the nodes tier needs root (containerd, the kubelet, iptables); CI is root")
+    if not binaries_present() or not (cache_dir() / "kubelet").exists():
+        pytest.fail(f"the Kubernetes binaries are not in {cache_dir()}: run "
+                    "`bash tools/setup.sh --cluster` (tools/test.sh does)")
+    if not registry_binary().exists():
+        pytest.fail("no images or registry built: run `bash tools/setup.sh --nodes` "
+                    "(tools/test.sh does)")
+    workdir = tmp_path_factory.mktemp("real-nodes")
+    say = lambda line: sys.stderr.write(line + "\n")  # noqa: E731
+    with NodeNetwork() as net, LocalCluster(workdir / "control-plane", host=net.gateway,
+                                            out=say) as cluster, \
+            RealNodes(cluster, workdir / "nodes", out=say) as nodes:
+        yield cluster, nodes
+
+
+@pytest.fixture(scope="session")
+def nodes(real_nodes: tuple[LocalCluster, RealNodes]) -> RealNodes:
+    return real_nodes[1]
+
+
+@pytest.fixture(scope="session")
+def admin(real_nodes: tuple[LocalCluster, RealNodes],
+          tmp_path_factory: pytest.TempPathFactory) -> ClusterKubectl:
+    return ClusterKubectl(real_nodes[0].admin_kubeconfig, tmp_path_factory.mktemp("kube-cache"))
+
+
+@dataclass(frozen=True)
+class OperatorImage:
+    local: str  # the name in buildah's store
+    ref: str  # HOST/llm-operator:TAG@sha256:... in the registry
+    registry: str
+    repository: str
+    tag: str
+    digest: str
+
+
+@pytest.fixture(scope="session")
+def operator_image(nodes: RealNodes) -> OperatorImage:
+    local = built_images()["operator"]
+    t0 = time.monotonic()
+    ref = nodes.registry.push(local, "llm-operator")
+    sys.stderr.write(f"pushed {ref} in {time.monotonic() - t0:.1f} s\n")
+    name, digest = ref.split("@")
+    return OperatorImage(local, ref, nodes.registry.host, "llm-operator",
+                         name.rsplit(":", 1)[1], digest)
+
+
+@pytest.fixture(scope="session")
+def installed(real_nodes: tuple[LocalCluster, RealNodes], admin: ClusterKubectl,
+              operator_image: OperatorImage) -> dict[str, Any]:
+    """``helm install`` as a user with a private registry would: the image from the
+    registry by its digest, a pull secret; the operator runs in the chart's pod."""
+    cluster, nodes = real_nodes
+    admin.run("create", "namespace", RELEASE_NAMESPACE)
+    admin.apply_obj(nodes.registry.pull_secret("regcred"), RELEASE_NAMESPACE)
+    helm_install(cluster, helm_binary(), kubectl_binary(), CHART, namespace=RELEASE_NAMESPACE,
+                 values={"image": {"registry": operator_image.registry,
+                                   "repository": operator_image.repository,
+                                   "digest": operator_image.digest},
+                         "imagePullSecrets": [{"name": "regcred"}]})
+    pods = admin.items("pods", RELEASE_NAMESPACE, "app.kubernetes.io/instance=llm-operator")
+    assert len(pods) == 1, [p["metadata"]["name"] for p in pods]
+    return pods[0]
+
+
+@pytest.fixture
+def namespace(admin: ClusterKubectl, installed: dict[str, Any]) -> Iterator[str]:
+    """A fresh namespace for one test. After it, its pods are gone before the next test
+    starts: the node has 2 CPUs, and a pod stuck in a pull still holds its requests."""
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    admin.run("create", "namespace", name)
+    yield name
+    admin.run("delete", "llms", "--all", "-n", name, "--wait=false", check=False)
+    wait_for(lambda: not admin.items("pods", name), 90, f"the pods of {name} to go",
+             interval=1)
+    admin.run("delete", "namespace", name, "--wait=false", check=False)
+
+
+def pod_of(admin: ClusterKubectl, namespace: str, selector: str) -> dict[str, Any]:
+    return wait_for(lambda: (admin.items("pods", namespace, selector) or [None])[0], 60,
+                    f"a pod {selector} in {namespace}", interval=1)
+
+
+__all__ = ["OperatorImage", "pod_of"]

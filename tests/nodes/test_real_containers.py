@@ -1,0 +1,139 @@
+"""The chart's operator pod and the LLMService's pods in REAL containers (containerd and
+runc under Kubernetes' own kubelet, node ``node-1``), from images built here and pulled
+from a registry that requires a login; day-one failures produced for real by the kubelet
+and containerd, and shown on the LLMService within two minutes with the fix.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from typing import Any
+
+import pytest
+
+from llm_operator_sandbox.nodes import RealNodes
+from tests.cluster.conftest import ClusterKubectl
+from tests.cluster.test_control_plane import condition, tiny_service
+from tests.cluster.test_pod_failures import assert_missing_token_secret
+from tests.support.emulator import wait_for
+
+from .conftest import RELEASE_NAMESPACE, OperatorImage, pod_of
+
+pytestmark = [pytest.mark.nodes, pytest.mark.timeout(420)]
+
+WITHIN_SECONDS = 120  # the promise: every pod-level failure on the LLMService in 2 minutes
+
+
+def container_status(pod: dict[str, Any], name: str | None = None) -> dict[str, Any]:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return next(s for s in statuses if name is None or s["name"] == name)
+
+
+def test_the_charts_operator_pod_runs_the_image_built_here(
+        admin: ClusterKubectl, installed: dict[str, Any], operator_image: OperatorImage,
+        nodes: RealNodes) -> None:
+    """helm install with image.registry/repository/digest and imagePullSecrets: the pod
+    runs in containerd from the pushed digest, as UID 65532 on a read-only root file
+    system, and reaches the API server through the `kubernetes` Service (kube-proxy) with
+    its ServiceAccount token: the operator's in-cluster configuration, for real."""
+    name = installed["metadata"]["name"]
+    pod = admin.get("pod", name, RELEASE_NAMESPACE)
+    status = container_status(pod)
+    assert pod["spec"]["nodeName"] == nodes.node.name
+    assert status["containerID"].startswith("containerd://"), status
+    assert status["imageID"] == f"{operator_image.registry}/llm-operator@{operator_image.digest}"
+    assert status["ready"] is True and status["restartCount"] == 0, status
+    exec_ = ["exec", "-n", RELEASE_NAMESPACE, name, "--"]
+    assert admin.run(*exec_, "id", "-u").stdout.strip() == "65532"
+    write = admin.run(*exec_, "touch", "/opt/venv/x", check=False)
+    assert write.returncode != 0 and "Read-only file system" in write.stderr, write
+    # The operator logged in with its in-cluster configuration: kopf's first words after
+    # authenticating through KUBERNETES_SERVICE_HOST (the Service's ClusterIP).
+    env = admin.run(*exec_, "printenv", "KUBERNETES_SERVICE_HOST").stdout.strip()
+    assert env == "10.96.0.1", env
+    log = wait_for(lambda: (lambda out: out if "Initial authentication has finished" in out
+                            else None)(admin.run("logs", "-n", RELEASE_NAMESPACE, name).stdout),
+                   60, "the operator's log to say it authenticated", interval=1)
+    assert "Traceback" not in log, log[-3000:]
+    sys.stderr.write(f"operator pod {name}: {status['containerID'][:25]}..., image "
+                     f"{status['imageID']}\n")
+
+
+def small_service(name: str) -> dict[str, Any]:
+    """The demo's tiny Llama, its vLLM container sized for this 2-CPU node."""
+    svc = tiny_service(name)
+    svc["spec"]["resources"] = {"cpu": "500m", "memory": "7Gi", "shmSize": "256Mi"}
+    return svc
+
+
+def apply_until_false(admin: ClusterKubectl, namespace: str, svc: dict[str, Any],
+                      ctype: str, what: str) -> dict[str, Any]:
+    name = svc["metadata"]["name"]
+    started = time.monotonic()
+    admin.apply_obj(svc, namespace)
+
+    def probe() -> dict[str, Any] | None:
+        c = condition(admin.get("llms", name, namespace), ctype)
+        return c if c.get("status") == "False" and c.get("reason") != "Pending" else None
+    try:
+        cond = wait_for(probe, WITHIN_SECONDS, f"{ctype}=False on the LLMService ({what})",
+                        interval=1)
+    except AssertionError as e:  # what the user would look at next
+        status = (admin.get("llms", name, namespace) or {}).get("status")
+        pods = [(p["metadata"]["name"], p["spec"].get("nodeName"), p.get("status"))
+                for p in admin.items("pods", namespace)]
+        events = [(e["involvedObject"]["name"], e["reason"], e.get("message"))
+                  for e in admin.items("events", namespace)]
+        raise AssertionError(f"{e}\nstatus: {status}\npods: {pods}\nevents: {events}") from e
+    sys.stderr.write(f"{ctype}=False ({what}) after {time.monotonic() - started:.1f} s: "
+                     f"{cond['message']}\n")
+    return cond
+
+
+def test_an_image_missing_from_the_registry_is_image_pull_back_off(
+        admin: ClusterKubectl, namespace: str, nodes: RealNodes) -> None:
+    """The Deployment the operator (in its pod) rendered is scheduled on the real node;
+    containerd asks the registry for an image it does not hold and the kubelet backs off."""
+    admin.apply_obj(nodes.registry.pull_secret("regcred"), namespace)
+    image = f"{nodes.registry.host}/vllm/vllm-openai:v0.32.0"  # never pushed
+    svc = small_service("missing")
+    svc["spec"]["image"] = image
+    svc["spec"]["pod"] = {"imagePullSecrets": [{"name": "regcred"}]}
+    cond = apply_until_false(admin, namespace, svc, "ContainersRunning", "image not found")
+    assert cond["reason"] == "ImagePullBackOff", cond
+    # containerd's words (first pull) or the kubelet's (backing off, on a slow machine)
+    assert re.search(rf"container download-model: (ErrImagePull: .*{re.escape(image)}: not "
+                     r"found\.|ImagePullBackOff: Back-off pulling image)", cond["message"]), cond
+    assert f"Fix: check that image {image} exists" in cond["message"], cond
+    pod = pod_of(admin, namespace, "llmops.dev/llmservice=missing")
+    assert pod["spec"]["nodeName"] == nodes.node.name
+
+
+def test_a_pull_without_the_secret_is_refused_by_the_registry(
+        admin: ClusterKubectl, namespace: str, nodes: RealNodes,
+        operator_image: OperatorImage) -> None:
+    """The image exists, but the pod has no pull secret: the registry answers 401 and the
+    LLMService says so, naming spec.pod.imagePullSecrets."""
+    svc = small_service("nosecret")
+    svc["spec"]["image"] = operator_image.ref
+    cond = apply_until_false(admin, namespace, svc, "ContainersRunning", "no pull secret")
+    assert cond["reason"] == "ImagePullBackOff", cond
+    assert re.search(r"container download-model: (ErrImagePull: .*401 Unauthorized\.|"
+                     r"ImagePullBackOff: Back-off pulling image)", cond["message"]), cond
+    assert "a private registry needs spec.pod.imagePullSecrets" in cond["message"], cond
+
+
+def test_a_missing_token_secret_is_create_container_config_error(
+        admin: ClusterKubectl, namespace: str, nodes: RealNodes,
+        operator_image: OperatorImage) -> None:
+    """The image is pulled (with the secret); the kubelet cannot build the download
+    container's environment, since its HF_TOKEN Secret does not exist."""
+    admin.apply_obj(nodes.registry.pull_secret("regcred"), namespace)
+    svc = small_service("token")
+    svc["spec"]["image"] = operator_image.ref
+    svc["spec"]["pod"] = {"imagePullSecrets": [{"name": "regcred"}]}
+    svc["spec"]["model"]["tokenSecretRef"] = {"name": "hf-token", "key": "token"}
+    cond = apply_until_false(admin, namespace, svc, "ContainersRunning", "missing Secret")
+    assert_missing_token_secret(cond, namespace)
