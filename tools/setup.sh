@@ -56,8 +56,8 @@ if [ "$want_aic" = 1 ] && ! .venv-aic/bin/python -c 'import aiconfigurator_core'
 fi
 [ "${1:-}" = "--aic" ] && exit 0
 if [ "${1:-}" = "--nodes" ]; then
-  NODE_PACKAGES=(containerd runc containernetworking-plugins iptables buildah mmdebstrap
-                 apache2-utils)
+  NODE_PACKAGES=(containerd runc containernetworking-plugins iptables iproute2 buildah
+                 mmdebstrap apache2-utils)
   missing=()
   for p in "${NODE_PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

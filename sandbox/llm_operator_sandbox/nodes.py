@@ -67,6 +67,8 @@ HOST_PATHS = (Path("/var/lib/kubelet"), Path("/var/log/containers"), Path("/var/
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PAUSE_IMAGE = "localhost/llmop/pause:3.10"
 GPU_RESOURCE = "nvidia.com/gpu"
+# runc, the shim, iptables and mount are found on PATH, where /usr/sbin may be missing.
+SBIN_PATH = {"PATH": os.environ.get("PATH", "") + ":/usr/local/sbin:/usr/sbin:/sbin"}
 
 
 def images_store() -> Path:
@@ -89,7 +91,8 @@ def built_images() -> dict[str, str]:
 
 def run(argv: list[str], *, check: bool = True, timeout: float = 300,
         stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, input=stdin)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, input=stdin,
+                          env={**os.environ, **SBIN_PATH})
     if check and proc.returncode != 0:
         raise RuntimeError(f"{' '.join(argv[:4])} ... failed ({proc.returncode}): "
                            f"{(proc.stderr or proc.stdout).strip()[-2000:]}")
@@ -114,7 +117,7 @@ class HostState:
             if p.exists():
                 state.sysctls[key] = p.read_text().strip()
         for tool in ("iptables", "ip6tables"):
-            if shutil.which(f"{tool}-save"):
+            if shutil.which(f"{tool}-save", path=SBIN_PATH["PATH"]):
                 state.iptables[tool] = run([f"{tool}-save"]).stdout
         state.absent_paths = [p for p in HOST_PATHS if not p.exists()]
         state.netns = set(os.listdir("/run/netns")) if Path("/run/netns").is_dir() else set()
@@ -194,7 +197,9 @@ class NodeNetwork:
         run(["ip", "link", "set", BRIDGE, "up"])
         # Pod -> Service -> pod on the same bridge goes through kube-proxy's rules only
         # when bridged traffic meets iptables (kubeadm's preflight asks for the same).
-        Path("/proc/sys/net/bridge/bridge-nf-call-iptables").write_text("1")
+        nf = Path("/proc/sys/net/bridge/bridge-nf-call-iptables")
+        if nf.exists():  # absent where br_netfilter is not loaded: pod -> pod via Service
+            nf.write_text("1")  # on one bridge then bypasses kube-proxy (not used here)
         return self
 
     def stop(self) -> list[str]:
@@ -341,7 +346,7 @@ state = "{d / 'state'}"
 """)
         self.component = Component("containerd", [CONTAINERD, "--config",
                                                   str(d / "config.toml")],
-                                   d / "containerd.log")
+                                   d / "containerd.log", env=SBIN_PATH)
         self.component.start()
         wait(lambda: self.ctr("version", check=False).returncode == 0, 30,
              "containerd's socket", self.component)
@@ -495,7 +500,7 @@ class RealNodes:
             f"--root-dir={d / 'root'}", f"--cert-dir={d / 'pki'}",
             f"--hostname-override={name}", f"--node-ip={GATEWAY}",
             f"--node-labels={labels}", "--v=1",
-        ], d / "kubelet.log")
+        ], d / "kubelet.log", env=SBIN_PATH)
         self.kubelet.start()
 
     def _proxy(self) -> None:
@@ -523,7 +528,8 @@ class RealNodes:
         cfg = d / "config.yaml"
         cfg.write_text(yaml.safe_dump(config))
         self.proxy = Component("kube-proxy", [str(self.bin / "kube-proxy"), f"--config={cfg}",
-                                              "--v=1"], d / "kube-proxy.log")
+                                              "--v=1"], d / "kube-proxy.log",
+                               env=SBIN_PATH)
         self.proxy.start()
 
     def _services_routed(self) -> bool:
