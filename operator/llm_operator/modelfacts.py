@@ -843,6 +843,12 @@ def _state_params(c: Mapping[str, Any], kind: str | None, hidden: int) -> int:
     return hidden * (2 * k + 2 * v) + v * hidden
 
 
+def _caches_heads_not_latent(config: Mapping[str, Any], c: Mapping[str, Any]) -> bool:
+    """A model with MLA's projections whose vLLM module caches full heads (MiniCPM3)."""
+    archs = " ".join(str(a) for a in config.get("architectures") or [])
+    return c.get("model_type") == "minicpm3" or "MiniCPM3" in archs
+
+
 def _vision_parameters(config: Mapping[str, Any]) -> int:
     """A vision tower's weights from ``vision_config``, estimated: per block attention
     4 h^2 and an MLP 2 h x intermediate."""
@@ -1250,6 +1256,15 @@ def _facts_from_config(config: Mapping[str, Any], name: str | None,
     mla_dim = None
     if c.get("kv_lora_rank"):
         mla_dim = int(c["kv_lora_rank"]) + int(c.get("qk_rope_head_dim") or 64)
+    heads_cached = mla_dim is not None and _caches_heads_not_latent(config, c)
+    if heads_cached:
+        # MiniCPM3: the latent projections (counted in the weights above), but vLLM
+        # caches every head's K and V, qk_nope + qk_rope wide, V padded to it (vLLM
+        # minicpm3.py, MiniCPM3Attention: Attention(num_heads, qk_head_dim,
+        # num_kv_heads=num_heads)); no latent cache.
+        mla_dim = None
+        kv_heads = heads
+        head_dim = int(c.get("qk_nope_head_dim") or 64) + int(c.get("qk_rope_head_dim") or 32)
     groups = tuple((k, v) for k, v in g.items() if k != "active_experts" and v) + (
         (("vision", vision),) if vision else ())
     return ModelFacts(
@@ -1277,7 +1292,7 @@ def _facts_from_config(config: Mapping[str, Any], name: str | None,
         full_attention_kv_heads=int(c["num_global_key_value_heads"])
         if c.get("num_global_key_value_heads") else (kv_heads if sliding_kv_heads else None),
         v_head_dim=int(c["v_head_dim"]) if c.get("v_head_dim") and not mla_dim
-        and int(c["v_head_dim"]) != head_dim else None,
+        and not heads_cached and int(c["v_head_dim"]) != head_dim else None,
         sliding_window_layers=layers.sliding,
         sliding_window=layers.window,
         state_layers=layers.state,

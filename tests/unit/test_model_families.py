@@ -800,3 +800,29 @@ def test_chunked_layers_without_a_chunk_size_are_refused_for_that() -> None:
     with pytest.raises(ValueError, match="sliding-window layers of 4096 tokens and "
                        "chunked-attention layers of 8192"):
         facts_from_hf_config({**LLAMA4, "text_config": mixed})
+
+
+# --------------------------------------------------------------------------- item 5
+# MiniCPM3-4B (transformers' MiniCPM3Config defaults): MLA's projections, but vLLM's
+# MiniCPM3Attention caches every head's K and V (Attention(num_heads, qk_nope +
+# qk_rope, num_kv_heads=num_heads), V padded to that width): no latent cache. Found by
+# the installed-corpus test (tests/vllm/test_corpus_from_installed.py).
+MINICPM3 = {
+    "architectures": ["MiniCPM3ForCausalLM"], "model_type": "minicpm3",
+    "hidden_size": 2560, "intermediate_size": 6400, "num_hidden_layers": 62,
+    "num_attention_heads": 40, "num_key_value_heads": 40, "head_dim": 32,
+    "q_lora_rank": 768, "kv_lora_rank": 256, "qk_nope_head_dim": 64,
+    "qk_rope_head_dim": 32, "v_head_dim": 64, "vocab_size": 73448,
+    "max_position_embeddings": 32768, "torch_dtype": "bfloat16",
+}
+
+
+def test_minicpm3_caches_full_heads_not_a_latent() -> None:
+    facts = facts_from_hf_config(copy.deepcopy(MINICPM3), name="openbmb/MiniCPM3-4B")
+    assert facts.mla_kv_dim is None and facts.v_head_dim is None
+    # 62 layers x 40 heads x 2 (K, V) x (64 + 32) x 2 bytes = 952,320 B/token (the
+    # latent rule gave 62 x (256 + 32) x 2 = 35,712, 27x too few); split by TP.
+    assert kv_bytes_per_token(facts, 1, 1, 2) == 62 * 40 * 2 * 96 * 2 == 952_320
+    assert kv_bytes_per_token(facts, 4, 1, 2) == 952_320 // 4
+    # The weights still count the latent projections: 4.26B untied ("4B").
+    assert facts.parameters == pytest.approx(4.0e9, rel=0.07)
