@@ -5,6 +5,7 @@ prometheus tier with ``LLMOP_RECORD_SERIES``)."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -114,11 +115,24 @@ def test_window_that_straddles_the_last_change_holds() -> None:
 
 
 def test_preemptions_lower_by_at_most_the_step() -> None:
-    d = decide(obs(**PREEMPTING), state(64), spec(), NOW)
+    # The running peak not known: the whole lower may cut into the running batch.
+    d = decide(obs(**{**PREEMPTING, "running_max": None}), state(64), spec(), NOW)
     assert d.action is CapAction.LOWER and d.value == 32  # 50 % of 64
     assert "60 preemptions in the last 120 s" in d.reason
-    assert "step limited to 50%" in d.reason
+    assert "step limited to 50% of the current 64" in d.reason
+    assert "the running peak is not known" in d.reason and d.binding
     assert d.evidence["preemptions"] == 60.0 and d.evidence["cap"] == 64
+
+
+def test_preemptions_lower_free_to_the_running_peak_then_by_at_most_the_step() -> None:
+    # Issue 57 item 4: 64 → 40 changes nothing (no request ran above 40); the cut below
+    # it is limited to 50 % of 40, not of 64.
+    d = decide(obs(**{**PREEMPTING, "running_max": 40.0}), state(64), spec(), NOW)
+    assert d.action is CapAction.LOWER and d.value == 20 and d.binding
+    assert (d.free_to, d.evidence["runningPeak"], d.evidence["target"]) == (40, 40, 10)
+    assert "64 → 40 free: no request runs above 40 (running peak over the 120 s window)" \
+        in d.reason
+    assert "then 40 → 20 step limited to 50% of the binding 40" in d.reason
 
 
 def test_preemptions_lower_to_what_the_kv_cache_holds_when_the_step_allows() -> None:
@@ -266,10 +280,16 @@ def test_queueing_at_the_cap_with_free_kv_raises() -> None:
     assert "6.0 requests waiting" in d.reason and "below the 70% low watermark" in d.reason
 
 
-def test_raise_is_limited_by_the_step_and_at_least_one() -> None:
+def test_a_raise_up_to_the_demand_is_not_step_limited() -> None:
     o = obs(**{**QUEUEING, "waiting_mean": 40.0})
-    assert decide(o, state(16), spec(), NOW).value == 24  # +50 %
-    assert decide(o, state(16), spec(maxStepPercent=1), NOW).value == 17  # at least +1
+    # Up to the demand (56) a raise is free (it admits requests already waiting): the
+    # target, the KV room for 42, is reached at once.
+    assert decide(o, state(16), spec(), NOW).value == 42
+    assert decide(o, state(16), spec(maxStepPercent=1), NOW).value == 42
+    # With KV room above it, a raise goes to the demand (22) and no further.
+    o = obs(**{**QUEUEING, "kv_usage_mean": 0.1, "kv_capacity_tokens": None})
+    d = decide(o, state(16), spec(maxStepPercent=1), NOW)
+    assert (d.value, d.free_to, d.binding) == (22, 22, False), d.reason
 
 
 def test_raise_is_limited_by_kv_room() -> None:
@@ -281,7 +301,7 @@ def test_raise_is_limited_by_kv_room() -> None:
     o = obs(**{**QUEUEING, "waiting_mean": 40.0, "kv_capacity_tokens": None})
     d = decide(o, state(16), spec(maxStepPercent=100), NOW)
     assert d.evidence["target"] == int(16 * 0.8 / 0.30)  # 42: scaled from observed usage
-    assert "KV room for 42" in d.reason and d.value == 32  # then one 100 % step
+    assert "KV room for 42" in d.reason and d.value == 42  # free: below the demand (56)
 
 
 @pytest.mark.parametrize(
@@ -395,14 +415,14 @@ def test_no_return_to_a_value_left_within_the_flap_window() -> None:
 def test_a_partial_move_back_is_allowed() -> None:
     st = _lowered_from(32, 16, ago=900)
     d = decide(obs(**QUEUEING), st, spec(maxStepPercent=25), NOW)
-    assert d.action is CapAction.RAISE and d.value == 20  # does not reach 32
+    assert d.action is CapAction.RAISE and d.value == 22  # the demand; does not reach 32
 
 
 def test_strong_evidence_may_return_and_says_so() -> None:
     st = _lowered_from(32, 16, ago=900)
     o = obs(**{**QUEUEING, "waiting_mean": 20.0, "kv_usage_max": 0.35})
     d = decide(o, st, spec(maxStepPercent=100), NOW)
-    assert d.action is CapAction.RAISE and d.value == 32
+    assert d.action is CapAction.RAISE and d.value == 36  # the demand, past 32
     assert "allowed on strong evidence: 20.0 waiting" in d.reason
 
 
@@ -431,8 +451,9 @@ def test_lowering_back_after_a_raise_needs_strong_evidence() -> None:
 def test_record_keeps_a_short_history_and_the_change_time() -> None:
     st = state(64)
     policy = PolicySettings(history_length=2)
+    no_peak = obs(**{**PREEMPTING, "running_max": None})  # every lower step-limited
     for i, (cur, new) in enumerate([(64, 32), (32, 16), (16, 10)]):
-        d = decide(obs(**PREEMPTING), AdaptationState(current=cur), spec(), NOW + i)
+        d = decide(no_peak, AdaptationState(current=cur), spec(), NOW + i)
         assert d.value == new
         st = record(st, d, policy)
     assert st.current == 10 and st.last_change_at == NOW + 2
@@ -515,20 +536,29 @@ def _recorded(name: str) -> tuple[dict[str, Any], list[Observation]]:
 
 
 def test_recorded_kv_pressure_lowers_once_then_holds_through_the_cooldown() -> None:
+    # Issue 57 item 4, replayed on a real engine's series: cap 64, running never above
+    # 13-15, a KV cache that holds 10 sequences, preemptions. The first lower lands at
+    # or below the running peak (it was 64 → 32, which bound nothing): 64 → 13 is free,
+    # the cut below it is within 50 % of 13.
     doc, series = _recorded("kv_pressure")
     cap = doc["cap"]
     assert any((o.preemptions or 0) > 0 for o in series)
     sp = spec(cooldownSeconds=600)
     st = state(cap)
-    actions = []
+    decisions = []
     for o in series:
         d = decide(o, st, sp, o.evaluated_at, settings=PolicySettings(
             window_seconds=o.window_seconds))
-        actions.append(d.action)
+        decisions.append(d)
         st = record(st, d)
-    assert actions[0] is CapAction.LOWER
+    actions = [d.action for d in decisions]
+    first = decisions[0]
+    assert first.action is CapAction.LOWER and series[0].running_max is not None
+    assert first.value is not None and first.value <= series[0].running_max, first.reason
+    assert (first.free_to, first.value, first.binding) == (13, 10, True), first.reason
+    assert "64 → 13 free: no request runs above 13" in first.reason
     assert actions.count(CapAction.LOWER) == 1 and CapAction.RAISE not in actions
-    assert st.current == cap // 2
+    assert st.current == 10
 
 
 def test_recorded_kv_pressure_each_window_asks_to_lower() -> None:
@@ -545,7 +575,11 @@ def test_recorded_queueing_raises_once_the_engine_sits_at_its_cap() -> None:
     for o in series:
         d = decide(o, state(cap), spec(), o.evaluated_at)
         assert o.running_mean is not None
-        assert d.action is CapAction.RAISE and d.value == cap + 1, d.reason
+        # Free up to the demand (running + waiting: the raise admits only requests
+        # already waiting), where the step limit of 50 % of 2 would have allowed 3.
+        demand = math.ceil(o.running_mean + (o.waiting_mean or 0.0))
+        assert d.action is CapAction.RAISE and d.value == min(demand, 21), d.reason
+        assert not d.binding and d.free_to == d.value, d.reason
         if o.running_mean >= 0.9 * cap:
             saturated += 1
             assert "running sits at the cap" in d.reason

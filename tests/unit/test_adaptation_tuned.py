@@ -124,12 +124,13 @@ def test_the_demos_load_raises_the_cap_above_the_tuned_value() -> None:
     for d in decisions:
         assert d.cause is not DecisionCause.AT_BOUND, d.reason
         assert "upper bound" not in d.reason and "knee" not in d.reason, d.reason
-    # The cap follows the demand (5-8), within the KV fit, in steps spaced by the cooldown.
+    # The cap follows the demand (5-8), within the KV fit. A raise to the demand admits
+    # only requests already waiting (issue 57 item 4): free, no cooldown between them.
     raises = [d for d in decisions if d.action is CapAction.RAISE]
     assert [d.value for d in raises] == [5, 7, 8], [d.reason for d in decisions]
     assert state.current == 8 <= FIT
-    assert all(b.at - a.at >= SPEC.adaptation.cooldown_seconds
-               for a, b in zip(raises, raises[1:], strict=False))
+    assert all(not d.binding and d.free_to == d.value for d in raises)
+    assert raises[1].at - raises[0].at == INTERVAL < SPEC.adaptation.cooldown_seconds
     assert decisions[-1].action is CapAction.HOLD  # demand met: nothing waits for the cap
 
 
@@ -184,7 +185,7 @@ def test_a_latency_miss_above_the_tuned_value_lowers_back_to_it() -> None:
     much_later = later + POLICY.flap_window_seconds + 1
     o = observed(Window(3.8, 4.0), TUNED, much_later, itl_ms=40)
     d = decide(o, back, SPEC, much_later, limits=LIMITS, settings=POLICY)
-    assert d.action is CapAction.RAISE and d.value == 6, d.reason
+    assert d.action is CapAction.RAISE and d.value == 8, d.reason  # the demand, free
 
 
 def test_below_the_tuned_value_a_latency_miss_still_lets_a_queue_raise_to_it() -> None:
@@ -192,7 +193,7 @@ def test_below_the_tuned_value_a_latency_miss_still_lets_a_queue_raise_to_it() -
     # the latency, up to the tuned value, and the reason says why it stops there.
     o = observed(Window(3.0, 5.0), 2, NOW, itl_ms=600)
     d = decide(o, AdaptationState(current=2), SPEC, NOW, limits=LIMITS, settings=POLICY)
-    assert d.action is CapAction.RAISE and d.value == 3, d.reason  # one 50 % step of 2
+    assert d.action is CapAction.RAISE and d.value == 4, d.reason  # free, below demand 8
     assert "above the tuned value 4 (status.tuning) only a latency within the SLO" in d.reason
 
 

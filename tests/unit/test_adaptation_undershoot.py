@@ -119,7 +119,8 @@ def test_a_returning_burst_raises_back_to_the_kv_fit_through_a_latency_miss() ->
     # burst, repeat 0 ended its second burst at cap 3 with the CPU starved (ITL 68 ms at
     # 13 running, stored at 15.9 s). When 32 clients return, 3 run and the rest wait; the
     # old policy called the latency miss batch interference and went on lowering. Now the
-    # cap climbs to the 10 that fit, each step within maxStepPercent (90 %).
+    # cap climbs to the 10 that fit at once: below the demand (32) a raise only admits
+    # requests already waiting, so no step limit (issue 57 item 4; it was 5, 9, 10).
     assert "3 sequences would bring the latency" in stored("burst", 0, 15.9)["reason"]
     st = settled(3)
     caps = []
@@ -134,7 +135,7 @@ def test_a_returning_burst_raises_back_to_the_kv_fit_through_a_latency_miss() ->
         caps.append(st.current)
         if i == 0:
             assert d.action is CapAction.RAISE and "below the KV fit with a queue" in d.reason
-    assert caps == [5, 9, 10, 10]
+    assert caps == [10, 10, 10, 10]
 
 
 def test_a_shift_back_to_short_requests_raises_within_a_window_that_straddles_it() -> None:
@@ -150,7 +151,8 @@ def test_a_shift_back_to_short_requests_raises_within_a_window_that_straddles_it
     history = (CapChange(at=NOW - 300, from_value=128, to_value=15, reason="", kv_fit=15),
                CapChange(at=NOW - 200, from_value=15, to_value=7, reason="", kv_fit=7))
     d = decide(o, settled(7, history), SPEC, NOW, settings=POLICY)
-    assert d.action is CapAction.RAISE and d.value == 13, d.reason  # 7 + 90 % of 7
+    assert d.action is CapAction.RAISE and d.value == 15, d.reason  # the fit, below demand 24
+    assert not d.binding and d.free_to == 15, d.reason
     # The same window with the mean running as low and no sample at the cap holds.
     d = decide(o.model_copy(update={"running_max": 5.0}), settled(7, history), SPEC, NOW,
                settings=POLICY)

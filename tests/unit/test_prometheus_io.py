@@ -30,6 +30,15 @@ def test_one_request_carries_every_signal_tagged() -> None:
     assert "vllm:inter_token_latency_seconds_bucket" in q
 
 
+def test_the_running_peak_is_the_max_over_the_window_of_any_replica() -> None:
+    # Issue 57 item 4: a lower to no less than this peak is free (no request ran above
+    # it on any replica within the window); an average or the last value would not say so.
+    q = signal_queries(10)
+    assert q["running_max"] == ('max by (namespace, llmservice) '
+                                '(max_over_time(vllm:num_requests_running{llmservice!=""}[10s]))')
+    assert q["running_mean"].startswith("avg by (namespace, llmservice) (avg_over_time(")
+
+
 def test_label_names_are_configurable() -> None:
     q = batched_query(30, service_label="app_kubernetes_io_instance", namespace_label="ns")
     assert "by (ns, app_kubernetes_io_instance)" in q and "llmservice" not in q

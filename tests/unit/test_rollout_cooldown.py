@@ -154,6 +154,36 @@ def test_the_cooldown_counts_from_the_rollouts_completion(
     assert d5.action is CapAction.LOWER, d5.reason
 
 
+def test_a_free_change_rolled_out_starts_no_cooldown(pressure: Observation) -> None:  # noqa: F811
+    # Issue 57 item 4: running never above 2, a KV cache that holds 10: the lower to 10
+    # turns no request away, so its rollout's completion starts no cooldown.
+    calm = pressure.model_copy(update={"running_max": 2.0})
+    b2, d, up = first_change(calm)
+    assert not d.binding and d.free_to == d.value, d.reason
+    assert up.adaptation["history"][-1]["binding"] is False
+    assert up.adaptation["lastDecision"]["free"]["to"] == d.value
+    t0 = calm.evaluated_at
+    done = t0 + ROLLOUT_S
+    at_done = calm.model_copy(update={"evaluated_at": done, "last_sample_at": done - 0.1})
+    svc, state, _ = decision_for(b2, at_done, done)
+    assert state is not None
+    p = rollout_progress(up.adaptation, deployment(b2, up.adaptation, 2, 2, 1, 1), done)
+    state = after_rollout(state, p, done)
+    up2 = plan_update(svc, waiting_decision(svc, state, at_done, "held", done), at_done, state,
+                      done, policy=POLICY, rollout_state=p)
+    (event,) = [e for e in up2.events if e.reason == "MaxNumSeqsRolledOut"]
+    assert "no cooldown counts from it" in event.message, event.message
+    # The next window (after the completion) still preempts with running at 10: the cut
+    # below 10 goes at once, no cooldown.
+    later = done + 60
+    obs = pressure.model_copy(update={"evaluated_at": later, "last_sample_at": later - 0.1,
+                                      "running_max": 10.0})
+    b3 = copy.deepcopy(b2)
+    b3["status"]["adaptation"] = {k: v for k, v in up2.adaptation.items() if v is not None}
+    _, _, d3 = decision_for(b3, obs, later)
+    assert d3.action is CapAction.LOWER and d3.binding, d3.reason
+
+
 def test_a_rollout_that_never_completes_is_said_once_and_holds_every_change(
         pressure: Observation) -> None:  # noqa: F811
     """The new pod never becomes available (no GPU for it, a crash loop): the Deployment

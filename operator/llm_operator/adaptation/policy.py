@@ -45,10 +45,22 @@ Policy, in the order it is checked:
    not above the tuned value while the latency misses its SLO.
 6. Otherwise hold. The gap between the two watermarks (and between the "at the cap"
    and "busy" fractions) is the hysteresis band in which nothing moves.
-7. A move waits out the cooldown after the last change, is limited to
-   ``spec.adaptation.maxStepPercent`` of the current cap (at least 1), and never returns
-   to a value left within the flap window unless the evidence is strong (then the
-   reason says so). A shift of the request mix is strong evidence: each change records
+7. A move changes nothing for running requests as far as it stays at or above the
+   running peak (a lower: the window's max of ``vllm:num_requests_running`` on any
+   replica; no request ran above it) or at or below the demand (a raise: running +
+   waiting; it admits only requests already waiting). That part is free: it goes
+   straight to the target the evidence gives, with no step limit, no cooldown to wait
+   for and none started. Only the part that cuts into the running batch (or raises past
+   the demand) waits out the cooldown after the last change that bound, and is limited
+   to ``spec.adaptation.maxStepPercent`` of the value where it starts binding (the
+   running peak; the current cap when the peak is not known; at least 1). Within the
+   cooldown the free part alone is made. The decision says which part was free and why
+   (:attr:`CapDecision.free_to`, ``binding``; ``status.adaptation.lastDecision.free``
+   and each history entry's ``binding``). From 256 with a running peak of 16 and a KV
+   fit of 12: 256 → 16 is free, 16 → 12 is within 50 % of the binding 16 (issue 57: the
+   demo lowered 256 → 128, which bound nothing, then held on the cooldown). A move
+   never returns to a value left within the flap window unless the evidence is strong
+   (then the reason says so). A shift of the request mix is strong evidence: each change records
    the KV fit of its time, and a move that follows a KV fit changed since (a raise within
    a larger fit with no preemption, a lower to no less than a smaller one) may return.
    Around the tuned value: a lower that undoes a raise above it, to no less than the
@@ -325,6 +337,10 @@ class CapChange(_Camel):
     kv_fit: int | None = Field(
         None, description="Sequences of the observed request size the KV cache held when the "
         "change was made (a later change of request mix may undo it)")
+    binding: bool = Field(
+        True, description="The change cut into the running batch (a lower below the running "
+        "peak) or raised past the demand: it was step-limited and started the cooldown. "
+        "False: it changed nothing for running requests (see CapDecision.binding)")
 
     @property
     def lowered(self) -> bool:
@@ -351,6 +367,7 @@ class AdaptationState(_Camel):
                     "to": c.to_value,
                     "reason": c.reason,
                     **({} if c.kv_fit is None else {"kvFit": c.kv_fit}),
+                    "binding": c.binding,
                 }
                 for c in self.history
             ],
@@ -366,6 +383,7 @@ class AdaptationState(_Camel):
                 to_value=int(h["to"]),
                 reason=str(h.get("reason", "")),
                 kv_fit=int(h["kvFit"]) if h.get("kvFit") is not None else None,
+                binding=h.get("binding") is not False,  # older entries: all bound
             )
             for h in status.get("history") or []
             if h.get("time")
@@ -458,6 +476,15 @@ class CapDecision(_Camel):
     cause: DecisionCause = Field(description="What the decision turned on, as a code")
     evidence: Evidence = Field(default_factory=dict)
     at: float
+    free_to: int | None = Field(
+        None, description="A move: the cap it reaches without changing anything for running "
+        "requests (a lower to no less than the running peak, a raise to no more than the "
+        "demand), with no step limit and no cooldown; None when no part of it is free")
+    free_reason: str | None = Field(None, description="Why that part is free")
+    binding: bool = Field(
+        False, description="A move: some of it cuts into the running batch (below the running "
+        "peak) or raises past the demand; that part is step-limited (maxStepPercent of the "
+        "binding value) and starts the cooldown")
 
     @property
     def changed(self) -> bool:
@@ -528,10 +555,12 @@ def decide(
     ev.update({"cap": cap, "lowerBound": bounds.lower, "upperBound": bounds.upper,
                "tuned": tuned})
 
-    def move(to: int, cause: DecisionCause, reason: str) -> CapDecision:
+    def move(to: int, cause: DecisionCause, reason: str, *, free_to: int | None = None,
+             free_reason: str | None = None, binding: bool = True) -> CapDecision:
         action = CapAction.RAISE if to > cap else CapAction.LOWER
         return CapDecision(namespace=namespace, name=name, action=action, current=cap, value=to,
-                           reason=reason, cause=cause, evidence=ev, at=now)
+                           reason=reason, cause=cause, evidence=ev, at=now, free_to=free_to,
+                           free_reason=free_reason, binding=binding)
 
     # Bounds first: a cap outside them is wrong whatever the load (e.g. the user narrowed
     # them); moving inside is not subject to data, cooldown or step limits.
@@ -559,23 +588,22 @@ def decide(
                     f"Hold at {cap}: {_calm_text(obs, cap, spec, settings, tuned)}")
     direction, target, why, cause = want
 
-    # Bounds, then step limit.
+    # Bounds, then the free part of the move, then the step limit on the rest.
     bounded = min(max(target, bounds.lower), bounds.upper)
-    step = max(1, math.floor(cap * spec.adaptation.max_step_percent / 100))
     notes: list[str] = []
-    if direction is CapAction.LOWER:
-        new = max(bounded, cap - step)
-        if bounded != target:
-            notes.append(f"target {target} clamped to the lower bound {bounds.lower}")
-    else:
-        new = min(bounded, cap + step)
-        if bounded != target:
-            notes.append(f"target {target} clamped to the upper bound {bounds.upper} "
-                         f"({bounds.upper_source})")
-    if new != bounded:
-        notes.append(f"step limited to {spec.adaptation.max_step_percent}% of {cap} "
-                     "(spec.adaptation.maxStepPercent)")
+    if bounded != target:
+        notes.append(f"target {target} clamped to the lower bound {bounds.lower}"
+                     if direction is CapAction.LOWER else
+                     f"target {target} clamped to the upper bound {bounds.upper} "
+                     f"({bounds.upper_source})")
     ev["target"] = target
+    free_to, free_why = _free_part(direction, obs, cap, bounded, ev)
+    pct = spec.adaptation.max_step_percent
+    start = cap if free_to is None else free_to  # where the binding part starts
+    step = max(1, math.floor(start * pct / 100))
+    new = (max(bounded, start - step) if direction is CapAction.LOWER else
+           min(bounded, start + step))
+    binding = new != start
     verb = "lower" if direction is CapAction.LOWER else "raise"
     if new == cap:
         end, at, source = (("lower", bounds.lower, bounds.lower_source)
@@ -584,17 +612,34 @@ def decide(
         return hold(cap, DecisionCause.AT_BOUND,
                     f"Hold at {cap}: would {verb} ({why}) but the cap is at its {end} "
                     f"bound ({at}) set by {source}")
+    side = "the running peak" if direction is CapAction.LOWER else "the demand"
+    if free_to is not None:
+        notes.append(f"{cap} → {free_to} free: {free_why}"
+                     + ("" if binding else ", so no step limit and no cooldown"))
+    if binding:
+        limited = "step limited to" if new != bounded else "within"
+        what = "the current" if free_to is None else "the binding"
+        cuts = ("cuts into the running batch" if direction is CapAction.LOWER else
+                "raises past the demand")
+        if direction is CapAction.LOWER and obs.running_max is None:
+            cuts += " (the running peak is not known)"
+        notes.append(f"{'' if free_to is None else 'then '}{start} → {new} {limited} {pct}% "
+                     f"of {what} {start} (spec.adaptation.maxStepPercent): it {cuts}")
 
-    if state.last_change_at is not None:
-        since = now - state.last_change_at
+    cooling = _cooldown_start(state)
+    if binding and cooling is not None:
+        since = now - cooling
         cooldown = spec.adaptation.cooldown_seconds
         if since < cooldown:
             ev["cooldownRemainingSeconds"] = round(cooldown - since)
-            return hold(cap, DecisionCause.COOLDOWN, f"Hold at {cap}: would {verb} to {new} "
-                        f"({why}) but the last change "
-                        f"was {since:.0f} s ago, within the {cooldown} s cooldown "
-                        "(spec.adaptation.cooldownSeconds)")
-
+            wait = (f"the last change that cut into the running batch was {since:.0f} s ago, "
+                    f"within the {cooldown} s cooldown (spec.adaptation.cooldownSeconds)")
+            if free_to is None:
+                return hold(cap, DecisionCause.COOLDOWN, f"Hold at {cap}: would {verb} to {new} "
+                            f"({why}) but {wait}")
+            # Only the free part now: the rest waits for the cooldown.
+            notes[-1] = f"the step {start} → {new} past {side} waits: {wait}"
+            new, binding = free_to, False
     flap = _flap(state, cap, new, now, settings)
     if flap is not None:
         strong = _strong(direction, obs, cap, new, spec, settings, flap, tuned)
@@ -615,7 +660,7 @@ def decide(
     text = f"{verb.capitalize()} {cap} → {new}: {why}"
     if notes:
         text += "; " + "; ".join(notes)
-    return move(new, cause, text)
+    return move(new, cause, text, free_to=free_to, free_reason=free_why, binding=binding)
 
 
 def record(state: AdaptationState, decision: CapDecision, settings: PolicySettings = DEFAULT_POLICY,
@@ -625,7 +670,8 @@ def record(state: AdaptationState, decision: CapDecision, settings: PolicySettin
         return state
     fit = decision.evidence.get("kvFit")
     change = CapChange(at=decision.at, from_value=decision.current, to_value=decision.value,
-                       reason=decision.reason, kv_fit=fit if isinstance(fit, int) else None)
+                       reason=decision.reason, kv_fit=fit if isinstance(fit, int) else None,
+                       binding=decision.binding)
     history = (*state.history, change)[-settings.history_length:]
     return AdaptationState(current=decision.value, last_change_at=decision.at, history=history)
 
@@ -651,6 +697,10 @@ def adaptation_status(
             "from": decision.current,
             "to": decision.value,
             "reason": decision.reason,
+            **({} if not decision.changed else {
+                "binding": decision.binding,
+                "free": None if decision.free_to is None else {
+                    "to": decision.free_to, "reason": decision.free_reason}}),
         },
     }
 
@@ -991,6 +1041,48 @@ def _exhausting(obs: Observation, s: PolicySettings) -> bool:
 
 def _preemptions_text(n: float) -> str:
     return f"{n:.0f} preemption" + ("" if round(n) == 1 else "s")
+
+
+def _free_part(direction: CapAction, obs: Observation, cap: int, target: int,
+               ev: Evidence) -> tuple[int | None, str | None]:
+    """The part of a move toward ``target`` (within the bounds) that changes nothing for
+    running requests: a lower to no less than the running peak (the window's max of
+    ``vllm:num_requests_running`` on any replica: no request ran above it, so a cap there
+    turns none away), a raise to no more than the demand (running + waiting: it admits
+    only requests already waiting). Returns where that part ends and why (None, None when
+    no part is free); records the peak and the demand in ``ev``."""
+    if direction is CapAction.LOWER:
+        if obs.running_max is None:
+            return None, None
+        peak = math.ceil(obs.running_max)
+        ev["runningPeak"] = peak
+        if peak >= cap:
+            return None, None
+        return max(target, peak), (f"no request runs above {peak} (running peak over the "
+                                   f"{obs.window_seconds:.0f} s window)")
+    running, waiting = obs.running_mean or 0.0, obs.waiting_mean or 0.0
+    demand = math.ceil(running + waiting)
+    ev["demand"] = demand
+    if demand <= cap:
+        return None, None
+    return min(target, demand), (f"{demand} requests in the system ({running:.1f} running + "
+                                 f"{waiting:.1f} waiting): the raise admits only requests "
+                                 "already waiting")
+
+
+def _cooldown_start(state: AdaptationState) -> float | None:
+    """When the cooldown counts from: the last change that was step-limited (it cut into
+    the running batch or raised past the demand; a state without history: its last
+    change). A free change neither starts a cooldown nor waits for one. The last change
+    counts from ``last_change_at`` (its rollout's completion or the engines' report); an
+    earlier one from the next change's decision, by which time it was in force."""
+    if not state.history:
+        return state.last_change_at
+    changes = state.history
+    for i in range(len(changes) - 1, -1, -1):
+        if changes[i].binding:
+            return state.last_change_at if i == len(changes) - 1 else changes[i + 1].at
+    return None
 
 
 def _flap(state: AdaptationState, cap: int, new: int, now: float,

@@ -626,9 +626,12 @@ def _rollout(
         adaptation["rolloutRequested"] = adaptation["rolloutRequestedTime"] = None
         adaptation["rolloutStalled"] = None
         adaptation["lastChangeTime"] = rfc3339(now)
+        free = bool(state.history) and not state.history[-1].binding
         events.append(st.Notice("Normal", "MaxNumSeqsRolledOut",
-                                f"Every replica runs max-num-seqs {done}; the cooldown "
-                                "counts from now"))
+                                f"Every replica runs max-num-seqs {done}; " + (
+                                    "the change cut into no running request, so no cooldown "
+                                    "counts from it" if free else
+                                    "the cooldown counts from now")))
     if rollout and adaptation.get("actuation") == "Rollout":
         cap = decision.value if decision.changed and decision.value else state.current
         adaptation["rolloutRequested"] = cap

@@ -17,6 +17,7 @@ from ..errors import SpecError
 from ..extra_args import check_extra_args
 from ..modelfacts import QUANT_BYTES_PER_WEIGHT
 from ..models import (
+    AdaptationMode,
     LLMServiceSpec,
     Quantization,
 )
@@ -172,6 +173,7 @@ def _make_plan(spec: LLMServiceSpec, gpus_per_node: int,
     seqs, mem_seqs, cap = _plan_max_num_seqs(ex, warnings, adjusted, spec, gpu, fit,
                                              concurrency, tokens_per_request)
     batched = _plan_batched_tokens(ex, adjusted, spec, seqs, max_model_len)
+    _check_min_cap(warnings, spec, seqs)
     if spec.engine.enable_chunked_prefill is False:
         # vLLM 0.32 starts, with a warning: vllm/engine/arg_utils.py EngineArgs.
         # _set_default_chunked_prefill_and_prefix_caching_args (every generate model but
@@ -214,6 +216,22 @@ def _make_plan(spec: LLMServiceSpec, gpus_per_node: int,
     sized = with_pod_sizing(spec, _check_utilization(spec, plan, gpus_per_node, read))
     _raise(_pod_memory_errors(spec, sized) + _host_buffer_errors(spec, sized))
     return sized
+
+
+def _check_min_cap(warnings: list[str], spec: LLMServiceSpec, seqs: int) -> None:
+    """A lower bound of the adaptation above the planned max-num-seqs: the bound wins over
+    the planner's memory limit (adaptation.policy.bounds_for), so the cap goes there at
+    once and never below it."""
+    low = spec.adaptation.min_max_num_seqs
+    if low <= seqs or isinstance(spec.engine.max_num_seqs, int) \
+            or spec.adaptation.mode is AdaptationMode.DISABLED:
+        return  # a pin above it is refused (validation); Disabled never moves the cap
+    warnings.append(
+        f"spec.adaptation.minMaxNumSeqs {low} is above the planned max-num-seqs {seqs} "
+        "(what the KV cache holds, within vLLM's default cap): the user's lower bound wins "
+        f"over the planner's memory limit, so the adaptation sets the cap to {low} at once "
+        "and never lowers it below, however often vLLM preempts. Fix: set "
+        f"spec.adaptation.minMaxNumSeqs to at most {seqs}, or remove it (default 1)")
 
 
 def _explain_rollout(ex: list[Explained], spec: LLMServiceSpec, gpus: int) -> None:
@@ -397,6 +415,9 @@ def _explain_parallelism(ex: list[Explained], warnings: list[str], spec: LLMServ
                 "usually faster (no pipeline bubbles, all-reduce over NVLink): leave "
                 f"spec.engine.tensorParallelSize auto{alt}, or pin "
                 "spec.engine.pipelineParallelSize if the stages are wanted")
+    if count_pinned and not tp_pinned and not pp_pinned and fit.pp > 1 \
+            and _nodes(fit, need.per_node) == 1:
+        warnings.append(_count_warning(spec, need, fit))
     ex.append(Explained(
         name="pipelineParallelSize", value=fit.pp, source="pinned" if pp_pinned else "planned",
         formula=pp_formula,
@@ -420,6 +441,38 @@ def _explain_parallelism(ex: list[Explained], warnings: list[str], spec: LLMServ
         inputs={"weightBytes": need.weights, "tensorParallelSize": fit.tp,
                 "pipelineParallelSize": fit.pp}))
     ex.append(_explain_kv(need, fit))
+
+
+def _count_warning(spec: LLMServiceSpec, need: _Need, fit: _Fit) -> str:
+    """Why a pinned ``spec.gpus.count`` that no valid tensor-parallel size divides into one
+    node's GPUs as TP alone ends as pipeline stages on one node, and the fix."""
+    facts, count = need.facts, fit.gpus
+    sizes = valid_tensor_parallel_sizes(facts, need.per_node)
+    auto = _choose_detail(need, _candidates(need, facts, spec.engine, None)).fit
+    least = auto.gpus if auto is not None else None
+    rule = (f"TP must divide its {facts.num_attention_heads} attention heads"
+            + ("" if facts.is_mla else f" and suit its {facts.num_key_value_heads} KV heads"))
+    fixes: list[str] = []
+    near = [t for t in sizes if t != count and (least is None or t >= least)]
+    if near:
+        below = [t for t in near if t < count]
+        above = [t for t in near if t > count]
+        picks = ([below[-1]] if below else []) + ([above[0]] if above else [])
+        fixes.append("set spec.gpus.count to " + " or ".join(map(str, picks))
+                     + " (tensor parallel on one node)")
+    if least is not None and least < count and count % least == 0:
+        fixes.append(f"set spec.gpus.count to {least} with spec.replicas: "
+                     f"{spec.replicas * count // least} (copies that each serve a share)")
+    fixes.append("pin spec.engine.pipelineParallelSize if the stages are wanted")
+    fits = ("" if least is None or least >= count else
+            f" Left auto, spec.gpus.count would be {least} for this model and workload: the "
+            "GPUs beyond it add KV cache, not speed.")
+    return (f"spec.gpus.count {count} is not a tensor-parallel size this model allows ({rule}: "
+            f"{', '.join(map(str, sizes))}), so the planner runs TP {fit.tp} x PP {fit.pp}: "
+            f"{fit.pp} pipeline stages on one node. Each step passes the stages in turn, so "
+            "within a node pipeline stages are slower than tensor parallelism (bubbles while "
+            f"a stage waits for the one before it, no all-reduce over NVLink).{fits} Fix: "
+            + "; or ".join(fixes))
 
 
 def _explain_kv(need: _Need, fit: _Fit) -> Explained:

@@ -188,6 +188,16 @@ def with_pod_sizing(spec: LLMServiceSpec, plan: Plan) -> Plan:
                  "+ shmSize); request only, no limit"),
         inputs={"weightBytesPerGpu": plan.weight_bytes_per_gpu, "gpusPerPod": gpus,
                 "shmSize": spec.resources.shm_size}))
+    memory, shm = spec.resources.memory, spec.resources.shm_size
+    if memory is not None and parse_quantity(memory) < parse_quantity(shm):
+        warnings.append(
+            f"spec.resources.memory {memory} is below spec.resources.shmSize {shm}: /dev/shm "
+            "is a memory emptyDir whose pages count against the container's memory limit "
+            f"(request = limit = {memory}), so the kernel kills vLLM (OOMKilled) before "
+            "/dev/shm fills, with nothing left for the process itself. Fix: set "
+            f"spec.resources.memory to at least {pod_memory_bytes(spec, plan) // GIB}Gi (the "
+            f"weights, the engine and the {shm} of /dev/shm), or remove it (planned), or "
+            "lower spec.resources.shmSize well below it")
     return plan.model_copy(update={"explanations": ex, "warnings": warnings})
 
 
