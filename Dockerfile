@@ -1,13 +1,16 @@
 # The llm-operator image: the operator (`llm-operator run`, what the Helm chart runs) and
 # the source the tuning Job's init container copies the tuner from (`python3 -c ...`, see
-# operator/llm_operator/tuning/job.py). Built and published by .github/workflows/image.yml;
-# by hand: `docker build -t llm-operator:dev .` (the build context is what .dockerignore
-# lets through: pyproject.toml, README.md and operator/).
+# operator/llm_operator/tuning/job.py). Built and pushed to your registry by
+# `bash tools/push_image.sh REGISTRY/REPO:TAG` (docker, else buildah), or by hand:
+# `docker build -t llm-operator:dev .` (the build context is what .dockerignore lets
+# through: pyproject.toml, README.md and operator/). BASE: any Debian-like Python 3.11
+# image with pip and venv; tools/build_images.sh builds one from Debian's packages for
+# the nodes test tier, where no registry of base images is reachable.
 #
 # Runs as UID/GID 65532 (the chart's podSecurityContext) on a read-only root filesystem:
 # nothing is written at run time except under /tmp (HOME), which the chart mounts as an
 # emptyDir. Both stages use the same base, because the venv's python is a symlink to the
-# base image's /usr/local/bin/python3.
+# base image's python3.
 
 ARG BASE=python:3.11-slim
 
