@@ -61,17 +61,21 @@ def test_queueing_with_free_kv_raises_the_cap(observed: list) -> None:
     spec = LLMServiceSpec.model_validate({"model": {"name": "tiny"}})
     d = decide(obs, AdaptationState(current=CAP), spec, obs.evaluated_at)
     assert d.action is CapAction.RAISE, d.reason
-    assert d.value == CAP + 1  # 50 % of 2 is 1: the step limit
+    # Issue 57: a raise up to the demand (running + waiting) only admits requests already
+    # waiting, so it is free: no step limit; past the demand it would be step-limited.
+    # The demand never exceeds the load's clients: the old rule would have stopped at 3.
+    assert d.value is not None and CAP + 1 < d.value <= LOAD.concurrency, d.reason
+    assert d.binding is False and "free" in d.reason, d.reason
     # Mean running at the cap with free KV ("low watermark"), or, on a loaded machine
     # where the mean dips under 90 % of the cap, the cap reached below the KV fit.
     assert "requests waiting" in d.reason
     assert "low watermark" in d.reason or "below the KV fit with a queue" in d.reason, d.reason
 
-    # With a wide step the target is the observed demand: running + waiting, about 8.
+    # The step limit does not apply to a free raise: a wide step lands at the same value.
     wide = LLMServiceSpec.model_validate({"model": {"name": "tiny"},
                                           "adaptation": {"maxStepPercent": 100}})
-    d = decide(obs, AdaptationState(current=CAP), wide, obs.evaluated_at)
-    assert d.action is CapAction.RAISE and d.value == CAP * 2  # still one step: 100 % of 2
+    d_wide = decide(obs, AdaptationState(current=CAP), wide, obs.evaluated_at)
+    assert d_wide.action is CapAction.RAISE and d_wide.value == d.value, d_wide.reason
 
 
 def test_upper_bound_holds_the_raise(observed: list) -> None:
