@@ -15,7 +15,8 @@
 # ($LLMOP_CACHE, default ~/.cache/llm-operator/images), reused by later runs: a run with
 # nothing changed takes about a second. Prints the operator image's name last.
 # Called by `bash tools/setup.sh --nodes`. Timings on this 2-core machine (2026-12-05):
-# the base 69 s, pause 3 s, the operator image 53 s.
+# the base 31-69 s, the operator image 30-53 s, the registry 290 s with an empty Go build
+# cache (niced, beside the control plane's build) and 3 s with a warm one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CACHE="${LLMOP_CACHE:-$HOME/.cache/llm-operator}/images"
@@ -25,7 +26,7 @@ BASE=localhost/llmop/python:3.11-bookworm
 PAUSE=localhost/llmop/pause:3.10
 REGISTRY_VERSION=v3.1.2  # github.com/distribution/distribution/v3
 if [ ! -x "$CACHE/bin/registry-$REGISTRY_VERSION" ]; then
-  echo "==> the OCI registry (distribution $REGISTRY_VERSION, Go module proxy; about 100 s)"
+  echo "==> the OCI registry (distribution $REGISTRY_VERSION, Go module proxy; up to 5 min)"
   command -v go >/dev/null || export PATH="/usr/local/go/bin:$PATH"
   s=$(date +%s)
   GOBIN="$CACHE/bin.tmp" GOFLAGS="${GOFLAGS:-} -buildvcs=false" go install -trimpath \

@@ -58,11 +58,15 @@ CONTROLLERS = "*"  # every default controller (deployment, replicaset, job, garb
 # collector, namespace, serviceaccount(-token), disruption, node lifecycle, ...)
 
 
+def cache_root() -> Path:
+    """The project's build cache outside the checkout: ``$LLMOP_CACHE`` or
+    ``~/.cache/llm-operator`` (the tools/build_*.sh scripts use the same)."""
+    return Path(os.environ.get("LLMOP_CACHE") or Path.home() / ".cache" / "llm-operator")
+
+
 def cache_dir() -> Path:
-    """Where ``tools/setup.sh --cluster`` puts the binaries (outside the checkout, keyed
-    by version): ``$LLMOP_CACHE`` or ``~/.cache/llm-operator``."""
-    root = Path(os.environ.get("LLMOP_CACHE") or Path.home() / ".cache" / "llm-operator")
-    return root / f"kubernetes-{KUBERNETES_VERSION}-etcd-{ETCD_VERSION}" / "bin"
+    """Where ``tools/setup.sh --cluster`` puts the binaries (keyed by version)."""
+    return cache_root() / f"kubernetes-{KUBERNETES_VERSION}-etcd-{ETCD_VERSION}" / "bin"
 
 
 def binaries_present(bin_dir: Path | None = None) -> bool:

@@ -53,7 +53,7 @@ from typing import Any
 
 import yaml
 
-from .cluster import SERVICE_CIDR, Component, LocalCluster, cache_dir, free_port, kubeconfig
+from .cluster import SERVICE_CIDR, Component, LocalCluster, cache_root, free_port, kubeconfig
 
 BRIDGE = "llmop0"
 POD_SUBNET = "10.244.0.0/24"
@@ -73,7 +73,7 @@ SBIN_PATH = {"PATH": os.environ.get("PATH", "") + ":/usr/local/sbin:/usr/sbin:/s
 
 def images_store() -> Path:
     """Where ``tools/build_images.sh`` keeps its images (buildah's store)."""
-    return cache_dir().parents[1] / "images"
+    return cache_root() / "images"
 
 
 def buildah() -> list[str]:
