@@ -63,6 +63,12 @@ CONFIG_JSON = "config.json"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 # The source of a dtype config.json does not name (transformers' float32 default).
 DTYPE_UNSTATED = "default: config.json names no torch_dtype"
+# The longest context vLLM assumes where config.json names no length key, and that
+# fact's source (Bloom, the Mamba models).
+VLLM_DEFAULT_MAX_LEN = 2048
+MAX_CONTEXT_UNSTATED = ("default: config.json names no length (max_position_embeddings "
+                        "...); vLLM assumes 2048 and warns; set spec.engine.maxModelLen "
+                        "to plan another")
 
 # Bytes per weight of each checkpoint quantization, scales included (estimated where the
 # safetensors index gives no total_size):
@@ -238,6 +244,8 @@ _NUMBER_FIELDS = (
     "expert_layer_period", "expert_layer_offset", "mamba_n_heads", "mamba_expand",
     "num_experts_per_token", "layer_group_size", "attention_chunk_size",
     "num_kv_heads_for_linear_attn", "linear_num_heads", "linear_head_dim", "mamba_d_ssm",
+    "vocab_size_per_layer_input", "hidden_size_per_layer_input", "altup_num_inputs",
+    "laurel_rank", "num_kv_shared_layers",
 )
 _LIST_OR_NUMBER_FIELDS = ("intermediate_size", "moe_intermediate_size",
                           "expert_intermediate_size", "moe_num_experts",
@@ -256,16 +264,20 @@ def _check_shapes(c: Mapping[str, Any]) -> None:
         raise _refusal(c, key, f"is {shown[:40]}, not a number")
 
 
+_LENGTH_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length",
+                "max_sequence_length", "model_max_length")
+
+
 def max_context(config: Mapping[str, Any]) -> int:
     """Longest context as vLLM derives it (``_get_and_verify_max_len``): the smallest
     length key, times the rope scaling factor except for rope types that already state
     the length; YaRN from its ``original_max_position_embeddings``."""
-    keys = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length",
-            "max_sequence_length", "model_max_length")
-    lengths = [int(config[k]) for k in keys if isinstance(config.get(k), int | float)]
+    lengths = [int(config[k]) for k in _LENGTH_KEYS if isinstance(config.get(k), int | float)]
     if not lengths:
-        raise ValueError("config.json has no max_position_embeddings: give "
-                         "spec.model.architecture.maxContext")
+        # Bloom (ALiBi) and the Mamba models name no length: vLLM assumes 2048 and warns
+        # (config/model.py, _get_and_verify_max_len: default_max_len); the fact's source
+        # says so (MAX_CONTEXT_UNSTATED).
+        return VLLM_DEFAULT_MAX_LEN
     length = min(lengths)
     scaling = config.get("rope_scaling") or {}
     rope_type = scaling.get("rope_type", scaling.get("type"))
@@ -307,6 +319,53 @@ _ATTRIBUTE_MAPS: dict[str, dict[str, str]] = {
     "bloom": {"num_hidden_layers": "n_layer", "num_attention_heads": "n_head",
               "hidden_size": "n_embed"},
 }
+
+# The attention-free families vLLM serves (model type -> (the Mamba its model builds,
+# the Jamba / Nemotron-H names the state rules read, from the family's own)), as vLLM
+# 0.32's model reads each config: mamba.py (MambaForCausalLM, also FalconMamba's):
+# MambaMixer of hf_config.intermediate_size (MambaConfig: expand x hidden_size),
+# state_size, conv_kernel, time_step_rank ("auto": ceil(hidden / 16)); mamba2.py
+# (Mamba2ForCausalLM): MambaMixer2 of expand x hidden_size, num_heads, head_dim,
+# state_size, n_groups, conv_kernel. Every layer a Mamba mixer and one RMSNorm, no
+# attention, no MLP.
+_MAMBA1_NAMES = {"mamba_expand": "expand", "mamba_d_state": "state_size",
+                 "mamba_d_conv": "conv_kernel", "mamba_dt_rank": "time_step_rank"}
+_MAMBA_ONLY: dict[str, tuple[str, dict[str, str]]] = {
+    "mamba": ("mamba1", _MAMBA1_NAMES),
+    "falcon_mamba": ("mamba1", _MAMBA1_NAMES),
+    "mamba2": ("mamba2", {"mamba_expand": "expand", "mamba_num_heads": "num_heads",
+                          "mamba_head_dim": "head_dim", "ssm_state_size": "state_size"}),
+}
+
+# The model types whose transformers config class ties the LM head to the input
+# embedding when config.json does not write tie_word_embeddings (the class default
+# True; every other class's is False), as vLLM reads the loaded config's
+# tie_word_embeddings. Generated from transformers 5.19.0 for the model types (and their
+# text configs) the corpus of vLLM's served types holds (tests/support/vllm_corpus.py
+# writes the classes' defaults; tests/vllm/test_corpus_from_installed.py fails if this
+# set differs from the installed transformers').
+_TIED_BY_DEFAULT = frozenset({
+    "bloom", "cohere", "cohere2", "cohere2_moe", "cohere2_vision", "cohere_compass_text",
+    "diffusion_gemma", "diffusion_gemma_text", "ernie4_5", "ernie4_5_moe",
+    "ernie4_5_vl_moe", "ernie4_5_vl_moe_text", "falcon", "falcon_mamba", "gemma",
+    "gemma2", "gemma3", "gemma3_text", "gemma3n", "gemma3n_text", "gemma4",
+    "gemma4_text", "gemma4_unified", "gemma4_unified_text", "gpt2", "gpt_bigcode",
+    "granite_swa", "hunyuan_vl", "hunyuan_vl_text", "internvl", "lfm2", "lfm2_moe",
+    "lfm2_vl", "mamba", "minicpm3", "mistral3", "opt", "paddleocr_vl",
+    "paddleocr_vl_text", "paligemma", "qwen3_vl_moe_text", "shieldgemma2", "smollm3",
+    "starcoder2", "vaultgemma", "zamba2",
+})
+
+
+def _tied(c: Mapping[str, Any], outer_type: Any = None) -> bool:
+    """Whether the LM head is the input embedding: config.json's tie_word_embeddings
+    where written (the text config's, else the wrapper's), else the config class's
+    default (:data:`_TIED_BY_DEFAULT`, by the text config's model type, else the
+    wrapper's)."""
+    if c.get("tie_word_embeddings") is not None:
+        return bool(c["tie_word_embeddings"])
+    return str(c.get("model_type") or outer_type) in _TIED_BY_DEFAULT
+
 
 # The families whose MLP is two matrices, up and down with the activation between and no
 # gate, as each model's code builds it: vLLM 0.32's own model file where it has one,
@@ -350,6 +409,14 @@ def _standard_names(c: dict[str, Any]) -> dict[str, Any]:
     mt = str(c.get("model_type"))
     if mt == "falcon_h1":  # its layers_block_type is "hybrid" for every layer
         return {k: v for k, v in c.items() if k != "layers_block_type"}
+    if mt in _MAMBA_ONLY:
+        out = dict(c)
+        for standard, own in _MAMBA_ONLY[mt][1].items():
+            if out.get(standard) is None and out.get(own) is not None:
+                out[standard] = out[own]
+        return out
+    if mt == "longcat_flash":
+        return _longcat_flash_names(c)
     if mt not in _ATTRIBUTE_MAPS and mt not in ("opt", "falcon"):
         return c
     out = dict(c)
@@ -382,6 +449,24 @@ def _standard_names(c: dict[str, Any]) -> dict[str, Any]:
                               ("moe_intermediate_size", "ffn_hidden_size")):
             if out.get(standard) is None:
                 out[standard] = ffn.get(own)
+    return out
+
+
+def _longcat_flash_names(c: dict[str, Any]) -> dict[str, Any]:
+    """LongCat-Flash as transformers' LongcatFlashConfig reads it: ``num_layers``
+    decoder layers, each of two sublayers (``num_hidden_layers`` is always 2 x
+    ``num_layers``), ``ffn_hidden_size`` and ``expert_ffn_hidden_size`` through its
+    attribute_map. vLLM's longcat_flash.py (FlashDecoderLayer) builds in each decoder
+    layer two MLA attentions (self_attn[0], [1]: two caches), two dense MLPs
+    (mlps[0], [1]) and one MoE of n_routed_experts (its zero_expert_num identity experts
+    hold no weights); :func:`_moe_layers` puts the MoE in every first sublayer."""
+    out = dict(c)
+    if out.get("num_hidden_layers") is None and _is_number(out.get("num_layers")):
+        out["num_hidden_layers"] = 2 * int(out["num_layers"])
+    for standard, own in (("intermediate_size", "ffn_hidden_size"),
+                          ("moe_intermediate_size", "expert_ffn_hidden_size")):
+        if out.get(standard) is None:
+            out[standard] = out.get(own)
     return out
 
 
@@ -491,13 +576,21 @@ def _layer_plan(c: Mapping[str, Any], layers: int, experts: int | None) -> _Laye
         if state else None
     moe_at = _moe_layers(c, layers) if experts else ()
     mlp_at = tuple(i for i in range(layers) if i not in frozenset(moe_at))
+    if c.get("model_type") == "longcat_flash":  # a dense MLP in every sublayer too
+        mlp_at = tuple(range(layers))
     return _Layers(full, sliding, window if sliding else None, state, kind,
                    full + sliding, len(moe_at), len(mlp_at), moe_at, mlp_at)
 
 
 # deepseek_sparse_attention (GLM-5.2+): MLA layers whose lightning indexer's small key
 # cache (index_head_dim fp8) is not counted.
-_BLOCK_LETTERS = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
+# Nemotron-H's layers_block_type labels, as hybrid_override_pattern letters: the older
+# configs' "mamba" / "attention", and transformers 5's NemotronHConfig
+# ("linear_attention" for the Mamba-2 layers, "full_attention": its _pattern_to_list;
+# vLLM's nemotron_h.py reads the pattern back through the class's
+# hybrid_override_pattern property).
+_BLOCK_LETTERS = {"mamba": "M", "linear_attention": "M", "attention": "*",
+                  "full_attention": "*", "mlp": "-", "moe": "E"}
 _LAYER_KINDS = {"full_attention": "full", "attention": "full", "global": "full",
                 "deepseek_sparse_attention": "full",
                 "sliding_attention": "sliding", "chunked_attention": "sliding",
@@ -514,6 +607,8 @@ def _moe_layers(c: Mapping[str, Any], layers: int) -> tuple[int, ...]:
     Ernie4_5_MoeConfig reads it) whose ``(i + 1) % moe_layer_interval == 0``; for
     ERNIE-4.5-VL's (text, vision) pairs, the widest range (Ernie4_5_VLMoeDecoderLayer);
     transformers 5 writes ERNIE-4.5-VL's as ``mlp_layer_types`` (``sparse``)."""
+    if c.get("model_type") == "longcat_flash":  # one MoE per two sublayers
+        return tuple(range(0, layers, 2))
     period = c.get("expert_layer_period")
     if isinstance(period, int) and period > 0:  # Jamba (JambaConfig.layers_num_experts)
         offset = int(c.get("expert_layer_offset") or 0)
@@ -700,6 +795,48 @@ def _mamba2_inner(c: Mapping[str, Any], heads: int, head_dim: int) -> int:
     if c.get("model_type") == "falcon_h1" and _is_number(c.get("mamba_d_ssm")):
         return int(c["mamba_d_ssm"])
     return heads * head_dim
+
+
+def _gemma3n_extras(c: Mapping[str, Any], g: dict[str, int], kv_heads: int,
+                    head_dim: int) -> None:
+    """Gemma-3n's weights beyond a decoder's, as vLLM 0.32's gemma3n.py builds them (added
+    to ``g``): the per-layer embeddings (Gemma3nTextModel.embed_tokens_per_layer:
+    vocab_size_per_layer_input x num_hidden_layers x hidden_size_per_layer_input) and
+    their projection from the hidden state (per_layer_model_projection); AltUp's
+    altup_num_inputs - 1 projections in and out (hidden x hidden each); per layer the
+    per-layer input gate and projection (hidden x hidden_size_per_layer_input each),
+    LAuReL's two laurel_rank matrices and AltUp's router and coefficients; less the K
+    and V projections of the num_kv_shared_layers last layers (Gemma3nAttention: those
+    read another layer's cache and build q_proj only). Norms are not counted."""
+    hidden, layers = int(c["hidden_size"]), int(c["num_hidden_layers"])
+    per_layer = int(c["hidden_size_per_layer_input"])
+    n = int(c.get("altup_num_inputs") or 4)
+    rank = int(c.get("laurel_rank") or 0)
+    shared = min(int(c.get("num_kv_shared_layers") or 0), layers)
+    g["embeddings"] += int(c["vocab_size_per_layer_input"]) * layers * per_layer
+    g["embeddings"] += hidden * layers * per_layer + 2 * (n - 1) * hidden * hidden
+    g["attention"] -= shared * hidden * kv_heads * 2 * head_dim
+    g["mlp"] += layers * (2 * hidden * per_layer + 2 * hidden * rank
+                          + n * n + n ** 3 + hidden * n)
+
+
+def _mamba_tp_units(c: Mapping[str, Any], kind: str) -> tuple[int, int]:
+    """What tensor parallelism splits in an attention-free Mamba model, as the planner's
+    (heads, head size): Mamba-2's heads of head_dim (MambaMixer2 asserts num_heads %
+    TP == 0); Mamba-1's channels, expand x hidden of size 1 (MambaMixer's column-
+    parallel in_proj: intermediate_size % TP == 0)."""
+    if kind == "mamba2":
+        heads, head_dim = _mamba2_shape(c)[:2]
+        return heads, head_dim
+    return _mamba1_shape(c)[0], 1
+
+
+def _mamba_group_units(c: Mapping[str, Any], kind: str, heads: int) -> int:
+    """The planner's KV heads of a Mamba-only model (TP must divide them or be divided by
+    them): Mamba-2's n_groups (MambaMixer2 asserts n_groups % TP == 0 or n_groups == 1;
+    a TP above n_groups and a multiple of it passes here and not there: at most 8 GPUs a
+    node, and n_groups is 8 where it is not 1), Mamba-1's channels."""
+    return _mamba2_shape(c)[3] if kind == "mamba2" else heads
 
 
 def _mamba1_shape(c: Mapping[str, Any]) -> tuple[int, int, int, int]:
@@ -988,7 +1125,7 @@ def _groups(c: Mapping[str, Any], layers: _Layers, heads: int, kv_heads: int, he
     shared = (layers.moe * mats * hidden * shared_inter if shared_inter
               else n_shared * mats * hidden * sum(
                   width_at[i][0] for i in moe_at))
-    tied = bool(c.get("tie_word_embeddings", False))
+    tied = _tied(c)
     g = {
         "embeddings": vocab * hidden * (1 if tied else 2) + hidden,
         "attention": attn,
@@ -1185,25 +1322,40 @@ def _facts_from_config(config: Mapping[str, Any], name: str | None,
                        index: Mapping[str, Any] | None,
                        hf_quant_config: Mapping[str, Any] | None) -> ModelFacts:
     c = _standard_names(_text_config(config))
+    if c.get("tie_word_embeddings") is None:  # the class default (see _tied)
+        c["tie_word_embeddings"] = _tied(c, config.get("model_type"))
     if not c.get("num_hidden_layers") and isinstance(c.get("layers_block_type"), list):
         c["num_hidden_layers"] = len(c["layers_block_type"])
-    for key in ("hidden_size", "num_hidden_layers", "num_attention_heads"):
+    mamba_only = _MAMBA_ONLY.get(str(c.get("model_type")), (None, {}))[0]
+    required = ("hidden_size", "num_hidden_layers") + (
+        ("mamba_expand",) if mamba_only else ("num_attention_heads",))
+    for key in required:
         if not c.get(key):
-            raise ValueError(f"config.json has no {key}: not a decoder transformer the "
-                             "planner can read; give spec.model.architecture")
+            what = f"a {c.get('model_type')} (Mamba) model" if mamba_only else \
+                "a decoder transformer"
+            raise ValueError(f"config.json has no {key}: not {what} the planner can read; "
+                             "give spec.model.architecture")
     _check_shapes(c)
     hidden = int(c["hidden_size"])
     layers_n = int(c["num_hidden_layers"])
-    heads = int(c["num_attention_heads"])
-    kv_heads = int(c.get("num_key_value_heads") or heads)
-    head_dim = int(c.get("head_dim") or hidden // heads)
+    if mamba_only:
+        heads, head_dim = _mamba_tp_units(c, mamba_only)
+        kv_heads = _mamba_group_units(c, mamba_only, heads)
+    else:
+        heads = int(c["num_attention_heads"])
+        kv_heads = int(c.get("num_key_value_heads") or heads)
+        head_dim = int(c.get("head_dim") or hidden // heads)
     counts = _expert_counts(c)
     experts = counts[0] if counts else None
     top_k_raw = _first(c, ("num_experts_per_tok", "experts_per_token", "moe_topk", "moe_k",
                            "moe_top_k", "top_k_experts", "num_experts_per_token"))
     top_k = int(top_k_raw) if experts and top_k_raw else None
     sliding_kv_heads = _mimo_sliding_kv_heads(c, heads, head_dim)
-    if isinstance(c.get("block_configs"), list):  # Nemotron NAS (DeciLM)
+    if mamba_only:  # every layer a Mamba mixer and its norm, nothing per token
+        layers = _Layers(0, 0, None, layers_n, mamba_only, 0, 0, 0)
+        g = _groups(c, layers, heads, kv_heads, head_dim, None, None)
+        g["norms"] = layers_n * hidden
+    elif isinstance(c.get("block_configs"), list):  # Nemotron NAS (DeciLM)
         nas = _nas_blocks(c["block_configs"], layers_n, heads, hidden)
         kv_heads = nas.kv_heads
         layers = _Layers(nas.attention, 0, None, 0, None, nas.attention, 0, nas.mlp_layers)
@@ -1227,6 +1379,8 @@ def _facts_from_config(config: Mapping[str, Any], name: str | None,
         g["attention"] = dsv4.attention_parameters
         g["norms"] += dsv4.hyper_connection_parameters
         g["router"] += dsv4.hash_router_parameters
+    if c.get("vocab_size_per_layer_input") and c.get("hidden_size_per_layer_input"):
+        _gemma3n_extras(c, g, kv_heads, head_dim)
     vision = _vision_parameters(config)
     common = g["embeddings"] + g["attention"] + g["state"] + g["mlp"] + g["shared_experts"] \
         + g["router"] + g["norms"]
@@ -1235,6 +1389,8 @@ def _facts_from_config(config: Mapping[str, Any], name: str | None,
     sources: list[tuple[str, str]] = []
     if not (c.get("torch_dtype") or c.get("dtype")):
         sources.append(("dtype", DTYPE_UNSTATED))
+    if not any(_is_number(c.get(k)) for k in _LENGTH_KEYS):
+        sources.append(("max_context", MAX_CONTEXT_UNSTATED))
     quant, method, attn_quantized, activations = _quantization(c, hf_quant_config)
     meta = (index or {}).get("metadata") or {}
     if isinstance(meta.get("total_parameters"), int):
@@ -1283,7 +1439,7 @@ def _facts_from_config(config: Mapping[str, Any], name: str | None,
         max_context=max_context(c),
         vocab_size=int(c["vocab_size"]) if c.get("vocab_size") else None,
         dtype=str(c.get("torch_dtype") or c.get("dtype") or "float32").removeprefix("torch."),
-        tie_word_embeddings=bool(c.get("tie_word_embeddings", False)),
+        tie_word_embeddings=_tied(c),
         source=CONFIG_JSON,
         full_attention_layers=layers.full,
         # Gemma 4's global layers (attention_k_eq_v shares K and V there: counted as two,

@@ -20,7 +20,7 @@ import pytest
 from llm_operator import cli
 from llm_operator.facts import message as fm
 from llm_operator.facts.control import FactsFailed, parse_facts
-from llm_operator.modelfacts import facts_from_hf_config
+from llm_operator.modelfacts import MAX_CONTEXT_UNSTATED, facts_from_hf_config
 from llm_operator.models import parse_llmservice
 from llm_operator.planning import kv_bytes_per_token, make_plan
 from llm_operator.planning.memory import kv_bytes_per_sequence
@@ -79,8 +79,14 @@ def test_gemma_3n_per_layer_intermediate_size_is_summed_over_its_layers() -> Non
     # = 4,194,304 + 2,097,152 + 4,194,304 = 10,485,760; MLP 3 x 2048 x 16384 = 100,663,296;
     # norms 2 x 2048. Tied embeddings 262,400 x 2048 + the final norm 2048.
     # 35 x (10,485,760 + 100,663,296 + 4,096) + 537,395,200 + 2048 = 4,427,757,568
-    # (the per-layer input embeddings, AltUp and LAuReL are not counted).
-    assert facts.parameters == 4_427_757_568
+    # as a plain decoder (what was counted before). vLLM's gemma3n.py builds more:
+    # per-layer embeddings 262,144 x 35 x 256 = 2,348,810,240 and their projection
+    # 2048 x 35 x 256 = 18,350,080; AltUp's 3 + 3 projections 2048 x 2048 = 25,165,824;
+    # per layer the input gate and projection 2 x 2048 x 256, LAuReL 2 x 2048 x 64 and
+    # AltUp's coefficients 4^2 + 4^3 and router 2048 x 4: 1,318,992 x 35 = 46,164,720;
+    # less K and V of the 15 KV-shared layers, 15 x 2048 x 2 x 2 x 256 = 31,457,280.
+    assert facts.parameters == 4_427_757_568 + 2_348_810_240 + 18_350_080 + 25_165_824 \
+        + 46_164_720 - 31_457_280 == 6_834_791_152
     assert (facts.full_attention_layers, facts.sliding_window_layers) == (7, 28)
     # 7 full layers x 2 KV heads x (256 + 256) x 2 bytes per token at TP 1; the 28
     # sliding layers hold 512 tokens at most (without a length, counted as full: 35 x).
@@ -88,7 +94,7 @@ def test_gemma_3n_per_layer_intermediate_size_is_summed_over_its_layers() -> Non
     assert kv_bytes_per_token(facts, 1, 1, 2, tokens=32768) < 7 * 2 * 512 * 2 + 2048
     plan = make_plan(spec("google/gemma-3n-E4B"), facts=facts)
     assert plan.tensor_parallel_size == 1
-    assert plan.weight_bytes == 2 * 4_427_757_568
+    assert plan.weight_bytes == 2 * 6_834_791_152
 
 
 def test_per_layer_widths_are_read_layer_by_layer() -> None:
@@ -97,7 +103,7 @@ def test_per_layer_widths_are_read_layer_by_layer() -> None:
     text = {**GEMMA_3N_TEXT, "intermediate_size": [8192] * 20 + [16384] * 15}
     facts = facts_from_hf_config({**GEMMA_3N, "text_config": text})
     # The MLPs shrink by 3 x 2048 x 20 x (16384 - 8192) = 1,006,632,960.
-    assert facts.parameters == 4_427_757_568 - 1_006_632_960 == 3_421_124_608
+    assert facts.parameters == 6_834_791_152 - 1_006_632_960
 
 
 def test_ernie_4_5_vl_per_modality_lists_do_not_crash() -> None:
@@ -379,12 +385,28 @@ def test_dbrx_experts_are_read_from_ffn_config() -> None:
     assert plan.tensor_parallel_size == 4  # 263 GB of bf16: four 80 GB GPUs
 
 
-def test_bloom_is_told_what_it_lacks_not_that_it_has_no_hidden_size() -> None:
-    with pytest.raises(ValueError) as exc:
-        facts_from_hf_config(BLOOM)
-    assert "max_position_embeddings" in str(exc.value)  # ALiBi: no length in config.json
-    assert "hidden_size" not in str(exc.value)
+def test_bloom_is_planned_at_the_length_vllm_assumes() -> None:
+    """Bloom (ALiBi) names no length: refused before ("config.json has no
+    max_position_embeddings"); vLLM serves it at 2048 (_get_and_verify_max_len's
+    default, with a warning), and so is it planned, the source saying so."""
+    facts = facts_from_hf_config(BLOOM, name="bigscience/bloom-560m")
+    assert facts.max_context == 2048
+    assert facts.source_of("max_context") == MAX_CONTEXT_UNSTATED
+    assert "spec.engine.maxModelLen" in MAX_CONTEXT_UNSTATED
+    # Tied by BloomConfig's default (config.json does not write it). Per layer:
+    # attention 4 x 1024^2 = 4,194,304; MLP (two matrices) 2 x 1024 x 4096 = 8,388,608;
+    # norms 2 x 1024: 12,584,960 x 24 = 302,039,040; embedding 250,880 x 1024 =
+    # 256,901,120 once, + 1024: 558,941,184 (bigscience/bloom-560m: 559,214,592 with its
+    # biases and embedding norm, -0.05%; read untied it was 815,842,304, +46%).
+    assert facts.tie_word_embeddings
+    assert facts.parameters == 558_941_184
+    # 24 layers x 16 KV heads x (64 + 64) x 2 bytes.
+    assert kv_bytes_per_token(facts, 1, 1, 2) == 98_304
+    plan = make_plan(spec("bigscience/bloom-560m"), facts=facts)
+    assert plan.max_model_len == 2048
+    assert plan.fact_sources["maxContext"] == MAX_CONTEXT_UNSTATED
     facts = facts_from_hf_config({**BLOOM, "seq_length": 2048})
+    assert facts.source_of("max_context") == "config.json"
     assert (facts.hidden_size, facts.num_layers, facts.num_attention_heads) == (1024, 24, 16)
     # n_embed, which BloomConfig also reads as hidden_size (bigscience/bloom's own).
     renamed = {k: v for k, v in BLOOM.items() if k != "hidden_size"}
@@ -826,3 +848,169 @@ def test_minicpm3_caches_full_heads_not_a_latent() -> None:
     assert kv_bytes_per_token(facts, 4, 1, 2) == 952_320 // 4
     # The weights still count the latent projections: 4.26B untied ("4B").
     assert facts.parameters == pytest.approx(4.0e9, rel=0.07)
+
+
+# --------------------------------------------------------------------------- issue 56, rest
+
+# transformers 5's NemotronHConfig defaults: layers_block_type in its own labels
+# ("linear_attention" for the Mamba-2 blocks, "full_attention"), one block of each kind.
+NEMOTRON_H_T5: dict[str, Any] = {
+    "model_type": "nemotron_h", "architectures": ["NemotronHForCausalLM"],
+    "vocab_size": 131072, "hidden_size": 4096, "tie_word_embeddings": False,
+    "layers_block_type": ["linear_attention", "moe", "full_attention", "mlp"],
+    "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+    "max_position_embeddings": 4096, "intermediate_size": 21504, "mlp_hidden_act": "relu2",
+    "ssm_state_size": 128, "mamba_num_heads": 128, "mamba_head_dim": 64, "n_groups": 8,
+    "conv_kernel": 4, "expand": 2, "mamba_ssm_cache_dtype": "float32",
+    "n_routed_experts": 8, "n_shared_experts": 1, "moe_intermediate_size": 7688,
+    "moe_shared_expert_intermediate_size": 7688, "num_experts_per_tok": 2,
+}
+
+
+def test_nemotron_h_transformers_5_block_labels() -> None:
+    """Refused before ("layers_block_type has 'linear_attention', a block the planner
+    does not model"); read as the pattern "ME*-" that the class's
+    hybrid_override_pattern property gives vLLM's nemotron_h.py."""
+    facts = facts_from_hf_config(NEMOTRON_H_T5)
+    assert (facts.num_layers, facts.kv_layers, facts.state_layers, facts.state_kind) == (
+        4, 1, 1, "mamba2")
+    # KV: 1 attention block x 8 KV heads x (128 + 128) x 2 bytes = 4,096 B/token.
+    assert kv_bytes_per_token(facts, 1, 1, 2) == 1 * 8 * 256 * 2 == 4_096
+    # Mamba-2 (MambaStateShapeCalculator.mamba2_state_shape): conv 3 x (128 x 64 +
+    # 2 x 8 x 128) = 30,720 (bf16); SSM 128 x 64 x 128 = 1,048,576 (float32, the
+    # config's mamba_ssm_cache_dtype): 61,440 + 4,194,304 = 4,255,744 B per sequence.
+    assert facts.state_elements_per_layer == 30_720 + 1_048_576
+    assert facts.state_dtype == "float32"
+    assert kv_bytes_per_sequence(facts, 1, 1, 2, 1000, state_dtype_bytes=4,
+                                 conv_dtype_bytes=2) == 4_255_744
+    # Parameters: embeddings 2 x 131,072 x 4,096 + 4,096 = 1,073,745,920; attention
+    # 4,096 x 128 x (32 + 8 + 8 + 32) = 41,943,040; Mamba in_proj 4,096 x (2 x 8,192 +
+    # 2 x 8 x 128 + 128) + out_proj 8,192 x 4,096 = 109,576,192; relu2 MLP 2 x 4,096 x
+    # 21,504 = 176,160,768; experts 8 x 2 x 4,096 x 7,688 = 503,840,768; shared expert
+    # 2 x 4,096 x 7,688 = 62,980,096; router 4,096 x 8; norms 4 x 2 x 4,096.
+    assert facts.parameters == 1_968_312_320
+    # The same model under the older pattern reads the same.
+    older = {k: v for k, v in NEMOTRON_H_T5.items() if k != "layers_block_type"}
+    older.update(hybrid_override_pattern="ME*-", num_hidden_layers=4)
+    assert facts_from_hf_config(older).parameters == facts.parameters
+
+
+# state-spaces/mamba-130m-hf as transformers' MambaConfig writes it (FalconMamba: the
+# same fields); Mamba2Config's defaults (mistralai/Mamba-Codestral-7B-v0.1's shape).
+MAMBA_130M: dict[str, Any] = {
+    "model_type": "mamba", "architectures": ["MambaForCausalLM"], "vocab_size": 50280,
+    "hidden_size": 768, "state_size": 16, "num_hidden_layers": 24, "expand": 2,
+    "conv_kernel": 4, "intermediate_size": 1536, "time_step_rank": 48,
+    "use_conv_bias": True, "use_bias": False, "tie_word_embeddings": True,
+    "torch_dtype": "float32",
+}
+MAMBA2_CODESTRAL: dict[str, Any] = {
+    "model_type": "mamba2", "architectures": ["Mamba2ForCausalLM"], "vocab_size": 32768,
+    "hidden_size": 4096, "num_hidden_layers": 64, "num_heads": 128, "head_dim": 64,
+    "state_size": 128, "expand": 2, "n_groups": 8, "conv_kernel": 4,
+    "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+}
+
+
+@pytest.mark.parametrize("model_type", ["mamba", "falcon_mamba"])
+def test_mamba_1_models_are_planned_by_their_state(model_type: str) -> None:
+    """Refused before as "config.json has no num_attention_heads: not a decoder
+    transformer"; vLLM's mamba.py serves both (MambaForCausalLM, FalconMamba's too)."""
+    facts = facts_from_hf_config({**MAMBA_130M, "model_type": model_type},
+                                 name="state-spaces/mamba-130m-hf")
+    assert (facts.kv_layers, facts.state_layers, facts.state_kind) == (0, 24, "mamba1")
+    assert kv_bytes_per_token(facts, 1, 1, 2) == 0  # nothing per token
+    # MambaStateShapeCalculator.mamba1_state_shape: conv (4 - 1) x 1536 = 4,608, SSM
+    # 1536 x 16 = 24,576; 24 layers x 29,184 x 2 bytes (bf16) = 1,400,832 B a sequence.
+    assert facts.state_elements_per_layer == 4_608 + 24_576
+    assert kv_bytes_per_sequence(facts, 1, 1, 2, 1000) == 1_400_832
+    # vLLM's MambaMixer per layer: in_proj 768 x 3072 = 2,359,296; conv1d 1536 x (4 + 1)
+    # = 7,680; x_proj 1536 x (48 + 2 x 16) = 122,880; dt_proj 48 x 1536 + 1536 =
+    # 75,264; A 1536 x 16 = 24,576; D 1536; out_proj 1536 x 768 = 1,179,648; and its
+    # RMSNorm 768: 3,771,648 x 24 = 90,519,552; tied embedding 50,280 x 768 =
+    # 38,615,040 and the final norm 768: 129,135,360 ("130m").
+    assert facts.parameters == 129_135_360
+    # No length key: vLLM's 2048; TP splits the 1536 channels (MambaMixer's in_proj).
+    assert facts.max_context == 2048
+    plan = make_plan(spec("state-spaces/mamba-130m-hf"), facts=facts)
+    assert plan.tensor_parallel_size == 1 and plan.max_model_len == 2048
+
+
+def test_mamba_2_model_is_planned_by_its_state() -> None:
+    facts = facts_from_hf_config(MAMBA2_CODESTRAL, name="mistralai/Mamba-Codestral-7B-v0.1")
+    assert (facts.kv_layers, facts.state_layers, facts.state_kind) == (0, 64, "mamba2")
+    # mamba2_state_shape: conv 3 x (2 x 4096 + 2 x 8 x 128) = 30,720; SSM 128 x 64 x 128 =
+    # 1,048,576; 64 layers x 1,079,296 x 2 bytes = 138,149,888 B (132 MiB) a sequence.
+    assert facts.state_elements_per_layer == 30_720 + 1_048_576
+    assert kv_bytes_per_sequence(facts, 1, 1, 2, 1000) == 138_149_888
+    assert kv_bytes_per_sequence(facts, 8, 1, 2, 1000) == 138_149_888 // 8
+    # Per layer in_proj 4096 x (2 x 8192 + 2 x 8 x 128 + 128) = 76,021,760 and out_proj
+    # 8192 x 4096 = 33,554,432 (conv, A, D, dt bias, gated norm: 0.05%, not counted),
+    # norm 4096: x 64 = 7,013,138,432; untied embeddings 2 x 32,768 x 4096 + 4096:
+    # 7,281,577,984 ("7.3B").
+    assert facts.parameters == 7_281_577_984
+    # TP divides the 128 heads and the 8 groups (MambaMixer2's asserts).
+    assert (facts.num_attention_heads, facts.num_key_value_heads) == (128, 8)
+    plan = make_plan(spec("mistralai/Mamba-Codestral-7B-v0.1"), facts=facts)
+    assert plan.tensor_parallel_size == 1  # 14.6 GB of bf16
+
+
+def test_a_mamba_config_without_its_sizes_is_refused_naming_them() -> None:
+    broken = {k: v for k, v in MAMBA2_CODESTRAL.items() if k != "expand"}
+    with pytest.raises(ValueError, match="no mamba_expand: not a mamba2 .Mamba. model"):
+        facts_from_hf_config(broken)
+
+
+# meituan-longcat/LongCat-Flash-Chat as transformers' LongcatFlashConfig gives it (its
+# defaults): num_layers decoder layers of two sublayers each.
+LONGCAT_FLASH: dict[str, Any] = {
+    "model_type": "longcat_flash", "architectures": ["LongcatFlashForCausalLM"],
+    "vocab_size": 131072, "hidden_size": 6144, "num_layers": 28,
+    "num_attention_heads": 64, "num_key_value_heads": 64, "max_position_embeddings": 131072,
+    "tie_word_embeddings": False, "ffn_hidden_size": 12288, "q_lora_rank": 1536,
+    "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "head_dim": 64,
+    "v_head_dim": 128, "moe_topk": 12, "n_routed_experts": 512, "zero_expert_num": 256,
+    "expert_ffn_hidden_size": 2048, "torch_dtype": "bfloat16",
+}
+
+
+def test_longcat_flash_two_sublayers_a_layer() -> None:
+    """Refused before ("config.json has no num_hidden_layers"): vLLM's
+    FlashDecoderLayer holds two MLA attentions, two dense MLPs and one MoE."""
+    facts = facts_from_hf_config(LONGCAT_FLASH, name="meituan-longcat/LongCat-Flash-Chat")
+    # 2 x 28 MLA caches x (512 + 64) x 2 bytes = 64,512 B/token (vLLM's config-only
+    # convertor counts num_layers, 28: half of what the model caches).
+    assert (facts.num_layers, facts.kv_layers, facts.mla_kv_dim) == (56, 56, 576)
+    assert kv_bytes_per_token(facts, 1, 1, 2) == 64_512
+    # Per MLA: q 6144 x 1536 + 1536 + 1536 x 64 x 192 = 28,313,088; kv 6144 x 576 + 512
+    # + 512 x 64 x 256 = 11,928,064; o 64 x 128 x 6144 = 50,331,648: 90,572,800 x 56 =
+    # 5,072,076,800. Dense MLPs 3 x 6144 x 12288 x 56 = 12,683,575,296. Experts 512 x 3 x
+    # 6144 x 2048 x 28 = 541,165,879,296; router 28 x 6144 x 512 = 88,080,384;
+    # embeddings 2 x 131,072 x 6144 + 6144 = 1,610,618,880; norms 56 x 2 x 6144 =
+    # 688,128: 560,620,918,784 ("560B").
+    assert facts.parameters == 560_620_918_784
+    # Active: all but the experts, + 12 of 512 (zero experts counted as real: the bound)
+    # = 19,455,039,488 + 12,683,575,296 = 32,138,614,784 (published: 18.6-31.3 B).
+    assert facts.active == 32_138_614_784
+    plan = make_plan(spec("meituan-longcat/LongCat-Flash-Chat", gpus={"perNode": 8}),
+                     facts=facts)
+    assert plan.weight_bytes == 2 * 560_620_918_784
+
+
+@pytest.mark.parametrize(("config", "tied"), [
+    (GEMMA_2_NO_TIE := {"model_type": "gemma2", "vocab_size": 256000, "hidden_size": 2304,
+                        "intermediate_size": 9216, "num_hidden_layers": 26,
+                        "num_attention_heads": 8, "num_key_value_heads": 4,
+                        "head_dim": 256, "max_position_embeddings": 8192}, True),
+    ({**GEMMA_2_NO_TIE, "model_type": "llama"}, False),
+    ({**GEMMA_2_NO_TIE, "tie_word_embeddings": False}, False),
+    ({"model_type": "paligemma", "text_config": GEMMA_2_NO_TIE}, True),
+])
+def test_a_missing_tie_word_embeddings_is_the_config_class_default(
+        config: dict[str, Any], tied: bool) -> None:
+    """Gemma2Config ties by default, LlamaConfig does not; a missing key was read as
+    untied (vLLM reads the loaded class's attribute). Gemma 2 2B: the 256,000 x 2304
+    embedding (589,824,000) is counted once."""
+    facts = facts_from_hf_config(config)
+    assert facts.tie_word_embeddings is tied
+    assert facts.embedding_parameters == 589_824_000 * (1 if tied else 2)

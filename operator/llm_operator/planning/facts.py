@@ -93,4 +93,6 @@ def fact_sources(spec: LLMServiceSpec, facts: ModelFacts) -> dict[str, str]:
         sources["weightBytes"] = facts.source_of("weight_bytes")
     if facts.full_attention_layers is not None:
         sources["layerTypes"] = facts.source
+    if facts.source_of("max_context") != facts.source:
+        sources["maxContext"] = facts.source_of("max_context")
     return sources
