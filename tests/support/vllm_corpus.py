@@ -11,7 +11,10 @@ defaults (``to_dict()``, ``architectures`` set to that architecture) to
 ``get_hf_text_config``) and converts it with vLLM's own
 ``ModelArchConfigConvertor`` (``ModelConfig.get_model_arch_config``'s path: head size,
 total KV heads, layers, MLA), and counts the attention layers with
-``ModelConfig.get_num_layers_by_block_type``. Whether the model class is hybrid,
+``ModelConfig.get_num_layers_by_block_type``; for a hybrid or attention-free class, the
+per-layer state shapes its ``get_mamba_state_shape_from_config`` computes (the model's
+module imported, no weights built); and each config class's ``tie_word_embeddings``
+default. Whether the model class is hybrid,
 attention-free or has no-op layers (``IsHybrid``, ``IsAttentionFree``, ``HasNoOps``)
 is read from the class's bases in vLLM's source (``ast``): importing every model
 module, as ``ModelConfig`` does through the registry's inspection, takes minutes.
@@ -171,6 +174,42 @@ def _read(folder: Path, arch_name: str) -> dict[str, Any]:
     return out
 
 
+def _tie_default(config: Any) -> dict[str, bool]:
+    """model type -> its config class's tie_word_embeddings default, for the config and
+    its text config (what vLLM reads where config.json does not write the key)."""
+    out = {}
+    for c in (config, config.get_text_config()):
+        default = getattr(type(c)(), "tie_word_embeddings", None)
+        out[c.model_type] = bool(default)
+    return out
+
+
+def _state_shapes(hf_config: Any, text: Any, arch_name: str) -> list[list[int]]:
+    """The per-layer state shapes at TP 1 that vLLM's model class computes from the
+    config (``get_mamba_state_shape_from_config``: MambaStateShapeCalculator), with the
+    engine's defaults (mamba cache dtypes auto, no speculative tokens, no ReplaySSM).
+    Imports the model's module (seconds; a module needing what the CPU build lacks,
+    e.g. torchvision, raises and is reported)."""
+    import importlib
+    from types import SimpleNamespace
+
+    import torch
+    from vllm.model_executor.models import registry
+
+    module, cls = registry._VLLM_MODELS[arch_name]
+    if not module.startswith("vllm."):
+        module = f"vllm.model_executor.models.{module}"
+    klass = getattr(importlib.import_module(module), cls)
+    stub = SimpleNamespace(
+        model_config=SimpleNamespace(hf_config=hf_config, hf_text_config=text,
+                                     dtype=torch.bfloat16),
+        parallel_config=SimpleNamespace(tensor_parallel_size=1),
+        cache_config=SimpleNamespace(mamba_cache_dtype="auto", mamba_ssm_cache_dtype="auto",
+                                     cache_dtype="auto", use_replayssm=False),
+        num_speculative_tokens=0, speculative_config=None)
+    return [list(shape) for shape in klass.get_mamba_state_shape_from_config(stub)]
+
+
 def main(root: str) -> int:
     from transformers import CONFIG_MAPPING, __version__
 
@@ -191,10 +230,23 @@ def main(root: str) -> int:
         (folder / "config.json").write_text(json.dumps(config, default=str))
         row["folder"] = str(folder)
         try:
+            row["tie_default"] = _tie_default(CONFIG_MAPPING[model_type]())
+        except Exception as exc:  # noqa: BLE001 - reported per type, the test decides
+            row["tie_default_error"] = f"{type(exc).__name__}: {exc}"[:300]
+        try:
             row["vllm"] = _read(folder, arch)
         except Exception as exc:  # noqa: BLE001 - reported per type, the test decides
             row["vllm_error"] = f"{type(exc).__name__}: {exc}"[:300]
             row["trace"] = traceback.format_exc()[-1500:]
+            continue
+        if {"is_hybrid", "is_attention_free"} & set(row["vllm"]["flags"]):
+            from vllm.transformers_utils.config import get_config, get_hf_text_config
+            try:
+                hf_config = get_config(str(folder), trust_remote_code=False)
+                row["vllm"]["state_shapes"] = _state_shapes(
+                    hf_config, get_hf_text_config(hf_config), arch)
+            except Exception as exc:  # noqa: BLE001 - reported per type
+                row["vllm"]["state_error"] = f"{type(exc).__name__}: {exc}"[:300]
     sys.stdout.write("CORPUS " + json.dumps({
         "transformers": __version__, "vllm": vllm.__version__, "types": result}) + "\n")
     sys.stdout.flush()

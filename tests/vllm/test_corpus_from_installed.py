@@ -24,15 +24,24 @@ context of the smallest defaults, 1,024), and is either
   ``spec.model.architecture``);
 - and never crashed (any other exception).
 
+Each planned hybrid or attention-free type's state per layer (elements at TP 1) is
+compared with what its vLLM model class computes from the same config
+(``get_mamba_state_shape_from_config``; the module imported, no weights built), within
+5%, where the CPU build can import it. The table of config classes that tie their
+embeddings by default (``modelfacts._TIED_BY_DEFAULT``) is checked against the
+installed transformers.
+
 The counts are printed (stderr) and written up in docs/production/model-facts.md
 ("Which models are planned"). Regenerate: ``.venv/bin/python -m pytest -m vllm -s
-tests/vllm/test_corpus_from_installed.py``. About 32 s of CPU, 36 s on 2 busy cores (the
-probe; planning all 140 takes 0.2 s), under the machine-wide vLLM lock.
+tests/vllm/test_corpus_from_installed.py``. 46 to 81 s on 2 busy cores (the probe, with
+the model modules' imports for the states; planning all 140 takes 0.2 s), under the
+machine-wide vLLM lock.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -46,6 +55,7 @@ import pytest
 from llm_operator.cli.modelsource import facts_from_folder
 from llm_operator.errors import InputError, SpecError, SpecErrors
 from llm_operator.inpod.tuner.server import vllm_lock
+from llm_operator.modelfacts import _TIED_BY_DEFAULT
 from llm_operator.models import parse_llmservice
 from llm_operator.planning import kv_bytes_per_token, make_plan
 
@@ -79,6 +89,37 @@ DERIVED: dict[str, tuple[str, Any]] = {
                  lambda c: c["num_hidden_layers"] * 2 * c["num_attention_heads"]
                  * (c["qk_nope_head_dim"] + c["qk_rope_head_dim"]) * 2),
 }
+
+
+def _nemotron_h_kv(config: dict[str, Any]) -> int:
+    """Nemotron-H under transformers 5's labels: vLLM's config-only count looks for
+    "attention" in layers_block_type and finds none ("full_attention"); its model
+    builds an attention layer for each "*" of the class's hybrid_override_pattern
+    property, that is each "full_attention" block (nemotron_h.py)."""
+    c = config.get("text_config") or config
+    layers = sum(t == "full_attention" for t in c["layers_block_type"])
+    return layers * 2 * c["num_key_value_heads"] * c["head_dim"] * 2
+
+
+_NEMOTRON_H = ("transformers 5's layers_block_type labels: vLLM's count finds no "
+               "'attention' block; its model caches one per 'full_attention'", _nemotron_h_kv)
+DERIVED["nemotron_h"] = DERIVED["nemotron_h_omni"] = _NEMOTRON_H
+DERIVED["longcat_flash"] = (
+    "two MLA attentions a decoder layer (FlashDecoderLayer.self_attn[0], [1]); vLLM's "
+    "convertor counts num_layers, one a layer",
+    lambda c: 2 * c["num_layers"] * (c["kv_lora_rank"] + c["qk_rope_head_dim"]) * 2)
+
+
+# Where the planner keeps no state that vLLM's model class computes (the test fails if
+# the entry goes stale): model type -> why.
+STATE_NOT_MODELLED: dict[str, str] = {
+    "lfm2_moe": "LFM2's short-convolution layers: a (kernel - 1) x hidden conv state, "
+                "4,096 elements a layer here (8 KB in bf16); not modelled",
+}
+
+
+def _elements(shapes: list[list[int]]) -> int:
+    return sum(math.prod(shape) for shape in shapes)
 
 
 def _spec(name: str) -> Any:
@@ -162,6 +203,18 @@ def test_every_installed_model_type_is_planned_or_refused_by_name(
         compared[model_type] = (planned, expected)
         if planned != pytest.approx(expected, rel=0.05, abs=0):
             off[model_type] = (planned, expected, vllm)
+    # The state a linear-attention or Mamba layer keeps per sequence, elements at TP 1,
+    # against vLLM's model class (get_mamba_state_shape_from_config) where it computes.
+    states, states_off = {}, {}
+    for model_type, (outcome, value) in outcomes.items():
+        shapes = (types[model_type].get("vllm") or {}).get("state_shapes")
+        if outcome != "planned" or shapes is None:
+            continue
+        planned, expected = value[0].state_elements_per_layer, _elements(shapes)
+        states[model_type] = (planned, expected)
+        if planned != pytest.approx(expected, rel=0.05, abs=0) \
+                and model_type not in STATE_NOT_MODELLED:
+            states_off[model_type] = (planned, expected, shapes)
     counts = Counter(outcome for outcome, _ in outcomes.values())
     refusals = Counter(_reason(v) for o, v in outcomes.values() if o == "refused")
     report = {
@@ -173,6 +226,9 @@ def test_every_installed_model_type_is_planned_or_refused_by_name(
         "crashed": {t: v for t, (o, v) in outcomes.items() if o == "crashed"},
         "kv_compared": len(compared), "kv_unchecked": unchecked, "kv_off": off,
         "refusal_reasons": dict(refusals),
+        "state_compared": states, "state_off": states_off,
+        "state_not_computed": {t: r["vllm"]["state_error"] for t, r in types.items()
+                               if "state_error" in (r.get("vllm") or {})},
         "probe_s": round(corpus["probe_s"], 1),
         "lock_wait_s": round(corpus["lock_wait_s"], 1),
         "plan_s": round(time.monotonic() - started, 1)}
@@ -189,3 +245,14 @@ def test_every_installed_model_type_is_planned_or_refused_by_name(
              == pytest.approx(_vllm_kv(types[t]["vllm"]) or -1, rel=0.05)}
     assert not stale, stale
     assert compared, "nothing compared with vLLM"
+    assert not states_off, states_off
+    assert {t for t in STATE_NOT_MODELLED if t in states
+            and states[t][0] != pytest.approx(states[t][1], rel=0.05)} \
+        == set(STATE_NOT_MODELLED), "STATE_NOT_MODELLED is stale"
+    assert states, "no state compared with vLLM"
+    # modelfacts' table of the config classes that tie by default is the installed
+    # transformers' (the types of this corpus and their text configs).
+    tied = {mt for row in types.values() for mt, t in (row.get("tie_default") or {}).items()
+            if t}
+    assert tied == _TIED_BY_DEFAULT, (sorted(tied - _TIED_BY_DEFAULT),
+                                      sorted(_TIED_BY_DEFAULT - tied))
