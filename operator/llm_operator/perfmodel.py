@@ -904,11 +904,14 @@ class PlanInputs:
 def inputs_for(spec: LLMServiceSpec, plan: Plan, facts: ModelFacts | None = None
                ) -> PlanInputs:
     """Build the model's inputs from a spec and its plan (facts from the planner's catalog,
-    or ``facts`` read from config.json; batch limits and KV capacity from the plan). The
+    or ``facts`` read from config.json; batch limits and KV capacity from the plan: the
+    max-num-seqs the pods start with, ``Plan.start_seqs``). The workload's concurrency is
+    one replica's, ``ceil(concurrency / replicas)``, as the planner sizes the KV cache. The
     FLOP/s are those of the dtype the matmuls run in on this GPU (fp8 or fp4 tensor cores
     where weights and activations are in it and the GPU has them, else bf16's: see
     :func:`llm_operator.dtype_support.compute_path`)."""
     quant = spec.model.quantization.value
+    per_replica = max(1, math.ceil(spec.workload.concurrency / max(spec.replicas, 1)))
     model = model_facts(spec, facts)
     gpu = gpu_facts(spec)
     return PlanInputs(
@@ -918,8 +921,8 @@ def inputs_for(spec: LLMServiceSpec, plan: Plan, facts: ModelFacts | None = None
             gpu, flops=compute_path(model, spec.model.quantization, gpu).flops),
         tp=plan.tensor_parallel_size,
         workload=Workload(spec.workload.input_tokens, spec.workload.output_tokens,
-                          spec.workload.concurrency),
-        engine=EngineSettings(max_num_seqs=plan.max_num_seqs,
+                          per_replica),
+        engine=EngineSettings(max_num_seqs=plan.start_seqs,
                               max_num_batched_tokens=plan.max_num_batched_tokens or 8192,
                               kv_token_capacity=plan.kv_token_capacity),
         slo=SLO(ttft_ms=spec.workload.slo.ttft_p95_ms, itl_ms=spec.workload.slo.itl_p95_ms),
@@ -931,7 +934,7 @@ def curve_for(spec: LLMServiceSpec, plan: Plan,
               facts: ModelFacts | None = None) -> tuple[list[Point], SLO]:
     """The predicted curve of one planned replica, and the SLO to judge it by."""
     i = inputs_for(spec, plan, facts)
-    wanted = sorted({*concurrencies, spec.workload.concurrency})
+    wanted = sorted({*concurrencies, i.workload.concurrency or 1})
     return predict_curve(i.model, i.hardware, i.tp, i.workload, i.engine, wanted), i.slo
 
 
@@ -964,5 +967,5 @@ def tp_alternative(spec: LLMServiceSpec, plan: Plan, *, gpus_per_node: int | Non
     for s, p in ((spec, plan), (alt_spec, alt_plan)):
         i = inputs_for(s, p, facts)
         out.append((p, predict_point(i.model, i.hardware, i.tp, i.workload, i.engine,
-                                     spec.workload.concurrency)))
+                                     i.workload.concurrency or 1)))
     return out

@@ -54,6 +54,8 @@ class ConditionType(StrEnum):
     # vLLM's prefix cache serves the shared prefix spec.workload.sharedPrefixTokens states
     PREFIX_CACHE_HITS = "PrefixCacheHits"
     LIVE_CAP = "LiveCap"  # adaptation changes the engine's admission cap without a rollout
+    # the plan's predicted p95s meet spec.workload.slo (llm_operator.sizing; estimated)
+    SLO_ATTAINABLE = "SLOAttainable"
 
 
 class Reason(StrEnum):
@@ -80,6 +82,9 @@ class Reason(StrEnum):
     APPLY_FAILED = "ApplyFailed"
     SWITCH_INCOMPLETE = "WorkloadSwitchIncomplete"
     TUNING_BEFORE_SERVING = "TuningBeforeServing"  # spec.tuning.placement BeforeServing
+    SLO_PREDICTED_MET = "PredictedToMeetSLO"  # SLOAttainable True
+    SLO_PREDICTED_MISSED = "NoPlanMeetsSLO"  # SLOAttainable False
+    NO_PREDICTION = "NoPrediction"  # SLOAttainable Unknown: the model cannot predict it
 
 
 @dataclass(frozen=True)
@@ -169,7 +174,35 @@ def plan_summary(plan: Plan) -> JSON:
         summary["adjustments"] = list(plan.adjustments)
     if plan.fact_sources:
         summary["factSources"] = dict(plan.fact_sources)
+    if plan.start_max_num_seqs:
+        summary["startMaxNumSeqs"] = plan.start_max_num_seqs
+    if plan.slo:
+        summary["slo"] = dict(plan.slo)
     return summary
+
+
+def slo_condition(plan: Plan) -> tuple[str, Reason, str] | None:
+    """``SLOAttainable`` from the plan's SLO sizing (:mod:`llm_operator.sizing`): True when
+    the predicted p95s meet ``spec.workload.slo``, False with the closest figures and the
+    fixes, Unknown where the model cannot predict; None: the plan was not sized."""
+    slo = plan.slo
+    if not slo:
+        return None
+    if not slo.get("sized"):
+        return ("Unknown", Reason.NO_PREDICTION,
+                f"the performance model cannot predict this replica: {slo.get('reason')}")
+    p, goal = slo["predicted"], slo["objective"]
+    figures = (f"TTFT p95 {p['ttftP95Ms']:,.0f} ms, ITL p95 {p['itlP95Ms']:,.1f} ms at "
+               f"{slo['concurrencyPerReplica']} clients per replica with --max-num-seqs "
+               f"{p['maxNumSeqs']} --max-num-batched-tokens {p['maxNumBatchedTokens']} "
+               f"(estimated; objective TTFT p95 {goal['ttftP95Ms']:,g} ms, ITL p95 "
+               f"{goal['itlP95Ms']:,g} ms)")
+    if slo.get("attainable"):
+        return ("True", Reason.SLO_PREDICTED_MET,
+                f"predicted {figures}; layout by {slo['layoutBy']}")
+    return ("False", Reason.SLO_PREDICTED_MISSED,
+            f"no plan is predicted to meet the SLO: closest {figures}. Fix: "
+            + "; or ".join(slo.get("fixes") or []) + f". {slo.get('errorBand', '')}")
 
 
 def adjustments_message(plan: Plan) -> str:
@@ -418,6 +451,10 @@ def build_status(
     if plan is not None:
         conds = set_condition(conds, ConditionType.PLANNED, True, Reason.PLAN_COMPUTED,
                               plan_message(plan), generation=g, now=now)
+        slo = slo_condition(plan)
+        if slo is not None:
+            conds = set_condition(conds, ConditionType.SLO_ATTAINABLE, slo[0], slo[1], slo[2],
+                                  generation=g, now=now)
         status["plan"] = plan_summary(plan)
     if engine is not None:
         status["engine"] = engine
@@ -557,7 +594,7 @@ def engine_in_effect(engine: EngineSpec, plan: Plan, status: Mapping[str, Any] |
     overrides = engine_overrides(status)
     adapted = (status or {}).get("adaptation") or {}
     out: JSON = {}
-    for key, planned in (("maxNumSeqs", plan.max_num_seqs),
+    for key, planned in (("maxNumSeqs", plan.start_seqs),
                          ("maxNumBatchedTokens", plan.max_num_batched_tokens)):
         value, origin = effective_engine_value(engine, key, planned, overrides)
         if origin == "override":

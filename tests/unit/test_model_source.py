@@ -15,8 +15,8 @@ from tests.support.hub import COMMIT, GPT_OSS_20B, INDEX, TOKEN, LocalHub, _Hub
 from llm_operator import cli
 from llm_operator.cli.modelsource import facts_from_folder, facts_from_hub
 from llm_operator.models import load_services
-from llm_operator.perfmodel import suggest_for
-from llm_operator.planning import make_plan
+from llm_operator.sizing import plan_for_slo
+from llm_operator.tuning.job import start_hint
 
 pytestmark = pytest.mark.unit
 
@@ -90,14 +90,16 @@ def test_plan_command_reads_a_local_folder(tmp_path: Path,
     out = " ".join(capsys.readouterr().out.split())  # rich wraps at the terminal's width
     assert "weightBytes from model.safetensors.index.json" in out
     assert facts_from_folder(folder, "x").weight_bytes == 13_761_300_000
-    # With the curve: the performance model reads the same facts, and its suggested start
-    # is the one the operator's tuning Job would get (perfmodel.suggest_for with them).
+    # With the curve: the performance model reads the same facts, and the start it prints
+    # is the one the pods render and the operator's tuning Job gets (the SLO sizing's).
     assert cli.main(["plan", str(svc), "--model-config", str(folder)]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    spec = next(iter(load_services([str(svc)])))[1].spec
-    facts = facts_from_folder(folder, spec.model.name)
-    start = suggest_for(spec, make_plan(spec, facts=facts), facts=facts)
-    assert f"Suggested starting max-num-seqs: {start.max_num_seqs} (" in out
+    (_, parsed), = load_services([str(svc)])
+    facts = facts_from_folder(folder, parsed.spec.model.name)
+    plan = plan_for_slo(parsed.spec, facts=facts)
+    assert plan.slo["sized"] and start_hint(parsed, plan, facts) == plan.start_seqs
+    assert ("Start (rendered; the tuner's hint where it searches max-num-seqs): "
+            f"--max-num-seqs {plan.start_seqs} ") in out
     # render plans the same way: the manifests of a model the catalog does not know.
     assert cli.main(["render", str(svc), "--model-config", str(folder)]) == 0
     docs = list(yaml.safe_load_all(capsys.readouterr().out))
@@ -113,7 +115,7 @@ def test_plan_command_from_the_hub(hub: str, tmp_path: Path,
     assert "architecture from config.json" in out
     # The performance model predicts from the same facts: a curve and a starting point.
     assert "Predicted: openai/gpt-oss-20b" in out
-    assert "Suggested starting max-num-seqs" in out and "No predicted curve" not in out
+    assert "Start (rendered; the tuner's hint" in out and "No predicted curve" not in out
     # A folder without config.json: a clear error naming the option.
     assert cli.main(["plan", str(svc), "--model-config", str(tmp_path)]) == 2
     assert "has no config.json" in " ".join(capsys.readouterr().err.split())

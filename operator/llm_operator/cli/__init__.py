@@ -37,8 +37,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         suggest_for,
         tp_alternative,
     )
-    from ..planning import make_plan
     from ..rendering.placement import with_placement
+    from ..sizing import plan_for_slo
     from .tables import curve_table, plan_document, plan_table
 
     console = Console()
@@ -46,9 +46,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     documents = []
     for _path, svc in load_services(args.files):
         facts = _read_facts(args.model_config, svc.spec)
-        plan = with_placement(make_plan(svc.spec, gpus_per_node=settings.gpus_per_node,
-                                        facts=facts,
-                                        load_bandwidth=settings.model_load_bandwidth),
+        plan = with_placement(plan_for_slo(svc.spec, gpus_per_node=settings.gpus_per_node,
+                                           facts=facts,
+                                           load_bandwidth=settings.model_load_bandwidth),
                               svc.spec, settings)
         if args.output != "table":
             documents.append(plan_document(svc, plan))
@@ -70,14 +70,15 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             console.print(curve_table(points, f"Predicted: {plan.model_name} on "
                                       f"{plan.gpu_product}, TP {plan.tensor_parallel_size}", slo,
                                       accuracy_caption(experts)))
-            console.print(f"Suggested starting max-num-seqs: {start.max_num_seqs} ({start.reason})")
+            console.print(_start_line(plan, start))
             if args.aic is not None:
                 _print_aic(console, args, svc.spec, plan, points, slo, experts)
             for option, point in tp_alternative(svc.spec, plan, facts=facts,
                                                 gpus_per_node=settings.gpus_per_node):
                 taken = "planned" if option is plan else "not taken"
                 console.print(
-                    f"Predicted at {svc.spec.workload.concurrency} clients, TP "
+                    f"Predicted at {plan.slo.get('concurrencyPerReplica') or '?'} clients per "
+                    f"replica, TP "
                     f"{option.tensor_parallel_size} ({taken}, {option.gpus_per_replica} GPUs): "
                     f"TTFT {point.ttft_s * 1e3:,.0f} ms, ITL p95 {point.itl_p95_s * 1e3:,.1f} "
                     f"ms, {point.output_tps:,.0f} tok/s, "
@@ -88,6 +89,24 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     elif args.output == "yaml":
         sys.stdout.write(yaml.safe_dump_all(documents, sort_keys=False, explicit_start=True))
     return 0
+
+
+def _start_line(plan: Any, start: Any) -> str:
+    """The last line of ``plan``: the knobs the pods start with (and the tuner's hint),
+    from the SLO sizing where it ran (one number per knob), else the model's suggestion."""
+    slo = plan.slo
+    if not slo.get("sized"):
+        return f"Suggested starting max-num-seqs: {start.max_num_seqs} ({start.reason})"
+    p, goal = slo["predicted"], slo["objective"]
+    verdict = "meets" if slo["attainable"] else "misses"
+    after = "" if slo["attainable"] else "; no plan meets it: the warning above has the fixes"
+    return ("Start (rendered; the tuner's hint where it searches max-num-seqs): "
+            f"--max-num-seqs {p['maxNumSeqs']} "
+            f"--max-num-batched-tokens {p['maxNumBatchedTokens']}; predicted at "
+            f"{slo['concurrencyPerReplica']} clients per replica: TTFT {p['ttftP95Ms']:,.0f} "
+            f"ms, ITL p95 {p['itlP95Ms']:,.1f} ms, {p['outputTokensPerSecond']:,.0f} output "
+            f"tok/s (estimated): {verdict} the SLO (TTFT {goal['ttftP95Ms']:,g} ms, ITL "
+            f"{goal['itlP95Ms']:,g} ms); layout by {slo['layoutBy']}{after}")
 
 
 def _print_aic(console: Console, args: argparse.Namespace, spec: Any, plan: Any,
@@ -146,8 +165,8 @@ def _read_facts(source: str | None, spec: Any) -> Any:
 
 
 def _cmd_render(args: argparse.Namespace) -> int:
-    from ..planning import make_plan
     from ..rendering import render_all
+    from ..sizing import plan_for_slo
     from ..status import live_cap_in_use
 
     settings = Settings()
@@ -156,8 +175,8 @@ def _cmd_render(args: argparse.Namespace) -> int:
         facts = _read_facts(args.model_config, svc.spec)
         # As the operator renders a new service (no status yet): live cap where it applies.
         docs.extend(render_all(
-            svc, make_plan(svc.spec, gpus_per_node=settings.gpus_per_node, facts=facts,
-                           load_bandwidth=settings.model_load_bandwidth),
+            svc, plan_for_slo(svc.spec, gpus_per_node=settings.gpus_per_node, facts=facts,
+                              load_bandwidth=settings.model_load_bandwidth),
             settings, live_cap=live_cap_in_use(
                 svc.spec, None, adaptation_runs=bool(settings.prometheus_url))))
     sys.stdout.write(yaml.safe_dump_all(docs, sort_keys=False, explicit_start=True))

@@ -31,8 +31,9 @@ from ..adaptation.policy import (
 )
 from ..errors import SpecError, SpecErrors
 from ..models import LLMServiceSpec, ModelSpec, load_services
-from ..planning import Plan, make_plan
+from ..planning import Plan
 from ..settings import Settings
+from ..sizing import plan_for_slo
 
 
 def add_parser(sub: Any) -> None:
@@ -149,7 +150,7 @@ def _spec_and_plan(args: argparse.Namespace, name: str, settings: Settings
     spec = wanted[0].spec
     plan: Plan | None = None
     try:
-        plan = make_plan(spec, gpus_per_node=settings.gpus_per_node)
+        plan = plan_for_slo(spec, gpus_per_node=settings.gpus_per_node)
     except (SpecError, SpecErrors) as exc:
         notes.append(f"no plan ({exc}): no memory limit on the cap")
     return spec, plan, notes

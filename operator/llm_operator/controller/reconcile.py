@@ -42,13 +42,14 @@ from ..constants import API_VERSION, GROUP, KIND, VERSION
 from ..errors import SpecError, SpecErrors
 from ..facts.control import FactsDecision, needs_facts
 from ..models import LLMService, dropped_fields, dropped_message, parse_llmservice
-from ..planning import Plan, make_plan
+from ..planning import Plan
 from ..podfailures import replica_failure
 from ..podscheduling import creation_condition
 from ..rendering import render_all
 from ..rendering.identity import serving_selector
 from ..rendering.leaderworkerset import LWS_API_VERSION, LWS_KIND, LWS_NAME_SUFFIX, is_multi_node
 from ..rendering.placement import with_placement
+from ..sizing import plan_for_slo
 from ..tuning.placement import held_before_serving, serving_view
 from .context import OperatorContext, clock
 from .facts import model_facts_step
@@ -119,7 +120,7 @@ async def _reconcile(
                 return _facts_outcome(ctx, body, current, facts, name, namespace, generation,
                                       now)
             read = facts.facts
-        plan = with_placement(make_plan(svc.spec, gpus_per_node=ctx.settings.gpus_per_node,
+        plan = with_placement(plan_for_slo(svc.spec, gpus_per_node=ctx.settings.gpus_per_node,
                                         facts=read,
                                         load_bandwidth=ctx.settings.model_load_bandwidth),
                               svc.spec, ctx.settings)
@@ -334,7 +335,7 @@ async def write_status(
 
 def _args_summary(plan: Plan) -> str:
     return (f"{plan.gpus_per_replica} GPU(s) per replica, --tensor-parallel-size "
-            f"{plan.tensor_parallel_size}, --max-num-seqs {plan.max_num_seqs}")
+            f"{plan.tensor_parallel_size}, --max-num-seqs {plan.start_seqs}")
 
 
 def _stale_children(name: str, wanted_kinds: set[str]) -> list[tuple[str, str, str]]:

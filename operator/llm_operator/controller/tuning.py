@@ -60,9 +60,10 @@ from ..constants import (
 )
 from ..errors import SpecError, SpecErrors
 from ..models import LLMService, parse_llmservice
-from ..planning import Plan, make_plan
+from ..planning import Plan
 from ..rendering.identity import COMPONENT_TUNING
 from ..rendering.pod import image_for
+from ..sizing import plan_for_slo
 from ..tuning import control as tc
 from ..tuning import placement as tp
 from ..tuning.fingerprint import tuning_fingerprint
@@ -108,7 +109,7 @@ async def tuning_step(
             svc = parse_llmservice(obj)
             # A model planned from its config.json: the facts the reconciliation cached.
             facts = await cached_model_facts(ctx, svc)
-            plan = make_plan(svc.spec, gpus_per_node=ctx.settings.gpus_per_node,
+            plan = plan_for_slo(svc.spec, gpus_per_node=ctx.settings.gpus_per_node,
                              facts=facts, load_bandwidth=ctx.settings.model_load_bandwidth)
         except (SpecError, SpecErrors):
             return None  # the reconcile handler reports it

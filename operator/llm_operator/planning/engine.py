@@ -260,7 +260,7 @@ def engine_flags(spec: LLMServiceSpec, plan: Plan,
         EngineFlag(("--gpu-memory-utilization", f"{engine.gpu_memory_utilization:g}"),
                    "spec.engine.gpuMemoryUtilization", "pinned"),
     ]
-    seqs, seqs_from = effective_engine_value(engine, "maxNumSeqs", plan.max_num_seqs, overrides)
+    seqs, seqs_from = effective_engine_value(engine, "maxNumSeqs", plan.start_seqs, overrides)
     flags.append(EngineFlag(("--max-num-seqs", str(seqs)), "spec.engine.maxNumSeqs", seqs_from))
     batched, source = effective_engine_value(
         engine, "maxNumBatchedTokens", plan.max_num_batched_tokens, overrides)

@@ -70,7 +70,8 @@ from .validation import _pin_errors, _raise, _too_small, contradictions, managed
 
 def make_plan(spec: LLMServiceSpec, *, gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
               engine_rules: bool = True, facts: ModelFacts | None = None,
-              load_bandwidth: str | None = None) -> Plan:
+              load_bandwidth: str | None = None,
+              layout: tuple[int, int] | None = None) -> Plan:
     """Plan one replica of ``spec``; raise :class:`~llm_operator.errors.SpecError` on
     a spec that cannot be served (naming the field and the fix), including one whose
     engine arguments, as the renderer renders them (:func:`engine_flags` and
@@ -83,15 +84,18 @@ def make_plan(spec: LLMServiceSpec, *, gpus_per_node: int = DEFAULT_GPUS_PER_NOD
     ``facts``: the model's facts read from its config.json at an edge (see
     :func:`model_facts`; ``spec.model.architecture`` still wins). ``load_bandwidth``: the
     operator's ``LLMOP_MODEL_LOAD_BANDWIDTH`` where ``spec.model.loadBandwidth`` is unset
-    (the startup budget, :mod:`llm_operator.startup`)."""
-    plan = _make_plan(spec, gpus_per_node, facts, load_bandwidth)
+    (the startup budget, :mod:`llm_operator.startup`). ``layout``: the (TP, PP) to plan at,
+    one of the candidates memory and vLLM's rules allow for this spec (the SLO sizing of
+    :mod:`llm_operator.sizing` picks it); a layout outside them raises ``ValueError``."""
+    plan = _make_plan(spec, gpus_per_node, facts, load_bandwidth, layout)
     if engine_rules:
         _raise(engine_rule_errors(spec, plan, facts=facts))
     return plan
 
 
 def _make_plan(spec: LLMServiceSpec, gpus_per_node: int,
-               read: ModelFacts | None = None, load_bandwidth: str | None = None) -> Plan:
+               read: ModelFacts | None = None, load_bandwidth: str | None = None,
+               layout: tuple[int, int] | None = None) -> Plan:
     per_node = spec.gpus.per_node or gpus_per_node
     errors: list[SpecError] = []
     facts: ModelFacts | None = None
@@ -143,6 +147,11 @@ def _make_plan(spec: LLMServiceSpec, gpus_per_node: int,
     if need.dcp_pin is not None and not isinstance(engine.tensor_parallel_size, int):
         # With TP pinned too, vLLM's own rules judge the pair (engine_rules).
         cands = _dcp_candidates(spec, facts, cands, need.dcp_pin)
+    if layout is not None:
+        if layout not in cands:
+            raise ValueError(f"layout TP={layout[0]} PP={layout[1]} is not a candidate of this "
+                             f"spec: {cands}")
+        cands = [layout]
     choice = _choose_detail(need, cands)
     fit, ideal, rejected = choice.fit, choice.ideal, choice.rejected
     if fit is None:

@@ -72,3 +72,18 @@ class Plan(BaseModel):
     # counts a block of every rank's 16 tokens) and kv_bytes_per_token the average bytes a
     # token takes on one GPU.
     decode_context_parallel_size: int = 1
+    # The --max-num-seqs the pods start with where spec.engine.maxNumSeqs is auto and no
+    # tuning or adaptation has set one (0: max_num_seqs, the memory's limit, which stays the
+    # bound of tuning and adaptation): the setting the SLO sizing chose
+    # (llm_operator.sizing), the tuner's hint too.
+    start_max_num_seqs: int = 0
+    # The SLO sizing's verdict as status.plan.slo shows it (llm_operator.sizing): the
+    # objective, the per-replica concurrency, the choice and its predicted figures, what
+    # memory alone chose, whether the SLO is attainable and, where not, the fixes and the
+    # model's measured error band. Empty: not sized (no prediction possible).
+    slo: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def start_seqs(self) -> int:
+        """The --max-num-seqs the pods start with when nothing overrides it."""
+        return self.start_max_num_seqs or self.max_num_seqs

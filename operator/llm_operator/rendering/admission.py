@@ -99,9 +99,10 @@ def live_admission_cap(
     svc: LLMService, plan: Plan, overrides: Mapping[str, int] | None = None
 ) -> tuple[int, int]:
     """``(cap, capacity)`` in live mode: the runner capacity is the plan's memory bound,
-    the cap what tuning or adaptation set (else the plan's value), at most the capacity."""
+    the cap what tuning or adaptation set (else the plan's start, ``Plan.start_seqs``), at
+    most the capacity."""
     capacity = plan.max_num_seqs
-    cap, _ = effective_engine_value(svc.spec.engine, "maxNumSeqs", plan.max_num_seqs, overrides)
+    cap, _ = effective_engine_value(svc.spec.engine, "maxNumSeqs", plan.start_seqs, overrides)
     return min(int(cap or capacity), capacity), capacity
 
 

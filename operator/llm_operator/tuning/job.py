@@ -119,12 +119,15 @@ def fixed_server_args(svc: LLMService, plan: Plan) -> list[str]:
 
 
 def start_hint(svc: LLMService, plan: Plan, facts: ModelFacts | None = None) -> int:
-    """Where the search starts: the performance model's knee under the SLO for this
+    """Where the search starts: the SLO sizing's max-num-seqs (``Plan.start_max_num_seqs``,
+    what the pods start with too), else the performance model's knee under the SLO for this
     plan (``perfmodel.suggest_for``), at most the planner's memory limit; ``facts``: the
     model's own config.json, for a model planned from it. The planner's limit itself
     when the model cannot say (a GPU or model it has no facts for)."""
     from ..perfmodel import suggest_for  # operator side only: the pod never renders Jobs
 
+    if plan.start_max_num_seqs:  # the SLO sizing's pair (llm_operator.sizing): one number
+        return max(1, min(plan.max_num_seqs, plan.start_max_num_seqs))
     try:
         return max(1, min(plan.max_num_seqs,
                           suggest_for(svc.spec, plan, facts=facts).max_num_seqs))
