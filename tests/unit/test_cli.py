@@ -29,7 +29,11 @@ def test_plan_70b_on_h100_chooses_tp_above_one_and_says_why() -> None:
     assert re.search(r"not TP=1: weights [\d.]+ GB", out.stdout), out.stdout
     # The predicted curve and the tuner's starting point follow the plan.
     assert "Predicted:" in out.stdout and "knee" in out.stdout
-    assert re.search(r"Suggested starting max-num-seqs: \d+", out.stdout)
+    # One start per knob: the one rendered and the tuner's hint, with the SLO's verdict.
+    flat = " ".join(out.stdout.split())
+    assert re.search(r"Start \(rendered; [^)]*\): --max-num-seqs \d+ "
+                     r"--max-num-batched-tokens \d+", flat), flat
+    assert "meets the SLO (TTFT 1,500 ms, ITL 60 ms)" in flat, flat
 
 
 def test_plan_of_a_bad_spec_names_the_field_and_the_fix(tmp_path: Path) -> None:
