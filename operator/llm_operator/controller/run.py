@@ -8,7 +8,7 @@ import random
 
 import kopf
 
-from ..settings import Settings
+from ..settings import load_settings
 from . import handlers as _handlers  # noqa: F401  importing registers the kopf handlers
 from .peering import MEMO_KEY as PEERING_MEMO_KEY
 from .peering import PeeringIdentity
@@ -40,7 +40,7 @@ def run_operator(namespaces: list[str], standalone: bool, peering: str | None = 
     Watches ``namespaces`` (or ``LLMOP_NAMESPACES``; none: the whole cluster). The
     liveness endpoint listens on ``LLMOP_HEALTH_PORT`` (``/healthz``; 0 turns it off).
     """
-    settings = Settings()
+    settings = load_settings()
     watched = list(namespaces) or list(settings.namespaces)
     kopf.configure(verbose=False, log_format=kopf.LogFormat.PLAIN)
     port = settings.health_port
