@@ -5,12 +5,14 @@ Validated at start; the Helm chart sets these (see ``charts/llm-operator/values.
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .constants import DEFAULT_GPUS_PER_NODE, DEFAULT_IMAGE, GROUP
+from .errors import InputError
 from .gpuclass import DEFAULT_CLASS, GPUClass, resolve_class
 from .startup import DEFAULT_LOAD_BANDWIDTH, bandwidth_bytes
 
@@ -145,3 +147,58 @@ class Settings(BaseSettings):
     def selected_gpu_class(self) -> GPUClass:
         """The GPU class named by ``gpu_class`` (validated at start)."""
         return resolve_class(self.gpu_class, self.gpu_classes)
+
+
+# The Helm value that sets each variable (charts/llm-operator/templates/deployment.yaml;
+# tests/chart check that every LLMOP_* variable the chart sets is here): a setting the
+# operator refuses at start names the value to fix, not only the variable.
+HELM_VALUES: dict[str, str] = {
+    "LLMOP_NAMESPACES": "watchNamespaces (or clusterWide)",
+    "LLMOP_DEFAULT_IMAGE": "settings.defaultImage",
+    "LLMOP_GPUS_PER_NODE": "settings.gpusPerNode",
+    "LLMOP_MODEL_LOAD_BANDWIDTH": "settings.modelLoadBandwidth",
+    "LLMOP_OPERATOR_IMAGE": "settings.operatorImage",
+    "LLMOP_POD_MONITOR": "settings.podMonitor",
+    "LLMOP_HF_ENDPOINT": "settings.hfEndpoint",
+    "LLMOP_PROMETHEUS_URL": "settings.prometheusUrl",
+    "LLMOP_PROMETHEUS_CA_FILE": "settings.prometheusCaFile",
+    "LLMOP_PROMETHEUS_BEARER_TOKEN_FILE": "settings.prometheusBearerTokenFile",
+    "LLMOP_PROMETHEUS_INSECURE_SKIP_VERIFY": "settings.prometheusInsecureSkipVerify",
+    "LLMOP_PROMETHEUS_SERVICE_LABEL": "settings.prometheusServiceLabel",
+    "LLMOP_PROMETHEUS_NAMESPACE_LABEL": "settings.prometheusNamespaceLabel",
+    "LLMOP_METRICS_PORT": "metrics.port",
+    "LLMOP_HEALTH_PORT": "health.port",
+    "LLMOP_TUNING_JOB_TTL_SECONDS": "settings.tuningJobTtlSeconds",
+    "LLMOP_ADAPTATION_WINDOW_SECONDS": "settings.adaptationWindowSeconds",
+    "LLMOP_LIVE_CAP_REPORT_TIMEOUT_SECONDS": "settings.liveCapReportTimeoutSeconds",
+    "LLMOP_SCRAPE_INTERVAL_SECONDS": "settings.scrapeIntervalSeconds",
+    "LLMOP_POD_MONITOR_LABELS": "settings.podMonitorLabels",
+    "LLMOP_GPU_CLASS": "settings.gpuClass",
+    "LLMOP_GPU_CLASSES": "settings.gpuClasses",
+    "LLMOP_TUNING_PRIORITY_CLASS": "tuningPriorityClass.name",
+}
+_VARIABLE = re.compile(r"\bLLMOP_[A-Z_]+\b")
+
+
+def _with_helm_values(text: str) -> str:
+    """``text`` with each LLMOP_* variable it names followed by its Helm value."""
+    return _VARIABLE.sub(lambda m: f"{m.group(0)} (Helm value {HELM_VALUES[m.group(0)]})"
+                         if m.group(0) in HELM_VALUES else m.group(0), text)
+
+
+def load_settings() -> Settings:
+    """:class:`Settings` from the environment; a setting that cannot work raises
+    :class:`~.errors.InputError` naming the variable and the Helm value that sets it
+    (the operator exits with that one message, not as an internal error)."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            loc = [str(part) for part in err.get("loc", ()) if part != "__root__"]
+            where = f"LLMOP_{loc[0].upper()}: " if loc else ""
+            msg = str(err.get("msg", "")).removeprefix("Value error, ")
+            problems.append(_with_helm_values(f"{where}{msg}"))
+        raise InputError("operator settings", "; ".join(problems),
+                         "correct that Helm value (helm upgrade --reuse-values --set ...) or "
+                         "the LLMOP_* variable") from None

@@ -35,8 +35,9 @@ APP_VERSION = str(CHART_YAML["appVersion"])
 # Value sets a user would plausibly install with; each must lint, render and validate.
 VALUE_SETS: dict[str, dict[str, Any]] = {
     "defaults": {},
+    "cluster-wide": {"clusterWide": True},
     "namespaced": {"watchNamespaces": ["team-a", "team-b"]},
-    "peering": {"replicaCount": 2, "peering": {"enabled": True}},
+    "peering": {"replicaCount": 2, "clusterWide": True, "peering": {"enabled": True}},
     "peering-namespaced": {
         "replicaCount": 3,
         "peering": {"enabled": True, "name": "llm-peers"},
@@ -161,15 +162,21 @@ def test_rendered_objects_pass_kubernetes_validate_strict(render: Render, name: 
 
 def test_defaults_render_one_standalone_operator(render: Render) -> None:
     """Default install: one operator pod, --standalone, Recreate (never two at once),
-    the ghcr image at the chart's appVersion, and the expected set of objects."""
+    the ghcr image at the chart's appVersion, and the expected set of objects: namespaced
+    (a Role in the release's namespace, the small ClusterRole kopf needs) with the two
+    admission policies."""
     result = render()
     kinds = sorted(d["kind"] for d in result.docs)
     assert kinds == sorted(
         [
             "ServiceAccount", "CustomResourceDefinition", "ClusterRole",
-            "ClusterRoleBinding", "Service", "Deployment", "PriorityClass", "ConfigMap",
+            "ClusterRoleBinding", "Role", "RoleBinding", "Service", "Deployment",
+            "PriorityClass", "ConfigMap", "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+            "ValidatingAdmissionPolicyBinding",
         ]
     )  # fmt: skip
+    assert result.one("Role")["metadata"]["namespace"] == NAMESPACE
     deploy = result.one("Deployment")
     assert deploy["metadata"]["namespace"] == NAMESPACE
     assert deploy["spec"]["replicas"] == 1
@@ -313,15 +320,16 @@ def test_values_reach_the_operator_settings(
 def test_default_settings_leave_optional_features_off(
     render: Render, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With defaults: whole cluster, no Prometheus (adaptation off), operator's own vLLM image
-    default, and the tuning Job copies the tuner from the very image the operator runs."""
+    """With defaults: the release's namespace only, no Prometheus (adaptation off),
+    operator's own vLLM image default, and the tuning Job copies the tuner from the very
+    image the operator runs."""
     from llm_operator.settings import Settings
 
     container = deployment_container(render().docs)
     env = env_of(container)
     assert "LLMOP_PROMETHEUS_URL" not in env and "LLMOP_DEFAULT_IMAGE" not in env
     settings = settings_from_env(env, monkeypatch)
-    assert settings.namespaces == []
+    assert settings.namespaces == [NAMESPACE]
     assert settings.prometheus_url is None
     assert settings.default_image == Settings.model_fields["default_image"].default
     assert settings.operator_image == container["image"]
@@ -353,7 +361,7 @@ def test_rendered_args_are_accepted_by_the_cli(render: Render, name: str) -> Non
 def test_cluster_role_grants_exactly_what_the_operator_needs(render: Render) -> None:
     """Cluster-wide mode: one ClusterRole with exactly the operator's and kopf's needs,
     bound to the operator's ServiceAccount."""
-    result = render()
+    result = render({"clusterWide": True})
     role = result.one("ClusterRole")
     assert rule_table(role) == OPERATOR_RULES | KOPF_CRD_RULE
     binding = result.one("ClusterRoleBinding")
@@ -498,6 +506,13 @@ BAD_VALUES = [
     ({"resources": {"limits": {"memory": "lots"}}}, "/resources/limits/memory"),
     ({"peering": {"enabeld": True}}, "enabeld"),
     ({"watchNamespace": ["a"]}, "watchNamespace"),
+    ({"settings": {"gpuClass": "nvdia"}}, "/settings/gpuClass"),
+    ({"settings": {"gpuClass": "Custom_GPUs", "gpuClasses": {"x": {}}}}, "/settings/gpuClass"),
+    ({"clusterWide": "yes"}, "/clusterWide"),
+    ({"admission": {"allowedImages": ["vllm/vllm-openai"]}}, "/admission/allowedImages/0"),
+    ({"admission": {"allowedServiceAccounts": {"team-a": "vllm"}}},
+     "/admission/allowedServiceAccounts/team-a"),
+    ({"admission": {"enable": False}}, "enable"),
 ]
 
 

@@ -42,7 +42,7 @@ CLUSTER_ONLY = {("apiextensions.k8s.io", "customresourcedefinitions")}
 
 
 def test_cluster_role_matches_the_verbs_the_code_uses(render: Render) -> None:
-    role = render().one("ClusterRole")
+    role = render({"clusterWide": True}).one("ClusterRole")
     assert rendered_access(role) == operator_access()
 
 
@@ -89,7 +89,8 @@ def test_chart_readme_rbac_table_matches_the_rendered_rules(render: Render) -> N
         if role["kind"] in ("Role", "ClusterRole"):
             for key, slots in rendered_access(role).items():
                 rendered.setdefault(key, set()).update(*slots.values())
-    for role in render({"peering": {"enabled": True}}).of_kind("ClusterRole"):
+    for role in render({"clusterWide": True, "peering": {"enabled": True}}).of_kind(
+            "ClusterRole"):
         for key, slots in rendered_access(role).items():
             rendered.setdefault(key, set()).update(*slots.values())
     assert _readme_rbac_table() == rendered

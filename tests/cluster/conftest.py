@@ -38,6 +38,14 @@ from tests.support.emulator import ROOT, Kubectl, OperatorProcess, kubectl_binar
 CHART = ROOT / "charts" / "llm-operator"
 TINY_MODEL_NAME = "llmops-demo/tiny-llama"
 MODEL_CACHE = Path("/tmp/llmop-models")
+# The session release's admission allow-lists: the chart's default image, plus the
+# registries test_pod_failures (a pull that fails) and the bad-input corpus (accepted
+# custom images, spec.pod.serviceAccountName llm-runner) use; those tests are about the
+# CRD and the kubelet, the policy's own test (test_safe_defaults.py) about the policy.
+SESSION_ADMISSION = {"enabled": True,
+                     "allowedImages": ["docker.io/vllm/vllm-openai", "registry.invalid/",
+                                       "registry.example.com/"],
+                     "allowedServiceAccounts": {"*": ["llm-runner"]}}
 
 
 def helm_binary() -> str:
@@ -107,9 +115,13 @@ def kubelet(cluster: LocalCluster, tiny_model: Path,
 def installed(cluster: LocalCluster, kubelet: LocalKubelet) -> Installed:
     """``helm install`` of the chart (CRD, RBAC, ServiceAccount, PriorityClasses) with
     ``replicaCount: 0``: no image can run here, so the operator runs as a local process
-    with the ServiceAccount's token instead of in the chart's pod."""
+    with the ServiceAccount's token instead of in the chart's pod. ``clusterWide``: each
+    test has a namespace of its own (the chart's default watches only its release's).
+    The chart's admission policies are on, as by default, their allow-lists widened by
+    :data:`SESSION_ADMISSION` for the images and ServiceAccount other tests name."""
     return helm_install(cluster, helm_binary(), kubectl_binary(), CHART,
-                        values={"replicaCount": 0})
+                        values={"replicaCount": 0, "clusterWide": True,
+                                "admission": SESSION_ADMISSION})
 
 
 @pytest.fixture

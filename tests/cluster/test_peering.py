@@ -41,7 +41,8 @@ def test_the_standby_takes_over_when_the_active_operator_dies(
         own_cluster: LocalCluster, tmp_path: Path) -> None:
     installed: Installed = helm_install(
         own_cluster, helm_binary(), kubectl_binary(), CHART,
-        values={"replicaCount": 0, "peering": {"enabled": True, "name": PEERING}})
+        values={"replicaCount": 0, "clusterWide": True,
+                "peering": {"enabled": True, "name": PEERING}})
     admin = ClusterKubectl(own_cluster.admin_kubeconfig, tmp_path / "kube-cache")
     assert admin.get("clusterkopfpeering", PEERING) is not None
     env = {**installed.env, "LLMOP_METRICS_PORT": "0"}

@@ -96,8 +96,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             admin.apply_obj(stack_prometheus("kps", STACK_RELEASE))
             admin.apply_obj(stack_prometheus("other", "another-release"))
             # The documented values file as it is; only replicaCount: 0, since no image
-            # runs here (the operator runs as a local process with the chart's token).
-            values = {**yaml.safe_load(VALUES.read_text()), "replicaCount": 0}
+            # runs here (the operator runs as a local process with the chart's token),
+            # and cluster-wide, since each test has a namespace of its own.
+            values = {**yaml.safe_load(VALUES.read_text()), "replicaCount": 0,
+                      "clusterWide": True}
             installed = helm_install(cluster, helm_binary(), kubectl_binary(), CHART,
                                      values=values)
             yield Stack(cluster, admin, prometheus_operator, installed)

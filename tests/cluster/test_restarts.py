@@ -48,7 +48,7 @@ def max_model_len(admin: ClusterKubectl, name: str, namespace: str) -> str | Non
 def test_the_operator_rides_out_api_server_and_etcd_restarts(
         own_cluster: LocalCluster, tmp_path: Path) -> None:
     installed = helm_install(own_cluster, helm_binary(), kubectl_binary(), CHART,
-                             values={"replicaCount": 0})
+                             values={"replicaCount": 0, "clusterWide": True})
     admin = ClusterKubectl(own_cluster.admin_kubeconfig, tmp_path / "kube-cache")
     admin.run("create", "namespace", "team-a")
     op = OperatorProcess(installed.kubeconfig, tmp_path / "operator.log",

@@ -93,7 +93,8 @@ def installed(real_nodes: tuple[LocalCluster, RealNodes], admin: ClusterKubectl,
                  values={"image": {"registry": operator_image.registry,
                                    "repository": operator_image.repository,
                                    "digest": operator_image.digest},
-                         "imagePullSecrets": [{"name": "regcred"}]})
+                         "imagePullSecrets": [{"name": "regcred"}],
+                         "clusterWide": True})  # each test has a namespace of its own
     pods = admin.items("pods", RELEASE_NAMESPACE, "app.kubernetes.io/instance=llm-operator")
     assert len(pods) == 1, [p["metadata"]["name"] for p in pods]
     return pods[0]

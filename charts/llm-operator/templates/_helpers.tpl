@@ -68,8 +68,34 @@ app.kubernetes.io/part-of: llm-operator
 {{- end -}}
 {{- end -}}
 
+{{/*
+The namespaces the operator watches, as a JSON list: watchNamespaces, else the release's
+namespace; [] (the whole cluster) only with clusterWide=true.
+*/}}
+{{- define "llm-operator.watchedNamespaces" -}}
+{{- if .Values.clusterWide -}}
+[]
+{{- else if .Values.watchNamespaces -}}
+{{- .Values.watchNamespaces | toJson -}}
+{{- else -}}
+{{- list .Release.Namespace | toJson -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The operator's ServiceAccount as the API server names the user. */}}
+{{- define "llm-operator.serviceAccountUser" -}}
+{{- printf "system:serviceaccount:%s:%s" .Release.Namespace (include "llm-operator.serviceAccountName" .) -}}
+{{- end -}}
+
 {{/* Cross-value checks the JSON schema cannot express; each names the values and the fix. */}}
 {{- define "llm-operator.validate" -}}
+{{- $presets := list "nvidia" "gke" "eks" "aks" -}}
+{{- if not (or (has .Values.settings.gpuClass $presets) (hasKey .Values.settings.gpuClasses .Values.settings.gpuClass)) -}}
+{{- fail (printf "settings.gpuClass=%s is neither a preset (%s) nor a key of settings.gpuClasses (%s); fix: set settings.gpuClass to one of them, or define %s under settings.gpuClasses" .Values.settings.gpuClass (join ", " $presets) (join ", " (keys .Values.settings.gpuClasses | sortAlpha)) .Values.settings.gpuClass) -}}
+{{- end -}}
+{{- if and .Values.clusterWide .Values.watchNamespaces -}}
+{{- fail (printf "clusterWide=true and watchNamespaces=%s contradict each other: cluster-wide the operator watches every namespace; fix: drop watchNamespaces, or set clusterWide=false to watch only those" (toJson .Values.watchNamespaces)) -}}
+{{- end -}}
 {{- if and (gt (int .Values.replicaCount) 1) (not .Values.peering.enabled) -}}
 {{- fail (printf "replicaCount=%d needs peering.enabled=true: without kopf peering several operator pods would handle the same LLMServices at once; fix: set peering.enabled=true or replicaCount=1" (int .Values.replicaCount)) -}}
 {{- end -}}

@@ -10,9 +10,11 @@ Why one loop rather than a kopf timer per service: every tick reads the signals 
 due services in one batched PromQL request (:func:`prometheus.fetch_observations`), which
 per-object timers cannot share. The loop is an asyncio task started by the operator's startup
 handler and cancelled by its cleanup handler (both in :mod:`.handlers`); the bodies come
-from the ``llmservices_by_name`` index. A tiny kopf daemon per LLMService marks it present:
-kopf stops daemons when the object is being deleted and when the operator is paused by
-peering (a standby pod), so the loop acts only on the services this pod actively handles.
+from the ``llmservices_by_name`` index (a deleted service leaves it). Under kopf peering,
+each tick first reads kopf's peering object(s) and acts only while no live peer outranks
+this pod (:mod:`.peering`): a standby holds. No kopf daemon marks the services (kopf would
+put its finalizer on each, and an uninstalled operator's finalizer blocks deleting the
+service and its namespace).
 
 Each tick (sleeping until the earliest service is due, at most :data:`IDLE_SECONDS`):
 
@@ -95,6 +97,7 @@ from ..models import AdaptationMode
 from ..rendering.leaderworkerset import LWS_API_VERSION, LWS_KIND, LWS_NAME_SUFFIX
 from ..status import live_cap_in_use
 from .context import OperatorContext, clock
+from .peering import peering_active
 from .reconcile import reconcile, write_status
 
 log = logging.getLogger(__name__)
@@ -126,9 +129,9 @@ class AdaptationLoop:
         self._client: prometheus.QueryClient | None = None
 
     def services(self) -> dict[ServiceKey, Service]:
-        """The present services' latest bodies from the index."""
+        """The services' latest bodies from the index."""
         bodies = []
-        for key in sorted(self.ctx.present):
+        for key in sorted(self.index):
             found = list(self.index.get(key, []))
             if found:
                 bodies.append(found[-1])
@@ -149,7 +152,10 @@ class AdaptationLoop:
             await asyncio.sleep(delay)
 
     async def tick(self, now: float) -> float:
-        """One tick: decide for every due service; returns the seconds to sleep."""
+        """One tick: decide for every due service; returns the seconds to sleep. A
+        standby (peering: a live peer outranks this pod) holds for :data:`IDLE_SECONDS`."""
+        if not await peering_active(self.ctx.kube, self.ctx.peering):
+            return IDLE_SECONDS
         services = self.services()
         for key in [k for k in self.last_run if k not in services]:
             self._forget(key)

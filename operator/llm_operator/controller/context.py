@@ -19,6 +19,7 @@ from ..adaptation.policy import ServiceKey
 from ..settings import Settings
 from .kube import KubeClient
 from .metrics import OperatorMetrics
+from .peering import PeeringIdentity
 
 CONTEXT_KEY = "ctx"
 # Render first (see OperatorContext.after_renders): the work that follows a service's
@@ -35,9 +36,9 @@ class OperatorContext:
 
     ``tuning_locks``: one lock per service, so that a service's and its Job's events never
     act on the same tuning run at once. ``adaptation_task``: the online adaptation loop
-    (None when ``LLMOP_PROMETHEUS_URL`` is unset); ``present``: the services this pod
-    handles now (kept by a kopf daemon per service, which kopf stops on deletion and when
-    peering pauses this pod), the only ones the loop acts on.
+    (None when ``LLMOP_PROMETHEUS_URL`` is unset); ``peering``: the kopf peering this pod
+    takes part in (None: standalone), which the loop reads before it acts
+    (:mod:`.peering`).
     """
 
     settings: Settings
@@ -49,7 +50,7 @@ class OperatorContext:
     tuning_progress_task: asyncio.Task[None] | None = None
     resync_task: asyncio.Task[None] | None = None
     creating_pods_task: asyncio.Task[None] | None = None
-    present: set[ServiceKey] = field(default_factory=set)
+    peering: PeeringIdentity | None = None
     retries: dict[Hashable, asyncio.Task[None]] = field(default_factory=dict)
     renders: int = 0
     _quiet: asyncio.Event | None = None

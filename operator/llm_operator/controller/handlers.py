@@ -33,20 +33,17 @@ and renaming a function must not change them.
   handling stalled (a retry kopf planned never came because kopf's own write failed) is
   set going again; kopf's progress records carry the generation they handled
   (:mod:`.progress`), so a spec changed mid-cycle is rendered, not recorded as handled.
-- ``adaptation-presence``: a daemon per LLMService that marks it as handled by this pod
-  for the adaptation loop (:mod:`.adaptation`); kopf stops it on deletion and when
-  peering pauses this operator. Only while adaptation is on (``LLMOP_PROMETHEUS_URL``).
-
-No finalizer unless adaptation is on. kopf puts its finalizer on a resource that has a
-non-optional ``on.delete`` handler or a daemon; a finalizer whose operator is gone
+No finalizer, ever. kopf puts its finalizer on a resource that has a non-optional
+``on.delete`` handler, a daemon or a timer; a finalizer whose operator is gone
 (uninstalled, scaled to zero) blocks the deletion of the LLMService and so of its
 namespace forever. The children need no handler: they carry owner references to the
 LLMService, and the garbage collector deletes them with it. So both delete handlers are
 ``optional`` (they run when the operator sees a deletion that something else holds up,
-and clean up promptly then), and the daemon, which kopf must stop before the resource
-goes (hence its finalizer), only matches while adaptation is on. kopf removes its
-finalizer from resources that no longer need it. With adaptation on, uninstall the
-operator only after deleting the LLMServices (see the chart README).
+and clean up promptly then), and there is no daemon or timer: the background loops
+(adaptation, tuning progress, resync, pods) are asyncio tasks over the index, and the
+adaptation loop learns whether peering paused this pod from kopf's peering objects
+(:mod:`.peering`). kopf removes its finalizer from resources that no longer need it, so
+one an older release put on a service goes on the first pass.
 
 Watches are filtered on the server: kopf sends ``settings.watching.label_selectors`` as
 the ``labelSelector`` of its list and watch requests, so the operator lists and watches
@@ -85,6 +82,8 @@ from .adaptation import AdaptationLoop
 from .context import CONTEXT_KEY, OperatorContext, operator_context
 from .diffbase import SlimDiffBaseStorage
 from .kube import ApiError, KubeClient, owner_name, without_managed_fields
+from .peering import MEMO_KEY as PEERING_MEMO_KEY
+from .peering import PeeringIdentity
 from .pods import creating_pods_loop, pod_service_key, pods_changed
 from .progress import GenerationProgressStorage
 from .reconcile import (
@@ -174,8 +173,10 @@ async def operator_startup(settings: kopf.OperatorSettings, memo: kopf.Memo,
     if isinstance(memo.get(CONTEXT_KEY), OperatorContext):
         return
     own = memo.get("settings")
+    peering = memo.get(PEERING_MEMO_KEY)
     ctx = OperatorContext(settings=own if isinstance(own, Settings) else Settings(),
-                          kube=await KubeClient.from_environment())
+                          kube=await KubeClient.from_environment(),
+                          peering=peering if isinstance(peering, PeeringIdentity) else None)
     memo[CONTEXT_KEY] = ctx
     ctx.metrics.serve(ctx.settings.metrics_port)
     services = kwargs.get(INDEX)
@@ -424,26 +425,3 @@ async def llmservice_tuning_cleanup(body: kopf.Body, memo: kopf.Memo, logger: ko
     ctx.tuning_locks.pop((body.meta.namespace or "default", body.meta.name or ""), None)
 
 
-# --------------------------------------------------------------------------- adaptation
-def _adaptation_on(memo: kopf.Memo, **_: Any) -> bool:
-    ctx = memo.get(CONTEXT_KEY)
-    return isinstance(ctx, OperatorContext) and ctx.adaptation_task is not None
-
-
-@kopf.daemon(GROUP, VERSION, PLURAL, id="adaptation-presence", cancellation_timeout=5,
-             when=_adaptation_on)
-async def llmservice_adaptation_presence(
-    stopped: kopf.DaemonStopped, memo: kopf.Memo, namespace: str | None, name: str | None,
-    **_: Any,
-) -> None:
-    """Mark the service as handled by this operator for as long as kopf keeps the daemon
-    (stopped on deletion and when peering pauses this operator)."""
-    ctx = memo.get(CONTEXT_KEY)
-    if not isinstance(ctx, OperatorContext) or ctx.adaptation_task is None:
-        return  # adaptation is off; the daemon ends (kopf does not restart it)
-    key = (namespace or "default", name or "")
-    ctx.present.add(key)
-    try:
-        await stopped.wait()
-    finally:
-        ctx.present.discard(key)

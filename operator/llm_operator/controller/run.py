@@ -8,8 +8,10 @@ import random
 
 import kopf
 
-from ..settings import Settings
+from ..settings import load_settings
 from . import handlers as _handlers  # noqa: F401  importing registers the kopf handlers
+from .peering import MEMO_KEY as PEERING_MEMO_KEY
+from .peering import PeeringIdentity
 
 # Python's cyclic garbage collector, tuned for an operator that holds every service it
 # watches: with the default thresholds (700, 10, 10) a burst of new services runs full
@@ -38,7 +40,7 @@ def run_operator(namespaces: list[str], standalone: bool, peering: str | None = 
     Watches ``namespaces`` (or ``LLMOP_NAMESPACES``; none: the whole cluster). The
     liveness endpoint listens on ``LLMOP_HEALTH_PORT`` (``/healthz``; 0 turns it off).
     """
-    settings = Settings()
+    settings = load_settings()
     watched = list(namespaces) or list(settings.namespaces)
     kopf.configure(verbose=False, log_format=kopf.LogFormat.PLAIN)
     port = settings.health_port
@@ -49,6 +51,9 @@ def run_operator(namespaces: list[str], standalone: bool, peering: str | None = 
     # With peering, every pod needs its own priority: with equal priorities kopf lets two
     # operators act at once. A random one makes one pod active and the others standby.
     priority = random.randint(1, 2**31 - 1) if peering else 0
+    if peering:
+        # The adaptation loop reads kopf's peering objects with it (.peering).
+        memo[PEERING_MEMO_KEY] = PeeringIdentity(peering, priority, tuple(watched))
     # kopf's default lifecycle ("asap") runs one changing handler per processing cycle and
     # stores the progress of the others in annotations in between: with several handlers
     # on one object (reconcile, tuning) every create, update and resume would cost extra
