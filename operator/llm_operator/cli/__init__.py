@@ -69,7 +69,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             experts = bool(inputs_for(svc.spec, plan, facts).model.num_experts)
             console.print(curve_table(points, f"Predicted: {plan.model_name} on "
                                       f"{plan.gpu_product}, TP {plan.tensor_parallel_size}", slo,
-                                      accuracy_caption(experts)))
+                                      accuracy_caption(experts), width=console.width))
             console.print(_start_line(plan, start))
             if args.aic is not None:
                 _print_aic(console, args, svc.spec, plan, points, slo, experts)

@@ -370,16 +370,24 @@ def _explain_facts(ex: list[Explained], spec: LLMServiceSpec, facts: ModelFacts,
         inputs={"kvCacheDtype": str(engine.kv_cache_dtype), "dtype": dtype},
         source="pinned" if engine.kv_cache_dtype != "auto" else "planned"))
     path = compute_path(facts, quant, gpu)
+    weight_dtype = facts.quantization or str(quant)
+    activations = (facts.activation_quantization if facts.quantization
+                   else ("fp8" if quant == Quantization.FP8 else None))
+    # A figure the GPU table lacks says why: a GPU given by its memory only has none; a
+    # known GPU without FP8 or FP4 tensor cores has no such figure (catalog.GPUFacts).
+    unknown = "unknown: spec.gpus.memoryGib gives memory only" if not gpu.source else None
     ex.append(Explained(
         name="computeFlops", value=path.flops if path.flops is not None else "unknown",
         unit="FLOP/s", formula=f"the GPU's dense {path.dtype} tensor-core FLOP/s: {path.why}",
         inputs={"gpu": gpu.product, "computeDtype": path.dtype,
-                "computeCapability": gpu.compute_capability,
-                "weights": facts.quantization or str(quant),
-                "activations": facts.activation_quantization if facts.quantization
-                else ("fp8" if quant == Quantization.FP8 else None),
-                "bf16Flops": gpu.bf16_flops, "fp8Flops": gpu.fp8_flops,
-                "fp4Flops": gpu.fp4_flops, "source": gpu.source or "spec.gpus.memoryGib"}))
+                "computeCapability": gpu.compute_capability or unknown or "not in the table",
+                "weights": weight_dtype,
+                "activations": activations or ("not quantized" if weight_dtype == "none"
+                                               else "not quantized (weight-only)"),
+                "bf16Flops": gpu.bf16_flops or unknown or "not in the table",
+                "fp8Flops": gpu.fp8_flops or unknown or "none: no fp8 tensor cores",
+                "fp4Flops": gpu.fp4_flops or unknown or "none: no fp4 tensor cores",
+                "source": gpu.source or "spec.gpus.memoryGib"}))
 
 
 def _explain_parallelism(ex: list[Explained], warnings: list[str], spec: LLMServiceSpec,
