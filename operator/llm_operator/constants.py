@@ -26,6 +26,9 @@ APP_NAME = "vllm"
 ANNOTATION_SPEC_HASH = f"{GROUP}/spec-hash"  # hash of the rendered child, to patch only on change
 ANNOTATION_FINGERPRINT = f"{GROUP}/tuning-fingerprint"
 ANNOTATION_RETUNE = f"{GROUP}/retune"
+# "true" on a tuning Job on spare GPUs (counted against the tuning GPU budget), "false" on
+# one that runs on GPUs serving lent it (BorrowReplica, a held BeforeServing service)
+ANNOTATION_TUNING_ON_SPARE = f"{GROUP}/tuning-on-spare"
 
 # kopf bookkeeping under our own name (STYLE habit 10).
 FINALIZER = f"{GROUP}/finalizer"

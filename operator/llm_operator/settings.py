@@ -87,6 +87,13 @@ class Settings(BaseSettings):
         "Spare): lower than serving and never preempting (the chart creates it); "
         "spec.tuning.priorityClassName overrides it; empty keeps the service's own priority",
     )
+    tuning_gpu_budget: int = Field(
+        8, ge=0,
+        description="GPUs that tuning Jobs on spare GPUs (spec.tuning.placement Spare, or "
+        "BeforeServing for a service that served already) may hold at once, across the "
+        "watched namespaces: a run that would exceed it waits (status.tuning.state Queued) "
+        "until running ones end; 0 runs none on spare GPUs",
+    )
     hf_endpoint: str | None = Field(
         None, description="Hugging Face Hub mirror (HF_ENDPOINT) the facts Job reads a "
         "model's config.json from; unset: huggingface.co (spec.pod.env's HF_ENDPOINT wins)",
@@ -176,6 +183,7 @@ HELM_VALUES: dict[str, str] = {
     "LLMOP_GPU_CLASS": "settings.gpuClass",
     "LLMOP_GPU_CLASSES": "settings.gpuClasses",
     "LLMOP_TUNING_PRIORITY_CLASS": "tuningPriorityClass.name",
+    "LLMOP_TUNING_GPU_BUDGET": "settings.tuningGpuBudget",
 }
 _VARIABLE = re.compile(r"\bLLMOP_[A-Z_]+\b")
 

@@ -210,6 +210,56 @@ def test_tuning_priority_class_is_below_serving_never_preempts_and_reaches_setti
     assert settings.tuning_priority_class == "batch-low"
 
 
+def test_tuning_never_triggers_an_autoscaler_scale_up_unless_the_chart_opts_in(
+    render: Render,
+) -> None:
+    """The cluster autoscaler never adds a node for a pod whose priority is below its
+    expendable cutoff (--expendable-pods-priority-cutoff, default -10; cluster-autoscaler
+    FAQ, "How does Cluster Autoscaler work with Pod Priority and Preemption?"). By default
+    the tuning class sits below it; tuningPriorityClass.allowScaleUp opts in (the cutoff
+    itself); a value that contradicts the choice is refused, naming both values."""
+    assert render().one("PriorityClass")["value"] == -11
+    assert render({"tuningPriorityClass": {"autoscalerCutoff": -100}}).one(
+        "PriorityClass")["value"] == -101
+    assert render({"tuningPriorityClass": {"allowScaleUp": True}}).one(
+        "PriorityClass")["value"] == -10
+    assert render({"tuningPriorityClass": {"value": -50}}).one("PriorityClass")["value"] == -50
+    refused = render({"tuningPriorityClass": {"value": -10}}, check=False)
+    assert refused.returncode != 0
+    assert ("tuningPriorityClass.value=-10 is not below the cluster autoscaler's expendable "
+            "cutoff (tuningPriorityClass.autoscalerCutoff=-10)") in refused.stderr
+    assert "tuningPriorityClass.allowScaleUp=true" in refused.stderr
+    pointless = render({"tuningPriorityClass": {"allowScaleUp": True, "value": -50}},
+                       check=False)
+    assert pointless.returncode != 0
+    assert "tuningPriorityClass.value=-50 is below" in pointless.stderr
+    assert "set allowScaleUp=false" in pointless.stderr
+    impossible = render({"tuningPriorityClass": {"allowScaleUp": True, "autoscalerCutoff": 0}},
+                        check=False)
+    assert impossible.returncode != 0
+    assert "needs a negative tuningPriorityClass.autoscalerCutoff" in impossible.stderr
+    # Bring your own class: its value is the user's, nothing is checked or changed.
+    own = render({"tuningPriorityClass": {"create": False, "name": "batch-low"}})
+    assert not own.of_kind("PriorityClass")
+
+
+def test_the_tuning_gpu_budget_reaches_the_operator(
+    render: Render, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """settings.tuningGpuBudget is LLMOP_TUNING_GPU_BUDGET (default 8; 0 allowed: no
+    tuning on spare GPUs); a negative or non-integer budget is refused by the schema,
+    naming the value."""
+    settings = settings_from_env(env_of(deployment_container(render().docs)), monkeypatch)
+    assert settings.tuning_gpu_budget == 8
+    zero = render({"settings": {"tuningGpuBudget": 0}})
+    assert settings_from_env(env_of(deployment_container(zero.docs)),
+                             monkeypatch).tuning_gpu_budget == 0
+    for bad in (-1, 2.5, "eight"):
+        refused = render({"settings": {"tuningGpuBudget": bad}}, check=False)
+        assert refused.returncode != 0, bad
+        assert "tuningGpuBudget" in refused.stderr, refused.stderr
+
+
 def test_secure_defaults(render: Render) -> None:
     """Non-root, read-only root filesystem, no capabilities, RuntimeDefault seccomp,
     no privilege escalation, bounded resources: what restricted Pod Security demands."""

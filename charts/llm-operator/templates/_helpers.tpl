@@ -109,7 +109,34 @@ namespace; [] (the whole cluster) only with clusterWide=true.
 
 {{/*
 The PriorityClass of tuning Jobs on spare GPUs: tuningPriorityClass.name, else <fullname>-tuning.
+Its value (tuningPriorityValue): tuningPriorityClass.value, else autoscalerCutoff - 1 (the
+cluster autoscaler never scales up for a pod below its cutoff), or the cutoff itself with
+allowScaleUp; a value that contradicts allowScaleUp is refused, naming both values.
 */}}
+{{- define "llm-operator.tuningPriorityValue" -}}
+{{- $pc := .Values.tuningPriorityClass -}}
+{{- $cutoff := int $pc.autoscalerCutoff -}}
+{{- if kindIs "invalid" $pc.value -}}
+{{- if $pc.allowScaleUp -}}
+{{- if ge $cutoff 0 -}}
+{{- fail (printf "tuningPriorityClass.allowScaleUp=true needs a negative tuningPriorityClass.autoscalerCutoff (got %d): the tuning class must stay below serving pods (0), and with a cutoff of %d every priority below 0 is expendable, so no such class triggers a scale-up; fix: set autoscalerCutoff to your cluster autoscaler's --expendable-pods-priority-cutoff, or allowScaleUp=false" $cutoff $cutoff) -}}
+{{- end -}}
+{{- $cutoff -}}
+{{- else -}}
+{{- sub $cutoff 1 -}}
+{{- end -}}
+{{- else -}}
+{{- $value := int $pc.value -}}
+{{- if and (not $pc.allowScaleUp) (ge $value $cutoff) -}}
+{{- fail (printf "tuningPriorityClass.value=%d is not below the cluster autoscaler's expendable cutoff (tuningPriorityClass.autoscalerCutoff=%d): a tuning pod that finds no spare GPU would make the autoscaler add GPU nodes for it; fix: set tuningPriorityClass.value below %d (or leave it empty), or set tuningPriorityClass.allowScaleUp=true to allow those scale-ups" $value $cutoff $cutoff) -}}
+{{- end -}}
+{{- if and $pc.allowScaleUp (lt $value $cutoff) -}}
+{{- fail (printf "tuningPriorityClass.allowScaleUp=true but tuningPriorityClass.value=%d is below the cluster autoscaler's expendable cutoff (tuningPriorityClass.autoscalerCutoff=%d), so the autoscaler never adds a node for it; fix: set the value to %d or above (below 0), leave it empty, or set allowScaleUp=false" $value $cutoff $cutoff) -}}
+{{- end -}}
+{{- $value -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "llm-operator.tuningPriorityClass" -}}
 {{- default (printf "%s-tuning" (include "llm-operator.fullname" .)) .Values.tuningPriorityClass.name | trunc 63 | trimSuffix "-" -}}
 {{- end -}}

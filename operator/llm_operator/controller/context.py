@@ -35,10 +35,11 @@ class OperatorContext:
     """Settings, the API client, the operator's metrics and its background work.
 
     ``tuning_locks``: one lock per service, so that a service's and its Job's events never
-    act on the same tuning run at once. ``adaptation_task``: the online adaptation loop
-    (None when ``LLMOP_PROMETHEUS_URL`` is unset); ``peering``: the kopf peering this pod
-    takes part in (None: standalone), which the loop reads before it acts
-    (:mod:`.peering`).
+    act on the same tuning run at once. ``budget_lock``: held from a spare run's budget
+    check to its Job's creation, so that two services' runs never both take the budget's
+    last GPUs. ``adaptation_task``: the online adaptation loop (None when
+    ``LLMOP_PROMETHEUS_URL`` is unset); ``peering``: the kopf peering this pod takes part in
+    (None: standalone), which the loop reads before it acts (:mod:`.peering`).
     """
 
     settings: Settings
@@ -46,6 +47,7 @@ class OperatorContext:
     metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
     background: set[asyncio.Task[None]] = field(default_factory=set)
     tuning_locks: dict[ServiceKey, asyncio.Lock] = field(default_factory=dict)
+    budget_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     adaptation_task: asyncio.Task[None] | None = None
     tuning_progress_task: asyncio.Task[None] | None = None
     resync_task: asyncio.Task[None] | None = None

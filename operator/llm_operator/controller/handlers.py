@@ -178,6 +178,7 @@ async def operator_startup(settings: kopf.OperatorSettings, memo: kopf.Memo,
                           kube=await KubeClient.from_environment(),
                           peering=peering if isinstance(peering, PeeringIdentity) else None)
     memo[CONTEXT_KEY] = ctx
+    ctx.metrics.tuning_gpu_budget.set(ctx.settings.tuning_gpu_budget)
     ctx.metrics.serve(ctx.settings.metrics_port)
     services = kwargs.get(INDEX)
     if services is not None:

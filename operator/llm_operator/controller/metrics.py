@@ -42,6 +42,16 @@ Series (all prefixed ``llmop_``):
 ``tuning_jobs_started_total`` / ``tuning_jobs_succeeded_total`` /
 ``tuning_jobs_failed_total`` ``{namespace, llmservice}``
     tuning Jobs, for the tuning wiring; 0 from the service's first reconciliation.
+``tuning_gpu_seconds_total{namespace, llmservice}``
+    what tuning cost: each ended attempt's pods' GPUs times the time they were on a node
+    (:func:`~llm_operator.tuning.budget.pods_gpu_seconds`; divide by 60 for the
+    GPU-minutes ``status.tuning.gpuMinutes`` and the Events show); 0 from the service's
+    first reconciliation. ``sum(increase(llmop_tuning_gpu_seconds_total[30d])) by
+    (namespace) / 3600`` is a team's GPU-hours of tuning over 30 days.
+``tuning_gpus_held`` / ``tuning_gpu_budget``
+    GPUs tuning Jobs on spare GPUs hold across the watched namespaces, as of the latest
+    budget check (a run on spare GPUs about to start, or a queued one rechecked), and the
+    budget (``LLMOP_TUNING_GPU_BUDGET``).
 ``reconcile_duration_seconds{trigger}`` / ``reconcile_errors_total{trigger}``
     one reconciliation (parse, plan, render, apply) and those that failed (raised, or
     ended with an error for kopf to raise: children not written, spec invalid);
@@ -191,6 +201,15 @@ class OperatorMetrics:
         self.tuning_failed = Counter(
             "tuning_jobs_failed", "Tuning Jobs that failed", SERVICE_LABELS,
             namespace=NAMESPACE, registry=reg)
+        self.tuning_gpu_seconds = Counter(
+            "tuning_gpu_seconds", "GPU-seconds of ended tuning attempts (the pods' GPUs "
+            "times their time on a node)", SERVICE_LABELS, namespace=NAMESPACE, registry=reg)
+        self.tuning_gpus_held = Gauge(
+            "tuning_gpus_held", "GPUs tuning Jobs on spare GPUs hold, as of the latest "
+            "budget check", namespace=NAMESPACE, registry=reg)
+        self.tuning_gpu_budget = Gauge(
+            "tuning_gpu_budget", "GPUs tuning Jobs on spare GPUs may hold at once "
+            "(LLMOP_TUNING_GPU_BUDGET)", namespace=NAMESPACE, registry=reg)
         self.reconcile_seconds = Histogram(
             "reconcile_duration_seconds", "Duration of one reconciliation of an LLMService",
             ["trigger"], namespace=NAMESPACE, registry=reg,
@@ -233,7 +252,8 @@ class OperatorMetrics:
         objectives it sets (:func:`slo_objectives`; the others go); and the service's
         tuning counters start at 0, so that ``increase()`` sees the first failure."""
         self.spec_replicas.labels(namespace, name).set(spec.replicas)
-        for counter in (self.tuning_started, self.tuning_succeeded, self.tuning_failed):
+        for counter in (self.tuning_started, self.tuning_succeeded, self.tuning_failed,
+                        self.tuning_gpu_seconds):
             counter.labels(namespace, name)
         wanted = slo_objectives(spec.workload.slo)
         for objective in ("ttft_p95", "itl_p95"):
@@ -257,6 +277,17 @@ class OperatorMetrics:
         if counter is not None:
             counter.labels(namespace=namespace, llmservice=name).inc()
 
+    def tuning_cost(self, namespace: str, name: str, gpu_seconds: float) -> None:
+        """Count one ended tuning attempt's GPU-seconds."""
+        if gpu_seconds > 0:
+            self.tuning_gpu_seconds.labels(namespace=namespace, llmservice=name).inc(
+                gpu_seconds)
+
+    def tuning_budget(self, held: int, budget: int) -> None:
+        """The latest budget check: GPUs held by tuning on spare GPUs, and the budget."""
+        self.tuning_gpus_held.set(held)
+        self.tuning_gpu_budget.set(budget)
+
     def forget(self, namespace: str, name: str) -> None:
         """Drop the adaptation gauges of a service that is gone or no longer adapted."""
         labels = {"namespace": namespace, "llmservice": name}
@@ -268,7 +299,7 @@ class OperatorMetrics:
         labels = {"namespace": namespace, "llmservice": name}
         for metric in (self.decisions, self.max_num_seqs, self.kv_fit, self.bound, self.tuned,
                        self.slo_seconds, self.spec_replicas, self.tuning_started,
-                       self.tuning_succeeded, self.tuning_failed):
+                       self.tuning_succeeded, self.tuning_failed, self.tuning_gpu_seconds):
             metric.remove_by_labels(labels)
         self.condition.forget(namespace, name)
 

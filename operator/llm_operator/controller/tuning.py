@@ -46,6 +46,7 @@ clusters for nothing. ``ttlSecondsAfterFinished`` removes Jobs a stopped operato
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 from collections.abc import Mapping
 from typing import Any
@@ -64,6 +65,7 @@ from ..planning import Plan
 from ..rendering.identity import COMPONENT_TUNING
 from ..rendering.pod import image_for
 from ..sizing import plan_for_slo
+from ..tuning import budget as tb
 from ..tuning import control as tc
 from ..tuning import placement as tp
 from ..tuning.fingerprint import tuning_fingerprint
@@ -122,6 +124,7 @@ async def tuning_step(
         job = tc.ObservedJob.from_object(job_obj) if job_obj is not None else None
         message = None
         pending = None
+        pods: list[JSON] | None = None
         now = clock()
         if job is not None and not job.deleting:
             pods = await ctx.kube.list("v1", "Pod", namespace, f"job-name={job_name}")
@@ -138,11 +141,26 @@ async def tuning_step(
         held = tp.held_before_serving(svc, plan, status) is not None
         decision = tc.decide(svc, plan, fingerprint, job_name, current, job, message, cached,
                              now, pending=pending, held=held)
-        if decision.action not in (tc.TuningAction.NONE, tc.TuningAction.WAIT):
-            logger.info(f"Tuning {namespace}/{name}: {decision.action}: {decision.why}")
+        # What the attempt that ends here cost (its pods as listed now).
+        gpu_seconds = tb.pods_gpu_seconds(pods, now) if pods is not None else None
+        decision = tc.with_cost(decision, gpu_seconds)
+        spare_start = decision.create_job and tp.runs_on_spare(
+            svc, held=bool((decision.tuning or {}).get("beforeServing")))
         try:
-            await _carry_out(ctx, obj, svc, plan, fingerprint, status, decision, job, now,
-                             logger, facts)
+            # A start on spare GPUs: its budget check and its Job's creation under one
+            # lock, so that two services never both take the budget's last GPUs.
+            async with ctx.budget_lock if spare_start else contextlib.nullcontext():
+                if spare_start:
+                    decision = await within_budget(ctx, svc, plan, current, decision, now)
+                if decision.action not in (tc.TuningAction.NONE, tc.TuningAction.WAIT) and (
+                        decision.action is not tc.TuningAction.QUEUE
+                        or tc.merge_patch(current, decision.status_after(current))):
+                    logger.info(f"Tuning {namespace}/{name}: {decision.action}: "
+                                f"{decision.why}")
+                await _carry_out(ctx, obj, svc, plan, fingerprint, status, decision, job,
+                                 now, logger, facts)
+            if gpu_seconds is not None and tc.ends_attempt(decision):
+                ctx.metrics.tuning_cost(namespace, name, gpu_seconds)
         except ApiError as exc:
             if not (exc.namespace_terminating or exc.namespace_missing):
                 raise
@@ -153,6 +171,32 @@ async def tuning_step(
                         "so no Job is created")
             return None
         return decision
+
+
+async def within_budget(ctx: OperatorContext, svc: LLMService, plan: Plan,
+                        current: Mapping[str, Any], decision: tc.TuningDecision,
+                        now: float) -> tc.TuningDecision:
+    """``decision`` (a start on spare GPUs) against the tuning GPU budget: the tuning Jobs
+    of every watched namespace (all of them in cluster mode) are read, and the run is
+    queued when its Job would take what they hold over ``LLMOP_TUNING_GPU_BUDGET``
+    (:func:`~llm_operator.tuning.control.gate_start`). The service's own other tuning Jobs
+    are not counted: starting this run deletes them."""
+    namespace, name = svc.metadata.namespace, svc.metadata.name
+    selector = f"{LABEL_COMPONENT}={COMPONENT_TUNING}"
+    jobs: list[JSON] = []
+    scopes: list[str | None] = list(ctx.settings.namespaces) or [None]
+    for ns in scopes:
+        jobs += await ctx.kube.list(JOB_API, "Job", ns, selector)
+    superseded = [tb.job_key(j) for j in jobs
+                  if tb.job_key(j)[0] == namespace
+                  and ((j.get("metadata") or {}).get("labels") or {}).get(LABEL_SERVICE) == name
+                  and owned_by(j, svc.metadata.uid)]
+    held = tb.gpus_held(jobs, exclude=superseded)
+    budget = ctx.settings.tuning_gpu_budget
+    ctx.metrics.tuning_budget(held, budget)
+    return tc.gate_start(decision, current,
+                         tb.BudgetCheck(held=held, need=plan.gpus_per_replica, budget=budget),
+                         now)
 
 
 async def _carry_out(
@@ -229,7 +273,7 @@ async def delete_tuning_jobs(ctx: OperatorContext, obj: Mapping[str, Any], logge
 
 def _in_flight(body: Mapping[str, Any]) -> bool:
     tuning = (body.get("status") or {}).get("tuning") or {}
-    return (isinstance(tuning, Mapping) and tuning.get("state") in tc.IN_FLIGHT
+    return (isinstance(tuning, Mapping) and tuning.get("state") in tc.STEPPED
             and not (body.get("metadata") or {}).get("deletionTimestamp"))
 
 

@@ -26,7 +26,9 @@ When a run is wanted (``spec.tuning.mode``):
     starts), ``Succeeded`` (a result is applied; ``complete`` is false when the budget
     ran out first and the result is partial), ``Failed`` (retries exhausted), ``Pending``
     (Manual mode, waiting for the annotation), ``Skipped`` (nothing to tune: every tuned
-    field pinned, or a replica spans several nodes), ``Cancelled`` (mode Disabled).
+    field pinned, or a replica spans several nodes), ``Cancelled`` (mode Disabled),
+    ``Queued`` (a run on spare GPUs waits for the tuning GPU budget; see
+    :mod:`.budget` and :func:`gate_start`).
 ``fingerprint``, ``jobName``, ``jobUid``, ``attempts``, ``failures``, ``maxRetries``
     the run and its bookkeeping (``jobUid`` tells a Job already accounted for).
 ``tunable``
@@ -52,6 +54,14 @@ When a run is wanted (``spec.tuning.mode``):
 ``placement``, ``borrowedReplicas``, ``beforeServing``
     where the run gets its GPUs (:mod:`.placement`): a replica lent by serving while the
     run is in flight, or a new service's server waiting for it.
+``queued``
+    the run waits for the tuning GPU budget: ``since``, ``heldGpus`` (what tuning Jobs on
+    spare GPUs hold now), ``needGpus``, ``budgetGpus`` and the ``message`` the ``Tuned``
+    condition (``TuningQueued``) carries, naming the Helm value that raises the budget.
+``gpuMinutes``
+    what the run cost: its pods' GPUs times the time they were on a node, over its
+    attempts (:func:`~.budget.pods_gpu_seconds`); also in the Event that ends an attempt
+    and in ``llmop_tuning_gpu_seconds_total``.
 ``pending``
     the run's pod waits (``since``, the scheduler's or kubelet's ``reason`` and
     ``message``, ``giveUpAfterSeconds``): ``Tuned`` is ``TuningPending``. Past the bound
@@ -96,6 +106,7 @@ from ..planning import OVERRIDABLE, Plan
 from ..rendering.deployment import PROGRESS_MARGIN_SECONDS
 from ..rendering.leaderworkerset import is_multi_node
 from ..timestamps import parse_rfc3339_or_none, rfc3339
+from .budget import BudgetCheck, gpu_minutes
 from .fingerprint import revision_note
 from .placement import placement_error, runs_on_spare
 
@@ -116,10 +127,14 @@ class State(StrEnum):
     PENDING = "Pending"
     SKIPPED = "Skipped"
     CANCELLED = "Cancelled"
+    QUEUED = "Queued"
 
 
 SETTLED = {State.SUCCEEDED, State.FAILED, State.SKIPPED}
 IN_FLIGHT = {State.RUNNING, State.RETRYING}
+# A run the operator steps every PROGRESS_INTERVAL_SECONDS: in flight, or queued for the
+# tuning GPU budget (its Job is created once the budget has room).
+STEPPED = IN_FLIGHT | {State.QUEUED}
 
 
 class TuningAction(StrEnum):
@@ -137,6 +152,7 @@ class TuningAction(StrEnum):
     CLEANUP = "Cleanup"  # a finished Job already accounted for: delete it
     SKIP = "Skip"  # nothing to tune here
     PENDING = "Pending"  # Manual mode: wait for the annotation
+    QUEUE = "Queue"  # a run on spare GPUs waits for the tuning GPU budget (see gate_start)
 
 
 class JobPhase(StrEnum):
@@ -328,7 +344,7 @@ def cache_lookup_needed(svc: LLMService, fingerprint: str, tuning: Mapping[str, 
     if svc.spec.tuning.mode is not TuningMode.ON_ROLLOUT or _new_request(svc, tuning):
         return False
     same = tuning.get("fingerprint") == fingerprint
-    return not (same and tuning.get("state") in SETTLED | IN_FLIGHT)
+    return not (same and tuning.get("state") in SETTLED | STEPPED)
 
 
 @dataclass(frozen=True)
@@ -439,7 +455,7 @@ def decide(
         return TuningDecision(TuningAction.SKIP, new, why=why)
 
     request = _new_request(svc, cur)
-    if same and state in IN_FLIGHT and not request:
+    if same and state in STEPPED and not request:
         # A retry after a failure, or the Job vanished (deleted by hand): start again.
         return _start(svc, cur, fingerprint, job_name, now, same=True, request=None,
                       held=held)
@@ -469,6 +485,67 @@ def decide(
         return _accept(svc, cur, fingerprint, result, now, same=same, job=None,
                        source="cache", job_name=job_name, cached_at=(cached or {}).get("at"))
     return _start(svc, cur, fingerprint, job_name, now, same=same, request=None, held=held)
+
+
+# --------------------------------------------------------------------------- budget
+def gate_start(decision: TuningDecision, current: Mapping[str, Any], check: BudgetCheck,
+               now: float) -> TuningDecision:
+    """``decision`` (one that creates a Job on spare GPUs) as it stands against the tuning
+    GPU budget: unchanged when the run fits; else the run is queued instead (pure).
+
+    Queued: ``status.tuning`` is what the start would have written, with ``state``
+    ``Queued``, no ``startedAt``, and ``queued`` (``since``, ``heldGpus``, ``needGpus``,
+    ``budgetGpus``, ``message``); the ``Tuned`` condition is ``TuningQueued`` with that
+    message. A ``TuningQueued`` Event is posted when the run first queues, not on each
+    recheck (a recheck with the same numbers writes nothing: its merge patch is empty). The
+    next step (:func:`decide` sees ``Queued``) starts it with the same attempt number.
+    ``current``: ``status.tuning`` before the step."""
+    if not decision.create_job or check.fits or decision.tuning is None:
+        return decision
+    start = decision.tuning
+    previous = (current.get("queued") if current.get("state") == State.QUEUED
+                and current.get("fingerprint") == start.get("fingerprint") else None)
+    since = (previous or {}).get("since") or rfc3339(now)
+    message = check.message()
+    queued = {k: v for k, v in start.items() if k not in ("startedAt", "jobUid")}
+    queued.update(state=State.QUEUED.value, reason=f"Tuning Job {start.get('jobName')} is "
+                  f"not created yet: {message}", queued={"since": since, "heldGpus": check.held,
+                                        "needGpus": check.need, "budgetGpus": check.budget,
+                                        "message": message})
+    return TuningDecision(TuningAction.QUEUE, queued,
+                          event=st.Notice("Normal", "TuningQueued", queued["reason"])
+                          if previous is None else None,
+                          why=queued["reason"])
+
+
+# Decisions that end an attempt whose Job was observed: its pods' GPU time is billed.
+_ENDS_ATTEMPT = {TuningAction.ACCEPT, TuningAction.RETRY, TuningAction.FAIL,
+                 TuningAction.CANCEL}
+
+
+def ends_attempt(decision: TuningDecision) -> bool:
+    """The decision ends an attempt whose Job was seen (its GPU time is billed)."""
+    return decision.action in _ENDS_ATTEMPT and decision.tuning is not None
+
+
+def with_cost(decision: TuningDecision, gpu_seconds: float | None) -> TuningDecision:
+    """``decision`` with the attempt's GPU time added (pure): ``status.tuning.gpuMinutes``
+    (the run's total over its attempts; a retry carries it) and the Event's message.
+    ``gpu_seconds`` None: nothing was measured (no Job seen), the decision is unchanged."""
+    if gpu_seconds is None or not ends_attempt(decision) or decision.tuning is None:
+        return decision
+    tuning = dict(decision.tuning)
+    total = round(float(tuning.get("gpuMinutes") or 0.0) + gpu_seconds / 60.0, 1)
+    tuning["gpuMinutes"] = total
+    event = decision.event
+    if event is not None:
+        attempt = gpu_minutes(gpu_seconds)
+        cost = (f"; GPU time: {attempt:g} GPU-minutes"
+                + (f" ({total:g} over the run's attempts)" if total != attempt else ""))
+        event = st.Notice(event.type, event.reason, event.message + cost)
+    return TuningDecision(decision.action, tuning, event=event,
+                          create_job=decision.create_job, delete_job=decision.delete_job,
+                          cache_entry=decision.cache_entry, why=decision.why)
 
 
 def _watch_pending(svc: LLMService, cur: JSON, job: ObservedJob, pending: PendingPod | None,
@@ -538,8 +615,8 @@ def _same_except_time(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
 
 def _disabled(cur: JSON, job: ObservedJob | None, now: float) -> TuningDecision:
     running = job is not None and not job.finished
-    if cur.get("state") in IN_FLIGHT or running:
-        new = {k: v for k, v in cur.items() if k not in ("jobUid",)}
+    if cur.get("state") in STEPPED or running:
+        new = {k: v for k, v in cur.items() if k not in ("jobUid", "queued")}
         new.update(state=State.CANCELLED.value, finishedAt=rfc3339(now),
                    mode=TuningMode.DISABLED.value,
                    reason="spec.tuning.mode is Disabled: the run was cancelled; the service "
@@ -575,6 +652,8 @@ def _running(svc: LLMService, cur: Mapping[str, Any], fingerprint: str, job_name
     if held or (same and cur.get("beforeServing")):
         new["beforeServing"] = True  # the server waits for this run (its GPUs are ours)
     _carry(cur, new, "retuneRequest")
+    if same and attempts > 1:
+        _carry(cur, new, "gpuMinutes")  # a retry: the run's GPU-minutes so far
     if same:
         # The settings stay as they were while a new run of the same fingerprint goes on,
         # with the evidence that chose them.
@@ -586,7 +665,9 @@ def _running(svc: LLMService, cur: Mapping[str, Any], fingerprint: str, job_name
 
 def _start(svc: LLMService, cur: JSON, fingerprint: str, job_name: str, now: float, *,
            same: bool, request: str | None, held: bool = False) -> TuningDecision:
-    attempts = int(cur.get("attempts") or 0) + 1 if same and not request else 1
+    queued = same and cur.get("state") == State.QUEUED
+    attempts = (int(cur.get("attempts") or 1) if queued else
+                int(cur.get("attempts") or 0) + 1 if same and not request else 1)
     new = _running(svc, cur, fingerprint, job_name, now, same=same, attempts=attempts,
                    held=held)
     if request:
@@ -596,6 +677,8 @@ def _start(svc: LLMService, cur: JSON, fingerprint: str, job_name: str, now: flo
     retry = f" (retry {attempts - 1} of {spec.max_retries})" if attempts > 1 else ""
     last = (cur.get("lastFailure") or {}).get("reason")
     why = (f"llmops.dev/retune={request}" if request else
+           f"the tuning GPU budget has room (queued since {cur['queued'].get('since')})"
+           if queued and isinstance(cur.get("queued"), Mapping) else
            "the tuning fingerprint changed" if cur.get("fingerprint") not in (None, fingerprint)
            else f"the last attempt failed: {last}" if same and cur.get("state") == State.RETRYING
            and last
@@ -766,6 +849,8 @@ def _accept(svc: LLMService, cur: JSON, fingerprint: str, result: TuningResult, 
     if note:
         new["revisionNote"] = note
     if source == "job" and job is not None:
+        if same:
+            _carry(cur, new, "gpuMinutes")  # earlier attempts of this run
         new.update(jobName=job.name, jobUid=job.uid,
                    attempts=int(cur.get("attempts") or 1) if same else 1,
                    failures=int(cur.get("failures") or 0) if same else 0)
@@ -902,6 +987,7 @@ TUNED_REASONS = {
     State.PENDING: ("False", "WaitingForRetuneRequest"),
     State.SKIPPED: ("False", "NothingToTune"),
     State.CANCELLED: ("False", "TuningDisabled"),
+    State.QUEUED: ("Unknown", "TuningQueued"),
 }
 
 

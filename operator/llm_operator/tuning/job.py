@@ -23,7 +23,7 @@ import shlex
 from typing import Any
 
 from ..catalog import ModelFacts
-from ..constants import ANNOTATION_FINGERPRINT, TERMINATION_LOG
+from ..constants import ANNOTATION_FINGERPRINT, ANNOTATION_TUNING_ON_SPARE, TERMINATION_LOG
 from ..errors import SpecError
 from ..extra_args import flag_set
 from ..models import LLMService
@@ -48,7 +48,7 @@ from ..rendering.pod import (
 )
 from ..rendering.vllm_args import build_vllm_flags, model_source
 from ..settings import Settings
-from .placement import job_priority_class
+from .placement import job_priority_class, runs_on_spare
 
 CODE_VOLUME = "tuner-code"
 CODE_PATH = "/opt/llmop"  # PYTHONPATH of the tuner container; holds llm_operator/inpod/
@@ -214,14 +214,15 @@ def build_tuning_job(
 ) -> dict[str, Any]:
     """The ``batch/v1`` Job that tunes ``svc`` (pure: no API calls, no clock).
 
-    Same GPUs as one replica (``plan.gpus_per_replica`` of ``spec.gpus.resourceName``),
-    same placement, image, model source, cache, token and pins as the Deployment; labels
+    Same GPUs as one replica (``plan.gpus_per_replica`` of ``spec.gpus.resourceName``), same
+    placement, image, model source, cache, token and pins as the Deployment; labels
     ``llmops.dev/llmservice`` and ``llmops.dev/component=tuning``; annotation
-    ``llmops.dev/tuning-fingerprint``; owned by the LLMService. The priority follows
-    ``spec.tuning.placement`` (:func:`~.placement.job_priority_class`; ``held``: the
-    service's workload waits for this run, so its GPUs are the service's; ``facts``: the
-    model's config.json, for a plan made from it, so the tuner's start hint is the
-    performance model's, not the memory limit). Raises
+    ``llmops.dev/tuning-fingerprint`` and, on the Job, ``llmops.dev/tuning-on-spare``
+    (counted against the tuning GPU budget, :mod:`.budget`); owned by the LLMService. The
+    priority follows ``spec.tuning.placement`` (:func:`~.placement.job_priority_class`;
+    ``held``: the service's workload waits for this run, so its GPUs are the service's;
+    ``facts``: the model's config.json, for a plan made from it, so the tuner's start hint
+    is the performance model's, not the memory limit). Raises
     :class:`~llm_operator.errors.SpecError` for a plan whose replica spans several nodes
     (one pod cannot start such a server).
     """
@@ -235,7 +236,10 @@ def build_tuning_job(
     spec = svc.spec
     labels = labels_for(svc, COMPONENT_TUNING)
     annotations = {ANNOTATION_FINGERPRINT: fingerprint}
-    metadata = job_metadata(svc, tuning_job_name(svc, fingerprint), labels, annotations)
+    # Whether the Job counts against the tuning GPU budget (see tuning.budget).
+    on_spare = "true" if runs_on_spare(svc, held=held) else "false"
+    metadata = job_metadata(svc, tuning_job_name(svc, fingerprint), labels,
+                            {**annotations, ANNOTATION_TUNING_ON_SPARE: on_spare})
 
     env: list[dict[str, Any]] = [
         {"name": "PYTHONPATH", "value": CODE_PATH},
