@@ -40,6 +40,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import ssl
 import subprocess
 import time
@@ -84,9 +85,13 @@ def buildah() -> list[str]:
 
 def built_images() -> dict[str, str]:
     """The images of the last ``tools/build_images.sh`` run: ``base``, ``pause`` and
-    ``operator`` -> local name."""
+    ``operator`` -> local name; ``vllm`` too once ``build_images.sh --vllm`` built it."""
     lines = (images_store() / "built.txt").read_text().split()
-    return dict(zip(("base", "pause", "operator"), lines, strict=True))
+    images = dict(zip(("base", "pause", "operator"), lines, strict=True))
+    vllm = images_store() / "vllm.txt"
+    if vllm.exists():
+        images["vllm"] = vllm.read_text().strip()
+    return images
 
 
 def run(argv: list[str], *, check: bool = True, timeout: float = 300,
@@ -153,18 +158,65 @@ class HostState:
         return failed
 
 
+# What a run changed, kept while it runs, so that the next run puts the machine back
+# first when this one was killed before its own clean-up (a Ctrl-C twice, a CI timeout):
+# /run is emptied on reboot, as the sysctls and mounts themselves are.
+STATE_FILE = Path("/run/llmop-nodes/host-state.json")
+
+
+def save_state(state: HostState, roots: list[Path]) -> None:
+    STATE_FILE.parent.mkdir(parents=True, exist_ok=True)
+    STATE_FILE.write_text(json.dumps({
+        "sysctls": state.sysctls, "iptables": state.iptables,
+        "absent_paths": [str(p) for p in state.absent_paths], "netns": sorted(state.netns),
+        "roots": [str(r) for r in roots]}))
+
+
+def recover_interrupted_run(say: Callable[[str], None] | None = None) -> list[str]:
+    """Undo what a killed run left: its containers' processes (every process in the
+    kubelet's cgroups), its components (by their working directories), its mounts, the
+    cgroups, the bridge, the pods' network namespaces, iptables and sysctls."""
+    if not STATE_FILE.exists():
+        return []
+    saved = json.loads(STATE_FILE.read_text())
+    roots = [Path(r) for r in saved.get("roots", [])]
+    if say:
+        say(f"putting back what an interrupted run left ({', '.join(map(str, roots))})")
+    for hierarchy in CGROUP_ROOT.iterdir():
+        for procs in (hierarchy / "kubepods").rglob("cgroup.procs"):
+            with contextlib.suppress(OSError, ValueError):
+                for pid in procs.read_text().split():
+                    os.kill(int(pid), signal.SIGKILL)
+    for root in roots:
+        run(["pkill", "-KILL", "-f", str(root)], check=False)
+    time.sleep(1)
+    for root in roots:
+        unmount_under(root)
+    remove_cgroups()
+    run(["ip", "link", "del", BRIDGE], check=False)
+    state = HostState(sysctls=saved["sysctls"], iptables=saved["iptables"],
+                      absent_paths=[Path(p) for p in saved["absent_paths"]],
+                      netns=set(saved["netns"]))
+    failed = state.restore()
+    STATE_FILE.unlink()
+    return failed
+
+
 def unmount_under(root: Path) -> None:
     """Unmount every mount at or under ``root``, deepest first (lazily: a pod's mount may
     still be busy for a moment after its processes died)."""
     prefix = str(root.absolute())
-    mounts = []
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/self/mountinfo").read_text().splitlines():
-            point = line.split()[4].replace("\\040", " ")
-            if point == prefix or point.startswith(prefix + "/"):
-                mounts.append(point)
-    for point in sorted(set(mounts), key=len, reverse=True):
-        run(["umount", "-l", point], check=False)
+    for _ in range(3):  # the kubelet's root is rshared: a lazy unmount of a parent may
+        mounts = []     # leave a propagated copy of a child behind for the next pass
+        with contextlib.suppress(OSError):
+            for line in Path("/proc/self/mountinfo").read_text().splitlines():
+                point = line.split()[4].replace("\\040", " ")
+                if point == prefix or point.startswith(prefix + "/"):
+                    mounts.append(point)
+        if not mounts:
+            return
+        for point in sorted(set(mounts), key=len, reverse=True):
+            run(["umount", "-l", point], check=False)
 
 
 def remove_cgroups(name: str = "kubepods") -> None:
@@ -182,15 +234,21 @@ class NodeNetwork:
     """The nodes' bridge ``llmop0`` with the gateway address (made before the API server
     starts, since the API server listens on it), and the machine state recorded."""
 
-    def __init__(self, gateway: str = GATEWAY, subnet: str = POD_SUBNET) -> None:
+    def __init__(self, gateway: str = GATEWAY, subnet: str = POD_SUBNET,
+                 roots: tuple[Path, ...] = ()) -> None:
+        """``roots``: the directories the control plane and the nodes run from and mount
+        under, which a later run cleans up if this one is killed."""
         self.gateway = gateway
         self.subnet = subnet
+        self.roots = [Path(r).absolute() for r in roots]
         self.state: HostState | None = None
 
     def start(self) -> NodeNetwork:
         if os.geteuid() != 0:
             raise RuntimeError("real nodes need root (containerd, the kubelet, iptables)")
+        recover_interrupted_run(print)
         self.state = HostState.record()
+        save_state(self.state, self.roots)
         run(["ip", "link", "del", BRIDGE], check=False)
         run(["ip", "link", "add", BRIDGE, "type", "bridge"])
         run(["ip", "addr", "add", f"{self.gateway}/{self.subnet.split('/')[1]}", "dev", BRIDGE])
@@ -204,7 +262,9 @@ class NodeNetwork:
 
     def stop(self) -> list[str]:
         run(["ip", "link", "del", BRIDGE], check=False)
-        return self.state.restore() if self.state else []
+        failed = self.state.restore() if self.state else []
+        STATE_FILE.unlink(missing_ok=True)
+        return failed
 
     def __enter__(self) -> NodeNetwork:
         return self.start()
@@ -261,15 +321,18 @@ class Registry:
         if self.component:
             self.component.stop()
 
-    def push(self, local: str, repository: str) -> str:
+    def push(self, local: str, repository: str, *, compress: bool = True) -> str:
         """Push a built image (buildah's store) as ``repository`` (with ``local``'s tag);
-        returns the reference with its digest, ``HOST/REPO:TAG@sha256:...``."""
+        returns the reference with its digest, ``HOST/REPO:TAG@sha256:...``.
+        ``compress=False`` pushes the layers as they are: for the 6.7 GB vLLM image, gzip
+        on 2 cores would cost minutes to save disk on this same machine."""
         tag = local.rsplit(":", 1)[1]
         ref = f"{self.host}/{repository}:{tag}"
         digest_file = self.dir / "digest"
         run([*buildah(), "push", "--quiet", "--creds", f"{self.user}:{self.password}",
              "--cert-dir", str(self.certs), "--digestfile", str(digest_file),
-             local, f"docker://{ref}"], timeout=600)
+             *([] if compress else ["--disable-compression"]),
+             local, f"docker://{ref}"], timeout=900)
         return f"{ref}@{digest_file.read_text().strip()}"
 
     def pull_secret(self, name: str = "regcred") -> dict[str, Any]:
