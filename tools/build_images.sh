@@ -91,5 +91,7 @@ if ! have "$OPERATOR"; then
   echo "    built in $(( $(t) - s )) s"
 fi
 printf '%s\n' "$BASE" "$PAUSE" "$OPERATOR" > "$CACHE/built.txt"
+# --vllm: the vLLM CPU image too (tools/build_vllm_image.sh, about 6 GB, 4 min)
+if [ "${1:-}" = "--vllm" ]; then bash tools/build_vllm_image.sh; fi
 echo "==> images ($CACHE/storage):"
 "${B[@]}" images --format '    {{.Name}}:{{.Tag}}  {{.Size}}'

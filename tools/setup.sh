@@ -20,7 +20,8 @@
 #                                 # --cluster): containerd, runc, the CNI plugins, buildah,
 #                                 # mmdebstrap (Debian's packages), then tools/build_images.sh:
 #                                 # the registry (Go build) and the images built from this
-#                                 # repository (cached outside; about 4 min the first time)
+#                                 # repository, the vLLM CPU image from .venv-vllm (--engine)
+#                                 # among them (cached outside; about 8 min the first time)
 #   bash tools/setup.sh --aic     # only NVIDIA AIConfigurator 0.12.0 in .venv-aic (benchmarks
 #                                 # and the aic tier, which skips without it; about 850 MB and
 #                                 # 3 min, so not in --tests: the unit tier checks the stored
@@ -69,8 +70,8 @@ if [ "${1:-}" = "--nodes" ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
       "${missing[@]}"
   fi
-  step "The images the real nodes run, and the registry (tools/build_images.sh)"
-  exec bash tools/build_images.sh
+  step "The images the real nodes run, and the registry (tools/build_images.sh --vllm)"
+  exec bash tools/build_images.sh --vllm
 fi
 if [ "${1:-}" = "--controllers" ]; then
   step "The Prometheus Operator (the chart beside kube-prometheus-stack, cluster tier)"

@@ -27,16 +27,15 @@ planner). One vLLM process for all models (~20-40 s), under the machine-wide vLL
 from __future__ import annotations
 
 import copy
-import fcntl
 import json
 import math
 import os
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.vllm_lock import vllm_lock
 
 from llm_operator.modelfacts import facts_from_hf_config
 from llm_operator.planning import BLOCK_SIZE, DTYPE_BYTES, kv_bytes_per_token
@@ -162,16 +161,7 @@ def vllm_specs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         (root / name).mkdir()
         (root / name / "config.json").write_text(json.dumps(config))
         folders.append(str(root / name))
-    with open(LOCK, "a") as lock:
-        deadline = time.monotonic() + 600
-        while True:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    pytest.fail(f"another vLLM process held {LOCK} for over 600 s")
-                time.sleep(2)
+    with vllm_lock(600, LOCK):
         out = subprocess.run([str(VLLM_PYTHON), str(PROBE), *folders], capture_output=True,
                              text=True, timeout=300,
                              env={**os.environ, "HF_HUB_OFFLINE": "1"})
