@@ -247,3 +247,7 @@ def test_turning_it_off_says_not_requested_and_drops_the_name() -> None:
     assert cond is not None and (cond["status"], cond["reason"]) == ("False", "NotRequested")
     assert st.status_patch(before, after)["inferencePool"] is None
 
+
+def test_the_release_named_in_the_fix_is_the_one_the_cluster_tier_installs() -> None:
+    from llm_operator_sandbox.inference_extension import VERSION
+    assert st.INFERENCE_EXTENSION_RELEASE == VERSION
