@@ -13,7 +13,8 @@
 #                                 # tools/test.sh builds itself (tools/build_cluster.sh) in
 #                                 # the background from its start, off the critical path
 #   bash tools/setup.sh --controllers # only the Prometheus Operator and the LeaderWorkerSet
-#                                 # controller (Go builds, cached outside) for the cluster
+#                                 # controller (Go builds, cached outside) and the Inference
+#                                 # Extension's CRD (a Go module download) for the cluster
 #                                 # tier: tools/test.sh builds them at the start of its
 #                                 # cluster lane, beside the vLLM lane, not before it
 #   bash tools/setup.sh --nodes   # only what the real nodes need (the nodes tier, after
@@ -76,6 +77,8 @@ fi
 if [ "${1:-}" = "--controllers" ]; then
   step "The Prometheus Operator (the chart beside kube-prometheus-stack, cluster tier)"
   bash tools/build_prometheus_operator.sh
+  step "The Gateway API Inference Extension's InferencePool CRD (cluster tier)"
+  bash tools/fetch_inference_extension.sh
   step "The LeaderWorkerSet controller (a replica over two nodes, cluster tier)"
   exec bash tools/build_lws.sh
 fi

@@ -77,6 +77,10 @@ _PATH = r"[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*"
 IMAGE_PATTERN = (rf"^({_DOMAIN}/)?{_PATH}(/{_PATH})*(:[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?"
                  r"(@[A-Za-z][A-Za-z0-9]*([-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$")
 REVISION_PATTERN = r"^[^\s]+$"
+# An API group and a kind as the Gateway API Inference Extension's CRD checks them
+# (spec.endpointPickerRef.group and .kind of an InferencePool).
+GROUP_PATTERN = r"^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+KIND_PATTERN = r"^[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?$"
 # What each pattern means, for the fix of a value that does not match it.
 PATTERN_HELP = {
     SUBDOMAIN_PATTERN: "a Kubernetes object name: lowercase letters, digits, '-' and '.', "
@@ -86,6 +90,9 @@ PATTERN_HELP = {
     IMAGE_PATTERN: "an image reference (registry/lowercase-path:tag), e.g. "
                    "vllm/vllm-openai:v0.11.0",
     REVISION_PATTERN: "a branch, tag or commit without spaces, e.g. main",
+    GROUP_PATTERN: "an API group: empty for the core group (a Service), or a lowercase "
+                   "DNS name, e.g. example.com",
+    KIND_PATTERN: "a kind: letters, digits and '-', starting with a letter, e.g. Service",
 }
 
 
@@ -778,6 +785,57 @@ class RolloutSpec(_Model):
     drain_seconds: int = Field(default=120, ge=0, le=3600)
 
 
+# The Gateway API Inference Extension's EndpointPickerRef (inference.networking.k8s.io/v1,
+# v1.6.2's api/v1/inferencepool_types.go): the same fields, patterns and bounds, so that
+# what parses here the extension's CRD accepts.
+class PortNumber(_Model):
+    number: int = Field(ge=1, le=65535)
+
+
+class EndpointPickerFailureMode(StrEnum):
+    FAIL_OPEN = "FailOpen"
+    FAIL_CLOSE = "FailClose"
+
+
+class EndpointPickerRef(_Model):
+    """The endpoint picker (EPP) an InferencePool calls out to, as the extension's
+    ``spec.endpointPickerRef``. Unset fields are left to the extension's CRD defaults
+    (group "", kind Service, failureMode FailClose); the operator writes only what is
+    given."""
+
+    group: str | None = Field(default=None, max_length=253, pattern=GROUP_PATTERN)
+    kind: str | None = Field(default=None, min_length=1, max_length=63, pattern=KIND_PATTERN)
+    name: str = Field(min_length=1, max_length=253)
+    port: PortNumber | None = None
+    failure_mode: EndpointPickerFailureMode | None = None
+
+    @model_validator(mode="after")
+    def _port_for_a_service(self) -> EndpointPickerRef:
+        # The CRD's own rule: self.kind != 'Service' || has(self.port).
+        if self.kind in (None, "Service") and self.port is None:
+            raise FieldProblem(
+                f"names the Service {self.name!r} without its port: the gateway cannot "
+                "reach the endpoint picker (the extension's CRD refuses it too)",
+                "add port: {number: 9002} (the picker Service's port, 9002 for the "
+                "extension's own endpoint picker)", at=".port")
+        return self
+
+
+class InferencePoolSpec(_Model):
+    """``spec.routing.inferencePool``: an InferencePool (Gateway API Inference Extension)
+    over the server pods, for an Inference Gateway to route to."""
+
+    # None: the operator's LLMOP_INFERENCE_POOL (Helm settings.inferencePool.enabled).
+    enabled: bool | None = None
+    # None: the operator's LLMOP_ENDPOINT_PICKER_REF (Helm
+    # settings.inferencePool.endpointPickerRef); neither: the pool names no picker.
+    endpoint_picker_ref: EndpointPickerRef | None = None
+
+
+class RoutingSpec(_Model):
+    inference_pool: InferencePoolSpec = Field(default_factory=InferencePoolSpec)
+
+
 class LLMServiceSpec(_Model):
     model: ModelSpec
     # None: the operator's LLMOP_DEFAULT_IMAGE (the CRD sets no default, so that the
@@ -795,6 +853,7 @@ class LLMServiceSpec(_Model):
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     pod: PodSpec = Field(default_factory=PodSpec)
     rollout: RolloutSpec = Field(default_factory=RolloutSpec)
+    routing: RoutingSpec = Field(default_factory=RoutingSpec)
 
 
 # metadata.name names the Service (an RFC 1035 label) and is a label value: the CRD's

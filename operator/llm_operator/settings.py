@@ -14,6 +14,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from .constants import DEFAULT_GPUS_PER_NODE, DEFAULT_IMAGE, GROUP
 from .errors import InputError
 from .gpuclass import DEFAULT_CLASS, GPUClass, resolve_class
+from .models import EndpointPickerRef, FieldProblem
 from .startup import DEFAULT_LOAD_BANDWIDTH, bandwidth_bytes
 
 # The adaptation window must hold at least this many scrapes: the same number as
@@ -42,6 +43,17 @@ class Settings(BaseSettings):
     pod_monitor: Literal["auto", "enabled", "disabled"] = Field(
         "auto",
         description="Render a PodMonitor: auto = when the cluster serves monitoring.coreos.com",
+    )
+    inference_pool: bool = Field(
+        False,
+        description="Render an InferencePool (Gateway API Inference Extension) for every "
+        "LLMService that leaves spec.routing.inferencePool.enabled unset",
+    )
+    endpoint_picker_ref: EndpointPickerRef | None = Field(
+        None,
+        description="The InferencePool's endpointPickerRef (JSON object: name, port "
+        "{number}, and optionally group, kind, failureMode) where an LLMService leaves "
+        "spec.routing.inferencePool.endpointPickerRef unset; unset: the pool names none",
     )
     prometheus_url: str | None = Field(
         None, description="Prometheus base URL for online adaptation; unset disables it"
@@ -166,6 +178,8 @@ HELM_VALUES: dict[str, str] = {
     "LLMOP_MODEL_LOAD_BANDWIDTH": "settings.modelLoadBandwidth",
     "LLMOP_OPERATOR_IMAGE": "settings.operatorImage",
     "LLMOP_POD_MONITOR": "settings.podMonitor",
+    "LLMOP_INFERENCE_POOL": "settings.inferencePool.enabled",
+    "LLMOP_ENDPOINT_PICKER_REF": "settings.inferencePool.endpointPickerRef",
     "LLMOP_HF_ENDPOINT": "settings.hfEndpoint",
     "LLMOP_PROMETHEUS_URL": "settings.prometheusUrl",
     "LLMOP_PROMETHEUS_CA_FILE": "settings.prometheusCaFile",
@@ -206,6 +220,10 @@ def load_settings() -> Settings:
             loc = [str(part) for part in err.get("loc", ()) if part != "__root__"]
             where = f"LLMOP_{loc[0].upper()}: " if loc else ""
             msg = str(err.get("msg", "")).removeprefix("Value error, ")
+            problem = (err.get("ctx") or {}).get("error")
+            if isinstance(problem, FieldProblem):  # a refusal with its own fix
+                msg = f"{'.'.join(loc[1:]) + ': ' if loc[1:] else ''}{problem.problem}; " \
+                      f"{problem.fix}"
             problems.append(_with_helm_values(f"{where}{msg}"))
         raise InputError("operator settings", "; ".join(problems),
                          "correct that Helm value (helm upgrade --reuse-values --set ...) or "

@@ -1,8 +1,9 @@
 """Status (pure): conditions in the standard shape, the plan summary, the endpoint.
 
-The reconciliation owns seven keys of ``status`` (:data:`OWNED_KEYS`):
-``observedGeneration``, ``conditions``, ``plan``, ``engine``, ``endpoint``, and
-``replicas`` and ``selector`` (what the scale subresource reports); the tuning
+The reconciliation owns eight keys of ``status`` (:data:`OWNED_KEYS`):
+``observedGeneration``, ``conditions``, ``plan``, ``engine``, ``endpoint``,
+``inferencePool`` (the name of the InferencePool it wrote), and ``replicas`` and
+``selector`` (what the scale subresource reports); the tuning
 step owns ``tuning`` and the adaptation loop ``adaptation``. Each
 pass builds them from what it learnt (:func:`build_status`) and writes them once, only
 when they differ from what is stored (:func:`status_patch`). No clock is read here: the
@@ -32,8 +33,8 @@ from .timestamps import parse_rfc3339_or_none, rfc3339
 
 JSON = dict[str, Any]
 # replicas and selector: what the LLMService's scale subresource reports (an HPA reads them).
-OWNED_KEYS = ("observedGeneration", "conditions", "plan", "engine", "endpoint", "replicas",
-              "selector")
+OWNED_KEYS = ("observedGeneration", "conditions", "plan", "engine", "endpoint",
+              "inferencePool", "replicas", "selector")
 
 
 class ConditionType(StrEnum):
@@ -56,6 +57,8 @@ class ConditionType(StrEnum):
     LIVE_CAP = "LiveCap"  # adaptation changes the engine's admission cap without a rollout
     # the plan's predicted p95s meet spec.workload.slo (llm_operator.sizing; estimated)
     SLO_ATTAINABLE = "SLOAttainable"
+    # the InferencePool spec.routing.inferencePool asks for is written (see InferencePoolState)
+    INFERENCE_POOL_READY = "InferencePoolReady"
 
 
 class Reason(StrEnum):
@@ -85,6 +88,9 @@ class Reason(StrEnum):
     SLO_PREDICTED_MET = "PredictedToMeetSLO"  # SLOAttainable True
     SLO_PREDICTED_MISSED = "NoPlanMeetsSLO"  # SLOAttainable False
     NO_PREDICTION = "NoPrediction"  # SLOAttainable Unknown: the model cannot predict it
+    POOL_WRITTEN = "Written"  # InferencePoolReady True
+    POOL_CRD_MISSING = "InferencePoolCRDMissing"  # the cluster does not serve the kind
+    POOL_NOT_REQUESTED = "NotRequested"  # turned off: the pool was deleted
 
 
 @dataclass(frozen=True)
@@ -142,6 +148,69 @@ def _condition(
 def endpoint(name: str, namespace: str) -> str:
     """The OpenAI-compatible base URL of the service inside the cluster."""
     return f"http://{name}.{namespace}.svc:{VLLM_PORT}/v1"
+
+
+# Where the extension's CRD comes from, for the fix of InferencePoolCRDMissing (the
+# release the cluster tier installs, sandbox/llm_operator_sandbox/inference_extension.py).
+INFERENCE_EXTENSION_RELEASE = "v1.6.2"
+INFERENCE_EXTENSION_MANIFESTS = (
+    "https://github.com/kubernetes-sigs/gateway-api-inference-extension/releases/download/"
+    f"{INFERENCE_EXTENSION_RELEASE}/manifests.yaml")
+
+
+@dataclass(frozen=True)
+class InferencePoolState:
+    """What one pass did about the InferencePool: ``wanted`` (the spec or the operator's
+    default asks for one), its ``name``, ``summary`` (what it selects, targets and names,
+    in words), and when it could not be written, ``missing_crd`` (the cluster does not
+    serve the kind) or ``failure`` (the apply's error)."""
+
+    wanted: bool
+    name: str
+    summary: str = ""
+    missing_crd: bool = False
+    failure: str | None = None
+
+    @property
+    def written(self) -> bool:
+        return self.wanted and not self.missing_crd and self.failure is None
+
+
+def inference_pool_status(
+    conditions: Sequence[Mapping[str, Any]], pool: InferencePoolState, *, namespace: str,
+    generation: int | None, now: float,
+) -> tuple[list[JSON], str | None]:
+    """The conditions with InferencePoolReady for ``pool``, and ``status.inferencePool``
+    (the pool's name once written, else None). A service that never asked for a pool gets
+    no such condition; one that turns it off gets ``NotRequested`` (its pool is deleted)."""
+    conds = [dict(c) for c in conditions]
+    ctype, g = ConditionType.INFERENCE_POOL_READY, generation
+    where = f"InferencePool {namespace}/{pool.name}"
+    if not pool.wanted:
+        if get_condition(conds, ctype) is None:
+            return conds, None
+        return set_condition(conds, ctype, False, Reason.POOL_NOT_REQUESTED,
+                             "spec.routing.inferencePool is off (or left to the operator's "
+                             "default, which is off): no InferencePool; the one rendered "
+                             "before is deleted", generation=g, now=now), None
+    if pool.missing_crd:
+        return set_condition(
+            conds, ctype, False, Reason.POOL_CRD_MISSING,
+            f"{where} cannot be written: the cluster does not serve InferencePool "
+            "(inference.networking.k8s.io/v1). Fix: install the Gateway API Inference "
+            f"Extension's CRDs (kubectl apply -f {INFERENCE_EXTENSION_MANIFESTS}, or your "
+            "Inference Gateway's own install), or set spec.routing.inferencePool.enabled: "
+            "false; the operator retries every minute, and the Service serves meanwhile",
+            generation=g, now=now), None
+    if pool.failure is not None:
+        return set_condition(conds, ctype, False, Reason.APPLY_FAILED,
+                             f"{where} cannot be written: {pool.failure}; retrying",
+                             generation=g, now=now), None
+    return set_condition(conds, ctype, True, Reason.POOL_WRITTEN,
+                         f"{where} is written: {pool.summary}. Route to it with an HTTPRoute "
+                         "backendRef (group inference.networking.k8s.io, kind InferencePool); "
+                         "whether a Gateway accepted it is in the pool's status.parents",
+                         generation=g, now=now), pool.name
 
 
 def plan_summary(plan: Plan) -> JSON:
@@ -401,6 +470,7 @@ def build_status(
     switch_incomplete: str | None = None,
     held: str | None = None,
     facts: tuple[Reason, str] | None = None,
+    inference_pool: InferencePoolState | None = None,
 ) -> JSON:
     """The operator's keys of ``status`` after one pass (pure).
 
@@ -419,6 +489,9 @@ def build_status(
     ``FetchingModelFacts`` or ``ModelFactsFailed``, and the message): Planned False; Ready
     False too while no plan was ever made (a workload planned before serves on).
     Otherwise the plan and the workload's state set the other conditions.
+    ``inference_pool``: what the pass did about the InferencePool (InferencePoolReady and
+    ``status.inferencePool``, see :func:`inference_pool_status`); None leaves both as
+    they are.
     """
     current = current or {}
     conds: list[JSON] = [dict(c) for c in current.get("conditions") or []]
@@ -462,6 +535,9 @@ def build_status(
         status["selector"] = selector
     if workload is not None and workload.exists:
         status["replicas"] = workload.replicas
+    if inference_pool is not None:
+        conds, status["inferencePool"] = inference_pool_status(
+            conds, inference_pool, namespace=namespace, generation=g, now=now)
     if switch_incomplete is not None:
         conds = set_condition(conds, ConditionType.CHILDREN_APPLIED, False,
                               Reason.SWITCH_INCOMPLETE, switch_incomplete, generation=g,

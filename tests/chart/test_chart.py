@@ -367,6 +367,23 @@ def test_values_reach_the_operator_settings(
     assert settings.pod_monitor == "auto"
 
 
+def test_the_inference_pool_values_reach_the_operator_settings(
+    render: Render, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """settings.inferencePool (issue 61): off and no picker by default; on with a picker
+    when set, as the operator's Settings read them."""
+    default = settings_from_env(env_of(deployment_container(render().docs)), monkeypatch)
+    assert default.inference_pool is False and default.endpoint_picker_ref is None
+    picker = {"name": "shared-epp", "port": {"number": 9002}, "failureMode": "FailOpen"}
+    values = {"settings": {"inferencePool": {"enabled": True, "endpointPickerRef": picker}}}
+    container = deployment_container(render(values).docs)
+    settings = settings_from_env(env_of(container), monkeypatch)
+    assert settings.inference_pool is True
+    assert settings.endpoint_picker_ref is not None
+    assert settings.endpoint_picker_ref.model_dump(by_alias=True, exclude_none=True,
+                                                   mode="json") == picker
+
+
 def test_default_settings_leave_optional_features_off(
     render: Render, monkeypatch: pytest.MonkeyPatch
 ) -> None:

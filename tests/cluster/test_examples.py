@@ -4,8 +4,10 @@ plans it and writes its children, and the real API server stores them as rendere
 nothing pruned or defaulted away from what ``llm-operator render`` prints.
 
 The emulated version of this (tests/integration/test_operator.py) cannot see the server's
-admission, pruning or discovery; this one can. A multi-node example needs the
-LeaderWorkerSet API: first without it (the real discovery: the service says so and keeps
+admission, pruning or discovery; this one can. An example with
+spec.routing.inferencePool gets the Gateway API Inference Extension's release CRD
+installed first (``llm_operator_sandbox.inference_extension``). A multi-node example needs
+the LeaderWorkerSet API: first without it (the real discovery: the service says so and keeps
 its user's spec), then with a LeaderWorkerSet CRD installed (no LWS controller runs here;
 its schema is the project's typed copy of LWS's fields, tests/unit/data/schemas/
 leaderworkerset.yaml) the operator's next retry writes the LeaderWorkerSet, and the server
@@ -25,7 +27,8 @@ import yaml
 
 from llm_operator.constants import ANNOTATION_SPEC_HASH
 from llm_operator.controller.reconcile import MISSING_API_RETRY_SECONDS
-from llm_operator_sandbox.cluster import Installed
+from llm_operator_sandbox.cluster import Installed, LocalCluster
+from llm_operator_sandbox.inference_extension import install_crd, remove_crd
 from tests.support.emulator import EXAMPLES_DIR, OperatorProcess, operator_command, wait_for
 from tests.support.schemas import load_schema
 from tests.unit.test_rendering import LLAMA_405B_SPEC
@@ -118,12 +121,28 @@ def lws_crd() -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("example", EXAMPLES)
-def test_every_example_is_stored_as_rendered(example: str, admin: ClusterKubectl,
-                                             installed: Installed, namespace: str,
+def test_every_example_is_stored_as_rendered(example: str, cluster: LocalCluster,
+                                             admin: ClusterKubectl, installed: Installed,
+                                             namespace: str,
                                              operator: OperatorProcess) -> None:
     path = EXAMPLES_DIR / example
-    admin.apply(path, namespace)
     expected = rendered(path, namespace)
+    pool = any(d["kind"] == "InferencePool" for d in expected)
+    if pool:  # spec.routing.inferencePool: the extension's real CRD, as its release ships it
+        install_crd(admin.binary, cluster.admin_kubeconfig)
+        admin.run("api-resources", "--cached=false")  # kubectl's discovery cache
+    try:
+        _stored_as_rendered(example, path, expected, admin, namespace, operator)
+    finally:
+        if pool:
+            admin.run("delete", "-f", str(path), "-n", namespace, "--wait=false", check=False)
+            remove_crd(admin.binary, cluster.admin_kubeconfig)
+
+
+def _stored_as_rendered(example: str, path: Path, expected: list[dict[str, Any]],
+                        admin: ClusterKubectl, namespace: str,
+                        operator: OperatorProcess) -> None:
+    admin.apply(path, namespace)
     for svc in services_of(path):
         name = svc["metadata"]["name"]
 

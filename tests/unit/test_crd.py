@@ -265,6 +265,10 @@ BAD_CASES: list[tuple[str, dict[str, Any], str, str, str | None]] = [
      "spec.gpus.resourceName", "no extended resources", "spec.gpus.resourceName"),
     ("sub-path-out-of-the-claim", {"model": {"volume": {"claimName": "m", "subPath": "a/../.."}}},
      "spec.model.volume.subPath", "relative path", "spec.model.volume.subPath"),
+    ("endpoint-picker-service-without-port",
+     {"routing": {"inferencePool": {"enabled": True, "endpointPickerRef": {"name": "epp"}}}},
+     "spec.routing.inferencePool.endpointPickerRef", "port is required",
+     "spec.routing.inferencePool.endpointPickerRef.port"),
 ]
 
 

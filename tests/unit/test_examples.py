@@ -10,7 +10,9 @@ operator does not create, and it is checked here against the spec and the real p
   different nodes share it) and, for a cache claim, the size the plan needs;
 - Disk: the node ephemeral storage of an emptyDir cache the plan sizes;
 - PriorityClass: with the command that creates it;
-- Prometheus: where an adaptation mode needs it.
+- Prometheus: where an adaptation mode needs it;
+- Inference Gateway: where spec.routing.inferencePool renders a pool, with the
+  extension's CRDs and the endpoint picker the pool names.
 
 Nothing else may be named, and nothing referenced may be missing. The local demo's
 manifest (a generated model not on the hub) lives in ``demo/``, not here: every example
@@ -33,7 +35,8 @@ from llm_operator.planning import cache_size_limit, make_plan, model_cache_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
-KEYS = {"GPU", "Secret", "Claim", "Disk", "PriorityClass", "Prometheus", "Nothing else"}
+KEYS = {"GPU", "Secret", "Claim", "Disk", "PriorityClass", "Prometheus", "Inference Gateway",
+        "Nothing else"}
 HEADER = "# Needs on the cluster"
 
 
@@ -125,3 +128,13 @@ def test_every_example_header_lists_what_it_needs(path: Path) -> None:
     assert ("Prometheus" in block) == (spec.adaptation.mode is not AdaptationMode.DISABLED)
     if "Prometheus" in block:
         assert "prometheusUrl" in block["Prometheus"], block["Prometheus"]
+
+    pool = svc.spec.routing.inference_pool
+    assert ("Inference Gateway" in block) == bool(pool.enabled), block
+    if "Inference Gateway" in block:
+        gateway = block["Inference Gateway"]
+        assert "inference.networking.k8s.io/v1" in gateway and "HTTPRoute" in gateway, gateway
+        picker = pool.endpoint_picker_ref
+        assert picker is not None, "an example's pool names its endpoint picker"
+        assert picker.name in gateway, (picker.name, gateway)
+        assert picker.port is not None and f"port {picker.port.number}" in gateway, gateway

@@ -120,6 +120,7 @@ def dump(docs: list[dict[str, Any]]) -> str:
 # Custom resources kubernetes-validate cannot know, validated against schemas of the
 # fields we emit (provenance in each file: tests/unit/data/schemas/).
 POD_MONITOR_SCHEMA: dict[str, Any] = load_schema("podmonitor")
+INFERENCE_POOL_SCHEMA: dict[str, Any] = load_schema("inferencepool")
 LWS_SCHEMA: dict[str, Any] = load_schema("leaderworkerset")
 
 
@@ -148,8 +149,9 @@ def validate_manifest(obj: dict[str, Any]) -> None:
     if obj["kind"] == "LeaderWorkerSet":
         validate_leader_worker_set(obj)
         return
-    if obj["kind"] == "PodMonitor":
-        jsonschema.validate(obj, POD_MONITOR_SCHEMA)
+    if obj["kind"] in ("PodMonitor", "InferencePool"):
+        jsonschema.validate(obj, POD_MONITOR_SCHEMA if obj["kind"] == "PodMonitor"
+                            else INFERENCE_POOL_SCHEMA)
         # Its metadata is a plain ObjectMeta: validate it strictly through a kind
         # kubernetes-validate knows.
         stand_in = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": obj["metadata"]}

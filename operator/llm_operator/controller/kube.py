@@ -70,6 +70,7 @@ PLURALS: dict[str, str] = {
     "Event": "events",
     "ConfigMap": "configmaps",
     "PodDisruptionBudget": "poddisruptionbudgets",
+    "InferencePool": "inferencepools",
     KIND: PLURAL,
 }
 MONITORING_GROUP = "monitoring.coreos.com"
@@ -95,6 +96,10 @@ CLIENT_ACCESS: dict[tuple[str, str], tuple[frozenset[str], tuple[str, ...]]] = {
         (frozenset({"get", "create", "patch", "delete"}), ()),
     (MONITORING_GROUP, "podmonitors"): (frozenset({"get", "create", "patch", "delete"}), ()),
     ("policy", "poddisruptionbudgets"): (frozenset({"get", "create", "patch", "delete"}), ()),
+    # spec.routing.inferencePool: the Gateway API Inference Extension's pool, a child like
+    # the Service (no list or watch: nothing reads the gateways' status.parents).
+    ("inference.networking.k8s.io", "inferencepools"):
+        (frozenset({"get", "create", "patch", "delete"}), ()),
     ("batch", "jobs"): (frozenset({"get", "list", "create", "delete"}), ()),
     ("", "pods"): (frozenset({"list"}), ()),
     # The tuning cache and each live-cap service's <name>-admission-cap, which server-side
@@ -393,6 +398,18 @@ class KubeClient:
             self._groups_at = now
         return self._groups
 
+    def _observed_group(self, api_version: str, served: bool) -> None:
+        """What a write just showed about ``api_version``'s group, into the cached
+        discovery: a CRD installed (or removed) within the cache's minute would otherwise
+        make :func:`delete_children` skip a child of a kind it has just written."""
+        if "/" not in api_version or self._groups is None:
+            return
+        group = api_version.split("/")[0]
+        if served:
+            self._groups.add(group)
+        else:
+            self._groups.discard(group)
+
     async def serves(self, api_version: str) -> bool:
         """Whether the server serves the group of ``api_version`` (core: always)."""
         if "/" not in api_version:
@@ -429,8 +446,10 @@ class KubeClient:
             if _status_of(exc) == 409:
                 raise ConflictError(f"{obj['kind']} {meta['name']} changed meanwhile") from None
             if _status_of(exc) == 404 and not _namespace_missing(exc):
+                self._observed_group(obj["apiVersion"], False)
                 raise MissingAPIError(obj["apiVersion"], obj["kind"]) from None
             raise
+        self._observed_group(obj["apiVersion"], True)
         return stored or {}, status == 201
 
     async def update_status(

@@ -47,6 +47,11 @@ from ..podfailures import replica_failure
 from ..podscheduling import creation_condition
 from ..rendering import render_all
 from ..rendering.identity import serving_selector
+from ..rendering.inferencepool import (
+    INFERENCE_POOL_API_VERSION,
+    INFERENCE_POOL_KIND,
+    describe_pool,
+)
 from ..rendering.leaderworkerset import LWS_API_VERSION, LWS_KIND, LWS_NAME_SUFFIX, is_multi_node
 from ..rendering.placement import with_placement
 from ..sizing import plan_for_slo
@@ -173,11 +178,14 @@ async def _reconcile(
         stale = [c for c in stale if c[1] not in WORKLOAD_KINDS]
     for change in await delete_children(ctx.kube, body, stale, failures):
         logger.info(f"Deleted {change.kind} {namespace}/{change.name}")
-    missing = next((f.error for f in failures if isinstance(f.error, MissingAPIError)), None)
+    pool = _pool_state(name, desired, failures)
+    # A missing InferencePool CRD does not stop serving: its own condition says so.
+    missing = next((f.error for f in failures if isinstance(f.error, MissingAPIError)
+                    and f.kind != INFERENCE_POOL_KIND), None)
     if missing is not None:
         msg = f"{missing}; install it or change the spec so that its plan does not need it"
         new = st.build_status(current, name=name, namespace=namespace, generation=generation,
-                              now=now, plan=plan, missing_api=msg)
+                              now=now, plan=plan, missing_api=msg, inference_pool=pool)
         return ReconcileOutcome(st.status_patch(current, new),
                        kopf.TemporaryError(msg, delay=MISSING_API_RETRY_SECONDS))
     if failures and all(isinstance(f.error, ConflictError) for f in failures):
@@ -186,7 +194,9 @@ async def _reconcile(
     if held is not None:
         new = st.build_status(current, name=name, namespace=namespace, generation=generation,
                               now=now, plan=plan, held=held,
-                              engine=st.engine_in_effect(svc.spec.engine, plan, current))
+                              engine=st.engine_in_effect(svc.spec.engine, plan, current),
+                              inference_pool=pool)
+        _pool_event(ctx, body, current, new)
         new = _metrics_source(ctx, body, svc, current, new, generation, now)
         return ReconcileOutcome(st.status_patch(current, new))
 
@@ -208,8 +218,9 @@ async def _reconcile(
                           now=now, plan=plan, workload=state, workload_kind=workload["kind"],
                           engine=st.engine_in_effect(svc.spec.engine, plan, current),
                           selector=selector, apply_failures=[str(f) for f in failures],
-                          switch_incomplete=switch)
+                          switch_incomplete=switch, inference_pool=pool)
     new = _metrics_source(ctx, body, svc, current, new, generation, now)
+    _pool_event(ctx, body, current, new)
     if (current.get("plan") or {}) != new.get("plan"):
         ctx.post_event(body, "Normal", "Planned", st.plan_message(plan))
         if plan.adjustments and (current.get("plan") or {}).get("adjustments") != (
@@ -223,7 +234,10 @@ async def _reconcile(
     if failures:
         msg = switch or "; ".join(map(str, failures))
         logger.warning(f"Not every child could be written: {msg}")
-        error = kopf.TemporaryError(msg, delay=FAILED_STEP_RETRY_SECONDS)
+        # Only the InferencePool's CRD missing: retried as any missing API is.
+        delay = MISSING_API_RETRY_SECONDS if pool.missing_crd and len(failures) == 1 else (
+            FAILED_STEP_RETRY_SECONDS)
+        error = kopf.TemporaryError(msg, delay=delay)
         # A 403 from a namespace being deleted is not the RBAC's: the service goes with it.
         forbidden = [f for f in failures
                      if isinstance(f.error, ApiError) and f.error.status == 403
@@ -248,6 +262,37 @@ async def _reconcile(
                            "it as the operator renders it from this spec)")
             error = kopf.PermanentError(f"the API server refused a child: {said}")
     return ReconcileOutcome(st.status_patch(current, new), error)
+
+
+def _pool_state(name: str, desired: list[dict[str, Any]], failures: list[ChildFailure]
+                ) -> st.InferencePoolState:
+    """What this pass did about the InferencePool (see
+    :class:`~llm_operator.status.InferencePoolState`)."""
+    want = next((d for d in desired if d["kind"] == INFERENCE_POOL_KIND), None)
+    if want is None:
+        return st.InferencePoolState(wanted=False, name=name)
+    failed = next((f for f in failures if f.kind == INFERENCE_POOL_KIND and f.step == "apply"),
+                  None)
+    if failed is not None and isinstance(failed.error, MissingAPIError):
+        return st.InferencePoolState(wanted=True, name=want["metadata"]["name"],
+                                     missing_crd=True)
+    return st.InferencePoolState(wanted=True, name=want["metadata"]["name"],
+                                 summary=describe_pool(want),
+                                 failure=None if failed is None else str(failed.error))
+
+
+def _pool_event(ctx: OperatorContext, body: Mapping[str, Any], current: Mapping[str, Any],
+                new: Mapping[str, Any]) -> None:
+    """A Warning Event with each change of InferencePoolReady to a False that needs the
+    user (the CRD missing, a write refused), not on every retry."""
+    ctype = st.ConditionType.INFERENCE_POOL_READY
+    after = st.get_condition(new.get("conditions") or [], ctype)
+    before = st.get_condition(current.get("conditions") or [], ctype)
+    if after is None or after.get("status") != "False" or (
+            after.get("reason") == st.Reason.POOL_NOT_REQUESTED):
+        return
+    if (before or {}).get("message") != after.get("message"):
+        ctx.post_event(body, "Warning", str(after.get("reason")), str(after.get("message")))
 
 
 def _metrics_source(ctx: OperatorContext, body: Mapping[str, Any], svc: LLMService,
@@ -341,7 +386,8 @@ def _args_summary(plan: Plan) -> str:
 def _stale_children(name: str, wanted_kinds: set[str]) -> list[tuple[str, str, str]]:
     """Children the current plan no longer wants: the other workload kind (a plan that
     moved between one node and several), the PodMonitor when monitoring went away, the
-    PodDisruptionBudget when replicas dropped to one."""
+    PodDisruptionBudget when replicas dropped to one, the InferencePool when
+    spec.routing.inferencePool was turned off."""
     return [child for child in _children_of(name) if child[1] not in wanted_kinds]
 
 
@@ -360,6 +406,7 @@ def _children_of(name: str) -> list[tuple[str, str, str]]:
         ("v1", "Service", name),
         (f"{MONITORING_GROUP}/v1", "PodMonitor", name),
         ("policy/v1", "PodDisruptionBudget", name),
+        (INFERENCE_POOL_API_VERSION, INFERENCE_POOL_KIND, name),
     ]
 
 

@@ -17,6 +17,9 @@ One module per child, plus the pieces they share:
   --headless``) per further node.
 - :mod:`.service`: ClusterIP on port 8000 named ``http`` (leader pods only for a
   LeaderWorkerSet: workers serve nothing).
+- :mod:`.inferencepool`: an ``inference.networking.k8s.io/v1`` InferencePool (Gateway API
+  Inference Extension) over the serving pods, when ``spec.routing.inferencePool`` (or the
+  operator's default) asks for it.
 - :mod:`.podmonitor`: a ``monitoring.coreos.com/v1`` PodMonitor, only when the
   Prometheus Operator is there (see :func:`render_all`).
 - :mod:`.poddisruptionbudget`: a ``policy/v1`` PodDisruptionBudget
@@ -56,6 +59,7 @@ from ..planning import Plan
 from ..settings import Settings
 from .admission import build_admission_config_map, live_admission_cap, with_live_admission
 from .deployment import build_deployment
+from .inferencepool import build_inference_pool, wants_inference_pool
 from .leaderworkerset import build_leader_worker_set, is_multi_node
 from .placement import with_gpu_class
 from .poddisruptionbudget import build_pod_disruption_budget
@@ -73,7 +77,8 @@ def render_all(
     live_cap: bool = False,
 ) -> list[dict[str, Any]]:
     """Every child of ``svc``: the server workload (a Deployment, or a LeaderWorkerSet when
-    one replica spans nodes: :func:`is_multi_node`), the Service and, when wanted (see
+    one replica spans nodes: :func:`is_multi_node`), the Service, an InferencePool when
+    asked for (:func:`wants_inference_pool`) and, when wanted (see
     :func:`wants_pod_monitor`; ``pod_monitor`` is the caller's discovery result), a
     PodMonitor. Pure and deterministic: the same inputs give the same objects.
 
@@ -94,6 +99,8 @@ def render_all(
     if live:
         workload = with_live_admission(workload, svc, plan, settings, overrides)
     children = [workload, build_service(svc, leaders_only=multi)]
+    if wants_inference_pool(svc, settings):
+        children.append(build_inference_pool(svc, settings, leaders_only=multi))
     if wants_pod_monitor(settings, pod_monitor):
         children.append(build_pod_monitor(svc, settings, leaders_only=multi))
     pdb = build_pod_disruption_budget(svc)
