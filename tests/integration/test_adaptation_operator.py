@@ -274,12 +274,16 @@ def test_apply_live_writes_the_cap_to_the_config_map_and_waits_for_the_engine(
     capacity = max_num_seqs(before)
     config = wait_for(lambda: kubectl.get("configmap", f"{name}-admission-cap", NAMESPACE),
                       30, "the admission-cap ConfigMap")
-    assert int(config["data"]["maxNumActiveSeqs"]) == capacity
+    # The runner's capacity is the memory limit; the live cap starts on the plan's start.
+    plan = (kubectl.get("llms", name, NAMESPACE) or {})["status"]["plan"]
+    assert capacity == plan["maxNumSeqs"]
+    start = plan.get("startMaxNumSeqs") or capacity
+    assert int(config["data"]["maxNumActiveSeqs"]) == start
 
     def lowered() -> dict[str, Any] | None:
         cm = kubectl.get("configmap", f"{name}-admission-cap", NAMESPACE) or {}
-        cap = int((cm.get("data") or {}).get("maxNumActiveSeqs", capacity))
-        return cm if cap < capacity else None
+        cap = int((cm.get("data") or {}).get("maxNumActiveSeqs", start))
+        return cm if cap < start else None
     cm = wait_for(lowered, 45, "the ConfigMap's cap to be lowered")
     new_cap = int(cm["data"]["maxNumActiveSeqs"])
     ad = adaptation(kubectl, name)

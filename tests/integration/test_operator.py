@@ -101,7 +101,10 @@ def test_create_renders_the_deployment_and_reports_status(
     assert container["resources"]["requests"]["nvidia.com/gpu"] == str(plan["gpusPerReplica"])
     assert arg_value(container["args"], "--tensor-parallel-size") == str(
         plan["tensorParallelSize"])
-    assert arg_value(container["args"], "--max-num-seqs") == str(plan["maxNumSeqs"])
+    # The pods start on the plan's start (the SLO sizing's), within the memory limit.
+    start = plan.get("startMaxNumSeqs") or plan["maxNumSeqs"]
+    assert arg_value(container["args"], "--max-num-seqs") == str(start)
+    assert start <= plan["maxNumSeqs"]
 
     # The Service fronts it; status has the endpoint and standard conditions.
     service = kubectl.get("service", NAME, NAMESPACE)

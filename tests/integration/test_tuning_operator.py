@@ -222,7 +222,8 @@ def test_a_new_service_is_tuned_and_a_recreated_one_uses_the_cache(
     rerun = rollout(64)
     seen.add(rerun["fingerprint"])
     assert "applied" not in rerun
-    planned = (kubectl.get("llms", NAME, NAMESPACE) or {})["status"]["plan"]["maxNumSeqs"]
+    plan = (kubectl.get("llms", NAME, NAMESPACE) or {})["status"]["plan"]
+    planned = plan.get("startMaxNumSeqs") or plan["maxNumSeqs"]
     assert planned != TUNED_MAX_NUM_SEQS
     wait_for(lambda: arg(server_args(kubectl), "--max-num-seqs") == str(planned), 15,
              "the Deployment back on the planned --max-num-seqs")

@@ -124,7 +124,10 @@ def test_running_cap_is_what_the_renderer_uses() -> None:
     spec = services(body())[(NS, "kv-pressure")].spec
     assert running_cap(spec, {}) is None
     assert running_cap(spec, {"plan": {"maxNumSeqs": 64}}) == 64
-    tuned = {"plan": {"maxNumSeqs": 64}, "tuning": {"applied": {"maxNumSeqs": 48}}}
+    # The SLO sizing's start is what the pods render (the memory limit bounds it).
+    assert running_cap(spec, {"plan": {"maxNumSeqs": 64, "startMaxNumSeqs": 32}}) == 32
+    tuned = {"plan": {"maxNumSeqs": 64, "startMaxNumSeqs": 32},
+             "tuning": {"applied": {"maxNumSeqs": 48}}}
     assert running_cap(spec, tuned) == 48
     adapted = {**tuned, "adaptation": {"maxNumSeqs": 24}}
     assert running_cap(spec, adapted) == 24 == st.engine_overrides(adapted)["maxNumSeqs"]

@@ -140,14 +140,16 @@ def seconds_until_next(
 
 def running_cap(spec: LLMServiceSpec, status: Mapping[str, Any]) -> int | None:
     """The ``--max-num-seqs`` the renderer gives the workload now: the user's pin, else the
-    tuning or adaptation override (:func:`status.engine_overrides`), else the plan's value;
-    None when no plan is known yet."""
+    tuning or adaptation override (:func:`status.engine_overrides`), else the plan's start
+    (the SLO sizing's ``startMaxNumSeqs``, which the pods render; the memory limit
+    ``maxNumSeqs`` where the plan has no start); None when no plan is known yet."""
     if isinstance(spec.engine.max_num_seqs, int):
         return spec.engine.max_num_seqs
     override = st.engine_overrides(status).get("maxNumSeqs")
     if override:
         return override
-    planned = (status.get("plan") or {}).get("maxNumSeqs")
+    plan = status.get("plan") or {}
+    planned = plan.get("startMaxNumSeqs") or plan.get("maxNumSeqs")
     return planned if isinstance(planned, int) and planned > 0 else None
 
 
