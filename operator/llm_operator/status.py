@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from .constants import VLLM_PORT
+from .constants import DEFAULT_IMAGE, VLLM_PORT
 from .errors import SpecError
 from .extra_args import flag_set
 from .inpod.engine.cap import FAILURE_PREFIX
@@ -30,6 +30,7 @@ from .models import AdaptationMode, EngineSpec, LLMServiceSpec
 from .planning import Plan, effective_engine_value
 from .rendering.admission import LIVE_CAP_FLAGS
 from .timestamps import parse_rfc3339_or_none, rfc3339
+from .vllm_version import LiveCapSupport, LiveCapVerdict, live_cap_verdict
 
 JSON = dict[str, Any]
 # replicas and selector: what the LLMService's scale subresource reports (an HPA reads them).
@@ -726,14 +727,29 @@ class LiveCapReason(StrEnum):
     NO_HOOK = "EngineLacksHook"  # the engine reports it cannot change the cap live
     NO_REPORT = "EngineDidNotReport"  # no report of a requested cap within the timeout
     SCHEDULER_FAILED = "SchedulerFailed"  # a server pod crash-loops on the scheduler itself
+    VERSION = "VllmVersionUnsupported"  # the image's tag names a vLLM the cap does not work on
+
+
+def live_cap_version(spec: LLMServiceSpec, default_image: str = DEFAULT_IMAGE
+                     ) -> LiveCapVerdict:
+    """What the server image's tag says of the live cap (:mod:`llm_operator.vllm_version`):
+    ``spec.image``, else ``default_image`` (the operator's ``LLMOP_DEFAULT_IMAGE``)."""
+    if spec.image:
+        return live_cap_verdict(spec.image, "spec.image", example=default_image)
+    return live_cap_verdict(default_image, "the operator's default image "
+                            "(LLMOP_DEFAULT_IMAGE, spec.image being unset)",
+                            example=default_image)
 
 
 def live_cap_blocker(spec: LLMServiceSpec, status: Mapping[str, Any] | None,
-                     generation: int | None = None) -> tuple[LiveCapReason, str] | None:
+                     generation: int | None = None, *, default_image: str = DEFAULT_IMAGE
+                     ) -> tuple[LiveCapReason, str] | None:
     """Why adaptation must roll instead of steering the cap live (None: live works).
 
     The user's opt-out (``spec.adaptation.liveCap: false``), a scheduler of the user's own
-    in ``extraArgs``, a replica over several nodes (``status.plan``), or a fallback the
+    in ``extraArgs``, a replica over several nodes (``status.plan``), an image whose tag
+    names a vLLM the live cap does not work on (:func:`live_cap_version`;
+    ``default_image`` when ``spec.image`` is unset), or a fallback the
     adaptation loop recorded in ``status.adaptation.liveCapFallback`` for this generation
     of the spec (an engine that lacks the hook or never reported the cap; editing the
     spec, e.g. the image, retries).
@@ -750,11 +766,31 @@ def live_cap_blocker(spec: LLMServiceSpec, status: Mapping[str, Any] | None,
         return LiveCapReason.MULTI_NODE, (
             "one replica spans nodes (a LeaderWorkerSet): the live admission cap is wired "
             "for single-node replicas only, so every change rolls")
+    version = live_cap_version(spec, default_image)
+    if version.support is LiveCapSupport.UNSUPPORTED:
+        return LiveCapReason.VERSION, version.message
     fallback = ((status or {}).get("adaptation") or {}).get("liveCapFallback") or {}
     if fallback.get("reason") and (generation is None or fallback.get("generation") is None
                                    or fallback.get("generation") == generation):
         return LiveCapReason(fallback["reason"]), str(fallback.get("message") or "")
     return None
+
+
+def with_live_cap_version(status: JSON, spec: LLMServiceSpec, generation: int | None,
+                          now: float, *, default_image: str = DEFAULT_IMAGE,
+                          adaptation_runs: bool = True) -> JSON:
+    """``status`` with ``LiveCap`` False, reason :attr:`LiveCapReason.VERSION`, where the
+    service would run the live cap but for its image's vLLM (pure): said when the server
+    is rendered, before the adaptation loop's first tick (which says the same)."""
+    if not (adaptation_runs and spec.adaptation.mode is AdaptationMode.APPLY
+            and not isinstance(spec.engine.max_num_seqs, int)):
+        return status
+    blocker = live_cap_blocker(spec, status, generation, default_image=default_image)
+    if blocker is None or blocker[0] is not LiveCapReason.VERSION:
+        return status
+    conds = set_condition(status.get("conditions") or [], ConditionType.LIVE_CAP, False,
+                          str(blocker[0]), blocker[1], generation=generation, now=now)
+    return {**status, "conditions": conds}
 
 
 def live_cap_crash_fallback(spec: LLMServiceSpec, status: Mapping[str, Any] | None,
@@ -783,7 +819,8 @@ def live_cap_crash_fallback(spec: LLMServiceSpec, status: Mapping[str, Any] | No
 
 
 def live_cap_in_use(spec: LLMServiceSpec, status: Mapping[str, Any] | None,
-                    generation: int | None = None, *, adaptation_runs: bool = True) -> bool:
+                    generation: int | None = None, *, adaptation_runs: bool = True,
+                    default_image: str = DEFAULT_IMAGE) -> bool:
     """Whether the server is rendered with the live admission cap: adaptation in ``Apply``
     mode on a cap left to ``auto``, an operator that can run it (``adaptation_runs``: it
     has a Prometheus URL; without one nothing would move the cap, and the scheduler class
@@ -791,4 +828,5 @@ def live_cap_in_use(spec: LLMServiceSpec, status: Mapping[str, Any] | None,
     (:func:`live_cap_blocker`)."""
     return (adaptation_runs and spec.adaptation.mode is AdaptationMode.APPLY
             and not isinstance(spec.engine.max_num_seqs, int)
-            and live_cap_blocker(spec, status, generation) is None)
+            and live_cap_blocker(spec, status, generation,
+                                 default_image=default_image) is None)

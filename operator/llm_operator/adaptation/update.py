@@ -31,8 +31,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import status as st
+from ..constants import DEFAULT_IMAGE
 from ..models import AdaptationMode, LLMServiceSpec, parse_llmservice
 from ..timestamps import parse_rfc3339, rfc3339
+from ..vllm_version import LiveCapSupport, compat_table
 from .policy import (
     DEFAULT_POLICY,
     AdaptationState,
@@ -320,11 +322,12 @@ def live_cap_progress(
     also a fallback when an engine reports it cannot take a cap live (pure)."""
     in_force = reported_cap(obs)
     if obs is not None and obs.live_cap_min is not None and obs.live_cap_min < 1:
+        live = compat_table().supported()
         return LiveCapProgress(in_force=in_force, fallback=(
             st.LiveCapReason.NO_HOOK,
             "The engine reports that it cannot change its admission cap live (its vLLM has "
-            "no --max-num-active-seqs; vLLM 0.32 and later have it): every change rolls the "
-            "Deployment"))
+            f"no --max-num-active-seqs; vLLM {live[0]} to {live[-1]} have it): every change "
+            "rolls the Deployment"))
     requested = adaptation.get("capRequested")
     if not isinstance(requested, int):
         return LiveCapProgress(in_force=in_force)
@@ -462,6 +465,7 @@ def plan_update(
     warn_again: bool = False,
     progress: LiveCapProgress | None = None,
     rollout_state: RolloutProgress | None = None,
+    default_image: str = DEFAULT_IMAGE,
 ) -> Update:
     """Turn one decision into the status patch and Events (pure).
 
@@ -470,7 +474,8 @@ def plan_update(
     what moved and why. ``Recommend``: ``recommendedMaxNumSeqs`` holds the value a change
     would set (null on hold), the state is unchanged, the Event is posted only when the
     recommendation changed. ``warn_again``: repeat the Warning for an unreachable
-    Prometheus even though the condition did not change.
+    Prometheus even though the condition did not change. ``default_image``: the
+    operator's ``LLMOP_DEFAULT_IMAGE`` (the live cap depends on the image's vLLM).
     """
     status = svc.status
     before = dict(status.get("adaptation") or {})
@@ -509,7 +514,8 @@ def plan_update(
     conds = list(status.get("conditions") or [])
     if mode is AdaptationMode.APPLY and state is not None:
         rollout, conds = _live_cap(svc, status, adaptation, events, conds, rollout,
-                                   decision, progress or LiveCapProgress(), now)
+                                   decision, progress or LiveCapProgress(), now,
+                                   default_image)
         _rollout(adaptation, events, rollout, decision, state, rollout_state, now,
                  stalled_before=bool(before.get("rolloutStalled")))
     patch: JSON = {"adaptation": adaptation}
@@ -555,13 +561,13 @@ def plan_update(
 def _live_cap(
     svc: Service, status: Mapping[str, Any], adaptation: JSON, events: list[st.Notice],
     conds: list[Any], rollout: bool, decision: CapDecision, progress: LiveCapProgress,
-    now: float,
+    now: float, default_image: str,
 ) -> tuple[bool, list[Any]]:
     """The live admission cap's part of an Apply tick (pure; edits ``adaptation`` and
     ``events``): how the change travels (``actuation``), the cap the engines report
     (``capInForce``), the cap still on its way (``capRequested``), a fallback to rollouts,
     and the ``LiveCap`` condition. Returns whether to re-render and the new conditions."""
-    live = st.live_cap_in_use(svc.spec, status, svc.generation)
+    live = st.live_cap_in_use(svc.spec, status, svc.generation, default_image=default_image)
     cfg = f"ConfigMap {svc.key[1]}-admission-cap"
     if progress.in_force is not None:
         adaptation["capInForce"] = progress.in_force
@@ -589,7 +595,8 @@ def _live_cap(
     adaptation["actuation"] = "Live" if live else "Rollout"
 
     blocker = st.live_cap_blocker(svc.spec, {**status, "adaptation": {
-        **(status.get("adaptation") or {}), **adaptation}}, svc.generation)
+        **(status.get("adaptation") or {}), **adaptation}}, svc.generation,
+        default_image=default_image)
     pending = adaptation.get("capRequested") if "capRequested" in adaptation else (
         status.get("adaptation") or {}).get("capRequested")
     if blocker is not None:
@@ -605,6 +612,9 @@ def _live_cap(
     else:
         cond = (True, str(st.LiveCapReason.PENDING),
                 "No engine reports its admission cap yet (llmop_admission_cap)")
+    version = st.live_cap_version(svc.spec, default_image)
+    if cond[0] and version.support is LiveCapSupport.UNKNOWN:  # live on an unread version
+        cond = (*cond[:2], f"{cond[2]}. {version.message}")
     new_conds, _ = _changed(conds, st.ConditionType.LIVE_CAP, *cond, svc.generation, now)
     return rollout, conds if new_conds is None else new_conds
 

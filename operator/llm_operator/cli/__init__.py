@@ -178,7 +178,8 @@ def _cmd_render(args: argparse.Namespace) -> int:
             svc, plan_for_slo(svc.spec, gpus_per_node=settings.gpus_per_node, facts=facts,
                               load_bandwidth=settings.model_load_bandwidth),
             settings, live_cap=live_cap_in_use(
-                svc.spec, None, adaptation_runs=bool(settings.prometheus_url))))
+                svc.spec, None, adaptation_runs=bool(settings.prometheus_url),
+                default_image=settings.default_image)))
     sys.stdout.write(yaml.safe_dump_all(docs, sort_keys=False, explicit_start=True))
     return 0
 

@@ -205,7 +205,8 @@ class AdaptationLoop:
         progress: LiveCapProgress | None = None
         rolling: RolloutProgress | None = None
         if svc.spec.adaptation.mode is AdaptationMode.APPLY and state is not None:
-            if live_cap_in_use(svc.spec, status, svc.generation):
+            if live_cap_in_use(svc.spec, status, svc.generation,
+                               default_image=self.ctx.settings.default_image):
                 progress = live_cap_progress(
                     status.get("adaptation") or {}, obs, now,
                     timeout=self.ctx.settings.live_cap_report_timeout_seconds)
@@ -222,7 +223,8 @@ class AdaptationLoop:
         warn_again = now - self.last_warned.get(svc.key, 0.0) >= WARNING_REPEAT_SECONDS
         update = plan_update(svc, decision, obs, state, now, policy=self.policy,
                              warn_again=warn_again, progress=progress,
-                             rollout_state=rolling)
+                             rollout_state=rolling,
+                             default_image=self.ctx.settings.default_image)
         mode = svc.spec.adaptation.mode.value
         self.metrics.decision(ns, name, decision.action.value, mode, decision.cause.value,
                               decision.value if update.rollout else

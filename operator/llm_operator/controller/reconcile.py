@@ -143,7 +143,8 @@ async def _reconcile(
                              overrides=st.engine_overrides(current),
                              live_cap=st.live_cap_in_use(
                                  svc.spec, current, generation,
-                                 adaptation_runs=bool(ctx.settings.prometheus_url)))
+                                 adaptation_runs=bool(ctx.settings.prometheus_url),
+                                 default_image=ctx.settings.default_image))
         if held is not None:
             desired = [d for d in desired if d["kind"] not in WORKLOAD_KINDS]
     except (SpecError, SpecErrors) as exc:
@@ -220,6 +221,7 @@ async def _reconcile(
                           selector=selector, apply_failures=[str(f) for f in failures],
                           switch_incomplete=switch, inference_pool=pool)
     new = _metrics_source(ctx, body, svc, current, new, generation, now)
+    new = _live_cap_version(ctx, body, svc, current, new, generation, now)
     _pool_event(ctx, body, current, new)
     if (current.get("plan") or {}) != new.get("plan"):
         ctx.post_event(body, "Normal", "Planned", st.plan_message(plan))
@@ -310,6 +312,23 @@ def _metrics_source(ctx: OperatorContext, body: Mapping[str, Any], svc: LLMServi
     if after is not None and after.get("reason") == st.PROMETHEUS_NOT_CONFIGURED and (
             (before or {}).get("message") != after.get("message")):
         ctx.post_event(body, "Warning", "AdaptationCannotRun", str(after.get("message")))
+    return new
+
+
+def _live_cap_version(ctx: OperatorContext, body: Mapping[str, Any], svc: LLMService,
+                      current: Mapping[str, Any], new: dict[str, Any],
+                      generation: int | None, now: float) -> dict[str, Any]:
+    """A service whose image's vLLM the live cap does not work on is rendered without it:
+    ``LiveCap`` False says so with the fix, and one Warning Event goes with each change
+    of that message."""
+    new = st.with_live_cap_version(new, svc.spec, generation, now,
+                                   default_image=ctx.settings.default_image,
+                                   adaptation_runs=bool(ctx.settings.prometheus_url))
+    after = st.get_condition(new.get("conditions") or [], st.ConditionType.LIVE_CAP)
+    before = st.get_condition(current.get("conditions") or [], st.ConditionType.LIVE_CAP)
+    if after is not None and after.get("reason") == st.LiveCapReason.VERSION and (
+            (before or {}).get("message") != after.get("message")):
+        ctx.post_event(body, "Warning", "LiveCapUnsupportedVersion", str(after.get("message")))
     return new
 
 

@@ -1,0 +1,179 @@
+"""The vLLM release an image's tag names, and the live cap rendered only where the
+compatibility table says it works (issue 60 item 2)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from tests.unit.test_adaptation_loop import POLICY, body, decision_for, pressure  # noqa: F401
+from tests.unit.test_rendering import args_of, hand_plan, make_svc
+
+from llm_operator import rendering
+from llm_operator import status as st
+from llm_operator.adaptation.policy import Observation
+from llm_operator.adaptation.update import live_cap_progress, plan_update
+from llm_operator.constants import DEFAULT_IMAGE
+from llm_operator.settings import Settings
+from llm_operator.vllm_version import (
+    LiveCapSupport,
+    compat_table,
+    image_vllm_version,
+    live_cap_verdict,
+    split_image,
+    table_from_json,
+)
+
+TABLE = table_from_json({"measured": "statically on 2026-12-05", "releases": {
+    "0.30": {"verdict": "no-hook", "checked": "0.30.0"},
+    "0.31": {"verdict": "live", "checked": "0.31.0"},
+    "0.32": {"verdict": "live", "checked": "0.32.0"},
+    "0.27": {"verdict": "incompatible", "checked": "0.27.0"}}})
+DIGEST = "sha256:" + "0a" * 32
+
+
+@pytest.mark.parametrize(("image", "parts"), [
+    ("vllm/vllm-openai:v0.32.0", ("vllm/vllm-openai", "v0.32.0", None)),
+    ("localhost:5000/vllm-cpu", ("localhost:5000/vllm-cpu", None, None)),
+    ("localhost:5000/vllm-cpu:0.33.1", ("localhost:5000/vllm-cpu", "0.33.1", None)),
+    ("vllm/vllm-openai@sha256:ab12", ("vllm/vllm-openai", None, "sha256:ab12")),
+    ("vllm/vllm-openai:v0.32.0@sha256:ab12", ("vllm/vllm-openai", "v0.32.0", "sha256:ab12")),
+])
+def test_split_image_reads_tag_and_digest_as_the_runtime_does(image, parts):
+    assert split_image(image) == parts
+
+
+@pytest.mark.parametrize(("image", "version", "minor"), [
+    ("vllm/vllm-openai:v0.32.0", "0.32.0", "0.32"),
+    ("docker.io/vllm/vllm-openai:0.33.1", "0.33.1", "0.33"),
+    ("registry.corp:5000/team/vllm-cpu:v0.10.1.1", "0.10.1.1", "0.10"),
+    ("vllm/vllm-openai:v0.31.0.post1", "0.31.0.post1", "0.31"),
+    ("vllm/vllm-openai:v0.32", "0.32", "0.32"),
+])
+def test_release_tags_name_the_version(image, version, minor):
+    read = image_vllm_version(image)
+    assert (read.version, read.minor, read.why_unknown) == (version, minor, None)
+
+
+@pytest.mark.parametrize(("image", "why"), [
+    ("vllm/vllm-openai@sha256:ab12", "it has no tag, only a digest"),
+    ("vllm/vllm-openai", "it has no tag"),
+    ("vllm/vllm-openai:latest", "its tag latest is not a vLLM release number"),
+    ("vllm/vllm-openai:nightly-3f2a", "its tag nightly-3f2a is not"),
+    ("vllm/vllm-openai:v0.33.0rc1", "its tag v0.33.0rc1 is not"),
+    ("vllm/vllm-openai:v0.32.0-cu128", "its tag v0.32.0-cu128 is not"),
+    ("myorg/server:0.30.0", "its repository myorg/server is not named like a vLLM image"),
+])
+def test_anything_else_is_unknown_and_says_why(image, why):
+    read = image_vllm_version(image)
+    assert read.version is None and read.why_unknown and why in read.why_unknown
+
+
+def test_verdicts_name_the_version_where_it_was_read_and_the_fix():
+    v = live_cap_verdict("vllm/vllm-openai:v0.30.2", "spec.image", TABLE,
+                         example="vllm/vllm-openai:v0.32.0")
+    assert v.support is LiveCapSupport.UNSUPPORTED and v.version == "0.30.2"
+    for said in ("spec.image vllm/vllm-openai:v0.30.2 runs vLLM 0.30.2 (its tag)",
+                 "no max_num_active_reqs", "0.30.0 checked statically on 2026-12-05",
+                 "does not render its scheduler class", "rolls the pods",
+                 "use an image of vLLM 0.31 to 0.32 (e.g. vllm/vllm-openai:v0.32.0)",
+                 "spec.adaptation.mode: Recommend"):
+        assert said in v.message, said
+    broken = live_cap_verdict("vllm/vllm-openai:v0.27.0", "spec.image", TABLE)
+    assert broken.support is LiveCapSupport.UNSUPPORTED
+    assert "stop the engine at start" in broken.message
+    # an example that is not supported itself is never suggested
+    bad = live_cap_verdict("vllm/vllm-openai:v0.30.0", "spec.image", TABLE,
+                           example="vllm/vllm-openai:v0.30.0")
+    assert "(e.g. vllm/vllm-openai:v0.32.0)" in bad.message
+    ok = live_cap_verdict("vllm/vllm-openai:0.31.0", "spec.image", TABLE)
+    assert ok.support is LiveCapSupport.SUPPORTED and "0.31.0 checked" in ok.message
+
+
+def test_unknown_and_uncovered_keep_the_live_cap_and_say_so():
+    for image, said in (("vllm/vllm-openai@sha256:ab12", "is unknown: it has no tag"),
+                        ("vllm/vllm-openai:v0.40.0", "does not cover (vLLM 0.27, 0.30")):
+        v = live_cap_verdict(image, "spec.image", TABLE)
+        assert v.support is LiveCapSupport.UNKNOWN and said in v.message
+        assert "rendered as for a supported vLLM" in v.message
+
+
+def test_the_committed_table_supports_the_default_image():
+    table = compat_table()
+    assert "0.32" in table.supported()
+    assert live_cap_verdict(DEFAULT_IMAGE, "x").support is LiveCapSupport.SUPPORTED
+
+
+LIVE: dict[str, Any] = {"model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
+                        "adaptation": {"mode": "Apply"}}
+
+
+def rendered_args(spec: dict[str, Any], default_image: str = DEFAULT_IMAGE) -> list[str]:
+    svc = make_svc(spec)
+    settings = Settings(default_image=default_image)
+    docs = rendering.render_all(svc, hand_plan(), settings, live_cap=st.live_cap_in_use(
+        svc.spec, None, default_image=default_image))
+    return args_of(docs[0])
+
+
+def test_an_unsupported_tag_renders_no_scheduler_class_and_nothing_else_changes():
+    old = {**LIVE, "image": "vllm/vllm-openai:v0.30.0"}
+    args = rendered_args(old)
+    assert "--scheduler-cls" not in args
+    # the image and everything the user asked stay as given
+    assert make_svc(old).spec.image == "vllm/vllm-openai:v0.30.0"
+    assert "--scheduler-cls" in rendered_args({**LIVE, "image": "vllm/vllm-openai:v0.33.0"})
+    # unknown: today's behaviour
+    assert "--scheduler-cls" in rendered_args({**LIVE, "image": f"vllm/vllm-openai@{DIGEST}"})
+    assert "--scheduler-cls" in rendered_args({**LIVE, "image": "vllm/vllm-openai:latest"})
+
+
+def test_the_operators_default_image_is_read_when_spec_image_is_unset():
+    assert "--scheduler-cls" in rendered_args(LIVE)
+    assert "--scheduler-cls" not in rendered_args(LIVE, "vllm/vllm-openai:v0.29.0")
+    blocker = st.live_cap_blocker(make_svc(LIVE).spec, None,
+                                  default_image="vllm/vllm-openai:v0.29.0")
+    assert blocker is not None and blocker[0] is st.LiveCapReason.VERSION
+    assert "the operator's default image (LLMOP_DEFAULT_IMAGE" in blocker[1]
+
+
+def test_the_users_own_opt_out_comes_before_the_version():
+    spec = make_svc({**LIVE, "image": "vllm/vllm-openai:v0.30.0",
+                     "adaptation": {"mode": "Apply", "liveCap": False}}).spec
+    blocker = st.live_cap_blocker(spec, None)
+    assert blocker is not None and blocker[0] is st.LiveCapReason.OPTED_OUT
+
+
+def test_status_says_it_when_rendered_and_only_where_the_cap_would_be_live():
+    spec = make_svc({**LIVE, "image": "vllm/vllm-openai:v0.30.0"}).spec
+    out = st.with_live_cap_version({"conditions": []}, spec, 3, 1000.0)
+    cond = st.get_condition(out["conditions"], st.ConditionType.LIVE_CAP)
+    assert cond is not None and cond["status"] == "False"
+    assert cond["reason"] == "VllmVersionUnsupported" and cond["observedGeneration"] == 3
+    assert "vLLM 0.30.0" in cond["message"]
+    # not asked for: Recommend, a pinned cap, no Prometheus, or a supported image
+    for other, runs in (({"adaptation": {"mode": "Recommend"}}, True),
+                        ({"engine": {"maxNumSeqs": 32}}, True), ({}, False),
+                        ({"image": "vllm/vllm-openai:v0.32.0"}, True)):
+        s = make_svc({**LIVE, "image": "vllm/vllm-openai:v0.30.0", **other}).spec
+        assert st.with_live_cap_version({}, s, 3, 1000.0, adaptation_runs=runs) == {}
+
+
+def test_the_adaptation_tick_keeps_the_reason_and_notes_an_unknown_version(
+        pressure: Observation) -> None:  # noqa: F811
+    now = pressure.evaluated_at
+    for image, reason, said in (
+            ("vllm/vllm-openai:v0.30.0", "VllmVersionUnsupported", "runs vLLM 0.30.0"),
+            (f"vllm/vllm-openai@{DIGEST}", None, "is unknown: it has no tag")):
+        b = copy.deepcopy(body(mode="Apply"))
+        b["spec"]["image"] = image
+        svc, state, d = decision_for(b, pressure, now)
+        up = plan_update(svc, d, pressure, state, now, policy=POLICY,
+                         progress=live_cap_progress({}, pressure, now))
+        cond = st.get_condition(up.status_patch["conditions"], st.ConditionType.LIVE_CAP)
+        assert cond is not None and said in cond["message"]
+        if reason:
+            assert cond["reason"] == reason and up.adaptation["actuation"] == "Rollout"
+        else:
+            assert cond["status"] == "True" and up.adaptation["actuation"] == "Live"
