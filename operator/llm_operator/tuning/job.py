@@ -65,7 +65,7 @@ TUNER_GRACE_SECONDS = 90
 # nothing of the operator) with the package's empty ``__init__.py``, and vLLM's start-up
 # rules the tuner
 # checks its candidates with (``engine_rules.py``, ``serve_args.py`` and the option table
-# in ``data/``) from wherever the operator image
+# ``data/vllm_serve_flags.json``) from wherever the operator image
 # installed them (no assumption about its site-packages path). The engine is what the
 # tuner's servers run as ``--scheduler-cls`` when it sweeps caps live
 # (``--live-cap-engine``). No "$(" anywhere: Kubernetes would expand it in command/args.
@@ -75,9 +75,11 @@ COPY_SCRIPT = (
     f"dst = os.path.join('{CODE_PATH}', 'llm_operator'); "
     "[shutil.copytree(os.path.join(src, d), os.path.join(dst, d), "
     "dirs_exist_ok=True, ignore=shutil.ignore_patterns('__pycache__', '*.pyc')) "
-    "for d in ('inpod', 'data')]; "
+    "for d in ('inpod',)]; "
+    "os.makedirs(os.path.join(dst, 'data'), exist_ok=True); "
     "[shutil.copyfile(os.path.join(src, f), os.path.join(dst, f)) "
-    "for f in ('__init__.py', 'engine_rules.py', 'serve_args.py')]; "
+    "for f in ('__init__.py', 'engine_rules.py', 'serve_args.py', "
+    "'data/vllm_serve_flags.json')]; "
     "print('Copied the tuner and the engine from', src, 'to', dst)"
 )
 
