@@ -106,7 +106,7 @@ class PodScheduling:
         status = pod.get("status") or {}
         bound = bool((pod.get("spec") or {}).get("nodeName"))
         name = str(meta.get("name") or "")
-        crash = crash_of(status)
+        crash = crash_of(status, pod.get("spec") or {})
         volumes = PodVolumes.from_pod(pod)
         more: dict[str, Any] = {"live_cap_failure": live_cap_failure(status),
                                 "problem": waiting_problem(pod, volumes),
@@ -137,13 +137,39 @@ def _crash_looping(status: Mapping[str, Any], keys: Sequence[str] = (
                 yield cs, (cs.get("lastState") or {}).get("terminated") or {}
 
 
-def crash_of(status: Mapping[str, Any]) -> str | None:
+def memory_limit_of(pod_spec: Mapping[str, Any], container: str) -> str | None:
+    """The memory limit of the named container (or init container) of a pod spec."""
+    for key in ("containers", "initContainers"):
+        for c in pod_spec.get(key) or []:
+            if c.get("name") == container:
+                limit = ((c.get("resources") or {}).get("limits") or {}).get("memory")
+                return str(limit) if limit else None
+    return None
+
+
+def oom_sentence(container: str, limit: str | None) -> str:
+    """What an OOMKilled container means and its fix, naming its memory limit."""
+    where = (f"at its memory limit of {limit} (spec.resources.memory)" if limit
+             else "with no memory limit of its own (the node ran out of memory)")
+    return (f"the kernel killed container {container} {where}. Fix: raise "
+            "spec.resources.memory, or make vLLM hold less in host memory: vLLM's CPU build "
+            "keeps its KV cache there (VLLM_CPU_KVCACHE_SPACE in spec.pod.env), a GPU "
+            "build its swap space (--swap-space) and CPU offload (--cpu-offload-gb)")
+
+
+def crash_of(status: Mapping[str, Any], pod_spec: Mapping[str, Any] | None = None,
+             ) -> str | None:
     """The first container of a pod status (init containers first) that waits in a
-    crash back-off, as "container C restarted N times (exit code E, R): LAST LINE"."""
+    crash back-off, as "container C restarted N times (exit code E, R): LAST LINE"; for
+    one the kernel killed at its memory limit (OOMKilled), the limit and the fix instead
+    of the last line."""
     for cs, last in _crash_looping(status):
-        said = f"container {cs.get('name')} restarted {cs.get('restartCount', 0)} times"
+        name = str(cs.get("name"))
+        said = f"container {name} restarted {cs.get('restartCount', 0)} times"
         if last:
             said += f" (exit code {last.get('exitCode')}, {last.get('reason') or 'Error'})"
+        if last.get("reason") == "OOMKilled":
+            return f"{said}: {oom_sentence(name, memory_limit_of(pod_spec or {}, name))}"
         line = _last_line(str(last.get("message") or ""))
         return f"{said}: {line}" if line else said
     return None

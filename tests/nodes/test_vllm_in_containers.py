@@ -111,3 +111,46 @@ def test_vllm_serves_the_model_in_a_container_as_rendered(
     sys.stderr.write(f"vLLM pod {name} Ready {took:.0f} s after apply, "
                      f"{vllm['containerID'][:25]}..., {vllm['imageID']}; completion via "
                      f"{ip}:{port}\n")
+
+
+@pytest.mark.timeout(1800)
+def test_vllm_over_its_memory_limit_is_oom_killed_and_the_service_says_so(
+        vllm_lock: None, admin: ClusterKubectl, namespace: str, nodes: Any,
+        vllm_image: VllmImage, hub: Any) -> None:
+    """A KV cache (4 GiB, VLLM_CPU_KVCACHE_SPACE) over the container's 3Gi limit: the kernel
+    kills vLLM when it fills the cache, the kubelet says OOMKilled (exit 137), and the
+    LLMService names the limit, the field and the fix."""
+    admin.apply_obj(nodes.registry.pull_secret("regcred"), namespace)
+    svc = vllm_service("oom", vllm_image, hub.endpoint, memory="3Gi")
+    for env in svc["spec"]["pod"]["env"]:
+        if env["name"] == "VLLM_CPU_KVCACHE_SPACE":
+            env["value"] = "4"
+    admin.apply_obj(svc, namespace)
+
+    def started() -> float | None:
+        for p in admin.items("pods", namespace):
+            for cs in (p.get("status") or {}).get("containerStatuses") or []:
+                if cs.get("name") == "vllm" and (cs.get("state", {}).get("running")
+                                                 or cs.get("lastState", {}).get("terminated")):
+                    return time.monotonic()
+        return None
+    t0 = wait_for(started, READY_WITHIN_SECONDS, "the vLLM container to start", interval=1)
+
+    def said() -> dict[str, Any] | None:
+        c = condition(admin.get("llms", "oom", namespace), "ContainersRunning")
+        return c if c.get("status") == "False" and "OOMKilled" in c.get("message", "") else None
+    try:
+        cond = wait_for(said, 300, "ContainersRunning=False saying OOMKilled", interval=1)
+    except AssertionError as e:
+        pods = [(p["metadata"]["name"], p.get("status")) for p in admin.items("pods", namespace)]
+        raise AssertionError(f"{e}\nstatus: {admin.get('llms', 'oom', namespace)}\n"
+                             f"pods: {pods}") from e
+    took = time.monotonic() - t0
+    assert "(exit code 137, OOMKilled)" in cond["message"], cond
+    assert "at its memory limit of 3Gi (spec.resources.memory)" in cond["message"], cond
+    assert "Fix: raise spec.resources.memory" in cond["message"], cond
+    pod = pod_of(admin, namespace, "llmops.dev/llmservice=oom,llmops.dev/component=server")
+    last = container_status(pod, "vllm")["lastState"]["terminated"]
+    assert last["reason"] == "OOMKilled" and last["exitCode"] == 137, last
+    sys.stderr.write(f"ContainersRunning=False {took:.0f} s after vLLM's container started: "
+                     f"{cond['message']}\n")

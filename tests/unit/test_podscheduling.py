@@ -98,6 +98,25 @@ def test_a_crash_loop_is_said_with_the_container_exit_code_and_last_line() -> No
     assert get_condition(conds, "ContainersRunning")["status"] == "True"  # type: ignore[index]
 
 
+def test_an_oom_kill_names_the_memory_limit_and_the_fix() -> None:
+    """The kubelet's OOMKilled (exit 137) says nothing of why: the sentence names the
+    container's limit, the spec field and what in vLLM holds host memory."""
+    body = crashing("p", message="INFO ... Auto set KV cache")
+    cs = body["status"]["containerStatuses"][0]
+    cs["lastState"]["terminated"].update(exitCode=137, reason="OOMKilled")
+    body["spec"]["containers"] = [{"name": "vllm", "resources": {
+        "requests": {"memory": "3Gi"}, "limits": {"memory": "3Gi"}}}]
+    crash = PodScheduling.from_pod(body).crash
+    assert crash == ("container vllm restarted 4 times (exit code 137, OOMKilled): the "
+                     "kernel killed container vllm at its memory limit of 3Gi "
+                     "(spec.resources.memory). Fix: raise spec.resources.memory, or make "
+                     "vLLM hold less in host memory: vLLM's CPU build keeps its KV cache "
+                     "there (VLLM_CPU_KVCACHE_SPACE in spec.pod.env), a GPU build its swap "
+                     "space (--swap-space) and CPU offload (--cpu-offload-gb)")
+    del body["spec"]["containers"]  # no limit: the node ran out
+    assert "with no memory limit of its own" in str(PodScheduling.from_pod(body).crash)
+
+
 def test_a_failing_download_is_a_crash_loop_too_and_running_containers_are_not() -> None:
     gated = ("huggingface_hub.errors.GatedRepoError: 401 Client Error.\n"
              "Access to model meta-llama/Llama-3.1-8B-Instruct is restricted.")
