@@ -46,6 +46,9 @@ SESSION_ADMISSION = {"enabled": True,
                      "allowedImages": ["docker.io/vllm/vllm-openai", "registry.invalid/",
                                        "registry.example.com/"],
                      "allowedServiceAccounts": {"*": ["llm-runner"]}}
+# The session's release values: a `helm upgrade` of it gives the same, or RBAC shrinks to
+# the release's namespace under the tests' feet.
+SESSION_VALUES = {"replicaCount": 0, "clusterWide": True, "admission": SESSION_ADMISSION}
 
 
 def helm_binary() -> str:
@@ -120,8 +123,7 @@ def installed(cluster: LocalCluster, kubelet: LocalKubelet) -> Installed:
     The chart's admission policies are on, as by default, their allow-lists widened by
     :data:`SESSION_ADMISSION` for the images and ServiceAccount other tests name."""
     return helm_install(cluster, helm_binary(), kubectl_binary(), CHART,
-                        values={"replicaCount": 0, "clusterWide": True,
-                                "admission": SESSION_ADMISSION})
+                        values=SESSION_VALUES)
 
 
 @pytest.fixture

@@ -34,14 +34,14 @@ import yaml
 from llm_operator_sandbox.cluster import Installed, LocalCluster, run_tool
 from tests.support.emulator import OperatorProcess, wait_for
 
-from .conftest import CHART, ClusterKubectl, helm_binary
+from .conftest import CHART, SESSION_VALUES, ClusterKubectl, helm_binary
 from .test_control_plane import forbidden_lines, tiny_service
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
 CRD_NAME = "llmservices.llmops.dev"
 CRD_FILE = Path("files") / f"{CRD_NAME}.yaml"
-VALUES = {"replicaCount": 0}
+VALUES = SESSION_VALUES  # the session install's: clusterWide, its admission lists
 
 
 def chart_with_v1beta1(dest: Path) -> Path:
