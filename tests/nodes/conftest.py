@@ -23,13 +23,13 @@ from typing import Any
 
 import pytest
 
+from llm_operator.inpod.tuner.server import vllm_lock as hold_vllm_lock
 from llm_operator_sandbox.cluster import LocalCluster, binaries_present, cache_dir, helm_install
 from llm_operator_sandbox.hub import LocalHub, folder_files
 from llm_operator_sandbox.nodes import NodeNetwork, RealNodes, built_images, registry_binary
 from llm_operator_sandbox.tiny_model import ensure_tiny_llama
 from tests.cluster.conftest import CHART, ClusterKubectl, helm_binary
 from tests.support.emulator import kubectl_binary, wait_for
-from tests.support.vllm_lock import vllm_lock as hold_vllm_lock
 
 RELEASE_NAMESPACE = "llm-operator"
 ROOT = Path(__file__).resolve().parents[2]
@@ -112,7 +112,7 @@ def vllm_image(nodes: RealNodes) -> VllmImage:
 def vllm_lock() -> Iterator[None]:
     """One vLLM server at a time on this machine: held from before the test's pod starts
     until after its namespace's pods are gone (ask for it before ``namespace``)."""
-    with hold_vllm_lock(1200):
+    with hold_vllm_lock(timeout_s=1200):
         yield
 
 

@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.vllm_lock import vllm_lock
 
+from llm_operator.inpod.tuner.server import vllm_lock
 from llm_operator.modelfacts import facts_from_hf_config
 from llm_operator.planning import BLOCK_SIZE, DTYPE_BYTES, kv_bytes_per_token
 
@@ -161,7 +161,7 @@ def vllm_specs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         (root / name).mkdir()
         (root / name / "config.json").write_text(json.dumps(config))
         folders.append(str(root / name))
-    with vllm_lock(600, LOCK):
+    with vllm_lock(LOCK, timeout_s=600):
         out = subprocess.run([str(VLLM_PYTHON), str(PROBE), *folders], capture_output=True,
                              text=True, timeout=300,
                              env={**os.environ, "HF_HUB_OFFLINE": "1"})
