@@ -68,6 +68,7 @@ from .planning import (
     Plan,
     engine_rule_errors,
     gpu_facts,
+    layout_label,
     make_plan,
     model_facts,
     valid_tensor_parallel_sizes,
@@ -198,8 +199,7 @@ class LayoutVerdict:
     @property
     def label(self) -> str:
         p = self.plan
-        return (f"TP={p.tensor_parallel_size}"
-                + (f" PP={p.pipeline_parallel_size}" if p.pipeline_parallel_size > 1 else "")
+        return (layout_label(p.tensor_parallel_size, p.pipeline_parallel_size)
                 + f" ({p.gpus_per_replica} GPU{'s' if p.gpus_per_replica > 1 else ''})")
 
 

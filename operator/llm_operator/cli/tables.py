@@ -124,9 +124,9 @@ def plan_document(svc: LLMService, plan: Plan) -> dict[str, Any]:
     return {"namespace": svc.metadata.namespace, "name": svc.metadata.name, "plan": summary}
 
 
-# The curve's columns: key, full header, short header (for narrow terminals; the legend
-# under the table spells it out), and whether it may be left out when even the short
-# headers do not fit (in this order: per-user rate, running, mean ITL).
+# The curve's columns: key, full header, short header (for narrow terminals), and the
+# legend's words for the short header. _CURVE_OPTIONAL: the columns left out, in this
+# order, when even the short headers do not fit.
 _CURVE_COLUMNS = (
     ("clients", "clients", "N", "clients"),
     ("running", "running", "run", "requests running"),

@@ -98,6 +98,7 @@ from .parallelism import (
     dcp_plannable,
     decode_context_parallel_sizes,
     held_sequences,
+    layout_label,
     queue_wait_bound_s,
     valid_tensor_parallel_sizes,
 )
@@ -132,6 +133,7 @@ from .validation import (
 )
 
 __all__ = [
+    "layout_label",
     "BLOCK_SIZE",
     "CACHE_EXTRA_BYTES",
     "CACHE_MARGIN_FRACTION",

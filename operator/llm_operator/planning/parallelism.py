@@ -101,6 +101,13 @@ class _Need:
     dcp_pin: int | None = None  # spec.engine.decodeContextParallelSize when pinned
 
 
+
+def layout_label(tp: int, pp: int = 1, dcp: int = 1) -> str:
+    """A parallel layout as the plan says it: ``TP=4``, ``TP=4 PP=2``, ``TP=8 DCP=2``."""
+    return (f"TP={tp}" + (f" PP={pp}" if pp > 1 else "")
+            + (f" DCP={dcp}" if dcp > 1 else ""))
+
+
 @dataclass(frozen=True)
 class _Fit:
     tp: int
@@ -124,8 +131,7 @@ class _Fit:
 
     @property
     def label(self) -> str:
-        return (f"TP={self.tp}" + (f" PP={self.pp}" if self.pp > 1 else "")
-                + (f" DCP={self.dcp}" if self.dcp > 1 else ""))
+        return layout_label(self.tp, self.pp, self.dcp)
 
 
 def _fit_at(need: _Need, tp: int, pp: int, dcp: int) -> _Fit:
