@@ -10,6 +10,7 @@
 #                                         --build-arg BASE=<the base above>; HASH is
 #                                         the content of its build context, so an edit
 #                                         to operator/ builds a new image
+#   localhost/llmop/vllm-cpu:VERSION-HASH   with --vllm: tools/build_vllm_image.sh
 #
 # buildah builds them (chroot isolation, no daemon) into a store under the cache
 # ($LLMOP_CACHE, default ~/.cache/llm-operator/images), reused by later runs: a run with
