@@ -52,6 +52,9 @@ print("    vllm", vllm.__version__, "torch", torch.__version__, "(torch.compile 
     --label "org.opencontainers.image.version=$version" "$ctr" 2>/dev/null
   "${B[@]}" commit -q "$ctr" "$VLLM" >/dev/null
   "${B[@]}" rm "$ctr" >/dev/null
+  # Earlier builds (another venv or script): 6.7 GB each, never used again.
+  "${B[@]}" images --format '{{.Name}}:{{.Tag}}' | grep '^localhost/llmop/vllm-cpu:' \
+    | grep -vxF "$VLLM" | xargs -r "${B[@]}" rmi >/dev/null || true
   echo "    built in $(( $(date +%s) - s )) s"
 fi
 echo "$VLLM" > "$CACHE/vllm.txt"

@@ -522,6 +522,10 @@ class RealNodes:
         self.registry.stop()
         unmount_under(self.dir)
         remove_cgroups()
+        # The image stores (the registry's blobs, containerd's content and snapshots: about
+        # 14 GB once the vLLM image ran), not the logs: a later run starts empty anyway.
+        for store in (self.registry.dir / "data", self.containerd.dir / "root"):
+            shutil.rmtree(store, ignore_errors=True)
 
     # ------------------------------------------------------------ pieces
     def _kubelet(self) -> None:
