@@ -300,7 +300,13 @@ def test_rendered_job_runs_as_the_kubelet_would_and_finds_the_better_region(
     assert 1 <= result.trials <= 2
     assert result.baseline is not None and result.best is not None
     # The regime is real: with vLLM's default cap the batch of 48 misses the ITL objective...
-    assert result.baseline.itl_p95_ms > itl_ms, why
+    # (CI, 2026-12-05: calibrated while the other lane wrote the 6.7 GB vLLM image, run
+    # after it, the defaults measured 39.9 ms against an objective above that; the image
+    # build and push now take the vLLM lock, so no timed run shares the machine with them.)
+    assert result.baseline.itl_p95_ms > itl_ms, (
+        f"the machine changed between the calibration ({'; '.join(measured)}; objective "
+        f"{itl_ms} ms) and the search (the defaults' ITL p95 "
+        f"{result.baseline.itl_p95_ms:.1f} ms)\n{why}")
     # ...and the tuner lands on a cap that keeps steps fast, with more goodput than the
     # defaults measured the same way (medians of repeats). How much more is not fixed:
     # goodput counts requests, and the load on the 2 shared cores moves between the
