@@ -44,3 +44,7 @@ DEFAULT_GPUS_PER_NODE = 8
 VLLM_PORT = 8000
 TERMINATION_LOG = "/dev/termination-log"  # the kubelet's default terminationMessagePath
 GIB = 1024**3
+
+# The user the pods of an LLMService run as unless spec.pod.runAsUser says otherwise: not root
+# (vllm-openai names no USER), so that they pass the `restricted` Pod Security Standard.
+DEFAULT_RUN_AS_USER = 1000

@@ -31,6 +31,7 @@ from pydantic.alias_generators import to_camel
 from .constants import (
     API_VERSION,
     DEFAULT_GPU_MEMORY_UTILIZATION,
+    DEFAULT_RUN_AS_USER,
 )
 from .errors import InputError, SpecError, SpecErrors
 
@@ -756,6 +757,9 @@ class PodSpec(_Model):
                                              pattern=SUBDOMAIN_PATTERN)
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
+    # The user the pods run as (vllm-openai names none, so it would be root): not root by
+    # default, so that the pods pass the `restricted` Pod Security Standard; 0 = root.
+    run_as_user: int = Field(default=DEFAULT_RUN_AS_USER, ge=0, le=2147483647)
 
     @field_validator("labels")
     @classmethod

@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 JSON = dict[str, Any]
 
 DEFAULT_TERMINATION_PATH = "/dev/termination-log"
-HF_CACHE_PATH = "/root/.cache/huggingface"  # HF_HOME of the vllm-openai image
+HF_CACHE_PATH = "/var/cache/huggingface"  # the model cache mount, HF_HOME (rendering/pod.py)
 CONTAINER_TMP = "/tmp"
 VLLM_LOCK_ENV = "LLMOP_VLLM_LOCK"
 # On the CPU build of vLLM --gpu-memory-utilization sizes nothing; the KV cache gets
@@ -135,7 +135,8 @@ SUBSTITUTIONS: list[Substitution] = [
     Substitution("the container's own filesystem (`/tmp`, `HOME`, working directory)",
                  "private directories per pod and container; `/tmp/...` paths rewritten, "
                  "`HOME`, `TMPDIR` and `HF_HOME` set",
-                 "the image's writable layer and its `ENV` (`HF_HOME=/root/.cache/huggingface`)"),
+                 "the image's writable layer; `HOME` (`/tmp`, not root's) and `HF_HOME` (the "
+                 "cache's mount) as the pod sets them"),
     Substitution("`terminationMessagePath` (`/dev/termination-log`)",
                  "a local file per container; read after exit (4 KiB), else the log's last "
                  "80 lines / 2 KiB under `FallbackToLogsOnError`",

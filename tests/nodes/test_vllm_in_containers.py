@@ -18,9 +18,11 @@ import json
 import sys
 import time
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.cluster.conftest import ClusterKubectl
 from tests.cluster.test_control_plane import condition
@@ -47,6 +49,24 @@ def vllm_service(name: str, image: VllmImage, hub_endpoint: str,
     return svc
 
 
+ENFORCE = "pod-security.kubernetes.io/enforce"
+# A pod the `restricted` standard refuses (root, no seccomp profile), applied as a dry run.
+ROOT_POD: dict[str, Any] = {
+    "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "root"},
+    "spec": {"containers": [{"name": "c", "image": "busybox",
+                             "securityContext": {"runAsUser": 0}}]}}
+
+
+def uid_of(nodes: Any, container_id: str) -> int:
+    """The real user id of the container's first process (containerd's task, /proc)."""
+    cid = container_id.removeprefix("containerd://")
+    tasks = nodes.containerd.ctr("tasks", "ls").stdout.splitlines()[1:]
+    (pid,) = [line.split()[1] for line in tasks if line.split()[0] == cid]
+    status = Path(f"/proc/{pid}/status").read_text()
+    (uid_line,) = [line for line in status.splitlines() if line.startswith("Uid:")]
+    return int(uid_line.split()[1])
+
+
 def post(url: str, payload: dict[str, Any], timeout: float = 60) -> dict[str, Any]:
     req = urllib.request.Request(url, data=json.dumps(payload).encode(),
                                  headers={"Content-Type": "application/json"})
@@ -60,6 +80,13 @@ def test_vllm_serves_the_model_in_a_container_as_rendered(
         vllm_lock: None, admin: ClusterKubectl, namespace: str, nodes: Any, vllm_image: VllmImage,
         hub: Any) -> None:
     admin.apply_obj(nodes.registry.pull_secret("regcred"), namespace)
+    # The API server enforces the `restricted` Pod Security Standard on the namespace: a
+    # pod that breaks it is never created (the ReplicaSet's FailedCreate). That the rule
+    # is on, shown first on a root pod (a server-side dry run, refused).
+    admin.run("label", "namespace", namespace, f"{ENFORCE}=restricted")
+    refused = admin.run("apply", "--dry-run=server", "-n", namespace, "-f", "-",
+                        stdin=yaml.safe_dump(ROOT_POD), check=False)
+    assert refused.returncode != 0 and "violates PodSecurity" in refused.stderr, refused
     svc = vllm_service("tiny", vllm_image, hub.endpoint)
     started = time.monotonic()
     admin.apply_obj(svc, namespace)
@@ -88,6 +115,9 @@ def test_vllm_serves_the_model_in_a_container_as_rendered(
     assert "Downloaded llmops-demo/tiny-llama" in log, log
     assert any("/resolve/" in r and r.endswith("model.safetensors") for r in hub.requests), \
         hub.requests
+    # Not root: vLLM's process runs as the pods' user (spec.pod.runAsUser, default 1000), as
+    # the kernel sees it, and wrote the model cache as that user.
+    assert uid_of(nodes, vllm["containerID"]) == 1000
     # The container's command is the rendered one, untouched: `vllm serve MODEL ...`.
     spec = next(c for c in pod["spec"]["containers"] if c["name"] == "vllm")
     assert spec["command"] == ["vllm", "serve"], spec["command"]

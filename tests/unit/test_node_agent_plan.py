@@ -103,7 +103,8 @@ def test_server_container_runs_vllm_serve_with_its_own_args_on_the_local_model(
     # Rendered env verbatim, the image's env (HOME, HF_HOME on the cache volume) local.
     assert plan.env["VLLM_NO_USAGE_STATS"] == "1" and plan.env["HF_HUB_OFFLINE"] == "1"
     assert plan.env["HF_HOME"] == str(tmp_path / "pod" / "volumes" / "model-cache")
-    assert plan.env["HOME"].startswith(str(tmp_path / "pod" / "containers" / "vllm"))
+    # The rendered HOME (/tmp: the pods do not run as root) is the container's own /tmp.
+    assert plan.env["HOME"] == plan.env["TMPDIR"]
     assert plan.env["PATH"].split(":")[0] == str(VLLM_PY.parent)
     assert plan.volume_dirs["/dev/shm"] == tmp_path / "pod" / "volumes" / "dshm"
     assert plan.volume_dirs["/mnt/models"] == MODEL

@@ -151,8 +151,8 @@ def test_a_hub_model_is_downloaded_by_an_init_container_before_vllm_starts() -> 
     names = {e["name"] for e in init["env"]}
     assert {"HF_TOKEN", "HTTPS_PROXY"} <= names
     assert init["volumeMounts"] == [{"name": "model-cache",
-                                     "mountPath": "/root/.cache/huggingface"}]
-    assert {"name": "model-cache", "mountPath": "/root/.cache/huggingface"} in vllm["volumeMounts"]
+                                     "mountPath": "/var/cache/huggingface"}]
+    assert {"name": "model-cache", "mountPath": "/var/cache/huggingface"} in vllm["volumeMounts"]
     validate_manifest(deployment)
 
 
@@ -458,13 +458,12 @@ def test_malformed_pod_settings_are_refused_naming_the_field(
 def test_every_container_runs_without_privilege_escalation_under_runtime_seccomp() -> None:
     deployment = render({"model": {"name": "m/x"}})
     pod = pod_of(deployment)
-    assert pod["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["securityContext"]["runAsNonRoot"] is True
     for container in (*pod["initContainers"], *pod["containers"]):
         context = container["securityContext"]
         assert context["allowPrivilegeEscalation"] is False
-        assert context["capabilities"]["drop"] == ["ALL"]
-        assert "NET_RAW" not in context["capabilities"]["add"]
-        assert "SYS_ADMIN" not in context["capabilities"]["add"]
+        assert context["capabilities"] == {"drop": ["ALL"]}  # tests/unit/test_pod_security.py
     validate_manifest(deployment)
 
 

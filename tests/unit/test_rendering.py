@@ -468,8 +468,11 @@ def test_hub_model_is_downloaded_online_then_served_offline() -> None:
     assert all(m["mountPath"] != MODEL_MOUNT_PATH for m in container["volumeMounts"])
     # No token; vLLM's usage statistics off; vLLM reads the cache the init container
     # filled, so a restart does not ask the hub again.
+    # HF_HOME is the cache's mount, HOME writable by the pods' user (not root).
     assert container["env"] == [{"name": "VLLM_NO_USAGE_STATS", "value": "1"},
                                 {"name": "DO_NOT_TRACK", "value": "1"},
+                                {"name": "HF_HOME", "value": "/var/cache/huggingface"},
+                                {"name": "HOME", "value": "/tmp"},
                                 {"name": "HF_HUB_OFFLINE", "value": "1"}]
     # The download itself stays online, or it would skip its work.
     (download,) = deployment["spec"]["template"]["spec"]["initContainers"]
@@ -522,7 +525,7 @@ def test_cache_volume_and_shm(cache: dict[str, str], expected: dict[str, Any]) -
     mounts = {m["name"]: m["mountPath"] for m in container_of(deployment)["volumeMounts"]}
     assert expected in volumes
     assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}} in volumes
-    assert mounts == {"dshm": "/dev/shm", "model-cache": "/root/.cache/huggingface"}
+    assert mounts == {"dshm": "/dev/shm", "model-cache": "/var/cache/huggingface"}
 
 
 # --- probes, rollout, scheduling -------------------------------------------------------

@@ -22,9 +22,9 @@ from ..errors import SpecErrors
 from ..models import LLMService, LLMServiceSpec
 from ..rendering.identity import labels_for
 from ..rendering.pod import (
-    CONTAINER_SECURITY_CONTEXT,
     MODEL_MOUNT_PATH,
-    POD_SECURITY_CONTEXT,
+    RESTRICTED_CONTAINER_SECURITY_CONTEXT,
+    SECCOMP_RUNTIME_DEFAULT,
     VOLUME_MODEL,
     pod_identity_fields,
     pod_spec_errors,
@@ -98,8 +98,12 @@ def facts_env(spec: LLMServiceSpec, settings: Settings) -> list[dict[str, Any]]:
     if ref is not None and spec.model.volume is None:
         env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
             "name": ref.name, "key": ref.key, "optional": True}}})
-    env += [var.rendered() for var in spec.pod.env]
-    return env
+    # Each name once (a name given twice breaks server-side apply): the user's value wins
+    # (their own mirror in HF_ENDPOINT), but for HF_HOME, which in spec.pod.env is the vLLM
+    # pods' cache: here the scratch folder is the only place this pod may write.
+    user = [var.rendered() for var in spec.pod.env if var.name != "HF_HOME"]
+    given = {e["name"] for e in user}
+    return [e for e in env if e["name"] not in given] + user
 
 
 def build_facts_job(svc: LLMService, settings: Settings) -> dict[str, Any]:
@@ -134,7 +138,7 @@ def build_facts_job(svc: LLMService, settings: Settings) -> dict[str, Any]:
         "volumeMounts": mounts,
         "terminationMessagePath": TERMINATION_LOG,
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT),
+        "securityContext": copy.deepcopy(RESTRICTED_CONTAINER_SECURITY_CONTEXT),
     }
     return {
         "apiVersion": "batch/v1",
@@ -152,7 +156,10 @@ def build_facts_job(svc: LLMService, settings: Settings) -> dict[str, Any]:
                     "volumes": volumes,
                     "enableServiceLinks": False,
                     "automountServiceAccountToken": False,
-                    "securityContext": copy.deepcopy(POD_SECURITY_CONTEXT),
+                    # The operator's image runs as its own user (65532), never root:
+                    # `restricted`, whatever spec.pod.runAsUser says.
+                    "securityContext": {**copy.deepcopy(SECCOMP_RUNTIME_DEFAULT),
+                                        "runAsNonRoot": True},
                     **pod_identity_fields(spec),
                 },
             },

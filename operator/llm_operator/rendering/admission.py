@@ -14,6 +14,7 @@ from ..models import LLMService
 from ..planning import Plan, effective_engine_value
 from ..settings import Settings
 from .identity import COMPONENT_SERVER, child_metadata, with_spec_hash
+from .pod import container_security_context
 from .vllm_args import VLLM_COMMAND
 
 # --- live admission cap (issue 12) ----------------------------------------------------
@@ -43,8 +44,10 @@ ENGINE_COPY_SCRIPT = (
 )
 
 
-def build_engine_init_container(operator_image: str) -> dict[str, Any]:
-    """The init container that copies :mod:`llm_operator.inpod.engine` into the server pod."""
+def build_engine_init_container(operator_image: str,
+                                security_context: Mapping[str, Any]) -> dict[str, Any]:
+    """The init container that copies :mod:`llm_operator.inpod.engine` into the server pod
+    (as restricted as the pod's other containers: ``security_context``)."""
     return {
         "name": ENGINE_INIT_CONTAINER,
         "image": operator_image,
@@ -53,6 +56,7 @@ def build_engine_init_container(operator_image: str) -> dict[str, Any]:
         "volumeMounts": [{"name": ENGINE_CODE_VOLUME, "mountPath": ENGINE_CODE_PATH}],
         "resources": {"requests": {"cpu": "10m", "memory": "32Mi"},
                       "limits": {"memory": "128Mi"}},
+        "securityContext": dict(security_context),
     }
 
 
@@ -164,5 +168,7 @@ def with_live_admission(
         {"name": METRICS_DIR_VOLUME, "emptyDir": {"sizeLimit": "256Mi"}},
     ])
     pod["initContainers"] = [*pod.get("initContainers", []),
-                             build_engine_init_container(settings.operator_image)]
+                             build_engine_init_container(
+                                 settings.operator_image,
+                                 container_security_context(svc.spec))]
     return with_spec_hash(out)

@@ -4,14 +4,19 @@ volume before vLLM starts, within its own budget.
 
 from __future__ import annotations
 
-import copy
 import math
 from typing import Any
 
 from ..models import LLMService, LLMServiceSpec
 from ..planning import Plan, checkpoint_bytes
 from ..settings import Settings
-from .pod import CONTAINER_SECURITY_CONTEXT, HF_CACHE_PATH, VOLUME_CACHE, build_env, image_for
+from .pod import (
+    HF_CACHE_PATH,
+    VOLUME_CACHE,
+    build_env,
+    container_security_context,
+    image_for,
+)
 
 # Download budget: the init container gives up (exit 1) after
 #   DOWNLOAD_BASE_SECONDS + ceil(checkpoint bytes / DOWNLOAD_BYTES_PER_SECOND),
@@ -91,6 +96,6 @@ def build_download_container(svc: LLMService, plan: Plan, settings: Settings,
         # and a little memory (the files stream to disk).
         "resources": {"requests": {"cpu": "1", "memory": "1Gi"}},
         "volumeMounts": [{"name": VOLUME_CACHE, "mountPath": HF_CACHE_PATH}],
-        "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT),
+        "securityContext": container_security_context(spec),
     }
     return container

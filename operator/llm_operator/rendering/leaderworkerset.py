@@ -25,11 +25,11 @@ from .identity import (
 )
 from .pod import (
     CONTAINER_NAME,
-    CONTAINER_SECURITY_CONTEXT,
     PORT_NAME,
     build_env,
     build_resources,
     build_volume_mounts,
+    container_security_context,
     image_for,
     pod_template_metadata,
 )
@@ -186,7 +186,7 @@ def build_leader_worker_set(
     # The leader's startup includes waiting for the workers to join.
     leader.update(build_probes(plan, extra_startup_seconds=join_s))
     for container in (leader, worker):
-        container["securityContext"] = copy.deepcopy(CONTAINER_SECURITY_CONTEXT)
+        container["securityContext"] = container_security_context(spec)
 
     def template(role: str, container: dict[str, Any]) -> dict[str, Any]:
         labels = {**labels_for(svc, COMPONENT_SERVER), LABEL_ROLE: role}

@@ -7,6 +7,7 @@ the same GPUs with the same model source, so these are separate builders it reus
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,7 +26,12 @@ HEALTH_PATH = "/health"
 METRICS_PATH = "/metrics"
 
 # Where volumes land inside the vLLM container.
-HF_CACHE_PATH = "/root/.cache/huggingface"  # HF_HOME of the vllm-openai image (runs as root)
+# The model cache's mount, HF_HOME in every container that mounts it (not under /root: the
+# pods run as spec.pod.runAsUser, not root, unless that is 0).
+HF_CACHE_PATH = "/var/cache/huggingface"
+# HOME of a non-root container (vllm-openai's HOME, /root, is root's only): the image's own
+# /tmp, writable by any user, where vLLM, Triton and torch.compile keep their caches.
+NONROOT_HOME = "/tmp"
 MODEL_MOUNT_PATH = "/mnt/models"  # a model from spec.model.volume
 SHM_PATH = "/dev/shm"
 
@@ -141,7 +147,14 @@ def build_env(spec: LLMServiceSpec, *, downloaded: bool = False) -> list[dict[st
                 "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}},
             }
         )
-    user_offline = any(var.name == "HF_HUB_OFFLINE" for var in spec.pod.env)
+    user_env = {var.name for var in spec.pod.env}
+    # Where the model cache is mounted, and a writable HOME for a user the image does not
+    # know; a value the user gives in spec.pod.env wins (their own cache layout or HOME).
+    defaults = [("HF_HOME", HF_CACHE_PATH)]
+    if spec.pod.run_as_user != 0:
+        defaults.append(("HOME", NONROOT_HOME))
+    env += [{"name": n, "value": v} for n, v in defaults if n not in user_env]
+    user_offline = "HF_HUB_OFFLINE" in user_env
     fetches = flag_set(spec.engine.extra_args, HUB_FETCHING_FLAGS) is not None
     if spec.model.volume is not None or (downloaded and not user_offline and not fetches):
         env.append({"name": "HF_HUB_OFFLINE", "value": "1"})
@@ -237,20 +250,45 @@ def startup_budget_seconds(plan: Plan) -> int:
     return plan.startup_budget_seconds or startup_budget(plan.weight_bytes, None).seconds
 
 
-# What the vLLM containers may do. The vllm-openai image runs as root, with HF_HOME under
-# /root; what is safe without that changing: no privilege escalation (no setuid binary is
-# needed), the runtime's default seccomp profile (what `docker run` applies, vLLM's
-# documented way to run), and of the runtime's default capabilities only the three a root
-# process needs to read and write caches and volumes written by another user (CHOWN,
-# DAC_OVERRIDE, FOWNER); NET_RAW, MKNOD, SETUID/SETGID, KILL etc. are dropped. Not set:
-# runAsNonRoot / runAsUser (the image's HF_HOME and caches are root's), and
-# readOnlyRootFilesystem (vLLM, torch.compile and Triton write caches under /root/.cache
-# and /tmp).
-CONTAINER_SECURITY_CONTEXT: dict[str, Any] = {
+# What the pods' containers may do: the `restricted` Pod Security Standard, which the
+# API server enforces where a namespace asks for it (pod-security.kubernetes.io/enforce).
+# Every container: no privilege escalation, no capability; every pod: the runtime's default
+# seccomp profile (what `docker run` applies), a user that is not root. vllm-openai has no
+# USER (it would run as root), so the pods name one: spec.pod.runAsUser (default
+# constants.DEFAULT_RUN_AS_USER); its group owns the pod's volumes (fsGroup: a cache claim written
+# by root before is handed over once, OnRootMismatch). The image's Python and packages are
+# readable by any user; what vLLM writes goes to HOME (NONROOT_HOME), /tmp, /dev/shm and
+# the cache. Not set: readOnlyRootFilesystem (torch.compile and Triton write under /tmp).
+# spec.pod.runAsUser 0 keeps the image's root, for images that need it: no runAsNonRoot,
+# and of the runtime's default capabilities the three a root process needs for caches and
+# volumes written by another user (CHOWN, DAC_OVERRIDE, FOWNER); such pods need a
+# namespace that admits the `baseline` standard.
+RESTRICTED_CONTAINER_SECURITY_CONTEXT: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+}
+ROOT_CONTAINER_SECURITY_CONTEXT: dict[str, Any] = {
     "allowPrivilegeEscalation": False,
     "capabilities": {"drop": ["ALL"], "add": ["CHOWN", "DAC_OVERRIDE", "FOWNER"]},
 }
-POD_SECURITY_CONTEXT: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
+SECCOMP_RUNTIME_DEFAULT: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def container_security_context(spec: LLMServiceSpec) -> dict[str, Any]:
+    """A container's securityContext in the server pods and the tuning Job's pod."""
+    return copy.deepcopy(ROOT_CONTAINER_SECURITY_CONTEXT if spec.pod.run_as_user == 0
+                         else RESTRICTED_CONTAINER_SECURITY_CONTEXT)
+
+
+def pod_security_context(spec: LLMServiceSpec) -> dict[str, Any]:
+    """The pod's securityContext: seccomp, and the user (``spec.pod.runAsUser``, not root
+    unless it is 0), its group and the volumes' group."""
+    ctx = copy.deepcopy(SECCOMP_RUNTIME_DEFAULT)
+    uid = spec.pod.run_as_user
+    if uid != 0:
+        ctx |= {"runAsNonRoot": True, "runAsUser": uid, "runAsGroup": uid, "fsGroup": uid,
+                "fsGroupChangePolicy": "OnRootMismatch"}
+    return ctx
 
 
 def pod_template_metadata(svc: LLMService, labels: Mapping[str, str]) -> dict[str, Any]:

@@ -7,7 +7,6 @@ period that covers both (see :func:`termination_grace_seconds`).
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -21,17 +20,17 @@ from .identity import COMPONENT_SERVER, child_metadata
 from .placement import scheduling_fields
 from .pod import (
     CONTAINER_NAME,
-    CONTAINER_SECURITY_CONTEXT,
     HEALTH_PATH,
-    POD_SECURITY_CONTEXT,
     PORT_NAME,
     STARTUP_PERIOD_SECONDS,
     build_env,
     build_resources,
     build_volume_mounts,
     build_volumes,
+    container_security_context,
     image_for,
     pod_identity_fields,
+    pod_security_context,
     startup_budget_seconds,
 )
 from .vllm_args import VLLM_COMMAND, build_vllm_args
@@ -102,7 +101,7 @@ def build_server_container(
     container["resources"] = build_resources(svc.spec, plan)
     container["volumeMounts"] = build_volume_mounts(svc.spec)
     container.update(build_probes(plan))
-    container["securityContext"] = copy.deepcopy(CONTAINER_SECURITY_CONTEXT)
+    container["securityContext"] = container_security_context(svc.spec)
     container["lifecycle"] = build_drain_lifecycle()
     return container
 
@@ -124,7 +123,7 @@ def server_pod_spec(svc: LLMService, container: dict[str, Any], plan: Plan,
         # vLLM never calls the Kubernetes API.
         "automountServiceAccountToken": False,
         "terminationGracePeriodSeconds": termination_grace_seconds(svc.spec),
-        "securityContext": copy.deepcopy(POD_SECURITY_CONTEXT),
+        "securityContext": pod_security_context(svc.spec),
     }
     pod_spec.update(pod_identity_fields(svc.spec))
     pod_spec.update(scheduling_fields(svc.spec, settings))

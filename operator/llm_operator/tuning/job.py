@@ -18,7 +18,6 @@ exactly as the Deployment would).
 
 from __future__ import annotations
 
-import copy
 import shlex
 from typing import Any
 
@@ -35,14 +34,14 @@ from ..rendering.identity import COMPONENT_TUNING, labels_for, owner_reference
 from ..rendering.leaderworkerset import is_multi_node
 from ..rendering.placement import scheduling_fields, with_gpu_class
 from ..rendering.pod import (
-    CONTAINER_SECURITY_CONTEXT,
-    POD_SECURITY_CONTEXT,
     build_env,
     build_resources,
     build_volume_mounts,
     build_volumes,
+    container_security_context,
     image_for,
     pod_identity_fields,
+    pod_security_context,
     pod_template_metadata,
     startup_budget_seconds,
 )
@@ -261,6 +260,7 @@ def build_tuning_job(
         "volumeMounts": [code_mount],
         "resources": {"requests": {"cpu": "10m", "memory": "32Mi"},
                       "limits": {"memory": "128Mi"}},
+        "securityContext": container_security_context(spec),
     }
     tuner = {
         "name": TUNER_CONTAINER,
@@ -273,7 +273,7 @@ def build_tuning_job(
         "volumeMounts": [*build_volume_mounts(spec), {**code_mount, "readOnly": True}],
         "terminationMessagePath": TERMINATION_LOG,
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT),
+        "securityContext": container_security_context(spec),
     }
     # The model is downloaded before the tuner starts, as for the server pods.
     download = build_download_container(svc, plan, settings)
@@ -286,7 +286,7 @@ def build_tuning_job(
         "enableServiceLinks": False,
         "automountServiceAccountToken": False,
         "terminationGracePeriodSeconds": TUNER_GRACE_SECONDS,
-        "securityContext": copy.deepcopy(POD_SECURITY_CONTEXT),
+        "securityContext": pod_security_context(spec),
         **pod_identity_fields(spec),
         **scheduling_fields(spec, settings),
     }
