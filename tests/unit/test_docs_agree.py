@@ -100,7 +100,8 @@ def test_the_checks_catch_a_page_that_disagrees() -> None:
         m = HELM.match(bad)
         assert m and _helm_problem(*m.groups()), bad
     good = "helm install llm-operator charts/llm-operator -n llm-operator --create-namespace"
-    assert _helm_problem(*HELM.match(good).groups()) is None  # type: ignore[union-attr]
+    m = HELM.match(good)
+    assert m and _helm_problem(*m.groups()) is None
     assert HELM.match("You `helm install` it on a cluster") is None
     assert _kubectl_problem(" get llms -n llm-system")
     assert _kubectl_problem(" get llms -n NAMESPACE") is None
