@@ -65,7 +65,7 @@ from tests.support.prometheus import Target, running_prometheus
 from tests.support.tiny_model import ensure_tiny_llama
 from tests.support.vllm_load import engine_metric
 
-from benchmarks.results_md import RESULTS, markers, replace_section
+from benchmarks.results_md import markers, replace_section
 from llm_operator.adaptation import prometheus
 from llm_operator.adaptation.policy import (
     AdaptationState,
@@ -597,7 +597,7 @@ def render_markdown(doc: dict[str, Any], section: str = SECTION,
         "before the run" + (f" (as run {same})" if same != cfg["label"] else "")
         + f". Rendered from `{source}` by {render}; the "
         "harness is `benchmarks/adapt_live.py`. Earlier runs (segment-wise load that "
-        "paused during restarts) are in [HISTORY.md](HISTORY.md).",
+        "paused during restarts) are in [HISTORY.md](../HISTORY.md).",
         "",
         f"**Measured** on {doc['engine']}, KV cache 4,096 tokens, {doc['cpus']} CPU cores "
         "(the machine's load is given below), scraped every second by a real Prometheus. "
@@ -770,8 +770,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", type=Path, default=CONFIG)
     p.add_argument("--out", type=Path, default=OUT)
     p.add_argument("--write-results", action="store_true",
-                   help="only render the JSON into RESULTS.md's Adaptation section")
-    p.add_argument("--results", type=Path, default=RESULTS)
+                   help="only render the JSON into its results section")
+    p.add_argument("--results", type=Path, default=None,
+                   help="the file to write (default: where the section lives)")
     p.add_argument("--smoke-scale", type=float, default=1.0,
                    help="scale every phase (a smoke run; labelled -smoke, not for RESULTS)")
     p.add_argument("--smoke-repeats", type=int, default=None)

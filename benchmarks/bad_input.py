@@ -2,7 +2,7 @@
 (the CRD's schema and CEL rules as the API server applies them, emulated by
 ``tests/support/crd.py``; the operator's planner and renderer; the command line), with
 what each stage did. Writes the table ``docs/production/bad-input.md``, the figures
-``benchmarks/data/bad_input.json`` and their section of ``benchmarks/RESULTS.md``; a unit
+``benchmarks/data/bad_input.json`` and their section of ``benchmarks/results/bad-input.md``; a unit
 test (``tests/unit/test_bad_input.py``) checks that all three are current.
 
     .venv/bin/python -m benchmarks.bad_input --write
@@ -23,7 +23,6 @@ from benchmarks.results_md import markers, replace_section
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "production" / "bad-input.md"
 DATA = ROOT / "benchmarks" / "data" / "bad_input.json"
-RESULTS = ROOT / "benchmarks" / "RESULTS.md"
 NAME = "bad-input"
 BEGIN, END = markers(NAME)
 
@@ -63,7 +62,8 @@ def doc_markdown(judged: list[Judged]) -> str:
         "",
         "Every row is also run through the other stages: none crashes, and none accepts",
         "the input and renders an object the API server (strict schema, name and label",
-        "rules) or vLLM's argument parser would refuse. Figures: `benchmarks/RESULTS.md`.",
+        "rules) or vLLM's argument parser would refuse. Figures:",
+        "`benchmarks/results/bad-input.md`.",
         "",
         "| # | kind | mistake | example | refused by | message |",
         "|---|---|---|---|---|---|",
@@ -78,7 +78,7 @@ def doc_markdown(judged: list[Judged]) -> str:
 
 
 def figures(judged: list[Judged], accepted: list[Judged]) -> dict[str, Any]:
-    """The figures RESULTS.md shows (deterministic: no times, no paths)."""
+    """The figures the results page shows (deterministic: no times, no paths)."""
     every = judged + accepted
     outcomes = [o for j in every for o in j.outcomes.values()]
     return {
@@ -96,7 +96,7 @@ def figures(judged: list[Judged], accepted: list[Judged]) -> dict[str, Any]:
 
 
 def section(fig: dict[str, Any]) -> str:
-    """The RESULTS.md section, from the stored figures."""
+    """The results section, from the stored figures."""
     by = fig["refusedBy"]
     classes = ", ".join(f"{k} {v}" for k, v in fig["classes"].items())
     return "\n".join([
@@ -131,7 +131,7 @@ def section(fig: dict[str, Any]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true",
-                        help="write the docs table, the JSON and the RESULTS.md section")
+                        help="write the docs table, the JSON and the results section")
     args = parser.parse_args()
     judged = [judge(c) for c in load_cases()]
     accepted = [judge(c) for c in load_accepted()]
@@ -143,7 +143,7 @@ def main() -> int:
     if args.write:
         DOC.write_text(doc_markdown(judged))
         DATA.write_text(json.dumps(fig, indent=1) + "\n")
-        replace_section(NAME, section(fig), RESULTS)
+        replace_section(NAME, section(fig))
     return 0
 
 

@@ -264,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", type=Path, default=CONFIG)
     ap.add_argument("--out", type=Path, default=None, help="run and store here")
     ap.add_argument("--data", type=Path, default=OUT, help="the stored run to render")
-    ap.add_argument("--write", action="store_true", help="replace the section in RESULTS.md")
+    ap.add_argument("--write", action="store_true", help="replace the section where it lives")
     args = ap.parse_args(argv)
     if args.out is not None:
         run(args.config, args.out)

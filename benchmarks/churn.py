@@ -455,9 +455,9 @@ def main() -> int:
     parser.add_argument("--hold", type=float, default=20,
                         help="seconds the faults stay on after the client's last request")
     parser.add_argument("--timeout", type=float, default=600)
-    parser.add_argument("--write", action="store_true", help="update data/ and RESULTS.md")
+    parser.add_argument("--write", action="store_true", help="update data/ and the results section")
     parser.add_argument("--regenerate", action="store_true",
-                        help="rewrite the RESULTS.md section from data/churn.json; no run")
+                        help="rewrite the results section from data/churn.json; no run")
     args = parser.parse_args()
     if args.regenerate:
         write_results(json.loads(DATA.read_text()))

@@ -314,11 +314,11 @@ def main() -> int:
     parser.add_argument("--config", type=Path, default=CONFIG)
     parser.add_argument("--n", type=int, default=None,
                         help="override N (a smoke run; not the registered objective)")
-    parser.add_argument("--write", action="store_true", help="update data/ and RESULTS.md")
+    parser.add_argument("--write", action="store_true", help="update data/ and the results section")
     parser.add_argument("--keep-log", type=Path, default=None,
                         help="copy the operator's log here after the run")
     parser.add_argument("--regenerate", action="store_true",
-                        help="rewrite the RESULTS.md section from the stored runs; no run")
+                        help="rewrite the results section from the stored runs; no run")
     args = parser.parse_args()
     if args.regenerate:
         replace_section(NAME, section(json.loads(DATA.read_text())))

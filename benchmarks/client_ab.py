@@ -145,7 +145,7 @@ def section(runs: dict[str, Run]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", action="store_true", help="update RESULTS.md")
+    parser.add_argument("--write", action="store_true", help="update the results section")
     args = parser.parse_args()
     runs = {f"client-ab-{d.name.rsplit('_', 1)[1]}": load(d)
             for d in sorted(DATA.glob("client_ab_*")) if d.is_dir() and any(d.glob("*.json"))}

@@ -36,7 +36,7 @@ from benchmarks.adapt_live import (
     run_load,
     score,
 )
-from benchmarks.results_md import RESULTS, markers, replace_section
+from benchmarks.results_md import markers, replace_section
 from llm_operator.inpod.tuner.server import free_port, vllm_lock
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -137,8 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=OUT)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--write-results", action="store_true",
-                   help="only render the stored JSON into RESULTS.md")
-    p.add_argument("--results", type=Path, default=RESULTS)
+                   help="only render the stored JSON into its results section")
+    p.add_argument("--results", type=Path, default=None,
+                   help="the file to write (default: where the section lives)")
     a = p.parse_args(argv)
     if a.write_results:
         replace_section(SECTION, render_markdown(json.loads(a.out.read_text())), a.results)

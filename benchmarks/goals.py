@@ -1,12 +1,15 @@
-"""The goals table that opens benchmarks/RESULTS.md: every goal of the current runs, its
-figure, met or not, and where it was measured, read from the sections below it (never
-typed by hand, so it cannot disagree with them).
+"""RESULTS.md, generated from the benchmarks' sections: first the questions a user asks
+(at most 15 rows, each with its current figure, its label and whether its goal is met),
+then one section per benchmark with the goals of its current runs. Every figure is read
+from the sections (never typed by hand, so it cannot disagree with them).
 
-Which sections are current is said here, in :data:`CURRENT`: one entry per committed
-config (its repeated runs together), and :data:`SUPERSEDED` names every other section and
-what replaced it. A section in neither fails the unit test, so a new benchmark cannot be
-left out of the table silently. ``--write`` also moves every superseded section, verbatim,
-from RESULTS.md to the end of HISTORY.md, so RESULTS.md holds the current runs only.
+Each benchmark's current runs live in full on its own page, ``benchmarks/results/SLUG.md``
+(:data:`BENCHMARKS` says which sections go where); :data:`SUPERSEDED` names every section a
+later run replaced, which lives in HISTORY.md. A section in neither fails the unit test,
+so a new benchmark cannot be left out silently. ``--write`` moves every superseded
+section, verbatim, to the end of HISTORY.md, every current one to its benchmark's page (a
+benchmark's own ``--write`` appends a new section to RESULTS.md, or replaces it where it
+lives), and rewrites RESULTS.md's generated part.
 
     .venv/bin/python -m benchmarks.goals --write
 """
@@ -16,8 +19,9 @@ from __future__ import annotations
 import argparse
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
-from benchmarks.results_md import HISTORY, RESULTS, markers, replace_section
+from benchmarks.results_md import HISTORY, PAGES, RESULTS, current, markers, pages
 
 NAME = "goals"
 BEGIN, END = markers(NAME)
@@ -45,39 +49,111 @@ class Config:
     label: str
 
 
-CURRENT: tuple[Config, ...] = (
-    Config("Performance model vs published GPU sweeps", ("perfmodel",), GPU_PUBLISHED),
-    Config("Performance model vs NVIDIA's measured vLLM points (aic-silicon-19)",
-           ("aic-silicon",), GPU_SILICON),
-    Config("Performance model vs NVIDIA's measured vLLM points, MoE models (aic-silicon-20)",
-           ("aic-silicon-20",), GPU_SILICON),
-    Config("Planner's start vs AIConfigurator's landscape, ITL judged by its mean TPOT "
-           "(aic-estimator-2)", ("aic-estimator-2",), AIC_ESTIMATE),
-    Config("Planner's start vs AIConfigurator's landscape, ITL p95 from its step schedule "
-           "(aic-estimator-9)", ("aic-estimator-9",), AIC_ESTIMATE),
-    *(Config(f"Tuner's search on the landscape, TTFT <= {ttft}, {itl} "
-             f"(tune-landscape-{n}, search v13)", (f"tune-landscape-{n}",), where)
-      for ttft, itl, n, where in (
-          ("1-2 s", "ITL as mean TPOT", 73, AIC_LANDSCAPE),
-          ("1-2 s", "ITL p95 from the schedule", 74, AIC_LANDSCAPE),
-          ("30 s", "ITL as mean TPOT", 75, AIC_LANDSCAPE),
-          ("30 s", "ITL p95 from the schedule", 76, AIC_LANDSCAPE),
-          ("30 s", "ITL p95, ASSUMED GPU-like noise 0.05", 77, AIC_ASSUMED_NOISE),
-          ("30 s", "ITL p95, GPU noise measured by NVIDIA", 78, AIC_GPU_NOISE),
-          ("30 s", "ITL as mean TPOT, GPU noise measured by NVIDIA", 79, AIC_GPU_NOISE))),
-    Config("Tuner vs grid and defaults (tune-paired-1)", ("tuning", "tuning-2"), CPU),
-    Config("Tuner vs grid and defaults (tune-wide-1)", ("tuning-wide", "tuning-wide-2"), CPU),
-    Config("Tuner vs grid and defaults (tune-wide-bound-1)",
-           ("tuning-wide-bound", "tuning-wide-bound-2"), CPU),
-    Config("Tuner vs grid and defaults (tune-noisy-1)", ("tuning-noisy", "tuning-noisy-2"),
-           CPU),
-    Config("Live admission cap vs static caps (adapt-live-1)",
-           ("adaptation", "adaptation-2", "adaptation-3"), CPU),
-    Config("Prefix cache with the tuner's load (prefix-cache-1)", ("prefix-cache",), CPU),
-    Config("Burst of new services (scale)", ("scale",), EMULATED),
-    Config("Burst of new services on the real control plane (scale-cluster)",
-           ("scale-cluster",), CLUSTER),
+@dataclass(frozen=True)
+class Benchmark:
+    """One benchmark: its page ``results/SLUG.md``, what it measures, its configs with
+    goals and its sections without goals (:data:`NO_GOALS`), in the order of the page."""
+
+    slug: str
+    title: str
+    what: str
+    configs: tuple[Config, ...] = ()
+    others: tuple[str, ...] = ()
+
+
+TUNE_LANDSCAPE = tuple(
+    Config(f"TTFT <= {ttft}, {itl} (tune-landscape-{n}, search v13)",
+           (f"tune-landscape-{n}",), where)
+    for ttft, itl, n, where in (
+        ("1-2 s", "ITL as mean TPOT", 73, AIC_LANDSCAPE),
+        ("1-2 s", "ITL p95 from the schedule", 74, AIC_LANDSCAPE),
+        ("30 s", "ITL as mean TPOT", 75, AIC_LANDSCAPE),
+        ("30 s", "ITL p95 from the schedule", 76, AIC_LANDSCAPE),
+        ("30 s", "ITL p95, ASSUMED GPU-like noise 0.05", 77, AIC_ASSUMED_NOISE),
+        ("30 s", "ITL p95, GPU noise measured by NVIDIA", 78, AIC_GPU_NOISE),
+        ("30 s", "ITL as mean TPOT, GPU noise measured by NVIDIA", 79, AIC_GPU_NOISE)))
+TUNING = (
+    Config("tune-paired-1", ("tuning", "tuning-2"), CPU),
+    Config("tune-wide-1", ("tuning-wide", "tuning-wide-2"), CPU),
+    Config("tune-wide-bound-1", ("tuning-wide-bound", "tuning-wide-bound-2"), CPU),
+    Config("tune-noisy-1", ("tuning-noisy", "tuning-noisy-2"), CPU),
 )
+
+BENCHMARKS: tuple[Benchmark, ...] = (
+    Benchmark("perfmodel", "Performance model against published GPU figures",
+              "The performance model's throughput and latency against published vLLM "
+              "measurements on GPUs (in sample and held out) and against the real vLLM CPU "
+              "engine.",
+              (Config("Performance model vs published GPU sweeps", ("perfmodel",),
+                      GPU_PUBLISHED),)),
+    Benchmark("aic-silicon", "Performance model against NVIDIA's measured vLLM points",
+              "The performance model against real vLLM on GPUs as NVIDIA measured it "
+              "(AIConfigurator 0.12's `silicon_sample.csv`), the rows held out; what those "
+              "rows say about expert parallelism, their TTFT and their run-to-run spread.",
+              (Config("Dense models (aic-silicon-19)", ("aic-silicon",), GPU_SILICON),
+               Config("Mixture-of-experts models (aic-silicon-20)", ("aic-silicon-20",),
+                      GPU_SILICON)),
+              ("parallel-silicon", "sched-sim-1", "closed-loop-check-1", "gpu-noise-1")),
+    Benchmark("aic-estimator", "The planner's start against AIConfigurator's estimates",
+              "How close the planner's starting batch size comes to the best on "
+              "AIConfigurator's estimated landscape (a model, not a measurement), and how "
+              "far that estimator is from NVIDIA's measured points.",
+              (Config("ITL judged by its mean TPOT (aic-estimator-2)", ("aic-estimator-2",),
+                      AIC_ESTIMATE),
+               Config("ITL p95 from its step schedule (aic-estimator-9)",
+                      ("aic-estimator-9",), AIC_ESTIMATE)),
+              ("aic-vs-silicon", "planner-measured-scale-1")),
+    Benchmark("tune-landscape", "The tuner's search on the estimated GPU landscape",
+              "The tuner's search, run as it is, on AIConfigurator's estimated vLLM "
+              "landscape of Llama-3.1-8B/70B and Qwen3-32B on H100 and H200, plus run-to-run "
+              "noise (measured on the CPU engine, or on GPUs by NVIDIA; one run assumes "
+              "it): 96 scenarios x 20 seeds per run.",
+              TUNE_LANDSCAPE),
+    Benchmark("tuning", "The tuner against a grid and vLLM's defaults",
+              "The tuning Job's search against an exhaustive grid and against vLLM's "
+              "defaults on the real vLLM CPU engine, each goal a paired interval; every "
+              "config run twice.",
+              TUNING),
+    Benchmark("adaptation", "Adaptation: the live admission cap against static caps",
+              "The restart-free adaptive controller against rollout-based adaptation and "
+              "static caps on three traces (a step in load, an on/off burst, a shift from "
+              "short chats to long documents) on the real vLLM CPU engine, the load never "
+              "pausing and restart time counted; three runs of one committed config.",
+              (Config("adapt-live-1", ("adaptation", "adaptation-2", "adaptation-3"), CPU),),
+              ("client-keepalive",)),
+    Benchmark("engine-features", "Chunked prefill and the prefix cache",
+              "vLLM's chunked prefill on and off, and its prefix cache with the tuner's own "
+              "load, measured on the CPU engine.",
+              (Config("Prefix cache with the tuner's load (prefix-cache-1)", ("prefix-cache",),
+                      CPU),),
+              ("chunked-prefill", "chunked-prefill-2")),
+    Benchmark("gpu-kernels", "GPU kernels against the performance model",
+              "PyTorch GEMMs at the shapes of vLLM's steps on an H100 and an H200 (the "
+              "project's only GPU measurements: kernels, not vLLM), and routed experts on an "
+              "H200 with vLLM's fused MoE kernel as NVIDIA measured it.",
+              (), ("gpu-kernels", "gpu-kernels-moe")),
+    Benchmark("scale", "Scale: many services, from create to Deployment",
+              "Create-to-Deployment latency and the operator's memory for bursts of new "
+              "services, on the emulated API server and on a real control plane (no GPU "
+              "nodes: the pods stay Pending); an A/B of the operator's API client.",
+              (Config("Burst of new services, emulated API server (scale)", ("scale",),
+                      EMULATED),
+               Config("Burst of new services on the real control plane (scale-cluster)",
+                      ("scale-cluster",), CLUSTER)),
+              ("client-ab",)),
+    Benchmark("churn", "Churn under faults",
+              "Services created, updated and deleted under injected faults, on the "
+              "emulated API server and on the real control plane (kube-apiserver and etcd "
+              "restarted, the operator killed): converged, nothing left.",
+              (), ("churn", "churn-cluster")),
+    Benchmark("bad-input", "Bad input",
+              "Every bad spec tried, where it is refused and the message: the planner and "
+              "the CRD's rules, and the real API server.",
+              (), ("bad-input", "bad-input-real-server")),
+)
+
+# Every config with goals, in the order of the benchmarks.
+CURRENT: tuple[Config, ...] = tuple(cfg for b in BENCHMARKS for cfg in b.configs)
 
 # Sections that are not current, and why (moved to HISTORY.md by --write).
 SUPERSEDED: dict[str, str] = {
@@ -178,7 +254,7 @@ NO_GOALS: dict[str, str] = {
     "gpu-noise-1": "the run-to-run spread of real vLLM on GPUs in NVIDIA's repeated "
                    "measurements: the noise of tune-landscape-78 and -79",
     "bad-input": "every bad input's error, listed",
-    "bad-input-real-server": "every bad input's error against a real vLLM server",
+    "bad-input-real-server": "every bad input's error from a real kube-apiserver",
     "churn": "converged or not, listed per run",
     "churn-cluster": "converged or not, listed per run",
     "client-ab": "an A/B of the operator's API client",
@@ -295,55 +371,286 @@ def _esc(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+@dataclass(frozen=True)
+class Row:
+    """One goal of a config, with its result in each of the config's runs (None: a run
+    that does not state it)."""
+
+    goal: str
+    runs: tuple[Goal | None, ...]
+
+    @property
+    def done(self) -> list[Goal]:
+        return [g for g in self.runs if g is not None]
+
+    def figure(self) -> str:
+        if len(self.runs) == 1:
+            return self.done[0].figure
+        return "; ".join(f"run {i}: {g.figure}" for i, g in enumerate(self.runs, 1)
+                         if g is not None)
+
+    def verdict(self) -> str:
+        done = self.done
+        if len(self.runs) == 1:
+            return ("**met**" if done[0].met else "**not met**") + (
+                f" ({done[0].note})" if done[0].note else "")
+        k = sum(g.met for g in done)
+        return (f"**met** in {k} of {len(done)} runs" if k == len(done) else
+                f"**not met** in {len(done) - k} of {len(done)} runs")
+
+
+def rows(sections_: tuple[str, ...], found: dict[str, str]) -> list[Row]:
+    """The goals of one config's runs (``sections_``), in the order they first appear."""
+    runs = [goals_of(found.get(name, "")) for name in sections_]
+    order: list[str] = []
+    for run in runs:
+        order += [g.goal for g in run if g.goal not in order]
+    return [Row(goal, tuple(next((g for g in run if g.goal == goal), None) for run in runs))
+            for goal in order]
+
+
+# --- the questions a user asks: RESULTS.md's first screen -----------------------------
+
+
+@dataclass(frozen=True)
+class Pick:
+    """One goal of one config, as a question's row shows it: the goal whose text starts
+    with ``goal`` in the runs ``sections``, called ``short``."""
+
+    sections: tuple[str, ...]
+    goal: str
+    short: str
+
+
+@dataclass(frozen=True)
+class Question:
+    question: str
+    where: str  # the benchmark (slug) whose section answers it
+    label: str
+    goal: str = ""  # what the figures are, and the goal
+    picks: tuple[Pick, ...] = ()
+    unanswered: str = ""  # said instead of a figure while no run answers it
+
+
+Q_NVIDIA = ("measured on GPUs by NVIDIA (AIConfigurator 0.12's `silicon_sample.csv`), "
+            "against the model's estimate")
+Q_PUBLISHED = ("measured on GPUs by others (published sweeps, each source named), against "
+               "the model's estimate")
+Q_ESTIMATED = "estimated (AIConfigurator's estimator, a model)"
+Q_CPU = "measured on the CPU engine (vLLM's CPU build, 2 shared cores)"
+Q_LANDSCAPE = ("estimated (AIConfigurator) + run-to-run noise measured on GPUs by NVIDIA "
+               "(gpu-noise-1)")
+Q_CLUSTER = "measured on a real control plane (2 cores, no GPU nodes: the pods stay Pending)"
+LANDSCAPE_GPU = ((("tune-landscape-78",), "ITL p95"), (("tune-landscape-79",), "ITL as mean TPOT"))
+
+
+def _tuning(goal: str) -> tuple[Pick, ...]:
+    return tuple(Pick(cfg.sections, goal, cfg.title) for cfg in TUNING)
+
+
+QUESTIONS: tuple[Question, ...] = (
+    Question("Does the plan match real GPUs?", "aic-silicon", Q_NVIDIA,
+             "share of held-out rows within +-25% (goals: TPOT and output tok/s >= 90%, "
+             "TTFT >= 75%)",
+             (Pick(("aic-silicon",), "TPOT", "dense models: TPOT"),
+              Pick(("aic-silicon",), "output tok/s", "output tok/s"),
+              Pick(("aic-silicon",), "TTFT", "TTFT"),
+              Pick(("aic-silicon-20",), "TPOT", "mixture of experts: TPOT"),
+              Pick(("aic-silicon-20",), "output tok/s", "output tok/s"),
+              Pick(("aic-silicon-20",), "TTFT", "TTFT"))),
+    Question("Does the plan match published GPU benchmarks?", "perfmodel", Q_PUBLISHED,
+             "held-out published figures within +-25% (goal: all)",
+             (Pick(("perfmodel",), "every held-out", ""),)),
+    Question("Does the planner start near the best batch size?", "aic-estimator",
+             Q_ESTIMATED, "the start >= 0.9 x the landscape's best goodput (goal: in >= 90% "
+             "of scenarios)",
+             (Pick(("aic-estimator-9",), "the planner's start", ""),)),
+    Question("Does tuning beat vLLM's defaults?", "tuning", Q_CPU,
+             "the choice's goodput over vLLM's defaults (goal >= 1.5x), two runs each",
+             _tuning("tuner's choice ≥ 1.5")),
+    Question("Does the tuner find the best setting?", "tuning", Q_CPU,
+             "the choice's goodput over the grid's best (goal >= 0.95x), two runs each",
+             _tuning("tuner's choice ≥ 0.95")),
+    Question("Does tuning cost less than a grid search?", "tuning", Q_CPU,
+             "the tuner's busy time over the grid's (goal <= 0.30), two runs each",
+             _tuning("tuner ≤ 0.30 x the grid's busy time")),
+    Question("Does tuning ever make a service worse?", "tuning", Q_CPU,
+             "on a noisy machine (tune-noisy-1), two runs",
+             (Pick(("tuning-noisy", "tuning-noisy-2"), "tuner's choice not worse",
+                   "not worse than vLLM's defaults:"),
+              Pick(("tuning-noisy", "tuning-noisy-2"), "a gain the tuner reports",
+                   "a gain claimed only as an interval above 1.05x:"))),
+    Question("On GPUs, where vLLM's defaults miss the SLO, does tuning meet it?",
+             "tune-landscape", Q_LANDSCAPE, "runs where the choice meets the SLO (goal: all)",
+             tuple(Pick(s, "(b)", short) for s, short in LANDSCAPE_GPU)),
+    Question("On GPUs, does the tuner come near the best in few trials?", "tune-landscape",
+             Q_LANDSCAPE, "runs within 0.95 x the best with <= 0.3 x a grid's trials (goal: "
+             ">= 90%)", tuple(Pick(s, "(a)", short) for s, short in LANDSCAPE_GPU)),
+    Question("On GPUs, does tuning ever end below vLLM's defaults?", "tune-landscape",
+             Q_LANDSCAPE, "runs never below the defaults by more than the noise (goal: all)",
+             tuple(Pick(s, "(c)", short) for s, short in LANDSCAPE_GPU)),
+    Question("Does the live admission cap cost anything?", "adaptation", "-",
+             unanswered="**not measured yet**: no run serves the same load on a server with "
+             "the live cap's scheduler class and on one without it"),
+    Question("Does adaptation beat a static cap?", "adaptation", Q_CPU,
+             "goodput over the best static cap in hindsight, three runs",
+             (Pick(("adaptation", "adaptation-2", "adaptation-3"),
+                   "live ≥ 0.95 x best static in hindsight (`step`)", "step (goal >= 0.95x)"),
+              Pick(("adaptation", "adaptation-2", "adaptation-3"),
+                   "live ≥ 0.95 x best static in hindsight (`burst`)",
+                   "burst (goal >= 0.95x)"),
+              Pick(("adaptation", "adaptation-2", "adaptation-3"),
+                   "live ≥ 1.2 x best static in hindsight (`mix`)", "mix (goal >= 1.2x)"))),
+    Question("Does live adaptation fail requests?", "adaptation", Q_CPU,
+             "requests failed because of live adaptation (goal: 0), three runs",
+             (Pick(("adaptation", "adaptation-2", "adaptation-3"), "0 requests failed", ""),)),
+    Question("How much memory does one operator need for 1,000 services?", "scale",
+             Q_CLUSTER, "peak RSS x 1.5 within the chart's limit of 1 GiB",
+             (Pick(("scale-cluster",), "peak RSS", ""),)),
+    Question("How fast does a burst of 1,000 new services get its Deployments?", "scale",
+             f"{Q_CLUSTER}; and on the emulated API server",
+             "create to Deployment, goal p99 <= 2 s",
+             (Pick(("scale-cluster",), "p99 <= 2 s", "real control plane"),
+              Pick(("scale",), "p99 <= 2 s", "emulated API server, goal"))),
+)
+
+
+def _point(figure: str) -> str:
+    """A run's figure without its interval, spread and detail: what a question's row
+    shows (the benchmark's section below has the whole figure)."""
+    text = figure.split("; ")[0]
+    text = re.sub(r" \([\d.]+-[\d.]+x, \d+% confidence, \d+ pairs\)", "", text)
+    text = re.sub(r" ± \d+%| \(vs [^)]*\)", "", text)
+    m = re.fullmatch(r"[\d.]+ / [\d.]+ = ([\d.]+)", text)
+    return m.group(1) if m else text
+
+
+def anchor(title: str) -> str:
+    """The anchor a Markdown renderer (GitHub's) gives a heading."""
+    return re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
+
+
+def _verdict(met: int, runs: int) -> str:
+    return ("met" if met == runs else "not met" if met == 0 else
+            f"met in {met} of {runs} runs")
+
+
+def question_row(q: Question, found: dict[str, str]) -> str:
+    """One row of the first screen's table."""
+    title = next(b.title for b in BENCHMARKS if b.slug == q.where)
+    cell = f"[{q.question}](#{anchor(title)})"
+    if not q.picks:
+        return f"| {cell} | {q.unanswered} | {q.label} | - |"
+    parts, counts = [], []
+    for pick in q.picks:
+        row = next(r for r in rows(pick.sections, found) if r.goal.startswith(pick.goal))
+        counts.append((sum(g.met for g in row.done), len(row.done)))
+        parts.append(f"{pick.short} {', '.join(_point(g.figure) for g in row.done)}".strip())
+    verdicts = [_verdict(*c) for c in counts]
+    if len(set(verdicts)) > 1:
+        parts = [f"{part} ({v})" for part, v in zip(parts, verdicts, strict=True)]
+    met, runs = sum(k for k, _ in counts), sum(n for _, n in counts)
+    overall = ("**met**" if met == runs else "**not met**" if met == 0 else
+               f"**partly**: {met} of {runs}")
+    return f"| {cell} | {_esc(q.goal)}: {_esc('; '.join(parts))} | {q.label} | {overall} |"
+
+
+# --- RESULTS.md and the benchmarks' pages ----------------------------------------------
+
+
+PREAMBLE = """# Benchmark results
+
+What the benchmarks show today: first the questions a user asks, each with its current
+figure, its label and whether its goal is met; then one section per benchmark with the
+goals of its current runs. Every current run is in full on its benchmark's page in
+[results/](results/), earlier runs in [HISTORY.md](HISTORY.md); what the stored data is
+for: [README.md](README.md).
+
+"""
+
+
+def _benchmark_section(b: Benchmark, found: dict[str, str]) -> list[str]:
+    lines = [f"## {b.title}", "",
+             f"{b.what} Every current run in full: [results/{b.slug}.md](results/{b.slug}.md).",
+             ""]
+    if b.configs:
+        labels = {cfg.label for cfg in b.configs}
+        if len(labels) == 1:
+            lines += [f"Label: {labels.pop()}.", ""]
+        else:
+            lines += ["Labels: " + "; ".join(f"{cfg.title}: {cfg.label}"
+                                              for cfg in b.configs) + ".", ""]
+        lines += ["| run | goal | figure | met |", "|---|---|---|---|"]
+        for cfg in b.configs:
+            where = f"{_esc(cfg.title)}: " + ", ".join(f"`{s}`" for s in cfg.sections)
+            lines += [f"| {where if i == 0 else ''} | {_esc(r.goal)} | {_esc(r.figure())} "
+                      f"| {r.verdict()} |" for i, r in enumerate(rows(cfg.sections, found))]
+        lines.append("")
+    if b.others:
+        lines += ["Without a goal: " + "; ".join(f"`{name}` ({NO_GOALS[name]})"
+                                                 for name in b.others) + ".", ""]
+    return lines
+
+
 def section(text: str) -> str:
-    """The goals table, from RESULTS.md's ``text``."""
+    """RESULTS.md's generated part, from the current sections in ``text``."""
     found = sections(text)
     lines = [
         BEGIN,
-        "## Goals at a glance",
+        "## The questions a user asks",
         "",
-        "Every goal of the current runs, read from the sections below "
-        "(`.venv/bin/python -m benchmarks.goals --write`; the sections say how each was "
-        "measured and the config it was fixed in before the run). A config run more than "
-        "once shows each run's figure. No goal here ran on a GPU: the only GPU figures this "
-        "project measured itself are PyTorch kernels (`gpu-kernels`, `gpu-kernels-moe`, "
-        "below), not vLLM.",
+        "| question | current figure | label | met |",
+        "|---|---|---|---|",
+        *(question_row(q, found) for q in QUESTIONS),
         "",
-        "| benchmark | goal | figure | met | where |",
-        "|---|---|---|---|---|",
+        "Labels: **measured on GPUs by someone else** (the source named), **measured on the "
+        "CPU engine** (vLLM's CPU build on this 2-core machine, shared with other work), "
+        "**measured on a real control plane** (kube-apiserver, etcd and controllers on this "
+        "machine), **emulated** (the emulated API server), **estimated** (a model). No vLLM "
+        "has run on a GPU here: the only GPU figures this project measured itself are "
+        "PyTorch kernels ([GPU kernels](results/gpu-kernels.md)), not vLLM. Every figure is "
+        "read from the sections by `.venv/bin/python -m benchmarks.goals --write`; each "
+        "section says how it was measured and the config it was fixed in before the run.",
+        "",
     ]
-    for cfg in CURRENT:
-        runs = [goals_of(found.get(name, "")) for name in cfg.sections]
-        order: list[str] = []
-        for run in runs:
-            order += [g.goal for g in run if g.goal not in order]
-        for goal in order:
-            per = [next((g for g in run if g.goal == goal), None) for run in runs]
-            done = [g for g in per if g is not None]
-            if len(cfg.sections) == 1:
-                figure = done[0].figure
-                verdict = "**met**" if done[0].met else "**not met**"
-                if done[0].note:
-                    verdict += f" ({done[0].note})"
-            else:
-                figure = "; ".join(f"run {i}: {g.figure}" for i, g in enumerate(per, 1)
-                                   if g is not None)
-                k = sum(g.met for g in done)
-                verdict = (f"**met** in {k} of {len(done)} runs" if k == len(done) else
-                           f"**not met** in {len(done) - k} of {len(done)} runs")
-            where = ", ".join(f"`{s}`" for s in cfg.sections)
-            lines.append(f"| {_esc(cfg.title)} | {_esc(goal)} | {_esc(figure)} | {verdict} "
-                         f"| {cfg.label}; {where} |")
-    lines += ["", "Not in the table (superseded runs are in [HISTORY.md](HISTORY.md), "
-              "verbatim): " + "; ".join(
-        f"`{name}` (superseded by {why})" for name, why in SUPERSEDED.items()) + "; " +
-        "; ".join(f"`{name}` ({why})" for name, why in NO_GOALS.items()) + ".", END]
+    for b in BENCHMARKS:
+        lines += _benchmark_section(b, found)
+    lines += ["## Superseded runs", "",
+              "In [HISTORY.md](HISTORY.md), verbatim: " + "; ".join(
+                  f"`{name}` (superseded by {why})" for name, why in SUPERSEDED.items())
+              + ".", END]
     return "\n".join(lines)
 
 
+def results_text(text: str) -> str:
+    """All of RESULTS.md, from the current sections in ``text``."""
+    return PREAMBLE + section(text) + "\n"
+
+
+def page_path(b: Benchmark) -> Path:
+    return PAGES / f"{b.slug}.md"
+
+
+def page(b: Benchmark, blocks: dict[str, str]) -> str:
+    """Benchmark ``b``'s page: what it measures, then its current sections (``blocks``:
+    each section's whole text, markers included) in the order of :data:`BENCHMARKS`."""
+    names = [s for cfg in b.configs for s in cfg.sections] + list(b.others)
+    head = (f"# {b.title}\n\n{b.what}\n\nThe current runs of this benchmark, each section "
+            "generated from its stored data by the command it names. Their goals, met or "
+            f"not, are summed up in [RESULTS.md](../RESULTS.md#{anchor(b.title)}); earlier "
+            "runs are in [HISTORY.md](../HISTORY.md).\n")
+    return head + "".join(f"\n{blocks[n]}\n" for n in names if n in blocks)
+
+
+def blocks_of(text: str) -> dict[str, str]:
+    """Every marked section of ``text`` but the goals, whole (markers included)."""
+    return {m.group(1): m.group(0) for m in SECTION_RE.finditer(text) if m.group(1) != NAME}
+
+
 def unclassified(text: str) -> list[str]:
-    """Sections of RESULTS.md that this module does not place (the unit test's check)."""
-    placed = {s for cfg in CURRENT for s in cfg.sections} | set(SUPERSEDED) | set(NO_GOALS)
+    """Sections that this module does not place (the unit test's check)."""
+    placed = ({s for cfg in CURRENT for s in cfg.sections} | set(SUPERSEDED) |
+              {s for b in BENCHMARKS for s in b.others})
     return sorted(set(sections(text)) - placed - {NAME})
 
 
@@ -379,21 +686,37 @@ def archive(results: str, history: str, names: set[str]) -> tuple[str, str]:
     return results, history
 
 
+def write() -> None:
+    """Superseded sections to HISTORY.md, current ones to their benchmark's page, and
+    RESULTS.md's generated part from them."""
+    history = HISTORY.read_text()
+    blocks: dict[str, str] = {}
+    for path in (RESULTS, *pages()):
+        text, history = archive(path.read_text(), history, set(SUPERSEDED))
+        for name, block in blocks_of(text).items():
+            if name in blocks:
+                raise SystemExit(f"section {name} is in two files; keep one")
+            blocks[name] = block
+    PAGES.mkdir(exist_ok=True)
+    for b in BENCHMARKS:
+        page_path(b).write_text(page(b, blocks))
+    RESULTS.write_text(results_text("\n".join(blocks.values())))
+    HISTORY.write_text(history)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", action="store_true", help="write it into RESULTS.md")
+    parser.add_argument("--write", action="store_true",
+                        help="write RESULTS.md, the benchmarks' pages and HISTORY.md")
     args = parser.parse_args()
-    text = RESULTS.read_text()
+    text = current()
     missing = unclassified(text)
     if missing:
         raise SystemExit(f"sections not placed in benchmarks/goals.py: {', '.join(missing)}")
-    if args.write:  # in place; the unit test checks the table opens the file
-        replace_section(NAME, section(text), RESULTS)
-        results, history = archive(RESULTS.read_text(), HISTORY.read_text(), set(SUPERSEDED))
-        RESULTS.write_text(results)
-        HISTORY.write_text(history)
+    if args.write:
+        write()
     else:
-        print(section(text))  # noqa: T201 - the table, for a pipe
+        print(section(text))  # noqa: T201 - the generated part, for a pipe
     return 0
 
 

@@ -460,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget-s", type=float, default=300.0)
     ap.add_argument("--config", type=Path, default=CONFIG)
     ap.add_argument("--device", default="cuda", help="cuda; cpu only to smoke-test the MoE sweep")
-    ap.add_argument("--write", action="store_true", help="replace the section in RESULTS.md")
+    ap.add_argument("--write", action="store_true", help="replace the section where it lives")
     args = ap.parse_args(argv)
     config = dict(yaml.safe_load(args.config.read_text()))
     if args.run:

@@ -474,7 +474,7 @@ def write(text: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Command line."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    p.add_argument("--write", action="store_true", help="replace the section in RESULTS.md")
+    p.add_argument("--write", action="store_true", help="replace the section where it lives")
     p.add_argument("--fit-cpu", action="store_true", help="refit the CPU overheads")
     p.add_argument("--record", action="store_true",
                    help="store the published points and the model's figures "

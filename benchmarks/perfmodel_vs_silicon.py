@@ -455,7 +455,7 @@ def section(data: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--record", action="store_true", help="re-run the model on the CSV")
-    ap.add_argument("--write", action="store_true", help="replace the section in RESULTS.md")
+    ap.add_argument("--write", action="store_true", help="replace the section where it lives")
     ap.add_argument("--config", type=Path, default=CONFIG)
     ap.add_argument("--fit", action="store_true",
                     help="the config's TTFT fit (aic-silicon-5's, -15's, -17's, -19's) on "

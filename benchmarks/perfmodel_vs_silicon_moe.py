@@ -330,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--run", choices=list(RUNS), help="one run (default: every stored one)")
     ap.add_argument("--record", action="store_true", help="re-run the model on the CSV")
-    ap.add_argument("--write", action="store_true", help="replace the section in RESULTS.md")
+    ap.add_argument("--write", action="store_true", help="replace the section where it lives")
     args = ap.parse_args(argv)
     if args.record:
         record(args.run or LATEST)

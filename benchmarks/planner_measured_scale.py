@@ -152,7 +152,7 @@ def section(found: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    ap.add_argument("--write", action="store_true", help="replace the RESULTS.md section")
+    ap.add_argument("--write", action="store_true", help="replace the section where it lives")
     return emit(SECTION, section(compare()), ap.parse_args(argv).write)
 
 

@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--config", type=Path, default=CONFIG)
     ap.add_argument("--out", type=Path, default=None, help="run and store here")
-    ap.add_argument("--write", action="store_true", help="replace the section in RESULTS.md")
+    ap.add_argument("--write", action="store_true", help="replace the section where it lives")
     args = ap.parse_args(argv)
     if args.out is not None:
         run(args.config, args.out)

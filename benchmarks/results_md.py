@@ -1,7 +1,10 @@
-"""``benchmarks/RESULTS.md`` is shared by every benchmark: each owns one section between
-``<!-- name:begin -->`` and ``<!-- name:end -->`` and replaces only that. A section a later
-run superseded lives in ``benchmarks/HISTORY.md`` instead (``benchmarks.goals --write``
-moves it there), and is replaced where it lives."""
+"""Every benchmark owns sections between ``<!-- name:begin -->`` and ``<!-- name:end -->``
+and replaces only those. A current section lives on its benchmark's page,
+``benchmarks/results/SLUG.md``; one a later run superseded lives in
+``benchmarks/HISTORY.md``; ``benchmarks/RESULTS.md`` opens with the questions a user asks
+and sums up every benchmark's goals, generated from the sections by ``benchmarks.goals
+--write`` (which also moves a new section, appended to RESULTS.md, to its page). A section
+is replaced where it lives."""
 
 from __future__ import annotations
 
@@ -10,6 +13,12 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 HISTORY = RESULTS.with_name("HISTORY.md")
+PAGES = RESULTS.with_name("results")  # one page per benchmark: its current runs in full
+
+
+def pages() -> list[Path]:
+    """The benchmarks' pages."""
+    return sorted(PAGES.glob("*.md"))
 
 
 def markers(name: str) -> tuple[str, str]:
@@ -18,15 +27,24 @@ def markers(name: str) -> tuple[str, str]:
 
 
 def home(name: str) -> Path:
-    """Where section ``name`` lives: HISTORY.md once it was moved there, else RESULTS.md."""
+    """Where section ``name`` lives: HISTORY.md once it was superseded, its benchmark's
+    page once it was placed there, else RESULTS.md (a new section, until placed)."""
     begin, end = markers(name)
-    text = HISTORY.read_text() if HISTORY.exists() else ""
-    return HISTORY if begin in text and end in text else RESULTS
+    for path in (HISTORY, *pages()):
+        text = path.read_text() if path.exists() else ""
+        if begin in text and end in text:
+            return path
+    return RESULTS
+
+
+def current() -> str:
+    """RESULTS.md and the benchmarks' pages together: every current section."""
+    return "\n".join(p.read_text() for p in (RESULTS, *pages()) if p.exists())
 
 
 def published() -> str:
-    """RESULTS.md and HISTORY.md together: every section a stored run renders to."""
-    return "\n".join(p.read_text() for p in (RESULTS, HISTORY) if p.exists())
+    """Every current and superseded section together: all a stored run renders to."""
+    return "\n".join(p.read_text() for p in (RESULTS, *pages(), HISTORY) if p.exists())
 
 
 def replace_section(name: str, section: str, path: Path | None = None) -> None:
@@ -45,8 +63,9 @@ def replace_section(name: str, section: str, path: Path | None = None) -> None:
 
 
 def emit(name: str, section: str, write: bool) -> int:
-    """Print section ``name``, and with ``write`` replace it where it lives (RESULTS.md,
-    or HISTORY.md once superseded; a benchmark's ``--write``); returns the exit status."""
+    """Print section ``name``, and with ``write`` replace it where it lives (its
+    benchmark's page, or HISTORY.md once superseded; a benchmark's ``--write``); returns
+    the exit status."""
     import sys
 
     if write:
@@ -64,7 +83,8 @@ def record_or_write(doc: str, name: str, record: Callable[[], object],
 
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--record", action="store_true", help="measure and store the figures")
-    parser.add_argument("--write", action="store_true", help="replace the RESULTS.md section")
+    parser.add_argument("--write", action="store_true",
+                        help="replace the section where it lives (its page or HISTORY.md)")
     args = parser.parse_args(argv)
     if args.record:
         record()

@@ -1133,7 +1133,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", type=Path, default=CONFIG)
     ap.add_argument("--write", action="store_true",
                     help="store the runs (benchmarks/data/<label>.json) and replace the "
-                    "section in RESULTS.md")
+                    "section where it lives")
     ap.add_argument("--section", action="store_true",
                     help="no runs: print (with --write, replace) the section from the "
                     "stored JSON")

@@ -448,7 +448,7 @@ def render_markdown(doc: dict[str, Any], section: str = SECTION,
         + (f" --out {data} --section {section}" if again else "") + "`; harness "
         "`benchmarks/tune_paired.py`."
         + (" The earlier run (grid and tuner minutes apart, then a re-measurement) is in "
-           "[HISTORY.md](HISTORY.md)." if first_config else ""),
+           "[HISTORY.md](../HISTORY.md)." if first_config else ""),
         "",
         *(["The config's opening comment, as committed before the run:", "", f"> {header}",
            ""] if (header := config_header(doc["configGitBlob"])) else []),
@@ -578,10 +578,10 @@ def main(argv: list[str] | None = None) -> int:
                         "the first, never over it)")
     a = p.parse_args(argv)
     if a.write_results:
-        from benchmarks.results_md import RESULTS, replace_section
+        from benchmarks.results_md import replace_section
 
         replace_section(a.section, render_markdown(json.loads(a.out.read_text()), a.section,
-                                                   a.out), a.results or RESULTS)
+                                                   a.out), a.results)
         return 0
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if a.grid_again is not None:

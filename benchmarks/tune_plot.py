@@ -4,7 +4,7 @@ written by :mod:`benchmarks.tune_paired`), drawn by :func:`llm_operator.plots.tu
 The record's rotation measured every configuration of the space (vLLM's defaults, every
 grid cell, the tuner's choice) the same number of times on one live-cap server: each point
 is the median over its rounds (goodput, output throughput, TTFT p95, ITL p95), the star
-the tuner's choice. Run (the README's image)::
+the tuner's choice. Run (the image in docs/using.md)::
 
     .venv/bin/python -m benchmarks.tune_plot benchmarks/data/tune_wide_1.json \\
         docs/images/tuning-trials.png

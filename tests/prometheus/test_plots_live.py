@@ -8,7 +8,7 @@ The decisions are the operator's code: :func:`fetch_observations` and :func:`dec
 the adaptation loop calls them each tick, counted by :class:`OperatorMetrics.decision`
 (the counter and gauge Prometheus scrapes from the operator); a move reaches the engine as
 the kubelet delivers the ConfigMap (the cap file replaced). The loop's timer and that file
-write are this test's. ``LLMOP_PLOTS_DIR=DIR`` keeps the PNG there (the README's
+write are this test's. ``LLMOP_PLOTS_DIR=DIR`` keeps the PNG there (docs/using.md's
 docs/images/adaptation-timeline.png is the demo's, ``bash tools/demo.sh``, which writes the
 same plot from the operator's own run).
 """

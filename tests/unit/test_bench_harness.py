@@ -12,6 +12,7 @@ import pytest
 import yaml
 from benchmarks import adapt_live, tune_paired
 from benchmarks.adapt_live import Req, Trace, plan, score
+from benchmarks.results_md import current
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -157,7 +158,7 @@ def test_the_client_ab_section_is_what_results_md_holds_and_names_each_runs_arms
             for d in sorted(client_ab.DATA.glob("client_ab_*"))
             if d.is_dir() and any(d.glob("*.json"))}
     text = client_ab.section(runs)
-    assert text in (client_ab.ROOT / "benchmarks" / "RESULTS.md").read_text()
+    assert text in current()
     first = runs["client-ab-1"]
     assert [r["arm"] for r in first.burst] == ["A", "B", "B", "A"]
     assert first.objective.startswith("Objective: B is kept if")
@@ -182,34 +183,61 @@ def test_the_memory_curve_is_fitted_to_the_newest_code_that_ran_two_sizes() -> N
     assert memory_curve([run("only", 1000, 400)]) is None
 
 
-def test_the_goals_table_matches_the_sections_below_it() -> None:
-    """RESULTS.md opens with every current goal, read from its sections: a section
-    regenerated without the table, or a new section placed nowhere, fails here (the fix:
-    `.venv/bin/python -m benchmarks.goals --write`, or place it in benchmarks/goals.py)."""
-    from benchmarks import goals
-
-    text = (ROOT / "benchmarks" / "RESULTS.md").read_text()
-    assert goals.unclassified(text) == []
-    assert goals.sections(text)[goals.NAME].strip() == "\n".join(
-        goals.section(text).splitlines()[1:-1]).strip()
-    assert text.index(goals.BEGIN) < min(text.index(f"<!-- {s}:begin -->")
-                                         for s in goals.sections(text) if s != goals.NAME)
-
-
-def test_superseded_sections_live_in_history_and_current_ones_in_results() -> None:
-    """RESULTS.md holds the current runs only: every superseded section is in HISTORY.md,
-    none is left in RESULTS.md (the fix: `.venv/bin/python -m benchmarks.goals --write`),
-    and a superseded benchmark's --write goes to the file its section lives in."""
+def test_results_md_is_generated_from_the_sections_and_fits_one_screen_then_800_lines(
+) -> None:
+    """RESULTS.md is exactly what the sections give: the questions a user asks (at most 15
+    rows, in the first screen), then one section per benchmark; each benchmark's page holds
+    its current runs in order. A section regenerated without the summary, or a new section
+    placed nowhere, fails here (the fix: `.venv/bin/python -m benchmarks.goals --write`,
+    or place it in benchmarks/goals.py)."""
     from benchmarks import goals, results_md
 
-    results = goals.sections(results_md.RESULTS.read_text())
+    text = results_md.current()
+    assert goals.unclassified(text) == []
+    results = results_md.RESULTS.read_text()
+    assert results == goals.results_text(text)
+    blocks = goals.blocks_of(text)
+    for b in goals.BENCHMARKS:
+        assert goals.page_path(b).read_text() == goals.page(b, blocks), b.slug
+    lines = results.splitlines()
+    assert len(lines) <= 800
+    questions = [line for line in lines if line.startswith("| [")]
+    assert 5 <= len(questions) <= 15 == len(goals.QUESTIONS)
+    assert lines.index(questions[-1]) < 40  # the first screen
+    for q in ("Does the plan match real GPUs?", "Does tuning beat vLLM's defaults?",
+              "Does the live admission cap cost anything?", "Does adaptation beat a static cap?",
+              "How much memory does one operator need for 1,000 services?"):
+        assert any(f"[{q}]" in line for line in questions), q
+    assert "None" not in "\n".join(questions)
+
+
+def test_a_question_shows_each_runs_figure_without_its_interval() -> None:
+    from benchmarks.goals import _point
+
+    assert _point("1.12x (1.09-1.15x, 75% confidence, 3 pairs)") == "1.12x"
+    assert _point("0.83 ± 25% (vs KV fit 10)") == "0.83"
+    assert _point("633.4 / 734.8 = 0.86") == "0.86"
+    assert _point("1916 of 1920 runs; below 1.00x: 15, below 0.95x: 9") == "1916 of 1920 runs"
+
+
+def test_superseded_sections_live_in_history_and_current_ones_on_their_pages() -> None:
+    """Every superseded section is in HISTORY.md and no current file; every current one
+    on its benchmark's page (the fix: `.venv/bin/python -m benchmarks.goals --write`), and
+    a benchmark's --write goes to the file its section lives in."""
+    from benchmarks import goals, results_md
+
+    current = goals.sections(results_md.current())
     history = goals.sections(results_md.HISTORY.read_text())
-    assert set(goals.SUPERSEDED) & set(results) == set()
+    assert set(goals.SUPERSEDED) & set(current) == set()
     assert set(goals.SUPERSEDED) <= set(history)
-    current = {s for cfg in goals.CURRENT for s in cfg.sections} | set(goals.NO_GOALS)
-    assert current & set(history) == set() and current <= set(results)
+    placed = {s for b in goals.BENCHMARKS for cfg in b.configs for s in cfg.sections} | {
+        s for b in goals.BENCHMARKS for s in b.others}
+    assert placed & set(history) == set() and placed <= set(current)
+    assert set(goals.NO_GOALS) == {s for b in goals.BENCHMARKS for s in b.others}
+    assert goals.sections(results_md.RESULTS.read_text()).keys() == {goals.NAME}
     assert results_md.home("tune-landscape-1") == results_md.HISTORY
-    assert results_md.home("aic-silicon") == results_md.RESULTS
+    assert results_md.home("aic-silicon") == results_md.PAGES / "aic-silicon.md"
+    assert results_md.home("a-new-benchmark") == results_md.RESULTS
 
 
 def test_archive_moves_superseded_sections_verbatim_once() -> None:

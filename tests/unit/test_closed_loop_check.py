@@ -19,7 +19,7 @@ from benchmarks.closed_loop_check import (
 )
 from benchmarks.perfmodel_vs_silicon import DATA as SILICON
 from benchmarks.perfmodel_vs_silicon import summarise
-from benchmarks.results_md import RESULTS, markers
+from benchmarks.results_md import current, markers
 
 
 def test_a_cycle_as_long_as_its_prompts_gemms_needs_exactly_one() -> None:
@@ -62,7 +62,7 @@ def test_stored_run_is_what_the_check_gives_and_results_md_shows_it(tmp_path) ->
     fresh = tmp_path / "check.json"
     assert record(CONFIG, fresh) == json.loads(DATA.read_text())
     begin, end = markers(SECTION)
-    text = RESULTS.read_text()
+    text = current()
     assert render(fresh).strip() == text[text.index(begin):text.index(end) + len(end)].strip()
 
 

@@ -1,9 +1,12 @@
 """The pages a user installs from agree with each other (issue 59 item 2).
 
-Every ``helm install`` of the chart in the README, CONTRIBUTING.md, the chart's README and
-NOTES.txt, docs/ and tools/push_image.sh uses one release name and one namespace; none
-tells the user to ``kubectl apply -f examples/`` as a whole (five GPU types, Secrets and
-claims at once: each example's header lists what it needs); no page title cites an issue.
+Every ``helm install``, ``helm upgrade`` and ``helm uninstall`` in the README,
+CONTRIBUTING.md, the chart's README and NOTES.txt, docs/ and tools/push_image.sh names one
+release, the chart in this repository and one namespace, and every ``kubectl`` command there
+that names a namespace names that one (or a placeholder: ``NAMESPACE``, ``<namespace>``, a
+template); none tells the user to ``kubectl apply -f examples/`` as a whole (five GPU types,
+Secrets and claims at once: each example's header lists what it needs); no page title cites
+an issue. Two pages that disagree on the install fail here.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ def _pages() -> list[Path]:
     pages = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "tools" / "push_image.sh",
              ROOT / "charts" / "llm-operator" / "README.md",
              ROOT / "charts" / "llm-operator" / "templates" / "NOTES.txt"]
-    return pages + sorted((ROOT / "docs").rglob("*.md"))
+    docs = ROOT / "docs"
+    return pages + sorted([*docs.rglob("*.md"), *docs.rglob("*.yaml")])
 
 
 def _commands(text: str) -> list[str]:
@@ -27,20 +31,80 @@ def _commands(text: str) -> list[str]:
     return re.sub(r"\\{1,2}\n\s*", " ", text).splitlines()
 
 
-def test_every_helm_install_of_the_chart_uses_one_release_and_namespace() -> None:
-    found = []
+# A helm command at the start of a line (a code block, a script, a YAML comment), not
+# a mention in prose ("`helm install` prints a warning").
+HELM = re.compile(r"^\s*(?:[#$]\s*)?helm (install|upgrade|uninstall) (\S+)(.*)")
+KUBECTL = re.compile(r"^\s*(?:[#$]\s*)?kubectl\b(.*)")
+NS_FLAG = re.compile(r"(?:\s-n|--namespace)[ =](\S+)")
+
+
+def _namespace(args: str) -> str | None:
+    m = NS_FLAG.search(" " + args)
+    return m.group(1) if m else None
+
+
+def _helm_problem(verb: str, release: str, args: str) -> str | None:
+    """What is wrong with one helm command of the chart, or None."""
+    if release != RELEASE:
+        return f"release {release!r}, not {RELEASE!r}"
+    if verb != "uninstall" and args.split()[:1] != ["charts/llm-operator"]:
+        return "not the chart charts/llm-operator"
+    if _namespace(args) != NAMESPACE:
+        return f"namespace {_namespace(args)!r}, not {NAMESPACE!r}"
+    if verb == "install" and "--create-namespace" not in args:
+        return "no --create-namespace"
+    return None
+
+
+def _kubectl_problem(args: str) -> str | None:
+    ns = _namespace(args)
+    if ns is None or ns == NAMESPACE or ns.isupper() or ns.startswith(("<", "{{", "$")):
+        return None
+    return f"namespace {ns!r}, not {NAMESPACE!r}"
+
+
+def test_every_helm_command_of_the_chart_uses_one_release_chart_and_namespace() -> None:
+    verbs = []
     for page in _pages():
         for line in _commands(page.read_text()):
-            m = re.search(r"helm install (\S+) charts/llm-operator\b(.*)", line)
-            if not m:
-                continue
-            ns = re.search(r"(?:-n|--namespace)[ =](\S+)", m.group(2))
-            where = f"{page.relative_to(ROOT)}: {line.strip()}"
-            assert m.group(1) == RELEASE, f"release {m.group(1)!r}, not {RELEASE!r}: {where}"
-            assert ns and ns.group(1) == NAMESPACE, f"namespace is not {NAMESPACE}: {where}"
-            assert "--create-namespace" in m.group(2), where
-            found.append(where)
-    assert len(found) >= 3, found  # the README, the chart's README, push_image.sh
+            m = HELM.match(line)
+            if m:
+                problem = _helm_problem(*m.groups())
+                assert problem is None, f"{page.relative_to(ROOT)}: {problem}: {line.strip()}"
+                verbs.append(m.group(1))
+    # The README, the chart's README, push_image.sh, the kube-prometheus-stack values.
+    assert verbs.count("install") >= 4, verbs
+
+
+def test_every_kubectl_command_names_the_install_namespace_or_a_placeholder() -> None:
+    """A page whose command says ``kubectl ... -n llm-system`` disagrees with the README's
+    install; placeholders (NAMESPACE, OPERATOR_NAMESPACE, <namespace>, a Helm template) are
+    fine, and so is an operator message quoted in prose for a service elsewhere."""
+    seen = 0
+    for page in _pages():
+        for line in _commands(page.read_text()):
+            m = KUBECTL.match(line)
+            if m and _namespace(m.group(1)) is not None:
+                seen += 1
+                problem = _kubectl_problem(m.group(1))
+                assert problem is None, f"{page.relative_to(ROOT)}: {problem}: {line.strip()}"
+    assert seen >= 5
+
+
+def test_the_checks_catch_a_page_that_disagrees() -> None:
+    for bad in ["helm install llm-operator charts/llm-operator -n llm-system --create-namespace",
+                "helm install llmop charts/llm-operator -n llm-operator --create-namespace",
+                "helm install llm-operator charts/llm-operator -n llm-operator",
+                "helm upgrade llm-operator oci://example/llm-operator -n llm-operator",
+                "  # helm uninstall llm-operator --namespace=llm-system"]:
+        m = HELM.match(bad)
+        assert m and _helm_problem(*m.groups()), bad
+    good = "helm install llm-operator charts/llm-operator -n llm-operator --create-namespace"
+    m = HELM.match(good)
+    assert m and _helm_problem(*m.groups()) is None
+    assert HELM.match("You `helm install` it on a cluster") is None
+    assert _kubectl_problem(" get llms -n llm-system")
+    assert _kubectl_problem(" get llms -n NAMESPACE") is None
 
 
 def test_no_page_applies_every_example_at_once() -> None:

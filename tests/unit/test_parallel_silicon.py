@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 from benchmarks.parallel_silicon import DATA, DPA, EP, SECTION, section
-from benchmarks.results_md import RESULTS, markers
+from benchmarks.results_md import current, markers
 
 from llm_operator.modelfacts import facts_from_hf_config
 from llm_operator.models import parse_llmservice
@@ -26,8 +26,8 @@ CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "model_configs"
 
 def test_the_results_section_is_the_stored_pairs() -> None:
     begin, _ = markers(SECTION)
-    assert begin in RESULTS.read_text()
-    assert section(json.loads(DATA.read_text())) in RESULTS.read_text()
+    assert begin in current()
+    assert section(json.loads(DATA.read_text())) in current()
 
 
 def test_the_stored_measurements_back_the_choice() -> None:

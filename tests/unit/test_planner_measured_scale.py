@@ -10,7 +10,7 @@ import json
 import pytest
 from benchmarks import planner_measured_scale as pms
 from benchmarks import planner_vs_aic
-from benchmarks.results_md import RESULTS
+from benchmarks.results_md import current
 
 pytestmark = pytest.mark.unit
 
@@ -58,4 +58,4 @@ def test_the_picks_are_aic_estimator_9s_and_results_md_shows_the_stored_data() -
     before = {(r["key"], r["slo"]): r["best"] for r in found["before"] if "best" in r}
     assert all(r["best"] <= before[(r["key"], r["slo"])] + 1e-9
                for r in found["after"] if "best" in r)
-    assert pms.section(found) in RESULTS.read_text()
+    assert pms.section(found) in current()

@@ -8,7 +8,7 @@ import json
 
 import pytest
 from benchmarks.perfmodel_vs_silicon import load_config, predict_at, settings_of
-from benchmarks.results_md import RESULTS, markers
+from benchmarks.results_md import current, markers
 from benchmarks.sched_sim import DATA, SECTION, first_arrivals, place, render, simulate
 
 from llm_operator.catalog import lookup_gpu, lookup_model
@@ -74,7 +74,7 @@ def test_stored_run_is_what_the_simulator_gives_and_results_md_shows_it() -> Non
     rows with the shortest outputs (the whole run takes about a minute)."""
     data = json.loads(DATA.read_text())
     begin, end = markers(SECTION)
-    text = RESULTS.read_text()
+    text = current()
     assert render().strip() == text[text.index(begin):text.index(end) + len(end)].strip()
     stored = {r["id"]: r for r in data["rows"]}
     rows = [r for r in json.loads((DATA.parent / "perfmodel_vs_silicon.json").read_text())[
