@@ -129,7 +129,7 @@ def hub(real_nodes: tuple[LocalCluster, RealNodes]) -> Iterator[LocalHub]:
 
 @pytest.fixture(scope="session")
 def installed(real_nodes: tuple[LocalCluster, RealNodes], admin: ClusterKubectl,
-              operator_image: OperatorImage) -> dict[str, Any]:
+              operator_image: OperatorImage, hub: LocalHub) -> dict[str, Any]:
     """``helm install`` as a user with a private registry would: the image from the
     registry by its digest, a pull secret; the operator runs in the chart's pod."""
     cluster, nodes = real_nodes
@@ -142,7 +142,9 @@ def installed(real_nodes: tuple[LocalCluster, RealNodes], admin: ClusterKubectl,
                          "imagePullSecrets": [{"name": "regcred"}],
                          "clusterWide": True,  # each test has a namespace of its own
                          # LLMServices may run images from this private registry only
-                         "admission": {"allowedImages": [f"{operator_image.registry}/"]}})
+                         "admission": {"allowedImages": [f"{operator_image.registry}/"]},
+                         # the facts Job reads config.json from the Hub stand-in
+                         "settings": {"hfEndpoint": hub.endpoint}})
     pods = admin.items("pods", RELEASE_NAMESPACE, "app.kubernetes.io/instance=llm-operator")
     assert len(pods) == 1, [p["metadata"]["name"] for p in pods]
     return pods[0]
