@@ -29,9 +29,9 @@ from typing import Any
 import pytest
 import yaml
 
-from llm_operator.models import parse_llmservice
+from llm_operator.api.models import parse_llmservice
+from llm_operator.api.settings import Settings
 from llm_operator.planning import make_plan
-from llm_operator.settings import Settings
 from llm_operator.tuning.fingerprint import tuning_fingerprint
 from llm_operator.tuning.job import CODE_PATH, INIT_CONTAINER, build_tuning_job
 from llm_operator_sandbox.processes import stop as stop_process
@@ -399,11 +399,12 @@ def test_init_container_copies_only_the_tuner_and_the_engine(
     assert "llm_operator/__init__.py" in files
     assert "llm_operator/inpod/tuner/__main__.py" in files
     assert "llm_operator/inpod/engine/scheduler.py" in files
-    assert "llm_operator/engine_rules.py" in files
+    assert "llm_operator/knowledge/engine_rules.py" in files
     assert not any("controller" in f for f in files), files
     singles = {"llm_operator/__init__.py", "llm_operator/inpod/__init__.py",
-               "llm_operator/engine_rules.py",
-               "llm_operator/serve_args.py", "llm_operator/data/vllm_serve_flags.json"}
+               "llm_operator/knowledge/__init__.py", "llm_operator/knowledge/engine_rules.py",
+               "llm_operator/knowledge/serve_args.py",
+               "llm_operator/knowledge/data/vllm_serve_flags.json"}
     assert all(f in singles
                or f.startswith(("llm_operator/inpod/tuner/", "llm_operator/inpod/engine/"))
                for f in files), files

@@ -8,9 +8,9 @@ import copy
 import math
 from typing import Any
 
-from ..models import LLMService, LLMServiceSpec
+from ..api.models import LLMService, LLMServiceSpec
+from ..api.settings import Settings
 from ..planning import Plan, checkpoint_bytes
-from ..settings import Settings
 from .pod import CONTAINER_SECURITY_CONTEXT, HF_CACHE_PATH, VOLUME_CACHE, build_env, image_for
 
 # Download budget: the init container gives up (exit 1) after
