@@ -42,6 +42,7 @@ from .conftest import CHART, ROOT, Render
 DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
 WORKFLOW = ROOT / ".github" / "workflows" / "image.yml"
+RELEASE_WORKFLOW = ROOT / ".github" / "workflows" / "release.yml"
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 VALUES = yaml.safe_load((CHART / "values.yaml").read_text())
 CHART_YAML = yaml.safe_load((CHART / "Chart.yaml").read_text())
@@ -479,10 +480,14 @@ def test_dockerfile_runtime_stage() -> None:
 
 def test_workflow_publishes_the_image_the_chart_runs() -> None:
     """The image the workflow pushes is the chart's default, for amd64 and arm64, tagged
-    with the release's version (which the chart's appVersion default tag names)."""
+    with the release's version (which the chart's appVersion default tag names): main
+    pushes it as ``edge``, a release tag through release.yml, which calls it."""
     workflow = yaml.safe_load(WORKFLOW.read_text())
     on = workflow.get("on", workflow.get(True))  # PyYAML reads a bare `on` as True
-    assert on["push"]["tags"] == ["v*"] and on["push"]["branches"] == ["main"]
+    assert on["push"] == {"branches": ["main"]} and "workflow_call" in on
+    release = yaml.safe_load(RELEASE_WORKFLOW.read_text())
+    assert release.get("on", release.get(True)) == {"push": {"tags": ["v*"]}}
+    assert release["jobs"]["image"]["uses"] == "./.github/workflows/image.yml"
     chart_image = f"{VALUES['image']['registry']}/{VALUES['image']['repository']}"
     assert workflow["env"]["IMAGE"] == chart_image
     (job,) = workflow["jobs"].values()
