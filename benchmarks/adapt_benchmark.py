@@ -12,7 +12,7 @@ Two parts, reported in ``benchmarks/RESULTS.md`` ("Adaptation"; earlier runs, th
    :func:`llm_operator.adaptation.policy.decide` and applies a change by restarting the server
    with the new ``--max-num-seqs`` (one rollout). "Best static in hindsight" is the
    static arm with the highest goodput over the whole trace.
-2. **Simulated** on the project's performance model (:mod:`llm_operator.perfmodel`): a
+2. **Simulated** on the project's performance model (:mod:`llm_operator.planning.perfmodel`): a
    day-long diurnal trace on a GPU model, one decision a minute: rollouts per day, flaps,
    minutes with preemptions, goodput against the best static cap.
 
@@ -66,8 +66,8 @@ from llm_operator.adaptation.policy import (
     decide,
     record,
 )
+from llm_operator.api.models import LLMServiceSpec
 from llm_operator.inpod.tuner.server import VLLMServer, free_port, vllm_lock
-from llm_operator.models import LLMServiceSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -325,8 +325,8 @@ def flaps(history: list[tuple[float, int, int]], window_s: float) -> int:
 
 def simulate_day(day_minutes: int = 24 * 60) -> dict[str, Any]:
     """A day of diurnal load on a GPU model (perfmodel), one decision a minute."""
-    from llm_operator import perfmodel as pm
     from llm_operator.inpod.tuner.search import SLO
+    from llm_operator.planning import perfmodel as pm
 
     # Llama-3.1-8B-like shape on one A100 80 GB with a KV cache of 64k tokens (a
     # deliberately tight cache so the day crosses the preemption line at its peak).
@@ -434,7 +434,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
     if s:
         lines += [
             "### Simulated: a diurnal day on the performance model", "",
-            f"**Simulated** (`llm_operator.perfmodel`, not measured): {s['model']}; "
+            f"**Simulated** (`llm_operator.planning.perfmodel`, not measured): {s['model']}; "
             f"{s['trace']}. The policy sees observations the model predicts (running, "
             "queued, KV usage, preemptions, TTFT, ITL p95) and its changes take effect at "
             "once (cooldown 600 s, maxStepPercent 50, start at vLLM's GPU default 256).", "",

@@ -74,8 +74,8 @@ from llm_operator.adaptation.policy import (
     policy_for_scrape,
     record,
 )
+from llm_operator.api.models import LLMServiceSpec
 from llm_operator.inpod.tuner.server import VLLMServer, free_port, vllm_lock
-from llm_operator.models import LLMServiceSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "benchmarks" / "configs" / "adapt.yaml"

@@ -333,8 +333,8 @@ def summarise(data: dict[str, Any]) -> dict[str, Any]:
     """Per point, the median over repeats and the achieved fractions of the GPU's
     datasheet peaks; beside them, the performance model's time for the same GEMMs
     (max(bytes / (bandwidth x eff), flops / (peak x eff)), no overheads)."""
-    from llm_operator.catalog import lookup_gpu
-    from llm_operator.perfmodel import GPU_EFFICIENCY
+    from llm_operator.knowledge.catalog import lookup_gpu
+    from llm_operator.planning.perfmodel import GPU_EFFICIENCY
 
     gpu = lookup_gpu(data["device"]["name"])
     if gpu is None or gpu.memory_bandwidth is None or gpu.bf16_flops is None:

@@ -103,8 +103,8 @@ def fit_moe_layer_overhead(fit: dict[str, Any]) -> tuple[float, list[float]]:
     """The performance model's fixed time per MoE layer per step (aic-silicon-4's fit):
     the median over NVIDIA's measured fused-MoE latencies (``fit``, one H200) of the
     measured time minus the model's roofline for the same experts; with every residual."""
-    from llm_operator.catalog import lookup_gpu
-    from llm_operator.perfmodel import GPU_EFFICIENCY
+    from llm_operator.knowledge.catalog import lookup_gpu
+    from llm_operator.planning.perfmodel import GPU_EFFICIENCY
 
     gpu = lookup_gpu("H200")
     assert gpu is not None and gpu.memory_bandwidth and gpu.bf16_flops
@@ -157,8 +157,8 @@ def fit_moe_layer_overhead_1token(fit: dict[str, Any], config_path: Path = FIT_1
     measured latency minus the model's roofline for the same experts on that GPU (the
     top_k experts' weights at the dtype's registered bytes per weight, read at the
     model's share of HBM); with every residual."""
-    from llm_operator.catalog import lookup_gpu
-    from llm_operator.perfmodel import GPU_EFFICIENCY
+    from llm_operator.knowledge.catalog import lookup_gpu
+    from llm_operator.planning.perfmodel import GPU_EFFICIENCY
 
     registered = dict(yaml.safe_load(config_path.read_text()))["fit"]
     bytes_per = {k: float(v) for k, v in registered["moeDtypes"].items()}
@@ -179,7 +179,7 @@ def fit_moe_compute(fit: dict[str, Any], config_path: Path = FIT_PREFILL_CONFIG
     """aic-silicon-8's fit: the median over the stored prefill-size rows (``fit``) of the
     routed experts' achieved fraction of the peak the model uses for that dtype on that
     GPU (FP8 for the registered fp8 dtypes, else BF16); with every fraction."""
-    from llm_operator.catalog import lookup_gpu
+    from llm_operator.knowledge.catalog import lookup_gpu
 
     registered = dict(yaml.safe_load(config_path.read_text()))["fit"]
     fp8 = set(registered["fp8Peak"])
@@ -213,8 +213,8 @@ def model_seconds(layer: dict[str, Any], tokens: int, bandwidth: float, flops: f
 
 def summarise(measured: dict[str, Any], aic: dict[str, Any]) -> list[dict[str, Any]]:
     """Per layer and token count: PyTorch's median time, NVIDIA's vLLM time, the model's."""
-    from llm_operator.catalog import lookup_gpu
-    from llm_operator.perfmodel import GPU_EFFICIENCY
+    from llm_operator.knowledge.catalog import lookup_gpu
+    from llm_operator.planning.perfmodel import GPU_EFFICIENCY
 
     gpu = lookup_gpu(measured["device"]["name"])
     if gpu is None or gpu.memory_bandwidth is None or gpu.bf16_flops is None:
@@ -250,7 +250,7 @@ def summarise(measured: dict[str, Any], aic: dict[str, Any]) -> list[dict[str, A
 
 def section(measured: dict[str, Any], aic: dict[str, Any]) -> str:
     """The RESULTS.md section from the two stored files."""
-    from llm_operator.perfmodel import GPU_EFFICIENCY
+    from llm_operator.planning.perfmodel import GPU_EFFICIENCY
 
     begin, end = markers(SECTION)
     rows = summarise(measured, aic)

@@ -36,8 +36,8 @@ from tests.support.perf_reference import (
 from tests.support.tiny_model import tiny_shape
 
 from benchmarks.results_md import markers, replace_section
-from llm_operator.catalog import lookup_gpu, lookup_model
-from llm_operator.perfmodel import (
+from llm_operator.knowledge.catalog import lookup_gpu, lookup_model
+from llm_operator.planning.perfmodel import (
     GPU_EFFICIENCY,
     Efficiency,
     EngineSettings,
@@ -83,7 +83,8 @@ def pct(pred: float, ref: float) -> str:
 
 def record_published(path: Path = GPU_DATA) -> dict[str, Any]:
     """Store the published points and the model's figure at each (``--record``)."""
-    data = {"model": "llm_operator.perfmodel GPU_EFFICIENCY", "rows": published_comparison()}
+    data = {"model": "llm_operator.planning.perfmodel GPU_EFFICIENCY",
+            "rows": published_comparison()}
     path.write_text(json.dumps(data, indent=1) + "\n")
     return data
 
@@ -345,7 +346,7 @@ def section() -> str:
                  f"({', '.join(misses)})")
     brief_rows, brief_best = brief_table()
     out = [BEGIN, "## Performance model", "",
-           "`llm_operator.perfmodel` predicts vLLM's throughput and latency against "
+           "`llm_operator.planning.perfmodel` predicts vLLM's throughput and latency against "
            "concurrency from a roofline of each engine step (weights + KV bytes over achieved "
            "bandwidth, FLOPs over achieved compute, plus per-step and per-sequence overhead), "
            "chunked prefill, the KV-cache bound on the running batch and a closed-loop steady "

@@ -30,7 +30,8 @@ import yaml
 from tests.support.aic import AIC_SOURCE, gpu_facts, hardware, model, read_rows, silicon_csv
 
 from benchmarks.results_md import emit, markers
-from llm_operator.perfmodel import (
+from llm_operator.planning import vllm_default_max_num_batched_tokens, vllm_default_max_num_seqs
+from llm_operator.planning.perfmodel import (
     EngineSettings,
     Hardware,
     ModelShape,
@@ -38,7 +39,6 @@ from llm_operator.perfmodel import (
     Workload,
     predict_point,
 )
-from llm_operator.planning import vllm_default_max_num_batched_tokens, vllm_default_max_num_seqs
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "benchmarks" / "configs" / "aic_silicon_19.yaml"  # the current run
@@ -322,7 +322,7 @@ def record(config_path: Path = CONFIG, path: Path = DATA,
     config_path = config_path.resolve()
     config = load_config(config_path)
     data = {"label": config["label"], "config": str(config_path.relative_to(ROOT)),
-            "source": AIC_SOURCE, "model": "llm_operator.perfmodel GPU_EFFICIENCY",
+            "source": AIC_SOURCE, "model": "llm_operator.planning.perfmodel GPU_EFFICIENCY",
             "band": config["band"], "fitted": bool(config.get("fittedToSubset", False)),
             "rows": predict_rows(config, csv_path), **(extra or {})}
     path.write_text(json.dumps(data, indent=1) + "\n")
@@ -370,8 +370,9 @@ def section(data: dict[str, Any]) -> str:
              "**Measured on GPUs by NVIDIA, not by this project** (this project has run no GPU): "
              f"{data['source']}; vLLM versions in these rows: {', '.join(versions)} (the "
              "Llama-3.1-70B rows do not state theirs). The model's figures are **estimated** "
-             "(`llm_operator.perfmodel`) at each row's model, GPU, TP, precision, input and "
-             "output length and concurrency, with vLLM's default batch settings for the GPU. "
+             "(`llm_operator.planning.perfmodel`) at each row's model, GPU, TP, precision, "
+             "input and output length and concurrency, with vLLM's default batch settings for "
+             "the GPU. "
              "Output tok/s is derived from each row's TTFT and TPOT (c x OSL / (TTFT + (OSL - 1) "
              "TPOT)); the CSV has no throughput column. Pre-registered in "
              f"`{data['config']}` (groups, figures, the +-{band * 100:.0f}% band, the fit "

@@ -197,7 +197,7 @@ FIT_NOTES: dict[str, Callable[[], str]] = {"aic-silicon-4": fit_note,
 def section(data: dict[str, Any], before: dict[str, Any] | None = None) -> str:
     """A run's section; ``before``: the previous run's stored data, compared on the rows
     both have."""
-    from llm_operator.perfmodel import GPU_EFFICIENCY
+    from llm_operator.planning.perfmodel import GPU_EFFICIENCY
 
     rows, band = data["rows"], data["band"]
     label = data["label"]
@@ -214,9 +214,9 @@ def section(data: dict[str, Any], before: dict[str, Any] | None = None) -> str:
              f"mixture-of-experts models ({data['label']})", "",
              "**Measured on GPUs by NVIDIA, not by this project**: "
              f"{data['source']}; vLLM versions in these rows: {', '.join(versions)}. The "
-             f"model's figures are **estimated** (`llm_operator.perfmodel`, {model}: **every "
-             "row here is held out**, no serving row was fitted to) at each row's model, GPU, "
-             "TP, input and output "
+             f"model's figures are **estimated** (`llm_operator.planning.perfmodel`, {model}: "
+             "**every row here is held out**, no serving row was fitted to) at each row's "
+             "model, GPU, TP, input and output "
              "length and concurrency, with vLLM's default batch settings for the GPU. Only "
              "rows with experts sliced by TP (no expert parallelism, no data-parallel "
              "attention: the placement the operator renders"
@@ -294,7 +294,7 @@ def section(data: dict[str, Any], before: dict[str, Any] | None = None) -> str:
 def record(label: str = LATEST) -> dict[str, Any]:
     """Re-run the model on the CSV for run ``label`` and store it (the model as it is now:
     only the latest run means what its config says)."""
-    from llm_operator.perfmodel import GPU_EFFICIENCY
+    from llm_operator.planning.perfmodel import GPU_EFFICIENCY
 
     config_path, path = RUNS[label]
     config = yaml.safe_load(config_path.read_text())

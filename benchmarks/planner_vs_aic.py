@@ -31,11 +31,11 @@ from tests.support.aic import QWEN3_32B
 
 from benchmarks.perfmodel_vs_silicon import WAIT
 from benchmarks.results_md import emit, markers
-from llm_operator.catalog import lookup_gpu
+from llm_operator.api.models import LLMServiceSpec, parse_llmservice
 from llm_operator.cli.aic import itl_p95_ms
-from llm_operator.models import LLMServiceSpec, parse_llmservice
-from llm_operator.perfmodel import Point, inputs_for, suggest_start
+from llm_operator.knowledge.catalog import lookup_gpu
 from llm_operator.planning import Plan, make_plan
+from llm_operator.planning.perfmodel import Point, inputs_for, suggest_start
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "benchmarks" / "configs" / "aic_estimator.yaml"

@@ -47,7 +47,7 @@ from benchmarks.scale import (
     percentile,
     service,
 )
-from llm_operator.models import parse_quantity
+from llm_operator.api.models import parse_quantity
 from llm_operator_sandbox.cluster import KUBERNETES_VERSION, LocalCluster, helm_install
 from llm_operator_sandbox.processes import stop as stop_process
 

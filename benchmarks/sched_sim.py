@@ -8,7 +8,7 @@ measured (issue 34, section 1; a diagnostic with no goal). Not a unit test.
 Everything is fixed in ``benchmarks/configs/sched_sim_1.yaml`` (committed before the
 run): the rows (the dense rows of ``benchmarks/data/perfmodel_vs_silicon.json``), the
 two arrival patterns, the requests per client. The simulator has no constant of its own:
-each step's time is :func:`llm_operator.perfmodel.step_time`. The performance model's
+each step's time is :func:`llm_operator.planning.perfmodel.step_time`. The performance model's
 TTFT wait is a fitted power of the running requests; this shows where the measured TTFT
 lies between clients that stay in step (every prompt of a wave at once) and clients
 spread evenly over a cycle (no two prompts at once).
@@ -29,7 +29,13 @@ import yaml
 
 from benchmarks.perfmodel_vs_silicon import load_config, predict_at, settings_of
 from benchmarks.results_md import markers, record_or_write
-from llm_operator.perfmodel import EngineSettings, Hardware, ModelShape, Workload, step_time
+from llm_operator.planning.perfmodel import (
+    EngineSettings,
+    Hardware,
+    ModelShape,
+    Workload,
+    step_time,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "benchmarks" / "configs" / "sched_sim_1.yaml"

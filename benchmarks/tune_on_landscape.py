@@ -42,7 +42,7 @@ from benchmarks.gpu_noise import noise_of, pooled_log_sd
 from benchmarks.planner_vs_aic import goodput, itl_of, spec_for
 from benchmarks.planner_vs_aic import load as load_config
 from benchmarks.results_md import emit, markers
-from llm_operator.catalog import lookup_gpu
+from llm_operator.api.models import LLMService, ObjectMeta
 from llm_operator.cli.aic import itl_p95_ms
 from llm_operator.inpod.tuner.search import (
     SEARCH_VERSION,
@@ -59,7 +59,7 @@ from llm_operator.inpod.tuner.search import (
     ladder,
     search,
 )
-from llm_operator.models import LLMService, ObjectMeta
+from llm_operator.knowledge.catalog import lookup_gpu
 from llm_operator.planning import (
     make_plan,
     vllm_default_max_num_batched_tokens,

@@ -1,5 +1,5 @@
 """The tuning-trials plot of a stored paired tuning benchmark (``benchmarks/data/tune_*.json``
-written by :mod:`benchmarks.tune_paired`), drawn by :func:`llm_operator.plots.tuning_figure`.
+written by :mod:`benchmarks.tune_paired`), drawn by :func:`llm_operator.cli.plots.tuning_figure`.
 
 The record's rotation measured every configuration of the space (vLLM's defaults, every
 grid cell, the tuner's choice) the same number of times on one live-cap server: each point
@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from llm_operator.plots import PlotInputError, TrialPoint, TuningTrials
+from llm_operator.cli.plots import PlotInputError, TrialPoint, TuningTrials
 
 
 def trials_from_paired(doc: Mapping[str, Any], source: str) -> TuningTrials:

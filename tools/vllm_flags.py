@@ -1,6 +1,6 @@
 """Write the option table of ``vllm serve`` (the vLLM release of the default image) to
-``operator/llm_operator/data/vllm_serve_flags.json``; the planner checks
-``spec.engine.extraArgs`` against it (see ``llm_operator.extra_args``).
+``operator/llm_operator/knowledge/data/vllm_serve_flags.json``; the planner checks
+``spec.engine.extraArgs`` against it (see ``llm_operator.knowledge.extra_args``).
 
 Run with the Python that has vLLM: ``.venv-vllm/bin/python tools/vllm_flags.py``.
 The vLLM tier test ``test_the_flag_table_is_the_installed_vllm_serve_parser`` fails when
@@ -14,7 +14,8 @@ import json
 import sys
 from pathlib import Path
 
-OUT = Path(__file__).resolve().parents[1] / "operator/llm_operator/data/vllm_serve_flags.json"
+OUT = (Path(__file__).resolve().parents[1]
+       / "operator/llm_operator/knowledge/data/vllm_serve_flags.json")
 
 
 def arity(action: argparse.Action) -> int | str:

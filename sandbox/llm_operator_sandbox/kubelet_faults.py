@@ -3,7 +3,7 @@
 The local kubelet runs containers as processes: it pulls no image and attaches no
 volume. These stand-ins give it the kubelet's (and the attach-detach controller's)
 waiting reasons and Events for the failures a user meets first, in their formats, so
-that the operator's reading of them (``llm_operator.podfailures``) is tested against
+that the operator's reading of them (``llm_operator.health.podfailures``) is tested against
 the pods and Events a cluster has (docs/TESTING.md says which part is real):
 
 - **an image it cannot pull**: a registry host under ``.invalid`` (RFC 2606: a name

@@ -205,7 +205,11 @@ class LoopDemo:
         cannot be made, it says so and the demo goes on."""
         self.console.rule("6. Plots")
         from llm_operator.cli.plot import read_timeline, write_timeline_png, write_tuning_png
-        from llm_operator.plots import PlotsUnavailable, require_matplotlib, trials_from_document
+        from llm_operator.cli.plots import (
+            PlotsUnavailable,
+            require_matplotlib,
+            trials_from_document,
+        )
 
         try:
             require_matplotlib()

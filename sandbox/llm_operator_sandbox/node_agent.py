@@ -61,7 +61,7 @@ from typing import Any
 
 from kubernetes import client, config, watch
 
-from llm_operator.constants import LABEL_MANAGED_BY, MANAGED_BY
+from llm_operator.api.constants import LABEL_MANAGED_BY, MANAGED_BY
 
 from .kubelet_faults import PULL_BACKOFF_SECONDS, pull_error
 from .local_plan import (

@@ -45,7 +45,7 @@ def tiny_shape(hidden: int = 128, layers: int = 2, heads: int = 4, kv_heads: int
     """The performance model's ``ModelShape`` of the Llama :func:`make_tiny_llama` builds
     with the same dimensions (imported lazily: this script also runs under vLLM's Python,
     which need not have llm_operator)."""
-    from llm_operator.perfmodel import ModelShape
+    from llm_operator.planning.perfmodel import ModelShape
 
     params = layers * (2 * hidden * hidden + 2 * hidden * (hidden // heads) * kv_heads
                        + 3 * hidden * intermediate) + 2 * vocab * hidden

@@ -364,7 +364,7 @@ def matrix_markdown(reports: Iterable[Report], dist: str) -> str:
 
 
 def compat_table(reports: Iterable[Report], dist: str, date: str) -> dict[str, object]:
-    """The table the operator consults (``llm_operator/data/live_cap_compat.json``): per
+    """The table the operator consults (``llm_operator/knowledge/data/live_cap_compat.json``): per
     minor release, the verdict and the release it was measured on."""
     return {
         "measured": f"statically from the published {dist} wheels on {date}",

@@ -24,8 +24,8 @@ import yaml
 
 from llm_operator.adaptation import prometheus as vllm_queries
 from llm_operator.adaptation.policy import DecisionCause
+from llm_operator.api.models import parse_llmservice
 from llm_operator.controller.metrics import OperatorMetrics
-from llm_operator.models import parse_llmservice
 from tests.support.schemas import load_schema
 
 from .conftest import CHART, NAMESPACE, ROOT, Render

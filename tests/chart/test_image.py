@@ -29,9 +29,9 @@ from typing import Any
 import pytest
 import yaml
 
-from llm_operator.models import parse_llmservice
+from llm_operator.api.models import parse_llmservice
+from llm_operator.api.settings import Settings
 from llm_operator.planning import make_plan
-from llm_operator.settings import Settings
 from llm_operator.tuning.fingerprint import tuning_fingerprint
 from llm_operator.tuning.job import CODE_PATH, INIT_CONTAINER, build_tuning_job
 from llm_operator_sandbox.processes import stop as stop_process
@@ -42,6 +42,7 @@ from .conftest import CHART, ROOT, Render
 DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
 WORKFLOW = ROOT / ".github" / "workflows" / "image.yml"
+RELEASE_WORKFLOW = ROOT / ".github" / "workflows" / "release.yml"
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 VALUES = yaml.safe_load((CHART / "values.yaml").read_text())
 CHART_YAML = yaml.safe_load((CHART / "Chart.yaml").read_text())
@@ -399,11 +400,12 @@ def test_init_container_copies_only_the_tuner_and_the_engine(
     assert "llm_operator/__init__.py" in files
     assert "llm_operator/inpod/tuner/__main__.py" in files
     assert "llm_operator/inpod/engine/scheduler.py" in files
-    assert "llm_operator/engine_rules.py" in files
+    assert "llm_operator/knowledge/engine_rules.py" in files
     assert not any("controller" in f for f in files), files
     singles = {"llm_operator/__init__.py", "llm_operator/inpod/__init__.py",
-               "llm_operator/engine_rules.py",
-               "llm_operator/serve_args.py", "llm_operator/data/vllm_serve_flags.json"}
+               "llm_operator/knowledge/__init__.py", "llm_operator/knowledge/engine_rules.py",
+               "llm_operator/knowledge/serve_args.py",
+               "llm_operator/knowledge/data/vllm_serve_flags.json"}
     assert all(f in singles
                or f.startswith(("llm_operator/inpod/tuner/", "llm_operator/inpod/engine/"))
                for f in files), files
@@ -478,10 +480,14 @@ def test_dockerfile_runtime_stage() -> None:
 
 def test_workflow_publishes_the_image_the_chart_runs() -> None:
     """The image the workflow pushes is the chart's default, for amd64 and arm64, tagged
-    with the release's version (which the chart's appVersion default tag names)."""
+    with the release's version (which the chart's appVersion default tag names): main
+    pushes it as ``edge``, a release tag through release.yml, which calls it."""
     workflow = yaml.safe_load(WORKFLOW.read_text())
     on = workflow.get("on", workflow.get(True))  # PyYAML reads a bare `on` as True
-    assert on["push"]["tags"] == ["v*"] and on["push"]["branches"] == ["main"]
+    assert on["push"] == {"branches": ["main"]} and "workflow_call" in on
+    release = yaml.safe_load(RELEASE_WORKFLOW.read_text())
+    assert release.get("on", release.get(True)) == {"push": {"tags": ["v*"]}}
+    assert release["jobs"]["image"]["uses"] == "./.github/workflows/image.yml"
     chart_image = f"{VALUES['image']['registry']}/{VALUES['image']['repository']}"
     assert workflow["env"]["IMAGE"] == chart_image
     (job,) = workflow["jobs"].values()

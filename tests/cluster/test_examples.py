@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from llm_operator.constants import ANNOTATION_SPEC_HASH
+from llm_operator.api.constants import ANNOTATION_SPEC_HASH
 from llm_operator.controller.reconcile import MISSING_API_RETRY_SECONDS
 from llm_operator_sandbox.cluster import Installed, LocalCluster
 from llm_operator_sandbox.inference_extension import install_crd, remove_crd

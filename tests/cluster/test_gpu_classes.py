@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from llm_operator.gpuclass import PRESETS
+from llm_operator.knowledge.gpuclass import PRESETS
 from llm_operator_sandbox.cluster import Installed, LocalCluster
 from llm_operator_sandbox.kubelet import GPU_TAINT, LocalKubelet, NodeSpec
 from tests.support.emulator import OperatorProcess, wait_for

@@ -19,8 +19,8 @@ from typing import Any
 
 import yaml
 
+from llm_operator.api.timestamps import rfc3339
 from llm_operator.controller.resync import RESYNC_INTERVAL_SECONDS
-from llm_operator.timestamps import rfc3339
 from tests.integration.conftest import NAMESPACE
 from tests.integration.test_tuning_operator import (
     MANIFEST,

@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 import yaml
 
-from llm_operator.modelfacts import facts_from_hf_config
-from llm_operator.models import parse_llmservice
-from llm_operator.perfmodel import suggest_for
+from llm_operator.api.models import parse_llmservice
+from llm_operator.knowledge.modelfacts import facts_from_hf_config
 from llm_operator.planning import make_plan
+from llm_operator.planning.perfmodel import suggest_for
 from llm_operator_sandbox.node_agent import NodeAgent
 from tests.integration.conftest import NAMESPACE
 from tests.support.emulator import EmulatorProcess, Kubectl, OperatorProcess, wait_for

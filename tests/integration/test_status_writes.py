@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from kubernetes_asyncio.client import Configuration
 
-from llm_operator.constants import API_VERSION, KIND
+from llm_operator.api.constants import API_VERSION, KIND
+from llm_operator.api.timestamps import parse_rfc3339
 from llm_operator.controller.kube import ConflictError, KubeClient
-from llm_operator.status import ConditionType, get_condition, rebase_patch, set_condition
-from llm_operator.timestamps import parse_rfc3339
+from llm_operator.health.status import ConditionType, get_condition, rebase_patch, set_condition
 from llm_operator_sandbox.emulator import EmulatorThread
 
 NAME = "llama-3-1-8b"

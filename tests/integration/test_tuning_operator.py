@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from llm_operator.timestamps import rfc3339
+from llm_operator.api.timestamps import rfc3339
 from tests.integration.conftest import NAMESPACE
 from tests.support.emulator import EmulatorProcess, Kubectl, OperatorProcess, wait_for
 from tests.support.tuning_results import kv_constrained_result

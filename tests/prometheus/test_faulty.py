@@ -19,7 +19,7 @@ import pytest
 
 from llm_operator.adaptation import prometheus
 from llm_operator.adaptation.policy import AdaptationState, CapAction, decide
-from llm_operator.models import LLMServiceSpec
+from llm_operator.api.models import LLMServiceSpec
 from tests.support.metrics_replay import KV_PRESSURE, Recording, ReplayServer
 from tests.support.prometheus import Target, running_prometheus
 

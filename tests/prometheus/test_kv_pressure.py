@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from llm_operator.adaptation.policy import AdaptationState, CapAction, decide
-from llm_operator.models import LLMServiceSpec
+from llm_operator.api.models import LLMServiceSpec
 from tests.prometheus.conftest import Stack, full, observe_scenario, start_stack
 from tests.support.vllm_load import Load, engine_metric
 

@@ -23,7 +23,6 @@ from typing import Any
 
 import pytest
 
-from llm_operator import status as st
 from llm_operator.adaptation import prometheus
 from llm_operator.adaptation.policy import CapAction, CapDecision, DecisionCause
 from llm_operator.adaptation.update import (
@@ -32,12 +31,13 @@ from llm_operator.adaptation.update import (
     parse_services,
     plan_update,
 )
+from llm_operator.api.models import parse_llmservice
+from llm_operator.api.settings import Settings
+from llm_operator.health import status as st
 from llm_operator.inpod.tuner.server import VLLMServer
-from llm_operator.models import parse_llmservice
 from llm_operator.planning import make_plan
 from llm_operator.rendering import render_all
 from llm_operator.rendering.admission import ADMISSION_KEY
-from llm_operator.settings import Settings
 from tests.conftest import vllm_python
 from tests.prometheus.conftest import NAMESPACE
 from tests.support.engine import LIVE_FLAGS, copy_engine_code, live_env, write_cap

@@ -26,11 +26,11 @@ import pytest
 
 from llm_operator.adaptation import prometheus
 from llm_operator.adaptation.policy import AdaptationState, CapLimits, decide, policy_for_scrape
+from llm_operator.api.models import LLMServiceSpec, ModelSpec
 from llm_operator.cli import main
+from llm_operator.cli.plots import timeline_from_matrices
 from llm_operator.controller.metrics import OperatorMetrics
 from llm_operator.inpod.tuner.server import VLLMServer, free_port
-from llm_operator.models import LLMServiceSpec, ModelSpec
-from llm_operator.plots import timeline_from_matrices
 from llm_operator.rendering.admission import ADMISSION_KEY
 from tests.conftest import vllm_python
 from tests.prometheus.conftest import MODEL_CACHE, NAMESPACE

@@ -25,10 +25,10 @@ from typing import Any
 
 import pytest
 
-from llm_operator import status as st
 from llm_operator.adaptation.policy import AdaptationState, CapAction, CapDecision, DecisionCause
 from llm_operator.adaptation.update import Service, plan_update
-from llm_operator.models import parse_llmservice
+from llm_operator.api.models import parse_llmservice
+from llm_operator.health import status as st
 from tests.conftest import vllm_python
 from tests.prometheus.conftest import MODEL_CACHE, Stack, observe_while, start_stack
 from tests.support.tiny_model import ensure_tiny_llama

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from llm_operator.adaptation.policy import AdaptationState, CapAction, decide
-from llm_operator.models import LLMServiceSpec
+from llm_operator.api.models import LLMServiceSpec
 from tests.conftest import vllm_python
 from tests.prometheus.conftest import (
     MODEL_CACHE,

@@ -9,8 +9,8 @@ import time
 
 from llm_operator.adaptation import prometheus
 from llm_operator.adaptation.policy import AdaptationState, CapAction, decide
+from llm_operator.api.models import LLMServiceSpec
 from llm_operator.inpod.tuner.server import free_port
-from llm_operator.models import LLMServiceSpec
 from tests.support.prometheus import Target, running_prometheus
 
 SPEC = LLMServiceSpec.model_validate({"model": {"name": "tiny"},

@@ -22,8 +22,8 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from llm_operator.catalog import GPUFacts, ModelFacts, lookup_gpu, lookup_model
-from llm_operator.perfmodel import Hardware
+from llm_operator.knowledge.catalog import GPUFacts, ModelFacts, lookup_gpu, lookup_model
+from llm_operator.planning.perfmodel import Hardware
 
 ROOT = Path(__file__).resolve().parents[2]
 AIC_VENV = ROOT / ".venv-aic"
@@ -77,7 +77,7 @@ def model(name: str) -> ModelFacts:
         path = CORPUS / f"{name.replace('/', '--')}_config.json"
         if not path.exists():
             raise KeyError(name)
-        from llm_operator.modelfacts import facts_from_hf_config
+        from llm_operator.knowledge.modelfacts import facts_from_hf_config
 
         facts = facts_from_hf_config(json.loads(path.read_text()), name)
     return facts

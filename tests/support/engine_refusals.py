@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from llm_operator.models import LLMService, parse_llmservice
+from llm_operator.api.models import LLMService, parse_llmservice
 from llm_operator.planning import engine_argv, make_plan
 
 CORPUS = Path(__file__).resolve().parents[1] / "unit" / "data" / "engine_refusals.yaml"
@@ -77,8 +77,8 @@ def _cell(text: str) -> str:
 def rules_table() -> str:
     """The table of docs/production/engine-rules.md: each rule, where vLLM makes it, and
     what the operator says for the corpus's case of it (fields, fix)."""
-    from llm_operator.engine_rules import RULES
-    from llm_operator.errors import SpecError, SpecErrors
+    from llm_operator.api.errors import SpecError, SpecErrors
+    from llm_operator.knowledge.engine_rules import RULES
 
     by_rule = {c.rule: c for c in cases()}
     rows = ["| # | rule | vLLM 0.32.0 source (file, function) | vLLM says | corpus case: "

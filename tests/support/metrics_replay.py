@@ -28,7 +28,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from llm_operator.timestamps import rfc3339
+from llm_operator.api.timestamps import rfc3339
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "integration" / "data"
 KV_PRESSURE = DATA_DIR / "vllm_kv_pressure_metrics.json.gz"

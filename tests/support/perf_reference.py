@@ -1,4 +1,4 @@
-"""Reference points of the performance model (:mod:`llm_operator.perfmodel`): test and
+"""Reference points of the performance model (:mod:`llm_operator.planning.perfmodel`): test and
 benchmark data, not part of the operator.
 
 - :data:`CPU_EFFICIENCY` and :data:`THIS_CPU`: this machine's CPU running vLLM's CPU
@@ -7,7 +7,7 @@ benchmark data, not part of the operator.
   :func:`predict_published` to put the model's figure beside each.
 
 Every published point says whether it is **in sample** (a constant of
-``llm_operator.perfmodel.GPU_EFFICIENCY`` was derived from it, or it was already there
+``llm_operator.planning.perfmodel.GPU_EFFICIENCY`` was derived from it, or it was already there
 when the constants were set: ``fitted`` says which) or **held out** (added after the
 constants were set, none derived from it: the model's figure there is a prediction).
 Tests check the two apart (``test_fit_*`` and ``test_predicts_held_out_*`` in
@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from llm_operator.catalog import lookup_gpu, lookup_model
-from llm_operator.perfmodel import (
+from llm_operator.knowledge.catalog import lookup_gpu, lookup_model
+from llm_operator.planning.perfmodel import (
     GIB,
     Efficiency,
     EngineSettings,
@@ -178,7 +178,7 @@ def _ll70(gpu_dir: str, tp: int) -> str:
             "(Meta-Llama-3-70B-Instruct, bf16, max-model-len 2048)")
 
 
-# In-sample: GPU_EFFICIENCY (llm_operator/perfmodel.py) names these two sources as the
+# In-sample: GPU_EFFICIENCY (llm_operator/planning/perfmodel.py) names these two sources as the
 # ones its bandwidth, step and per-sequence overheads were derived from. Its compute
 # (0.60) and all-reduce constants (8 us, 0.7 of NVLink) were set from memory of other
 # reports, not from any point here: the tensor-parallel points below are their only check.

@@ -24,7 +24,7 @@ from llm_operator.adaptation.policy import (
     record,
     unavailable,
 )
-from llm_operator.models import LLMServiceSpec
+from llm_operator.api.models import LLMServiceSpec
 
 DATA = Path(__file__).parent / "data"
 NOW = 1_800_000_000.0

@@ -30,7 +30,7 @@ from llm_operator.adaptation.policy import (
     decide,
     record,
 )
-from llm_operator.models import LLMServiceSpec
+from llm_operator.api.models import LLMServiceSpec
 
 # The demo's spec (demo/tiny-llama-local.yaml: cooldown 20 s, maxStepPercent 50), its
 # 10 s window scraped every second, and its KV cache: 256 blocks of 16, 255 usable, 15

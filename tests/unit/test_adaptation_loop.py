@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from llm_operator import status as st
 from llm_operator.adaptation.policy import (
     CapAction,
     Observation,
@@ -34,12 +33,13 @@ from llm_operator.adaptation.update import (
     seconds_until_next,
     warmup_seconds,
 )
+from llm_operator.api.models import parse_llmservice
+from llm_operator.api.settings import Settings
+from llm_operator.api.timestamps import rfc3339
 from llm_operator.controller.metrics import OperatorMetrics
-from llm_operator.models import parse_llmservice
+from llm_operator.health import status as st
 from llm_operator.planning import make_plan
 from llm_operator.rendering import render_all
-from llm_operator.settings import Settings
-from llm_operator.timestamps import rfc3339
 
 DATA = Path(__file__).parent / "data"
 NS = "team-a"

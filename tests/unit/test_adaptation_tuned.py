@@ -31,7 +31,7 @@ from llm_operator.adaptation.policy import (
     policy_for_scrape,
     record,
 )
-from llm_operator.models import LLMServiceSpec
+from llm_operator.api.models import LLMServiceSpec
 from llm_operator_sandbox.loop import Settings as DemoLoop
 from llm_operator_sandbox.loop_demo import _Adaptation
 

@@ -72,10 +72,10 @@ def test_the_rendered_object_check_is_not_vacuous() -> None:
     values."""
     ok = run_plan(_case())
     assert ok.result == "accepted", ok.messages
-    from llm_operator.models import parse_llmservice
+    from llm_operator.api.models import parse_llmservice
+    from llm_operator.api.settings import Settings
     from llm_operator.planning import make_plan
     from llm_operator.rendering import render_all
-    from llm_operator.settings import Settings
 
     svc = parse_llmservice(_case().manifest)
     deployment = render_all(svc, make_plan(svc.spec), Settings())[0]

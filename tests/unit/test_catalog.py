@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from llm_operator.catalog import (
+from llm_operator.knowledge.catalog import (
     architecture_from_hf_config,
     gpu_products,
     lookup_gpu,

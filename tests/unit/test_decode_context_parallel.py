@@ -25,12 +25,12 @@ from llm_operator.adaptation.policy import (
     with_decode_context_parallel,
 )
 from llm_operator.adaptation.update import decode_context_parallel_size
-from llm_operator.errors import SpecError, SpecErrors
+from llm_operator.api.errors import SpecError, SpecErrors
+from llm_operator.api.models import parse_llmservice
+from llm_operator.health.status import plan_message, plan_summary
 from llm_operator.inpod.tuner.search import Space
-from llm_operator.modelfacts import facts_from_hf_config
-from llm_operator.models import parse_llmservice
+from llm_operator.knowledge.modelfacts import facts_from_hf_config
 from llm_operator.planning import engine_argv, make_plan
-from llm_operator.status import plan_message, plan_summary
 from llm_operator.tuning.fingerprint import fingerprint_inputs
 
 CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "model_configs"

@@ -28,9 +28,9 @@ from typing import Any
 import pytest
 import yaml
 
-from llm_operator import catalog
-from llm_operator.constants import GIB
-from llm_operator.models import AdaptationMode, TuningMode, TuningPlacement, parse_llmservice
+from llm_operator.api.constants import GIB
+from llm_operator.api.models import AdaptationMode, TuningMode, TuningPlacement, parse_llmservice
+from llm_operator.knowledge import catalog
 from llm_operator.planning import cache_size_limit, make_plan, model_cache_bytes
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from tests.unit.test_planning import L8B, spec
 
-from llm_operator.errors import SpecError, SpecErrors
-from llm_operator.extra_args import check_extra_args, flag_table
-from llm_operator.models import LLMServiceSpec
+from llm_operator.api.errors import SpecError, SpecErrors
+from llm_operator.api.models import LLMServiceSpec
+from llm_operator.knowledge.extra_args import check_extra_args, flag_table
 from llm_operator.planning import make_plan
 from llm_operator.rendering.vllm_args import build_vllm_args
 
@@ -105,7 +105,7 @@ VALID = ["--enforce-eager", "--max-logprobs", "5", "--compilation-config.mode", 
 
 def test_ordinary_flags_pass_and_reach_the_container_verbatim() -> None:
     assert errors_of(VALID) == []
-    from llm_operator.models import parse_llmservice
+    from llm_operator.api.models import parse_llmservice
     body = {"metadata": {"name": "x"}, "spec": {"model": {"name": L8B},
                                                 "gpus": {"product": "H100"},
                                                 "engine": {"extraArgs": VALID}}}
@@ -115,7 +115,7 @@ def test_ordinary_flags_pass_and_reach_the_container_verbatim() -> None:
 
 
 def test_the_renderer_refuses_what_the_planner_refuses() -> None:
-    from llm_operator.models import parse_llmservice
+    from llm_operator.api.models import parse_llmservice
     svc = parse_llmservice({"metadata": {"name": "x"}, "spec": {
         "model": {"name": L8B}, "gpus": {"product": "H100"}}})
     bad = svc.model_copy(update={"spec": svc.spec.model_copy(update={
@@ -254,7 +254,7 @@ def test_the_flag_table_is_the_installed_vllm_serve_parser() -> None:
 
 
 def test_the_live_cap_sees_its_flags_in_every_spelling_vllm_accepts() -> None:
-    from llm_operator.status import LiveCapReason, live_cap_blocker
+    from llm_operator.health.status import LiveCapReason, live_cap_blocker
 
     for args in (["--scheduler_cls=my.Sched"], ["--max-num-active", "4"],
                  ["--scheduler-cls", "my.Sched"]):

@@ -10,8 +10,8 @@ import pytest
 import yaml
 from benchmarks import gpu_kernels as gk
 
-from llm_operator.catalog import lookup_model
-from llm_operator.perfmodel import GPU_EFFICIENCY
+from llm_operator.knowledge.catalog import lookup_model
+from llm_operator.planning.perfmodel import GPU_EFFICIENCY
 
 CONFIG = yaml.safe_load(gk.CONFIG.read_text())
 

@@ -14,14 +14,19 @@ from typing import Any
 import pytest
 from tests.unit.test_modelfacts import DEEPSEEK_V3, GPT_OSS_120B, spec
 
-from llm_operator.catalog import gpu_table, lookup_gpu
-from llm_operator.dtype_support import compute_path, dtype_errors
-from llm_operator.errors import SpecError
-from llm_operator.gpuclass import GFD_PRODUCT_LABEL, GKE_ACCELERATOR_LABEL, PRESETS, placement
-from llm_operator.modelfacts import facts_from_hf_config
-from llm_operator.models import Quantization
-from llm_operator.perfmodel import inputs_for
+from llm_operator.api.errors import SpecError
+from llm_operator.api.models import Quantization
+from llm_operator.knowledge.catalog import gpu_table, lookup_gpu
+from llm_operator.knowledge.dtype_support import compute_path, dtype_errors
+from llm_operator.knowledge.gpuclass import (
+    GFD_PRODUCT_LABEL,
+    GKE_ACCELERATOR_LABEL,
+    PRESETS,
+    placement,
+)
+from llm_operator.knowledge.modelfacts import facts_from_hf_config
 from llm_operator.planning import Plan, make_plan, model_facts
+from llm_operator.planning.perfmodel import inputs_for
 
 pytestmark = pytest.mark.unit
 
@@ -216,7 +221,7 @@ def test_mxfp4_refuses_a_float16_dtype() -> None:
 
 def test_compute_path_without_a_capability_uses_bf16() -> None:
     # A GPU given by its memory only: nothing judged, bf16's figure (None here).
-    from llm_operator.catalog import GPUFacts
+    from llm_operator.knowledge.catalog import GPUFacts
 
     custom = GPUFacts("custom-80GiB", "custom-80GiB", 80 * 2**30)
     path = compute_path(NVFP4, Quantization.NONE, custom)

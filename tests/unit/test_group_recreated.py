@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from llm_operator import status as st
-from llm_operator.timestamps import parse_rfc3339
+from llm_operator.api.timestamps import parse_rfc3339
+from llm_operator.health import status as st
 
 NOW = parse_rfc3339("2026-11-28T10:00:00Z")
 MESSAGE = "Worker pod duo-lws-0-1 failed, deleted leader pod duo-lws-0 to recreate group 0"

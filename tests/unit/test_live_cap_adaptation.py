@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 from tests.unit.test_adaptation_loop import NS, POLICY, body, decision_for, pressure  # noqa: F401
 
-from llm_operator import status as st
 from llm_operator.adaptation.policy import CapAction, Observation
 from llm_operator.adaptation.update import (
     LIVE_CAP_REPORT_TIMEOUT_SECONDS,
@@ -23,10 +22,11 @@ from llm_operator.adaptation.update import (
     plan_update,
     waiting_decision,
 )
-from llm_operator.models import parse_llmservice
+from llm_operator.api.models import parse_llmservice
+from llm_operator.api.settings import Settings
+from llm_operator.health import status as st
 from llm_operator.planning import make_plan
 from llm_operator.rendering import render_all
-from llm_operator.settings import Settings
 
 
 def condition(up: Any, status: dict[str, Any]) -> dict[str, Any]:

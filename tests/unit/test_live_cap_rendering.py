@@ -23,7 +23,9 @@ from tests.unit.test_rendering import (
     validate_manifest,
 )
 
-from llm_operator import rendering, status
+from llm_operator import rendering
+from llm_operator.api.settings import Settings
+from llm_operator.health import status
 from llm_operator.planning import make_plan
 from llm_operator.rendering.admission import (
     ADMISSION_PATH,
@@ -31,7 +33,6 @@ from llm_operator.rendering.admission import (
     ENGINE_SCHEDULER_CLS,
     METRICS_DIR_PATH,
 )
-from llm_operator.settings import Settings
 
 LIVE_SPEC: dict[str, Any] = {
     "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},

@@ -12,9 +12,10 @@ import kubernetes_validate
 import pytest
 from tests.support.hub import GPT_OSS_20B, INDEX
 
-from llm_operator import status as st
-from llm_operator.constants import LABEL_COMPONENT, LABEL_SERVICE
-from llm_operator.errors import SpecErrors
+from llm_operator.api.constants import LABEL_COMPONENT, LABEL_SERVICE
+from llm_operator.api.errors import SpecErrors
+from llm_operator.api.models import parse_llmservice
+from llm_operator.api.settings import Settings
 from llm_operator.facts import control as fc
 from llm_operator.facts import message as fm
 from llm_operator.facts.job import (
@@ -23,9 +24,8 @@ from llm_operator.facts.job import (
     facts_job_name,
     facts_key,
 )
-from llm_operator.models import parse_llmservice
+from llm_operator.health import status as st
 from llm_operator.planning import make_plan
-from llm_operator.settings import Settings
 from llm_operator.tuning.control import JobPhase, ObservedJob
 
 BODY: dict[str, Any] = {
@@ -135,7 +135,7 @@ def test_message_of_a_long_config_keeps_what_the_parser_reads() -> None:
     doc = fm.decode(text)
     assert doc["config"]["quantization_config"]["ignore"] == ["attn"]
     assert doc["config"]["layer_types"] == config["layer_types"]
-    from llm_operator.modelfacts import facts_from_hf_config
+    from llm_operator.knowledge.modelfacts import facts_from_hf_config
     assert facts_from_hf_config(doc["config"]) == facts_from_hf_config(config)
 
 

@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 
 from llm_operator import cli
+from llm_operator.api.models import parse_llmservice
 from llm_operator.facts import message as fm
 from llm_operator.facts.control import FactsFailed, parse_facts
-from llm_operator.modelfacts import MAX_CONTEXT_UNSTATED, facts_from_hf_config
-from llm_operator.models import parse_llmservice
+from llm_operator.knowledge.modelfacts import MAX_CONTEXT_UNSTATED, facts_from_hf_config
 from llm_operator.planning import kv_bytes_per_token, make_plan
 from llm_operator.planning.memory import kv_bytes_per_sequence
 

@@ -13,9 +13,9 @@ import yaml
 from tests.support.hub import COMMIT, GPT_OSS_20B, INDEX, TOKEN, LocalHub, _Hub
 
 from llm_operator import cli
+from llm_operator.api.models import load_services
 from llm_operator.cli.modelsource import facts_from_folder, facts_from_hub
-from llm_operator.models import load_services
-from llm_operator.sizing import plan_for_slo
+from llm_operator.planning.sizing import plan_for_slo
 from llm_operator.tuning.job import start_hint
 
 pytestmark = pytest.mark.unit

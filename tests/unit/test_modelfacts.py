@@ -19,16 +19,16 @@ from typing import Any
 
 import pytest
 
-from llm_operator.errors import SpecError
-from llm_operator.modelfacts import (
+from llm_operator.api.errors import SpecError
+from llm_operator.api.models import parse_llmservice
+from llm_operator.health.status import plan_summary
+from llm_operator.knowledge.modelfacts import (
     CONFIG_JSON,
     QUANT_BYTES_PER_WEIGHT,
     SAFETENSORS_INDEX,
     ModelFacts,
     facts_from_hf_config,
 )
-from llm_operator.models import parse_llmservice
-from llm_operator.perfmodel import suggest_for
 from llm_operator.planning import (
     BLOCK_SIZE,
     kv_bytes_per_sequence,
@@ -37,7 +37,7 @@ from llm_operator.planning import (
     valid_tensor_parallel_sizes,
     weight_bytes,
 )
-from llm_operator.status import plan_summary
+from llm_operator.planning.perfmodel import suggest_for
 
 pytestmark = pytest.mark.unit
 
@@ -126,7 +126,7 @@ def test_deepseek_v3_parameters_experts_and_fp8_weights() -> None:
 
 
 def facts_quant_none() -> Any:
-    from llm_operator.models import Quantization
+    from llm_operator.api.models import Quantization
     return Quantization.NONE
 
 

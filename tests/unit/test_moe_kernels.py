@@ -11,8 +11,8 @@ import pytest
 from benchmarks import moe_kernels as mk
 from benchmarks.results_md import current
 
-from llm_operator.modelfacts import facts_from_hf_config
-from llm_operator.perfmodel import GPU_EFFICIENCY, ModelShape
+from llm_operator.knowledge.modelfacts import facts_from_hf_config
+from llm_operator.planning.perfmodel import GPU_EFFICIENCY, ModelShape
 
 MEASURED = json.loads(mk.MEASURED.read_text())
 AIC = json.loads(mk.DATA.read_text())

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from llm_operator import status as st
-from llm_operator.models import parse_llmservice
+from llm_operator.api.models import parse_llmservice
+from llm_operator.health import status as st
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW = 1_800_000_000.0

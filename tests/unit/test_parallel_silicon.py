@@ -17,8 +17,8 @@ from pathlib import Path
 from benchmarks.parallel_silicon import DATA, DPA, EP, SECTION, section
 from benchmarks.results_md import current, markers
 
-from llm_operator.modelfacts import facts_from_hf_config
-from llm_operator.models import parse_llmservice
+from llm_operator.api.models import parse_llmservice
+from llm_operator.knowledge.modelfacts import facts_from_hf_config
 from llm_operator.planning import engine_argv, make_plan
 
 CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "model_configs"

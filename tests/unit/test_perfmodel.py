@@ -23,10 +23,11 @@ from tests.support.perf_reference import (
 )
 from tests.support.tiny_model import tiny_shape
 
-from llm_operator.catalog import lookup_gpu, lookup_model
 from llm_operator.cli.tables import curve_table
 from llm_operator.inpod.tuner.search import SLO
-from llm_operator.perfmodel import (
+from llm_operator.knowledge.catalog import lookup_gpu, lookup_model
+from llm_operator.planning import kv_token_capacity
+from llm_operator.planning.perfmodel import (
     GPU_EFFICIENCY,
     Efficiency,
     EngineSettings,
@@ -44,7 +45,6 @@ from llm_operator.perfmodel import (
     step_time,
     suggest_start,
 )
-from llm_operator.planning import kv_token_capacity
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU_DATA = ROOT / "benchmarks" / "data" / "cpu_engine_profile.json"

@@ -12,7 +12,7 @@ from benchmarks.perfmodel_vs_silicon import CONFIG, DATA, summarise
 from benchmarks.perfmodel_vs_silicon_moe import LATEST, RUNS
 
 from llm_operator import cli
-from llm_operator.perfmodel import MEASURED_ACCURACY, Accuracy
+from llm_operator.planning.perfmodel import MEASURED_ACCURACY, Accuracy
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

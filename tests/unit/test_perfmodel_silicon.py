@@ -29,7 +29,7 @@ from benchmarks.perfmodel_vs_silicon import (
     summarise,
 )
 
-from llm_operator.perfmodel import GPU_EFFICIENCY
+from llm_operator.planning.perfmodel import GPU_EFFICIENCY
 
 
 def _rewrite_csv(rows: list[dict[str, object]], path: Path) -> None:

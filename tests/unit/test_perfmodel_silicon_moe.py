@@ -18,7 +18,7 @@ from benchmarks.results_md import published
 from tests.support.aic import hardware, model
 from tests.unit.test_perfmodel_silicon import _rewrite_csv
 
-from llm_operator.perfmodel import GPU_EFFICIENCY, ModelShape, step_time
+from llm_operator.planning.perfmodel import GPU_EFFICIENCY, ModelShape, step_time
 
 
 def stored(label: str) -> dict:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from llm_operator.api.models import parse_llmservice
 from llm_operator.cli import main
 from llm_operator.cli.aic import (
     AICError,
@@ -24,9 +25,8 @@ from llm_operator.cli.aic import (
     itl_p95_ms,
     request_for,
 )
-from llm_operator.models import parse_llmservice
-from llm_operator.perfmodel import curve_for
 from llm_operator.planning import make_plan
+from llm_operator.planning.perfmodel import curve_for
 
 pytestmark = pytest.mark.unit
 

@@ -12,9 +12,9 @@ import yaml
 
 from llm_operator import cli
 from llm_operator.adaptation.policy import AdaptationState, CapLimits, bounds_for, decide
-from llm_operator.models import LLMServiceSpec
+from llm_operator.api.models import LLMServiceSpec
+from llm_operator.health.status import plan_summary
 from llm_operator.planning import make_plan
-from llm_operator.status import plan_summary
 
 MODEL = {"name": "meta-llama/Llama-3.1-8B-Instruct"}
 

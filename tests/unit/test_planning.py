@@ -19,11 +19,11 @@ import pytest
 from rich.console import Console
 
 from llm_operator import cli
-from llm_operator.catalog import architecture_from_hf_config, lookup_gpu, lookup_model
+from llm_operator.api.errors import SpecError, SpecErrors
+from llm_operator.api.models import LLMServiceSpec, Quantization, parse_llmservice
 from llm_operator.cli.tables import plan_table
-from llm_operator.errors import SpecError, SpecErrors
-from llm_operator.extra_args import MANAGED_FLAGS
-from llm_operator.models import LLMServiceSpec, Quantization, parse_llmservice
+from llm_operator.knowledge.catalog import architecture_from_hf_config, lookup_gpu, lookup_model
+from llm_operator.knowledge.extra_args import MANAGED_FLAGS
 from llm_operator.planning import (
     BLOCK_SIZE,
     NULL_BLOCKS,
@@ -636,7 +636,7 @@ def test_pinned_tp_that_needs_pipeline_stages_on_one_node_says_why() -> None:
 def test_the_performance_model_predicts_both_tp_options_at_the_workload() -> None:
     """`llm-operator plan` shows the option not taken as the performance model sees it:
     with 2 of the 64 sequences queued, TP=2's TTFT is the higher one."""
-    from llm_operator.perfmodel import tp_alternative
+    from llm_operator.planning.perfmodel import tp_alternative
 
     s = LLMServiceSpec.model_validate(FP8_70B_L40S)
     (chosen, at_2), (other, at_4) = tp_alternative(s, make_plan(s))

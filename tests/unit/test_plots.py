@@ -17,13 +17,13 @@ from tests.support.tuning_results import failed_tuner_result, kv_constrained_res
 
 from llm_operator.adaptation import prometheus
 from llm_operator.cli import main
-from llm_operator.controller.metrics import OperatorMetrics
-from llm_operator.plots import (
+from llm_operator.cli.plots import (
     PlotInputError,
     decisions_from_counters,
     timeline_from_matrices,
     trials_from_document,
 )
+from llm_operator.controller.metrics import OperatorMetrics
 from llm_operator.tuning.control import score_summary, trial_table
 
 ROOT = Path(__file__).resolve().parents[2]

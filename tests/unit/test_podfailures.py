@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from llm_operator.podfailures import creating, replica_failure
-from llm_operator.podscheduling import (
+from llm_operator.health.podfailures import creating, replica_failure
+from llm_operator.health.podscheduling import (
     PodScheduling,
     crash_condition,
     creation_condition,
     with_volume_events,
 )
-from llm_operator.status import get_condition
+from llm_operator.health.status import get_condition
 
 NOW = 1_800_000_000.0
 IMAGE = "vllm/vllm-openai:v9.9.9"
@@ -149,7 +149,7 @@ def test_a_volume_that_fails_to_mount_is_read_from_the_pods_events() -> None:
 def test_a_failed_mount_counts_after_the_grace_a_multi_attach_at_once() -> None:
     """A FailedMount also shows while a volume still attaches on a healthy start: only
     a pod bound for VOLUME_GRACE_SECONDS (45 s) without a container is reported."""
-    from llm_operator.timestamps import rfc3339
+    from llm_operator.api.timestamps import rfc3339
 
     def bound(seconds_ago: float) -> list[PodScheduling]:
         pod = creating_pod("qwen-abc")
@@ -249,7 +249,7 @@ def test_another_creation_failure_points_at_the_replica_sets_events() -> None:
 
 
 def test_the_schedulers_missing_claim_gets_the_claims_fix() -> None:
-    from llm_operator.podscheduling import scheduling_condition
+    from llm_operator.health.podscheduling import scheduling_condition
 
     said = ('0/3 nodes are available: persistentvolumeclaim "hf-cache" not found. preemption: '
             "0/3 nodes are available: 3 Preemption is not helpful for scheduling.")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from llm_operator.podscheduling import PodScheduling, placement_note, scheduling_condition
-from llm_operator.status import get_condition
+from llm_operator.health.podscheduling import PodScheduling, placement_note, scheduling_condition
+from llm_operator.health.status import get_condition
 
 NOW = 1_800_000_000.0
 MSG = "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector."
@@ -81,7 +81,7 @@ def crashing(name: str, *, init: bool = False, message: str = VLLM_EXIT) -> dict
 
 
 def test_a_crash_loop_is_said_with_the_container_exit_code_and_last_line() -> None:
-    from llm_operator.podscheduling import crash_condition
+    from llm_operator.health.podscheduling import crash_condition
 
     pods = [PodScheduling.from_pod(crashing("p")), PodScheduling("q", False)]
     conds, notice = crash_condition([], pods, generation=2, now=NOW)

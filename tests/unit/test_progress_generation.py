@@ -12,7 +12,7 @@ from typing import Any
 
 import kopf
 
-from llm_operator.constants import PROGRESS_PREFIX
+from llm_operator.api.constants import PROGRESS_PREFIX
 from llm_operator.controller.progress import (
     GenerationProgressStorage,
     outdated_success,

@@ -25,9 +25,10 @@ import yaml
 from tests.support.schemas import load_schema
 
 from llm_operator import rendering
-from llm_operator.constants import ANNOTATION_SPEC_HASH, DEFAULT_IMAGE, GIB, LABEL_SERVICE
-from llm_operator.errors import SpecErrors
-from llm_operator.models import LLMService, parse_llmservice
+from llm_operator.api.constants import ANNOTATION_SPEC_HASH, DEFAULT_IMAGE, GIB, LABEL_SERVICE
+from llm_operator.api.errors import SpecErrors
+from llm_operator.api.models import LLMService, parse_llmservice
+from llm_operator.api.settings import Settings
 from llm_operator.planning import Plan, effective_engine_value, make_plan
 from llm_operator.rendering.deployment import build_deployment
 from llm_operator.rendering.identity import COMPONENT_TUNING, labels_for, spec_hash
@@ -41,7 +42,6 @@ from llm_operator.rendering.pod import MODEL_MOUNT_PATH
 from llm_operator.rendering.podmonitor import build_pod_monitor, prometheus_pod_label
 from llm_operator.rendering.service import build_service
 from llm_operator.rendering.vllm_args import build_vllm_args
-from llm_operator.settings import Settings
 
 GOLDEN = Path(__file__).parent / "golden"
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,7 +15,7 @@ from typing import Any
 import kopf
 import pytest
 
-from llm_operator.constants import PROGRESS_PREFIX
+from llm_operator.api.constants import PROGRESS_PREFIX
 from llm_operator.controller.diffbase import SlimDiffBaseStorage
 from llm_operator.controller.progress import GenerationProgressStorage
 from llm_operator.controller.resync import Resync, ServiceView, resync_due, still_needing, view_of

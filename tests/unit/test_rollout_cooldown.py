@@ -11,7 +11,6 @@ from typing import Any
 
 from tests.unit.test_adaptation_loop import NS, POLICY, body, decision_for, pressure  # noqa: F401
 
-from llm_operator import status as st
 from llm_operator.adaptation.policy import CapAction, Observation
 from llm_operator.adaptation.update import (
     after_rollout,
@@ -20,11 +19,12 @@ from llm_operator.adaptation.update import (
     waiting_decision,
     workload_max_num_seqs,
 )
-from llm_operator.models import parse_llmservice
+from llm_operator.api.models import parse_llmservice
+from llm_operator.api.settings import Settings
+from llm_operator.api.timestamps import rfc3339
+from llm_operator.health import status as st
 from llm_operator.planning import make_plan
 from llm_operator.rendering import render_all
-from llm_operator.settings import Settings
-from llm_operator.timestamps import rfc3339
 
 COOLDOWN = 600  # spec.adaptation.cooldownSeconds (the default)
 ROLLOUT_S = 400  # how long the rollout takes (a GPU model's restart takes minutes)

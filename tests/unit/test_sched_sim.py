@@ -11,8 +11,14 @@ from benchmarks.perfmodel_vs_silicon import load_config, predict_at, settings_of
 from benchmarks.results_md import current, markers
 from benchmarks.sched_sim import DATA, SECTION, first_arrivals, place, render, simulate
 
-from llm_operator.catalog import lookup_gpu, lookup_model
-from llm_operator.perfmodel import EngineSettings, Hardware, ModelShape, Workload, step_time
+from llm_operator.knowledge.catalog import lookup_gpu, lookup_model
+from llm_operator.planning.perfmodel import (
+    EngineSettings,
+    Hardware,
+    ModelShape,
+    Workload,
+    step_time,
+)
 
 Z = 3e-3
 

@@ -1,7 +1,7 @@
-"""SLO sizing (issue 57, items 1-3): each decision of :func:`llm_operator.sizing.plan_for_slo`
-with the performance model's own figures (estimates: llm_operator.perfmodel as it is,
-not re-fitted). The rule was fixed before these figures were read (the module's
-docstring); the figures are what it gives."""
+"""SLO sizing (issue 57, items 1-3): each decision of
+:func:`llm_operator.planning.sizing.plan_for_slo` with the performance model's own figures
+(estimates: llm_operator.planning.perfmodel as it is, not re-fitted). The rule was fixed
+before these figures were read (the module's docstring); the figures are what it gives."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from llm_operator.models import LLMServiceSpec, load_services
+from llm_operator.api.models import LLMServiceSpec, load_services
+from llm_operator.health.status import ConditionType, build_status, plan_summary, slo_condition
 from llm_operator.planning import engine_argv, make_plan
-from llm_operator.sizing import knob_grid, per_replica_concurrency, plan_for_slo
-from llm_operator.status import ConditionType, build_status, plan_summary, slo_condition
+from llm_operator.planning.sizing import knob_grid, per_replica_concurrency, plan_for_slo
 from llm_operator.tuning.job import start_hint
 
 pytestmark = pytest.mark.unit

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from tests.unit.test_planning import L8B, spec
 
-from llm_operator.models import LLMService, parse_llmservice, quantity_fix
+from llm_operator.api.models import LLMService, parse_llmservice, quantity_fix
 from llm_operator.planning import make_plan
 from llm_operator.rendering.vllm_args import build_vllm_args
 

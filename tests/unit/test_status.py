@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from llm_operator.errors import SpecError
-from llm_operator.models import LLMServiceSpec
-from llm_operator.planning import make_plan
-from llm_operator.status import (
+from llm_operator.api.errors import SpecError
+from llm_operator.api.models import LLMServiceSpec
+from llm_operator.api.timestamps import parse_rfc3339
+from llm_operator.health.status import (
     ConditionType,
     WorkloadState,
     build_status,
@@ -18,7 +18,7 @@ from llm_operator.status import (
     set_condition,
     status_patch,
 )
-from llm_operator.timestamps import parse_rfc3339
+from llm_operator.planning import make_plan
 
 T0, T1 = "2025-01-01T00:00:00Z", "2025-01-01T00:05:00Z"  # as status shows them
 AT0, AT1 = parse_rfc3339(T0), parse_rfc3339(T1)  # as the caller passes them
@@ -134,7 +134,7 @@ def test_pinned_value_reaches_the_summary() -> None:
 
 
 def test_engine_overrides_take_tuning_then_adaptation() -> None:
-    from llm_operator.status import engine_overrides
+    from llm_operator.health.status import engine_overrides
 
     assert engine_overrides(None) == {}
     status = {"tuning": {"applied": {"maxNumSeqs": 24, "maxNumBatchedTokens": 4096}}}
@@ -146,9 +146,9 @@ def test_engine_overrides_take_tuning_then_adaptation() -> None:
 
 
 def test_engine_in_effect_names_where_each_value_came_from() -> None:
-    from llm_operator.models import EngineSpec, LLMServiceSpec
+    from llm_operator.api.models import EngineSpec, LLMServiceSpec
+    from llm_operator.health.status import engine_in_effect
     from llm_operator.planning import make_plan
-    from llm_operator.status import engine_in_effect
 
     spec = LLMServiceSpec.model_validate(
         {"model": {"name": "meta-llama/Llama-3.1-8B-Instruct"}, "gpus": {"product": "H100"}})

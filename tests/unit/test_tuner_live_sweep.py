@@ -55,8 +55,9 @@ def test_the_default_image_sweeps_caps_live_on_the_copied_engine(tmp_path: Path)
                    check=True, timeout=60, capture_output=True,
                    env={**os.environ, "PYTHONPATH": str(ROOT / "operator")})
     pkg = dst / "llm_operator"
-    assert sorted(p.name for p in pkg.iterdir()) == [
-        "__init__.py", "data", "engine_rules.py", "inpod", "serve_args.py"]
+    assert sorted(p.name for p in pkg.iterdir()) == ["__init__.py", "inpod", "knowledge"]
+    assert sorted(p.name for p in (pkg / "knowledge").iterdir()) == [
+        "__init__.py", "data", "engine_rules.py", "serve_args.py"]
     assert sorted(p.name for p in (pkg / "inpod").iterdir()) == ["__init__.py", "engine", "tuner"]
     assert (pkg / "inpod" / "engine" / "scheduler.py").exists()
     assert (pkg / "inpod" / "tuner" / "__main__.py").exists()

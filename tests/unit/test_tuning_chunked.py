@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 import pytest
 from tests.unit.test_tuning_search import SLO_, WL, FakeEvaluator, Surface
 
+from llm_operator.cli.plots import trials_from_document
 from llm_operator.inpod.tuner.report import render_text, table_headers
 from llm_operator.inpod.tuner.result import TABLE_COLUMNS, result_from_outcome
 from llm_operator.inpod.tuner.runner import LiveCapEvaluator, pinned_flags
@@ -23,7 +24,6 @@ from llm_operator.inpod.tuner.search import (
     chunked_prefill_searchable,
     search,
 )
-from llm_operator.plots import trials_from_document
 from llm_operator.tuning.control import applied_settings, score_summary
 
 MML = 4096  # --max-model-len of the servers

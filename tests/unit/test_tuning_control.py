@@ -17,11 +17,11 @@ from tests.support.tuning_results import (
     slo_unmet_typical_result,
 )
 
-from llm_operator import status as st
-from llm_operator.models import LLMService, parse_llmservice
+from llm_operator.api.models import LLMService, parse_llmservice
+from llm_operator.api.timestamps import parse_rfc3339
+from llm_operator.health import status as st
 from llm_operator.planning import Plan, make_plan
 from llm_operator.rendering.vllm_args import build_vllm_args
-from llm_operator.timestamps import parse_rfc3339
 from llm_operator.tuning import control as tc
 from llm_operator.tuning.fingerprint import tuning_fingerprint
 from llm_operator.tuning.job import tuning_job_name

@@ -10,13 +10,13 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from llm_operator.constants import ANNOTATION_FINGERPRINT, LABEL_COMPONENT, LABEL_SERVICE
-from llm_operator.errors import SpecError
-from llm_operator.gpuclass import TOLERATE_NVIDIA_GPU_TAINT
+from llm_operator.api.constants import ANNOTATION_FINGERPRINT, LABEL_COMPONENT, LABEL_SERVICE
+from llm_operator.api.errors import SpecError
+from llm_operator.api.models import parse_llmservice
+from llm_operator.api.settings import Settings
 from llm_operator.inpod.tuner.main import build_parser
-from llm_operator.models import parse_llmservice
+from llm_operator.knowledge.gpuclass import TOLERATE_NVIDIA_GPU_TAINT
 from llm_operator.planning import make_plan
-from llm_operator.settings import Settings
 from llm_operator.tuning.fingerprint import tuning_fingerprint
 from llm_operator.tuning.job import build_tuning_job, fixed_server_args, tuning_job_name
 
@@ -205,10 +205,10 @@ def test_cli_tune_without_a_vllm_python_says_how_to_get_one(tmp_path: Any) -> No
 def test_search_starts_at_the_performance_models_knee() -> None:
     """The hint is the model's knee under the SLO (perfmodel.suggest_for), not merely the
     memory limit: the tuner starts where the prediction says the optimum is."""
-    from llm_operator.models import parse_llmservice
-    from llm_operator.perfmodel import suggest_for
+    from llm_operator.api.models import parse_llmservice
+    from llm_operator.api.settings import Settings
     from llm_operator.planning import make_plan
-    from llm_operator.settings import Settings
+    from llm_operator.planning.perfmodel import suggest_for
     from llm_operator.tuning.job import build_tuning_job
 
     svc = parse_llmservice({
@@ -232,8 +232,8 @@ def test_a_model_planned_from_its_config_json_starts_at_the_models_knee_too() ->
     import json
     from pathlib import Path
 
-    from llm_operator.modelfacts import facts_from_hf_config
-    from llm_operator.perfmodel import suggest_for
+    from llm_operator.knowledge.modelfacts import facts_from_hf_config
+    from llm_operator.planning.perfmodel import suggest_for
 
     config = Path(__file__).resolve().parents[1] / "fixtures" / "model_configs" / (
         "Qwen--Qwen3.5-35B-A3B_config.json")
@@ -270,7 +270,7 @@ def test_the_code_the_job_runs_needs_only_what_a_vllm_image_has() -> None:
     from llm_operator.tuning.job import COPY_SCRIPT
 
     # vLLM's start-up rules, standard library only (their own import-linter contract).
-    COPIED_ALONG = {"engine_rules", "serve_args"}
+    COPIED_ALONG = {"knowledge.engine_rules", "knowledge.serve_args"}
     allowed = set(sys.stdlib_module_names) | {"vllm", "pydantic", "prometheus_client", "rich"}
     files = sorted(Path(pkg.__file__).parent.glob("*.py"))
     assert len(files) >= 9, [f.name for f in files]
@@ -279,8 +279,9 @@ def test_the_code_the_job_runs_needs_only_what_a_vllm_image_has() -> None:
             if isinstance(node, ast.ImportFrom):
                 if node.level == 1:
                     continue  # a sibling: copied too
-                if node.level == 3 and node.module in COPIED_ALONG:  # llm_operator.X
-                    assert f"'{node.module}.py'" in COPY_SCRIPT  # copied too
+                if node.level == 3 and node.module in COPIED_ALONG:  # llm_operator.X.Y
+                    path_in_package = node.module.replace(".", "/")
+                    assert f"'{path_in_package}.py'" in COPY_SCRIPT  # copied too
                     continue
                 assert node.level == 0, f"{path.name} imports from outside llm_operator.inpod.tuner"
                 top = (node.module or "").split(".")[0]

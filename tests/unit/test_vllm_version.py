@@ -11,12 +11,12 @@ from tests.unit.test_adaptation_loop import POLICY, body, decision_for, pressure
 from tests.unit.test_rendering import args_of, hand_plan, make_svc
 
 from llm_operator import rendering
-from llm_operator import status as st
 from llm_operator.adaptation.policy import Observation
 from llm_operator.adaptation.update import live_cap_progress, plan_update
-from llm_operator.constants import DEFAULT_IMAGE
-from llm_operator.settings import Settings
-from llm_operator.vllm_version import (
+from llm_operator.api.constants import DEFAULT_IMAGE
+from llm_operator.api.settings import Settings
+from llm_operator.health import status as st
+from llm_operator.knowledge.vllm_version import (
     LiveCapSupport,
     compat_table,
     image_vllm_version,

@@ -52,11 +52,11 @@ from typing import Any
 
 import pytest
 
+from llm_operator.api.errors import InputError, SpecError, SpecErrors
+from llm_operator.api.models import parse_llmservice
 from llm_operator.cli.modelsource import facts_from_folder
-from llm_operator.errors import InputError, SpecError, SpecErrors
 from llm_operator.inpod.tuner.server import vllm_lock
-from llm_operator.modelfacts import _TIED_BY_DEFAULT
-from llm_operator.models import parse_llmservice
+from llm_operator.knowledge.modelfacts import _TIED_BY_DEFAULT
 from llm_operator.planning import kv_bytes_per_token, make_plan
 
 ROOT = Path(__file__).resolve().parents[2]

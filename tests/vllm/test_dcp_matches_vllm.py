@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from llm_operator.inpod.tuner.server import vllm_lock
-from llm_operator.modelfacts import facts_from_hf_config
+from llm_operator.knowledge.modelfacts import facts_from_hf_config
 from llm_operator.planning import (
     BLOCK_SIZE,
     decode_context_parallel_sizes,

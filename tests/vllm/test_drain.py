@@ -22,8 +22,8 @@ import pytest
 from tests.support.streams import stream_completions
 from tests.support.tiny_model import ensure_tiny_llama
 
+from llm_operator.api.models import RolloutSpec, parse_llmservice
 from llm_operator.inpod.tuner.server import VLLMServer
-from llm_operator.models import RolloutSpec, parse_llmservice
 from llm_operator.planning import make_plan
 from llm_operator.rendering.vllm_args import build_vllm_flags
 

@@ -1,4 +1,4 @@
-"""The GPU dtype rules (``llm_operator.dtype_support``) say what vLLM's source says.
+"""The GPU dtype rules (``llm_operator.knowledge.dtype_support``) say what vLLM's source says.
 
 Each rule names the vLLM class whose ``get_min_capability()`` and
 ``get_supported_act_dtypes()`` it mirrors; this reads those methods from the installed
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from llm_operator.dtype_support import RULES
-from llm_operator.engine_rules import VLLM_VERSION
+from llm_operator.knowledge.dtype_support import RULES
+from llm_operator.knowledge.engine_rules import VLLM_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = Path(os.environ.get("LLMOP_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))

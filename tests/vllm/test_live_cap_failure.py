@@ -17,8 +17,8 @@ See root cause above" and do not name the cause):
    The class writes its line to the termination message and re-raises.
 
 Each message is then read the way the operator reads a crash-looping pod
-(:func:`llm_operator.podscheduling.live_cap_failure`), turns the live cap off for the
-spec's generation (:func:`llm_operator.status.live_cap_crash_fallback`), and the service
+(:func:`llm_operator.health.podscheduling.live_cap_failure`), turns the live cap off for the
+spec's generation (:func:`llm_operator.health.status.live_cap_crash_fallback`), and the service
 re-renders without the scheduler class. The operator's side on an API server, with the
 Event and the condition, is tests/integration/test_scheduling.py. (A vLLM that has the
 class but lacks the live hook keeps serving with vLLM's own scheduling and reports
@@ -37,12 +37,13 @@ from tests.support.engine import LIVE_FLAGS, copy_engine_code, live_env
 from tests.support.tiny_model import ensure_tiny_llama
 from tests.unit.test_rendering import args_of, container_of, hand_plan, make_svc
 
-from llm_operator import rendering, status
+from llm_operator import rendering
+from llm_operator.api.settings import Settings
+from llm_operator.health import status
+from llm_operator.health.podscheduling import PodScheduling
 from llm_operator.inpod.engine.cap import FAILURE_PREFIX, TERMINATION_LOG_ENV
 from llm_operator.inpod.tuner.server import free_port, vllm_lock
-from llm_operator.podscheduling import PodScheduling
 from llm_operator.rendering.admission import ENGINE_SCHEDULER_CLS
-from llm_operator.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = Path(os.environ.get("LLMOP_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))

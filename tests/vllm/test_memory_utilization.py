@@ -29,9 +29,9 @@ from pathlib import Path
 import pytest
 from tests.support.tiny_model import ensure_tiny_llama
 
-from llm_operator.catalog import GPUFacts
-from llm_operator.constants import GIB
+from llm_operator.api.constants import GIB
 from llm_operator.inpod.tuner.server import VLLMServer
+from llm_operator.knowledge.catalog import GPUFacts
 from llm_operator.planning import OVERHEAD_BYTES_PER_GPU, usable_bytes_per_gpu
 
 ROOT = Path(__file__).resolve().parents[2]

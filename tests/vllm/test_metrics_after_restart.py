@@ -29,9 +29,10 @@ from tests.support.tiny_model import ensure_tiny_llama
 from tests.support.vllm_load import engine_metric
 from tests.unit.test_rendering import container_of, hand_plan, make_svc
 
-from llm_operator import rendering, status
+from llm_operator import rendering
+from llm_operator.api.settings import Settings
+from llm_operator.health import status
 from llm_operator.inpod.tuner.server import VLLMServer, sample_sums
-from llm_operator.settings import Settings
 from llm_operator_sandbox.local_plan import vllm_cli_script
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -17,7 +17,7 @@ import pytest
 from tests.support.perf_reference import THIS_CPU
 from tests.support.tiny_model import ensure_tiny_llama
 
-from llm_operator.perfmodel import ModelShape, kv_capacity_from_bytes
+from llm_operator.planning.perfmodel import ModelShape, kv_capacity_from_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = Path(os.environ.get("LLMOP_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))

@@ -42,11 +42,11 @@ from typing import Any
 import pytest
 from tests.support.tiny_model import ensure_tiny_llama, tiny_shape
 
+from llm_operator.api.models import parse_llmservice
+from llm_operator.api.settings import Settings
 from llm_operator.inpod.tuner.result import TERMINATION_LIMIT, TuningResult, parse_result
 from llm_operator.inpod.tuner.server import VLLMServer
-from llm_operator.models import parse_llmservice
 from llm_operator.planning import make_plan
-from llm_operator.settings import Settings
 from llm_operator.tuning.fingerprint import tuning_fingerprint
 from llm_operator.tuning.job import (
     CODE_PATH,
@@ -250,10 +250,12 @@ def test_rendered_job_runs_as_the_kubelet_would_and_finds_the_better_region(
     assert (code_dir / "llm_operator" / "inpod" / "tuner" / "__main__.py").exists()
     # Only the tuner, the server pod's admission controller (inpod/engine/, run as the
     # servers' --scheduler-cls to sweep caps live) and vLLM's start-up rules the tuner
-    # checks its candidates with (engine_rules.py, serve_args.py and its flag table in
-    # data/) are copied: nothing else of the operator reaches the vLLM image.
+    # checks its candidates with (knowledge/: engine_rules.py, serve_args.py and its flag
+    # table in data/) are copied: nothing else of the operator reaches the vLLM image.
     assert sorted(p.name for p in (code_dir / "llm_operator").iterdir()) == [
-        "__init__.py", "data", "engine_rules.py", "inpod", "serve_args.py"]
+        "__init__.py", "inpod", "knowledge"]
+    assert sorted(p.name for p in (code_dir / "llm_operator" / "knowledge").iterdir()) == [
+        "__init__.py", "data", "engine_rules.py", "serve_args.py"]
     assert sorted(p.name for p in (code_dir / "llm_operator" / "inpod").iterdir()) == [
         "__init__.py", "engine", "tuner"]
     assert (code_dir / "llm_operator" / "inpod" / "engine" / "scheduler.py").exists()

@@ -26,7 +26,7 @@ import pytest
 from tests.support.engine_refusals import baseline, cases, rendered_args, tiny_models
 from tests.support.tiny_model import ensure_tiny_llama
 
-from llm_operator.engine_rules import RULES, VLLM_VERSION
+from llm_operator.knowledge.engine_rules import RULES, VLLM_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = Path(os.environ.get("LLMOP_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))

@@ -81,9 +81,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from ..models import AdaptationMode, LLMServiceSpec, PreemptionPolicy
+from ..api.models import AdaptationMode, LLMServiceSpec, PreemptionPolicy
+from ..api.timestamps import parse_rfc3339, rfc3339
 from ..planning import NULL_BLOCKS
-from ..timestamps import parse_rfc3339, rfc3339
 
 ServiceKey = tuple[str, str]
 """``(namespace, name)`` of one LLMService."""

@@ -8,8 +8,8 @@ The loop that carries these out (fetch, call, write) is
 
 How a decision reaches the pods: ``Apply`` with a change writes
 ``status.adaptation.maxNumSeqs``; the reconciliation then renders the children with it
-(:func:`llm_operator.status.engine_overrides`, applied only where the user left
-``spec.engine.maxNumSeqs`` to ``auto``). Live (:func:`llm_operator.status.live_cap_in_use`):
+(:func:`llm_operator.health.status.engine_overrides`, applied only where the user left
+``spec.engine.maxNumSeqs`` to ``auto``). Live (:func:`llm_operator.health.status.live_cap_in_use`):
 only the admission-cap ConfigMap changes, the engines pick the cap up without a restart,
 and ``status.adaptation.capRequested`` holds it until every engine reports it
 (:func:`live_cap_progress`): until then the next decision holds, and the cooldown counts
@@ -30,11 +30,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import status as st
-from ..constants import DEFAULT_IMAGE
-from ..models import AdaptationMode, LLMServiceSpec, parse_llmservice
-from ..timestamps import parse_rfc3339, rfc3339
-from ..vllm_version import LiveCapSupport, compat_table
+from ..api.constants import DEFAULT_IMAGE
+from ..api.models import AdaptationMode, LLMServiceSpec, parse_llmservice
+from ..api.timestamps import parse_rfc3339, rfc3339
+from ..health import status as st
+from ..knowledge.vllm_version import LiveCapSupport, compat_table
 from .policy import (
     DEFAULT_POLICY,
     AdaptationState,
@@ -384,7 +384,7 @@ def rollout_progress(
     """Whether the rollout asked for last (``status.adaptation.rolloutRequested``: a cap
     applied by rolling the workload) is complete: the workload's pod template carries the
     cap and its controller reports every desired replica updated and available at its
-    latest generation (:attr:`llm_operator.status.WorkloadState.rolled_out`). Until then
+    latest generation (:attr:`llm_operator.health.status.WorkloadState.rolled_out`). Until then
     the next decision holds; the cooldown counts from the completion (pure)."""
     requested = adaptation.get("rolloutRequested")
     if not isinstance(requested, int):

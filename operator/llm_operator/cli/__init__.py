@@ -23,13 +23,13 @@ from typing import Any
 import yaml
 from rich.console import Console
 
-from ..errors import InputError, SpecError, SpecErrors
-from ..models import load_services
-from ..settings import Settings
+from ..api.errors import InputError, SpecError, SpecErrors
+from ..api.models import load_services
+from ..api.settings import Settings
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from ..perfmodel import (
+    from ..planning.perfmodel import (
         NoPrediction,
         accuracy_caption,
         curve_for,
@@ -37,8 +37,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         suggest_for,
         tp_alternative,
     )
+    from ..planning.sizing import plan_for_slo
     from ..rendering.placement import with_placement
-    from ..sizing import plan_for_slo
     from .tables import curve_table, plan_document, plan_table
 
     console = Console()
@@ -165,9 +165,9 @@ def _read_facts(source: str | None, spec: Any) -> Any:
 
 
 def _cmd_render(args: argparse.Namespace) -> int:
+    from ..health.status import live_cap_in_use
+    from ..planning.sizing import plan_for_slo
     from ..rendering import render_all
-    from ..sizing import plan_for_slo
-    from ..status import live_cap_in_use
 
     settings = Settings()
     docs: list[dict[str, Any]] = []

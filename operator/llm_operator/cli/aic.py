@@ -6,7 +6,7 @@ never a dependency of the operator or its image: ``plan --aic`` runs it with ano
 Python, its own environment (``python -m venv .venv-aic && .venv-aic/bin/pip install
 aiconfigurator==0.12.0``, or ``bash tools/setup.sh --aic`` in a checkout), and reads its
 answer as JSON. Both columns of the table are **estimates**: ours from
-:mod:`llm_operator.perfmodel`, AIConfigurator's from NVIDIA's model built on vLLM kernel
+:mod:`llm_operator.planning.perfmodel`, AIConfigurator's from NVIDIA's model built on vLLM kernel
 latencies NVIDIA measured. Neither is a measurement of this service.
 
 Pure parts (the GPU's system name, the request, the ITL p95 rule, the table) are tested
@@ -26,9 +26,9 @@ from typing import Any
 
 from rich.table import Table
 
-from ..models import LLMServiceSpec, Quantization
-from ..perfmodel import SLO, Point
+from ..api.models import LLMServiceSpec, Quantization
 from ..planning import Plan
+from ..planning.perfmodel import SLO, Point
 
 # AIConfigurator's system name for each GPU product it has tables for (its
 # aiconfigurator_core/systems/*.yaml). The 40 GB A100s and the NVL parts have none.
@@ -181,7 +181,7 @@ def comparison_table(points: Sequence[Point], result: dict[str, Any], system: st
     table = Table(
         title=f"Predicted beside NVIDIA AIConfigurator {version} (vLLM kernel tables "
               f"{result.get('tables', '?')}, {system}): both estimates, neither measured",
-        caption="ours: llm_operator.perfmodel; AIC: AIConfigurator's aggregated-serving "
+        caption="ours: llm_operator.planning.perfmodel; AIC: AIConfigurator's aggregated-serving "
                 "estimate at as many sequences as clients, its ITL p95 from its step "
                 "schedule; times in ms; SLO: met (ours, AIC's)")
     for col in ("clients", "tok/s", "AIC tok/s", "ratio", "TTFT", "AIC TTFT", "ITL p95",

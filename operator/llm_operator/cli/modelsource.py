@@ -1,6 +1,6 @@
 """Reading a model's own facts for ``llm-operator plan --model-config`` (the I/O edge).
 
-Two sources, both ending in :func:`llm_operator.modelfacts.facts_from_hf_config`:
+Two sources, both ending in :func:`llm_operator.knowledge.modelfacts.facts_from_hf_config`:
 
 - a local folder holding ``config.json`` and, where the checkpoint is sharded,
   ``model.safetensors.index.json`` (and modelopt's ``hf_quant_config.json``);
@@ -24,9 +24,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
+from ..api.errors import InputError
 from ..facts import message as fm
-from ..modelfacts import ModelFacts, facts_from_hf_config
+from ..knowledge.modelfacts import ModelFacts, facts_from_hf_config
 
 CONFIG = "config.json"
 INDEX = "model.safetensors.index.json"

@@ -3,7 +3,7 @@
 ``plot tuning FILE`` (or ``--service NAMESPACE/NAME``, read with kubectl) draws the trials
 of a tuning run; ``plot timeline --service NAMESPACE/NAME`` reads the service's series
 back from Prometheus with the adaptation loop's queries and draws them over time. The
-drawing is :mod:`llm_operator.plots` (pure); this module reads files, kubectl and
+drawing is :mod:`llm_operator.cli.plots` (pure); this module reads files, kubectl and
 Prometheus, and writes the PNG (matplotlib's Agg backend). matplotlib is the optional
 extra ``plots``.
 """
@@ -24,7 +24,8 @@ import yaml
 from rich.console import Console
 from rich.markup import escape
 
-from ..plots import (
+from ..api.settings import Settings
+from .plots import (
     INSTALL_HINT,
     PlotInputError,
     PlotsUnavailable,
@@ -36,7 +37,6 @@ from ..plots import (
     trials_from_document,
     tuning_figure,
 )
-from ..settings import Settings
 
 
 def add_parser(sub: Any) -> None:

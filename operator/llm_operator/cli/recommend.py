@@ -29,11 +29,11 @@ from ..adaptation.policy import (
     policy_for_scrape,
     with_decode_context_parallel,
 )
-from ..errors import SpecError, SpecErrors
-from ..models import LLMServiceSpec, ModelSpec, load_services
+from ..api.errors import SpecError, SpecErrors
+from ..api.models import LLMServiceSpec, ModelSpec, load_services
+from ..api.settings import Settings
 from ..planning import Plan
-from ..settings import Settings
-from ..sizing import plan_for_slo
+from ..planning.sizing import plan_for_slo
 
 
 def add_parser(sub: Any) -> None:

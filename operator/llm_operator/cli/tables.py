@@ -11,11 +11,11 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from ..api.models import LLMService
+from ..health.status import plan_summary
 from ..inpod.tuner.search import SLO
-from ..models import LLMService
-from ..perfmodel import Point, knee
 from ..planning import Explained, Plan, human_bytes
-from ..status import plan_summary
+from ..planning.perfmodel import Point, knee
 
 
 def _fmt(key: str, value: Any) -> str:
@@ -174,7 +174,7 @@ def _widths(header: str, cells: list[str]) -> tuple[int, int]:
 
 def curve_table(points: Sequence[Point], title: str = "Predicted curve",
                 slo: SLO | None = None,
-                caption: str = "predicted by llm_operator.perfmodel (steady state)",
+                caption: str = "predicted by llm_operator.planning.perfmodel (steady state)",
                 width: int | None = None) -> Table:
     """The curve as a rich table (one row per concurrency; the knee marked, and the
     goodput column when an SLO is given). Given the terminal's ``width`` (a pipe: rich

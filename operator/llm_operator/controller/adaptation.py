@@ -93,9 +93,9 @@ from ..adaptation.update import (
     seconds_until_next,
     waiting_decision,
 )
-from ..models import AdaptationMode
+from ..api.models import AdaptationMode
+from ..health.status import live_cap_in_use
 from ..rendering.leaderworkerset import LWS_API_VERSION, LWS_KIND, LWS_NAME_SUFFIX
-from ..status import live_cap_in_use
 from .context import OperatorContext, clock
 from .peering import peering_active
 from .reconcile import reconcile, write_status

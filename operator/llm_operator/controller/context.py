@@ -16,7 +16,7 @@ from typing import Any
 import kopf
 
 from ..adaptation.policy import ServiceKey
-from ..settings import Settings
+from ..api.settings import Settings
 from .kube import KubeClient
 from .metrics import OperatorMetrics
 from .peering import PeeringIdentity

@@ -24,11 +24,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ..api.models import LLMService
+from ..api.timestamps import rfc3339
 from ..facts import control as fc
 from ..facts.job import FACTS_CONTAINER, build_facts_job, facts_job_name, facts_key
-from ..modelfacts import ModelFacts
-from ..models import LLMService
-from ..timestamps import rfc3339
+from ..knowledge.modelfacts import ModelFacts
 from ..tuning import control as tc
 from .context import OperatorContext, clock
 from .kube import ConflictError, put_cache_entry

@@ -63,7 +63,7 @@ from typing import Any
 import aiohttp
 import kopf
 
-from ..constants import (
+from ..api.constants import (
     FINALIZER,
     GROUP,
     LABEL_COMPONENT,
@@ -73,10 +73,10 @@ from ..constants import (
     PROGRESS_PREFIX,
     VERSION,
 )
+from ..api.settings import Settings
 from ..facts.job import COMPONENT_FACTS
-from ..podscheduling import PodScheduling
+from ..health.podscheduling import PodScheduling
 from ..rendering.identity import COMPONENT_SERVER, COMPONENT_TUNING
-from ..settings import Settings
 from ..tuning.control import ObservedJob
 from .adaptation import AdaptationLoop
 from .context import CONTEXT_KEY, OperatorContext, operator_context

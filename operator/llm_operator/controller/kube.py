@@ -41,7 +41,7 @@ from kubernetes_asyncio.config import ConfigException, load_incluster_config, lo
 from kubernetes_asyncio.config.kube_config import KubeConfigLoader
 
 from .. import __version__
-from ..constants import (
+from ..api.constants import (
     ANNOTATION_SPEC_HASH,
     API_VERSION,
     GROUP,
@@ -54,7 +54,7 @@ from ..constants import (
     MANAGED_BY,
     PLURAL,
 )
-from ..timestamps import rfc3339
+from ..api.timestamps import rfc3339
 
 log = logging.getLogger(__name__)
 

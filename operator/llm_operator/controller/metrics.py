@@ -79,7 +79,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from ..models import LLMServiceSpec, SLOSpec
+from ..api.models import LLMServiceSpec, SLOSpec
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ kopf keeps an index of the operator's server pods by LLMService (labels
 ``app.kubernetes.io/managed-by=llm-operator``, ``llmops.dev/component=server``); every
 event of such a pod (the initial listing after a restart included) recomputes the
 condition from the index with the pure
-:func:`llm_operator.podscheduling.scheduling_condition` and writes it through
+:func:`llm_operator.health.podscheduling.scheduling_condition` and writes it through
 :func:`.reconcile.write_status`. The scheduler marks a pod Unschedulable on its first
 attempt, so the condition follows within seconds, far inside a minute.
 
@@ -17,7 +17,7 @@ that is bound and has no container yet, the pod's Events are listed (field selec
 the pod), on each of its events and every :data:`CREATING_RECHECK_SECONDS` by
 :func:`creating_pods_loop` while it stays so: a FailedMount or FailedAttachVolume shows
 on the LLMService within that interval of the Event; a FailedMount only once the pod has
-been bound :data:`~llm_operator.podfailures.VOLUME_GRACE_SECONDS` (45 s: a volume still
+been bound :data:`~llm_operator.health.podfailures.VOLUME_GRACE_SECONDS` (45 s: a volume still
 attaching on a healthy start shows one too), so at most about 65 s after it was bound,
 and a Multi-Attach error at once.
 """
@@ -30,10 +30,10 @@ from typing import Any
 
 import kopf
 
-from .. import status as st
 from ..adaptation.policy import ServiceKey
-from ..constants import LABEL_SERVICE
-from ..podscheduling import (
+from ..api.constants import LABEL_SERVICE
+from ..health import status as st
+from ..health.podscheduling import (
     PodScheduling,
     crash_condition,
     live_cap_fallback,

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..constants import GROUP, PLURAL
+from ..api.constants import GROUP, PLURAL
 from .kube import CLIENT_ACCESS
 
 Access = dict[tuple[str, str], dict[tuple[str, ...], frozenset[str]]]  # (group, resource) ->

@@ -37,14 +37,15 @@ from typing import Any
 
 import kopf
 
-from .. import status as st
-from ..constants import API_VERSION, GROUP, KIND, VERSION
-from ..errors import SpecError, SpecErrors
+from ..api.constants import API_VERSION, GROUP, KIND, VERSION
+from ..api.errors import SpecError, SpecErrors
+from ..api.models import LLMService, dropped_fields, dropped_message, parse_llmservice
 from ..facts.control import FactsDecision, needs_facts
-from ..models import LLMService, dropped_fields, dropped_message, parse_llmservice
+from ..health import status as st
+from ..health.podfailures import replica_failure
+from ..health.podscheduling import creation_condition
 from ..planning import Plan
-from ..podfailures import replica_failure
-from ..podscheduling import creation_condition
+from ..planning.sizing import plan_for_slo
 from ..rendering import render_all
 from ..rendering.identity import serving_selector
 from ..rendering.inferencepool import (
@@ -54,7 +55,6 @@ from ..rendering.inferencepool import (
 )
 from ..rendering.leaderworkerset import LWS_API_VERSION, LWS_KIND, LWS_NAME_SUFFIX, is_multi_node
 from ..rendering.placement import with_placement
-from ..sizing import plan_for_slo
 from ..tuning.placement import held_before_serving, serving_view
 from .context import OperatorContext, clock
 from .facts import model_facts_step
@@ -269,7 +269,7 @@ async def _reconcile(
 def _pool_state(name: str, desired: list[dict[str, Any]], failures: list[ChildFailure]
                 ) -> st.InferencePoolState:
     """What this pass did about the InferencePool (see
-    :class:`~llm_operator.status.InferencePoolState`)."""
+    :class:`~llm_operator.health.status.InferencePoolState`)."""
     want = next((d for d in desired if d["kind"] == INFERENCE_POOL_KIND), None)
     if want is None:
         return st.InferencePoolState(wanted=False, name=name)
@@ -379,8 +379,9 @@ async def write_status(
 ) -> dict[str, Any] | None:
     """Write a status ``patch`` computed from ``obj`` (an LLMService as some handler read
     it) over the status stored now: the conditions it changed go into the stored list,
-    with ``resourceVersion`` as the precondition (see :func:`~llm_operator.status.rebase_patch`
-    and :meth:`~llm_operator.controller.kube.KubeClient.update_status`).
+    with ``resourceVersion`` as the precondition (see
+    :func:`~llm_operator.health.status.rebase_patch` and
+    :meth:`~llm_operator.controller.kube.KubeClient.update_status`).
     Returns the LLMService as written (None when it is gone); its conditions go to the
     operator's metrics (``llmop_service_condition``)."""
     if not patch:

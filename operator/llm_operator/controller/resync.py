@@ -47,8 +47,8 @@ from typing import Any
 import kopf
 
 from ..adaptation.policy import ServiceKey
-from ..constants import API_VERSION, KIND
-from ..timestamps import parse_rfc3339
+from ..api.constants import API_VERSION, KIND
+from ..api.timestamps import parse_rfc3339
 from .context import OperatorContext, clock
 from .reconcile import reconcile_and_write
 from .tuning import tuning_step

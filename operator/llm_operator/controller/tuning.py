@@ -52,19 +52,19 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..adaptation.policy import ServiceKey
-from ..catalog import ModelFacts
-from ..constants import (
+from ..api.constants import (
     API_VERSION,
     KIND,
     LABEL_COMPONENT,
     LABEL_SERVICE,
 )
-from ..errors import SpecError, SpecErrors
-from ..models import LLMService, parse_llmservice
+from ..api.errors import SpecError, SpecErrors
+from ..api.models import LLMService, parse_llmservice
+from ..knowledge.catalog import ModelFacts
 from ..planning import Plan
+from ..planning.sizing import plan_for_slo
 from ..rendering.identity import COMPONENT_TUNING
 from ..rendering.pod import image_for
-from ..sizing import plan_for_slo
 from ..tuning import budget as tb
 from ..tuning import control as tc
 from ..tuning import placement as tp

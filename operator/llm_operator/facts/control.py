@@ -21,10 +21,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..catalog import lookup_model
-from ..modelfacts import ModelFacts, facts_from_hf_config
-from ..models import LLMService, LLMServiceSpec
-from ..timestamps import parse_rfc3339_or_none
+from ..api.models import LLMService, LLMServiceSpec
+from ..api.timestamps import parse_rfc3339_or_none
+from ..knowledge.catalog import lookup_model
+from ..knowledge.modelfacts import ModelFacts, facts_from_hf_config
 from ..tuning.control import ObservedJob, PendingPod
 from . import message as fm
 from .job import ACTIVE_DEADLINE_SECONDS, TTL_SECONDS_AFTER_FINISHED, facts_key

@@ -17,9 +17,10 @@ import copy
 import hashlib
 from typing import Any
 
-from ..constants import TERMINATION_LOG
-from ..errors import SpecErrors
-from ..models import LLMService, LLMServiceSpec
+from ..api.constants import TERMINATION_LOG
+from ..api.errors import SpecErrors
+from ..api.models import LLMService, LLMServiceSpec
+from ..api.settings import Settings
 from ..rendering.identity import labels_for
 from ..rendering.pod import (
     MODEL_MOUNT_PATH,
@@ -29,7 +30,6 @@ from ..rendering.pod import (
     pod_identity_fields,
     pod_spec_errors,
 )
-from ..settings import Settings
 from ..tuning.job import job_metadata, template_metadata
 
 COMPONENT_FACTS = "model-facts"
@@ -82,7 +82,7 @@ def facts_env(spec: LLMServiceSpec, settings: Settings) -> list[dict[str, Any]]:
     ``spec.model.tokenSecretRef`` (``optional``: a Secret that is missing gives the Hub's
     401, which the condition names with the Secret, instead of a pod that never starts),
     then ``spec.pod.env`` as the server pods get it (proxies, a mirror of the user's own).
-    Raises :class:`~llm_operator.errors.SpecErrors` for a ``spec.pod`` that collides with
+    Raises :class:`~llm_operator.api.errors.SpecErrors` for a ``spec.pod`` that collides with
     what the operator sets, as the server pods' renderer does."""
     errors = pod_spec_errors(spec)
     if errors:

@@ -1,7 +1,7 @@
 """The facts Job's result, as its termination message (pure; the standard library only).
 
 ``llm-operator facts`` (in the Job's pod) reads the three files the parser
-(:func:`llm_operator.modelfacts.facts_from_hf_config`) needs: ``config.json``,
+(:func:`llm_operator.knowledge.modelfacts.facts_from_hf_config`) needs: ``config.json``,
 ``model.safetensors.index.json`` and modelopt's ``hf_quant_config.json``. They go back to
 the operator as the container's termination message, which the kubelet cuts at
 :data:`MESSAGE_LIMIT` bytes, so they are first reduced to what the parser reads and then

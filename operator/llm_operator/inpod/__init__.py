@@ -8,7 +8,7 @@
 
 Init containers copy these packages from the operator's image into the pods
 (:mod:`llm_operator.tuning.job` and :mod:`llm_operator.rendering.admission`), so nothing
-here imports the operator beyond vLLM's start-up rules (:mod:`llm_operator.engine_rules`,
-:mod:`llm_operator.serve_args`, copied along with the tuner); ``.importlinter`` holds
+here imports the operator beyond vLLM's start-up rules (:mod:`llm_operator.knowledge.engine_rules`,
+:mod:`llm_operator.knowledge.serve_args`, copied along with the tuner); ``.importlinter`` holds
 this. This file imports nothing, so the copies need nothing else of the package.
 """

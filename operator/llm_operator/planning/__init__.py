@@ -5,8 +5,9 @@ Every number carries the formula and inputs that produced it, so
 
 How the plan is reached (one replica):
 
-1. **Facts.** The model from :mod:`~llm_operator.catalog` (or ``spec.model.architecture``),
-   the GPU from the product table (or ``spec.gpus.memoryGib``, which wins).
+1. **Facts.** The model from :mod:`~llm_operator.knowledge.catalog` (or
+   ``spec.model.architecture``), the GPU from the product table (or
+   ``spec.gpus.memoryGib``, which wins).
 2. **Bytes.** Weights = parameters x bytes per parameter (dtype; fp8 = 1 byte, AWQ/GPTQ
    4-bit = 0.5 byte + group scales; embeddings stay in the activation dtype).
    KV bytes per token per GPU = 2 (K and V) x ceil(layers / PP) x ceil(kv_heads / TP) x
@@ -34,7 +35,7 @@ How the plan is reached (one replica):
    lowered (with a warning) to :data:`MODEL_LEN_MARGIN` of what requests can use when
    one such sequence would not fit with that margin.
 
-KV by layer type (facts read from a model's config.json, :mod:`~llm_operator.modelfacts`):
+KV by layer type (facts read from a model's config.json, :mod:`~llm_operator.knowledge.modelfacts`):
 full-attention layers pay K and V for every token; multi-head latent attention (MLA)
 pays one latent of ``kv_lora_rank + qk_rope_head_dim`` elements per token and layer, the
 same on every TP rank (vLLM replicates the latent cache: no KV-head split, so no

@@ -10,12 +10,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..catalog import (
+from ..api.constants import GIB
+from ..api.errors import SpecError
+from ..api.models import (
+    EngineSpec,
+    LLMServiceSpec,
+    Quantization,
+)
+from ..knowledge.catalog import (
     GPUFacts,
     ModelFacts,
 )
-from ..constants import GIB
-from ..engine_rules import (
+from ..knowledge.engine_rules import (
     VLLM_VERSION,
     Defaults,
     EngineSettings,
@@ -23,14 +29,8 @@ from ..engine_rules import (
     flag_words,
     refusals,
 )
-from ..errors import SpecError
-from ..extra_args import MANAGED_FLAGS, flag_table
-from ..modelfacts import CATALOG, CONFIG_JSON
-from ..models import (
-    EngineSpec,
-    LLMServiceSpec,
-    Quantization,
-)
+from ..knowledge.extra_args import MANAGED_FLAGS, flag_table
+from ..knowledge.modelfacts import CATALOG, CONFIG_JSON
 from .facts import gpu_facts, model_facts
 from .memory import BLOCK_SIZE, NULL_BLOCKS, human_bytes
 from .parallelism import _Fit
@@ -388,7 +388,7 @@ def engine_rule_errors(spec: LLMServiceSpec, plan: Plan,
                        overrides: Mapping[str, int] | None = None, *,
                        overridden_only: bool = False,
                        facts: ModelFacts | None = None) -> list[SpecError]:
-    """One :class:`SpecError` per start-up rule of vLLM (:mod:`llm_operator.engine_rules`)
+    """One :class:`SpecError` per start-up rule of vLLM (:mod:`llm_operator.knowledge.engine_rules`)
     that the pods' engine arguments break: the field to change first (``field``), the
     others involved and each setting's value in the problem, where vLLM makes the rule,
     and the fix. ``overridden_only``: only the rules a tuned or adapted value takes part

@@ -7,7 +7,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..catalog import (
+from ..api.constants import GIB
+from ..api.errors import SpecError
+from ..api.models import (
+    LLMServiceSpec,
+)
+from ..knowledge.catalog import (
     GPUFacts,
     ModelFacts,
     facts_from_architecture,
@@ -16,11 +21,6 @@ from ..catalog import (
     lookup_gpu,
     lookup_model,
     model_names,
-)
-from ..constants import GIB
-from ..errors import SpecError
-from ..models import (
-    LLMServiceSpec,
 )
 
 # --------------------------------------------------------------------------- facts

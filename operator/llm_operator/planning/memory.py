@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import math
 
-from ..catalog import (
-    GPUFacts,
-    ModelFacts,
-)
-from ..constants import GIB
-from ..modelfacts import DTYPE_UNSTATED, estimated_weight_bytes
-from ..models import (
+from ..api.constants import GIB
+from ..api.models import (
     EngineSpec,
     Quantization,
 )
+from ..knowledge.catalog import (
+    GPUFacts,
+    ModelFacts,
+)
+from ..knowledge.modelfacts import DTYPE_UNSTATED, estimated_weight_bytes
 
 # --------------------------------------------------------------------------- constants
 
@@ -53,7 +53,7 @@ def kv_token_capacity(kv_budget_bytes: float, kv_bytes_per_token: float,
     block size). Example: the tiny test Llama (2 layers, 2 KV heads, head_dim 32, bf16:
     512 bytes/token) with ``--kv-cache-memory-bytes 2097152`` holds 4,096 tokens.
     The one copy of the formula: the performance model's estimates
-    (:func:`llm_operator.perfmodel.kv_capacity_from_bytes`) call it too.
+    (:func:`llm_operator.planning.perfmodel.kv_capacity_from_bytes`) call it too.
     """
     if kv_budget_bytes <= 0 or kv_bytes_per_token <= 0:
         return 0
@@ -159,7 +159,8 @@ def kv_dtype_bytes(engine: EngineSpec, dtype_bytes: int) -> int:
 def weight_bytes(facts: ModelFacts, dtype_bytes: int, quantization: Quantization) -> int:
     """Bytes of the whole model's weights. A checkpoint quantized by its publisher
     (config.json's quantization_config): the safetensors index's total_size, else
-    estimated from its parameter groups (:func:`~llm_operator.modelfacts.estimated_weight_bytes`).
+    estimated from its parameter groups
+    (:func:`~llm_operator.knowledge.modelfacts.estimated_weight_bytes`).
     Unquantized: the index's total_size where there is one (:func:`index_weight_bytes`),
     else parameters x dtype bytes. Quantized on load or by spec.model.quantization: linear
     layers at the quantized size, embeddings and LM head kept in the serving dtype (as

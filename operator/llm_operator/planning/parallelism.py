@@ -9,13 +9,13 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..catalog import (
-    ModelFacts,
-)
-from ..errors import SpecError
-from ..models import (
+from ..api.errors import SpecError
+from ..api.models import (
     EngineSpec,
     LLMServiceSpec,
+)
+from ..knowledge.catalog import (
+    ModelFacts,
 )
 from .memory import (
     BLOCK_SIZE,

@@ -7,21 +7,21 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..catalog import (
-    GPUFacts,
-    ModelFacts,
-)
-from ..constants import DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_GPUS_PER_NODE
-from ..dtype_support import compute_path, dtype_errors
-from ..errors import SpecError
-from ..extra_args import check_extra_args
-from ..modelfacts import QUANT_BYTES_PER_WEIGHT
-from ..models import (
+from ..api.constants import DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_GPUS_PER_NODE
+from ..api.errors import SpecError
+from ..api.models import (
     AdaptationMode,
     LLMServiceSpec,
     Quantization,
 )
-from ..startup import StartupBudget, startup_budget
+from ..knowledge.catalog import (
+    GPUFacts,
+    ModelFacts,
+)
+from ..knowledge.dtype_support import compute_path, dtype_errors
+from ..knowledge.extra_args import check_extra_args
+from ..knowledge.modelfacts import QUANT_BYTES_PER_WEIGHT
+from ..knowledge.startup import StartupBudget, startup_budget
 from .engine import (
     _plan_batched_tokens,
     _plan_max_model_len,
@@ -72,7 +72,7 @@ def make_plan(spec: LLMServiceSpec, *, gpus_per_node: int = DEFAULT_GPUS_PER_NOD
               engine_rules: bool = True, facts: ModelFacts | None = None,
               load_bandwidth: str | None = None,
               layout: tuple[int, int] | None = None) -> Plan:
-    """Plan one replica of ``spec``; raise :class:`~llm_operator.errors.SpecError` on
+    """Plan one replica of ``spec``; raise :class:`~llm_operator.api.errors.SpecError` on
     a spec that cannot be served (naming the field and the fix), including one whose
     engine arguments, as the renderer renders them (:func:`engine_flags` and
     ``spec.engine.extraArgs``), break a start-up rule of vLLM
@@ -84,9 +84,10 @@ def make_plan(spec: LLMServiceSpec, *, gpus_per_node: int = DEFAULT_GPUS_PER_NOD
     ``facts``: the model's facts read from its config.json at an edge (see
     :func:`model_facts`; ``spec.model.architecture`` still wins). ``load_bandwidth``: the
     operator's ``LLMOP_MODEL_LOAD_BANDWIDTH`` where ``spec.model.loadBandwidth`` is unset
-    (the startup budget, :mod:`llm_operator.startup`). ``layout``: the (TP, PP) to plan at,
-    one of the candidates memory and vLLM's rules allow for this spec (the SLO sizing of
-    :mod:`llm_operator.sizing` picks it); a layout outside them raises ``ValueError``."""
+    (the startup budget, :mod:`llm_operator.knowledge.startup`). ``layout``: the (TP, PP) to
+    plan at, one of the candidates memory and vLLM's rules allow for this spec (the SLO
+    sizing of :mod:`llm_operator.planning.sizing` picks it); a layout outside them raises
+    ``ValueError``."""
     plan = _make_plan(spec, gpus_per_node, facts, load_bandwidth, layout)
     if engine_rules:
         _raise(engine_rule_errors(spec, plan, facts=facts))
@@ -271,7 +272,7 @@ def _explain_rollout(ex: list[Explained], spec: LLMServiceSpec, gpus: int) -> No
 
 def _explain_startup(ex: list[Explained], spec: LLMServiceSpec, weights: int,
                      setting: str | None) -> StartupBudget:
-    """The startup budget (:mod:`llm_operator.startup`), explained."""
+    """The startup budget (:mod:`llm_operator.knowledge.startup`), explained."""
     budget = startup_budget(weights, spec.model.load_bandwidth, setting)
     ex.append(Explained(
         name="startupBudgetSeconds", value=budget.seconds, unit="seconds",

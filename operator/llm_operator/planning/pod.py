@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import math
 
-from ..constants import GIB
-from ..errors import SpecError
-from ..models import (
+from ..api.constants import GIB
+from ..api.errors import SpecError
+from ..api.models import (
     AdaptationMode,
     LLMServiceSpec,
     parse_quantity,

@@ -63,7 +63,7 @@ class Plan(BaseModel):
     # or spec.model.architecture (status.plan.factSources).
     fact_sources: dict[str, str] = Field(default_factory=dict)
     # Seconds the startup probe (and the tuner, per server start) allows vLLM to load, and
-    # the load bandwidth it follows from (llm_operator.startup); 0: a plan written by hand
+    # the load bandwidth it follows from (llm_operator.knowledge.startup); 0: a plan written by hand
     # (the renderer then uses the built-in default).
     startup_budget_seconds: int = 0
     load_bytes_per_second: int = 0
@@ -75,9 +75,9 @@ class Plan(BaseModel):
     # The --max-num-seqs the pods start with where spec.engine.maxNumSeqs is auto and no
     # tuning or adaptation has set one (0: max_num_seqs, the memory's limit, which stays the
     # bound of tuning and adaptation): the setting the SLO sizing chose
-    # (llm_operator.sizing), the tuner's hint too.
+    # (llm_operator.planning.sizing), the tuner's hint too.
     start_max_num_seqs: int = 0
-    # The SLO sizing's verdict as status.plan.slo shows it (llm_operator.sizing): the
+    # The SLO sizing's verdict as status.plan.slo shows it (llm_operator.planning.sizing): the
     # objective, the per-replica concurrency, the choice and its predicted figures, what
     # memory alone chose, whether the SLO is attainable and, where not, the fixes and the
     # model's measured error band. Empty: not sized (no prediction possible).

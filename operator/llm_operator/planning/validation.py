@@ -5,21 +5,21 @@ field and the fix.
 
 from __future__ import annotations
 
-from ..catalog import (
-    GPUFacts,
-    ModelFacts,
-    gpu_products,
-    lookup_gpu,
-)
-from ..errors import SpecError, SpecErrors
-from ..extra_args import check_extra_args
-from ..modelfacts import CATALOG, CONFIG_JSON
-from ..models import (
+from ..api.errors import SpecError, SpecErrors
+from ..api.models import (
     AdaptationMode,
     LLMServiceSpec,
     Quantization,
     TuningPlacement,
 )
+from ..knowledge.catalog import (
+    GPUFacts,
+    ModelFacts,
+    gpu_products,
+    lookup_gpu,
+)
+from ..knowledge.extra_args import check_extra_args
+from ..knowledge.modelfacts import CATALOG, CONFIG_JSON
 from .memory import human_bytes, usable_bytes_per_gpu
 from .parallelism import _choose, _evaluate, _Need, valid_tensor_parallel_sizes
 
@@ -27,7 +27,7 @@ from .parallelism import _choose, _evaluate, _Need, valid_tensor_parallel_sizes
 def managed_flag_errors(spec: LLMServiceSpec) -> list[SpecError]:
     """One :class:`SpecError` per ``spec.engine.extraArgs`` item that vLLM would read as a
     flag the operator manages or one that invalidates the plan, or would refuse at start
-    (see :mod:`llm_operator.extra_args`: items are resolved as vLLM's parser resolves
+    (see :mod:`llm_operator.knowledge.extra_args`: items are resolved as vLLM's parser resolves
     them, prefixes and ``=`` forms included).
 
     A managed flag is rejected whether or not the matching field is pinned: the renderer

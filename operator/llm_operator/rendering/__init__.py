@@ -54,9 +54,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..models import LLMService
+from ..api.models import LLMService
+from ..api.settings import Settings
 from ..planning import Plan
-from ..settings import Settings
 from .admission import build_admission_config_map, live_admission_cap, with_live_admission
 from .deployment import build_deployment
 from .inferencepool import build_inference_pool, wants_inference_pool
@@ -85,7 +85,7 @@ def render_all(
     The workload kind follows the plan, so a plan that changes its node count switches
     kind: the apply step must then delete the other kind's object (its name differs).
 
-    ``live_cap`` (see :func:`llm_operator.status.live_cap_in_use`): a Deployment gets the
+    ``live_cap`` (see :func:`llm_operator.health.status.live_cap_in_use`): a Deployment gets the
     live admission cap (:func:`with_live_admission`) and its ConfigMap comes last.
     """
     svc = with_gpu_class(svc, settings)

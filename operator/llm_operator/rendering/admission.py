@@ -8,11 +8,11 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from ..constants import TERMINATION_LOG
+from ..api.constants import TERMINATION_LOG
+from ..api.models import LLMService
+from ..api.settings import Settings
 from ..inpod.engine.cap import FAILURE_PREFIX, TERMINATION_LOG_ENV
-from ..models import LLMService
 from ..planning import Plan, effective_engine_value
-from ..settings import Settings
 from .identity import COMPONENT_SERVER, child_metadata, with_spec_hash
 from .pod import container_security_context
 from .vllm_args import VLLM_COMMAND

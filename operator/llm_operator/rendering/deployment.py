@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..models import LLMService
+from ..api.models import LLMService
+from ..api.settings import Settings
 from ..planning import Plan
-from ..settings import Settings
 from .download import download_budget_seconds
 from .identity import COMPONENT_SERVER, labels_for, selector_labels, with_spec_hash
 from .pod import pod_template_metadata, startup_budget_seconds

@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ..constants import (
+from ..api.constants import (
     ANNOTATION_SPEC_HASH,
     API_VERSION,
     APP_NAME,
@@ -27,7 +27,7 @@ from ..constants import (
     LABEL_SERVICE,
     MANAGED_BY,
 )
-from ..models import LLMService
+from ..api.models import LLMService
 
 COMPONENT_SERVER = "server"
 COMPONENT_TUNING = "tuning"

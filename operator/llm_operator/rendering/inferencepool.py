@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..constants import GROUP, VLLM_PORT
-from ..models import EndpointPickerRef, LLMService
-from ..settings import Settings
+from ..api.constants import GROUP, VLLM_PORT
+from ..api.models import EndpointPickerRef, LLMService
+from ..api.settings import Settings
 from .identity import COMPONENT_SERVER, child_metadata, serving_selector, with_spec_hash
 
 INFERENCE_POOL_GROUP = "inference.networking.k8s.io"

@@ -9,11 +9,11 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from ..constants import VLLM_PORT
-from ..errors import SpecError, SpecErrors
-from ..models import LLMService, LLMServiceSpec
+from ..api.constants import VLLM_PORT
+from ..api.errors import SpecError, SpecErrors
+from ..api.models import LLMService, LLMServiceSpec
+from ..api.settings import Settings
 from ..planning import Plan, multi_node_flags
-from ..settings import Settings
 from .download import download_budget_seconds
 from .identity import (
     COMPONENT_SERVER,

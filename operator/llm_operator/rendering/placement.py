@@ -7,16 +7,16 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from ..gpuclass import Placement, placement
-from ..models import LLMService, LLMServiceSpec
+from ..api.models import LLMService, LLMServiceSpec
+from ..api.settings import Settings
+from ..knowledge.gpuclass import Placement, placement
 from ..planning import Explained, Plan
-from ..settings import Settings
 
 
 def gpu_placement(spec: LLMServiceSpec, settings: Settings) -> Placement:
     """Where the GPU pods of ``spec`` go under the operator's GPU class
-    (``settings.gpu_class``; see :mod:`llm_operator.gpuclass`). Raises
-    :class:`~llm_operator.errors.SpecError` for a product the class does not know."""
+    (``settings.gpu_class``; see :mod:`llm_operator.knowledge.gpuclass`). Raises
+    :class:`~llm_operator.api.errors.SpecError` for a product the class does not know."""
     return placement(spec, settings.gpu_class, settings.selected_gpu_class())
 
 

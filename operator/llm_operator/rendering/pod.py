@@ -11,14 +11,14 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from ..constants import DEFAULT_GPU_RESOURCE, GROUP
-from ..errors import SpecError, SpecErrors
-from ..extra_args import flag_set
-from ..gpuclass import GFD_PRODUCT_LABEL
-from ..models import LLMService, LLMServiceSpec
+from ..api.constants import DEFAULT_GPU_RESOURCE, GROUP
+from ..api.errors import SpecError, SpecErrors
+from ..api.models import LLMService, LLMServiceSpec
+from ..api.settings import Settings
+from ..knowledge.extra_args import flag_set
+from ..knowledge.gpuclass import GFD_PRODUCT_LABEL
+from ..knowledge.startup import startup_budget
 from ..planning import Plan, cache_size_limit, pod_cpu, pod_memory
-from ..settings import Settings
-from ..startup import startup_budget
 
 CONTAINER_NAME = "vllm"
 PORT_NAME = "http"
@@ -43,7 +43,7 @@ VOLUME_MODEL = "model"
 
 # Startup budget: the startup probe must outlast model loading, or the kubelet kills
 # vLLM in the middle of reading its weights and the pod never becomes ready. The plan
-# computes it (llm_operator.startup: 600 s + weight bytes / the storage's load bandwidth):
+# computes it (llm_operator.knowledge.startup: 600 s + weight bytes / the storage's load bandwidth):
 #   failureThreshold = ceil(budget_seconds / STARTUP_PERIOD_SECONDS)
 STARTUP_PERIOD_SECONDS = 10
 
@@ -246,7 +246,7 @@ def build_resources(
 
 def startup_budget_seconds(plan: Plan) -> int:
     """Seconds the startup probe allows for loading: the plan's (``startupBudgetSeconds``,
-    :mod:`llm_operator.startup`); for a plan written by hand, the default bandwidth's."""
+    :mod:`llm_operator.knowledge.startup`); for a plan written by hand, the default bandwidth's."""
     return plan.startup_budget_seconds or startup_budget(plan.weight_bytes, None).seconds
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..models import LLMService
+from ..api.models import LLMService
 from .identity import COMPONENT_SERVER, child_metadata, selector_labels, with_spec_hash
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..constants import LABEL_SERVICE
-from ..models import LLMService
-from ..settings import Settings
+from ..api.constants import LABEL_SERVICE
+from ..api.models import LLMService
+from ..api.settings import Settings
 from .identity import COMPONENT_SERVER, child_metadata, serving_selector, with_spec_hash
 from .pod import METRICS_PATH, PORT_NAME
 

@@ -11,10 +11,10 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from ..constants import VLLM_PORT
-from ..models import LLMService, LLMServiceSpec
+from ..api.constants import VLLM_PORT
+from ..api.models import LLMService, LLMServiceSpec
+from ..api.settings import Settings
 from ..planning import Plan
-from ..settings import Settings
 from .download import build_download_container
 from .identity import COMPONENT_SERVER, child_metadata
 from .placement import scheduling_fields

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..constants import VLLM_PORT
-from ..models import LLMService
+from ..api.constants import VLLM_PORT
+from ..api.models import LLMService
 from .identity import COMPONENT_SERVER, child_metadata, serving_selector, with_spec_hash
 from .pod import PORT_NAME
 

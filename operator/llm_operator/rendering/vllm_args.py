@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..constants import VLLM_PORT
-from ..errors import SpecErrors
-from ..models import LLMService, LLMServiceSpec
+from ..api.constants import VLLM_PORT
+from ..api.errors import SpecErrors
+from ..api.models import LLMService, LLMServiceSpec
 from ..planning import OVERRIDABLE, Plan, engine_flags, engine_rule_errors, managed_flag_errors
 from .pod import MODEL_MOUNT_PATH
 
@@ -56,7 +56,7 @@ def build_vllm_flags(
     ``overrides`` (e.g. ``{"maxNumSeqs": 48}`` from tuning) apply only where the user
     left the field to ``auto``. The engine's own flags come from
     :func:`~llm_operator.planning.engine_flags`, which the planner checks against vLLM's
-    start-up rules (:mod:`llm_operator.engine_rules`); with overrides they are checked
+    start-up rules (:mod:`llm_operator.knowledge.engine_rules`); with overrides they are checked
     again here. Raises :class:`SpecErrors` when extraArgs set a flag the operator manages
     or an override breaks such a rule, and ``ValueError`` on an unknown override key.
     """

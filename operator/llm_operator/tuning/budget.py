@@ -6,7 +6,7 @@ the GPUs that tuning Jobs on *spare* GPUs hold at once, across every namespace t
 operator watches. Those are the GPUs tuning adds to the bill: a ``BorrowReplica`` run uses
 a replica serving gave up, a ``BeforeServing`` run the GPUs of a server that waits for it,
 so those runs neither wait for the budget nor count against it (the Job's
-:data:`~llm_operator.constants.ANNOTATION_TUNING_ON_SPARE` annotation says which it is).
+:data:`~llm_operator.api.constants.ANNOTATION_TUNING_ON_SPARE` annotation says which it is).
 
 What "held" means (:func:`job_gpus_held`): a tuning Job that has not finished (no
 ``Complete`` or ``Failed`` condition) and is not suspended holds the GPUs its pod template
@@ -34,8 +34,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..constants import ANNOTATION_TUNING_ON_SPARE
-from ..timestamps import parse_rfc3339_or_none
+from ..api.constants import ANNOTATION_TUNING_ON_SPARE
+from ..api.timestamps import parse_rfc3339_or_none
 
 HELM_VALUE = "settings.tuningGpuBudget"
 SETTING = "LLMOP_TUNING_GPU_BUDGET"

@@ -50,7 +50,7 @@ When a run is wanted (``spec.tuning.mode``):
 ``applied``
     the settings the Deployment runs with because of this result (``maxNumSeqs``,
     ``maxNumBatchedTokens``), only the tunable ones, and nothing when the defaults were
-    best. The renderer reads it (:func:`llm_operator.status.engine_overrides`).
+    best. The renderer reads it (:func:`llm_operator.health.status.engine_overrides`).
 ``placement``, ``borrowedReplicas``, ``beforeServing``
     where the run gets its GPUs (:mod:`.placement`): a replica lent by serving while the
     run is in flight, or a new service's server waiting for it.
@@ -91,8 +91,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from .. import status as st
-from ..constants import ANNOTATION_FINGERPRINT, ANNOTATION_RETUNE
+from ..api.constants import ANNOTATION_FINGERPRINT, ANNOTATION_RETUNE
+from ..api.models import LLMService, TuningMode, TuningPlacement
+from ..api.timestamps import parse_rfc3339_or_none, rfc3339
+from ..health import status as st
 from ..inpod.tuner.result import (
     TABLE_COLUMNS,
     ResultParseError,
@@ -101,11 +103,9 @@ from ..inpod.tuner.result import (
     parse_result,
     slo_ms,
 )
-from ..models import LLMService, TuningMode, TuningPlacement
 from ..planning import OVERRIDABLE, Plan
 from ..rendering.deployment import PROGRESS_MARGIN_SECONDS
 from ..rendering.leaderworkerset import is_multi_node
-from ..timestamps import parse_rfc3339_or_none, rfc3339
 from .budget import BudgetCheck, gpu_minutes
 from .fingerprint import revision_note
 from .placement import placement_error, runs_on_spare

@@ -19,7 +19,7 @@ import json
 import re
 from typing import Any
 
-from ..models import LLMService, LLMServiceSpec
+from ..api.models import LLMService, LLMServiceSpec
 from ..planning import Plan
 
 _COMMIT = re.compile(r"[0-9a-f]{40}")

@@ -21,11 +21,12 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from ..catalog import ModelFacts
-from ..constants import ANNOTATION_FINGERPRINT, ANNOTATION_TUNING_ON_SPARE, TERMINATION_LOG
-from ..errors import SpecError
-from ..extra_args import flag_set
-from ..models import LLMService
+from ..api.constants import ANNOTATION_FINGERPRINT, ANNOTATION_TUNING_ON_SPARE, TERMINATION_LOG
+from ..api.errors import SpecError
+from ..api.models import LLMService
+from ..api.settings import Settings
+from ..knowledge.catalog import ModelFacts
+from ..knowledge.extra_args import flag_set
 from ..planning import Plan
 from ..rendering.admission import LIVE_CAP_FLAGS
 from ..rendering.deployment import PROGRESS_MARGIN_SECONDS
@@ -46,7 +47,6 @@ from ..rendering.pod import (
     startup_budget_seconds,
 )
 from ..rendering.vllm_args import build_vllm_flags, model_source
-from ..settings import Settings
 from .placement import job_priority_class, runs_on_spare
 
 CODE_VOLUME = "tuner-code"
@@ -62,9 +62,9 @@ TUNER_GRACE_SECONDS = 90
 # Copies the code that runs in pods, ``llm_operator/inpod/`` (the tuner and the server pod's
 # admission controller, ``inpod/engine/``; both import only the standard library and vLLM,
 # nothing of the operator) with the package's empty ``__init__.py``, and vLLM's start-up
-# rules the tuner
-# checks its candidates with (``engine_rules.py``, ``serve_args.py`` and the option table
-# ``data/vllm_serve_flags.json``) from wherever the operator image
+# rules the tuner checks its candidates with (``knowledge/engine_rules.py``,
+# ``knowledge/serve_args.py`` and the option table ``knowledge/data/vllm_serve_flags.json``,
+# with ``knowledge/__init__.py``, which imports nothing) from wherever the operator image
 # installed them (no assumption about its site-packages path). The engine is what the
 # tuner's servers run as ``--scheduler-cls`` when it sweeps caps live
 # (``--live-cap-engine``). No "$(" anywhere: Kubernetes would expand it in command/args.
@@ -75,10 +75,10 @@ COPY_SCRIPT = (
     "[shutil.copytree(os.path.join(src, d), os.path.join(dst, d), "
     "dirs_exist_ok=True, ignore=shutil.ignore_patterns('__pycache__', '*.pyc')) "
     "for d in ('inpod',)]; "
-    "os.makedirs(os.path.join(dst, 'data'), exist_ok=True); "
+    "os.makedirs(os.path.join(dst, 'knowledge', 'data'), exist_ok=True); "
     "[shutil.copyfile(os.path.join(src, f), os.path.join(dst, f)) "
-    "for f in ('__init__.py', 'engine_rules.py', 'serve_args.py', "
-    "'data/vllm_serve_flags.json')]; "
+    "for f in ('__init__.py', 'knowledge/__init__.py', 'knowledge/engine_rules.py', "
+    "'knowledge/serve_args.py', 'knowledge/data/vllm_serve_flags.json')]; "
     "print('Copied the tuner and the engine from', src, 'to', dst)"
 )
 
@@ -125,9 +125,9 @@ def start_hint(svc: LLMService, plan: Plan, facts: ModelFacts | None = None) -> 
     plan (``perfmodel.suggest_for``), at most the planner's memory limit; ``facts``: the
     model's own config.json, for a model planned from it. The planner's limit itself
     when the model cannot say (a GPU or model it has no facts for)."""
-    from ..perfmodel import suggest_for  # operator side only: the pod never renders Jobs
+    from ..planning.perfmodel import suggest_for  # operator side only: the pod never renders Jobs
 
-    if plan.start_max_num_seqs:  # the SLO sizing's pair (llm_operator.sizing): one number
+    if plan.start_max_num_seqs:  # the SLO sizing's pair (llm_operator.planning.sizing): one number
         return max(1, min(plan.max_num_seqs, plan.start_max_num_seqs))
     try:
         return max(1, min(plan.max_num_seqs,
@@ -224,7 +224,7 @@ def build_tuning_job(
     ``held``: the service's workload waits for this run, so its GPUs are the service's;
     ``facts``: the model's config.json, for a plan made from it, so the tuner's start hint
     is the performance model's, not the memory limit). Raises
-    :class:`~llm_operator.errors.SpecError` for a plan whose replica spans several nodes
+    :class:`~llm_operator.api.errors.SpecError` for a plan whose replica spans several nodes
     (one pod cannot start such a server).
     """
     if is_multi_node(plan):

@@ -34,11 +34,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import SpecError
-from ..models import LLMService, TuningMode, TuningPlacement
+from ..api.errors import SpecError
+from ..api.models import LLMService, TuningMode, TuningPlacement
+from ..api.settings import Settings
 from ..planning import OVERRIDABLE, Plan
 from ..rendering.leaderworkerset import is_multi_node
-from ..settings import Settings
 
 # status.tuning.state values (control.State; not imported: control imports this module)
 _IN_FLIGHT = ("Running", "Retrying")

@@ -1,6 +1,6 @@
 """The search (pure): which engine settings to try next, and which one won.
 
-Standard library only (and :mod:`llm_operator.engine_rules`, vLLM's start-up rules, which
+Standard library only (and :mod:`llm_operator.knowledge.engine_rules`, vLLM's start-up rules, which
 the tuning Job copies along). Nothing here starts a server or reads a clock: the caller passes
 an :class:`Evaluator` (real vLLM servers in :mod:`.runner`, a synthetic response surface
 in the unit tests) and a ``clock``.
@@ -90,7 +90,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from ...engine_rules import VLLM_VERSION, EngineSettings, refusals
+from ...knowledge.engine_rules import VLLM_VERSION, EngineSettings, refusals
 from .compare import (
     DEFAULT_CONFIDENCE,
     DEFAULT_MAX_PAIRS,
@@ -221,7 +221,7 @@ class Space:
 
     def refusals(self, cfg: Config) -> list[str]:
         """Why vLLM would refuse to start a server with ``cfg`` and the server args (its
-        start-up rules, :mod:`llm_operator.engine_rules`: at least as many batched tokens
+        start-up rules, :mod:`llm_operator.knowledge.engine_rules`: at least as many batched tokens
         as sequences; at least max-model-len without chunked prefill; room for speculative
         tokens with LoRA; a pinned --max-num-active-seqs at most max-num-seqs...)."""
         mns, mnbt = self.effective(cfg)

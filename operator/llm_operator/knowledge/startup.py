@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .models import MIN_LOAD_BANDWIDTH, parse_quantity
+from ..api.models import MIN_LOAD_BANDWIDTH, parse_quantity
 
 STARTUP_BASE_SECONDS = 600
 DEFAULT_LOAD_BANDWIDTH = "100Mi"

@@ -99,7 +99,7 @@ def table_from_json(raw: dict[str, Any]) -> CompatTable:
 def compat_table() -> CompatTable:
     """The committed table (``data/live_cap_compat.json``)."""
     return table_from_json(json.loads(
-        resources.files("llm_operator").joinpath("data/live_cap_compat.json").read_text()))
+        resources.files("llm_operator.knowledge").joinpath("data/live_cap_compat.json").read_text()))
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ device name with spaces replaced by dashes); memory is the total that ``nvidia-s
 reports, bandwidth and dense (no sparsity) FLOP/s are from NVIDIA's datasheets.
 
 Lookups are case-insensitive and return ``None`` for names they do not know; the
-planner turns that into a :class:`~llm_operator.errors.SpecError` naming the field.
+planner turns that into a :class:`~llm_operator.api.errors.SpecError` naming the field.
 A model the catalog does not know can be described in the spec
 (``spec.model.architecture``) or read from its ``config.json`` with
 :func:`architecture_from_hf_config`.
@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ..api.models import Architecture
 from .modelfacts import SPEC, ModelFacts, facts_from_hf_config
-from .models import Architecture
 
 __all__ = ["GPUFacts", "ModelFacts", "architecture_from_hf_config", "facts_from_architecture",
            "lookup_gpu", "lookup_model"]
@@ -442,9 +442,10 @@ def gpu_table() -> list[GPUFacts]:
 def architecture_from_hf_config(config: Mapping[str, Any], name: str | None = None,
                                 index: Mapping[str, Any] | None = None) -> ModelFacts:
     """Turn a Hugging Face ``config.json`` (as a dict), and optionally its safetensors
-    index, into :class:`ModelFacts`: see :func:`llm_operator.modelfacts.facts_from_hf_config`
-    (MLA, per-layer attention types, experts, quantization, vision towers, a nested
-    ``text_config``). Raises ``ValueError`` naming the key that is missing or not modelled.
+    index, into :class:`ModelFacts`: see
+    :func:`llm_operator.knowledge.modelfacts.facts_from_hf_config` (MLA, per-layer
+    attention types, experts, quantization, vision towers, a nested ``text_config``).
+    Raises ``ValueError`` naming the key that is missing or not modelled.
     """
     return facts_from_hf_config(config, name=name, index=index)
 

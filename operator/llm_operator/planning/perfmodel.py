@@ -54,11 +54,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from .catalog import GPUFacts, ModelFacts
-from .dtype_support import compute_path
-from .inpod.tuner.search import SLO
-from .models import LLMServiceSpec, Quantization
-from .planning import BLOCK_SIZE, Plan, gpu_facts, kv_token_capacity, model_facts, weight_bytes
+from ..api.models import LLMServiceSpec, Quantization
+from ..inpod.tuner.search import SLO
+from ..knowledge.catalog import GPUFacts, ModelFacts
+from ..knowledge.dtype_support import compute_path
+from . import BLOCK_SIZE, Plan, gpu_facts, kv_token_capacity, model_facts, weight_bytes
 
 GIB = 1024**3
 
@@ -154,7 +154,7 @@ class ModelShape:
     @classmethod
     def from_facts(cls, facts: ModelFacts, quantization: str = "none",
                    kv_cache_dtype: str = "auto") -> ModelShape:
-        """From a catalog entry (:class:`llm_operator.catalog.ModelFacts`).
+        """From a catalog entry (:class:`llm_operator.knowledge.catalog.ModelFacts`).
 
         ``quantization`` is ``spec.model.quantization`` (none, fp8, awq, gptq);
         ``kv_cache_dtype`` is ``spec.engine.kvCacheDtype`` (auto or an fp8 variant).
@@ -410,7 +410,7 @@ def accuracy_caption(experts: bool) -> str:
     """What a predicted curve is, and how far to trust it: the measured accuracy for
     the kind of model (mixture-of-experts or dense)."""
     acc = MEASURED_ACCURACY["moe" if experts else "dense"]
-    return ("predicted by llm_operator.perfmodel (steady state, an estimate); "
+    return ("predicted by llm_operator.planning.perfmodel (steady state, an estimate); "
             + acc.note("mixture-of-experts models" if experts else "dense models"))
 
 
@@ -440,9 +440,9 @@ class Hardware:
     def from_facts(cls, gpu: GPUFacts, fp8: bool = False,
                    efficiency: Efficiency = GPU_EFFICIENCY,
                    flops: float | None = None) -> Hardware:
-        """From a catalog entry (:class:`llm_operator.catalog.GPUFacts`); ``fp8`` uses the
+        """From a catalog entry (:class:`llm_operator.knowledge.catalog.GPUFacts`); ``fp8`` uses the
         FP8 tensor-core peak (for fp8-quantized weights on GPUs that have it); ``flops``,
-        where given, is the figure to use (:func:`llm_operator.dtype_support.compute_path`
+        where given, is the figure to use (:func:`llm_operator.knowledge.dtype_support.compute_path`
         says which dtype's tensor cores the matmuls run on)."""
         if gpu.memory_bandwidth is None or gpu.bf16_flops is None:
             raise NoPrediction(f"the GPU table has no memory bandwidth or FLOP/s figure for "
@@ -909,7 +909,7 @@ def inputs_for(spec: LLMServiceSpec, plan: Plan, facts: ModelFacts | None = None
     one replica's, ``ceil(concurrency / replicas)``, as the planner sizes the KV cache. The
     FLOP/s are those of the dtype the matmuls run in on this GPU (fp8 or fp4 tensor cores
     where weights and activations are in it and the GPU has them, else bf16's: see
-    :func:`llm_operator.dtype_support.compute_path`)."""
+    :func:`llm_operator.knowledge.dtype_support.compute_path`)."""
     quant = spec.model.quantization.value
     per_replica = max(1, math.ceil(spec.workload.concurrency / max(spec.replicas, 1)))
     model = model_facts(spec, facts)
@@ -952,7 +952,7 @@ def tp_alternative(spec: LLMServiceSpec, plan: Plan, *, gpus_per_node: int | Non
     ``kvShortfall`` or ``cheaperOption`` explanation), each predicted at the workload's
     concurrency: what the SLO rule of the planner (a worst-case bound) looks like to the
     performance model. Empty when there is no such option, or it spans pipeline stages."""
-    from .planning import make_plan
+    from . import make_plan
 
     other = next((e for e in plan.explanations if e.name in ("kvShortfall", "cheaperOption")),
                  None)

@@ -1,6 +1,6 @@
 """Which GPU runs which checkpoint and KV-cache dtype, and at which FLOP/s (pure).
 
-Rules of vLLM 0.32.0 (:data:`~llm_operator.engine_rules.VLLM_VERSION`), each read from the
+Rules of vLLM 0.32.0 (:data:`~llm_operator.knowledge.engine_rules.VLLM_VERSION`), each read from the
 file it names, not from folklore. What they say, in short:
 
 - **Refusal at start.** vLLM refuses a quantization method whose
@@ -43,10 +43,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..api.errors import SpecError
+from ..api.models import Dtype, KVCacheDtype, LLMServiceSpec, Quantization
 from .catalog import GPUFacts, ModelFacts, gpu_table
 from .engine_rules import VLLM_VERSION
-from .errors import SpecError
-from .models import Dtype, KVCacheDtype, LLMServiceSpec, Quantization
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ The same pod events report a container that keeps crashing (``ContainersRunning`
   ``InvalidImageName``, ``CreateContainerConfigError`` (from the container's waiting
   state), ``FailedMount`` or ``FailedAttachVolume`` (a pod stuck in
   ``ContainerCreating``, from its Events); the message names the pod and container,
-  quotes the kubelet or controller and says the fix (:mod:`llm_operator.podfailures`).
+  quotes the kubelet or controller and says the fix (:mod:`llm_operator.health.podfailures`).
   A Warning Event goes with each change of the condition's status or reason.
 - ``ContainersRunning=True``, reason ``Running``: no server container crash-loops or
   is stuck.
@@ -47,9 +47,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .errors import SpecError, SpecErrors
-from .inpod.engine.cap import FAILURE_PREFIX
-from .models import parse_llmservice
+from ..api.errors import SpecError, SpecErrors
+from ..api.models import parse_llmservice
+from ..inpod.engine.cap import FAILURE_PREFIX
 from .podfailures import (
     REASON_CREATED,
     REASON_FAILED_CREATE,

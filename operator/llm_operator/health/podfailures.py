@@ -3,7 +3,7 @@
 The kubelet and the controllers say what is wrong where nobody looks: in a container's
 waiting state, in the pod's Events, in the ReplicaSet's. Each reading here turns one of
 those into a :class:`PodProblem` (the pod and container, the kubelet's or controller's
-own reason and message, and what to change), which :mod:`llm_operator.podscheduling`
+own reason and message, and what to change), which :mod:`llm_operator.health.podscheduling`
 puts on the LLMService as a condition:
 
 ``ContainersRunning=False`` (from the pod and its Events)
@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .timestamps import parse_rfc3339_or_none
+from ..api.timestamps import parse_rfc3339_or_none
 
 REASON_IMAGE_PULL = "ImagePullBackOff"
 REASON_INVALID_IMAGE = "InvalidImageName"

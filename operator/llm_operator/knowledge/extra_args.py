@@ -21,8 +21,8 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 
-from .errors import SpecError
-from .models import SECRET_TOKEN, AdaptationMode, LLMServiceSpec
+from ..api.errors import SpecError
+from ..api.models import SECRET_TOKEN, AdaptationMode, LLMServiceSpec
 from .serve_args import (  # noqa: F401 - Flag, flag_table... re-exported for their users
     Arity,
     Flag,

@@ -26,10 +26,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
+from ..api.constants import DEFAULT_GPU_RESOURCE
+from ..api.errors import SpecError
+from ..api.models import LLMServiceSpec
 from .catalog import gpu_products, gpu_table, lookup_gpu
-from .constants import DEFAULT_GPU_RESOURCE
-from .errors import SpecError
-from .models import LLMServiceSpec
 
 # The label GPU feature discovery sets (the value is the product name nvidia-smi reports,
 # spaces as dashes): https://github.com/NVIDIA/k8s-device-plugin (gpu-feature-discovery),

@@ -22,15 +22,15 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from .constants import DEFAULT_IMAGE, VLLM_PORT
-from .errors import SpecError
-from .extra_args import flag_set
-from .inpod.engine.cap import FAILURE_PREFIX
-from .models import AdaptationMode, EngineSpec, LLMServiceSpec
-from .planning import Plan, effective_engine_value
-from .rendering.admission import LIVE_CAP_FLAGS
-from .timestamps import parse_rfc3339_or_none, rfc3339
-from .vllm_version import LiveCapSupport, LiveCapVerdict, live_cap_verdict
+from ..api.constants import DEFAULT_IMAGE, VLLM_PORT
+from ..api.errors import SpecError
+from ..api.models import AdaptationMode, EngineSpec, LLMServiceSpec
+from ..api.timestamps import parse_rfc3339_or_none, rfc3339
+from ..inpod.engine.cap import FAILURE_PREFIX
+from ..knowledge.extra_args import flag_set
+from ..knowledge.vllm_version import LiveCapSupport, LiveCapVerdict, live_cap_verdict
+from ..planning import Plan, effective_engine_value
+from ..rendering.admission import LIVE_CAP_FLAGS
 
 JSON = dict[str, Any]
 # replicas and selector: what the LLMService's scale subresource reports (an HPA reads them).
@@ -56,7 +56,7 @@ class ConditionType(StrEnum):
     # vLLM's prefix cache serves the shared prefix spec.workload.sharedPrefixTokens states
     PREFIX_CACHE_HITS = "PrefixCacheHits"
     LIVE_CAP = "LiveCap"  # adaptation changes the engine's admission cap without a rollout
-    # the plan's predicted p95s meet spec.workload.slo (llm_operator.sizing; estimated)
+    # the plan's predicted p95s meet spec.workload.slo (llm_operator.planning.sizing; estimated)
     SLO_ATTAINABLE = "SLOAttainable"
     # the InferencePool spec.routing.inferencePool asks for is written (see InferencePoolState)
     INFERENCE_POOL_READY = "InferencePoolReady"
@@ -252,7 +252,7 @@ def plan_summary(plan: Plan) -> JSON:
 
 
 def slo_condition(plan: Plan) -> tuple[str, Reason, str] | None:
-    """``SLOAttainable`` from the plan's SLO sizing (:mod:`llm_operator.sizing`): True when
+    """``SLOAttainable`` from the plan's SLO sizing (:mod:`llm_operator.planning.sizing`): True when
     the predicted p95s meet ``spec.workload.slo``, False with the closest figures and the
     fixes, Unknown where the model cannot predict; None: the plan was not sized."""
     slo = plan.slo
@@ -732,8 +732,9 @@ class LiveCapReason(StrEnum):
 
 def live_cap_version(spec: LLMServiceSpec, default_image: str = DEFAULT_IMAGE
                      ) -> LiveCapVerdict:
-    """What the server image's tag says of the live cap (:mod:`llm_operator.vllm_version`):
-    ``spec.image``, else ``default_image`` (the operator's ``LLMOP_DEFAULT_IMAGE``)."""
+    """What the server image's tag says of the live cap
+    (:mod:`llm_operator.knowledge.vllm_version`): ``spec.image``, else ``default_image``
+    (the operator's ``LLMOP_DEFAULT_IMAGE``)."""
     if spec.image:
         return live_cap_verdict(spec.image, "spec.image", example=default_image)
     return live_cap_verdict(default_image, "the operator's default image "
@@ -797,7 +798,7 @@ def live_cap_crash_fallback(spec: LLMServiceSpec, status: Mapping[str, Any] | No
                             generation: int | None, pod: str, failure: str) -> JSON | None:
     """The ``status.adaptation`` that turns the live cap off for this ``generation`` of the
     spec because server ``pod`` crash-loops on the admission scheduler's own ``failure``
-    (its ``llmop-live-cap:`` line, :func:`llm_operator.podscheduling.live_cap_failure`);
+    (its ``llmop-live-cap:`` line, :func:`llm_operator.health.podscheduling.live_cap_failure`);
     None when something already keeps the live cap off (:func:`live_cap_blocker`).
 
     Reversible: the fallback holds for this generation only, so an edit of the spec (a

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
-from .inpod.tuner.result import (
+from ..inpod.tuner.result import (
     RESULT_KIND,
     TABLE_COLUMNS,
     TuningResult,

@@ -3,7 +3,7 @@ the declared SLO asks for, by the performance model's predictions.
 
 :func:`llm_operator.planning.make_plan` chooses the parallel layout from memory alone:
 the fewest GPUs whose weights and KV cache hold the workload. :func:`plan_for_slo` then
-asks the performance model (:mod:`llm_operator.perfmodel`, used as it is) whether that
+asks the performance model (:mod:`llm_operator.planning.perfmodel`, used as it is) whether that
 replica meets ``spec.workload.slo`` at the per-replica concurrency
 (``ceil(concurrency / replicas)``), and what to change where it does not. The rule, fixed
 before any figure was looked at:
@@ -22,7 +22,7 @@ before any figure was looked at:
    concurrency.
 3. **Verdict of a layout.** It meets the SLO when one pair's predicted TTFT and ITL p95
    are within the objectives. Of those pairs: the best goodput; of those within 2% of it
-   (the tuner's start rule, :func:`llm_operator.perfmodel.suggest_start`), the smallest
+   (the tuner's start rule, :func:`llm_operator.planning.perfmodel.suggest_start`), the smallest
    max-num-seqs, then the largest token budget (the nearest to vLLM's default). Where no
    pair meets: the pair whose worse latency is the smallest multiple of its objective.
 4. **Choice.** The first layout that meets; where none does, the memory's (more GPUs
@@ -37,8 +37,8 @@ scale``, a HorizontalPodAutoscaler write it), so the plan says how many replicas
 needs and the user (or the autoscaler) sets them.
 
 Every figure is the model's estimate; the plan carries its measured error band
-(:data:`llm_operator.perfmodel.MEASURED_ACCURACY`) and the reference points it was
-fitted to (:data:`llm_operator.perfmodel.GPU_EFFICIENCY`).
+(:data:`llm_operator.planning.perfmodel.MEASURED_ACCURACY`) and the reference points it was
+fitted to (:data:`llm_operator.planning.perfmodel.GPU_EFFICIENCY`).
 """
 
 from __future__ import annotations
@@ -48,22 +48,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .catalog import ModelFacts
-from .constants import DEFAULT_GPUS_PER_NODE
-from .errors import SpecError, SpecErrors
-from .inpod.tuner.search import SLO
-from .models import LLMServiceSpec
-from .perfmodel import (
-    GPU_EFFICIENCY,
-    MEASURED_ACCURACY,
-    NoPrediction,
-    PlanInputs,
-    Point,
-    _pow2_grid,
-    inputs_for,
-    predict_point,
-)
-from .planning import (
+from ..api.constants import DEFAULT_GPUS_PER_NODE
+from ..api.errors import SpecError, SpecErrors
+from ..api.models import LLMServiceSpec
+from ..inpod.tuner.search import SLO
+from ..knowledge.catalog import ModelFacts
+from . import (
     Explained,
     Plan,
     engine_rule_errors,
@@ -73,6 +63,16 @@ from .planning import (
     model_facts,
     valid_tensor_parallel_sizes,
     vllm_default_max_num_batched_tokens,
+)
+from .perfmodel import (
+    GPU_EFFICIENCY,
+    MEASURED_ACCURACY,
+    NoPrediction,
+    PlanInputs,
+    Point,
+    _pow2_grid,
+    inputs_for,
+    predict_point,
 )
 
 # The smallest --max-num-batched-tokens the search tries: halving vLLM's default stops
@@ -359,7 +359,7 @@ def error_band(plan: Plan, spec: LLMServiceSpec, facts: ModelFacts | None) -> st
     experts = bool(model_facts(spec, facts).num_experts)
     acc = MEASURED_ACCURACY["moe" if experts else "dense"]
     kind = "mixture-of-experts models" if experts else "dense models"
-    return (f"estimated by llm_operator.perfmodel; {acc.note(kind)} "
+    return (f"estimated by llm_operator.planning.perfmodel; {acc.note(kind)} "
             "(TTFT and TPOT, the mean time per token; the ITL p95 here is the model's "
             "chunked-prefill step, which no measured row reports: no band for it); fitted to "
             f"{GPU_EFFICIENCY.source} (docs/production/performance-model.md)")

@@ -10,14 +10,14 @@ the words of vLLM's refusal (``says``), which the vLLM tier
 vLLM raises for every case of the corpus ``tests/unit/data/engine_refusals.yaml``.
 
 The rules read :class:`EngineSettings`: the ``vllm serve`` arguments as vLLM's parser
-reads them (:func:`llm_operator.serve_args.read_args`), vLLM's defaults for what is not
+reads them (:func:`llm_operator.knowledge.serve_args.read_args`), vLLM's defaults for what is not
 given, and what is known of the model. Who reads the findings decides how to name the
 settings: the planner by the spec fields that set them, the tuner by their flags.
 
 Only checks vLLM makes whatever the hardware are here (no CUDA-only or ROCm-only rule),
 and only those the operator's view of the model can decide: a rule that needs a fact
 the caller does not know is skipped, never guessed. Imports nothing of the operator but
-:mod:`llm_operator.serve_args`: the tuner, which runs in the vLLM image, uses it too.
+:mod:`llm_operator.knowledge.serve_args`: the tuner, which runs in the vLLM image, uses it too.
 """
 
 from __future__ import annotations

@@ -866,7 +866,7 @@ def _quantization(c: Mapping[str, Any], hf_quant: Mapping[str, Any] | None = Non
     ``hf_quant_config.json``. Activations: what the checkpoint quantizes its matmul
     inputs to (``fp8``, ``nvfp4``, ``mxfp4``, ``int8``), None for weight-only methods
     (AWQ, GPTQ, NVFP4A16, gpt-oss's MXFP4): it decides which tensor cores the matmuls
-    can use (:mod:`llm_operator.dtype_support`)."""
+    can use (:mod:`llm_operator.knowledge.dtype_support`)."""
     q = c.get("quantization_config")
     if not isinstance(q, Mapping) and isinstance(hf_quant, Mapping):
         inner = hf_quant.get("quantization")

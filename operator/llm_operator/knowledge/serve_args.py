@@ -9,7 +9,7 @@ and vLLM's own rewrites (``-O3``, dotted keys of JSON options such as
 
 :func:`read_args` turns a list of arguments into what vLLM's ``EngineArgs`` would hold
 (destination -> value) with the item each value came from, so that the start-up rules
-(:mod:`llm_operator.engine_rules`) can be checked on exactly what a pod runs. Imports
+(:mod:`llm_operator.knowledge.engine_rules`) can be checked on exactly what a pod runs. Imports
 nothing of the operator: the tuner, which runs in the vLLM image, uses it too.
 """
 
@@ -90,7 +90,7 @@ class FlagTable:
 def flag_table() -> FlagTable:
     """The committed option table of the default image's ``vllm serve``."""
     raw: dict[str, Any] = json.loads(
-        resources.files("llm_operator").joinpath("data/vllm_serve_flags.json").read_text())
+        resources.files("llm_operator.knowledge").joinpath("data/vllm_serve_flags.json").read_text())
     return FlagTable(
         vllm_version=raw["vllm"],
         options={k: Flag(v["dest"], v["arity"], bool(v["appends"]))
@@ -168,7 +168,7 @@ def read_args(argv: Sequence[str], table: FlagTable | None = None) -> ReadArgs:
     option's text is decoded, and dotted keys (``--speculative-config.method ngram``)
     build one JSON object per option that replaces one given whole, as vLLM appends it
     after every other argument. Items the table does not know, and stray values, are
-    skipped: :func:`llm_operator.extra_args.check_extra_args` refuses them first."""
+    skipped: :func:`llm_operator.knowledge.extra_args.check_extra_args` refuses them first."""
     table = table or flag_table()
     args = vllm_spelling(argv)
     out = ReadArgs()
