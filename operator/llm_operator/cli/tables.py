@@ -13,7 +13,7 @@ from rich.text import Text
 
 from ..api.models import LLMService
 from ..health.status import plan_summary
-from ..inpod.tuner.search import SLO
+from ..inpod.tuner.space import SLO
 from ..planning import Explained, Plan, human_bytes
 from ..planning.perfmodel import Point, knee
 

@@ -55,7 +55,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from ..api.models import LLMServiceSpec, Quantization
-from ..inpod.tuner.search import SLO
+from ..inpod.tuner.space import SLO
 from ..knowledge.catalog import GPUFacts, ModelFacts
 from ..knowledge.dtype_support import compute_path
 from . import BLOCK_SIZE, Plan, gpu_facts, kv_token_capacity, model_facts, weight_bytes

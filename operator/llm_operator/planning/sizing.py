@@ -51,7 +51,7 @@ from typing import Any
 from ..api.constants import DEFAULT_GPUS_PER_NODE
 from ..api.errors import SpecError, SpecErrors
 from ..api.models import LLMServiceSpec
-from ..inpod.tuner.search import SLO
+from ..inpod.tuner.space import SLO
 from ..knowledge.catalog import ModelFacts
 from . import (
     Explained,

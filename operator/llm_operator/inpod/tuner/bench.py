@@ -1,5 +1,5 @@
 """Load from vLLM's own benchmark (``vllm.benchmarks.serve``, what ``vllm bench serve``
-runs), in-process, turned into a :class:`~.search.Measurement`.
+runs), in-process, turned into a :class:`~.measure.Measurement`.
 
 Runs under the vLLM image's Python. The benchmark's own report (it prints) goes to a
 log file, not to stdout, so a pod log stays readable.
@@ -20,8 +20,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from .search import SLO, Measurement, RequestSample, gap_p95, summarize
+from .measure import Measurement, RequestSample, gap_p95, summarize
 from .server import EngineReportedNothing, MetricsSampler
+from .space import SLO
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +88,7 @@ def bench_args(target: BenchTarget, concurrency: int) -> list[str]:
 
 def requests_from_result(result: dict[str, Any]) -> list[RequestSample]:
     """Per-request samples from the dict ``vllm.benchmarks.serve.main`` returns (needs
-    ``--save-detailed``); each request's ITL p95 as :func:`~.search.gap_p95`."""
+    ``--save-detailed``); each request's ITL p95 as :func:`~.measure.gap_p95`."""
     ttfts = result.get("ttfts") or []
     itls = result.get("itls") or []
     outs = result.get("output_lens") or []

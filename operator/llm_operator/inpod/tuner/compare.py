@@ -51,7 +51,7 @@ often as a goodput decision needs (5 runs at 90%), meets it in its typical run (
 estimate at most 1). The reference's goodput is then nothing in a typical run, so no gain
 is claimed over a configuration that meets the SLO. Since search version 9 it is also the
 only way a slower candidate whose goodput gain lies only in the reference's missed runs
-wins (``search.gain_only_where_missed``): on the SLO's edge the goodput pairs are ``inf``
+wins (``records.gain_only_where_missed``): on the SLO's edge the goodput pairs are ``inf``
 whenever the reference's run happened to miss, about half of them, and their interval
 then called caps with a quarter of the defaults' goodput better (tune-landscape-50).
 

@@ -29,8 +29,8 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
+from .measure import Interrupted
 from .result import TuningResult, failed_result, result_from_outcome
-from .search import Interrupted
 
 log = logging.getLogger("llm_operator.inpod.tuner")
 
@@ -160,7 +160,7 @@ DEADLINE_MARGIN_SECONDS = 5.0  # stop this much before --deadline-seconds
 
 
 def install_stop_handlers(deadline_s: float | None) -> None:
-    """Turn SIGTERM, and the deadline (SIGALRM), into :class:`~.search.Interrupted` in
+    """Turn SIGTERM, and the deadline (SIGALRM), into :class:`~.measure.Interrupted` in
     the main thread, once: a second signal while the run winds down is ignored, so that
     stopping the server and writing the result are not cut short."""
     fired = False

@@ -10,7 +10,7 @@ import logging
 import sys
 from typing import Any
 
-from .search import Outcome, Trial
+from .records import Outcome, Trial
 
 log = logging.getLogger("llm_operator.inpod.tuner")
 

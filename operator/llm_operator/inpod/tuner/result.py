@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .search import Outcome, Trial
+from .records import Outcome, Trial
 
 TERMINATION_LIMIT = 4096  # bytes the kubelet keeps of a termination message
 RESULT_KIND = "llmops.dev/tuning-result"

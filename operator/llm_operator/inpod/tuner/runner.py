@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .bench import BenchTarget, measure
-from .search import CHUNKED_FLAGS, Config, Measurement, TrialFailed
+from .measure import Measurement, TrialFailed
 from .server import ServerStartError, VLLMServer, engine_metric, engine_metrics
+from .space import CHUNKED_FLAGS, Config
 
 log = logging.getLogger(__name__)
 
