@@ -22,6 +22,7 @@ from llm_operator.rendering.admission import (
     ENGINE_SCHEDULER_CLS,
     build_engine_init_container,
 )
+from llm_operator.rendering.pod import RESTRICTED_CONTAINER_SECURITY_CONTEXT
 
 ROOT = Path(__file__).resolve().parents[2]
 LIVE_FLAGS = ["--scheduler-cls", ENGINE_SCHEDULER_CLS]
@@ -29,7 +30,7 @@ LIVE_FLAGS = ["--scheduler-cls", ENGINE_SCHEDULER_CLS]
 
 def copy_engine_code(dst: Path) -> Path:
     """Run the server pod's init-container command (see rendering) into ``dst``."""
-    init = build_engine_init_container("operator:test")
+    init = build_engine_init_container("operator:test", RESTRICTED_CONTAINER_SECURITY_CONTEXT)
     script = init["command"][2].replace(ENGINE_CODE_PATH, str(dst))
     subprocess.run([sys.executable, "-c", script], check=True, timeout=60,
                    env={**os.environ, "PYTHONPATH": str(ROOT / "operator")})
