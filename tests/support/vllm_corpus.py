@@ -167,8 +167,9 @@ def _read(folder: Path, arch_name: str) -> dict[str, Any]:
         "kv_heads": arch.total_num_kv_heads, "mla": bool(arch.is_deepseek_mla),
         "flags": sorted(flags)}
     try:
-        out["attention_layers"] = _Stub(hf_config, text, arch, flags) \
-            .get_num_layers_by_block_type(ParallelConfig(), "attention")
+        stub: Any = _Stub(hf_config, text, arch, flags)  # ModelConfig's methods, bound
+        out["attention_layers"] = stub.get_num_layers_by_block_type(ParallelConfig(),
+                                                                    "attention")
     except Exception as exc:  # noqa: BLE001 - vLLM cannot count them from the config
         out["attention_layers_error"] = f"{type(exc).__name__}: {exc}"[:300]
     return out
