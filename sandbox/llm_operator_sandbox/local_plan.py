@@ -24,10 +24,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from llm_operator.rendering.pod import HF_CACHE_PATH  # the model cache mount, HF_HOME
+
 JSON = dict[str, Any]
 
 DEFAULT_TERMINATION_PATH = "/dev/termination-log"
-HF_CACHE_PATH = "/var/cache/huggingface"  # the model cache mount, HF_HOME (rendering/pod.py)
 CONTAINER_TMP = "/tmp"
 VLLM_LOCK_ENV = "LLMOP_VLLM_LOCK"
 # On the CPU build of vLLM --gpu-memory-utilization sizes nothing; the KV cache gets

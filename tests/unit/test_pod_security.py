@@ -108,8 +108,9 @@ def test_every_pod_passes_the_restricted_standard_by_default() -> None:
 
 
 def test_the_vllm_containers_get_a_home_and_the_cache_they_can_write() -> None:
-    (deployment,) = [m for m in rendering.render_all(make_svc(HUB), make_plan(
-        make_svc(HUB).spec), Settings()) if m["kind"] == "Deployment"]
+    svc = make_svc(HUB)
+    (deployment,) = [m for m in rendering.render_all(svc, make_plan(svc.spec), Settings())
+                     if m["kind"] == "Deployment"]
     pod = deployment["spec"]["template"]["spec"]
     for c in (*pod["initContainers"], *pod["containers"]):
         env = {e["name"]: e.get("value") for e in c["env"]}

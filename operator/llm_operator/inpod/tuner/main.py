@@ -264,7 +264,8 @@ def _run(args: argparse.Namespace, mns_levels: tuple[int, ...] | None,
         split_args,
         vllm_batch_defaults,
     )
-    from .search import (
+    from .search import grid_search, search
+    from .space import (
         DEFAULT_MNBT_LADDER,
         SLO,
         Budget,
@@ -273,9 +274,7 @@ def _run(args: argparse.Namespace, mns_levels: tuple[int, ...] | None,
         Space,
         Workload,
         chunked_prefill_searchable,
-        grid_search,
         ladder,
-        search,
     )
 
     args.vllm_python = args.vllm_python or sys.executable
