@@ -41,7 +41,11 @@ if ! "${B[@]}" inspect --type image "$VLLM" >/dev/null 2>&1; then
 sys.stdout.write(vllm_cli_script("/opt/venv/bin/python"))' > "$shim"
   # As vLLM's own CPU Dockerfile: libnuma (vllm._C links it) and g++ (torch.compile's
   # inductor builds the CPU kernels at start: "No working C++ compiler found" without it).
-  ctr=$("${B[@]}" from --pull=never "$BASE")
+  # A build that failed (a full disk, CI 2026-12-06) left its working container: 6.7 GB.
+  # Named, so that only this script's own leftover goes (not another build's container).
+  "${B[@]}" rm llmop-vllm-build >/dev/null 2>&1 || true
+  ctr=$("${B[@]}" from --pull=never --name llmop-vllm-build "$BASE")
+  trap '"${B[@]}" rm "$ctr" >/dev/null 2>&1 || true' EXIT  # this one, if it fails
   "${B[@]}" run --isolation chroot "$ctr" -- sh -c 'apt-get update -qq && \
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
       libnuma1 g++ libc6-dev python3-dev >/dev/null && rm -rf /var/lib/apt/lists/*'
@@ -61,6 +65,7 @@ print("    vllm", vllm.__version__, "torch", torch.__version__, "(torch.compile 
     --label "org.opencontainers.image.version=$version" "$ctr" 2>/dev/null
   "${B[@]}" commit -q "$ctr" "$VLLM" >/dev/null
   "${B[@]}" rm "$ctr" >/dev/null
+  trap - EXIT
   # Earlier builds (another venv or script): 6.7 GB each, never used again.
   "${B[@]}" images --format '{{.Name}}:{{.Tag}}' | grep '^localhost/llmop/vllm-cpu:' \
     | grep -vxF "$VLLM" | xargs -r "${B[@]}" rmi >/dev/null || true

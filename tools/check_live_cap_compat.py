@@ -1,7 +1,9 @@
 """The live admission cap's static compatibility matrix (issue 60): for each vLLM release
 named, download its published wheel without dependencies, read its Python sources (never
 import them) and check what the live cap relies on
-(:mod:`llm_operator_sandbox.vllm_compat` says what each check reads).
+(:mod:`llm_operator_sandbox.vllm_compat` says what each check reads), and whether its
+``vllm serve`` takes ``--max-num-active-seqs`` (vLLM #56758; the table's
+``activeSeqsFlag``, outside the verdict).
 
     .venv/bin/python tools/check_live_cap_compat.py 0.28.0 0.29.0 0.30.0 0.31.0 \\
         0.32.0 0.33.0 0.34.0                  # prints the matrix (Markdown)

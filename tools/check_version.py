@@ -5,7 +5,7 @@ One semantic version names a release: ``pyproject.toml``'s ``project.version``, 
 chart's ``version`` and ``appVersion`` (``charts/llm-operator/Chart.yaml``; the chart's
 default image tag is its appVersion), ``llm_operator.__version__`` (the operator's
 User-Agent), the tag of the operator's default image (``LLMOP_OPERATOR_IMAGE``'s default in
-``llm_operator/api/settings.py``) and the newest version heading of ``CHANGELOG.md``,
+``llm_operator/settings.py``) and the newest version heading of ``CHANGELOG.md``,
 ``## [X.Y.Z] - YYYY-MM-DD``, below ``## [Unreleased]`` (none before the first release).
 
     python3 tools/check_version.py              # prints the version; exit 1 on a mismatch
@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = "pyproject.toml"
 CHART = "charts/llm-operator/Chart.yaml"
 PACKAGE_INIT = "operator/llm_operator/__init__.py"
-SETTINGS = "operator/llm_operator/api/settings.py"
+SETTINGS = "operator/llm_operator/settings.py"
 CHANGELOG = "CHANGELOG.md"
 
 # Semantic Versioning 2.0.0's grammar (its regular expression, without build metadata,
@@ -103,7 +103,7 @@ def problems(w: Written, tag: str | None = None) -> list[str]:
     for where, got in (("charts/llm-operator/Chart.yaml version", w.chart_version),
                        ("charts/llm-operator/Chart.yaml appVersion", w.chart_app_version),
                        ("operator/llm_operator/__init__.py __version__", w.package),
-                       ("the default LLMOP_OPERATOR_IMAGE's tag (api/settings.py)",
+                       ("the default LLMOP_OPERATOR_IMAGE's tag (llm_operator/settings.py)",
                         w.operator_image_tag)):
         if got != version:
             out.append(f"{where} is {got!r}, pyproject.toml's version {version!r}")

@@ -47,15 +47,16 @@ if [ $# -gt 0 ]; then  # pytest arguments given: one run with them
   # It waits for the control plane only when it selects a test that starts one (the
   # cluster and e2e tiers), as pytest --collect-only lists them (about 10 s for every
   # test); else the build stops with this script (`-m unit` waited up to 649 s for it).
-  # A cluster test selected also needs the tier's two Go-built controllers (built once,
-  # then cached), as the full run builds them in lane B.
+  # A cluster or nodes test selected also needs the two Go-built controllers (built once,
+  # then cached; the nodes tier serves the Prometheus Operator's CRDs), as the full run
+  # builds them in lane B.
   selected="$(.venv/bin/python -m pytest --collect-only -q "$@" 2>/dev/null || true)"
   if grep -qE '^tests/(cluster|e2e|nodes)/' <<<"$selected"; then
     control_plane
   else
     printf '\n==> the control plane is not waited for: no cluster or e2e test selected\n'
   fi
-  if grep -qE '^tests/cluster/' <<<"$selected"; then
+  if grep -qE '^tests/(cluster|nodes)/' <<<"$selected"; then
     bash tools/setup.sh --controllers
   fi
   if grep -qE '^tests/nodes/' <<<"$selected"; then
@@ -113,6 +114,13 @@ nice -n 15 bash tools/setup.sh --nodes || rc_n=$?
 [ "$rc_n" -ne 0 ] || .venv/bin/python -m pytest -ra --durations=15 \
   --basetemp=/tmp/llmop-tests-n tests/nodes || rc_n=$?
 [ "$rc_n" -eq 0 ] || rc_b=$rc_n
+# The live cap on the oldest vLLM release it supports (lane A runs .venv-vllm's, the
+# newest with a CPU build): an environment hard-linked from .venv-vllm, then the release
+# test (tools/live_cap_matrix.sh; about 2 min, the environment cached after).
+OLDEST_LIVE_VLLM=$(PYTHONPATH=operator .venv/bin/python -c 'from llm_operator.knowledge.vllm_version import compat_table as t
+table = t(); print(table.releases[table.supported()[0]][1])')
+printf '\n==> lane B: the live cap on vLLM %s (tools/live_cap_matrix.sh)\n' "$OLDEST_LIVE_VLLM"
+bash tools/live_cap_matrix.sh --release-only "$OLDEST_LIVE_VLLM" || rc_b=1
 rc_a=0
 wait "$lane_a" || rc_a=$?
 printf '\n==> pytest, lane A: tests/prometheus tests/vllm, then tests/e2e\n'

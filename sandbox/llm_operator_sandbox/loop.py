@@ -331,15 +331,26 @@ def ready_server(loop: LocalLoop, name: str) -> dict[str, Any] | None:
     return None
 
 
+def cap_arg(args: list[str]) -> int | None:
+    """The admission cap vLLM's arguments set: ``--max-num-active-seqs`` where it is given
+    (the operator renders it after ``--max-num-seqs``, then the runner's capacity, on vLLM
+    releases that take it), else ``--max-num-seqs``; None when neither is there."""
+    found: dict[str, int] = {}
+    for i, a in enumerate(args):
+        for flag in ("--max-num-seqs", "--max-num-active-seqs"):
+            if a == flag and i + 1 < len(args):
+                found[flag] = int(args[i + 1])
+            elif a.startswith(flag + "="):
+                found[flag] = int(a.split("=", 1)[1])
+    return found.get("--max-num-active-seqs", found.get("--max-num-seqs"))
+
+
 def max_num_seqs_arg(pod: dict[str, Any]) -> int | None:
-    """The ``--max-num-seqs`` a pod's vLLM container runs with."""
+    """The cap a pod's vLLM container runs with (:func:`cap_arg`)."""
     for c in pod["spec"].get("containers") or []:
-        args = [str(a) for a in (c.get("command") or []) + (c.get("args") or [])]
-        for i, a in enumerate(args):
-            if a == "--max-num-seqs" and i + 1 < len(args):
-                return int(args[i + 1])
-            if a.startswith("--max-num-seqs="):
-                return int(a.split("=", 1)[1])
+        cap = cap_arg([str(a) for a in (c.get("command") or []) + (c.get("args") or [])])
+        if cap is not None:
+            return cap
     return None
 
 

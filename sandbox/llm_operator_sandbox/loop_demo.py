@@ -8,11 +8,13 @@ decisions and the cap in force, then ``kubectl get llms`` and the Events.
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,19 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
+from llm_operator.adaptation.prometheus import VLLM_PREEMPTIONS
+from llm_operator.inpod.engine.cap import METRIC_CAP
+
+from .cap_effect import (
+    ADAPTED,
+    STATIC,
+    Round,
+    Workload,
+    load_config,
+    record,
+    round_from,
+    summarize,
+)
 from .loop import (
     EXAMPLE_FILE,
     LocalLoop,
@@ -32,7 +47,7 @@ from .loop import (
     serves_cap,
     tuner_log_lines,
 )
-from .vllm_load import Load, LoadRun
+from .vllm_load import Load, LoadRun, engine_metric
 
 INTRO_CLUSTER = (
     "[bold]Real[/]: the Kubernetes control plane (kube-apiserver, etcd, "
@@ -52,9 +67,9 @@ INTRO = (
     "serving a tiny generated model), the tuner in the tuning Job, vLLM's benchmark as the "
     "load, and Prometheus, which finds the pods only through the rendered PodMonitor."
 )
-# The load: 32 clients of 128 prompt / 128 output tokens against a 4,096-token KV cache.
-LOAD = Load(concurrency=32, num_prompts=320, input_len=128, output_len=128)
-LOAD_SECONDS = 180  # rounds of LOAD until a moved cap is in force, at most this long
+# The loads and the comparison: benchmarks/configs/demo_binding_cap.yaml (registered
+# before any run; cap_effect reads it).
+EFFECT = load_config()
 # Where the demo writes its two PNGs (outside the run's folder, which it removes).
 PLOTS_DIR = Path(tempfile.gettempdir()) / "llmop-demo-plots"
 
@@ -159,21 +174,30 @@ class LoopDemo:
                                f"{max_num_seqs_arg(pod)} at {self.loop.pod_url(pod)}")
         return pod
 
-    def load_and_adapt(self, pod: dict[str, Any]) -> None:
-        """Rounds of vLLM's benchmark, back to back, until the adaptation has moved the cap
-        and the engine reports the moved cap in force (or the demo's time limit)."""
+    def load_and_adapt(self, pod: dict[str, Any]) -> int | None:
+        """vLLM's benchmark with one shift in it: a light round, then heavy rounds back to
+        back until the adaptation has moved the cap and the engine reports the moved cap
+        in force (or the time limit). Returns the cap the engine reported before the load
+        (the tuned start)."""
         self.console.rule("4. Load (vllm.benchmarks.serve) and online adaptation (mode Apply)")
         url = self.loop.pod_url(pod)
         assert url is not None and self.loop.model_dir is not None
-        self.console.print(f"Rounds of {LOAD.concurrency} clients, {LOAD.num_prompts} requests "
-                           f"of {LOAD.input_len}+{LOAD.output_len} tokens, until the engine "
-                           f"reports a moved cap in force (at most {LOAD_SECONDS} s)")
+        light, heavy = EFFECT.light, EFFECT.heavy
+        start = self.cap_in_force(url)
+        self.console.print(
+            f"The engine's cap before the load: {start}. One light round ({light.clients} "
+            f"clients, {light.prompts} requests), then rounds of {heavy.clients} clients, "
+            f"{heavy.prompts} requests of {heavy.input}+{heavy.output} tokens, until the "
+            f"engine reports a moved cap in force (at most {EFFECT.adapt_seconds:.0f} s)")
         seen = _Adaptation(pod["metadata"]["name"])
-        deadline = time.monotonic() + LOAD_SECONDS
+        deadline = time.monotonic() + EFFECT.adapt_seconds
         with self.console.status("Load runs; the operator reads Prometheus every "
                                  "spec.adaptation.intervalSeconds"):
+            rounds = 0
             while time.monotonic() < deadline:
-                run = LoadRun(self.loop.vllm_python, url, self.loop.model_name, LOAD,
+                work = light if rounds == 0 else heavy
+                rounds += 1
+                run = LoadRun(self.loop.vllm_python, url, self.loop.model_name, _load(work),
                               tokenizer=str(self.loop.model_dir))
                 try:
                     while run.running() and time.monotonic() < deadline:
@@ -185,25 +209,111 @@ class LoopDemo:
                         break
                     result = run.wait(10)
                     self.console.print(
-                        f"Benchmark round: {result.get('completed')} requests, "
-                        f"{result.get('output_throughput', 0):.0f} output tok/s, TTFT p95 "
-                        f"{result.get('p95_ttft_ms', 0):.0f} ms, ITL p95 "
+                        f"Benchmark round ({work.clients} clients): {result.get('completed')} "
+                        f"requests, {result.get('output_throughput', 0):.0f} output tok/s, "
+                        f"TTFT p95 {result.get('p95_ttft_ms', 0):.0f} ms, ITL p95 "
                         f"{result.get('p95_itl_ms', 0):.0f} ms")
                 finally:
                     run.kill()
-                if seen.moved_to is not None and seen.in_force == seen.moved_to:
+                if work is heavy and seen.moved_to is not None and seen.in_force == seen.moved_to:
                     break
         if seen.moved_to is None:
             self.console.print("[yellow]The adaptation held the cap during this load[/]")
         elif seen.in_force != seen.moved_to:
             self.console.print(f"[yellow]The engine had not reported cap {seen.moved_to} in "
                                "force when the load ended[/]")
+        return start
+
+    def cap_in_force(self, url: str) -> int | None:
+        """The admission cap the engine reports (:data:`METRIC_CAP`), or None."""
+        try:
+            cap = engine_metric(url, METRIC_CAP)
+        except OSError:
+            return None
+        return int(cap) if cap > 0 else None
+
+    def reports_cap(self, url: str, cap: int) -> bool:
+        return self.cap_in_force(url) == cap
+
+    def effect(self, pod: dict[str, Any], static: int | None) -> list[Round]:
+        """The registered comparison (``benchmarks/configs/demo_binding_cap.yaml``): the
+        same load with the cap the adaptation chose and with the tuned one, held in turn
+        by the adaptation's own bounds (``spec.adaptation.minMaxNumSeqs`` =
+        ``maxMaxNumSeqs`` = the arm's cap: a cap outside its bounds moves into them at the
+        next tick, live; ``spec.engine.maxNumSeqs`` would restart the pod), interleaved;
+        the table of means and ranges. The bounds are removed at the end."""
+        self.console.rule(f"5. The effect of the adapted cap ({EFFECT.label})")
+        url = self.loop.pod_url(pod)
+        assert url is not None and self.loop.model_dir is not None
+        adapted = self.cap_in_force(url)
+        if adapted is None or static is None or adapted >= static:
+            self.console.print(f"[yellow]No comparison[/]: the adaptation left the cap at "
+                               f"{adapted} (started at {static}); nothing binds to compare")
+            return []
+        caps = {ADAPTED: adapted, STATIC: static}
+        w = EFFECT.load
+        self.console.print(
+            f"The same load ({w.clients} clients, {w.prompts} requests of {w.input}+{w.output} "
+            f"tokens) {len(EFFECT.order)} times, interleaved {', '.join(EFFECT.order)}: cap "
+            f"{adapted} (adapted) against {static} (tuned, static), each held live by "
+            "spec.adaptation.minMaxNumSeqs = maxMaxNumSeqs (no restart). Goodput counts "
+            f"requests meeting TTFT {EFFECT.ttft_ms} ms and TPOT {EFFECT.tpot_ms} ms.")
+        ns = self.loop.settings.namespace
+        rounds: list[Round] = []
+        try:
+            for i, arm in enumerate(EFFECT.order, 1):
+                cap = caps[arm]
+                self.loop.kubectl("patch", "llms", self.name, "-n", ns, "--type=merge", "-p",
+                                  json.dumps(_bounds(cap)))
+                if not self.wait(f"The engine reports cap {cap}",
+                                 partial(self.reports_cap, url, cap), EFFECT.cap_timeout_s):
+                    self.console.print("[yellow]Comparison stopped: the cap did not arrive[/]")
+                    break
+                before = engine_metric(url, VLLM_PREEMPTIONS)
+                load = _load(w, goodput=(f"ttft:{EFFECT.ttft_ms}", f"tpot:{EFFECT.tpot_ms}"))
+                with self.console.status(f"Round {i}/{len(EFFECT.order)}: {arm}, cap {cap}"):
+                    run = LoadRun(self.loop.vllm_python, url, self.loop.model_name, load,
+                                  tokenizer=str(self.loop.model_dir))
+                    try:
+                        result = run.wait(600)
+                    finally:
+                        run.kill()
+                r = round_from(arm, cap, result,
+                               engine_metric(url, VLLM_PREEMPTIONS) - before)
+                rounds.append(r)
+                self.console.print(
+                    f"  round {i} {arm:>7} cap {cap:>3}: {r.completed} requests, "
+                    f"{r.preemptions:.0f} preemptions, TTFT p95 {r.ttft_p95_ms:,.0f} ms, "
+                    f"goodput {r.goodput_rps:.2f} req/s, {r.output_tps:,.0f} output tok/s",
+                    highlight=False)
+        finally:
+            self.loop.kubectl("patch", "llms", self.name, "-n", ns, "--type=merge", "-p",
+                              json.dumps(_bounds(None)), check=False)
+        rows = summarize(rounds)
+        if rows:
+            table = Table(title=escape(
+                f"Cap {adapted} (adapted) vs {static} (tuned, static): mean [lowest, "
+                f"highest] of {len(rounds) // 2} rounds each, measured on the CPU engine"))
+            for col in ("metric", "adapted", "static", "verdict"):
+                table.add_column(col)
+            for row in rows:
+                table.add_row(row.metric, row.cell(row.adapted), row.cell(row.static),
+                              row.verdict)
+            self.console.print(table)
+            PLOTS_DIR.mkdir(parents=True, exist_ok=True)
+            path = PLOTS_DIR / f"{EFFECT.label}.json"
+            path.write_text(json.dumps(record(
+                rounds, EFFECT, adapted, static,
+                time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())), indent=1) + "\n")
+            self.console.print(f"wrote [bold]{escape(str(path))}[/]", soft_wrap=True)
+        self.console.print("The bounds are removed: the adaptation goes on from here.")
+        return rounds
 
     def plots(self, since: float | None) -> list[Path]:
         """The tuning trials and the adaptation timeline as PNGs in :data:`PLOTS_DIR`
         (``llm-operator plot``'s code). Best effort: without matplotlib, or when a plot
         cannot be made, it says so and the demo goes on."""
-        self.console.rule("6. Plots")
+        self.console.rule("7. Plots")
         from llm_operator.cli.plot import read_timeline, write_timeline_png, write_tuning_png
         from llm_operator.cli.plots import (
             PlotsUnavailable,
@@ -239,7 +349,7 @@ class LoopDemo:
         return written
 
     def report(self) -> None:
-        self.console.rule("5. What the user sees")
+        self.console.rule("6. What the user sees")
         ns = self.loop.settings.namespace
         self.show("get", "llms", "-n", ns, "-o", "wide")
         self.show("get", "events", "-n", ns, "--field-selector",
@@ -283,6 +393,16 @@ class _Adaptation:
             lines.append(f"  the engine reports cap [bold]{self.in_force}[/] in force "
                          f"({adaptation.get('actuation', '')}; pod {self.pod_name}, no restart)")
         return lines
+
+
+def _bounds(cap: int | None) -> dict[str, Any]:
+    """A merge patch that holds the adaptation's cap at ``cap`` (None: the defaults)."""
+    return {"spec": {"adaptation": {"minMaxNumSeqs": cap, "maxMaxNumSeqs": cap}}}
+
+
+def _load(w: Workload, goodput: tuple[str, ...] = ()) -> Load:
+    return Load(concurrency=w.clients, num_prompts=w.prompts, input_len=w.input,
+                output_len=w.output, goodput=goodput)
 
 
 def _shown(line: str) -> bool:
@@ -357,7 +477,8 @@ def run_loop_demo(project: Path, kubectl: str | None, console: Console | None = 
             load_began = None
             if pod is not None:
                 load_began = time.time() - 60  # the minute before the load: the cap at rest
-                demo.load_and_adapt(pod)
+                static = demo.load_and_adapt(pod)
+                demo.effect(pod, static)
             demo.report()
             demo.plots(load_began)
             if keep:

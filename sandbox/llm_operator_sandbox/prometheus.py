@@ -1,7 +1,8 @@
 """A real Prometheus for local trials, finding pods through the rendered PodMonitors.
 
 :func:`start_prometheus` runs Debian's ``/usr/bin/prometheus`` (``LLMOP_PROMETHEUS_BIN``)
-on 127.0.0.1 with a throwaway TSDB. :class:`PodMonitorDiscovery` keeps it pointed at the
+on 127.0.0.1 (or the host address given: the node bridge's gateway, where pods in real
+containers reach it) with a throwaway TSDB. :class:`PodMonitorDiscovery` keeps it pointed at the
 pods of the (emulated) API server: every ``interval_s`` it lists the PodMonitors and Pods,
 writes the scrape jobs the Prometheus Operator would write (through
 :mod:`llm_operator_sandbox.podmonitor_sd`, with file-based discovery) and, when the jobs
@@ -53,11 +54,12 @@ class PrometheusServer:
     port: int
     workdir: Path
     owns_workdir: bool = True
+    host: str = "127.0.0.1"
 
     @property
     def url(self) -> str:
         """Base URL."""
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     @property
     def config_file(self) -> Path:
@@ -111,9 +113,9 @@ class PrometheusServer:
 
 
 def start_prometheus_with(config: Mapping[str, Any], workdir: Path | None = None,
-                          timeout_s: float = 30.0) -> PrometheusServer:
-    """Start Prometheus on a free port with ``config`` (a prometheus.yml as a dict) in
-    ``workdir`` (a new temporary folder by default); wait until it is ready."""
+                          timeout_s: float = 30.0, host: str = "127.0.0.1") -> PrometheusServer:
+    """Start Prometheus on a free port of ``host`` with ``config`` (a prometheus.yml as a
+    dict) in ``workdir`` (a new temporary folder by default); wait until it is ready."""
     owns = workdir is None
     workdir = Path(tempfile.mkdtemp(prefix="llmop-prom-")) if workdir is None else workdir
     workdir.mkdir(parents=True, exist_ok=True)
@@ -123,12 +125,13 @@ def start_prometheus_with(config: Mapping[str, Any], workdir: Path | None = None
     log_file = open(workdir / "prometheus.log", "wb")  # noqa: SIM115 - lives with the process
     proc = subprocess.Popen(
         [PROMETHEUS_BIN, f"--config.file={cfg}", f"--storage.tsdb.path={workdir / 'data'}",
-         "--storage.tsdb.retention.time=1h", f"--web.listen-address=127.0.0.1:{port}",
+         "--storage.tsdb.retention.time=1h", f"--web.listen-address={host}:{port}",
          "--web.enable-lifecycle"],
         stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
     )
     log_file.close()
-    server = PrometheusServer(proc=proc, port=port, workdir=workdir, owns_workdir=owns)
+    server = PrometheusServer(proc=proc, port=port, workdir=workdir, owns_workdir=owns,
+                              host=host)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -182,8 +185,10 @@ class PodMonitorDiscovery:
     """
 
     def __init__(self, kubeconfig: Path, workdir: Path, *, namespaces: list[str] | None = None,
-                 interval_s: float = 1.0, scrape_interval: str = "30s") -> None:
+                 interval_s: float = 1.0, scrape_interval: str = "30s",
+                 host: str = "127.0.0.1") -> None:
         self.kubeconfig = kubeconfig
+        self.host = host  # where Prometheus listens
         self.workdir = workdir
         self.sd_dir = workdir / "sd"
         self.namespaces = namespaces
@@ -302,7 +307,7 @@ class PodMonitorDiscovery:
         with contextlib.suppress(Exception):
             self.sync()
         if prometheus:
-            self.prometheus = start_prometheus_with(self.config(), self.workdir)
+            self.prometheus = start_prometheus_with(self.config(), self.workdir, host=self.host)
             self._config_key = json.dumps(self.config(), sort_keys=True)
         self._thread = threading.Thread(target=self._run, name="podmonitor-sd", daemon=True)
         self._thread.start()

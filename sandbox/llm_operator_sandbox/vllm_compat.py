@@ -33,6 +33,13 @@ operator rely on, one check each:
 A release whose checks all pass is ``live``; one that fails ``active_cap`` only is
 ``no-hook`` (the class loads and serves, the cap moves by rollouts); any other failure is
 ``incompatible`` (the class would crash the engine at start).
+
+One more fact, outside the verdict (issue 60, item 3): ``active_seqs_flag``, whether
+``vllm serve`` takes ``--max-num-active-seqs`` (vLLM #56758): ``vllm/engine/arg_utils.py``
+names the flag, ``SchedulerConfig`` has the field ``max_num_active_seqs``, and
+``Scheduler.__init__`` reads it (into ``max_num_active_reqs``). Where it holds, the
+operator renders the active cap as that flag when the live cap is not in use
+(``llm_operator.rendering.admission.uses_active_seqs_flag``).
 """
 
 from __future__ import annotations
@@ -45,6 +52,8 @@ ASYNC_SCHEDULER = "vllm/v1/core/sched/async_scheduler.py"
 SCHEDULER = "vllm/v1/core/sched/scheduler.py"
 SCHEDULER_CONFIG = "vllm/config/scheduler.py"
 ENGINE_CORE = "vllm/v1/engine/core.py"
+ARG_UTILS = "vllm/engine/arg_utils.py"
+ACTIVE_SEQS_FLAG = "--max-num-active-seqs"
 METRICS_PROMETHEUS = "vllm/v1/metrics/prometheus.py"
 METRICS_DIR = "vllm/v1/metrics/"
 TERMINATION_FILE = "/dev/termination-log"
@@ -71,6 +80,8 @@ class Report:
 
     version: str
     findings: tuple[Finding, ...] = field(default_factory=tuple)
+    # Whether ``vllm serve`` takes --max-num-active-seqs (not part of the verdict).
+    active_seqs: Finding | None = None
 
     @property
     def verdict(self) -> str:
@@ -340,36 +351,70 @@ def check_termination(sources: Mapping[str, str]) -> Finding:
                    f"no {TERMINATION_FILE} in {sum(p.endswith('.py') for p in sources)} files")
 
 
+def check_active_seqs_flag(sources: Mapping[str, str]) -> Finding:
+    """Whether ``vllm serve`` takes ``--max-num-active-seqs``: the engine arguments name
+    the flag, ``SchedulerConfig`` has ``max_num_active_seqs`` and ``Scheduler.__init__``
+    reads it. Not part of the verdict (the live cap does not use the flag)."""
+    check = "active_seqs_flag"
+    named = _string_lines(sources.get(ARG_UTILS, "")).get(ACTIVE_SEQS_FLAG)
+    if named is None:
+        return Finding(check, False, f"{_short(ARG_UTILS)} does not name {ACTIVE_SEQS_FLAG}")
+    cfg = _class(_parse(sources, SCHEDULER_CONFIG), "SchedulerConfig")
+    fields = {} if cfg is None else {
+        n.target.id: n.lineno for n in cfg.body
+        if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+    if "max_num_active_seqs" not in fields:
+        return Finding(check, False, f"{_short(ARG_UTILS)}:{named} names {ACTIVE_SEQS_FLAG} "
+                       f"but {_short(SCHEDULER_CONFIG)} SchedulerConfig has no "
+                       "max_num_active_seqs field")
+    init = _method(_class(_parse(sources, SCHEDULER), "Scheduler"), "__init__")
+    reads = [] if init is None else [
+        n.lineno for n in ast.walk(init) if isinstance(n, ast.Attribute)
+        and n.attr == "max_num_active_seqs" and isinstance(n.ctx, ast.Load)]
+    if not reads:
+        return Finding(check, False, f"{_short(SCHEDULER)} Scheduler.__init__ never reads "
+                       "scheduler_config.max_num_active_seqs")
+    return Finding(check, True,
+                   f"{_short(ARG_UTILS)}:{named} {ACTIVE_SEQS_FLAG}; {_short(SCHEDULER_CONFIG)}:"
+                   f"{fields['max_num_active_seqs']} SchedulerConfig.max_num_active_seqs; "
+                   f"{_short(SCHEDULER)}:{reads[0]} Scheduler.__init__ reads it")
+
+
 def check_release(version: str, sources: Mapping[str, str], metric_names: Iterable[str]
                   ) -> Report:
     """Every check on one release's sources (``vllm/...py`` path -> text)."""
     return Report(version, (
         check_base_class(sources), check_constructor(sources), check_active_cap(sources),
         check_scheduler_cls(sources), check_metrics(sources, metric_names),
-        check_termination(sources)))
+        check_termination(sources)), check_active_seqs_flag(sources))
 
 
 def matrix_markdown(reports: Iterable[Report], dist: str) -> str:
     """The matrix as Markdown: one row per release, each check pass/fail with its
     evidence."""
-    rows = [f"| {dist} | verdict | " + " | ".join(CHECKS) + " |",
-            "|---|---|" + "---|" * len(CHECKS)]
+    rows = [f"| {dist} | verdict | " + " | ".join(CHECKS) + f" | {ACTIVE_SEQS_FLAG} |",
+            "|---|---|" + "---|" * (len(CHECKS) + 1)]
     for r in reports:
         cells = []
         for check in CHECKS:
             f = r.finding(check)
             cells.append(("pass: " if f.ok else "**FAIL**: ") + f.evidence.replace("|", "\\|"))
+        a = r.active_seqs
+        cells.append("not checked" if a is None else ("yes: " if a.ok else "no: ")
+                     + a.evidence.replace("|", "\\|"))
         rows.append(f"| {r.version} | {r.verdict} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
 
 def compat_table(reports: Iterable[Report], dist: str, date: str) -> dict[str, object]:
     """The table the operator consults (``llm_operator/knowledge/data/live_cap_compat.json``): per
-    minor release, the verdict and the release it was measured on."""
+    minor release, the verdict, the release it was measured on and whether ``vllm serve``
+    takes ``--max-num-active-seqs`` (``activeSeqsFlag``: :func:`check_active_seqs_flag`)."""
     return {
         "measured": f"statically from the published {dist} wheels on {date}",
         "command": "python tools/check_live_cap_compat.py --write VERSION...",
-        "releases": {".".join(r.version.split(".")[:2]): {"verdict": r.verdict,
-                                                          "checked": r.version}
-                     for r in reports},
+        "releases": {".".join(r.version.split(".")[:2]): {
+            "verdict": r.verdict, "checked": r.version,
+            "activeSeqsFlag": r.active_seqs is not None and r.active_seqs.ok}
+            for r in reports},
     }

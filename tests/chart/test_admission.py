@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from llm_operator.api.constants import DEFAULT_IMAGE, LABEL_MANAGED_BY, MANAGED_BY
-from llm_operator.api.settings import HELM_VALUES
 from llm_operator.facts.control import CACHE_CONFIGMAP as FACTS_CACHE
+from llm_operator.settings import HELM_VALUES
 from llm_operator.tuning.control import CACHE_CONFIGMAP as TUNING_CACHE
 
 from .conftest import CHART, NAMESPACE, RELEASE, Render

@@ -328,7 +328,7 @@ def test_metrics_disabled_renders_no_service_and_port_zero(render: Render) -> No
 
 def settings_from_env(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Any:
     """Build the operator's real Settings from exactly ``env`` (LLMOP_* only)."""
-    from llm_operator.api.settings import Settings
+    from llm_operator.settings import Settings
 
     for key in list(os.environ):
         if key.startswith("LLMOP_"):
@@ -342,7 +342,7 @@ def settings_from_env(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> A
 def test_every_env_var_is_a_setting(render: Render, name: str) -> None:
     """Settings ignores unknown LLMOP_* variables, so a misspelt name would be lost
     silently: every LLMOP_* variable the chart sets must name a Settings field."""
-    from llm_operator.api.settings import Settings
+    from llm_operator.settings import Settings
 
     fields = {f"LLMOP_{f.upper()}" for f in Settings.model_fields}
     container = deployment_container(render(VALUE_SETS[name]).docs)
@@ -390,7 +390,7 @@ def test_default_settings_leave_optional_features_off(
     """With defaults: the release's namespace only, no Prometheus (adaptation off),
     operator's own vLLM image default, and the tuning Job copies the tuner from the very
     image the operator runs."""
-    from llm_operator.api.settings import Settings
+    from llm_operator.settings import Settings
 
     container = deployment_container(render().docs)
     env = env_of(container)

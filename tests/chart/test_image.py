@@ -30,8 +30,8 @@ import pytest
 import yaml
 
 from llm_operator.api.models import parse_llmservice
-from llm_operator.api.settings import Settings
 from llm_operator.planning import make_plan
+from llm_operator.settings import Settings
 from llm_operator.tuning.fingerprint import tuning_fingerprint
 from llm_operator.tuning.job import CODE_PATH, INIT_CONTAINER, build_tuning_job
 from llm_operator_sandbox.processes import stop as stop_process

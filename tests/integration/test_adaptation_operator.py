@@ -33,6 +33,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from llm_operator.inpod.tuner.server import free_port
+from llm_operator_sandbox.loop import cap_arg
 from tests.integration.conftest import NAMESPACE
 from tests.support.emulator import Kubectl, OperatorProcess, wait_for
 from tests.support.metrics_replay import KV_PRESSURE, Recording, ReplayServer
@@ -155,7 +156,9 @@ def events(kubectl: Kubectl, name: str) -> list[dict[str, Any]]:
 
 def max_num_seqs(deployment: dict[str, Any]) -> int:
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
-    return int(args[args.index("--max-num-seqs") + 1])
+    cap = cap_arg(args)
+    assert cap is not None, args
+    return cap
 
 
 def write_deployment_status(kubectl: Kubectl, name: str) -> None:

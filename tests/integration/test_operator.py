@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
+from llm_operator_sandbox.loop import cap_arg
 from tests.integration.conftest import NAMESPACE
 from tests.support.emulator import (
     EXAMPLES_DIR,
@@ -51,6 +52,13 @@ def container_of(deployment: dict[str, Any]) -> dict[str, Any]:
 
 def arg_value(args: list[str], flag: str) -> str | None:
     return args[args.index(flag) + 1] if flag in args else None
+
+
+def cap_value(args: list[str]) -> str | None:
+    """The cap the server runs with: --max-num-active-seqs where rendered, else
+    --max-num-seqs (:func:`llm_operator_sandbox.loop.cap_arg`)."""
+    cap = cap_arg(args)
+    return None if cap is None else str(cap)
 
 
 def wait_deployment(kubectl: Kubectl, name: str = NAME, timeout: float = 60) -> dict[str, Any]:
@@ -103,7 +111,7 @@ def test_create_renders_the_deployment_and_reports_status(
         plan["tensorParallelSize"])
     # The pods start on the plan's start (the SLO sizing's), within the memory limit.
     start = plan.get("startMaxNumSeqs") or plan["maxNumSeqs"]
-    assert arg_value(container["args"], "--max-num-seqs") == str(start)
+    assert cap_value(container["args"]) == str(start)
     assert start <= plan["maxNumSeqs"]
 
     # The Service fronts it; status has the endpoint and standard conditions.
@@ -151,7 +159,7 @@ def test_spec_change_rerenders_the_deployment(
     kubectl.apply(EXAMPLE, NAMESPACE)
     first = wait_deployment(kubectl)
     wait_condition(kubectl, "Planned", "True", generation=1)
-    before = arg_value(container_of(first)["args"], "--max-num-seqs")
+    before = cap_value(container_of(first)["args"])
     pinned = 7 if before != "7" else 9
 
     kubectl.run("patch", "llms", NAME, "-n", NAMESPACE, "--type", "merge",
@@ -160,7 +168,7 @@ def test_spec_change_rerenders_the_deployment(
     def updated() -> dict[str, Any] | None:
         dep = kubectl.get("deployment", NAME, NAMESPACE)
         args = container_of(dep)["args"] if dep else []
-        return dep if arg_value(args, "--max-num-seqs") == str(pinned) else None
+        return dep if cap_value(args) == str(pinned) else None
 
     dep = wait_for(updated, 30, "the Deployment to run with the pinned max-num-seqs")
     assert dep["metadata"]["generation"] == first["metadata"]["generation"] + 1

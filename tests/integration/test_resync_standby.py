@@ -16,12 +16,12 @@ import pytest
 from kubernetes_asyncio.client import Configuration
 
 from llm_operator.api.constants import API_VERSION, KIND, PROGRESS_PREFIX
-from llm_operator.api.settings import Settings
 from llm_operator.controller import resync
 from llm_operator.controller.context import OperatorContext
 from llm_operator.controller.diffbase import SlimDiffBaseStorage
 from llm_operator.controller.kube import KubeClient
 from llm_operator.controller.progress import GenerationProgressStorage
+from llm_operator.settings import Settings
 from llm_operator_sandbox.emulator import EmulatorThread
 
 NAME = "llama-3-1-8b"

@@ -20,6 +20,7 @@ import yaml
 
 from llm_operator.api.timestamps import rfc3339
 from tests.integration.conftest import NAMESPACE
+from tests.integration.test_operator import cap_value
 from tests.support.emulator import EmulatorProcess, Kubectl, OperatorProcess, wait_for
 from tests.support.tuning_results import kv_constrained_result
 
@@ -85,6 +86,22 @@ def server_args(kubectl: Kubectl) -> list[str]:
 
 def arg(args: list[str], flag: str) -> str | None:
     return args[args.index(flag) + 1] if flag in args else None
+
+
+def without_cap(args: list[str]) -> list[str]:
+    """The arguments without the cap's flags and their values."""
+    out: list[str] = []
+    skip = False
+    for a in args:
+        if skip:
+            skip = False
+        elif a in ("--max-num-seqs", "--max-num-active-seqs"):
+            skip = True
+        else:
+            out.append(a)
+    return out
+
+
 
 
 def events(kubectl: Kubectl) -> list[dict[str, Any]]:
@@ -157,13 +174,13 @@ def test_a_new_service_is_tuned_and_a_recreated_one_uses_the_cache(
     before = server_args(kubectl)
     # The pods start on the plan's start (the SLO sizing's; the memory limit without one).
     start = plan.get("startMaxNumSeqs") or plan["maxNumSeqs"]
-    assert arg(before, "--max-num-seqs") == str(start) != str(TUNED_MAX_NUM_SEQS)
+    assert cap_value(before) == str(start) != str(TUNED_MAX_NUM_SEQS)
 
     # The Job finishes with the tuner's result.
     result = kv_constrained_result(fingerprint, best_max_num_seqs=TUNED_MAX_NUM_SEQS)
     finish_job(kubectl, job, message=result.to_message())
     done = wait_tuning(kubectl, "Succeeded")
-    wait_for(lambda: arg(server_args(kubectl), "--max-num-seqs") == str(TUNED_MAX_NUM_SEQS),
+    wait_for(lambda: cap_value(server_args(kubectl)) == str(TUNED_MAX_NUM_SEQS),
              15, "the Deployment to run with the tuned --max-num-seqs")
 
     assert done["applied"] == {"maxNumSeqs": TUNED_MAX_NUM_SEQS}
@@ -181,10 +198,13 @@ def test_a_new_service_is_tuned_and_a_recreated_one_uses_the_cache(
     assert str(TUNED_MAX_NUM_SEQS) in columns, columns
     engine = (kubectl.get("llms", NAME, NAMESPACE) or {})["status"]["engine"]
     assert engine["maxNumSeqs"] == TUNED_MAX_NUM_SEQS and engine["maxNumSeqsSource"] == "tuned"
-    # Only the tuned flag moved.
+    # Only the tuned cap moved (as --max-num-active-seqs where the image's vLLM takes it,
+    # the runner's --max-num-seqs then unchanged).
     after = server_args(kubectl)
-    assert [a for a in after if a != str(TUNED_MAX_NUM_SEQS)] == [
-        a for a in before if a != str(start)]
+    assert without_cap(after) == without_cap(before), (before, after)
+    assert cap_value(after) == str(TUNED_MAX_NUM_SEQS)
+    if "--max-num-active-seqs" in after:
+        assert arg(after, "--max-num-seqs") == arg(before, "--max-num-seqs"), (before, after)
     wait_for(lambda: "TuningSucceeded" in {e["reason"] for e in events(kubectl)}, 10,
              "the TuningSucceeded Event")
     wait_for(lambda: not jobs(kubectl), 10, "the finished Job to be deleted")
@@ -203,7 +223,7 @@ def test_a_new_service_is_tuned_and_a_recreated_one_uses_the_cache(
     cached = wait_tuning(kubectl, "Succeeded")
     assert cached["source"] == "cache" and cached["fingerprint"] == fingerprint
     assert cached["applied"] == {"maxNumSeqs": TUNED_MAX_NUM_SEQS}
-    wait_for(lambda: arg(server_args(kubectl), "--max-num-seqs") == str(TUNED_MAX_NUM_SEQS),
+    wait_for(lambda: cap_value(server_args(kubectl)) == str(TUNED_MAX_NUM_SEQS),
              15, "the re-created Deployment to run with the cached --max-num-seqs")
     assert condition(kubectl, "Tuned")["reason"] == "TuningCached"  # type: ignore[index]
     time.sleep(2)  # a Job the operator were to create would be there by now
@@ -225,7 +245,7 @@ def test_a_new_service_is_tuned_and_a_recreated_one_uses_the_cache(
     plan = (kubectl.get("llms", NAME, NAMESPACE) or {})["status"]["plan"]
     planned = plan.get("startMaxNumSeqs") or plan["maxNumSeqs"]
     assert planned != TUNED_MAX_NUM_SEQS
-    wait_for(lambda: arg(server_args(kubectl), "--max-num-seqs") == str(planned), 15,
+    wait_for(lambda: cap_value(server_args(kubectl)) == str(planned), 15,
              "the Deployment back on the planned --max-num-seqs")
     assert [j["metadata"]["name"] for j in jobs(kubectl)] == [rerun["jobName"]]
     # Another rollout while that run goes on: its Job is superseded and deleted.
@@ -367,7 +387,7 @@ def test_borrow_replica_lends_one_replica_and_returns_it(
     finish_job(kubectl, job, message=result.to_message())
     wait_tuning(kubectl, "Succeeded")
     wait_for(lambda: deployment_replicas(kubectl) == 3, 15, "the replica to be returned")
-    assert arg(server_args(kubectl), "--max-num-seqs") == str(TUNED_MAX_NUM_SEQS)
+    assert cap_value(server_args(kubectl)) == str(TUNED_MAX_NUM_SEQS)
 
 
 def test_borrow_replica_with_one_replica_refuses_tuning_not_serving(
@@ -398,5 +418,5 @@ def test_before_serving_starts_the_server_on_the_tuned_settings(
     result = kv_constrained_result(running["fingerprint"], best_max_num_seqs=TUNED_MAX_NUM_SEQS)
     finish_job(kubectl, job, message=result.to_message())
     wait_tuning(kubectl, "Succeeded")
-    wait_for(lambda: arg(server_args(kubectl), "--max-num-seqs") == str(TUNED_MAX_NUM_SEQS),
+    wait_for(lambda: cap_value(server_args(kubectl)) == str(TUNED_MAX_NUM_SEQS),
              20, "the server created on the tuned settings")

@@ -26,7 +26,16 @@ import pytest
 from llm_operator.inpod.tuner.server import vllm_lock as hold_vllm_lock
 from llm_operator_sandbox.cluster import LocalCluster, binaries_present, cache_dir, helm_install
 from llm_operator_sandbox.hub import LocalHub, folder_files
-from llm_operator_sandbox.nodes import NodeNetwork, RealNodes, built_images, registry_binary
+from llm_operator_sandbox.nodes import (
+    NodeNetwork,
+    RealNodes,
+    buildah,
+    built_images,
+    registry_binary,
+    run,
+)
+from llm_operator_sandbox.prometheus import PodMonitorDiscovery
+from llm_operator_sandbox.prometheus_operator import install_crds, operator_present
 from llm_operator_sandbox.tiny_model import ensure_tiny_llama
 from tests.cluster.conftest import CHART, ClusterKubectl, helm_binary
 from tests.support.emulator import kubectl_binary, wait_for
@@ -105,8 +114,11 @@ def vllm_image(nodes: RealNodes) -> VllmImage:
     # Under the vLLM lock: pushing 6.7 GB slows the vLLM tier's timed runs in the other lane.
     with hold_vllm_lock(timeout_s=1200):
         t0 = time.monotonic()
-        ref = nodes.registry.push(local, "vllm-cpu", compress=False)
+        ref = nodes.registry.push(local, "vllm-cpu", compression="zstd")
     sys.stderr.write(f"pushed {ref} in {time.monotonic() - t0:.1f} s\n")
+    if os.environ.get("LLMOP_LEAN_DISK") == "1":  # CI, a new machine: nothing reuses it
+        run([*buildah(), "rmi", local])
+        sys.stderr.write(f"removed {local} from buildah's store (LLMOP_LEAN_DISK=1)\n")
     return VllmImage(local, ref, ref.split("@")[1])
 
 
@@ -116,6 +128,11 @@ def vllm_lock() -> Iterator[None]:
     until after its namespace's pods are gone (ask for it before ``namespace``)."""
     with hold_vllm_lock(timeout_s=1200):
         yield
+    # Hand the lock over: a vLLM test in the other lane polls for it every second, and
+    # the next nodes test would otherwise take it back within milliseconds. Without this
+    # a lane-A test waited through two nodes tests in a row (7.4 min, CI here, 2026-12-06)
+    # and ran out of its own timeout.
+    time.sleep(3)
 
 
 @pytest.fixture(scope="session")
@@ -127,12 +144,41 @@ def hub(real_nodes: tuple[LocalCluster, RealNodes]) -> Iterator[LocalHub]:
         yield local
 
 
+# Prometheus scrapes every second and the adaptation averages over 10 s (the chart's
+# floor: 4 scrapes), so a decision follows a change within seconds, not minutes.
+SCRAPE_SECONDS = 1
+WINDOW_SECONDS = 10
+
+
+@pytest.fixture(scope="session")
+def prometheus(real_nodes: tuple[LocalCluster, RealNodes],
+               tmp_path_factory: pytest.TempPathFactory) -> Iterator[PodMonitorDiscovery]:
+    """A real Prometheus on the bridge's gateway (where the operator's pod reaches it), kept
+    pointed at what the PodMonitors select: the Prometheus Operator release's own CRDs
+    (``tools/setup.sh --controllers``) are served, the operator renders a PodMonitor per
+    LLMService, and Prometheus scrapes the selected pods on their pod IPs."""
+    cluster, _ = real_nodes
+    if not operator_present():
+        pytest.fail("the Prometheus Operator's CRDs are not built: run "
+                    "`bash tools/setup.sh --controllers` (tools/test.sh does)")
+    install_crds(kubectl_binary(), cluster.admin_kubeconfig)
+    discovery = PodMonitorDiscovery(
+        cluster.admin_kubeconfig, tmp_path_factory.mktemp("prometheus"), interval_s=1.0,
+        scrape_interval=f"{SCRAPE_SECONDS}s", host=cluster.host).start()
+    try:
+        yield discovery
+    finally:
+        discovery.stop()
+
+
 @pytest.fixture(scope="session")
 def installed(real_nodes: tuple[LocalCluster, RealNodes], admin: ClusterKubectl,
-              operator_image: OperatorImage, hub: LocalHub) -> dict[str, Any]:
+              operator_image: OperatorImage, hub: LocalHub,
+              prometheus: PodMonitorDiscovery) -> dict[str, Any]:
     """``helm install`` as a user with a private registry would: the image from the
     registry by its digest, a pull secret; the operator runs in the chart's pod."""
     cluster, nodes = real_nodes
+    assert prometheus.prometheus is not None
     admin.run("create", "namespace", RELEASE_NAMESPACE)
     admin.apply_obj(nodes.registry.pull_secret("regcred"), RELEASE_NAMESPACE)
     helm_install(cluster, helm_binary(), kubectl_binary(), CHART, namespace=RELEASE_NAMESPACE,
@@ -143,8 +189,12 @@ def installed(real_nodes: tuple[LocalCluster, RealNodes], admin: ClusterKubectl,
                          "clusterWide": True,  # each test has a namespace of its own
                          # LLMServices may run images from this private registry only
                          "admission": {"allowedImages": [f"{operator_image.registry}/"]},
-                         # the facts Job reads config.json from the Hub stand-in
-                         "settings": {"hfEndpoint": hub.endpoint}})
+                         "settings": {
+                             # the facts Job reads config.json from the Hub stand-in
+                             "hfEndpoint": hub.endpoint,
+                             "prometheusUrl": prometheus.prometheus.url,
+                             "scrapeIntervalSeconds": SCRAPE_SECONDS,
+                             "adaptationWindowSeconds": WINDOW_SECONDS}})
     pods = admin.items("pods", RELEASE_NAMESPACE, "app.kubernetes.io/instance=llm-operator")
     assert len(pods) == 1, [p["metadata"]["name"] for p in pods]
     return pods[0]

@@ -32,12 +32,12 @@ from llm_operator.adaptation.update import (
     plan_update,
 )
 from llm_operator.api.models import parse_llmservice
-from llm_operator.api.settings import Settings
 from llm_operator.health import status as st
 from llm_operator.inpod.tuner.server import VLLMServer
 from llm_operator.planning import make_plan
 from llm_operator.rendering import render_all
 from llm_operator.rendering.admission import ADMISSION_KEY
+from llm_operator.settings import Settings
 from tests.conftest import vllm_python
 from tests.prometheus.conftest import NAMESPACE
 from tests.support.engine import LIVE_FLAGS, copy_engine_code, live_env, write_cap

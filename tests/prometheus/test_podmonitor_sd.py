@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from llm_operator.adaptation import prometheus as adaptation_prometheus
-from llm_operator.api.settings import Settings
+from llm_operator.settings import Settings
 from llm_operator_sandbox.emulator import EmulatorThread
 from llm_operator_sandbox.prometheus import (
     PodMonitorDiscovery,

@@ -40,12 +40,12 @@ import yaml
 
 from llm_operator.api.errors import SpecError, SpecErrors
 from llm_operator.api.models import ints_beyond_int64, parse_llmservice
-from llm_operator.api.settings import Settings
 from llm_operator.health.status import live_cap_in_use
 from llm_operator.knowledge.extra_args import Flag, flag_table, is_value, vllm_spelling
 from llm_operator.planning import make_plan
 from llm_operator.rendering import render_all
 from llm_operator.rendering.placement import with_placement
+from llm_operator.settings import Settings
 from llm_operator_sandbox.k8s_rules import object_errors
 from tests.support.crd import apply_defaults, crd_schema, load_crd, validate_resource
 

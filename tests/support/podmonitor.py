@@ -12,8 +12,8 @@ import yaml
 from llm_operator import rendering
 from llm_operator.api.constants import VLLM_PORT
 from llm_operator.api.models import parse_llmservice
-from llm_operator.api.settings import Settings
 from llm_operator.planning import make_plan
+from llm_operator.settings import Settings
 from llm_operator_sandbox import podmonitor_sd
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "llama-3.1-8b-l4.yaml"

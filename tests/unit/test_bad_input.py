@@ -73,9 +73,9 @@ def test_the_rendered_object_check_is_not_vacuous() -> None:
     ok = run_plan(_case())
     assert ok.result == "accepted", ok.messages
     from llm_operator.api.models import parse_llmservice
-    from llm_operator.api.settings import Settings
     from llm_operator.planning import make_plan
     from llm_operator.rendering import render_all
+    from llm_operator.settings import Settings
 
     svc = parse_llmservice(_case().manifest)
     deployment = render_all(svc, make_plan(svc.spec), Settings())[0]
@@ -128,3 +128,13 @@ def test_the_stored_figures_are_current_and_in_results_md() -> None:
     assert stored["kinds"] >= 60 and stored["tracebacks"] == 0
     assert stored["acceptedButInvalid"] == 0
     assert report.section(stored) in current()
+
+
+def test_the_real_server_section_is_what_its_stored_figures_render_to() -> None:
+    """bad-input-real-server's section is its renderer's output from the stored figures
+    (measured against a real kube-apiserver; only the rendering is checked here)."""
+    from benchmarks import bad_input_real_server as real
+    from benchmarks.goals import blocks_of
+
+    stored = json.loads(real.DATA.read_text())
+    assert real.section(stored).rstrip("\n") == blocks_of(current())[real.NAME]

@@ -5,6 +5,7 @@ and the committed configs hold what the goals need."""
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -149,6 +150,35 @@ def test_a_tuning_section_quotes_its_configs_opening_comment_as_committed() -> N
     assert tune_paired.config_header("0" * 40) == ""  # a blob git does not have
 
 
+def test_every_tuning_section_is_what_its_stored_run_renders_to_today() -> None:
+    """Each tune_paired section on the tuning page is exactly what the command it names
+    renders from the JSON it names, with today's renderer and today's statistic
+    (compare.Comparison, the tuner's own): a change to either fails here until the
+    sections are rendered again. (The `tuning` section kept Comparison's text from before
+    both-zero pairs were left out of the interval, 3 pairs at 75% where the statistic now
+    has 1 pair: RESULTS.md's own test compares it with the pages, and nothing compared the
+    pages with the data.)"""
+    from benchmarks import goals
+
+    command = re.compile(r"Rendered from `([^`]+)` by `\.venv/bin/python -m "
+                         r"benchmarks\.tune_paired --write-results([^`]*)`")
+    checked = []
+    for name, block in goals.blocks_of(current()).items():
+        m = command.search(block)
+        if not m:
+            continue
+        args = m.group(2).split()
+        opts = dict(zip(args[::2], args[1::2], strict=True))
+        out = ROOT / opts.get("--out", str(tune_paired.OUT.relative_to(ROOT)))
+        assert opts.get("--section", tune_paired.SECTION) == name
+        assert out == ROOT / m.group(1), name
+        assert block + "\n" == tune_paired.render_markdown(
+            json.loads(out.read_text()), name, out), name
+        checked.append(name)
+    tuning = {s for cfg in goals.TUNING for s in cfg.sections}
+    assert set(checked) == tuning, sorted(tuning - set(checked))
+
+
 def test_the_client_ab_section_is_what_results_md_holds_and_names_each_runs_arms() -> None:
     """RESULTS.md's client-ab section is rendered from the stored runs and their configs
     (each run with its own objective, as committed), so it cannot drift from them."""
@@ -215,6 +245,9 @@ def test_a_question_shows_each_runs_figure_without_its_interval() -> None:
     from benchmarks.goals import _point
 
     assert _point("1.12x (1.09-1.15x, 75% confidence, 3 pairs)") == "1.12x"
+    assert _point("1.00x (1.00-1.00x, 0% confidence, 1 pairs; 2 more where neither met the "
+                  "SLO, not counted)") == "1.00x"
+    assert _point("3.10x (above 1.20x, 94% confidence, 6 pairs, not interleaved)") == "3.10x"
     assert _point("0.83 ± 25% (vs KV fit 10)") == "0.83"
     assert _point("633.4 / 734.8 = 0.86") == "0.86"
     assert _point("1916 of 1920 runs; below 1.00x: 15, below 0.95x: 9") == "1916 of 1920 runs"

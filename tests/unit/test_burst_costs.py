@@ -14,10 +14,10 @@ from typing import Any
 import kopf
 import pytest
 
-from llm_operator.api.settings import Settings
 from llm_operator.controller.context import OperatorContext
 from llm_operator.controller.diffbase import SlimDiffBaseStorage
 from llm_operator.controller.reconcile import reconcile
+from llm_operator.settings import Settings
 from llm_operator_sandbox import emulator
 
 

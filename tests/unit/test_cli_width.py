@@ -16,11 +16,11 @@ import pytest
 from rich.console import Console
 
 from llm_operator.api.models import load_services
-from llm_operator.api.settings import Settings
 from llm_operator.cli import main
 from llm_operator.cli.tables import curve_table
 from llm_operator.planning.perfmodel import curve_for
 from llm_operator.planning.sizing import plan_for_slo
+from llm_operator.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = sorted((ROOT / "examples").glob("*.yaml")) + [ROOT / "demo" / "tiny-llama-local.yaml"]

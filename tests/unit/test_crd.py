@@ -35,9 +35,9 @@ from tests.support.crd import (
 from llm_operator.api import constants
 from llm_operator.api.errors import SpecErrors
 from llm_operator.api.models import LLMServiceSpec, parse_llmservice
-from llm_operator.api.settings import Settings
 from llm_operator.planning import make_plan
 from llm_operator.rendering.pod import image_for
+from llm_operator.settings import Settings
 
 CRD = load_crd()
 SCHEMA = crd_schema(CRD)
@@ -629,9 +629,9 @@ def test_a_name_no_service_could_have_is_refused_by_the_crd_and_the_parser(name:
 
 
 def test_the_longest_allowed_name_renders_valid_children() -> None:
-    from llm_operator.api.settings import Settings
     from llm_operator.planning import make_plan
     from llm_operator.rendering import render_all
+    from llm_operator.settings import Settings
     from llm_operator_sandbox.k8s_rules import object_errors
 
     svc = parse_llmservice({**_service({**BASE_SPEC, "gpus": {"product": "H100"}}),

@@ -11,13 +11,13 @@ from tests.support.engine_refusals import Case, baseline, cases, rendered_args, 
 
 from llm_operator import rendering
 from llm_operator.api.errors import SpecError, SpecErrors
-from llm_operator.api.settings import Settings
 from llm_operator.health.status import plan_summary
 from llm_operator.inpod.tuner.search import Config, Space
 from llm_operator.knowledge.engine_rules import RULES, EngineSettings, refusals
 from llm_operator.knowledge.serve_args import read_args
 from llm_operator.planning import make_plan
 from llm_operator.rendering.vllm_args import build_vllm_flags
+from llm_operator.settings import Settings
 
 pytestmark = pytest.mark.unit
 

@@ -12,11 +12,11 @@ from typing import Any
 import aiohttp
 import pytest
 
-from llm_operator.api.settings import Settings
 from llm_operator.controller import handlers
 from llm_operator.controller.context import CONTEXT_KEY, OperatorContext
 from llm_operator.controller.handlers import api_fault
 from llm_operator.controller.kube import ApiError
+from llm_operator.settings import Settings
 
 pytestmark = pytest.mark.unit
 LOG = logging.getLogger("test")

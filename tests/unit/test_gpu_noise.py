@@ -77,3 +77,12 @@ def test_the_tuner_runs_took_the_stored_figure_and_say_where_it_came_from() -> N
         assert data["config"]["noise"]["logSd"] == sigma
         assert "measured on GPUs by NVIDIA" in data["label"]
         assert "CPU engine;" not in data["label"]
+
+
+def test_the_gpu_noise_section_is_what_its_stored_data_renders_to() -> None:
+    """The committed section is `gpu_noise`'s render of the stored extract, byte for byte
+    (the renderer or the data changed without the page fails here)."""
+    from benchmarks.goals import blocks_of
+    from benchmarks.results_md import current
+
+    assert gn.render().rstrip("\n") == blocks_of(current())[gn.SECTION]

@@ -20,6 +20,7 @@ from tests.unit.test_rendering import (
 )
 
 from llm_operator import rendering
+from llm_operator import settings as settings_module
 from llm_operator.adaptation import policy as policy_module
 from llm_operator.adaptation.policy import (
     AdaptationState,
@@ -28,15 +29,14 @@ from llm_operator.adaptation.policy import (
     decide,
     policy_for_scrape,
 )
-from llm_operator.api import settings as settings_module
 from llm_operator.api.errors import SpecError
 from llm_operator.api.models import LLMServiceSpec
-from llm_operator.api.settings import Settings
 from llm_operator.health.status import plan_summary
 from llm_operator.knowledge.gpuclass import PRESETS
 from llm_operator.planning import make_plan
 from llm_operator.rendering.deployment import build_deployment
 from llm_operator.rendering.placement import gpu_placement, with_placement
+from llm_operator.settings import Settings
 from llm_operator.tuning.job import build_tuning_job
 
 

@@ -25,7 +25,6 @@ from tests.unit.test_rendering import (
 from llm_operator.api.constants import API_VERSION, KIND, LABEL_MANAGED_BY, MANAGED_BY, VLLM_PORT
 from llm_operator.api.errors import InputError, SpecErrors
 from llm_operator.api.models import parse_llmservice
-from llm_operator.api.settings import Settings, load_settings
 from llm_operator.health import status as st
 from llm_operator.rendering import render_all
 from llm_operator.rendering.identity import LABEL_ROLE, ROLE_LEADER
@@ -34,6 +33,7 @@ from llm_operator.rendering.inferencepool import (
     INFERENCE_POOL_API_VERSION,
     describe_pool,
 )
+from llm_operator.settings import Settings, load_settings
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 PICKER = {"name": "vllm-epp", "port": {"number": 9002}}

@@ -13,6 +13,8 @@ import copy
 from typing import Any
 
 import pytest
+import yaml
+from tests.support.emulator import ROOT
 from tests.unit.test_adaptation_loop import NS, POLICY, body, decision_for, pressure  # noqa: F401
 
 from llm_operator.adaptation.policy import CapAction, Observation
@@ -23,10 +25,10 @@ from llm_operator.adaptation.update import (
     waiting_decision,
 )
 from llm_operator.api.models import parse_llmservice
-from llm_operator.api.settings import Settings
 from llm_operator.health import status as st
 from llm_operator.planning import make_plan
 from llm_operator.rendering import render_all
+from llm_operator.settings import Settings
 
 
 def condition(up: Any, status: dict[str, Any]) -> dict[str, Any]:
@@ -146,7 +148,8 @@ def test_an_engine_that_cannot_take_the_cap_falls_back_to_a_rollout(
                       overrides=st.engine_overrides(status))
     args = docs[0]["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--scheduler-cls" not in args
-    assert args[args.index("--max-num-seqs") + 1] == str(up.adaptation["maxNumSeqs"])
+    # the default image's vLLM (0.32): the cap as --max-num-active-seqs (issue 60 item 3)
+    assert args[args.index("--max-num-active-seqs") + 1] == str(up.adaptation["maxNumSeqs"])
     # A new generation of the spec (e.g. another image) tries live again.
     assert st.live_cap_in_use(svc_model.spec, status, 2)
 
@@ -179,3 +182,27 @@ def test_the_report_timeout_is_the_operators_setting(pressure: Observation) -> N
                              early, timeout=Settings(live_cap_report_timeout_seconds=60)
                              .live_cap_report_timeout_seconds)
     assert fast.fallback is not None and fast.fallback[0] == "EngineDidNotReport"
+
+
+@pytest.mark.parametrize("batched", [64, 200, 4096])
+def test_live_runner_capacity_never_exceeds_the_rendered_batch(batched: int) -> None:
+    """A tuned --max-num-batched-tokens below the plan's memory bound: the live cap's
+    --max-num-seqs (the runner's capacity) follows the batch down, since vLLM refuses to
+    start with fewer batched tokens than sequences ("max_num_batched_tokens (64) must be
+    greater than or equal to max_num_seqs (256)", vLLM 0.32's SchedulerConfig), and the
+    ConfigMap's cap stays within it."""
+    doc = yaml.safe_load((ROOT / "demo" / "tiny-llama-local.yaml").read_text())
+    doc["metadata"]["namespace"] = NS
+    svc = parse_llmservice(doc)
+    plan = make_plan(svc.spec)
+    docs = render_all(svc, plan, Settings(), live_cap=True,
+                      overrides={"maxNumSeqs": 32, "maxNumBatchedTokens": batched})
+    (dep,) = [d for d in docs if d["kind"] == "Deployment"]
+    (cm,) = [d for d in docs if d["kind"] == "ConfigMap"]
+    args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    seqs = int(args[args.index("--max-num-seqs") + 1])
+    batch = int(args[args.index("--max-num-batched-tokens") + 1])
+    assert batch == batched
+    assert 32 <= seqs <= batch, (seqs, batch)
+    assert seqs == min(plan.max_num_seqs, batched)
+    assert int(next(iter(cm["data"].values()))) == 32

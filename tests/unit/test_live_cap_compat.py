@@ -8,6 +8,7 @@ import textwrap
 import pytest
 
 from llm_operator_sandbox.vllm_compat import (
+    ARG_UTILS,
     ASYNC_SCHEDULER,
     ENGINE_CORE,
     INCOMPATIBLE,
@@ -17,6 +18,7 @@ from llm_operator_sandbox.vllm_compat import (
     SCHEDULER,
     SCHEDULER_CONFIG,
     check_active_cap,
+    check_active_seqs_flag,
     check_constructor,
     check_release,
     compat_table,
@@ -173,6 +175,63 @@ def test_matrix_and_table():
     assert text.splitlines()[0].startswith("| vllm | verdict | base_class | constructor |")
     assert "| 0.28.1 | no-hook |" in text and "**FAIL**" in text
     table = compat_table([live, old], "vllm", "2026-12-05")
-    assert table["releases"] == {"0.32": {"verdict": "live", "checked": "0.32.0"},
-                                 "0.28": {"verdict": "no-hook", "checked": "0.28.1"}}
+    # neither snippet names --max-num-active-seqs (ARG_UTILS absent)
+    assert table["releases"] == {
+        "0.32": {"verdict": "live", "checked": "0.32.0", "activeSeqsFlag": False},
+        "0.28": {"verdict": "no-hook", "checked": "0.28.1", "activeSeqsFlag": False}}
+    assert text.splitlines()[0].endswith("| --max-num-active-seqs |")
     assert "2026-12-05" in str(table["measured"])
+
+
+# --- --max-num-active-seqs (vLLM #56758): a fact outside the verdict (issue 60 item 3) --
+ARGS = """
+class EngineArgs:
+    def add_cli_args(parser):
+        scheduler_group.add_argument("--max-num-seqs", **scheduler_kwargs["max_num_seqs"])
+        scheduler_group.add_argument(
+            "--max-num-active-seqs", **scheduler_kwargs["max_num_active_seqs"])
+"""
+CONFIG_ACTIVE = CONFIG.replace("    max_num_seqs: int = 128\n",
+                               "    max_num_seqs: int = 128\n"
+                               "    max_num_active_seqs: int | None = None\n")
+SCHED_ACTIVE = SCHED.replace(
+    "self.max_num_active_reqs = self.max_num_running_reqs",
+    "self.max_num_active_reqs = self.scheduler_config.max_num_active_seqs")
+
+
+def test_the_flag_is_found_with_file_and_line_and_leaves_the_verdict_alone():
+    files = release(**{ARG_UTILS: ARGS, SCHEDULER_CONFIG: CONFIG_ACTIVE,
+                       SCHEDULER: SCHED_ACTIVE})
+    report = check_release("0.33.0", files, METRICS)
+    assert report.verdict == LIVE and report.active_seqs is not None
+    assert report.active_seqs.ok, report.active_seqs
+    for said in ("engine/arg_utils.py:6 --max-num-active-seqs",
+                 "config/scheduler.py:4 SchedulerConfig.max_num_active_seqs",
+                 "v1/core/sched/scheduler.py:5 Scheduler.__init__ reads it"):
+        assert said in report.active_seqs.evidence
+    table = compat_table([report], "vllm", "2026-12-05")
+    assert table["releases"]["0.33"]["activeSeqsFlag"] is True
+    assert "| yes: engine/arg_utils.py:6" in matrix_markdown([report], "vllm")
+
+
+@pytest.mark.parametrize(("changes", "said"), [
+    ({}, "does not name --max-num-active-seqs"),
+    ({ARG_UTILS: ARGS}, "SchedulerConfig has no max_num_active_seqs field"),
+    ({ARG_UTILS: ARGS, SCHEDULER_CONFIG: CONFIG_ACTIVE},
+     "Scheduler.__init__ never reads scheduler_config.max_num_active_seqs"),
+])
+def test_a_release_without_the_flag_says_what_is_missing(changes, said):
+    finding = check_active_seqs_flag(release(**changes))
+    assert not finding.ok and said in finding.evidence
+    # a no-hook release (0.28-0.30) has no flag either, and keeps its verdict
+    assert check_release("0.28.0", release(**changes), METRICS).verdict == LIVE
+
+
+def test_the_committed_table_has_the_flag_from_0_31():
+    import json
+    from pathlib import Path
+    raw = json.loads((Path(__file__).resolve().parents[2] / "operator" / "llm_operator"
+                      / "knowledge" / "data" / "live_cap_compat.json").read_text())
+    flags = {k: v["activeSeqsFlag"] for k, v in raw["releases"].items()}
+    assert flags == {"0.28": False, "0.29": False, "0.30": False, "0.31": True,
+                     "0.32": True, "0.33": True, "0.34": True}

@@ -24,7 +24,6 @@ from tests.unit.test_rendering import (
 )
 
 from llm_operator import rendering
-from llm_operator.api.settings import Settings
 from llm_operator.health import status
 from llm_operator.planning import make_plan
 from llm_operator.rendering.admission import (
@@ -33,6 +32,7 @@ from llm_operator.rendering.admission import (
     ENGINE_SCHEDULER_CLS,
     METRICS_DIR_PATH,
 )
+from llm_operator.settings import Settings
 
 LIVE_SPEC: dict[str, Any] = {
     "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
@@ -123,7 +123,13 @@ def test_fallback_renders_the_rollout_form(
     spec = {**copy.deepcopy(LIVE_SPEC), **spec_change}
     docs = render(spec, {"maxNumSeqs": 24}, st)
     assert [d["kind"] for d in docs] == ["Deployment", "Service"]
-    assert flag_value(args_of(docs[0]), "--max-num-seqs") == "24"  # rolls onto the cap
+    # rolls onto the cap: on the default image's vLLM (0.32) as --max-num-active-seqs,
+    # --max-num-seqs staying the runner's capacity; the user's own scheduler keeps
+    # today's form (issue 60 item 3)
+    own = reason == "SchedulerInExtraArgs"
+    assert (flag_value(args_of(docs[0]), "--max-num-seqs"),
+            flag_value(args_of(docs[0]), "--max-num-active-seqs")) == (
+                ("24", None) if own else ("256", "24"))
     blocker = status.live_cap_blocker(make_svc(spec).spec, st)
     assert blocker is not None and blocker[0] == reason
 
@@ -154,7 +160,8 @@ def test_a_scheduler_crash_turns_the_live_cap_off_for_that_generation_only() -> 
                                 overrides={"maxNumSeqs": 24},
                                 live_cap=status.live_cap_in_use(spec, after, 3))
     assert ENGINE_SCHEDULER_CLS not in args_of(docs[0])
-    assert flag_value(args_of(docs[0]), "--max-num-seqs") == "24"
+    assert flag_value(args_of(docs[0]), "--max-num-seqs") == "256"  # the runner's capacity
+    assert flag_value(args_of(docs[0]), "--max-num-active-seqs") == "24"  # vLLM 0.32's flag
     # Said once: the fallback in force is not recorded again.
     assert status.live_cap_crash_fallback(spec, after, 3, "llama-5d4-x2x4q", line) is None
     # An edit of the spec (generation 4) tries the live cap again.

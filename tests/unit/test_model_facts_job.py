@@ -15,7 +15,6 @@ from tests.support.hub import GPT_OSS_20B, INDEX
 from llm_operator.api.constants import LABEL_COMPONENT, LABEL_SERVICE
 from llm_operator.api.errors import SpecErrors
 from llm_operator.api.models import parse_llmservice
-from llm_operator.api.settings import Settings
 from llm_operator.facts import control as fc
 from llm_operator.facts import message as fm
 from llm_operator.facts.job import (
@@ -26,6 +25,7 @@ from llm_operator.facts.job import (
 )
 from llm_operator.health import status as st
 from llm_operator.planning import make_plan
+from llm_operator.settings import Settings
 from llm_operator.tuning.control import JobPhase, ObservedJob
 
 BODY: dict[str, Any] = {

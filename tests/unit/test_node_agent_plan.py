@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from llm_operator.api.models import parse_llmservice
-from llm_operator.api.settings import Settings
 from llm_operator.planning import make_plan
 from llm_operator.rendering import render_all
+from llm_operator.settings import Settings
 from llm_operator.tuning.fingerprint import tuning_fingerprint
 from llm_operator.tuning.job import build_tuning_job
 from llm_operator_sandbox.local_plan import (

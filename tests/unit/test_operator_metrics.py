@@ -13,7 +13,6 @@ import pytest
 from prometheus_client import generate_latest
 
 from llm_operator.api.models import SLOSpec, parse_llmservice
-from llm_operator.api.settings import Settings
 from llm_operator.controller.context import OperatorContext
 from llm_operator.controller.metrics import (
     RECONCILE_TRIGGERS,
@@ -22,6 +21,7 @@ from llm_operator.controller.metrics import (
     slo_objectives,
 )
 from llm_operator.controller.reconcile import reconcile, write_status
+from llm_operator.settings import Settings
 
 NS, NAME = "team-a", "llama"
 KEY = {"namespace": NS, "llmservice": NAME}

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from llm_operator.api.settings import Settings
 from llm_operator.controller import pods
 from llm_operator.controller.context import OperatorContext
 from llm_operator.health.podscheduling import PodScheduling
+from llm_operator.settings import Settings
 
 pytestmark = pytest.mark.unit
 LOG = logging.getLogger("test")

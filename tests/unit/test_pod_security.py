@@ -14,9 +14,9 @@ from tests.unit.test_live_cap_rendering import render as render_live
 from tests.unit.test_rendering import LLAMA_405B_SPEC, make_svc, multi_node, validate_manifest
 
 from llm_operator import rendering
-from llm_operator.api.settings import Settings
 from llm_operator.facts.job import build_facts_job
 from llm_operator.planning import make_plan
+from llm_operator.settings import Settings
 from llm_operator.tuning.fingerprint import tuning_fingerprint
 from llm_operator.tuning.job import build_tuning_job
 

@@ -33,10 +33,10 @@ from llm_operator import rendering
 from llm_operator.api.constants import GIB
 from llm_operator.api.errors import SpecError, SpecErrors
 from llm_operator.api.models import parse_quantity
-from llm_operator.api.settings import Settings
 from llm_operator.cli.tables import plan_table
 from llm_operator.planning import cache_size_limit, make_plan
 from llm_operator.rendering.deployment import build_deployment
+from llm_operator.settings import Settings
 from llm_operator.tuning.fingerprint import tuning_fingerprint
 from llm_operator.tuning.job import build_tuning_job
 

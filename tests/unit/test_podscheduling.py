@@ -117,6 +117,29 @@ def test_an_oom_kill_names_the_memory_limit_and_the_fix() -> None:
     assert "with no memory limit of its own" in str(PodScheduling.from_pod(body).crash)
 
 
+# The last 2,048 bytes vLLM 0.32's CPU build wrote (its termination message) when its engine
+# refused an 8 GiB KV cache under a 6 GiB limit, in a real container (the nodes tier): the
+# engine's own ValueError is further up, outside what the kubelet keeps.
+ENGINE_FAILED_TAIL = (
+    '  File "/opt/venv/lib/python3.11/site-packages/vllm/v1/engine/utils.py", line 1431, in '
+    "wait_for_engine_startup\n    raise RuntimeError(\nRuntimeError: Engine core "
+    "initialization failed. See root cause above. Failed core proc(s): {'EngineCore': 1}\n")
+
+
+def test_an_engine_that_failed_to_start_points_at_the_log_and_the_usual_cause() -> None:
+    body = crashing("oom-77", message=ENGINE_FAILED_TAIL)
+    body["status"]["containerStatuses"][0]["lastState"]["terminated"]["exitCode"] = 1
+    crash = PodScheduling.from_pod(body).crash
+    assert crash is not None
+    assert crash.startswith("container vllm restarted 4 times (exit code 1, Error): "
+                            "RuntimeError: Engine core initialization failed."), crash
+    assert "`kubectl logs oom-77 -c vllm --previous`" in crash, crash
+    assert "lower VLLM_CPU_KVCACHE_SPACE in spec.pod.env or raise spec.resources.memory" \
+        in crash, crash
+    # Any other last line is quoted alone.
+    assert "kubectl logs" not in str(PodScheduling.from_pod(crashing("p")).crash)
+
+
 def test_a_failing_download_is_a_crash_loop_too_and_running_containers_are_not() -> None:
     gated = ("huggingface_hub.errors.GatedRepoError: 401 Client Error.\n"
              "Access to model meta-llama/Llama-3.1-8B-Instruct is restricted.")

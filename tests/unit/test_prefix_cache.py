@@ -20,9 +20,9 @@ from llm_operator.adaptation.prometheus import parse_result, signal_queries
 from llm_operator.adaptation.update import Service, plan_update, prefix_cache_condition
 from llm_operator.api.errors import SpecErrors
 from llm_operator.api.models import parse_llmservice
-from llm_operator.api.settings import Settings
 from llm_operator.health import status as st
 from llm_operator.planning import make_plan
+from llm_operator.settings import Settings
 from llm_operator.tuning.fingerprint import tuning_fingerprint
 from llm_operator.tuning.job import build_tuning_job
 

@@ -77,3 +77,17 @@ def test_a_failed_request_makes_every_service_unavailable_and_counts() -> None:
     assert len(errors) == 1
     assert {k: o.error for k, o in out.items()} == {("a", "x"): "cannot connect (ConnectionError)",
                                                     ("b", "y"): "cannot connect (ConnectionError)"}
+
+
+def test_the_engines_vllm_releases_are_read_from_their_info_series() -> None:
+    q = signal_queries(10)["vllm_version"]
+    assert q == ('max by (namespace, llmservice, vllm_version) '
+                 '(llmop_engine_vllm_info{llmservice!=""})')
+    out = parse_result([series("vllm_version", "1", vllm_version="0.32.0"),
+                        series("vllm_version", "1", vllm_version="0.31.1"),
+                        series("vllm_version", "0", vllm_version="0.30.0"),  # not 1: no
+                        series("vllm_version", "1", svc="solo", vllm_version="0.32.0"),
+                        series("running_mean", "1", svc="none")], NOW, 10)
+    assert out[("ns", "chat")].engine_vllm_versions == ("0.31.1", "0.32.0")
+    assert out[("ns", "solo")].engine_vllm_versions == ("0.32.0",)
+    assert out[("ns", "none")].engine_vllm_versions is None

@@ -28,7 +28,6 @@ from llm_operator import rendering
 from llm_operator.api.constants import ANNOTATION_SPEC_HASH, DEFAULT_IMAGE, GIB, LABEL_SERVICE
 from llm_operator.api.errors import SpecErrors
 from llm_operator.api.models import LLMService, parse_llmservice
-from llm_operator.api.settings import Settings
 from llm_operator.planning import Plan, effective_engine_value, make_plan
 from llm_operator.rendering.deployment import build_deployment
 from llm_operator.rendering.identity import COMPONENT_TUNING, labels_for, spec_hash
@@ -42,6 +41,7 @@ from llm_operator.rendering.pod import MODEL_MOUNT_PATH
 from llm_operator.rendering.podmonitor import build_pod_monitor, prometheus_pod_label
 from llm_operator.rendering.service import build_service
 from llm_operator.rendering.vllm_args import build_vllm_args
+from llm_operator.settings import Settings
 
 GOLDEN = Path(__file__).parent / "golden"
 ROOT = Path(__file__).resolve().parents[2]
@@ -946,13 +946,16 @@ def test_every_node_serves_the_deployment_args_with_the_mp_executor_over_the_nod
     lws = multi_node(spec, overrides)[0]
     lead, work = containers_of(lws)
     plan = hand_plan(**LLAMA_405B_PLAN)
-    expected = build_vllm_args(make_svc(spec), plan, overrides)
+    # the default image's vLLM (0.32) takes --max-num-active-seqs: a LeaderWorkerSet never
+    # runs the live cap, so a cap below the capacity is that flag (issue 60 item 3)
+    expected = build_vllm_args(make_svc(spec), plan, overrides, active_cap_flag=True)
     # The same arguments the Deployment would pass, then vLLM's mp executor over the
     # group's nodes (after the user's extraArgs, so that they win), on every node.
     assert lead["args"] == [*expected, "--distributed-executor-backend", "mp", "--nnodes", "2"]
     assert work["args"] == lead["args"]
-    assert flag_value(lead["args"], "--max-num-seqs") == str(
-        overrides["maxNumSeqs"] if overrides else LLAMA_405B_PLAN["max_num_seqs"])
+    assert flag_value(lead["args"], "--max-num-seqs") == str(LLAMA_405B_PLAN["max_num_seqs"])
+    assert flag_value(lead["args"], "--max-num-active-seqs") == (
+        str(overrides["maxNumSeqs"]) if overrides else None)
     assert lead["ports"] == [{"name": "http", "containerPort": 8000, "protocol": "TCP"}]
 
 

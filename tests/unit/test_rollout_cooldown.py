@@ -20,11 +20,11 @@ from llm_operator.adaptation.update import (
     workload_max_num_seqs,
 )
 from llm_operator.api.models import parse_llmservice
-from llm_operator.api.settings import Settings
 from llm_operator.api.timestamps import rfc3339
 from llm_operator.health import status as st
 from llm_operator.planning import make_plan
 from llm_operator.rendering import render_all
+from llm_operator.settings import Settings
 
 COOLDOWN = 600  # spec.adaptation.cooldownSeconds (the default)
 ROLLOUT_S = 400  # how long the rollout takes (a GPU model's restart takes minutes)

@@ -9,8 +9,8 @@ import yaml
 
 from llm_operator import rendering
 from llm_operator.api.models import parse_llmservice
-from llm_operator.api.settings import Settings
 from llm_operator.planning import make_plan
+from llm_operator.settings import Settings
 from llm_operator_sandbox import loop as sandbox_loop
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,9 +13,9 @@ import pytest
 
 from llm_operator.api.errors import SpecErrors
 from llm_operator.api.models import parse_llmservice
-from llm_operator.api.settings import Settings
 from llm_operator.planning import make_plan
 from llm_operator.rendering.deployment import build_deployment
+from llm_operator.settings import Settings
 from llm_operator.tuning.job import build_tuning_job
 
 GP3_BASELINE = 125 * 2**20  # bytes/s: AWS's documented gp3 baseline (not measured here)

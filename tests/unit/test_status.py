@@ -194,6 +194,17 @@ def test_a_stale_writer_keeps_the_conditions_another_wrote_meanwhile() -> None:
     assert rebase_patch(mine, base, {**fresh, **rebase_patch(mine, base, fresh)}) == {}
 
 
+def test_rebase_removes_a_dropped_condition_only_where_it_is_still_as_it_was() -> None:
+    old = {"type": "LiveCap", "status": "False", "reason": "VllmVersionUnsupported"}
+    other = {"type": "Ready", "status": "True", "reason": "Ready"}
+    base = {"conditions": [other, old]}
+    mine = {"conditions": [other]}  # this writer removed LiveCap
+    assert rebase_patch(mine, base, {"conditions": [other, old]}) == {"conditions": [other]}
+    # another writer set LiveCap since: theirs stays
+    theirs = {**old, "reason": "CapPending", "status": "True"}
+    assert rebase_patch(mine, base, {"conditions": [other, theirs]}) == {}
+
+
 def test_rebase_removes_a_key_only_where_it_still_exists() -> None:
     assert rebase_patch({"plan": None}, {"plan": {"a": 1}}, {"plan": {"a": 1}}) == {
         "plan": None}

@@ -10,8 +10,8 @@ import pytest
 from prometheus_client import generate_latest
 from tests.unit.test_tuning_control import AT_LATER, AT_NOW, NOW, decide, job, service
 
-from llm_operator.api.settings import HELM_VALUES, Settings
 from llm_operator.controller.metrics import OperatorMetrics
+from llm_operator.settings import HELM_VALUES, Settings
 from llm_operator.tuning import budget as tb
 from llm_operator.tuning import control as tc
 from llm_operator.tuning.job import build_tuning_job
@@ -112,7 +112,7 @@ def test_the_setting_and_its_helm_value() -> None:
 def test_a_negative_budget_is_refused_naming_the_helm_value(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from llm_operator.api.errors import InputError
-    from llm_operator.api.settings import load_settings
+    from llm_operator.settings import load_settings
     monkeypatch.setenv("LLMOP_TUNING_GPU_BUDGET", "-1")
     with pytest.raises(InputError) as err:
         load_settings()

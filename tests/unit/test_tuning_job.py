@@ -13,10 +13,10 @@ import pytest
 from llm_operator.api.constants import ANNOTATION_FINGERPRINT, LABEL_COMPONENT, LABEL_SERVICE
 from llm_operator.api.errors import SpecError
 from llm_operator.api.models import parse_llmservice
-from llm_operator.api.settings import Settings
 from llm_operator.inpod.tuner.main import build_parser
 from llm_operator.knowledge.gpuclass import TOLERATE_NVIDIA_GPU_TAINT
 from llm_operator.planning import make_plan
+from llm_operator.settings import Settings
 from llm_operator.tuning.fingerprint import tuning_fingerprint
 from llm_operator.tuning.job import build_tuning_job, fixed_server_args, tuning_job_name
 
@@ -206,9 +206,9 @@ def test_search_starts_at_the_performance_models_knee() -> None:
     """The hint is the model's knee under the SLO (perfmodel.suggest_for), not merely the
     memory limit: the tuner starts where the prediction says the optimum is."""
     from llm_operator.api.models import parse_llmservice
-    from llm_operator.api.settings import Settings
     from llm_operator.planning import make_plan
     from llm_operator.planning.perfmodel import suggest_for
+    from llm_operator.settings import Settings
     from llm_operator.tuning.job import build_tuning_job
 
     svc = parse_llmservice({

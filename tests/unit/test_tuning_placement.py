@@ -12,11 +12,11 @@ from tests.unit.test_tuning_control import AT_NOW, decide, job, service
 
 from llm_operator.api.errors import SpecError
 from llm_operator.api.models import parse_llmservice
-from llm_operator.api.settings import Settings
 from llm_operator.api.timestamps import rfc3339
 from llm_operator.planning import make_plan
 from llm_operator.rendering import render_all
 from llm_operator.rendering.pod import startup_budget_seconds
+from llm_operator.settings import Settings
 from llm_operator.tuning import control as tc
 from llm_operator.tuning import placement as tp
 from llm_operator.tuning.fingerprint import revision_note

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from llm_operator import __version__
-from llm_operator.api.settings import Settings
+from llm_operator.settings import Settings
 
 pytestmark = pytest.mark.unit
 

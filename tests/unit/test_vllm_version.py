@@ -14,7 +14,6 @@ from llm_operator import rendering
 from llm_operator.adaptation.policy import Observation
 from llm_operator.adaptation.update import live_cap_progress, plan_update
 from llm_operator.api.constants import DEFAULT_IMAGE
-from llm_operator.api.settings import Settings
 from llm_operator.health import status as st
 from llm_operator.knowledge.vllm_version import (
     LiveCapSupport,
@@ -24,6 +23,7 @@ from llm_operator.knowledge.vllm_version import (
     split_image,
     table_from_json,
 )
+from llm_operator.settings import Settings
 
 TABLE = table_from_json({"measured": "statically on 2026-12-05", "releases": {
     "0.30": {"verdict": "no-hook", "checked": "0.30.0"},
@@ -177,3 +177,73 @@ def test_the_adaptation_tick_keeps_the_reason_and_notes_an_unknown_version(
             assert cond["reason"] == reason and up.adaptation["actuation"] == "Rollout"
         else:
             assert cond["status"] == "True" and up.adaptation["actuation"] == "Live"
+
+
+def test_a_new_image_replaces_the_version_condition_at_the_next_render():
+    old = make_svc({**LIVE, "image": "vllm/vllm-openai:v0.30.0"}).spec
+    said = st.with_live_cap_version({"conditions": []}, old, 1, 1000.0)
+    assert st.get_condition(said["conditions"], st.ConditionType.LIVE_CAP)["reason"] == \
+        "VllmVersionUnsupported"
+    # a release with the hook: rendered again, pending the engine's first report
+    new = make_svc({**LIVE, "image": "vllm/vllm-openai:v0.31.0"}).spec
+    cond = st.get_condition(st.with_live_cap_version(said, new, 2, 1010.0)["conditions"],
+                            st.ConditionType.LIVE_CAP)
+    assert cond["status"] == "True" and cond["reason"] == "CapPending", cond
+    assert "runs vLLM 0.31.0 (its tag), which the live cap supports" in cond["message"]
+    assert cond["observedGeneration"] == 2
+    # another reason keeps it off: that reason, not the old one
+    opted = make_svc({**LIVE, "image": "vllm/vllm-openai:v0.31.0",
+                      "adaptation": {"mode": "Apply", "liveCap": False}}).spec
+    cond = st.get_condition(st.with_live_cap_version(said, opted, 2, 1010.0)["conditions"],
+                            st.ConditionType.LIVE_CAP)
+    assert cond["status"] == "False" and cond["reason"] == "OptedOut", cond
+    # the live cap not asked for at all: the stale condition goes
+    recommend = make_svc({**LIVE, "image": "vllm/vllm-openai:v0.30.0",
+                          "adaptation": {"mode": "Recommend"}}).spec
+    out = st.with_live_cap_version(said, recommend, 2, 1010.0)
+    assert st.get_condition(out["conditions"], st.ConditionType.LIVE_CAP) is None
+    # nothing said before and nothing to say: the status is returned as it was
+    assert st.with_live_cap_version({"conditions": []}, new, 2, 1010.0) == {"conditions": []}
+
+
+def test_the_engines_report_names_the_release_where_the_tag_names_none() -> None:
+    from llm_operator.knowledge.vllm_version import reported_version_note
+
+    assert reported_version_note(None, None) is None
+    assert reported_version_note("0.32.0", ("0.32.0",)) is None  # the tag was right
+    said = reported_version_note(None, ("0.32.0",))
+    assert said is not None and said.startswith("The engines report vLLM 0.32.0 "
+                                                 "(llmop_engine_vllm_info), which the live cap "
+                                                 "supports (0.32.")
+    old = reported_version_note(None, ("0.30.0",))
+    assert old is not None and "no max_num_active_reqs" in old
+    wrong = reported_version_note("0.32.0", ("0.31.0",))
+    assert wrong is not None and "tag says vLLM 0.32.0, but its engines report vLLM 0.31.0" \
+        in wrong and "Fix: tag the image" in wrong
+    mixed = reported_version_note(None, ("0.31.0", "0.32.0"))
+    assert mixed is not None and "different vLLM releases (0.31.0, 0.32.0" in mixed
+    assert "does not cover" in (reported_version_note(None, ("0.99.1",)) or "")
+
+
+def test_a_digest_image_gets_its_release_from_the_engines_first_report(
+        pressure: Observation) -> None:  # noqa: F811
+    now = pressure.evaluated_at
+    b = copy.deepcopy(body(mode="Apply"))
+    b["spec"]["image"] = f"vllm/vllm-openai@{DIGEST}"
+    reported = pressure.model_copy(update={"engine_vllm_versions": ("0.32.0",)})
+    svc, state, d = decision_for(b, reported, now)
+    up = plan_update(svc, d, reported, state, now, policy=POLICY,
+                     progress=live_cap_progress({}, reported, now))
+    cond = st.get_condition(up.status_patch["conditions"], st.ConditionType.LIVE_CAP)
+    assert cond is not None and cond["status"] == "True"
+    assert "The engines report vLLM 0.32.0 (llmop_engine_vllm_info)" in cond["message"]
+    assert "is unknown: it has no tag" not in cond["message"]  # the report replaced it
+    assert up.adaptation["engineVllmVersions"] == ["0.32.0"]
+    # a tag that names another release than the engines run is said, with the fix
+    b["spec"]["image"] = "vllm/vllm-openai:v0.32.0"
+    wrong = pressure.model_copy(update={"engine_vllm_versions": ("0.31.0",)})
+    svc, state, d = decision_for(b, wrong, now)
+    up = plan_update(svc, d, wrong, state, now, policy=POLICY,
+                     progress=live_cap_progress({}, wrong, now))
+    cond = st.get_condition(up.status_patch["conditions"], st.ConditionType.LIVE_CAP)
+    assert cond is not None and "but its engines report vLLM 0.31.0" in cond["message"]

@@ -38,12 +38,13 @@ from tests.support.tiny_model import ensure_tiny_llama
 from tests.unit.test_rendering import args_of, container_of, hand_plan, make_svc
 
 from llm_operator import rendering
-from llm_operator.api.settings import Settings
 from llm_operator.health import status
 from llm_operator.health.podscheduling import PodScheduling
 from llm_operator.inpod.engine.cap import FAILURE_PREFIX, TERMINATION_LOG_ENV
 from llm_operator.inpod.tuner.server import free_port, vllm_lock
 from llm_operator.rendering.admission import ENGINE_SCHEDULER_CLS
+from llm_operator.settings import Settings
+from llm_operator_sandbox.loop import cap_arg
 
 ROOT = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = Path(os.environ.get("LLMOP_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
@@ -84,7 +85,7 @@ def operator_reads(message: str) -> dict[str, Any]:
     after = live_deployment({"adaptation": adaptation})
     args = args_of(after)
     assert ENGINE_SCHEDULER_CLS not in args and "--scheduler-cls" not in args
-    assert args[args.index("--max-num-seqs") + 1] == "24"  # the cap, now by rollout
+    assert cap_arg(args) == 24  # the cap, now by rollout (--max-num-active-seqs on 0.32)
     return dict(adaptation["liveCapFallback"])
 
 

@@ -30,9 +30,9 @@ from tests.support.vllm_load import engine_metric
 from tests.unit.test_rendering import container_of, hand_plan, make_svc
 
 from llm_operator import rendering
-from llm_operator.api.settings import Settings
 from llm_operator.health import status
 from llm_operator.inpod.tuner.server import VLLMServer, sample_sums
+from llm_operator.settings import Settings
 from llm_operator_sandbox.local_plan import vllm_cli_script
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,6 +72,9 @@ def long_requests(url: str, model: str, n: int) -> Streams:
                               timeout_s=300)
 
 
+# Up to three starts of the first engine and one of the second (each about 1 min on 2
+# shared cores), and the wait for the vLLM lock while the other lane's nodes tier holds it.
+@pytest.mark.timeout(1500)
 def test_a_restarted_engine_does_not_report_the_dead_ones_requests(tmp_path: Path) -> None:
     model = str(ensure_tiny_llama(tmp_path / "models", VLLM_PYTHON))
     command = rendered_command()

@@ -44,10 +44,10 @@ import pytest
 from tests.support.tiny_model import ensure_tiny_llama, tiny_shape
 
 from llm_operator.api.models import parse_llmservice
-from llm_operator.api.settings import Settings
 from llm_operator.inpod.tuner.result import TERMINATION_LIMIT, TuningResult, parse_result
 from llm_operator.inpod.tuner.server import VLLMServer
 from llm_operator.planning import make_plan
+from llm_operator.settings import Settings
 from llm_operator.tuning.fingerprint import tuning_fingerprint
 from llm_operator.tuning.job import (
     CODE_PATH,

@@ -69,449 +69,46 @@ Policy, in the order it is checked:
    request mix, not a queue alone (the queue is what the undone raise rested on).
 
 All thresholds live in :class:`PolicySettings`, each documented with its default.
+
+This module holds the decision (:func:`decide` and its rules); what it reads and returns
+lives beside it and is re-exported here: the thresholds (:mod:`.thresholds`), the
+observation (:mod:`.evidence`), the bounds (:mod:`.bounds`), the decision types
+(:mod:`.decision`) and the state with its history (:mod:`.state`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from enum import StrEnum
-from typing import Any
-
-from pydantic import BaseModel, ConfigDict, Field
-from pydantic.alias_generators import to_camel
 
 from ..api.models import AdaptationMode, LLMServiceSpec, PreemptionPolicy
-from ..api.timestamps import parse_rfc3339, rfc3339
 from ..planning import NULL_BLOCKS
+from .bounds import Bounds, CapLimits, bounds_for
+from .decision import CapAction, CapDecision, DecisionCause
+from .evidence import (
+    Evidence,
+    MetricsReason,
+    Observation,
+    ServiceKey,
+    data_quality,
+    unavailable,
+    with_decode_context_parallel,
+)
+from .state import AdaptationState, CapChange, adaptation_status, record
+from .thresholds import (
+    DEFAULT_POLICY,
+    MIN_SCRAPES_PER_WINDOW,
+    PolicySettings,
+    min_samples_for_scrape,
+    policy_for_scrape,
+)
 
-ServiceKey = tuple[str, str]
-"""``(namespace, name)`` of one LLMService."""
-
-Evidence = dict[str, float | int | str | None]
-
-
-class PolicySettings(BaseModel):
-    """Thresholds of the adaptation policy (every one documented; defaults in brackets)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    window_seconds: float = Field(
-        120.0, gt=0, description="Length of the observation window the signals average over [120]"
-    )
-    min_samples: int = Field(
-        5, ge=1, description="Fewest scraped samples per window before any decision [5]"
-    )
-    max_staleness_seconds: float = Field(
-        90.0, gt=0, description="Newest sample older than this: the data is stale, hold [90]"
-    )
-    kv_high_watermark: float = Field(
-        0.90, gt=0, le=1, description="Mean KV-cache usage above this lowers the cap [0.90]"
-    )
-    kv_low_watermark: float = Field(
-        0.70, ge=0, lt=1, description="Mean KV-cache usage must be below this to raise [0.70]"
-    )
-    kv_target: float = Field(
-        0.80,
-        gt=0,
-        le=1,
-        description="KV usage a new cap aims at (between the watermarks) when a move is sized "
-        "from the observed usage [0.80]",
-    )
-    kv_fit_fraction: float = Field(
-        1.0,
-        gt=0,
-        le=1,
-        description="Share of the KV cache that sequences at their FULL length (prompt + "
-        "output, in whole blocks as vLLM allocates them) may fill: the cap that never "
-        "preempts is this x usable blocks / blocks per sequence; usage averages well below "
-        "(sequences are half-way on average) [1.0]",
-    )
-    itl_floor_kv_fit_fraction: float = Field(
-        1.0,
-        ge=0,
-        le=1,
-        description="An inter-token-latency miss lowers the cap no further than this x the "
-        "KV fit (the sequences of the observed size the KV cache holds), and not at all when "
-        "the cap is already there; with no KV exhaustion in the window the KV-usage trigger "
-        "stops at the fit too. Below the fit a late token is not blamed on the batch: on a "
-        "host whose CPU is contended, latency misses without preemptions drove the cap far "
-        "below the fit, which cost goodput and could not be undone while the latency missed "
-        "(tests/unit/test_adaptation_undershoot.py replays those decisions; figures in "
-        "benchmarks/RESULTS.md, 'Adaptation'). 0 lets an ITL miss lower below the fit (the "
-        "proportional target alone), where batch interference is known to dominate [1.0]",
-    )
-    min_preemptions: float = Field(
-        1.0,
-        gt=0,
-        description="Preemptions in the window (rate x window) that count as KV exhaustion [1]",
-    )
-    min_preemption_share: float = Field(
-        0.01,
-        ge=0,
-        le=1,
-        description="Preemptions must also reach this share of the requests finished in the "
-        "window to count as KV exhaustion: at the KV fit a prompt a few tokens longer than "
-        "the mean can still preempt once, which is not worth a rollout [0.01]",
-    )
-    at_cap_fraction: float = Field(
-        0.90,
-        gt=0,
-        le=1,
-        description="Mean running >= this x cap: running sits at the cap (raise side). Below "
-        "the KV fit the window's max running counts instead (a window that straddles a "
-        "burst's start or a change of request mix has a low mean) [0.90]",
-    )
-    busy_fraction: float = Field(
-        0.50,
-        gt=0,
-        le=1,
-        description="Mean running >= this x cap: the batch is busy, so an ITL miss is blamed "
-        "on batch interference (lower side) [0.50]",
-    )
-    min_waiting: float = Field(
-        0.5, ge=0, description="Mean waiting requests above this count as queueing [0.5]"
-    )
-    flap_window_seconds: float = Field(
-        3600.0,
-        ge=0,
-        description="A value left less than this long ago is not returned to without strong "
-        "evidence [3600]",
-    )
-    strong_preemptions: float = Field(
-        10.0,
-        gt=0,
-        description="Strong evidence to lower back: at least this many preemptions in the "
-        "window [10]",
-    )
-    strong_itl_factor: float = Field(
-        1.5,
-        ge=1,
-        description="Strong evidence to lower back: ITL p95 at least this x the SLO [1.5]",
-    )
-    strong_waiting_fraction: float = Field(
-        0.5,
-        gt=0,
-        description="Strong evidence to raise back: mean waiting at least this x the cap, with "
-        "KV usage (max, not mean) below the low watermark and no preemptions [0.5]",
-    )
-    history_length: int = Field(10, ge=1, description="Changes kept in the state's history [10]")
-    default_upper_bound: int = Field(
-        1024, ge=1, description="Upper bound when no plan or maxMaxNumSeqs is known [1024]"
-    )
-
-
-DEFAULT_POLICY = PolicySettings()
-
-MIN_SCRAPES_PER_WINDOW = 4
-"""A window shorter than this many scrape intervals is refused at start (the settings
-check it); a decision needs at least :data:`MIN_SCRAPES_PER_WINDOW` - 1 samples."""
-
-
-def min_samples_for_scrape(window_seconds: float, scrape_interval_seconds: float) -> int:
-    """The sample minimum a window of ``window_seconds`` can meet when Prometheus scrapes
-    every ``scrape_interval_seconds``: the scrapes the window surely holds
-    (``floor(window / interval)``), less one for a missed scrape or a window edge that
-    falls just after a scrape, at most the default minimum (5) and at least 2. At a 30 s
-    scrape a 120 s window holds 4 or 5 samples: the minimum is 3 (a fixed 5 never acts)."""
-    surely = math.floor(window_seconds / scrape_interval_seconds)
-    return max(2, min(DEFAULT_POLICY.min_samples, surely - 1))
-
-
-def policy_for_scrape(window_seconds: float, scrape_interval_seconds: float) -> PolicySettings:
-    """:class:`PolicySettings` for an observation window and the scrape interval of the
-    series (``LLMOP_ADAPTATION_WINDOW_SECONDS``, ``LLMOP_SCRAPE_INTERVAL_SECONDS``): the
-    sample minimum from :func:`min_samples_for_scrape`. Raises ``ValueError`` naming both
-    settings when the window holds fewer than :data:`MIN_SCRAPES_PER_WINDOW` scrapes."""
-    if window_seconds < MIN_SCRAPES_PER_WINDOW * scrape_interval_seconds:
-        raise ValueError(
-            f"the adaptation window (LLMOP_ADAPTATION_WINDOW_SECONDS, {window_seconds:g} s) "
-            f"must hold at least {MIN_SCRAPES_PER_WINDOW} scrapes of "
-            f"LLMOP_SCRAPE_INTERVAL_SECONDS ({scrape_interval_seconds:g} s): set the window "
-            f"to at least {MIN_SCRAPES_PER_WINDOW * scrape_interval_seconds:g} s or scrape "
-            "more often")
-    return PolicySettings(window_seconds=window_seconds,
-                          min_samples=min_samples_for_scrape(window_seconds,
-                                                             scrape_interval_seconds))
-
-
-class _Camel(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True)
-
-
-class Observation(_Camel):
-    """What Prometheus saw of one LLMService over a window (per replica where it matters).
-
-    ``None`` means the signal had no series (for latencies: no request finished in the
-    window). ``error`` set means Prometheus could not be read: every signal is then None.
-    """
-
-    namespace: str
-    name: str
-    evaluated_at: float = Field(description="Unix time the query was evaluated at")
-    window_seconds: float
-    samples: int = Field(0, description="Scraped samples of the running gauge in the window")
-    last_sample_at: float | None = Field(None, description="Unix time of the newest sample")
-    replicas: int | None = Field(None, description="Pods exporting vLLM series")
-    running_mean: float | None = None
-    running_max: float | None = None
-    waiting_mean: float | None = None
-    waiting_max: float | None = None
-    waiting_capacity_mean: float | None = Field(
-        None, description="Mean waiting for scheduling capacity (vLLM's reason label)"
-    )
-    kv_usage_mean: float | None = Field(None, description="Fraction 0..1")
-    kv_usage_max: float | None = None
-    preemption_rate: float | None = Field(None, description="Preemptions per second, all pods")
-    request_rate: float | None = Field(None, description="Finished requests per second")
-    ttft_p95_seconds: float | None = None
-    itl_p95_seconds: float | None = None
-    mean_prompt_tokens: float | None = None
-    mean_generation_tokens: float | None = None
-    kv_capacity_tokens: int | None = Field(
-        None, description="KV-cache size of one replica in tokens (blocks x block size)"
-    )
-    kv_block_size: int | None = Field(None, description="Tokens per KV block")
-    # What the engine reports of its admission cap (llm_operator.inpod.engine; absent where the
-    # pods do not run it): lowest and highest cap in force over the replicas, and the
-    # lowest of llmop_admission_live (0: some replica cannot change it live).
-    cap_in_force_min: float | None = None
-    cap_in_force_max: float | None = None
-    live_cap_min: float | None = None
-    prefix_cache_hit_rate: float | None = Field(
-        None, description="Share 0..1 of the prompt tokens looked up in vLLM's prefix cache "
-        "that it held (None: nothing was looked up)")
-    prefix_cache_query_rate: float | None = Field(
-        None, description="Prompt tokens looked up in the prefix cache per second, all pods")
-    error: str | None = None
-
-    @property
-    def key(self) -> ServiceKey:
-        """``(namespace, name)``."""
-        return (self.namespace, self.name)
-
-    @property
-    def preemptions(self) -> float | None:
-        """Preemptions in the window (rate x window)."""
-        if self.preemption_rate is None:
-            return None
-        return self.preemption_rate * self.window_seconds
-
-    @property
-    def finished_requests(self) -> float:
-        """Requests finished in the window (rate x window; 0 when not known)."""
-        return (self.request_rate or 0.0) * self.window_seconds
-
-    def summary(self) -> Evidence:
-        """The numbers a person reads (rounded), for status and Events."""
-        ms = 1000.0
-        return {
-            "samples": self.samples,
-            "runningMean": _r(self.running_mean),
-            "runningMax": _r(self.running_max),
-            "waitingMean": _r(self.waiting_mean),
-            "kvUsageMean": _r(self.kv_usage_mean, 3),
-            "kvUsageMax": _r(self.kv_usage_max, 3),
-            "preemptions": _r(self.preemptions, 1),
-            "ttftP95Ms": _r(None if self.ttft_p95_seconds is None else self.ttft_p95_seconds * ms),
-            "itlP95Ms": _r(None if self.itl_p95_seconds is None else self.itl_p95_seconds * ms),
-            "prefixCacheHitRate": _r(self.prefix_cache_hit_rate, 3),
-            "windowSeconds": self.window_seconds,
-        }
-
-
-def unavailable(namespace: str, name: str, now: float, window: float, why: str) -> Observation:
-    """An observation that says Prometheus could not be read (every signal missing)."""
-    return Observation(
-        namespace=namespace, name=name, evaluated_at=now, window_seconds=window, error=why
-    )
-
-
-class CapChange(_Camel):
-    """One applied change of the cap."""
-
-    at: float
-    from_value: int
-    to_value: int
-    reason: str
-    kv_fit: int | None = Field(
-        None, description="Sequences of the observed request size the KV cache held when the "
-        "change was made (a later change of request mix may undo it)")
-    binding: bool = Field(
-        True, description="The change cut into the running batch (a lower below the running "
-        "peak) or raised past the demand: it was step-limited and started the cooldown. "
-        "False: it changed nothing for running requests (see CapDecision.binding)")
-
-    @property
-    def lowered(self) -> bool:
-        """True for a lower, False for a raise."""
-        return self.to_value < self.from_value
-
-
-class AdaptationState(_Camel):
-    """What the controller remembers of one service between ticks."""
-
-    current: int = Field(ge=1, description="The cap the Deployment runs with")
-    last_change_at: float | None = None
-    history: tuple[CapChange, ...] = ()
-
-    def to_status(self) -> dict[str, Any]:
-        """The state as ``status.adaptation`` fields (camelCase, RFC 3339 times)."""
-        return {
-            "currentMaxNumSeqs": self.current,
-            "lastChangeTime": _iso(self.last_change_at),
-            "history": [
-                {
-                    "time": _iso(c.at),
-                    "from": c.from_value,
-                    "to": c.to_value,
-                    "reason": c.reason,
-                    **({} if c.kv_fit is None else {"kvFit": c.kv_fit}),
-                    "binding": c.binding,
-                }
-                for c in self.history
-            ],
-        }
-
-    @classmethod
-    def from_status(cls, status: Mapping[str, Any], current: int) -> AdaptationState:
-        """Rebuild the state from ``status.adaptation`` (``current`` when it has none)."""
-        history = tuple(
-            CapChange(
-                at=parse_rfc3339(h["time"]),
-                from_value=int(h["from"]),
-                to_value=int(h["to"]),
-                reason=str(h.get("reason", "")),
-                kv_fit=int(h["kvFit"]) if h.get("kvFit") is not None else None,
-                binding=h.get("binding") is not False,  # older entries: all bound
-            )
-            for h in status.get("history") or []
-            if h.get("time")
-        )
-        last = status.get("lastChangeTime")
-        return cls(
-            current=int(status.get("currentMaxNumSeqs") or current),
-            last_change_at=parse_rfc3339(last) if last else None,
-            history=history,
-        )
-
-
-class CapLimits(_Camel):
-    """What other parts of the operator found for the cap: the planner's memory limit (an
-    upper bound) and the tuning result (the starting point, not a bound)."""
-
-    plan_max_num_seqs: int | None = Field(
-        None, ge=1, description="The planner's memory limit (Plan.max_num_seqs)"
-    )
-    tuned: int | None = Field(
-        None, ge=1, description="The tuner's best max-num-seqs (status.tuning.best), when a "
-        "run succeeded: where the cap starts and what a raise above it names; never a bound "
-        "(a measurement under a synthetic load must not hold the live load back)"
-    )
-
-
-class Bounds(_Camel):
-    """The range the cap may move in, and what set each end."""
-
-    lower: int
-    upper: int
-    lower_source: str
-    upper_source: str
-
-
-class CapAction(StrEnum):
-    """What a decision does to the cap."""
-
-    RAISE = "raise"
-    LOWER = "lower"
-    HOLD = "hold"
-
-
-class DecisionCause(StrEnum):
-    """What a decision turned on, as one code of a fixed set (the ``cause`` label of the
-    operator's ``llmop_adaptation_decisions_total``; the reason text says the rest).
-
-    Holds: ``pinned`` (spec.engine.maxNumSeqs), ``disabled`` (mode Disabled),
-    ``no_state`` (the running cap not known yet), ``no_data`` (missing, unavailable,
-    stale or too little data), ``settling`` (the window still holds samples from before
-    the last change), ``steady`` (nothing asks for a move), ``at_bound`` (a move is
-    wanted but the cap is at the bound it would cross), ``cooldown``, ``flap`` (the move
-    would undo a recent change without strong evidence), ``applying`` (a change on its
-    way: a rollout or the engines' report of a live cap). Moves: ``out_of_bounds`` (the
-    cap was outside its bounds), ``preemptions`` / ``kv_usage`` (KV exhaustion or usage
-    above the high watermark), ``ttft_slo`` (KV pressure with the TTFT p95 above its SLO,
-    ``preemptions: Tolerate``), ``itl_slo`` (inter-token latency p95 above its SLO with
-    the batch busy), ``queue`` (running at the cap with requests waiting and KV room),
-    ``below_kv_fit`` (a queue below the KV fit)."""
-
-    PINNED = "pinned"
-    DISABLED = "disabled"
-    NO_STATE = "no_state"
-    NO_DATA = "no_data"
-    SETTLING = "settling"
-    STEADY = "steady"
-    AT_BOUND = "at_bound"
-    COOLDOWN = "cooldown"
-    FLAP = "flap"
-    APPLYING = "applying"
-    OUT_OF_BOUNDS = "out_of_bounds"
-    PREEMPTIONS = "preemptions"
-    KV_USAGE = "kv_usage"
-    TTFT_SLO = "ttft_slo"
-    ITL_SLO = "itl_slo"
-    QUEUE = "queue"
-    BELOW_KV_FIT = "below_kv_fit"
-
-
-class CapDecision(_Camel):
-    """One decision for one service: the action, the new cap, why (``reason`` for a
-    person, ``cause`` as a code), and the numbers behind it."""
-
-    namespace: str
-    name: str
-    action: CapAction
-    current: int | None
-    value: int | None = Field(description="The cap after the decision (current on hold)")
-    reason: str
-    cause: DecisionCause = Field(description="What the decision turned on, as a code")
-    evidence: Evidence = Field(default_factory=dict)
-    at: float
-    free_to: int | None = Field(
-        None, description="A move: the cap it reaches without changing anything for running "
-        "requests (a lower to no less than the running peak, a raise to no more than the "
-        "demand), with no step limit and no cooldown; None when no part of it is free")
-    free_reason: str | None = Field(None, description="Why that part is free")
-    binding: bool = Field(
-        False, description="A move: some of it cuts into the running batch (below the running "
-        "peak) or raises past the demand; that part is step-limited (maxStepPercent of the "
-        "binding value) and starts the cooldown")
-
-    @property
-    def changed(self) -> bool:
-        """True when the decision moves the cap."""
-        return self.action is not CapAction.HOLD
-
-
-def bounds_for(spec: LLMServiceSpec, limits: CapLimits | None = None,
-               settings: PolicySettings = DEFAULT_POLICY) -> Bounds:
-    """The bounds of the cap: ``minMaxNumSeqs`` up to the smaller of the planner's memory
-    limit and ``maxMaxNumSeqs``. The tuning result (``limits.tuned``) is not one of them."""
-    limits = limits or CapLimits()
-    lower = spec.adaptation.min_max_num_seqs
-    uppers: list[tuple[int, str]] = []
-    if limits.plan_max_num_seqs is not None:
-        uppers.append((limits.plan_max_num_seqs, "the planner's memory limit"))
-    if isinstance(spec.adaptation.max_max_num_seqs, int):
-        uppers.append((spec.adaptation.max_max_num_seqs, "spec.adaptation.maxMaxNumSeqs"))
-    if uppers:
-        upper, source = min(uppers)
-    else:
-        upper, source = settings.default_upper_bound, (
-            "the default ceiling (no plan or maxMaxNumSeqs known)")
-    if upper < lower:  # a conflicting spec: the user's lower bound wins, say so
-        upper, source = lower, f"spec.adaptation.minMaxNumSeqs (above {source}, {upper})"
-    return Bounds(lower=lower, upper=upper, lower_source="spec.adaptation.minMaxNumSeqs",
-                  upper_source=source)
+__all__ = [
+    "AdaptationState", "Bounds", "CapAction", "CapChange", "CapDecision", "CapLimits",
+    "DEFAULT_POLICY", "DecisionCause", "Evidence", "MIN_SCRAPES_PER_WINDOW", "MetricsReason",
+    "Observation", "PolicySettings", "ServiceKey", "adaptation_status", "bounds_for",
+    "data_quality", "decide", "min_samples_for_scrape", "policy_for_scrape", "record",
+    "unavailable", "with_decode_context_parallel",
+]
 
 
 def decide(
@@ -663,109 +260,6 @@ def decide(
     return move(new, cause, text, free_to=free_to, free_reason=free_why, binding=binding)
 
 
-def record(state: AdaptationState, decision: CapDecision, settings: PolicySettings = DEFAULT_POLICY,
-           ) -> AdaptationState:
-    """The state after ``decision`` was applied (unchanged for a hold)."""
-    if not decision.changed or decision.value is None or decision.current is None:
-        return state
-    fit = decision.evidence.get("kvFit")
-    change = CapChange(at=decision.at, from_value=decision.current, to_value=decision.value,
-                       reason=decision.reason, kv_fit=fit if isinstance(fit, int) else None,
-                       binding=decision.binding)
-    history = (*state.history, change)[-settings.history_length:]
-    return AdaptationState(current=decision.value, last_change_at=decision.at, history=history)
-
-
-def adaptation_status(
-    state: AdaptationState, decision: CapDecision, observation: Observation | None
-) -> dict[str, Any]:
-    """``status.adaptation`` after a tick (pure): the state (current cap, last change time,
-    history), the last observation summary and the last decision with its reason.
-
-    Pass the state AFTER :func:`record` in Apply mode; in Recommend mode the unchanged
-    state (the decision then reads as a recommendation).
-    """
-    return {
-        **state.to_status(),
-        "lastObservation": None if observation is None else {
-            **observation.summary(), "time": _iso(observation.evaluated_at),
-            "error": observation.error,
-        },
-        "lastDecision": {
-            "time": _iso(decision.at),
-            "action": decision.action.value,
-            "from": decision.current,
-            "to": decision.value,
-            "reason": decision.reason,
-            **({} if not decision.changed else {
-                "binding": decision.binding,
-                "free": None if decision.free_to is None else {
-                    "to": decision.free_to, "reason": decision.free_reason}}),
-        },
-    }
-
-
-# --- internals -------------------------------------------------------------------------
-
-
-class MetricsReason(StrEnum):
-    """Whether Prometheus gave the signals the policy needs (reasons of the
-    ``MetricsAvailable`` condition)."""
-
-    OBSERVED = "SeriesObserved"
-    UNAVAILABLE = "PrometheusUnavailable"
-    NO_SERIES = "NoSeries"
-    NO_SAMPLES = "NoSamples"
-    # NoSeries, NoSamples or TooLittleData while the pods are new (update.py: not a
-    # Warning; the first scrapes are still filling the window)
-    WAITING = "WaitingForFirstSamples"
-    TOO_LITTLE = "TooLittleData"
-    STALE = "StaleData"
-    MISSING = "MissingSeries"
-
-
-def data_quality(
-    obs: Observation | None, now: float, s: PolicySettings = DEFAULT_POLICY
-) -> tuple[MetricsReason, str]:
-    """The one check of an observation's data (pure): the reason and a sentence saying
-    what was seen or, when the data cannot carry a decision, what is wrong and what to
-    check. Decisions hold on anything but :attr:`MetricsReason.OBSERVED`; the
-    ``MetricsAvailable`` condition reports the same reason."""
-    window = f"{s.window_seconds:.0f} s" if obs is None else f"{obs.window_seconds:.0f} s"
-    if obs is None:
-        return MetricsReason.NO_SERIES, (
-            "no vLLM series for this service in Prometheus: check that its pods are scraped "
-            "(PodMonitor) and that the series carry the service label "
-            "(LLMOP_PROMETHEUS_SERVICE_LABEL)")
-    if obs.error is not None:
-        return MetricsReason.UNAVAILABLE, f"Prometheus is unavailable ({obs.error})"
-    if obs.samples and obs.running_mean is not None and obs.last_sample_at is None:
-        # Samples in the window, none now: Prometheus marked the series stale (its target
-        # stopped answering, or the pods went), so the window's figures are of the past.
-        return MetricsReason.STALE, (
-            f"stale data: vllm:num_requests_running has {obs.samples} samples in the last "
-            f"{window} but none now (Prometheus marked the series stale): is the scrape "
-            "failing or are the pods gone?")
-    if obs.samples == 0 or obs.running_mean is None or obs.last_sample_at is None:
-        return MetricsReason.NO_SAMPLES, (
-            f"no samples of vllm:num_requests_running in the last {window}")
-    if obs.samples < s.min_samples:
-        return MetricsReason.TOO_LITTLE, (
-            f"too little data: {obs.samples} samples in the last {window}, "
-            f"{s.min_samples} needed")
-    age = now - obs.last_sample_at
-    if age > s.max_staleness_seconds:
-        return MetricsReason.STALE, (
-            f"stale data: the newest sample is {age:.0f} s old "
-            f"(limit {s.max_staleness_seconds:.0f} s): is the scrape failing?")
-    missing = [n for n, v in (("vllm:num_requests_waiting", obs.waiting_mean),
-                              ("vllm:kv_cache_usage_perc", obs.kv_usage_mean)) if v is None]
-    if missing:
-        return MetricsReason.MISSING, "missing series: " + ", ".join(missing)
-    return MetricsReason.OBSERVED, (
-        f"{obs.samples} samples of every signal in the last {window}, newest {age:.0f} s old")
-
-
 def _data_problem(
     obs: Observation | None, state: AdaptationState, now: float, s: PolicySettings
 ) -> tuple[DecisionCause, str] | None:
@@ -779,20 +273,6 @@ def _data_problem(
             f"the {obs.window_seconds:.0f} s window still holds samples from before the last "
             f"change ({obs.evaluated_at - state.last_change_at:.0f} s ago)")
     return None
-
-
-def with_decode_context_parallel(obs: Observation | None, dcp: int) -> Observation | None:
-    """The observation with vLLM's KV figures as its scheduler counts them under decode
-    context parallelism (``status.plan.decodeContextParallelSize``): ``cache_config_info``
-    reports the blocks of one rank and cache_config's 16-token block size, while the KV
-    manager's block holds 16 tokens on each of the ``dcp`` ranks (vllm/v1/core/
-    single_type_kv_cache_manager.py, ``kv_cache_spec.block_size * dcp_world_size``): the
-    cache holds ``dcp`` times the tokens the labels multiply to."""
-    if obs is None or dcp <= 1 or not obs.kv_capacity_tokens:
-        return obs
-    return obs.model_copy(update={
-        "kv_capacity_tokens": obs.kv_capacity_tokens * dcp,
-        "kv_block_size": (obs.kv_block_size or 1) * dcp})
 
 
 def _kv_fit(obs: Observation, s: PolicySettings) -> tuple[int, str] | None:
@@ -1140,11 +620,3 @@ def _strong(direction: CapAction, obs: Observation, cap: int, new: int, spec: LL
         return (f"{waiting:.1f} waiting (≥ {s.strong_waiting_fraction:.0%} of the cap) with the "
                 f"KV cache never above {kv_max:.0%}")
     return None
-
-
-def _r(v: float | None, nd: int = 2) -> float | None:
-    return None if v is None else round(v, nd)
-
-
-def _iso(t: float | None) -> str | None:
-    return None if t is None else rfc3339(t)

@@ -37,8 +37,8 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
-from ..inpod.engine.cap import METRIC_CAP, METRIC_LIVE
-from .policy import Observation, ServiceKey, unavailable
+from ..inpod.engine.cap import METRIC_CAP, METRIC_LIVE, METRIC_VLLM_INFO, VERSION_LABEL
+from .evidence import Observation, ServiceKey, unavailable
 
 log = logging.getLogger(__name__)
 
@@ -200,6 +200,8 @@ def signal_queries(
         "cap_in_force_min": f"min by ({by}) ({METRIC_CAP}{sel})",
         "cap_in_force_max": f"max by ({by}) ({METRIC_CAP}{sel})",
         "live_cap_min": f"min by ({by}) ({METRIC_LIVE}{sel})",
+        # The vLLM release each engine reports running (one series per release).
+        "vllm_version": f"max by ({by}, {VERSION_LABEL}) ({METRIC_VLLM_INFO}{sel})",
     }
 
 
@@ -239,6 +241,11 @@ def parse_result(
             if blocks and size and blocks.isdigit() and size.isdigit():
                 fields["kv_capacity_tokens"] = int(blocks) * int(size)
                 fields["kv_block_size"] = int(size)
+        elif signal == "vllm_version":
+            release = metric.get(VERSION_LABEL)
+            if release and value == 1:
+                fields["engine_vllm_versions"] = tuple(sorted(
+                    {*fields.get("engine_vllm_versions", ()), release}))
         elif value is None:
             continue
         elif signal == "samples":

@@ -34,24 +34,12 @@ from ..api.constants import DEFAULT_IMAGE
 from ..api.models import AdaptationMode, LLMServiceSpec, parse_llmservice
 from ..api.timestamps import parse_rfc3339, rfc3339
 from ..health import status as st
-from ..knowledge.vllm_version import LiveCapSupport, compat_table
-from .policy import (
-    DEFAULT_POLICY,
-    AdaptationState,
-    Bounds,
-    CapAction,
-    CapDecision,
-    CapLimits,
-    DecisionCause,
-    MetricsReason,
-    Observation,
-    PolicySettings,
-    ServiceKey,
-    adaptation_status,
-    bounds_for,
-    data_quality,
-    record,
-)
+from ..knowledge.vllm_version import LiveCapSupport, compat_table, reported_version_note
+from .bounds import Bounds, CapLimits, bounds_for
+from .decision import CapAction, CapDecision, DecisionCause
+from .evidence import MetricsReason, Observation, ServiceKey, data_quality
+from .state import AdaptationState, adaptation_status, record
+from .thresholds import DEFAULT_POLICY, PolicySettings
 
 IDLE_SECONDS = 15.0  # longest sleep between ticks (a new service is picked up this fast)
 # The default of LLMOP_LIVE_CAP_REPORT_TIMEOUT_SECONDS (Settings; a test keeps them equal):
@@ -357,12 +345,16 @@ class RolloutProgress:
     stalled: bool = False  # the workload's controller gave up (ProgressDeadlineExceeded)
 
 
-_MAX_NUM_SEQS_ARG = re.compile(r"--max-num-seqs[= ]+(\d+)")
+_MAX_NUM_SEQS_ARG = re.compile(
+    r"--max-num-seqs[= ]+(\d+)(?: --max-num-active-seqs[= ]+(\d+))?")
 
 
 def workload_max_num_seqs(workload: Mapping[str, Any]) -> int | None:
-    """The ``--max-num-seqs`` in a Deployment's or LeaderWorkerSet's pod templates (their
-    containers' args and commands; a LeaderWorkerSet passes it inside a shell command),
+    """The cap in a Deployment's or LeaderWorkerSet's pod templates (their containers'
+    args and commands; a LeaderWorkerSet passes it inside a shell command): the
+    ``--max-num-seqs``, or the ``--max-num-active-seqs`` the operator renders right after
+    it where the image's vLLM takes that flag (``planning.engine_flags``; a user's own
+    flag comes with extraArgs, after ``--shutdown-timeout``, so it is never read here);
     None when none is there."""
     spec = workload.get("spec") or {}
     lws = spec.get("leaderWorkerTemplate") or {}
@@ -373,7 +365,7 @@ def workload_max_num_seqs(workload: Mapping[str, Any]) -> int | None:
             words = [str(w) for w in [*(container.get("command") or []),
                                       *(container.get("args") or [])]]
             for match in _MAX_NUM_SEQS_ARG.finditer(" ".join(words)):
-                found = int(match.group(1))
+                found = int(match.group(2) or match.group(1))
     return found
 
 
@@ -515,7 +507,8 @@ def plan_update(
     if mode is AdaptationMode.APPLY and state is not None:
         rollout, conds = _live_cap(svc, status, adaptation, events, conds, rollout,
                                    decision, progress or LiveCapProgress(), now,
-                                   default_image)
+                                   default_image,
+                                   observation.engine_vllm_versions if observation else None)
         _rollout(adaptation, events, rollout, decision, state, rollout_state, now,
                  stalled_before=bool(before.get("rolloutStalled")))
     patch: JSON = {"adaptation": adaptation}
@@ -561,12 +554,14 @@ def plan_update(
 def _live_cap(
     svc: Service, status: Mapping[str, Any], adaptation: JSON, events: list[st.Notice],
     conds: list[Any], rollout: bool, decision: CapDecision, progress: LiveCapProgress,
-    now: float, default_image: str,
+    now: float, default_image: str, reported: tuple[str, ...] | None = None,
 ) -> tuple[bool, list[Any]]:
     """The live admission cap's part of an Apply tick (pure; edits ``adaptation`` and
     ``events``): how the change travels (``actuation``), the cap the engines report
     (``capInForce``), the cap still on its way (``capRequested``), a fallback to rollouts,
-    and the ``LiveCap`` condition. Returns whether to re-render and the new conditions."""
+    and the ``LiveCap`` condition, which adds what the engines report of their vLLM
+    release (``reported``; ``engineVllmVersions``) where the image's tag named none or
+    another. Returns whether to re-render and the new conditions."""
     live = st.live_cap_in_use(svc.spec, status, svc.generation, default_image=default_image)
     cfg = f"ConfigMap {svc.key[1]}-admission-cap"
     if progress.in_force is not None:
@@ -613,8 +608,13 @@ def _live_cap(
         cond = (True, str(st.LiveCapReason.PENDING),
                 "No engine reports its admission cap yet (llmop_admission_cap)")
     version = st.live_cap_version(svc.spec, default_image)
+    note = reported_version_note(version.version, reported)
+    if reported:
+        adaptation["engineVllmVersions"] = list(reported)
     if cond[0] and version.support is LiveCapSupport.UNKNOWN:  # live on an unread version
-        cond = (*cond[:2], f"{cond[2]}. {version.message}")
+        cond = (*cond[:2], f"{cond[2]}. {note or version.message}")
+    elif note is not None:
+        cond = (*cond[:2], f"{cond[2]}. {note}")
     new_conds, _ = _changed(conds, st.ConditionType.LIVE_CAP, *cond, svc.generation, now)
     return rollout, conds if new_conds is None else new_conds
 

@@ -25,7 +25,7 @@ from rich.console import Console
 
 from ..api.errors import InputError, SpecError, SpecErrors
 from ..api.models import load_services
-from ..api.settings import Settings
+from ..settings import Settings
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:

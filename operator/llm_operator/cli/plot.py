@@ -24,7 +24,7 @@ import yaml
 from rich.console import Console
 from rich.markup import escape
 
-from ..api.settings import Settings
+from ..settings import Settings
 from .plots import (
     INSTALL_HINT,
     PlotInputError,

@@ -31,9 +31,9 @@ from ..adaptation.policy import (
 )
 from ..api.errors import SpecError, SpecErrors
 from ..api.models import LLMServiceSpec, ModelSpec, load_services
-from ..api.settings import Settings
 from ..planning import Plan
 from ..planning.sizing import plan_for_slo
+from ..settings import Settings
 
 
 def add_parser(sub: Any) -> None:

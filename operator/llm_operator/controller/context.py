@@ -15,8 +15,8 @@ from typing import Any
 
 import kopf
 
-from ..adaptation.policy import ServiceKey
-from ..api.settings import Settings
+from ..adaptation.evidence import ServiceKey
+from ..settings import Settings
 from .kube import KubeClient
 from .metrics import OperatorMetrics
 from .peering import PeeringIdentity

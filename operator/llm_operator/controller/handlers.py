@@ -73,11 +73,11 @@ from ..api.constants import (
     PROGRESS_PREFIX,
     VERSION,
 )
-from ..api.settings import Settings
 from ..facts.job import COMPONENT_FACTS
 from ..health.podscheduling import PodScheduling
 from ..rendering.identity import COMPONENT_SERVER, COMPONENT_TUNING
-from ..tuning.control import ObservedJob
+from ..settings import Settings
+from ..tuning.observed import ObservedJob
 from .adaptation import AdaptationLoop
 from .context import CONTEXT_KEY, OperatorContext, operator_context
 from .diffbase import SlimDiffBaseStorage

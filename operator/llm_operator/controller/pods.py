@@ -30,7 +30,7 @@ from typing import Any
 
 import kopf
 
-from ..adaptation.policy import ServiceKey
+from ..adaptation.evidence import ServiceKey
 from ..api.constants import LABEL_SERVICE
 from ..health import status as st
 from ..health.podscheduling import (

@@ -217,7 +217,8 @@ async def _reconcile(
     switch = _switch_incomplete(workload, failures, namespace)
     new = st.build_status(current, name=name, namespace=namespace, generation=generation,
                           now=now, plan=plan, workload=state, workload_kind=workload["kind"],
-                          engine=st.engine_in_effect(svc.spec.engine, plan, current),
+                          engine=st.engine_in_effect(svc.spec.engine, plan, current,
+                                                     workload),
                           selector=selector, apply_failures=[str(f) for f in failures],
                           switch_incomplete=switch, inference_pool=pool)
     new = _metrics_source(ctx, body, svc, current, new, generation, now)

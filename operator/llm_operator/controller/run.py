@@ -8,7 +8,7 @@ import random
 
 import kopf
 
-from ..api.settings import load_settings
+from ..settings import load_settings
 from . import handlers as _handlers  # noqa: F401  importing registers the kopf handlers
 from .peering import MEMO_KEY as PEERING_MEMO_KEY
 from .peering import PeeringIdentity

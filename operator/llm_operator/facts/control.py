@@ -25,7 +25,7 @@ from ..api.models import LLMService, LLMServiceSpec
 from ..api.timestamps import parse_rfc3339_or_none
 from ..knowledge.catalog import lookup_model
 from ..knowledge.modelfacts import ModelFacts, facts_from_hf_config
-from ..tuning.control import ObservedJob, PendingPod
+from ..tuning.observed import ObservedJob, PendingPod
 from . import message as fm
 from .job import ACTIVE_DEADLINE_SECONDS, TTL_SECONDS_AFTER_FINISHED, facts_key
 

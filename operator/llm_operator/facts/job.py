@@ -20,7 +20,6 @@ from typing import Any
 from ..api.constants import TERMINATION_LOG
 from ..api.errors import SpecErrors
 from ..api.models import LLMService, LLMServiceSpec
-from ..api.settings import Settings
 from ..rendering.identity import labels_for
 from ..rendering.pod import (
     MODEL_MOUNT_PATH,
@@ -30,6 +29,7 @@ from ..rendering.pod import (
     pod_identity_fields,
     pod_spec_errors,
 )
+from ..settings import Settings
 from ..tuning.job import job_metadata, template_metadata
 
 COMPONENT_FACTS = "model-facts"

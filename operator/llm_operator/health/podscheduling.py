@@ -31,6 +31,14 @@ The same pod events report a container that keeps crashing (``ContainersRunning`
   ``ContainerCreating``, from its Events); the message names the pod and container,
   quotes the kubelet or controller and says the fix (:mod:`llm_operator.health.podfailures`).
   A Warning Event goes with each change of the condition's status or reason.
+- ``ContainersRunning=False``, reason ``NodeNotReady``: a server pod's node stopped
+  reporting. The kubelet is then silent, so the pod is read for the node controller's
+  mark: ``Ready=False`` while ``ContainersReady`` is still ``True`` (the kubelet sets both
+  together; the node lifecycle controller flips only ``Ready``, 50 s after the node's
+  last heartbeat by default). The message names the pod and node, says the containers may
+  still run there, and when Kubernetes evicts the pod (its toleration of
+  ``node.kubernetes.io/unreachable``, 300 s by default); no node is read (no RBAC on
+  nodes). Tried for real in tests/nodes/test_node_loss_in_containers.py.
 - ``ContainersRunning=True``, reason ``Running``: no server container crash-loops or
   is stuck.
 
@@ -78,6 +86,8 @@ REASON_RUNNING = "Running"
 # The kubelet's waiting reasons for a container that exited and is being restarted.
 _CRASH_REASONS = frozenset({"CrashLoopBackOff", "RunContainerError"})
 REASON_SCHEDULED = "Scheduled"
+REASON_NODE_NOT_READY = "NodeNotReady"
+UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
 EVENT_UNSCHEDULABLE = "Unschedulable"
 
 
@@ -97,6 +107,7 @@ class PodScheduling:
     volumes: PodVolumes = field(default_factory=PodVolumes)
     uid: str = ""
     bound_at: float | None = None  # when it was bound to its node (epoch seconds)
+    node_lost: str | None = None  # its node stopped reporting (:func:`node_lost_of`)
 
     @classmethod
     def from_pod(cls, pod: Mapping[str, Any]) -> PodScheduling:
@@ -106,10 +117,13 @@ class PodScheduling:
         status = pod.get("status") or {}
         bound = bool((pod.get("spec") or {}).get("nodeName"))
         name = str(meta.get("name") or "")
-        crash = crash_of(status, pod.get("spec") or {})
+        lost = node_lost_of(pod)
+        # What the kubelet last said of a pod on a node that stopped reporting is stale.
+        crash = None if lost else crash_of(status, pod.get("spec") or {}, name)
         volumes = PodVolumes.from_pod(pod)
-        more: dict[str, Any] = {"live_cap_failure": live_cap_failure(status),
-                                "problem": waiting_problem(pod, volumes),
+        more: dict[str, Any] = {"live_cap_failure": None if lost else live_cap_failure(status),
+                                "problem": None if lost else waiting_problem(pod, volumes),
+                                "node_lost": lost,
                                 "creating": creating(pod), "volumes": volumes,
                                 "uid": str(meta.get("uid") or ""), "bound_at": bound_time(pod)}
         for cond in status.get("conditions") or []:
@@ -119,6 +133,43 @@ class PodScheduling:
                          and not meta.get("deletionTimestamp"))
                 return cls(name, stuck, str(cond.get("message") or ""), crash, **more)
         return cls(name, False, crash=crash, **more)
+
+
+def node_lost_of(pod: Mapping[str, Any]) -> str | None:
+    """The sentence for a server pod whose node stopped reporting, or None: the pod is
+    bound and not deleted, has no readiness gates, and its ``Ready`` condition is
+    ``False`` while ``ContainersReady`` is ``True``. The kubelet never writes that pair
+    (it sets ``Ready`` from ``ContainersReady``); the node lifecycle controller does, when
+    it marks the pods of a node that missed its heartbeats."""
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    node = spec.get("nodeName")
+    if not node or meta.get("deletionTimestamp") or spec.get("readinessGates"):
+        return None
+    conds = {c.get("type"): c for c in (pod.get("status") or {}).get("conditions") or []}
+    ready, containers = conds.get("Ready") or {}, conds.get("ContainersReady") or {}
+    if not (ready.get("status") == "False" and containers.get("status") == "True"):
+        return None
+    toleration = next((t for t in spec.get("tolerations") or []
+                       if t.get("key") == UNREACHABLE_TAINT and t.get("effect") == "NoExecute"),
+                      None)
+    seconds = (toleration or {}).get("tolerationSeconds")
+    if toleration is None:
+        evicted = (f"Kubernetes evicts it once the node is tainted {UNREACHABLE_TAINT} "
+                   "(it has no toleration of it) and the controller replaces it")
+    elif seconds is None:
+        evicted = f"it tolerates {UNREACHABLE_TAINT} without a limit, so it is not evicted"
+    else:
+        evicted = (f"Kubernetes evicts it {seconds} s after the node became unreachable (its "
+                   f"toleration of {UNREACHABLE_TAINT}) and the controller replaces it on "
+                   "another node")
+    since = ready.get("lastTransitionTime")
+    return (f"pod {meta.get('name')} on node {node} was marked not Ready"
+            + (f" at {since}" if since else "")
+            + " while its containers last reported ready: the node controller does so when "
+            f"the node's kubelet stops reporting. Its containers may still run there, "
+            f"unseen. If the node reports again the pod is Ready again without a restart; "
+            f"otherwise {evicted}. Fix: check the node (`kubectl describe node {node}`), "
+            "its kubelet and its container runtime")
 
 
 def _last_line(text: str) -> str:
@@ -157,8 +208,24 @@ def oom_sentence(container: str, limit: str | None) -> str:
             "build its swap space (--swap-space) and CPU offload (--cpu-offload-gb)")
 
 
+# vLLM's API server's last line when its engine process failed to start (vLLM 0.32): the
+# engine's own error is earlier in the log, beyond the 2,048 bytes of the termination
+# message the kubelet keeps (FallbackToLogsOnError).
+ENGINE_START_FAILED = "Engine core initialization failed"
+
+
+def engine_start_hint(container: str, pod: str | None) -> str:
+    """Where the engine's own error is when vLLM says it failed to start, and the usual
+    cause on the CPU build."""
+    logs = f"kubectl logs {pod or 'POD'} -c {container} --previous"
+    return (f" (vLLM's engine process failed first; its own error is earlier in the "
+            f"container's log: `{logs}`. On vLLM's CPU build a KV cache larger than the "
+            "container's free memory fails here: lower VLLM_CPU_KVCACHE_SPACE in "
+            "spec.pod.env or raise spec.resources.memory)")
+
+
 def crash_of(status: Mapping[str, Any], pod_spec: Mapping[str, Any] | None = None,
-             ) -> str | None:
+             pod: str | None = None) -> str | None:
     """The first container of a pod status (init containers first) that waits in a
     crash back-off, as "container C restarted N times (exit code E, R): LAST LINE"; for
     one the kernel killed at its memory limit (OOMKilled), the limit and the fix instead
@@ -171,6 +238,8 @@ def crash_of(status: Mapping[str, Any], pod_spec: Mapping[str, Any] | None = Non
         if last.get("reason") == "OOMKilled":
             return f"{said}: {oom_sentence(name, memory_limit_of(pod_spec or {}, name))}"
         line = _last_line(str(last.get("message") or ""))
+        if ENGINE_START_FAILED in line:
+            line += engine_start_hint(name, pod)
         return f"{said}: {line}" if line else said
     return None
 
@@ -270,9 +339,15 @@ def crash_condition(
     """The conditions with ``ContainersRunning`` set from the server ``pods``, and the
     Event to post when it has just become False or changed reason (None otherwise). A
     crash loop comes first; then a container that cannot start (its pod named first in
-    name order)."""
+    name order); a pod on a node that stopped reporting comes before both (what the
+    kubelet last said of it is stale)."""
+    lost = sorted((p for p in pods if p.node_lost), key=lambda p: p.name)
     crashing = sorted((p for p in pods if p.crash), key=lambda p: p.name)
-    if crashing:
+    if lost:
+        bad: str | None = (f"{len(lost)} of {len(pods)} server pods are on a node that "
+                           f"stopped reporting; {lost[0].node_lost}")
+        reason = REASON_NODE_NOT_READY
+    elif crashing:
         bad = (f"{len(crashing)} of {len(pods)} server pods crash-loop; pod "
                f"{crashing[0].name}: {crashing[0].crash}")
         reason = REASON_CRASH_LOOP

@@ -17,6 +17,7 @@ Conditions (one :class:`ConditionType` enum) follow the Kubernetes convention
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -30,7 +31,7 @@ from ..inpod.engine.cap import FAILURE_PREFIX
 from ..knowledge.extra_args import flag_set
 from ..knowledge.vllm_version import LiveCapSupport, LiveCapVerdict, live_cap_verdict
 from ..planning import Plan, effective_engine_value
-from ..rendering.admission import LIVE_CAP_FLAGS
+from ..rendering.admission import ENGINE_SCHEDULER_CLS, LIVE_CAP_FLAGS, uses_active_seqs_flag
 
 JSON = dict[str, Any]
 # replicas and selector: what the LLMService's scale subresource reports (an HPA reads them).
@@ -592,8 +593,10 @@ def rebase_patch(
 
     Conditions: only those the patch changed with respect to ``base`` are set, in
     ``fresh``'s list (others' conditions are kept; ``lastTransitionTime`` stays ``fresh``'s
-    when the status did not change there). Other keys are taken from the patch. Keys that
-    already hold the patched value are left out; an empty result means nothing to write.
+    when the status did not change there); a type ``base`` had and the patch dropped is
+    removed from ``fresh`` where it is still as ``base`` had it. Other keys are taken from
+    the patch. Keys that already hold the patched value are left out; an empty result
+    means nothing to write.
     """
     base, fresh = base or {}, fresh or {}
     out: JSON = {}
@@ -601,6 +604,9 @@ def rebase_patch(
         if key == "conditions":
             conds = [dict(c) for c in fresh.get("conditions") or []]
             before = base.get("conditions") or []
+            kept = {c.get("type") for c in value or []}
+            conds = [c for c in conds if c.get("type") in kept
+                     or get_condition(before, str(c.get("type"))) != c]
             for cond in value or []:
                 if get_condition(before, str(cond.get("type"))) == cond:
                     continue  # not this writer's change
@@ -662,11 +668,39 @@ def engine_overrides(status: Mapping[str, Any] | None) -> dict[str, int]:
     return out
 
 
-def engine_in_effect(engine: EngineSpec, plan: Plan, status: Mapping[str, Any] | None) -> JSON:
+_ACTIVE_PAIR = re.compile(r"--max-num-seqs[= ]+(\d+) --max-num-active-seqs[= ]+\d+")
+_SEQS_ARG = re.compile(r"--max-num-seqs[= ]+(\d+)")
+
+
+def cap_flag(workload: Mapping[str, Any]) -> tuple[str, int | None]:
+    """What carries the cap in a rendered workload (its first pod template), and the
+    ``--max-num-seqs`` where that is not the cap: ``admissionConfigMap`` (the live cap's
+    scheduler class), ``--max-num-active-seqs`` (rendered right after ``--max-num-seqs``:
+    ``planning.engine_flags``), else ``--max-num-seqs`` (pure)."""
+    spec = workload.get("spec") or {}
+    lws = spec.get("leaderWorkerTemplate") or {}
+    template = spec.get("template") or lws.get("leaderTemplate") or {}
+    words = [str(w) for c in (template.get("spec") or {}).get("containers") or []
+             for w in [*(c.get("command") or []), *(c.get("args") or [])]]
+    text = " ".join(words)
+    pair = _ACTIVE_PAIR.search(text)
+    if ENGINE_SCHEDULER_CLS in words:
+        seqs = _SEQS_ARG.search(text)
+        return "admissionConfigMap", int(seqs.group(1)) if seqs else None
+    if pair is not None:
+        return "--max-num-active-seqs", int(pair.group(1))
+    return "--max-num-seqs", None
+
+
+def engine_in_effect(engine: EngineSpec, plan: Plan, status: Mapping[str, Any] | None,
+                     workload: Mapping[str, Any] | None = None) -> JSON:
     """The tunable engine values the rendered server runs with, and where each came
     from: ``pinned`` (the user), ``adapted`` (online adaptation), ``tuned`` (the last
     tuning run) or ``planned``. ``kubectl get llms`` shows ``maxNumSeqs`` from here.
-    A value of None means vLLM's own default.
+    A value of None means vLLM's own default. With the rendered ``workload``, also what
+    carries the cap (``maxNumSeqsFlag``, :func:`cap_flag`) and the ``--max-num-seqs`` where
+    it is not the cap (``runnerMaxNumSeqs``), so that a user sees why a change of the cap
+    left ``--max-num-seqs`` as it was.
     """
     overrides = engine_overrides(status)
     adapted = (status or {}).get("adaptation") or {}
@@ -678,6 +712,13 @@ def engine_in_effect(engine: EngineSpec, plan: Plan, status: Mapping[str, Any] |
             origin = "adapted" if key == "maxNumSeqs" and adapted.get("maxNumSeqs") else "tuned"
         out[key] = value
         out[f"{key}Source"] = origin
+    if workload is not None:
+        flag, runner = cap_flag(workload)
+        out["maxNumSeqsFlag"] = flag
+        if runner is not None:
+            out["runnerMaxNumSeqs"] = runner
+        elif "runnerMaxNumSeqs" in ((status or {}).get("engine") or {}):
+            out["runnerMaxNumSeqs"] = None  # a merge patch removes it so
     return out
 
 
@@ -742,9 +783,36 @@ def live_cap_version(spec: LLMServiceSpec, default_image: str = DEFAULT_IMAGE
                             example=default_image)
 
 
+def active_cap_note(spec: LLMServiceSpec, default_image: str = DEFAULT_IMAGE) -> str:
+    """What carries the cap when the live cap is off, for the ``LiveCap`` condition's
+    message: where the image's vLLM takes ``--max-num-active-seqs``
+    (:func:`~llm_operator.rendering.admission.uses_active_seqs_flag`), a sentence saying
+    that the cap travels as that flag and why ``--max-num-seqs`` does not change; else
+    nothing."""
+    if isinstance(spec.engine.max_num_seqs, int) or not uses_active_seqs_flag(
+            spec, default_image, live_cap=False):
+        return ""
+    return (". A cap below the runner's capacity is rendered as --max-num-active-seqs "
+            f"(the vLLM of {spec.image or default_image} takes it): --max-num-seqs stays "
+            "the plan's capacity (status.engine.runnerMaxNumSeqs), so a rollout of a new "
+            "cap does not resize the runner's buffers or CUDA graphs")
+
+
 def live_cap_blocker(spec: LLMServiceSpec, status: Mapping[str, Any] | None,
                      generation: int | None = None, *, default_image: str = DEFAULT_IMAGE
                      ) -> tuple[LiveCapReason, str] | None:
+    """Why adaptation must roll instead of steering the cap live (None: live works), the
+    message ending with :func:`active_cap_note`: :func:`_live_cap_blocker`."""
+    blocker = _live_cap_blocker(spec, status, generation, default_image=default_image)
+    if blocker is None:
+        return None
+    note = active_cap_note(spec, default_image)
+    return (blocker[0], blocker[1].rstrip(".") + note) if note else blocker
+
+
+def _live_cap_blocker(spec: LLMServiceSpec, status: Mapping[str, Any] | None,
+                      generation: int | None = None, *, default_image: str = DEFAULT_IMAGE
+                      ) -> tuple[LiveCapReason, str] | None:
     """Why adaptation must roll instead of steering the cap live (None: live works).
 
     The user's opt-out (``spec.adaptation.liveCap: false``), a scheduler of the user's own
@@ -782,15 +850,32 @@ def with_live_cap_version(status: JSON, spec: LLMServiceSpec, generation: int | 
                           adaptation_runs: bool = True) -> JSON:
     """``status`` with ``LiveCap`` False, reason :attr:`LiveCapReason.VERSION`, where the
     service would run the live cap but for its image's vLLM (pure): said when the server
-    is rendered, before the adaptation loop's first tick (which says the same)."""
-    if not (adaptation_runs and spec.adaptation.mode is AdaptationMode.APPLY
-            and not isinstance(spec.engine.max_num_seqs, int)):
+    is rendered, before the adaptation loop's first tick (which says the same).
+
+    Once the spec no longer gives that reason (a new image), a ``LiveCap`` still saying
+    it is replaced at the same render: by the other reason that keeps the live cap off,
+    else True :attr:`LiveCapReason.PENDING` (rendered, no engine report yet); where the
+    live cap is not asked for at all (Recommend, a pinned cap), it is removed."""
+    conditions = list(status.get("conditions") or [])
+    before = get_condition(conditions, ConditionType.LIVE_CAP)
+    stale = before is not None and before.get("reason") == str(LiveCapReason.VERSION)
+    asked = (adaptation_runs and spec.adaptation.mode is AdaptationMode.APPLY
+             and not isinstance(spec.engine.max_num_seqs, int))
+    blocker = live_cap_blocker(spec, status, generation, default_image=default_image) \
+        if asked else None
+    if blocker is not None and (blocker[0] is LiveCapReason.VERSION or stale):
+        conds = set_condition(conditions, ConditionType.LIVE_CAP, False, str(blocker[0]),
+                              blocker[1], generation=generation, now=now)
+    elif not stale:
         return status
-    blocker = live_cap_blocker(spec, status, generation, default_image=default_image)
-    if blocker is None or blocker[0] is not LiveCapReason.VERSION:
-        return status
-    conds = set_condition(status.get("conditions") or [], ConditionType.LIVE_CAP, False,
-                          str(blocker[0]), blocker[1], generation=generation, now=now)
+    elif not asked:
+        conds = [c for c in conditions if c.get("type") != str(ConditionType.LIVE_CAP)]
+    else:
+        read = live_cap_version(spec, default_image)
+        conds = set_condition(conditions, ConditionType.LIVE_CAP, True,
+                              str(LiveCapReason.PENDING),
+                              f"{read.message}. No engine reports its admission cap yet "
+                              "(llmop_admission_cap)", generation=generation, now=now)
     return {**status, "conditions": conds}
 
 

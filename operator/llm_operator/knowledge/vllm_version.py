@@ -15,13 +15,19 @@ the tag is a release number (``v``, then two to four dot-separated numbers, opti
 candidate, a tag with a suffix, another repository) is unknown, and so is a release the
 table has no row for: the operator then keeps rendering the live cap as before, and the
 runtime fallbacks (``EngineLacksHook``, ``SchedulerFailed``) still apply.
+
+The table also says, per minor release, whether ``vllm serve`` takes
+``--max-num-active-seqs`` (vLLM #56758; ``activeSeqsFlag``, read from the same wheels):
+:func:`active_seqs_flag`. Where it does and the live cap is not in use, the operator
+renders the active cap as that flag and keeps ``--max-num-seqs`` at the runner's capacity
+(:func:`llm_operator.rendering.admission.uses_active_seqs_flag`).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cache
 from importlib import resources
@@ -69,11 +75,18 @@ def image_vllm_version(image: str) -> ImageVersion:
     if tag is None:
         return ImageVersion(image, None, None,
                             "it has no tag, only a digest" if digest else "it has no tag")
-    m = _RELEASE_TAG.match(tag)
-    if m is None:
+    minor = release_minor(tag)
+    if minor is None:
         return ImageVersion(image, None, None,
                             f"its tag {tag} is not a vLLM release number (like v0.32.0)")
-    return ImageVersion(image, tag.removeprefix("v"), f"{int(m[1])}.{int(m[2])}")
+    return ImageVersion(image, tag.removeprefix("v"), minor)
+
+
+def release_minor(release: str) -> str | None:
+    """The table's key (``"0.32"``) of a release number (``v0.32.0``, ``0.31.1.post1``;
+    a ``+local`` suffix is ignored), or None when ``release`` is not one."""
+    m = _RELEASE_TAG.match(release.split("+")[0])
+    return f"{int(m[1])}.{int(m[2])}" if m else None
 
 
 @dataclass(frozen=True)
@@ -82,6 +95,8 @@ class CompatTable:
 
     measured: str  # "statically from the published vllm wheels on DATE"
     releases: dict[str, tuple[str, str]]  # "0.32" -> (verdict, release checked)
+    # "0.32" -> whether vllm serve takes --max-num-active-seqs (absent: not known)
+    active_seqs: dict[str, bool] = field(default_factory=dict)
 
     def supported(self) -> list[str]:
         """The minor releases the live cap works on, oldest first."""
@@ -90,9 +105,16 @@ class CompatTable:
 
 
 def table_from_json(raw: dict[str, Any]) -> CompatTable:
+    flags = {k: v["activeSeqsFlag"] for k, v in raw["releases"].items()
+             if "activeSeqsFlag" in v}
+    bad = sorted(k for k, v in flags.items() if not isinstance(v, bool))
+    if bad:
+        raise ValueError(f"releases.{bad[0]}.activeSeqsFlag in the live cap's compatibility "
+                         f"table must be true or false, got {flags[bad[0]]!r}: re-run "
+                         "tools/check_live_cap_compat.py --write")
     return CompatTable(str(raw["measured"]),
                        {k: (str(v["verdict"]), str(v["checked"]))
-                        for k, v in raw["releases"].items()})
+                        for k, v in raw["releases"].items()}, flags)
 
 
 @cache
@@ -107,6 +129,14 @@ class LiveCapVerdict:
     support: LiveCapSupport
     version: str | None
     message: str
+
+
+def _row_says(row: tuple[str, str], table: CompatTable) -> str:
+    """What a row of the table says of the live cap, and where it was read."""
+    verdict, checked = row
+    says = ("which the live cap supports" if verdict == "live" else
+            _VERDICT_SAYS.get(verdict, f"which the table marks {verdict}"))
+    return f"{says} ({checked} checked {table.measured})"
 
 
 _VERDICT_SAYS = {
@@ -140,20 +170,90 @@ def live_cap_verdict(image: str, field: str, table: CompatTable | None = None,
             f"{field} {image} runs vLLM {read.version} (its tag), which the live cap's "
             f"compatibility table does not cover (vLLM {', '.join(sorted(table.releases))}). "
             f"{fallback}"))
-    verdict, checked = row
-    if verdict == "live":
+    if row[0] == "live":
         return LiveCapVerdict(LiveCapSupport.SUPPORTED, read.version, (
-            f"{field} {image} runs vLLM {read.version} (its tag), which the live cap "
-            f"supports ({checked} checked {table.measured})"))
-    says = _VERDICT_SAYS.get(verdict, f"which the table marks {verdict}")
+            f"{field} {image} runs vLLM {read.version} (its tag), "
+            f"{_row_says(row, table)}"))
     if example is None or live_cap_verdict(example, "", table).support is not (
             LiveCapSupport.SUPPORTED):
         example = f"vllm/vllm-openai:v{supported[-1]}.0" if supported else None
     use = (f"To move the cap live, use an image of vLLM {span} (e.g. {example}); to "
            if example else "To ")
     return LiveCapVerdict(LiveCapSupport.UNSUPPORTED, read.version, (
-        f"{field} {image} runs vLLM {read.version} (its tag), {says} ({checked} checked "
-        f"{table.measured}). The operator does not render its scheduler class: vLLM runs "
+        f"{field} {image} runs vLLM {read.version} (its tag), {_row_says(row, table)}"
+        ". The operator does not render its scheduler class: vLLM runs "
         f"its own scheduler and every change to --max-num-seqs rolls the pods. {use}"
         "keep this image without rollouts, set spec.adaptation.mode: Recommend "
         "(decisions only)"))
+
+
+ACTIVE_SEQS_FLAG = "--max-num-active-seqs"
+
+
+@dataclass(frozen=True)
+class ActiveSeqsFlag:
+    """Whether the image's ``vllm serve`` takes ``--max-num-active-seqs``, and why it is
+    known: True only where the image's tag names a release whose table row says so."""
+
+    present: bool
+    version: str | None
+    message: str
+
+
+def active_seqs_flag(image: str, field: str = "spec.image",
+                     table: CompatTable | None = None) -> ActiveSeqsFlag:
+    """Whether ``image`` (named by ``field``) runs a vLLM with ``--max-num-active-seqs``
+    (vLLM #56758), from its tag and the table's ``activeSeqsFlag``. An unknown version, a
+    release the table has no row for, or a row without the fact: False (the operator
+    keeps rendering the cap as ``--max-num-seqs``)."""
+    table = table or compat_table()
+    read = image_vllm_version(image)
+    if read.version is None or read.minor is None:
+        return ActiveSeqsFlag(False, None, (
+            f"the vLLM version of {field} {image} is unknown ({read.why_unknown}), so the "
+            f"cap is rendered as --max-num-seqs, which every vLLM takes"))
+    row = table.releases.get(read.minor)
+    has = table.active_seqs.get(read.minor)
+    if row is None or has is None:
+        return ActiveSeqsFlag(False, read.version, (
+            f"{field} {image} runs vLLM {read.version}, for which the compatibility table "
+            "does not say whether vllm serve takes --max-num-active-seqs, so the cap is "
+            "rendered as --max-num-seqs"))
+    checked = row[1]
+    if not has:
+        return ActiveSeqsFlag(False, read.version, (
+            f"{field} {image} runs vLLM {read.version}, whose vllm serve has no "
+            f"--max-num-active-seqs ({checked} checked {table.measured}), so the cap is "
+            "rendered as --max-num-seqs"))
+    return ActiveSeqsFlag(True, read.version, (
+        f"{field} {image} runs vLLM {read.version}, whose vllm serve takes "
+        f"--max-num-active-seqs ({checked} checked {table.measured})"))
+
+
+def reported_version_note(tag_version: str | None, reported: tuple[str, ...] | None,
+                          table: CompatTable | None = None) -> str | None:
+    """What the engines' own report of their vLLM release (``llmop_engine_vllm_info``, set
+    by the live cap's scheduler class) adds to what the image's tag said (pure): the
+    release and the table's verdict where the tag named none, a warning where the two
+    disagree or the replicas differ; None where nothing reports or the report matches
+    the tag."""
+    if not reported:
+        return None
+    table = table or compat_table()
+    metric = "llmop_engine_vllm_info"  # inpod.engine.cap.METRIC_VLLM_INFO (no import: layers)
+    if len(reported) > 1:
+        return (f"The engines report different vLLM releases ({', '.join(reported)}; "
+                f"{metric}): the replicas run different images, so a cap change may "
+                "act differently on each")
+    release = reported[0]
+    if tag_version is not None and release.split("+")[0] == tag_version:
+        return None
+    minor = release_minor(release)
+    row = table.releases.get(minor) if minor else None
+    verdict = ("which the live cap's compatibility table does not cover" if row is None
+               else _row_says(row, table))
+    if tag_version is None:
+        return f"The engines report vLLM {release} ({metric}), {verdict}"
+    return (f"The image's tag says vLLM {tag_version}, but its engines report vLLM {release} "
+            f"({metric}), {verdict}: the tag does not name the release inside the image. "
+            "Fix: tag the image with the vLLM release it contains")

@@ -68,6 +68,7 @@ from .engine import (
     engine_rule_errors,
     engine_settings,
     multi_node_flags,
+    runner_capacity,
     vllm_default_max_num_batched_tokens,
     vllm_default_max_num_seqs,
 )
@@ -182,6 +183,7 @@ __all__ = [
     "model_cache_bytes",
     "model_facts",
     "multi_node_flags",
+    "runner_capacity",
     "pod_cpu",
     "pod_memory",
     "pod_memory_bytes",

@@ -235,11 +235,37 @@ def _pinned_or_planned(value: object) -> str:
     return "pinned" if isinstance(value, int) else "planned"
 
 
+ACTIVE_SEQS_FLAG = "--max-num-active-seqs"  # vLLM #56758: the admission cap, at start
+ACTIVE_CAP_CAPACITY_WHY = ("the runner's capacity (buffers, CUDA graphs); the cap is "
+                           "--max-num-active-seqs")
+
+
+def runner_capacity(plan: Plan, cap: int, batched: int) -> int:
+    """``--max-num-seqs`` where the cap travels as ``--max-num-active-seqs``: the plan's
+    memory bound (``Plan.max_num_seqs``, what the live cap's runner gets too), at most the
+    batch (``batched``: vLLM refuses fewer batched tokens than sequences; only a tuned
+    batch below the plan's bound makes this bite) and at least ``cap`` (vLLM refuses an
+    active cap above max-num-seqs; only an adaptation's lower bound above the plan's
+    bound makes this bite). Where it comes to ``cap``, :func:`engine_flags` renders
+    ``--max-num-seqs cap`` alone, as without the flag."""
+    return max(cap, min(plan.max_num_seqs, batched))
+
+
 def engine_flags(spec: LLMServiceSpec, plan: Plan,
-                 overrides: Mapping[str, int] | None = None) -> list[EngineFlag]:
+                 overrides: Mapping[str, int] | None = None, *,
+                 active_cap_flag: bool = False) -> list[EngineFlag]:
     """The engine flags the spec and the plan decide, as the pods get them:
     parallelism, memory, batching, numerics, then the switches the user set.
-    ``overrides`` (tuned or adapted values) apply where the field is ``auto``."""
+    ``overrides`` (tuned or adapted values) apply where the field is ``auto``.
+
+    ``active_cap_flag`` (the image's vLLM takes ``--max-num-active-seqs`` and the live
+    cap is not in use: :func:`llm_operator.rendering.admission.uses_active_seqs_flag`):
+    where ``spec.engine.maxNumSeqs`` is ``auto``, the cap (planned, tuned or adapted) is
+    rendered as ``--max-num-active-seqs`` and ``--max-num-seqs`` is the runner's capacity
+    (:func:`runner_capacity`), so a change of the cap leaves the runner's buffers and CUDA
+    graphs as they are. A pinned maxNumSeqs stays ``--max-num-seqs``, and so does a cap
+    at the capacity (the flag would say what vLLM does without it, and rendering it would
+    roll the pods for nothing)."""
     engine = spec.engine
     flags = [EngineFlag(("--tensor-parallel-size", str(plan.tensor_parallel_size)),
                         "spec.engine.tensorParallelSize",
@@ -261,18 +287,29 @@ def engine_flags(spec: LLMServiceSpec, plan: Plan,
                    "spec.engine.gpuMemoryUtilization", "pinned"),
     ]
     seqs, seqs_from = effective_engine_value(engine, "maxNumSeqs", plan.start_seqs, overrides)
-    flags.append(EngineFlag(("--max-num-seqs", str(seqs)), "spec.engine.maxNumSeqs", seqs_from))
     batched, source = effective_engine_value(
         engine, "maxNumBatchedTokens", plan.max_num_batched_tokens, overrides)
+    default_batch = vllm_default_max_num_batched_tokens(
+        GPUFacts(plan.gpu_product, plan.gpu_product, plan.gpu_memory_bytes))
     why = ""
-    if source != "pinned" and seqs is not None and seqs > (
-            batched or vllm_default_max_num_batched_tokens(
-                GPUFacts(plan.gpu_product, plan.gpu_product, plan.gpu_memory_bytes))):
+    if source != "pinned" and seqs is not None and seqs > (batched or default_batch):
         # An adapted or tuned cap above the batch (the adaptation's lower bound may exceed
         # the plan): vLLM refuses fewer batched tokens than sequences, so raise the batch
         # with it as the planner does (a pinned batch is checked by the rules instead).
         batched, source = seqs, "adjusted"
         why = "raised to max-num-seqs, which vLLM refuses to exceed"
+    capacity = runner_capacity(plan, seqs or 0, batched or default_batch)
+    if active_cap_flag and seqs_from != "pinned" and seqs is not None and seqs < capacity:
+        # By construction seqs < capacity <= the batch, so vLLM's rules on the pair
+        # (active-seqs-above-seqs, batch-below-seqs) hold; the renderer checks them again
+        # where a tuned or adapted value takes part.
+        flags += [EngineFlag(("--max-num-seqs", str(capacity)), "spec.engine.maxNumSeqs",
+                             "operator", ACTIVE_CAP_CAPACITY_WHY),
+                  EngineFlag((ACTIVE_SEQS_FLAG, str(seqs)), "spec.engine.maxNumSeqs",
+                             seqs_from)]
+    else:
+        flags.append(EngineFlag(("--max-num-seqs", str(seqs)), "spec.engine.maxNumSeqs",
+                                seqs_from))
     if batched is not None:
         flags.append(EngineFlag(("--max-num-batched-tokens", str(batched)),
                                 "spec.engine.maxNumBatchedTokens", source, why))
@@ -313,14 +350,15 @@ def _model_shape(spec: LLMServiceSpec, read: ModelFacts | None = None) -> ModelS
                       is_moe=moe if moe or facts.source in (CATALOG, CONFIG_JSON) else None)
 
 
-def _engine_argv(spec: LLMServiceSpec, plan: Plan, overrides: Mapping[str, int] | None
+def _engine_argv(spec: LLMServiceSpec, plan: Plan, overrides: Mapping[str, int] | None,
+                 active_cap_flag: bool = False
                  ) -> tuple[list[str], list[EngineFlag | int]]:
     """The engine's arguments (:func:`engine_flags`, then ``spec.engine.extraArgs``,
     then what a multi-node leader adds) and, item by item, what set each one: its
     :class:`EngineFlag`, or the index of the extraArgs item."""
     owners: list[EngineFlag | int] = []
     argv: list[str] = []
-    for flag in engine_flags(spec, plan, overrides):
+    for flag in engine_flags(spec, plan, overrides, active_cap_flag=active_cap_flag):
         argv += flag.items
         owners += [flag] * len(flag.items)
     for k, item in enumerate(spec.engine.extra_args):
@@ -344,10 +382,12 @@ def engine_argv(spec: LLMServiceSpec, plan: Plan,
 
 def engine_settings(spec: LLMServiceSpec, plan: Plan,
                     overrides: Mapping[str, int] | None = None, *,
-                    facts: ModelFacts | None = None) -> EngineSettings:
+                    facts: ModelFacts | None = None,
+                    active_cap_flag: bool = False) -> EngineSettings:
     """The settings the pods' ``vllm serve`` starts with (:func:`_engine_argv`), each
-    named in messages by the spec field that sets it; ``facts``: as :func:`make_plan`'s."""
-    argv, owners = _engine_argv(spec, plan, overrides)
+    named in messages by the spec field that sets it; ``facts``: as :func:`make_plan`'s;
+    ``active_cap_flag``: as :func:`engine_flags`'."""
+    argv, owners = _engine_argv(spec, plan, overrides, active_cap_flag)
     table = flag_table()
     managed = {table.options[f].dest: field for f, field in MANAGED_FLAGS.items()
                if f in table.options}
@@ -387,15 +427,19 @@ def engine_settings(spec: LLMServiceSpec, plan: Plan,
 def engine_rule_errors(spec: LLMServiceSpec, plan: Plan,
                        overrides: Mapping[str, int] | None = None, *,
                        overridden_only: bool = False,
-                       facts: ModelFacts | None = None) -> list[SpecError]:
+                       facts: ModelFacts | None = None,
+                       active_cap_flag: bool = False) -> list[SpecError]:
     """One :class:`SpecError` per start-up rule of vLLM (:mod:`llm_operator.knowledge.engine_rules`)
     that the pods' engine arguments break: the field to change first (``field``), the
     others involved and each setting's value in the problem, where vLLM makes the rule,
     and the fix. ``overridden_only``: only the rules a tuned or adapted value takes part
     in (the renderer's check: the planner has checked the rest). ``facts``: the model's
-    facts read from its config.json, as given to :func:`make_plan`."""
-    settings = engine_settings(spec, plan, overrides, facts=facts)
-    _, owners = _engine_argv(spec, plan, overrides)
+    facts read from its config.json, as given to :func:`make_plan`. ``active_cap_flag``:
+    the arguments as :func:`engine_flags` renders them with it (the cap as
+    ``--max-num-active-seqs``)."""
+    settings = engine_settings(spec, plan, overrides, facts=facts,
+                               active_cap_flag=active_cap_flag)
+    _, owners = _engine_argv(spec, plan, overrides, active_cap_flag)
 
     def moved(dest: str) -> bool:
         at = settings.read.at.get(settings.source_of(dest))

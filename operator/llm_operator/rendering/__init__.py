@@ -55,9 +55,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..api.models import LLMService
-from ..api.settings import Settings
 from ..planning import Plan
-from .admission import build_admission_config_map, live_admission_cap, with_live_admission
+from ..settings import Settings
+from .admission import (
+    build_admission_config_map,
+    live_admission_cap,
+    uses_active_seqs_flag,
+    with_live_admission,
+)
 from .deployment import build_deployment
 from .inferencepool import build_inference_pool, wants_inference_pool
 from .leaderworkerset import build_leader_worker_set, is_multi_node
@@ -90,12 +95,14 @@ def render_all(
     """
     svc = with_gpu_class(svc, settings)
     multi = is_multi_node(plan)
-    workload = (
-        build_leader_worker_set(svc, plan, settings, overrides)
-        if multi
-        else build_deployment(svc, plan, settings, overrides)
-    )
     live = live_cap and not multi
+    # Not live: the cap as --max-num-active-seqs where the image's vLLM takes it.
+    active = uses_active_seqs_flag(svc.spec, settings.default_image, live)
+    workload = (
+        build_leader_worker_set(svc, plan, settings, overrides, active_cap_flag=active)
+        if multi
+        else build_deployment(svc, plan, settings, overrides, active_cap_flag=active)
+    )
     if live:
         workload = with_live_admission(workload, svc, plan, settings, overrides)
     children = [workload, build_service(svc, leaders_only=multi)]

@@ -9,10 +9,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..api.constants import TERMINATION_LOG
-from ..api.models import LLMService
-from ..api.settings import Settings
+from ..api.models import LLMService, LLMServiceSpec
 from ..inpod.engine.cap import FAILURE_PREFIX, TERMINATION_LOG_ENV
-from ..planning import Plan, effective_engine_value
+from ..knowledge.extra_args import flag_set
+from ..knowledge.vllm_version import active_seqs_flag
+from ..planning import Plan, effective_engine_value, runner_capacity
+from ..settings import Settings
 from .identity import COMPONENT_SERVER, child_metadata, with_spec_hash
 from .pod import container_security_context
 from .vllm_args import VLLM_COMMAND
@@ -94,6 +96,23 @@ METRICS_RESET_NAME = "vllm-server"  # $0 of the script; the container's args fol
 LIVE_CAP_FLAGS = ("--scheduler-cls", "--max-num-active-seqs")
 
 
+def uses_active_seqs_flag(spec: LLMServiceSpec, default_image: str, live_cap: bool) -> bool:
+    """Whether the server's cap is rendered as ``--max-num-active-seqs`` (vLLM #56758)
+    with ``--max-num-seqs`` at the runner's capacity
+    (:func:`~llm_operator.planning.engine_flags`), so that a change of the cap by a rollout
+    leaves the runner's buffers and CUDA graphs as they are: only where the live cap is
+    not in use (``live_cap`` False: it sets the cap itself), the image's tag names a
+    vLLM release whose ``vllm serve`` takes the flag
+    (``spec.image``, else ``default_image``:
+    :func:`llm_operator.knowledge.vllm_version.active_seqs_flag`; an unknown version
+    keeps ``--max-num-seqs``) and ``spec.engine.extraArgs`` set neither that flag nor
+    ``--scheduler-cls`` (:data:`LIVE_CAP_FLAGS`: the user's own admission, kept as it
+    is). A pinned ``spec.engine.maxNumSeqs`` stays ``--max-num-seqs`` (engine_flags)."""
+    if live_cap or flag_set(spec.engine.extra_args, LIVE_CAP_FLAGS) is not None:
+        return False
+    return active_seqs_flag(spec.image or default_image).present
+
+
 def admission_config_map_name(svc: LLMService) -> str:
     """The ConfigMap that carries the admission cap to the server pods."""
     return f"{svc.metadata.name}{ADMISSION_CONFIG_MAP_SUFFIX}"
@@ -102,12 +121,22 @@ def admission_config_map_name(svc: LLMService) -> str:
 def live_admission_cap(
     svc: LLMService, plan: Plan, overrides: Mapping[str, int] | None = None
 ) -> tuple[int, int]:
-    """``(cap, capacity)`` in live mode: the runner capacity is the plan's memory bound,
-    the cap what tuning or adaptation set (else the plan's start, ``Plan.start_seqs``), at
-    most the capacity."""
-    capacity = plan.max_num_seqs
-    cap, _ = effective_engine_value(svc.spec.engine, "maxNumSeqs", plan.start_seqs, overrides)
-    return min(int(cap or capacity), capacity), capacity
+    """``(cap, capacity)`` in live mode: the runner capacity (``--max-num-seqs``) is the
+    plan's memory bound, at most the batch the pods render (a tuned, adapted or planned
+    ``--max-num-batched-tokens``; vLLM refuses to start with fewer batched tokens than
+    sequences: :func:`~llm_operator.planning.runner_capacity`); the cap what tuning or
+    adaptation set (else the plan's start, ``Plan.start_seqs``), at most the capacity."""
+    engine = svc.spec.engine
+    seqs, _ = effective_engine_value(engine, "maxNumSeqs", plan.start_seqs, overrides)
+    cap = min(int(seqs or plan.max_num_seqs), plan.max_num_seqs)
+    batched, source = effective_engine_value(
+        engine, "maxNumBatchedTokens", plan.max_num_batched_tokens, overrides)
+    if batched is None:  # vLLM's default batch
+        return cap, plan.max_num_seqs
+    if source != "pinned":  # as engine_flags renders it: raised to the cap, never below
+        batched = max(int(batched), cap)
+    capacity = runner_capacity(plan, cap, int(batched))
+    return min(cap, capacity), capacity
 
 
 def build_admission_config_map(svc: LLMService, cap: int) -> dict[str, Any]:

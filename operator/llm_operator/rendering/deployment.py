@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..api.models import LLMService
-from ..api.settings import Settings
 from ..planning import Plan
+from ..settings import Settings
 from .download import download_budget_seconds
 from .identity import COMPONENT_SERVER, labels_for, selector_labels, with_spec_hash
 from .pod import pod_template_metadata, startup_budget_seconds
@@ -21,12 +21,15 @@ PROGRESS_MARGIN_SECONDS = 600
 
 
 def build_deployment(
-    svc: LLMService, plan: Plan, settings: Settings, overrides: Mapping[str, int] | None = None
+    svc: LLMService, plan: Plan, settings: Settings, overrides: Mapping[str, int] | None = None,
+    *, active_cap_flag: bool = False,
 ) -> dict[str, Any]:
-    """The vLLM server Deployment of ``svc`` (``apps/v1``), with its spec-hash annotation."""
+    """The vLLM server Deployment of ``svc`` (``apps/v1``), with its spec-hash annotation
+    (``active_cap_flag``: see :func:`~.admission.uses_active_seqs_flag`)."""
     labels = labels_for(svc, COMPONENT_SERVER)
-    pod_spec = server_pod_spec(svc, build_server_container(svc, plan, settings, overrides),
-                                plan, settings)
+    pod_spec = server_pod_spec(
+        svc, build_server_container(svc, plan, settings, overrides,
+                                    active_cap_flag=active_cap_flag), plan, settings)
     deployment: dict[str, Any] = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",

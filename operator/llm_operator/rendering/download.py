@@ -8,8 +8,8 @@ import math
 from typing import Any
 
 from ..api.models import LLMService, LLMServiceSpec
-from ..api.settings import Settings
 from ..planning import Plan, checkpoint_bytes
+from ..settings import Settings
 from .pod import (
     HF_CACHE_PATH,
     VOLUME_CACHE,

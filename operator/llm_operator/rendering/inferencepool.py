@@ -20,7 +20,7 @@ from typing import Any
 
 from ..api.constants import GROUP, VLLM_PORT
 from ..api.models import EndpointPickerRef, LLMService
-from ..api.settings import Settings
+from ..settings import Settings
 from .identity import COMPONENT_SERVER, child_metadata, serving_selector, with_spec_hash
 
 INFERENCE_POOL_GROUP = "inference.networking.k8s.io"

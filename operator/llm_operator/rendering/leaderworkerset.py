@@ -12,8 +12,8 @@ from typing import Any
 from ..api.constants import VLLM_PORT
 from ..api.errors import SpecError, SpecErrors
 from ..api.models import LLMService, LLMServiceSpec
-from ..api.settings import Settings
 from ..planning import Plan, multi_node_flags
+from ..settings import Settings
 from .download import download_budget_seconds
 from .identity import (
     COMPONENT_SERVER,
@@ -128,7 +128,8 @@ def _lws_name_errors(svc: LLMService) -> list[SpecError]:
 
 
 def build_leader_worker_set(
-    svc: LLMService, plan: Plan, settings: Settings, overrides: Mapping[str, int] | None = None
+    svc: LLMService, plan: Plan, settings: Settings, overrides: Mapping[str, int] | None = None,
+    *, active_cap_flag: bool = False,
 ) -> dict[str, Any]:
     """The vLLM server of ``svc`` as a LeaderWorkerSet (``leaderworkerset.x-k8s.io/v1``),
     for a plan whose replica spans ``plan.nodes_per_replica`` nodes.
@@ -160,7 +161,8 @@ def build_leader_worker_set(
     join_s = join_timeout_seconds(spec, plan)
     # After extraArgs, so that the executor and node count always win (argparse keeps
     # the last).
-    args = [*build_vllm_args(svc, plan, overrides), *multi_node_flags(plan)]
+    args = [*build_vllm_args(svc, plan, overrides, active_cap_flag=active_cap_flag),
+            *multi_node_flags(plan)]
 
     leader: dict[str, Any] = {
         "name": CONTAINER_NAME,

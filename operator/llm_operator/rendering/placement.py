@@ -8,9 +8,9 @@ import copy
 from typing import Any
 
 from ..api.models import LLMService, LLMServiceSpec
-from ..api.settings import Settings
 from ..knowledge.gpuclass import Placement, placement
 from ..planning import Explained, Plan
+from ..settings import Settings
 
 
 def gpu_placement(spec: LLMServiceSpec, settings: Settings) -> Placement:

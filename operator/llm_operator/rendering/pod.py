@@ -14,11 +14,11 @@ from typing import Any
 from ..api.constants import DEFAULT_GPU_RESOURCE, GROUP
 from ..api.errors import SpecError, SpecErrors
 from ..api.models import LLMService, LLMServiceSpec
-from ..api.settings import Settings
 from ..knowledge.extra_args import flag_set
 from ..knowledge.gpuclass import GFD_PRODUCT_LABEL
 from ..knowledge.startup import startup_budget
 from ..planning import Plan, cache_size_limit, pod_cpu, pod_memory
+from ..settings import Settings
 
 CONTAINER_NAME = "vllm"
 PORT_NAME = "http"

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..api.constants import LABEL_SERVICE
 from ..api.models import LLMService
-from ..api.settings import Settings
+from ..settings import Settings
 from .identity import COMPONENT_SERVER, child_metadata, serving_selector, with_spec_hash
 from .pod import METRICS_PATH, PORT_NAME
 

@@ -13,8 +13,8 @@ from typing import Any
 
 from ..api.constants import VLLM_PORT
 from ..api.models import LLMService, LLMServiceSpec
-from ..api.settings import Settings
 from ..planning import Plan
+from ..settings import Settings
 from .download import build_download_container
 from .identity import COMPONENT_SERVER, child_metadata
 from .placement import scheduling_fields
@@ -82,7 +82,8 @@ def build_probes(plan: Plan, extra_startup_seconds: int = 0) -> dict[str, dict[s
 
 
 def build_server_container(
-    svc: LLMService, plan: Plan, settings: Settings, overrides: Mapping[str, int] | None = None
+    svc: LLMService, plan: Plan, settings: Settings, overrides: Mapping[str, int] | None = None,
+    *, active_cap_flag: bool = False,
 ) -> dict[str, Any]:
     """The vLLM container of the server pods: :data:`~.vllm_args.VLLM_COMMAND` with
     :func:`~.vllm_args.build_vllm_args` (the command is explicit: images differ in their
@@ -92,7 +93,7 @@ def build_server_container(
         "image": image_for(svc, settings),
         "imagePullPolicy": "IfNotPresent",
         "command": list(VLLM_COMMAND),
-        "args": build_vllm_args(svc, plan, overrides),
+        "args": build_vllm_args(svc, plan, overrides, active_cap_flag=active_cap_flag),
         "ports": [{"name": PORT_NAME, "containerPort": VLLM_PORT, "protocol": "TCP"}],
     }
     env = build_env(svc.spec, downloaded=True)

@@ -37,17 +37,19 @@ def _check_overrides(overrides: Mapping[str, int]) -> None:
 
 
 def build_vllm_args(
-    svc: LLMService, plan: Plan, overrides: Mapping[str, int] | None = None
+    svc: LLMService, plan: Plan, overrides: Mapping[str, int] | None = None, *,
+    active_cap_flag: bool = False,
 ) -> list[str]:
     """The arguments of :data:`VLLM_COMMAND` (``vllm serve``): the model, positional and
     first (``vllm serve`` rejected ``--model`` in 0.11 and deprecates it in 0.32), then
     :func:`build_vllm_flags`."""
     model, _ = model_source(svc.spec)
-    return [model, *build_vllm_flags(svc, plan, overrides)]
+    return [model, *build_vllm_flags(svc, plan, overrides, active_cap_flag=active_cap_flag)]
 
 
 def build_vllm_flags(
-    svc: LLMService, plan: Plan, overrides: Mapping[str, int] | None = None
+    svc: LLMService, plan: Plan, overrides: Mapping[str, int] | None = None, *,
+    active_cap_flag: bool = False,
 ) -> list[str]:
     """The flags of ``vllm serve`` after the model.
 
@@ -59,6 +61,9 @@ def build_vllm_flags(
     start-up rules (:mod:`llm_operator.knowledge.engine_rules`); with overrides they are checked
     again here. Raises :class:`SpecErrors` when extraArgs set a flag the operator manages
     or an override breaks such a rule, and ``ValueError`` on an unknown override key.
+    ``active_cap_flag``: the cap as ``--max-num-active-seqs`` and ``--max-num-seqs`` at the
+    runner's capacity (:func:`~llm_operator.planning.engine_flags`;
+    :func:`~.admission.uses_active_seqs_flag` decides).
     """
     spec = svc.spec
     errors = managed_flag_errors(spec)
@@ -66,7 +71,8 @@ def build_vllm_flags(
         raise SpecErrors(errors)
     if overrides:
         _check_overrides(overrides)
-        errors = engine_rule_errors(spec, plan, overrides, overridden_only=True)
+        errors = engine_rule_errors(spec, plan, overrides, overridden_only=True,
+                                    active_cap_flag=active_cap_flag)
         if errors:  # a tuned or adapted value the engine would refuse with the rest
             raise SpecErrors(errors)
 
@@ -76,7 +82,7 @@ def build_vllm_flags(
         "--host", "0.0.0.0",
         "--port", str(VLLM_PORT),
     ]  # fmt: skip
-    for flag in engine_flags(spec, plan, overrides):
+    for flag in engine_flags(spec, plan, overrides, active_cap_flag=active_cap_flag):
         args += flag.items
     # A revision selects a hub commit; a model on a volume is whatever the volume holds.
     if spec.model.revision and not from_volume:

@@ -81,60 +81,74 @@ model, GPU or context length are no evidence for the new one and can even be inv
 (a ``maxNumBatchedTokens`` below a larger ``maxModelLen`` stops vLLM from starting), so
 the service runs on the plan's values until the new run reports. A failure keeps
 whatever ``applied`` was, so a failed run never changes what serves.
+
+This module holds the decision (:func:`decide`, :func:`gate_start`, :func:`with_cost`);
+the rest lives beside it and is re-exported here: ``status.tuning``'s states and the
+``Tuned`` condition (:mod:`.status`), the Job and its pods as read (:mod:`.observed`),
+a result as the status shows it (:mod:`.results`) and the result cache (:mod:`.cache`).
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from ..api.constants import ANNOTATION_FINGERPRINT, ANNOTATION_RETUNE
+from ..api.constants import ANNOTATION_RETUNE
 from ..api.models import LLMService, TuningMode, TuningPlacement
-from ..api.timestamps import parse_rfc3339_or_none, rfc3339
+from ..api.timestamps import rfc3339
 from ..health import status as st
-from ..inpod.tuner.result import (
-    TABLE_COLUMNS,
-    ResultParseError,
-    Score,
-    TuningResult,
-    parse_result,
-    slo_ms,
-)
+from ..inpod.tuner.result import ResultParseError, TuningResult, parse_result
 from ..planning import OVERRIDABLE, Plan
-from ..rendering.deployment import PROGRESS_MARGIN_SECONDS
 from ..rendering.leaderworkerset import is_multi_node
 from .budget import BudgetCheck, gpu_minutes
+from .cache import (
+    CACHE_CONFIGMAP,
+    CACHE_MAX_ENTRIES,
+    _cached_result,
+    cache_entry,
+    cache_evictions,
+    cache_text,
+    parse_cache_value,
+)
 from .fingerprint import revision_note
+from .observed import (
+    NO_POD_REPORT_SECONDS,
+    TUNER_CONTAINER,
+    JobPhase,
+    ObservedJob,
+    PendingPod,
+    pending_limit_seconds,
+    pending_pod,
+    pod_failure,
+    termination_message,
+)
 from .placement import placement_error, runs_on_spare
+from .results import accepted_message, applied_settings, score_summary, trial_table
+from .status import (
+    IN_FLIGHT,
+    JSON,
+    SETTLED,
+    STEPPED,
+    TUNED_REASONS,
+    State,
+    merge_patch,
+    overrides_changed,
+    tuned_condition,
+    with_tuned_condition,
+)
 
-JSON = dict[str, Any]
-
-CACHE_CONFIGMAP = "llm-operator-tuning-cache"
-CACHE_MAX_ENTRIES = 100  # ~4.5 KB each: far below a ConfigMap's 1 MiB
-TUNER_CONTAINER = "tuner"
-
-
-class State(StrEnum):
-    """``status.tuning.state``."""
-
-    RUNNING = "Running"
-    RETRYING = "Retrying"
-    SUCCEEDED = "Succeeded"
-    FAILED = "Failed"
-    PENDING = "Pending"
-    SKIPPED = "Skipped"
-    CANCELLED = "Cancelled"
-    QUEUED = "Queued"
-
-
-SETTLED = {State.SUCCEEDED, State.FAILED, State.SKIPPED}
-IN_FLIGHT = {State.RUNNING, State.RETRYING}
-# A run the operator steps every PROGRESS_INTERVAL_SECONDS: in flight, or queued for the
-# tuning GPU budget (its Job is created once the budget has room).
-STEPPED = IN_FLIGHT | {State.QUEUED}
+__all__ = [
+    "CACHE_CONFIGMAP", "CACHE_MAX_ENTRIES", "IN_FLIGHT", "JSON", "JobPhase",
+    "NO_POD_REPORT_SECONDS", "ObservedJob", "PendingPod", "SETTLED", "STEPPED", "State",
+    "TUNED_REASONS", "TUNER_CONTAINER", "TuningAction", "TuningDecision", "accepted_message",
+    "applied_settings", "cache_entry", "cache_evictions", "cache_lookup_needed", "cache_text",
+    "decide", "ends_attempt", "gate_start", "merge_patch", "overrides_changed",
+    "parse_cache_value", "pending_limit_seconds", "pending_pod", "pod_failure",
+    "retune_request", "score_summary", "termination_message", "trial_table", "tunable_fields",
+    "tuned_condition", "with_cost", "with_tuned_condition",
+]
 
 
 class TuningAction(StrEnum):
@@ -153,175 +167,6 @@ class TuningAction(StrEnum):
     SKIP = "Skip"  # nothing to tune here
     PENDING = "Pending"  # Manual mode: wait for the annotation
     QUEUE = "Queue"  # a run on spare GPUs waits for the tuning GPU budget (see gate_start)
-
-
-class JobPhase(StrEnum):
-    RUNNING = "Running"
-    COMPLETE = "Complete"
-    FAILED = "Failed"
-
-
-@dataclass(frozen=True)
-class ObservedJob:
-    """What the operator needs of a tuning Job, read from its object (pure)."""
-
-    name: str
-    uid: str | None
-    fingerprint: str | None
-    phase: JobPhase
-    reason: str = ""  # a failed Job's condition reason and message
-    deleting: bool = False
-    created: float | None = None  # metadata.creationTimestamp, seconds since the epoch
-
-    @property
-    def finished(self) -> bool:
-        """Complete or Failed."""
-        return self.phase is not JobPhase.RUNNING
-
-    @classmethod
-    def from_object(cls, job: Mapping[str, Any]) -> ObservedJob:
-        """Read a ``batch/v1`` Job: its finish from the ``Complete``/``Failed`` conditions
-        (what the Job controller sets), its fingerprint from our annotation."""
-        meta = job.get("metadata") or {}
-        phase, reason = JobPhase.RUNNING, ""
-        for cond in (job.get("status") or {}).get("conditions") or []:
-            if cond.get("status") != "True":
-                continue
-            if cond.get("type") == "Complete":
-                phase = JobPhase.COMPLETE
-            elif cond.get("type") == "Failed":
-                phase = JobPhase.FAILED
-                reason = ": ".join(x for x in (cond.get("reason"), cond.get("message")) if x)
-        return cls(
-            name=str(meta.get("name")),
-            uid=meta.get("uid"),
-            fingerprint=(meta.get("annotations") or {}).get(ANNOTATION_FINGERPRINT),
-            phase=phase,
-            reason=reason or ("the Job failed" if phase is JobPhase.FAILED else ""),
-            deleting=bool(meta.get("deletionTimestamp")),
-            created=_time(meta.get("creationTimestamp")),
-        )
-
-
-_time = parse_rfc3339_or_none
-
-
-# A Job with no pod, or a pod Pending without the scheduler saying why, is reported after
-# this long (an Unschedulable pod at once): a pod is normally placed and started sooner.
-NO_POD_REPORT_SECONDS = 60
-
-
-@dataclass(frozen=True)
-class PendingPod:
-    """A tuning Job whose pod does not run yet, as the scheduler and kubelet tell it."""
-
-    since: float  # seconds since the epoch: when it started waiting
-    reason: str  # Unschedulable | Pending (scheduled, not started) | NoPod
-    message: str  # the scheduler's (or kubelet's) own words
-    scheduled: bool = False
-    pod: str | None = None
-
-    def waited(self, now: float) -> float:
-        """Seconds waited by ``now``."""
-        return max(0.0, now - self.since)
-
-
-def pending_pod(pods: Sequence[Mapping[str, Any]], job: ObservedJob | None,
-                now: float) -> PendingPod | None:
-    """Why a running tuning Job's pod does not run (None when it runs, or has not
-    waited long enough to say). Unscheduled: the ``PodScheduled=False`` condition's
-    reason and message (``0/4 nodes are available: 4 Insufficient nvidia.com/gpu``), at
-    once. Otherwise Pending for :data:`NO_POD_REPORT_SECONDS`: the waiting container's
-    reason (``ImagePullBackOff``), or that the scheduler has not placed it yet.
-    No pod at all after :data:`NO_POD_REPORT_SECONDS`: the Job controller could not make
-    one (a missing PriorityClass, a ResourceQuota), which the Job's Events tell."""
-    live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
-    if not live:
-        if job is None or job.created is None or now - job.created < NO_POD_REPORT_SECONDS:
-            return None
-        return PendingPod(job.created, "NoPod",
-                          f"the Job has created no pod (kubectl describe job {job.name} "
-                          "shows why: a missing PriorityClass or a ResourceQuota)")
-    newest = max(live, key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp")))
-    meta, status = newest.get("metadata") or {}, newest.get("status") or {}
-    if status.get("phase") not in (None, "Pending"):
-        return None
-    created = _time(meta.get("creationTimestamp")) or now
-    name = meta.get("name")
-    for cond in status.get("conditions") or []:
-        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
-            since = _time(cond.get("lastTransitionTime")) or created
-            return PendingPod(since, str(cond.get("reason") or "Unschedulable"),
-                              str(cond.get("message") or "not scheduled yet"), pod=name)
-    if now - created < NO_POD_REPORT_SECONDS:
-        return None  # a pod being placed or started: Pending only says something later
-    scheduled = any(c.get("type") == "PodScheduled" and c.get("status") == "True"
-                    for c in status.get("conditions") or [])
-    waiting = [str((cs.get("state") or {}).get("waiting", {}).get("reason") or "")
-               + (": " + str(cs["state"]["waiting"]["message"])
-                  if (cs.get("state") or {}).get("waiting", {}).get("message") else "")
-               for cs in [*(status.get("initContainerStatuses") or []),
-                          *(status.get("containerStatuses") or [])]
-               if (cs.get("state") or {}).get("waiting")]
-    detail = "; ".join(w for w in waiting if w) or (
-        "scheduled, containers not started" if scheduled else "not scheduled yet")
-    return PendingPod(created, "Pending", detail, scheduled=scheduled, pod=name)
-
-
-def pending_limit_seconds(svc: LLMService, pending: PendingPod) -> int:
-    """How long a pod may wait before the run is given up: ``maxPendingMinutes`` for
-    GPUs; a scheduled pod gets the image-pull margin on top (pulling a vLLM image is
-    progress, not starvation)."""
-    limit = svc.spec.tuning.max_pending_minutes * 60
-    return limit + (PROGRESS_MARGIN_SECONDS if pending.scheduled else 0)
-
-
-def termination_message(pods: Sequence[Mapping[str, Any]],
-                        container: str = TUNER_CONTAINER) -> str | None:
-    """The tuner container's termination message from the Job's pods (the newest pod
-    that has one): where the tuner leaves its compact result JSON."""
-    found: list[tuple[str, str]] = []
-    for pod in pods:
-        created = str((pod.get("metadata") or {}).get("creationTimestamp") or "")
-        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-            if cs.get("name") != container:
-                continue
-            for key in ("state", "lastState"):
-                term = (cs.get(key) or {}).get("terminated") or {}
-                if term.get("message"):
-                    found.append((created, str(term["message"])))
-                    break
-    return max(found)[1] if found else None
-
-
-def pod_failure(pods: Sequence[Mapping[str, Any]], container: str = TUNER_CONTAINER) -> str:
-    """Why a failed tuning Job's pods ended, in the kubelet's words ("" when none says):
-    a pod evicted (``status.reason`` ``Evicted``, with the node's message: memory or disk
-    pressure, a preemption) or the tuner container killed (``OOMKilled``, exit code 137,
-    or another signal). The Job's own ``Failed`` reason (``BackoffLimitExceeded``) does
-    not tell these apart, and they need different fixes."""
-    said: list[str] = []
-    for pod in sorted(pods, key=lambda p: str((p.get("metadata") or {}).get(
-            "creationTimestamp") or "")):
-        name = (pod.get("metadata") or {}).get("name")
-        status = pod.get("status") or {}
-        if status.get("reason"):
-            text = f"pod {name} {status['reason']}"
-            said.append(text + (f": {status['message']}" if status.get("message") else ""))
-            continue
-        for cs in status.get("containerStatuses") or []:
-            if cs.get("name") != container:
-                continue
-            for key in ("state", "lastState"):
-                term = (cs.get(key) or {}).get("terminated") or {}
-                code, reason = term.get("exitCode"), term.get("reason")
-                if reason == "OOMKilled" or (isinstance(code, int) and code > 128):
-                    said.append(f"container {container} of pod {name} {reason or 'killed'} "
-                                f"(exit code {code})"
-                                + ("; give the tuning pod more memory (spec.resources.memory)"
-                                   if reason == "OOMKilled" else ""))
-                    break
-    return "; ".join(dict.fromkeys(said))[:300]
 
 
 def tunable_fields(svc: LLMService) -> list[str]:
@@ -763,57 +608,6 @@ def _failure(svc: LLMService, cur: JSON, fingerprint: str, job: ObservedJob, pro
                     why=new["reason"])
 
 
-# --------------------------------------------------------------------------- results
-def score_summary(score: Score | None) -> JSON | None:
-    """One configuration's evidence for ``status.tuning`` (settings absent = vLLM's
-    default)."""
-    if score is None:
-        return None
-    out: JSON = {}
-    if score.settings.max_num_seqs is not None:
-        out["maxNumSeqs"] = score.settings.max_num_seqs
-    if score.settings.max_num_batched_tokens is not None:
-        out["maxNumBatchedTokens"] = score.settings.max_num_batched_tokens
-    if score.settings.enable_chunked_prefill is not None:
-        out["enableChunkedPrefill"] = score.settings.enable_chunked_prefill
-    out.update(goodput=score.goodput, spread=score.spread, repeats=score.repeats,
-               throughput=score.throughput, ttftP95Ms=score.ttft_p95_ms,
-               itlP95Ms=score.itl_p95_ms, preemptions=score.preemptions)
-    if score.met_runs is not None:
-        out["metRuns"] = score.met_runs
-    return out
-
-
-def trial_table(rows: Sequence[Sequence[Any]]) -> list[JSON]:
-    """The result's compact trial rows as readable records (a setting absent: vLLM's
-    default; ``goodput`` absent: the trial failed, ``error`` says why)."""
-    return [{col: value for col, value in zip(TABLE_COLUMNS, row, strict=False)
-             if value is not None} for row in rows]
-
-
-def applied_settings(result: TuningResult, tunable: Sequence[str]) -> JSON:
-    """What the Deployment should run with: the best configuration's tunable settings,
-    or nothing when the best is the baseline or does not beat it (then vLLM's defaults
-    were as good as anything tried, and the service keeps its planned values). A result
-    with a paired interval against the defaults (``versusDefaults``) already is the
-    decision; an older one without it is judged by its medians."""
-    best, base = result.best, result.baseline
-    if best is None:
-        return {}
-    if base is not None and best.settings == base.settings:
-        return {}
-    if result.versus_defaults is None and base is not None and best.goodput <= base.goodput:
-        return {}
-    if best.settings.enable_chunked_prefill is False:
-        # Measured with chunked prefill off, which the operator does not switch (vLLM
-        # 0.32 does not officially support it for generate models): its other values
-        # alone were not measured, so nothing is applied.
-        return {}
-    values = {"maxNumSeqs": best.settings.max_num_seqs,
-              "maxNumBatchedTokens": best.settings.max_num_batched_tokens}
-    return {k: v for k, v in values.items() if k in tunable and isinstance(v, int) and v > 0}
-
-
 def _accept(svc: LLMService, cur: JSON, fingerprint: str, result: TuningResult, now: float, *,
             same: bool, job: ObservedJob | None, source: str, job_name: str,
             cached_at: str | None = None, job_problem: str = "") -> TuningDecision:
@@ -865,204 +659,3 @@ def _accept(svc: LLMService, cur: JSON, fingerprint: str, result: TuningResult, 
                     delete_job=job is not None, cache_entry=cache,
                     event=st.Notice("Normal", "TuningSucceeded", new["reason"]),
                     why=new["reason"])
-
-
-def accepted_message(result: TuningResult, applied: Mapping[str, int], source: str) -> str:
-    """One line on what a result changed and why (condition message and Event)."""
-    best, base = result.best, result.baseline
-    where = "reused the cached result" if source == "cache" else (
-        f"{result.trials} trial(s) in {result.wall_seconds:.0f} s")
-    partial = "" if result.state == "Succeeded" else (
-        f" (partial, {result.trials} trial(s): {result.reason or 'the budget ran out'})")
-    evidence = ""
-    if result.decision:
-        evidence = result.decision
-    elif best is not None:
-        evidence = f"best goodput {best.goodput:g} tok/s"
-        if base is not None:
-            ratio = f"{result.improvement:g}x " if result.improvement is not None else ""
-            evidence += f", {ratio}vLLM's defaults ({base.goodput:g} tok/s)"
-    if applied:
-        change = "running with " + ", ".join(f"{_flag(k)} {v}" for k, v in applied.items())
-    elif base is not None and base.goodput <= 0 and (best is None or best.goodput <= 0):
-        change = ("settings unchanged, but vLLM's defaults met the SLO"
-                  f"{_slo_text(result.slo)} for no request {_where_unmet(base)} and no "
-                  "configuration tried beat them: relax spec.workload.slo, or give the "
-                  "service more or larger GPUs (spec.gpus)")
-    elif base is not None and _misses(base, result.slo):
-        change = ("settings unchanged, but vLLM's defaults missed the SLO"
-                  f"{_slo_text(result.slo)} in the tuning runs (TTFT p95 "
-                  f"{base.ttft_p95_ms:g} ms, ITL p95 {base.itl_p95_ms:g} ms, mean of "
-                  f"{base.repeats}) and no configuration tried was shown to meet it: relax "
-                  "spec.workload.slo, or give the service more or larger GPUs (spec.gpus)")
-    else:
-        change = "the defaults were best: settings unchanged"
-    return f"Tuned{partial}: {change}; {evidence}; {where}"
-
-
-def _where_unmet(score: Score) -> str:
-    """Where a score without goodput (the median of its runs) met the SLO for no request:
-    in every tuning run only where none had goodput (``metRuns`` 0); else in the typical
-    run, with how many runs met it for some (a result without ``metRuns``: unknown)."""
-    if score.met_runs == 0:
-        return "in the tuning runs"
-    if score.met_runs is None:
-        return "in their typical tuning run"
-    return (f"in their typical tuning run (some did in {score.met_runs} of "
-            f"{score.repeats} runs)")
-
-
-def _misses(score: Score, slo: Mapping[str, float]) -> bool:
-    """Whether a score's mean p95 latencies (what ``status.tuning`` shows) miss the SLO."""
-    ttft, itl = slo_ms(slo)
-    return bool((ttft is not None and score.ttft_p95_ms > ttft)
-                or (itl is not None and score.itl_p95_ms > itl))
-
-
-def _slo_text(slo: Mapping[str, float]) -> str:
-    """The result's SLO as the spec states it, e.g. `` (TTFT p95 <= 2000 ms, ...)``."""
-    parts = [f"{name} <= {value:g} ms" for name, value in zip(
-        ("TTFT p95", "ITL p95"), slo_ms(slo), strict=True) if value is not None]
-    return f" ({', '.join(parts)})" if parts else ""
-
-
-def _flag(key: str) -> str:
-    return {"maxNumSeqs": "--max-num-seqs",
-            "maxNumBatchedTokens": "--max-num-batched-tokens"}.get(key, key)
-
-
-# --------------------------------------------------------------------------- cache
-def cache_entry(result: TuningResult, svc: LLMService, now: float) -> JSON:
-    """The cache record of one result (compact JSON under its fingerprint)."""
-    return {"at": rfc3339(now), "service": f"{svc.metadata.namespace}/{svc.metadata.name}",
-            "result": json.loads(result.to_message())}
-
-
-def cache_text(entry: Mapping[str, Any]) -> str:
-    """A cache entry as the ConfigMap value (compact JSON)."""
-    return json.dumps(entry, separators=(",", ":"), sort_keys=True)
-
-
-def parse_cache_value(text: str | None) -> JSON | None:
-    """A ConfigMap value back into a cache entry (None when absent or unreadable)."""
-    if not text:
-        return None
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _cached_result(cached: Mapping[str, Any] | None, fingerprint: str) -> TuningResult | None:
-    if not cached or not isinstance(cached.get("result"), dict):
-        return None
-    try:
-        result = parse_result(json.dumps(cached["result"]))
-    except ResultParseError:
-        return None
-    if result.state == "Failed" or result.best is None or result.fingerprint not in (
-            None, fingerprint):
-        return None
-    return result
-
-
-def cache_evictions(data: Mapping[str, str], keep: int = CACHE_MAX_ENTRIES) -> list[str]:
-    """Keys to drop so that at most ``keep - 1`` entries stay before one is added (the
-    oldest first, by their ``at``)."""
-    if len(data) < keep:
-        return []
-    def when(key: str) -> str:
-        return str((parse_cache_value(data[key]) or {}).get("at") or "")
-    ordered = sorted(data, key=lambda k: (when(k), k))
-    return ordered[: len(data) - keep + 1]
-
-
-# --------------------------------------------------------------------------- status
-TUNED_REASONS = {
-    State.RUNNING: ("Unknown", "TuningInProgress"),
-    State.RETRYING: ("False", "TuningRetrying"),
-    State.SUCCEEDED: ("True", "TuningSucceeded"),
-    State.FAILED: ("False", "TuningFailed"),
-    State.PENDING: ("False", "WaitingForRetuneRequest"),
-    State.SKIPPED: ("False", "NothingToTune"),
-    State.CANCELLED: ("False", "TuningDisabled"),
-    State.QUEUED: ("Unknown", "TuningQueued"),
-}
-
-
-def tuned_condition(tuning: Mapping[str, Any]) -> tuple[str, str, str] | None:
-    """``(status, reason, message)`` of the ``Tuned`` condition for ``status.tuning``
-    (None when there is no tuning state to report)."""
-    try:
-        state = State(str(tuning.get("state")))
-    except ValueError:
-        return None
-    status, reason = TUNED_REASONS[state]
-    if state is State.SUCCEEDED and tuning.get("source") == "cache":
-        reason = "TuningCached"
-    if state is State.SUCCEEDED and tuning.get("partial"):
-        reason = "TuningPartial"
-    if state is State.FAILED and tuning.get("unschedulable"):
-        reason = "TuningUnschedulable"
-    if state is State.SKIPPED and tuning.get("invalidField"):
-        reason = "InvalidTuningSpec"
-    pending = tuning.get("pending") or {}
-    if state is State.RUNNING and pending:
-        return ("Unknown", "TuningPending",
-                f"Job {tuning.get('jobName')}: pod {pending.get('pod') or '(none)'} waits "
-                f"since {pending.get('since')}: {pending.get('reason')}: "
-                f"{pending.get('message')}; the run is given up after "
-                f"{int(pending.get('giveUpAfterSeconds') or 0) // 60} min")
-    if state is State.RUNNING:
-        retry = int(tuning.get("attempts") or 1) - 1
-        message = (f"Job {tuning.get('jobName')} is benchmarking "
-                   f"{', '.join(tuning.get('tunable') or [])}"
-                   + (f" (retry {retry} of {tuning.get('maxRetries')})" if retry > 0 else "")
-                   + ("; one serving replica is lent to it until it ends"
-                      if tuning.get("borrowedReplicas") else "")
-                   + ("; the server starts when it ends" if tuning.get("beforeServing")
-                      else ""))
-    else:
-        message = str(tuning.get("reason") or state.value)
-    return status, reason, message
-
-
-def with_tuned_condition(conditions: Sequence[Mapping[str, Any]], tuning: Mapping[str, Any],
-                         *, generation: int | None, now: float) -> list[JSON]:
-    """``conditions`` with ``Tuned`` set from ``status.tuning`` (unchanged when there is
-    no tuning state)."""
-    cond = tuned_condition(tuning)
-    if cond is None:
-        return [dict(c) for c in conditions]
-    return st.set_condition(conditions, st.ConditionType.TUNED, cond[0], cond[1], cond[2],
-                            generation=generation, now=now)
-
-
-def overrides_changed(before: Mapping[str, Any] | None, tuning_after: Mapping[str, Any]) -> bool:
-    """Whether the engine overrides the renderer reads change when ``status.tuning``
-    becomes ``tuning_after`` (then the Deployment must be re-rendered)."""
-    before = dict(before or {})
-    after = {**before, "tuning": dict(tuning_after)}
-    return st.engine_overrides(before) != st.engine_overrides(after)
-
-
-def merge_patch(old: Any, new: Any) -> Any:
-    """The JSON merge patch (RFC 7386) that turns ``old`` into ``new``: keys that went
-    away become None; lists and scalars are replaced whole. ``{}`` when equal."""
-    if not isinstance(old, dict) or not isinstance(new, dict):
-        return new
-    patch: JSON = {}
-    for key in old.keys() - new.keys():
-        patch[key] = None
-    for key, value in new.items():
-        if key not in old:
-            patch[key] = value
-        elif old[key] != value:
-            if isinstance(old[key], dict) and isinstance(value, dict):
-                sub = merge_patch(old[key], value)
-                if sub:
-                    patch[key] = sub
-            else:
-                patch[key] = value
-    return patch

@@ -24,7 +24,6 @@ from typing import Any
 from ..api.constants import ANNOTATION_FINGERPRINT, ANNOTATION_TUNING_ON_SPARE, TERMINATION_LOG
 from ..api.errors import SpecError
 from ..api.models import LLMService
-from ..api.settings import Settings
 from ..knowledge.catalog import ModelFacts
 from ..knowledge.extra_args import flag_set
 from ..planning import Plan
@@ -47,6 +46,7 @@ from ..rendering.pod import (
     startup_budget_seconds,
 )
 from ..rendering.vllm_args import build_vllm_flags, model_source
+from ..settings import Settings
 from .placement import job_priority_class, runs_on_spare
 
 CODE_VOLUME = "tuner-code"

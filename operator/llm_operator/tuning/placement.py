@@ -36,9 +36,9 @@ from typing import Any
 
 from ..api.errors import SpecError
 from ..api.models import LLMService, TuningMode, TuningPlacement
-from ..api.settings import Settings
 from ..planning import OVERRIDABLE, Plan
 from ..rendering.leaderworkerset import is_multi_node
+from ..settings import Settings
 
 # status.tuning.state values (control.State; not imported: control imports this module)
 _IN_FLIGHT = ("Running", "Retrying")

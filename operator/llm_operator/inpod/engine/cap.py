@@ -26,6 +26,11 @@ METRIC_CAP = "llmop_admission_cap"
 METRIC_CAPACITY = "llmop_admission_capacity"
 METRIC_FILE_OK = "llmop_admission_cap_file_ok"
 METRIC_LIVE = "llmop_admission_live"
+# The vLLM release the engine runs (vllm.__version__), as an info gauge: 1, labelled
+# VERSION_LABEL. The operator reads it where the image's tag names no release (a digest,
+# ``latest``) and checks it against the tag where one does.
+METRIC_VLLM_INFO = "llmop_engine_vllm_info"
+VERSION_LABEL = "vllm_version"
 # A failure of the admission scheduler itself (its code missing from the pod, vLLM's
 # scheduler classes not importable, its start raising on another vLLM) is said on one
 # line starting with FAILURE_PREFIX in the container's termination message, the file

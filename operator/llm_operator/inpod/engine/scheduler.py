@@ -10,11 +10,12 @@ Lowering the cap admits nothing new until the running batch has drained below it
 request is aborted or preempted by a change.
 
 The cap in force is reported as Prometheus gauges (``llmop_admission_cap``,
-``llmop_admission_capacity``, ``llmop_admission_cap_file_ok``, ``llmop_admission_live``)
-set in the engine-core process. They appear on the API server's ``/metrics`` when
-``PROMETHEUS_MULTIPROC_DIR`` names a directory shared by the processes (vLLM then serves
-every process's metrics through prometheus_client's multiprocess collector); the
-operator renders that. Without it, only the log says what the cap is.
+``llmop_admission_capacity``, ``llmop_admission_cap_file_ok``, ``llmop_admission_live``,
+and ``llmop_engine_vllm_info{vllm_version="..."} 1``) set in the engine-core process.
+They appear on the API server's ``/metrics`` when ``PROMETHEUS_MULTIPROC_DIR`` names a
+directory shared by the processes (vLLM then serves every process's metrics through
+prometheus_client's multiprocess collector); the operator renders that. Without it, only the
+log says what the cap is.
 
 Where the running vLLM lacks ``max_num_active_reqs`` (older releases), the class still
 schedules as vLLM's own does, logs that the cap cannot be steered live and reports
@@ -43,7 +44,9 @@ from .cap import (
     METRIC_CAPACITY,
     METRIC_FILE_OK,
     METRIC_LIVE,
+    METRIC_VLLM_INFO,
     READ_INTERVAL_S,
+    VERSION_LABEL,
     CapReader,
     say_failure,
 )
@@ -64,13 +67,13 @@ log = logging.getLogger("vllm.llmop.admission")
 _gauges: dict[str, Any] = {}
 
 
-def _gauge(name: str, doc: str) -> Any:
+def _gauge(name: str, doc: str, labels: tuple[str, ...] = ()) -> Any:
     """One process-wide gauge (``mostrecent``: one value across processes, no pid label)."""
     if name not in _gauges:
         try:
             from prometheus_client import Gauge
 
-            _gauges[name] = Gauge(name, doc, multiprocess_mode="mostrecent")
+            _gauges[name] = Gauge(name, doc, labels, multiprocess_mode="mostrecent")
         except Exception as e:  # never let reporting break the engine
             log.warning("Cannot create the metric %s: %s", name, e)
             _gauges[name] = None
@@ -86,10 +89,26 @@ def _set(name: str, doc: str, value: float) -> None:
             log.warning("Cannot set the metric %s: %s", name, e)
 
 
+def _report_version() -> None:
+    """``llmop_engine_vllm_info{vllm_version=...} 1``: the release this engine runs.
+    Never raises."""
+    gauge = _gauge(METRIC_VLLM_INFO, "The vLLM release the engine runs (vllm.__version__)",
+                   (VERSION_LABEL,))
+    if gauge is None:
+        return
+    try:
+        from vllm import __version__
+
+        gauge.labels(str(__version__)).set(1)
+    except Exception as e:  # never let reporting break the engine
+        log.warning("Cannot report the vLLM version (%s): %s", METRIC_VLLM_INFO, e)
+
+
 class AdmissionCapScheduler(_Base):
     """vLLM's async scheduler with ``max_num_active_reqs`` read from a file, live."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        _report_version()
         try:
             super().__init__(*args, **kwargs)
             capacity = int(self.max_num_running_reqs)

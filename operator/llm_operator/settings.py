@@ -11,11 +11,11 @@ from typing import Literal
 from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from ..knowledge.gpuclass import DEFAULT_CLASS, GPUClass, resolve_class
-from ..knowledge.startup import DEFAULT_LOAD_BANDWIDTH, bandwidth_bytes
-from .constants import DEFAULT_GPUS_PER_NODE, DEFAULT_IMAGE, GROUP
-from .errors import InputError
-from .models import EndpointPickerRef, FieldProblem
+from .api.constants import DEFAULT_GPUS_PER_NODE, DEFAULT_IMAGE, GROUP
+from .api.errors import InputError
+from .api.models import EndpointPickerRef, FieldProblem
+from .knowledge.gpuclass import DEFAULT_CLASS, GPUClass, resolve_class
+from .knowledge.startup import DEFAULT_LOAD_BANDWIDTH, bandwidth_bytes
 
 # The adaptation window must hold at least this many scrapes: the same number as
 # llm_operator.adaptation.policy.MIN_SCRAPES_PER_WINDOW (a test keeps them equal; the

@@ -1,0 +1,229 @@
+"""The operator's loop in REAL containers (containerd and runc under Kubernetes' own
+kubelet, node ``node-1``), in a namespace that enforces the ``restricted`` Pod Security
+Standard. One LLMService that tunes before serving and adapts live:
+
+1. the tuning Job runs in a container of the vLLM CPU image built here, the tuner copied
+   from the operator's image by its init container (both pulled from the registry with
+   the pod's secret); its result lands in ``status.tuning``;
+2. the Deployment rolls out onto the tuned cap: ``download-model`` fetches the model from
+   the Hub stand-in on the bridge, the server pod's ``copy-engine`` init container copies
+   the scheduler class from the operator's image, vLLM loads it and runs as uid 1000, and
+   a completion comes back through the Service's cluster IP (kube-proxy);
+3. a real Prometheus scrapes the pod on its pod IP because the operator's PodMonitor
+   selects it;
+4. the user narrows ``spec.adaptation.maxMaxNumSeqs`` below the cap in force: the
+   operator (in its chart pod) writes the new cap to the ConfigMap, **the real kubelet
+   refreshes the ConfigMap volume** in the running pod (the one step the other tiers do
+   by hand), the engine reads and reports it, Prometheus scrapes the report, and the
+   operator writes ``capInForce``: the same pod and container throughout, no restart.
+
+The figures it prints (ConfigMap write -> engine's report -> ``capInForce``) are the
+propagation docs/production/live-admission-cap.md quotes, measured in real containers.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+import pytest
+import yaml
+
+from llm_operator.inpod.engine.cap import METRIC_CAP
+from llm_operator.inpod.tuner.server import engine_metrics
+from llm_operator.rendering.admission import ADMISSION_CONFIG_MAP_SUFFIX, ADMISSION_KEY
+from llm_operator_sandbox.prometheus import PodMonitorDiscovery
+from tests.cluster.conftest import ClusterKubectl
+from tests.cluster.test_control_plane import condition
+from tests.nodes.conftest import OperatorImage, VllmImage, pod_of
+from tests.nodes.test_real_containers import container_status
+from tests.nodes.test_vllm_in_containers import (
+    ENFORCE,
+    READY_WITHIN_SECONDS,
+    ROOT_POD,
+    post,
+    ready_or_explain,
+    uid_of,
+    vllm_service,
+)
+from tests.support.emulator import wait_for
+
+pytestmark = [pytest.mark.nodes]
+
+NAME = "looped"
+# Two short trials (the tuner's own bounds), on one CPU of this 2-CPU node.
+TUNING = {"mode": "OnRollout", "placement": "BeforeServing", "maxTrials": 2,
+          "maxDurationMinutes": 3}
+# Pull (6.7 GB from the local registry), download, the tuner's server start and its trials.
+TUNED_WITHIN_SECONDS = 1200
+# The kubelet refreshes a ConfigMap volume at its next sync of the pod: its sync period
+# (1 min) plus jitter; the bound leaves room for a slow machine. Measured figures print.
+REFRESH_WITHIN_SECONDS = 240
+
+
+def engine_cap(pod_ip: str) -> int | None:
+    """The cap the engine reports on its own /metrics (pod IP, vLLM's port)."""
+    value = engine_metrics(f"http://{pod_ip}:8000").get(METRIC_CAP)
+    return None if value is None else int(value)
+
+
+def image_ids(pod: dict[str, Any]) -> dict[str, str]:
+    """Each container's (init containers too) image as containerd resolved it."""
+    status = pod.get("status") or {}
+    return {s["name"]: s.get("imageID", "") for key in ("initContainerStatuses",
+            "containerStatuses") for s in status.get(key) or []}
+
+
+@pytest.mark.timeout(3000)
+def test_tuned_in_a_job_served_and_capped_live_all_in_containers(
+        vllm_lock: None, admin: ClusterKubectl, namespace: str, nodes: Any,
+        vllm_image: VllmImage, operator_image: OperatorImage, hub: Any,
+        prometheus: PodMonitorDiscovery) -> None:
+    admin.apply_obj(nodes.registry.pull_secret("regcred"), namespace)
+    # The API server enforces the `restricted` Pod Security Standard on the namespace: a
+    # pod that breaks it is never created (shown first on a root pod, a server-side dry run).
+    admin.run("label", "namespace", namespace, f"{ENFORCE}=restricted")
+    refused = admin.run("apply", "--dry-run=server", "-n", namespace, "-f", "-",
+                        stdin=yaml.safe_dump(ROOT_POD), check=False)
+    assert refused.returncode != 0 and "violates PodSecurity" in refused.stderr, refused
+    svc = vllm_service(NAME, vllm_image, hub.endpoint)
+    svc["spec"]["tuning"] = TUNING
+    svc["spec"]["adaptation"] = {"mode": "Apply", "intervalSeconds": 5, "cooldownSeconds": 0}
+    operator_ref = f"{operator_image.registry}/llm-operator@{operator_image.digest}"
+    vllm_ref = f"{nodes.registry.host}/vllm-cpu@{vllm_image.digest}"
+    started = time.monotonic()
+    admin.apply_obj(svc, namespace)
+
+    # 1. The tuning Job, in a container: the tuner from the operator's image, run by the
+    # vLLM image's Python, measuring servers it starts in its own pod.
+    # The operator deletes the Job once it has read the result: its pod is read while it runs.
+    job_pods: dict[str, dict[str, Any]] = {}
+
+    def tuned() -> dict[str, Any] | None:
+        for p in admin.items("pods", namespace, f"llmops.dev/llmservice={NAME},"
+                             "llmops.dev/component=tuning"):
+            job_pods[p["metadata"]["name"]] = p
+        s = admin.get("llms", NAME, namespace) or {}
+        state = ((s.get("status") or {}).get("tuning") or {}).get("state")
+        return s if condition(s, "Tuned").get("status") == "True" or state == "Failed" else None
+    try:
+        svc_now = wait_for(tuned, TUNED_WITHIN_SECONDS, "Tuned=True", interval=2)
+    except AssertionError as e:
+        pods = [(p["metadata"]["name"], p.get("status")) for p in admin.items("pods", namespace)]
+        raise AssertionError(f"{e}\npods: {pods}") from e
+    tuning = svc_now["status"]["tuning"]
+    assert tuning["state"] == "Succeeded" and tuning["source"] == "job", tuning
+    assert tuning["trials"] >= 1, tuning
+    tuned_at = time.monotonic()
+    (job_pod,) = job_pods.values()  # one run, one pod
+    tuner = container_status(job_pod, "tuner")
+    assert tuner["containerID"].startswith("containerd://"), tuner
+    assert job_pod["spec"]["nodeName"] == nodes.node.name
+    assert image_ids(job_pod) == {"copy-tuner": operator_ref, "download-model": vllm_ref,
+                                  "tuner": vllm_ref}, image_ids(job_pod)
+    tuned_cap = svc_now["status"]["engine"]["maxNumSeqs"]
+
+    # 2. The rollout onto the tuned cap: the live cap's pieces, in containers.
+    ready_or_explain(admin, namespace, NAME, READY_WITHIN_SECONDS)
+    served_at = time.monotonic()
+    pod = pod_of(admin, namespace, f"llmops.dev/llmservice={NAME},llmops.dev/component=server")
+    pod_name, pod_ip = pod["metadata"]["name"], pod["status"]["podIP"]
+    vllm = container_status(pod, "vllm")
+    assert vllm["containerID"].startswith("containerd://"), vllm
+
+    # The scheduler class came from the operator's image, by the registry's digest.
+    init = {s["name"]: s for s in pod["status"]["initContainerStatuses"]}
+    assert init["copy-engine"]["state"]["terminated"]["exitCode"] == 0, init
+    assert image_ids(pod)["copy-engine"] == operator_ref, image_ids(pod)
+    assert image_ids(pod)["vllm"] == vllm_ref, image_ids(pod)
+    assert pod["spec"]["nodeName"] == nodes.node.name
+    log = admin.run("logs", pod_name, "-n", namespace, "-c", "download-model").stdout
+    assert "Downloaded llmops-demo/tiny-llama" in log, log
+    assert any("/resolve/" in r and r.endswith("model.safetensors") for r in hub.requests), \
+        hub.requests
+    # Not root: vLLM's process runs as the pods' user (spec.pod.runAsUser, default 1000), as
+    # the kernel sees it.
+    assert uid_of(nodes, vllm["containerID"]) == 1000
+    # The container's command is the rendered one, untouched: the live cap's wrapper, then
+    # `vllm serve MODEL ...`.
+    spec = next(c for c in pod["spec"]["containers"] if c["name"] == "vllm")
+    assert spec["command"][:2] == ["/bin/sh", "-c"] and "vllm serve" in spec["command"][2]
+    assert spec["args"][0] == "llmops-demo/tiny-llama", spec["args"]
+    # A completion through the Service's cluster IP: kube-proxy's rules, then the pod.
+    service = admin.get("services", NAME, namespace) or {}
+    ip = service["spec"]["clusterIP"]
+    port = next(p["port"] for p in service["spec"]["ports"])
+    answer = wait_for(lambda: post(f"http://{ip}:{port}/v1/completions", {
+        "model": "llmops-demo/tiny-llama", "prompt": "hello", "max_tokens": 8}), 60,
+        "a completion through the Service", interval=2)
+    assert answer["usage"]["completion_tokens"] == 8, answer
+
+    start = engine_cap(pod_ip)
+    assert start == tuned_cap, (start, tuned_cap)  # the engine starts on the tuned cap
+    assert start is not None and start >= 2, start
+    narrowed_to = start // 2
+    # Prometheus scrapes the pod on its pod IP, as the operator's PodMonitor selects it.
+    assert prometheus.prometheus is not None
+    wait_for(lambda: prometheus.prometheus.query(  # type: ignore[union-attr]
+        f'{METRIC_CAP}{{llmservice="{NAME}",namespace="{namespace}"}} == {start}'), 60,
+        "Prometheus to scrape the engine's cap through the PodMonitor", interval=1)
+    targets = [t for t in prometheus.prometheus.targets()
+               if t["labels"].get("namespace") == namespace]
+    assert [t["scrapeUrl"] for t in targets] == [f"http://{pod_ip}:8000/metrics"], targets
+    def in_force(cap: int) -> dict[str, Any] | None:
+        status = (admin.get("llms", NAME, namespace) or {}).get("status") or {}
+        return status if (status.get("adaptation") or {}).get("capInForce") == cap else None
+
+    wait_for(lambda: in_force(start), 120, f"capInForce {start} on the LLMService", interval=1)
+
+    # The user narrows the bounds: the cap moves inside them at once, live.
+    cm_name = f"{NAME}{ADMISSION_CONFIG_MAP_SUFFIX}"
+    narrowed = time.monotonic()
+    admin.run("patch", "llms", NAME, "-n", namespace, "--type", "merge", "-p",
+              json.dumps({"spec": {"adaptation": {"maxMaxNumSeqs": narrowed_to}}}))
+    def written_cap() -> str | None:
+        cm = admin.get("configmaps", cm_name, namespace) or {}
+        return (cm.get("data") or {}).get(ADMISSION_KEY)
+
+    wait_for(lambda: written_cap() == str(narrowed_to), 60,
+             f"the ConfigMap {cm_name} to say {narrowed_to}", interval=0.5)
+    written = time.monotonic()
+    wait_for(lambda: engine_cap(pod_ip) == narrowed_to, REFRESH_WITHIN_SECONDS,
+             f"the engine in pod {pod_name} to report {narrowed_to} (the kubelet's refresh "
+             "of the ConfigMap volume)", interval=0.5)
+    in_engine = time.monotonic()
+    status = wait_for(lambda: in_force(narrowed_to), 120,
+                      f"capInForce {narrowed_to} on the LLMService", interval=0.5)
+    in_status = time.monotonic()
+
+    # Same pod, same container, never restarted; the Deployment did not roll.
+    after = admin.get("pods", pod_name, namespace) or {}
+    again = container_status(after, "vllm")
+    assert again["containerID"] == vllm["containerID"] and again["restartCount"] == 0, again
+    assert [p["metadata"]["name"] for p in admin.items(
+        "pods", namespace, f"llmops.dev/llmservice={NAME}")] == [pod_name]
+    assert status["adaptation"].get("actuation") == "Live", status["adaptation"]
+    live_cap = condition(admin.get("llms", NAME, namespace), "LiveCap")
+    assert live_cap.get("reason") == "EngineReportsCap", live_cap
+    # The image's reference (a digest; its tag 0.32.0-HASH is no release tag) names no vLLM
+    # release: the engine's own report (llmop_engine_vllm_info) does, on the status.
+    release = vllm_image.local.rsplit(":", 1)[1].split("-")[0]
+    assert status["adaptation"].get("engineVllmVersions") == [release], status["adaptation"]
+    assert f"The engines report vLLM {release} (llmop_engine_vllm_info), which the live " \
+        "cap supports" in live_cap.get("message", ""), live_cap
+    # The engine still serves, under the new cap.
+    answer = post(f"http://{pod_ip}:8000/v1/completions",
+                  {"model": "llmops-demo/tiny-llama", "prompt": "hi", "max_tokens": 4})
+    assert answer["usage"]["completion_tokens"] == 4, answer
+    sys.stderr.write(
+        f"tuned in a Job in {tuned_at - started:.0f} s ({tuning['trials']} trials, cap "
+        f"{tuned_cap}); served {served_at - tuned_at:.0f} s later\n")
+    sys.stderr.write(
+        f"live cap {start} -> {narrowed_to} in real containers: ConfigMap written "
+        f"{written - narrowed:.1f} s after the patch; the kubelet's volume refresh reached "
+        f"the engine {in_engine - written:.1f} s after the write; capInForce "
+        f"{in_status - in_engine:.1f} s after the engine's report "
+        f"({in_status - narrowed:.1f} s in all)\n")
+
