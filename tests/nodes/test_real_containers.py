@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -137,3 +139,105 @@ def test_a_missing_token_secret_is_create_container_config_error(
     svc["spec"]["model"]["tokenSecretRef"] = {"name": "hf-token", "key": "token"}
     cond = apply_until_false(admin, namespace, svc, "ContainersRunning", "missing Secret")
     assert_missing_token_secret(cond, namespace)
+
+
+@contextmanager
+def stand_in_server_pod(admin: ClusterKubectl, namespace: str, image: str, service: str,
+                        container: dict[str, Any]) -> Iterator[str]:
+    """An LLMService ``service`` with no replicas of its own, and a pod with its server
+    pods' labels (the operator watches server pods by label) running ``container`` (named
+    ``vllm``) from ``image``: a failure a vLLM pod would take minutes to produce, in
+    seconds. Yields the pod's name, and deletes the pod after (the namespace's teardown
+    waits for its pods to go, and no LLMService owns this one)."""
+    svc = small_service(service)
+    svc["spec"]["replicas"] = 0  # the stand-in is its only server pod
+    svc["spec"]["image"] = image
+    admin.apply_obj(svc, namespace)
+    wait_for(lambda: ((admin.get("llms", service, namespace) or {}).get("status") or {}).get(
+        "conditions"), 60, "the operator to take up the LLMService", interval=1)
+    name = f"{service}-stand-in"
+    restricted = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    admin.apply_obj({"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": name, "labels": {"app.kubernetes.io/managed-by": "llm-operator",
+                                 "llmops.dev/component": "server",
+                                 "llmops.dev/llmservice": service}},
+        "spec": {"imagePullSecrets": [{"name": "regcred"}], "terminationGracePeriodSeconds": 2,
+                 "securityContext": {"runAsNonRoot": True, "runAsUser": 65532,
+                                     "seccompProfile": {"type": "RuntimeDefault"}},
+                 "containers": [{"name": "vllm", "image": image,
+                                 "securityContext": restricted, **container}]}}, namespace)
+    try:
+        yield name
+    finally:
+        admin.run("delete", "pod", name, "-n", namespace, "--wait=false", check=False)
+
+
+def wait_for_reason(admin: ClusterKubectl, namespace: str, service: str, pod: str,
+                    reason: str, started: float) -> dict[str, Any]:
+    """``ContainersRunning`` once its reason is ``reason`` (within WITHIN_SECONDS), with
+    what the user would look at next when it does not come."""
+    def named() -> dict[str, Any] | None:
+        c = condition(admin.get("llms", service, namespace), "ContainersRunning")
+        return c if c.get("reason") == reason else None
+    try:
+        cond = wait_for(named, WITHIN_SECONDS, f"ContainersRunning {reason}", interval=1)
+    except AssertionError as e:
+        events = [(ev["reason"], ev.get("message"), ev.get("lastTimestamp"))
+                  for ev in admin.items("events", namespace)]
+        status = (admin.get("pod", pod, namespace) or {}).get("status")
+        raise AssertionError(f"{e}\nLLMService: "
+                             f"{(admin.get('llms', service, namespace) or {}).get('status')}"
+                             f"\npod: {status}\nevents: {events}") from e
+    sys.stderr.write(f"ContainersRunning {reason} after {time.monotonic() - started:.1f} s: "
+                     f"{cond['message']}\n")
+    assert cond["status"] == "False", cond
+    return cond
+
+
+def test_a_startup_probe_that_runs_out_is_named_with_its_budget(
+        admin: ClusterKubectl, namespace: str, nodes: RealNodes,
+        operator_image: OperatorImage) -> None:
+    """The kubelet kills a server container whose startup probe runs out and restarts it;
+    its status says only how it exited. The operator reads the pod's Events and says
+    StartupProbeFailed, the budget and the fix. A vLLM pod's budget is at least 600 s, so
+    a stand-in has a 6 s one: its container sleeps, nothing answers /health."""
+    admin.apply_obj(nodes.registry.pull_secret("regcred"), namespace)
+    started = time.monotonic()
+    with stand_in_server_pod(admin, namespace, operator_image.ref, "slow", {
+            "command": ["sleep", "3600"],
+            "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
+            "startupProbe": {"httpGet": {"path": "/health", "port": 8000}, "periodSeconds": 2,
+                             "failureThreshold": 3, "timeoutSeconds": 1}}) as pod:
+        cond = wait_for_reason(admin, namespace, "slow", pod, "StartupProbeFailed", started)
+        status = container_status(admin.get("pod", pod, namespace), "vllm")
+    message = cond["message"]
+    assert (f"pod {pod}, container vllm: StartupProbeFailed: the kubelet killed it when its "
+            "startup probe on /health ran out (3 failures 2 s apart: 6 s)") in message
+    # the kubelet's own Unhealthy words, from its prober against the pod's IP
+    assert re.search(r'Startup probe failed: Get "http://[\d.]+:8000/health": dial tcp '
+                     r"[\d.]+:8000: connect: connection refused", message), message
+    assert "set spec.model.loadBandwidth" in message, message
+    assert status["restartCount"] >= 1 and status.get("started") is not True, status
+
+
+def test_a_container_over_its_memory_limit_is_oom_killed_by_the_kernel(
+        admin: ClusterKubectl, namespace: str, nodes: RealNodes,
+        operator_image: OperatorImage) -> None:
+    """The kernel's OOM killer, at the memory cgroup's limit the kubelet set from the
+    pod's: the kubelet says OOMKilled and the operator names the limit and the fix. (vLLM's
+    CPU build refuses a KV cache above its container's memory before it allocates, so a
+    stand-in writes 256 MiB under a 64Mi limit.)"""
+    admin.apply_obj(nodes.registry.pull_secret("regcred"), namespace)
+    started = time.monotonic()
+    with stand_in_server_pod(admin, namespace, operator_image.ref, "big", {
+            "command": ["python3", "-c", "b = b'x' * (256 << 20); import time; time.sleep(60)"],
+            "resources": {"requests": {"cpu": "10m", "memory": "64Mi"},
+                          "limits": {"memory": "64Mi"}}}) as pod:
+        cond = wait_for_reason(admin, namespace, "big", pod, "CrashLoopBackOff", started)
+        status = container_status(admin.get("pod", pod, namespace), "vllm")
+    message = cond["message"]
+    assert re.search(r"container vllm restarted \d+ times \(exit code 137, OOMKilled\): the "
+                     r"kernel killed container vllm at its memory limit of 64Mi "
+                     r"\(spec\.resources\.memory\)\. Fix: raise spec\.resources\.memory",
+                     message), message
+    assert status["lastState"]["terminated"]["reason"] == "OOMKilled", status

@@ -44,7 +44,7 @@ def event(pod: str, uid: str, reason: str = "FailedMount") -> dict[str, Any]:
 def test_only_a_stuck_pods_own_events_are_read() -> None:
     kube = EventsKube([event("a", "uid-a"), event("a", "uid-old"), event("b", "uid-b")])
     ctx = OperatorContext(settings=Settings(), kube=kube)  # type: ignore[arg-type]
-    found = asyncio.run(pods.creating_pod_events(
+    found = asyncio.run(pods.pod_events(
         ctx, "ml", [stuck("a", "uid-a"), PodScheduling("c", False)]))
     assert kube.queries == [("Event", "ml", "involvedObject.kind=Pod,involvedObject.name=a")]
     assert found == {"a": [event("a", "uid-a")]}  # not the earlier pod of that name
@@ -71,3 +71,15 @@ def test_the_loop_looks_again_at_services_with_a_stuck_pod(
 
     asyncio.run(scenario())
     assert len(seen) >= 2 and set(seen) == {("ml", "stuck")}
+
+
+def test_a_restarted_pods_events_are_read_until_it_starts() -> None:
+    """A container restarted and not started since: its Events may hold a probe kill."""
+    from llm_operator.health.podfailures import Restarted
+
+    kube = EventsKube([event("r", "uid-r", reason="Killing")])
+    ctx = OperatorContext(settings=Settings(), kube=kube)  # type: ignore[arg-type]
+    restarted = PodScheduling("r", False, uid="uid-r", restarted=(Restarted("vllm", 1, None),))
+    found = asyncio.run(pods.pod_events(ctx, "ml", [restarted, PodScheduling("s", False)]))
+    assert [q[2] for q in kube.queries] == ["involvedObject.kind=Pod,involvedObject.name=r"]
+    assert list(found) == ["r"]

@@ -11,7 +11,7 @@ from llm_operator.health.podscheduling import (
     PodScheduling,
     crash_condition,
     creation_condition,
-    with_volume_events,
+    with_events,
 )
 from llm_operator.health.status import get_condition
 
@@ -131,7 +131,7 @@ def test_creating_means_bound_and_no_container_yet() -> None:
 def test_a_volume_that_fails_to_mount_is_read_from_the_pods_events() -> None:
     pods = [PodScheduling.from_pod(creating_pod("qwen-abc", claim=None))]
     said = 'MountVolume.SetUp failed for volume "token" : secret "hf-token" not found'
-    found = with_volume_events(pods, now=NOW, events={"qwen-abc": [
+    found = with_events(pods, now=NOW, events={"qwen-abc": [
         {"type": "Normal", "reason": "Scheduled", "message": "assigned"},
         event("FailedMount", said)]})
     conds, notice = crash_condition([], found, generation=1, now=NOW)
@@ -142,7 +142,7 @@ def test_a_volume_that_fails_to_mount_is_read_from_the_pods_events() -> None:
     assert notice is not None and notice.reason == "FailedMount"
     # No Warning Event yet: the pod is just being set up.
     conds2, _ = crash_condition(
-        [], with_volume_events(pods, now=NOW, events={"qwen-abc": []}), generation=1, now=NOW)
+        [], with_events(pods, now=NOW, events={"qwen-abc": []}), generation=1, now=NOW)
     assert get_condition(conds2, "ContainersRunning")["status"] == "True"  # type: ignore[index]
 
 
@@ -158,11 +158,11 @@ def test_a_failed_mount_counts_after_the_grace_a_multi_attach_at_once() -> None:
         return [PodScheduling.from_pod(pod)]
 
     mount = {"qwen-abc": [event("FailedMount", "MountVolume.WaitForAttach failed")]}
-    assert with_volume_events(bound(10), mount, now=NOW)[0].problem is None
-    late = with_volume_events(bound(50), mount, now=NOW)[0].problem
+    assert with_events(bound(10), mount, now=NOW)[0].problem is None
+    late = with_events(bound(50), mount, now=NOW)[0].problem
     assert late is not None and late.reason == "FailedMount"
     multi = {"qwen-abc": [event("FailedAttachVolume", 'Multi-Attach error for volume "pv"')]}
-    early = with_volume_events(bound(1), multi, now=NOW)[0].problem
+    early = with_events(bound(1), multi, now=NOW)[0].problem
     assert early is not None and early.reason == "FailedAttachVolume"
 
 
@@ -170,7 +170,7 @@ def test_a_missing_claim_names_the_spec_fields() -> None:
     pods = [PodScheduling.from_pod(creating_pod("qwen-abc"))]
     said = ("Unable to attach or mount volumes: unmounted volumes=[model-cache]: error "
             'processing PVC ml/hf-cache: persistentvolumeclaim "hf-cache" not found')
-    found = with_volume_events(pods, now=NOW,
+    found = with_events(pods, now=NOW,
                                events={"qwen-abc": [event("FailedMount", said)]})
     problem = found[0].problem
     assert problem is not None and problem.reason == "FailedMount"
@@ -183,7 +183,7 @@ def test_two_replicas_on_a_read_write_once_claim_is_a_multi_attach() -> None:
     pods[0] = PodScheduling("qwen-a", False, volumes=pods[0].volumes)  # attached, running
     said = ('Multi-Attach error for volume "pvc-0b1c" Volume is already used by pod(s) '
             "qwen-a")
-    found = with_volume_events(pods, now=NOW, events={"qwen-b": [
+    found = with_events(pods, now=NOW, events={"qwen-b": [
         event("FailedMount", "Unable to attach or mount volumes: timed out", "2026-11-27T10:02Z"),
         event("FailedAttachVolume", said)]})
     conds, _ = crash_condition([], found, generation=1, now=NOW)
@@ -264,3 +264,98 @@ def test_the_schedulers_missing_claim_gets_the_claims_fix() -> None:
     assert f"pod qwen-abc: {said} Fix: PersistentVolumeClaim ml/hf-cache not found" in (
         cond["message"])
     assert "placed by" not in cond["message"]  # the GPU label is not the problem
+
+
+# A startup probe that runs out: the kubelet's words (pkg/kubelet/kuberuntime and
+# pkg/kubelet/prober, v1.37.2); the container's status says only "restarted, exit 137".
+RUN_AT, KILLED_AT = "2026-12-06T10:00:00Z", "2026-12-06T10:10:21Z"
+UNHEALTHY = ('Startup probe failed: Get "http://10.88.0.7:8000/health": dial tcp '
+             "10.88.0.7:8000: connect: connection refused")
+
+
+def probe_killed_pod(*, started: bool = False, run_at: str = RUN_AT) -> dict[str, Any]:
+    probe = {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 10,
+             "failureThreshold": 62, "timeoutSeconds": 5}
+    status = {"name": "vllm", "image": IMAGE, "restartCount": 2, "started": started,
+              "state": {"waiting": {"reason": "CrashLoopBackOff",
+                                    "message": "back-off 20s restarting failed container"}},
+              "lastState": {"terminated": {"exitCode": 137, "reason": "Error",
+                                           "startedAt": run_at, "finishedAt": KILLED_AT,
+                                           "message": "Loading safetensors shards: 40%"}}}
+    return {"metadata": {"name": "llama-abc", "namespace": "ml", "uid": "uid-llama-abc"},
+            "spec": {"nodeName": "gpu-1", "containers": [
+                {"name": "vllm", "image": IMAGE, "startupProbe": probe,
+                 "livenessProbe": {**probe, "periodSeconds": 15, "failureThreshold": 4,
+                                   "timeoutSeconds": 10}}]},
+            "status": {"phase": "Running", "containerStatuses": [status]}}
+
+
+def kubelet_event(reason: str, message: str, at: str = KILLED_AT) -> dict[str, Any]:
+    return {"involvedObject": {"kind": "Pod", "name": "llama-abc", "uid": "uid-llama-abc",
+                               "fieldPath": "spec.containers{vllm}"},
+            "reason": reason, "type": "Normal" if reason == "Killing" else "Warning",
+            "message": message, "lastTimestamp": at}
+
+
+def running_with_events(pod: dict[str, Any], events: list[dict[str, Any]]
+                        ) -> tuple[dict[str, Any], Any]:
+    found = with_events([PodScheduling.from_pod(pod)], {"llama-abc": events}, now=NOW)
+    conds, notice = crash_condition([], found, generation=2, now=NOW)
+    cond = get_condition(conds, "ContainersRunning")
+    assert cond is not None
+    return dict(cond), notice
+
+
+def test_a_startup_probe_that_ran_out_is_named_with_its_budget_and_the_fix() -> None:
+    cond, notice = running_with_events(probe_killed_pod(), [
+        kubelet_event("Unhealthy", UNHEALTHY, "2026-12-06T10:10:20Z"),
+        kubelet_event("Killing", "Container vllm failed startup probe, will be restarted")])
+    assert cond["status"] == "False" and cond["reason"] == "StartupProbeFailed", cond
+    message = cond["message"]
+    assert message.startswith("1 of 1 server pods cannot start; pod llama-abc, container "
+                               "vllm: StartupProbeFailed: the kubelet killed it when its "
+                               "startup probe on /health ran out (62 failures 10 s apart: "
+                               "620 s) and restarted it, 2 times so far"), message
+    assert "connect: connection refused" in message  # the kubelet's last Unhealthy word
+    assert "Fix: vLLM did not finish starting" in message
+    assert "set spec.model.loadBandwidth" in message
+    assert "kubectl logs llama-abc -c vllm --previous -n ml" in message
+    assert notice is not None and notice.reason == "StartupProbeFailed"
+
+
+def test_without_the_kubelets_event_it_stays_a_crash_loop() -> None:
+    """The Killing Event can come after the restart's pod event; an Unhealthy word alone
+    does not say the container was killed."""
+    cond, _ = running_with_events(probe_killed_pod(), [
+        kubelet_event("Unhealthy", UNHEALTHY, "2026-12-06T10:10:20Z")])
+    assert cond["reason"] == "CrashLoopBackOff", cond
+    assert "exit code 137" in cond["message"], cond
+
+
+def test_a_probe_kill_before_the_last_run_is_not_its_cause() -> None:
+    """The container was killed by its startup probe once, then its last run (begun
+    after that kill) ended for another reason: the crash loop, not the old kill."""
+    pod = probe_killed_pod(run_at="2026-12-06T10:11:00Z")
+    cond, _ = running_with_events(pod, [
+        kubelet_event("Killing", "Container vllm failed startup probe, will be restarted")])
+    assert cond["reason"] == "CrashLoopBackOff", cond
+
+
+def test_a_started_container_is_not_read_for_probe_kills() -> None:
+    pod = probe_killed_pod(started=True)
+    pod["status"]["containerStatuses"][0]["state"] = {"running": {"startedAt": KILLED_AT}}
+    assert PodScheduling.from_pod(pod).restarted == ()
+    cond, _ = running_with_events(pod, [
+        kubelet_event("Killing", "Container vllm failed startup probe, will be restarted")])
+    assert cond["status"] == "True", cond
+
+
+def test_a_liveness_probe_kill_names_its_threshold() -> None:
+    cond, _ = running_with_events(probe_killed_pod(), [
+        kubelet_event("Unhealthy", "Liveness probe failed: HTTP probe failed with "
+                      "statuscode: 503", "2026-12-06T10:10:20Z"),
+        kubelet_event("Killing", "Container vllm failed liveness probe, will be restarted")])
+    assert cond["reason"] == "LivenessProbeFailed", cond
+    assert ("its liveness probe on /health failed (4 failures 15 s apart, 10 s each)"
+            in cond["message"]), cond
+    assert "statuscode: 503" in cond["message"] and "--previous" in cond["message"], cond

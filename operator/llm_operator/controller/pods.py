@@ -8,7 +8,8 @@ condition from the index with the pure
 :func:`.reconcile.write_status`. The scheduler marks a pod Unschedulable on its first
 attempt, so the condition follows within seconds, far inside a minute.
 
-The same path sets ``ContainersRunning`` (a crash loop; an image the kubelet cannot pull
+The same path sets ``ContainersRunning`` (a crash loop; a probe kill, from the pod's
+Events while a restarted container has not started; an image the kubelet cannot pull
 or parse; a missing Secret or key, from the containers' waiting state, which the kubelet
 writes on the pod, so a pod event follows). A pod the kubelet cannot set up (a volume it
 cannot mount or attach) stays in ``ContainerCreating`` and its status does not change:
@@ -38,8 +39,9 @@ from ..health.podscheduling import (
     crash_condition,
     live_cap_fallback,
     placement_note,
+    reads_events,
     scheduling_condition,
-    with_volume_events,
+    with_events,
 )
 from .context import OperatorContext, clock
 from .kube import JSON
@@ -74,9 +76,9 @@ async def pods_changed(
         return
     current = dict(svc_body.get("status") or {})
     listed = list(pods.get(key, []))
-    events = await creating_pod_events(ctx, key[0], listed)
+    events = await pod_events(ctx, key[0], listed)
     now, generation = clock(), meta.get("generation")
-    found_pods = with_volume_events(listed, events, now=now)
+    found_pods = with_events(listed, events, now=now)
     conds, notice = scheduling_condition(
         current.get("conditions") or [], found_pods,
         placement=placement_note(current), generation=generation, now=now)
@@ -110,13 +112,15 @@ def _about(involved: Mapping[str, Any], pod: PodScheduling) -> bool:
             and (not pod.uid or involved.get("uid") in (None, "", pod.uid)))
 
 
-async def creating_pod_events(ctx: OperatorContext, namespace: str,
-                              pods: Sequence[PodScheduling]) -> dict[str, list[JSON]]:
-    """The Events of each pod still creating (bound, no container yet, no other problem),
-    by pod name: only those of this very pod (its uid), not of an earlier namesake."""
+async def pod_events(ctx: OperatorContext, namespace: str,
+                     pods: Sequence[PodScheduling]) -> dict[str, list[JSON]]:
+    """The Events of each pod whose Events say more than its status
+    (:func:`~llm_operator.health.podscheduling.reads_events`: still creating, or a
+    container restarted and not started since), by pod name: only those of this very pod
+    (its uid), not of an earlier namesake."""
     out: dict[str, list[JSON]] = {}
     for pod in pods:
-        if not pod.creating or pod.problem is not None:
+        if not reads_events(pod):
             continue
         events = await ctx.kube.list(
             "v1", "Event", namespace,
@@ -130,12 +134,13 @@ async def creating_pods_loop(
     pods: kopf.Index[ServiceKey, PodScheduling], logger: Any,
 ) -> None:
     """Every :data:`CREATING_RECHECK_SECONDS`: :func:`pods_changed` for each service with
-    a server pod still creating (its status will not change while a volume fails, so no
-    pod event would come). Never raises: a failed round is logged and tried again."""
+    a server pod whose Events say more than its status (its status does not change while
+    a volume fails, and the kubelet's Killing Event can come after the restart's pod
+    event). Never raises: a failed round is logged and tried again."""
     while True:
         await asyncio.sleep(CREATING_RECHECK_SECONDS)
         for key in sorted(pods):
-            if not any(p.creating and p.problem is None for p in pods.get(key, [])):
+            if not any(reads_events(p) for p in pods.get(key, [])):
                 continue
             try:
                 await pods_changed(ctx, key, services, pods, logger)

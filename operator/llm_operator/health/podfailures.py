@@ -19,7 +19,16 @@ puts on the LLMService as a condition:
   Events (a missing Secret or claim);
 - reason ``FailedAttachVolume``: the same, with the attach-detach controller's
   ``FailedAttachVolume`` Event, e.g. "Multi-Attach error": a ReadWriteOnce claim
-  already attached to another node, which two replicas sharing it on two nodes cause.
+  already attached to another node, which two replicas sharing it on two nodes cause;
+- reason ``StartupProbeFailed``: the kubelet killed a container whose startup probe ran
+  out (its ``Killing`` Event, "Container vllm failed startup probe, will be restarted",
+  during the container's last run), so vLLM never finished loading within the budget
+  the operator planned; the message gives the budget (``failureThreshold`` x
+  ``periodSeconds``) and the kubelet's last ``Unhealthy`` word, the fix names
+  ``spec.model.loadBandwidth``. Without it the user saw a crash loop with exit code 0
+  or 137 and a log that ends mid-load;
+- reason ``LivenessProbeFailed``: the same for a liveness probe (an engine that stopped
+  answering ``/health`` after it had started).
 
 ``PodsCreated=False`` (from the Deployment, which copies its ReplicaSet's
 ``ReplicaFailure`` condition): reason ``FailedCreate``, the ReplicaSet controller could
@@ -45,6 +54,8 @@ REASON_FAILED_MOUNT = "FailedMount"
 REASON_FAILED_ATTACH = "FailedAttachVolume"
 REASON_FAILED_CREATE = "FailedCreate"
 REASON_CREATED = "Created"
+REASON_STARTUP_PROBE = "StartupProbeFailed"
+REASON_LIVENESS_PROBE = "LivenessProbeFailed"
 
 # The kubelet's waiting reasons this module reads, and the condition reason of each.
 _WAITING_REASONS = {
@@ -65,6 +76,8 @@ VOLUME_GRACE_SECONDS = 45.0
 _NOT_FOUND = re.compile(r'(secrets?|configmaps?|persistentvolumeclaims?) "([^"]+)" not found',
                         re.IGNORECASE)
 _MISSING_KEY = re.compile(r"couldn't find key (\S+) in (Secret|ConfigMap) ([^/\s]+)/([^\s,]+)")
+# The kubelet's Killing Event for a probe (pkg/kubelet/kuberuntime, v1.37).
+_PROBE_KILL = re.compile(r"^Container (\S+) failed (startup|liveness) probe")
 _PRIORITY_CLASS = re.compile(r"no PriorityClass with name (\S+) was found")
 _QUOTA = re.compile(r"exceeded quota: ([^,]+), requested: (.+?), used: (.+?), limited: (.+)$")
 
@@ -85,12 +98,26 @@ class PodProblem:
 
 
 @dataclass(frozen=True)
+class Probe:
+    """One probe of a container's spec, as a probe-kill message names it."""
+
+    container: str
+    kind: str  # "startup" | "liveness"
+    period_s: int
+    failures: int
+    timeout_s: int
+    path: str
+
+
+@dataclass(frozen=True)
 class PodVolumes:
-    """What of a pod's spec the fixes name: its namespace, its claims, its images."""
+    """What of a pod's spec the fixes name: its namespace, its claims, its images, its
+    containers' startup and liveness probes."""
 
     namespace: str = "default"
     claims: tuple[str, ...] = ()
     images: tuple[tuple[str, str], ...] = ()  # (container, image)
+    probes: tuple[Probe, ...] = ()
 
     @classmethod
     def from_pod(cls, pod: Mapping[str, Any]) -> PodVolumes:
@@ -101,10 +128,100 @@ class PodVolumes:
                        for key in ("initContainers", "containers")
                        for c in spec.get(key) or [])
         namespace = str((pod.get("metadata") or {}).get("namespace") or "default")
-        return cls(namespace, claims, images)
+        # the API server defaults periodSeconds 10, failureThreshold 3, timeoutSeconds 1
+        probes = tuple(
+            Probe(str(c.get("name")), kind, int(p.get("periodSeconds") or 10),
+                  int(p.get("failureThreshold") or 3), int(p.get("timeoutSeconds") or 1),
+                  str((p.get("httpGet") or {}).get("path") or ""))
+            for c in spec.get("containers") or []
+            for kind in ("startup", "liveness") if (p := c.get(f"{kind}Probe")))
+        return cls(namespace, claims, images, probes)
 
     def image_of(self, container: str) -> str:
         return next((image for name, image in self.images if name == container), "")
+
+    def probe_of(self, container: str, kind: str) -> Probe | None:
+        return next((p for p in self.probes if (p.container, p.kind) == (container, kind)),
+                    None)
+
+
+@dataclass(frozen=True)
+class Restarted:
+    """A container the kubelet restarted that has not started (passed its startup probe)
+    since: ``restarts`` so far, when its last run began (epoch seconds; None: unknown)."""
+
+    container: str
+    restarts: int
+    last_run_at: float | None
+
+
+def restarted_containers(pod: Mapping[str, Any]) -> tuple[Restarted, ...]:
+    """The pod's (not init) containers restarted at least once and not started since:
+    what a probe kill leaves, in a back-off or starting again."""
+    out = []
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        if int(cs.get("restartCount") or 0) < 1 or cs.get("started") is True:
+            continue
+        last = (cs.get("lastState") or {}).get("terminated") or {}
+        out.append(Restarted(str(cs.get("name") or ""), int(cs.get("restartCount") or 0),
+                             parse_rfc3339_or_none(last.get("startedAt"))))
+    return tuple(out)
+
+
+def _event_time(event: Mapping[str, Any]) -> str:
+    return str(event.get("lastTimestamp") or event.get("eventTime")
+               or (event.get("metadata") or {}).get("creationTimestamp") or "")
+
+
+def _times(n: int) -> str:
+    return "once" if n == 1 else f"{n} times"
+
+
+def probe_problem(pod: str, volumes: PodVolumes, restarted: Sequence[Restarted],
+                  events: Sequence[Mapping[str, Any]]) -> PodProblem | None:
+    """A restarted container whose last run the kubelet ended for a failed startup or
+    liveness probe (its ``Killing`` Event, at or after that run began), or None."""
+    for r in restarted:
+        kills = []
+        for e in events:
+            found = _PROBE_KILL.match(str(e.get("message") or ""))
+            at = parse_rfc3339_or_none(_event_time(e) or None)
+            if (e.get("reason") == "Killing" and found and found.group(1) == r.container
+                    and (r.last_run_at is None or at is None or at >= r.last_run_at)):
+                kills.append((_event_time(e), found.group(2)))
+        if not kills:
+            continue
+        kind = max(kills)[1]
+        probe = volumes.probe_of(r.container, kind)
+        words = [" ".join(str(e.get("message") or "").split())[:300] for e in
+                 sorted(events, key=_event_time) if e.get("reason") == "Unhealthy"
+                 and str(e.get("message") or "").startswith(f"{kind.capitalize()} probe")
+                 and f"{{{r.container}}}" in str((e.get("involvedObject") or {}).get(
+                     "fieldPath") or f"{{{r.container}}}")]
+        last_word = f"; the kubelet's last: {words[-1]}" if words else ""
+        where = f" on {probe.path}" if probe and probe.path else ""
+        logs = f"`kubectl logs {pod} -c {r.container} --previous -n {volumes.namespace}`"
+        if kind == "startup":
+            budget = (f"{probe.failures} failures {probe.period_s} s apart: "
+                      f"{probe.failures * probe.period_s} s" if probe else "its budget")
+            said = (f"{REASON_STARTUP_PROBE}: the kubelet killed it when its startup probe"
+                    f"{where} ran out ({budget}) and restarted it, {_times(r.restarts)} so far"
+                    f"{last_word}")
+            fix = ("vLLM did not finish starting (reading the weights, then the engine's "
+                   "warm-up) within the startup budget the operator planned from the "
+                   "weights' size and the load bandwidth (status.plan, startupBudgetSeconds): "
+                   "set spec.model.loadBandwidth to the rate the model's volume really reads "
+                   f"at, which lengthens the budget; {logs} shows how far the last start got")
+            return PodProblem(REASON_STARTUP_PROBE, pod, r.container, said, fix)
+        budget = (f"{probe.failures} failures {probe.period_s} s apart, {probe.timeout_s} s "
+                  "each" if probe else "its threshold")
+        said = (f"{REASON_LIVENESS_PROBE}: the kubelet killed it when its liveness probe"
+                f"{where} failed ({budget}) and restarted it, {_times(r.restarts)} so far"
+                f"{last_word}")
+        fix = (f"the engine stopped answering after it had started: {logs} shows its last "
+               "words (vLLM answers /health with 503 once its engine process is dead)")
+        return PodProblem(REASON_LIVENESS_PROBE, pod, r.container, said, fix)
+    return None
 
 
 def _missing_object_fix(message: str, namespace: str) -> str | None:

@@ -31,6 +31,10 @@ The same pod events report a container that keeps crashing (``ContainersRunning`
   ``ContainerCreating``, from its Events); the message names the pod and container,
   quotes the kubelet or controller and says the fix (:mod:`llm_operator.health.podfailures`).
   A Warning Event goes with each change of the condition's status or reason.
+- ``ContainersRunning=False``, reason ``StartupProbeFailed`` or ``LivenessProbeFailed``:
+  the kubelet killed a container for a failed probe (the pod's ``Killing`` Event, read
+  while a restarted container has not started since; :func:`with_events`). It replaces
+  the crash loop such a kill causes, which names no cause.
 - ``ContainersRunning=False``, reason ``NodeNotReady``: a server pod's node stopped
   reporting. The kubelet is then silent, so the pod is read for the node controller's
   mark: ``Ready=False`` while ``ContainersReady`` is still ``True`` (the kubelet sets both
@@ -64,9 +68,12 @@ from .podfailures import (
     VOLUME_GRACE_SECONDS,
     PodProblem,
     PodVolumes,
+    Restarted,
     bound_time,
     creating,
     creation_fix,
+    probe_problem,
+    restarted_containers,
     scheduling_fix,
     volume_problem,
     waiting_problem,
@@ -108,6 +115,8 @@ class PodScheduling:
     uid: str = ""
     bound_at: float | None = None  # when it was bound to its node (epoch seconds)
     node_lost: str | None = None  # its node stopped reporting (:func:`node_lost_of`)
+    # containers restarted and not started since: read its Events for a probe kill
+    restarted: tuple[Restarted, ...] = ()
 
     @classmethod
     def from_pod(cls, pod: Mapping[str, Any]) -> PodScheduling:
@@ -124,6 +133,7 @@ class PodScheduling:
         more: dict[str, Any] = {"live_cap_failure": None if lost else live_cap_failure(status),
                                 "problem": None if lost else waiting_problem(pod, volumes),
                                 "node_lost": lost,
+                                "restarted": () if lost else restarted_containers(pod),
                                 "creating": creating(pod), "volumes": volumes,
                                 "uid": str(meta.get("uid") or ""), "bound_at": bound_time(pod)}
         for cond in status.get("conditions") or []:
@@ -364,15 +374,27 @@ def crash_condition(
                               good_reason=REASON_RUNNING, generation=generation, now=now)
 
 
-def with_volume_events(pods: Sequence[PodScheduling],
-                       events: Mapping[str, Sequence[Mapping[str, Any]]], *,
-                       now: float) -> list[PodScheduling]:
-    """The ``pods`` with the volume problem their Events show (``events``: pod name ->
-    its Events) for each pod still creating and no other problem; a FailedMount only
-    once the pod has been bound :data:`~.podfailures.VOLUME_GRACE_SECONDS` (a volume
-    still attaching on a healthy start shows one too)."""
+def reads_events(pod: PodScheduling) -> bool:
+    """The pod's Events say what its status does not: it is still creating with no other
+    problem (a volume), or a container was restarted and has not started since (a probe
+    kill looks like any other exit in the status)."""
+    return bool((pod.creating and pod.problem is None) or pod.restarted)
+
+
+def with_events(pods: Sequence[PodScheduling],
+                events: Mapping[str, Sequence[Mapping[str, Any]]], *,
+                now: float) -> list[PodScheduling]:
+    """The ``pods`` with the problem their Events show (``events``: pod name -> its
+    Events): a probe kill of a restarted container (it replaces the crash loop it causes,
+    which names no cause), a volume problem of a pod still creating with no other
+    problem; a FailedMount only once the pod has been bound
+    :data:`~.podfailures.VOLUME_GRACE_SECONDS` (a volume still attaching on a healthy
+    start shows one too)."""
     out = []
     for pod in pods:
+        if pod.restarted and pod.problem is None and events.get(pod.name):
+            killed = probe_problem(pod.name, pod.volumes, pod.restarted, events[pod.name])
+            pod = replace(pod, problem=killed, crash=None) if killed else pod
         if pod.creating and pod.problem is None and events.get(pod.name):
             claim = pod.volumes.claims[0] if pod.volumes.claims else None
             sharing = sum(1 for p in pods if claim in p.volumes.claims) if claim else 1
