@@ -13,6 +13,7 @@ nothing queues and the estimate is ``n``.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from llm_operator.inpod.tuner.server import engine_metrics
@@ -50,8 +51,6 @@ def between(before: Round, after: Round) -> Round:
 def after_round(url: str, before: Round, n: int, timeout_s: float = 60.0) -> Round:
     """The round's sums once the engine has recorded all ``n`` requests (its histograms
     are observed just after the last chunk is sent, so a client can finish first)."""
-    import time
-
     deadline = time.monotonic() + timeout_s
     while True:
         got = between(before, sums(url))

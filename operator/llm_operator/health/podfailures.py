@@ -173,6 +173,13 @@ def _event_time(event: Mapping[str, Any]) -> str:
                or (event.get("metadata") or {}).get("creationTimestamp") or "")
 
 
+def _about_container(event: Mapping[str, Any], container: str) -> bool:
+    """The Event names ``container`` in its fieldPath (``spec.containers{vllm}``), or no
+    container at all."""
+    path = str((event.get("involvedObject") or {}).get("fieldPath") or "")
+    return not path or path.endswith(f"{{{container}}}")
+
+
 def _times(n: int) -> str:
     return "once" if n == 1 else f"{n} times"
 
@@ -193,12 +200,12 @@ def probe_problem(pod: str, volumes: PodVolumes, restarted: Sequence[Restarted],
             continue
         kind = max(kills)[1]
         probe = volumes.probe_of(r.container, kind)
-        words = [" ".join(str(e.get("message") or "").split())[:300] for e in
-                 sorted(events, key=_event_time) if e.get("reason") == "Unhealthy"
-                 and str(e.get("message") or "").startswith(f"{kind.capitalize()} probe")
-                 and f"{{{r.container}}}" in str((e.get("involvedObject") or {}).get(
-                     "fieldPath") or f"{{{r.container}}}")]
-        last_word = f"; the kubelet's last: {words[-1]}" if words else ""
+        unhealthy = [e for e in events if e.get("reason") == "Unhealthy"
+                     and _about_container(e, r.container)
+                     and str(e.get("message") or "").startswith(f"{kind.capitalize()} probe")]
+        last = (" ".join(str(max(unhealthy, key=_event_time).get("message")).split())[:300]
+                if unhealthy else "")
+        last_word = f"; the kubelet's last: {last}" if last else ""
         where = f" on {probe.path}" if probe and probe.path else ""
         logs = f"`kubectl logs {pod} -c {r.container} --previous -n {volumes.namespace}`"
         if kind == "startup":
@@ -336,9 +343,7 @@ def volume_problem(pod: str, volumes: PodVolumes, events: Sequence[Mapping[str, 
         found = [e for e in events if e.get("reason") == reason and e.get("type") != "Normal"]
         if not found:
             continue
-        latest = max(found, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime")
-                                               or (e.get("metadata") or {}).get(
-                                                   "creationTimestamp") or ""))
+        latest = max(found, key=_event_time)
         message = " ".join(str(latest.get("message") or "").split())
         said = f"{reason}: {message}"
         claim = volumes.claims[0] if volumes.claims else None
