@@ -1,6 +1,6 @@
 """A killed engine on one machine: the operator's Ready condition follows the container
-down and up again (the whole loop, apply -> tune -> serve -> adapt -> delete, is
-tests/e2e/test_whole_loop.py).
+down and up again (the loop, apply -> tune -> serve -> adapt -> delete, in real
+containers is tests/nodes/test_loop_in_containers.py).
 
 The operator is the real process and the API server the EMULATED one; the local node
 agent plays the Deployment controller and the kubelet, running each rendered container

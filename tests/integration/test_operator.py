@@ -320,7 +320,7 @@ def test_every_example_reconciles(
         expected = rendered(path, NAMESPACE)
         if (doc["spec"].get("tuning") or {}).get("placement") == "BeforeServing":
             # The tuning Job first; no Deployment until it has finished (no Job controller
-            # here: the whole loop with a node agent is tests/e2e/test_whole_loop.py).
+            # here: the loop in real containers is tests/nodes/test_loop_in_containers.py).
             wait_for(lambda n=name: (c := condition(kubectl.get("llms", n, NAMESPACE),
                                                     "Ready")) and
                      c["reason"] == "TuningBeforeServing" and c, 60, "TuningBeforeServing")

@@ -12,6 +12,7 @@ runs as root.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -41,6 +42,7 @@ from tests.cluster.conftest import CHART, ClusterKubectl, helm_binary
 from tests.support.emulator import kubectl_binary, wait_for
 
 RELEASE_NAMESPACE = "llm-operator"
+OPERATOR_PODS = "app.kubernetes.io/instance=llm-operator"  # the chart's pods
 ROOT = Path(__file__).resolve().parents[2]
 MODEL_CACHE = Path(os.environ.get("LLMOP_TEST_MODELS", "/tmp/llmop-models"))
 DEMO_MODEL = "llmops-demo/tiny-llama"  # the demo's served name (demo/tiny-llama-local.yaml)
@@ -122,17 +124,37 @@ def vllm_image(nodes: RealNodes) -> VllmImage:
     return VllmImage(local, ref, ref.split("@")[1])
 
 
+class HeldLock:
+    """The machine-wide vLLM lock, held by one nodes test (``vllm_lock``)."""
+
+    def __init__(self) -> None:
+        self._stack = contextlib.ExitStack()
+        self._stack.enter_context(hold_vllm_lock(timeout_s=1200))
+        self.held = True
+
+    def release(self) -> None:
+        """Let the other lane's next vLLM server start before this test ends: call it only
+        once this test's engine is up and nothing more starts one (what is left is waiting
+        and a few requests, which a timed run beside it does not feel)."""
+        if self.held:
+            self._stack.close()
+            self.held = False
+
+
 @pytest.fixture
-def vllm_lock() -> Iterator[None]:
+def vllm_lock() -> Iterator[HeldLock]:
     """One vLLM server at a time on this machine: held from before the test's pod starts
-    until after its namespace's pods are gone (ask for it before ``namespace``)."""
-    with hold_vllm_lock(timeout_s=1200):
-        yield
-    # Hand the lock over: a vLLM test in the other lane polls for it every second, and
-    # the next nodes test would otherwise take it back within milliseconds. Without this
-    # a lane-A test waited through two nodes tests in a row (7.4 min, CI here, 2026-12-06)
-    # and ran out of its own timeout.
-    time.sleep(3)
+    until after its namespace's pods are gone (ask for it before ``namespace``), or until
+    the test releases it."""
+    lock = HeldLock()
+    yield lock
+    if lock.held:
+        lock.release()
+        # Hand the lock over: a vLLM test in the other lane polls for it every second, and
+        # the next nodes test would otherwise take it back within milliseconds. Without
+        # this a lane-A test waited through two nodes tests in a row (7.4 min, CI here,
+        # 2026-12-06) and ran out of its own timeout.
+        time.sleep(3)
 
 
 @pytest.fixture(scope="session")
@@ -219,4 +241,17 @@ def pod_of(admin: ClusterKubectl, namespace: str, selector: str) -> dict[str, An
                     f"a pod {selector} in {namespace}", interval=1)
 
 
-__all__ = ["OperatorImage", "VllmImage", "pod_of"]
+def operator_pod(admin: ClusterKubectl) -> dict[str, Any]:
+    """The chart's operator pod that is Ready now."""
+    return wait_for(lambda: next((p for p in admin.items("pods", RELEASE_NAMESPACE, OPERATOR_PODS)
+                                  if ready(p)), None), 120, "the operator's pod Ready", interval=1)
+
+
+def ready(pod: dict[str, Any]) -> bool:
+    """Every container of the pod is ready (False while it has no container status)."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return bool(statuses) and all(s.get("ready") for s in statuses)
+
+
+__all__ = ["OPERATOR_PODS", "HeldLock", "OperatorImage", "VllmImage", "operator_pod", "pod_of",
+           "ready"]

@@ -15,7 +15,15 @@ Standard. One LLMService that tunes before serving and adapts live:
    operator (in its chart pod) writes the new cap to the ConfigMap, **the real kubelet
    refreshes the ConfigMap volume** in the running pod (the one step the other tiers do
    by hand), the engine reads and reports it, Prometheus scrapes the report, and the
-   operator writes ``capInForce``: the same pod and container throughout, no restart.
+   operator writes ``capInForce``: the same pod and container throughout, no restart;
+5. a spec change re-plans and re-renders the Deployment;
+6. delete: every child and pod goes, and Prometheus scrapes no pod of the namespace.
+
+While the tuning pod runs, the operator's own pod is deleted at once (``--grace-period 0
+--force``, as a node that dies takes it): the chart's Deployment starts another, which
+adopts the running Job (one Job UID, never a second). The chart's RBAC covers every call
+of the loop: no ``forbidden`` in the operator's log. (These steps ran on the process
+kubelet in the e2e tier before; the e2e tier keeps the adaptation under a real load.)
 
 The figures it prints (ConfigMap write -> engine's report -> ``capInForce``) are the
 propagation docs/production/live-admission-cap.md quotes, measured in real containers.
@@ -37,7 +45,16 @@ from llm_operator.rendering.admission import ADMISSION_CONFIG_MAP_SUFFIX, ADMISS
 from llm_operator_sandbox.prometheus import PodMonitorDiscovery
 from tests.cluster.conftest import ClusterKubectl
 from tests.cluster.test_control_plane import condition
-from tests.nodes.conftest import OperatorImage, VllmImage, pod_of
+from tests.nodes.conftest import (
+    OPERATOR_PODS,
+    RELEASE_NAMESPACE,
+    HeldLock,
+    OperatorImage,
+    VllmImage,
+    operator_pod,
+    pod_of,
+    ready,
+)
 from tests.nodes.test_real_containers import container_status
 from tests.nodes.test_vllm_in_containers import (
     ENFORCE,
@@ -61,6 +78,8 @@ TUNED_WITHIN_SECONDS = 1200
 # The kubelet refreshes a ConfigMap volume at its next sync of the pod: its sync period
 # (1 min) plus jitter; the bound leaves room for a slow machine. Measured figures print.
 REFRESH_WITHIN_SECONDS = 240
+# A vLLM pod's grace period is 140 s (its preStop and vLLM's --shutdown-timeout).
+GONE_WITHIN_SECONDS = 180
 
 
 def engine_cap(pod_ip: str) -> int | None:
@@ -78,7 +97,7 @@ def image_ids(pod: dict[str, Any]) -> dict[str, str]:
 
 @pytest.mark.timeout(3000)
 def test_tuned_in_a_job_served_and_capped_live_all_in_containers(
-        vllm_lock: None, admin: ClusterKubectl, namespace: str, nodes: Any,
+        vllm_lock: HeldLock, admin: ClusterKubectl, namespace: str, nodes: Any,
         vllm_image: VllmImage, operator_image: OperatorImage, hub: Any,
         prometheus: PodMonitorDiscovery) -> None:
     admin.apply_obj(nodes.registry.pull_secret("regcred"), namespace)
@@ -98,24 +117,46 @@ def test_tuned_in_a_job_served_and_capped_live_all_in_containers(
 
     # 1. The tuning Job, in a container: the tuner from the operator's image, run by the
     # vLLM image's Python, measuring servers it starts in its own pod.
-    # The operator deletes the Job once it has read the result: its pod is read while it runs.
+    # The operator deletes the Job once it has read the result: its pod is read while it runs,
+    # and every Job seen is kept (the list at the end alone would not show a second one).
     job_pods: dict[str, dict[str, Any]] = {}
+    jobs_seen: set[str] = set()
+    tuning = f"llmops.dev/llmservice={NAME},llmops.dev/component=tuning"
 
     def tuned() -> dict[str, Any] | None:
-        for p in admin.items("pods", namespace, f"llmops.dev/llmservice={NAME},"
-                             "llmops.dev/component=tuning"):
+        for p in admin.items("pods", namespace, tuning):
             job_pods[p["metadata"]["name"]] = p
+        jobs_seen.update(j["metadata"]["uid"] for j in admin.items("jobs", namespace))
         s = admin.get("llms", NAME, namespace) or {}
         state = ((s.get("status") or {}).get("tuning") or {}).get("state")
         return s if condition(s, "Tuned").get("status") == "True" or state == "Failed" else None
+
+    # The operator's pod dies while the tuning pod runs; the Deployment's next pod adopts
+    # the running Job.
+    wait_for(lambda: any((p.get("status") or {}).get("phase") == "Running"
+                         for p in admin.items("pods", namespace, tuning)),
+             TUNED_WITHIN_SECONDS, "the tuning pod running", interval=2)
+    (job,) = admin.items("jobs", namespace)
+    jobs_seen.add(job["metadata"]["uid"])
+    old_operator = operator_pod(admin)["metadata"]["name"]
+    admin.run("delete", "pod", old_operator, "-n", RELEASE_NAMESPACE, "--grace-period=0",
+              "--force")
+    killed = time.monotonic()
+    new_operator = wait_for(lambda: next((p for p in admin.items(
+        "pods", RELEASE_NAMESPACE, OPERATOR_PODS) if p["metadata"]["name"] != old_operator
+        and ready(p)), None), 120,
+        "the operator's next pod Ready", interval=1)
+    sys.stderr.write(f"operator pod {old_operator} deleted; {new_operator['metadata']['name']}"
+                     f" Ready {time.monotonic() - killed:.1f} s later\n")
     try:
         svc_now = wait_for(tuned, TUNED_WITHIN_SECONDS, "Tuned=True", interval=2)
     except AssertionError as e:
         pods = [(p["metadata"]["name"], p.get("status")) for p in admin.items("pods", namespace)]
         raise AssertionError(f"{e}\npods: {pods}") from e
-    tuning = svc_now["status"]["tuning"]
-    assert tuning["state"] == "Succeeded" and tuning["source"] == "job", tuning
-    assert tuning["trials"] >= 1, tuning
+    result = svc_now["status"]["tuning"]
+    assert result["state"] == "Succeeded" and result["source"] == "job", result
+    assert result["trials"] >= 1, result
+    assert jobs_seen == {job["metadata"]["uid"]}, jobs_seen  # adopted, never a second Job
     tuned_at = time.monotonic()
     (job_pod,) = job_pods.values()  # one run, one pod
     tuner = container_status(job_pod, "tuner")
@@ -218,7 +259,7 @@ def test_tuned_in_a_job_served_and_capped_live_all_in_containers(
                   {"model": "llmops-demo/tiny-llama", "prompt": "hi", "max_tokens": 4})
     assert answer["usage"]["completion_tokens"] == 4, answer
     sys.stderr.write(
-        f"tuned in a Job in {tuned_at - started:.0f} s ({tuning['trials']} trials, cap "
+        f"tuned in a Job in {tuned_at - started:.0f} s ({result['trials']} trials, cap "
         f"{tuned_cap}); served {served_at - tuned_at:.0f} s later\n")
     sys.stderr.write(
         f"live cap {start} -> {narrowed_to} in real containers: ConfigMap written "
@@ -226,4 +267,46 @@ def test_tuned_in_a_job_served_and_capped_live_all_in_containers(
         f"the engine {in_engine - written:.1f} s after the write; capInForce "
         f"{in_status - in_engine:.1f} s after the engine's report "
         f"({in_status - narrowed:.1f} s in all)\n")
+
+    # 5. A spec change re-plans and re-renders the Deployment.
+    generation = (admin.get("llms", NAME, namespace) or {})["metadata"]["generation"]
+    admin.run("patch", "llms", NAME, "-n", namespace, "--type", "merge", "-p",
+              json.dumps({"spec": {"engine": {"maxModelLen": 512},
+                                   "tuning": {"mode": "Manual"}}}))
+    replanned = wait_for(lambda: (s := admin.get("llms", NAME, namespace) or {}) and condition(
+        s, "Planned").get("observedGeneration", 0) > generation and s, 60,
+        "a plan for the new generation", interval=1)
+    assert replanned["status"]["plan"]["maxModelLen"] == 512, replanned["status"]["plan"]
+    wait_for(lambda: has_args(admin.get("deployment", NAME, namespace) or {},
+                              ["--max-model-len", "512"]), 60,
+             "the Deployment rendered with --max-model-len 512", interval=1)
+
+    # 6. Delete: every child and pod goes (the kubelet stops the containers), and Prometheus
+    # drops the pod's target (the PodMonitor went with the LLMService).
+    kinds = ("deployments", "jobs", "pods", "podmonitors", "configmaps", "services")
+    children = f"llmops.dev/llmservice={NAME}"
+    present = {kind for kind in kinds if admin.items(kind, namespace, children)}
+    assert {"deployments", "pods", "podmonitors", "configmaps", "services"} <= present, present
+    admin.run("delete", "llms", NAME, "-n", namespace, "--wait=false")
+    deleted = time.monotonic()
+    wait_for(lambda: not any(admin.items(kind, namespace, children) for kind in kinds),
+             GONE_WITHIN_SECONDS,
+             "every child and pod of the LLMService gone", interval=1)
+    gone = time.monotonic()
+    wait_for(lambda: not [t for t in prometheus.prometheus.targets()  # type: ignore[union-attr]
+                          if t["labels"].get("namespace") == namespace], 60,
+             "Prometheus to scrape no pod of the namespace", interval=1)
+    sys.stderr.write(f"deleted: every child and pod gone in {gone - deleted:.1f} s\n")
+    # The chart's RBAC covered every call the operator made since its pod restarted.
+    log = admin.run("logs", "-n", RELEASE_NAMESPACE, new_operator["metadata"]["name"]).stdout
+    forbidden = [line for line in log.splitlines() if "forbidden" in line.lower()]
+    assert forbidden == [], forbidden[:5]
+
+
+def has_args(workload: dict[str, Any], pair: list[str]) -> bool:
+    """A container of the workload's pod template has ``pair`` among its args."""
+    template = (workload.get("spec") or {}).get("template") or {}
+    return any(args[i:i + len(pair)] == pair
+               for c in (template.get("spec") or {}).get("containers") or []
+               for args in [c.get("args") or []] for i in range(len(args)))
 

@@ -21,7 +21,7 @@ from tests.cluster.test_control_plane import condition, tiny_service
 from tests.cluster.test_pod_failures import assert_missing_token_secret
 from tests.support.emulator import wait_for
 
-from .conftest import RELEASE_NAMESPACE, OperatorImage, pod_of
+from .conftest import RELEASE_NAMESPACE, OperatorImage, operator_pod, pod_of
 
 pytestmark = [pytest.mark.nodes, pytest.mark.timeout(420)]
 
@@ -40,8 +40,9 @@ def test_the_charts_operator_pod_runs_the_image_built_here(
     runs in containerd from the pushed digest, as UID 65532 on a read-only root file
     system, and reaches the API server through the `kubernetes` Service (kube-proxy) with
     its ServiceAccount token: the operator's in-cluster configuration, for real."""
-    name = installed["metadata"]["name"]
-    pod = admin.get("pod", name, RELEASE_NAMESPACE)
+    # The chart's pod now: the loop test deletes the one the session installed.
+    pod = operator_pod(admin)
+    name = pod["metadata"]["name"]
     status = container_status(pod)
     assert pod["spec"]["nodeName"] == nodes.node.name
     assert status["containerID"].startswith("containerd://"), status

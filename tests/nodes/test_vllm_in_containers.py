@@ -24,7 +24,7 @@ import pytest
 
 from tests.cluster.conftest import ClusterKubectl
 from tests.cluster.test_control_plane import condition
-from tests.nodes.conftest import VllmImage
+from tests.nodes.conftest import HeldLock, VllmImage
 from tests.nodes.test_real_containers import small_service
 from tests.support.emulator import wait_for
 
@@ -110,7 +110,7 @@ def waiting_reason(pod: dict[str, Any]) -> str | None:
 
 @pytest.mark.timeout(1800)
 def test_a_kv_cache_above_the_memory_limit_is_refused_by_vllm_and_explained(
-        vllm_lock: None, admin: ClusterKubectl, namespace: str, nodes: Any,
+        vllm_lock: HeldLock, admin: ClusterKubectl, namespace: str, nodes: Any,
         vllm_image: VllmImage, hub: Any) -> None:
     """vLLM's CPU build keeps its KV cache in host memory: 8 GiB of it
     (``VLLM_CPU_KVCACHE_SPACE``) in a 6 GiB container. Tried here: vLLM reads the
