@@ -15,11 +15,13 @@ Use::
 
 What differs from a GPU cluster, and why:
 
-- **GPUs**: there are none. Each node's status advertises ``nvidia.com/gpu`` the way
-  Kubernetes documents for node-level extended resources (a PATCH of the node's status
-  capacity), and carries the label NVIDIA's GPU feature discovery sets
-  (``nvidia.com/gpu.product``), so the scheduler places GPU pods for real; no device is
-  mounted into them.
+- **GPUs**: there are none. A device plugin (``tools/device-plugin``, on the kubelet's
+  device-plugin API as NVIDIA's plugin is) registers 8 stand-in ``nvidia.com/gpu`` with
+  the kubelet, which advertises them in the node's capacity, admits pods against them and
+  allocates them per container (``NVIDIA_VISIBLE_DEVICES`` names the IDs, as NVIDIA's
+  plugin sets it); the node carries the label NVIDIA's GPU feature discovery sets
+  (``nvidia.com/gpu.product``), so the scheduler places GPU pods for real. No device is
+  mounted into them. The plugin registers again when the kubelet restarts.
 - **One node per machine**: a second kubelet needs its own network and mount namespace
   (the device-plugin socket path and iptables are per machine); the two-node
   LeaderWorkerSet group stays on the process kubelet (docs/production/node-agent.md).
@@ -491,6 +493,7 @@ class RealNodes:
         self.kubelet: Component | None = None
         self.proxy: Component | None = None
         self.dns: Component | None = None
+        self.plugin: Component | None = None
 
     def say(self, text: str) -> None:
         if self.out:
@@ -526,7 +529,7 @@ class RealNodes:
         self.stop()
 
     def stop(self) -> None:
-        for comp in (self.proxy, self.kubelet, self.dns):
+        for comp in (self.proxy, self.plugin, self.kubelet, self.dns):
             if comp is not None:
                 comp.stop()
         self.containerd.stop()
@@ -549,8 +552,15 @@ class RealNodes:
         """Start the same kubelet again (its config, root dir, certificates and ports) and
         wait for the node to report Ready."""
         assert self.kubelet is not None, "start() the node first"
+        registered = self.plugin_registrations()
         self.kubelet.start()
         wait(self.node_ready, timeout, f"node {self.node.name} Ready again", self.kubelet)
+        # The restarted kubelet removed the plugin's socket: the plugin serves and registers
+        # again, and the kubelet counts the GPUs allocatable again.
+        if self.node.gpus:
+            wait(lambda: self.plugin_registrations() > registered and self._gpus_allocatable(),
+                 60, f"the device plugin's new registration and {GPU_RESOURCE} allocatable "
+                 f"on {self.node.name} again", self.plugin)
         self.say(f"kubelet of {self.node.name} back, node Ready")
 
     # ------------------------------------------------------------ pieces
@@ -706,22 +716,37 @@ class RealNodes:
                    for c in node.get("status", {}).get("conditions") or [])
 
     def _advertise_gpus(self) -> None:
-        """``nvidia.com/gpu`` in the node's status capacity, as Kubernetes documents for
-        node-level extended resources; the kubelet copies it into allocatable."""
+        """The device plugin (built by tools/build_images.sh) registers ``nvidia.com/gpu``
+        with the kubelet, which puts it in the node's capacity and allocatable."""
         if not self.node.gpus:
             return
-        self._api("PATCH", f"/api/v1/nodes/{self.node.name}/status",
-                  [{"op": "add", "path": "/status/capacity/nvidia.com~1gpu",
-                    "value": str(self.node.gpus)}], "application/json-patch+json")
+        d = self.dir / "device-plugin"
+        self.plugin = Component("device-plugin", [
+            str(device_plugin_binary()), "-resource", GPU_RESOURCE,
+            "-count", str(self.node.gpus)], d / "device-plugin.log")
+        self.plugin.start()
+        wait(self._gpus_allocatable, 60, f"{GPU_RESOURCE} allocatable on {self.node.name}",
+             self.plugin)
 
-        def allocatable() -> bool:
-            node = self._api("GET", f"/api/v1/nodes/{self.node.name}")
-            return str(node["status"].get("allocatable", {}).get(GPU_RESOURCE)) == str(
-                self.node.gpus)
-        wait(allocatable, 30, f"{GPU_RESOURCE} allocatable on {self.node.name}", self.kubelet)
+    def plugin_registrations(self) -> int:
+        """How many times the device plugin registered with a kubelet (its log says)."""
+        if self.plugin is None or not self.plugin.log.exists():
+            return 0
+        return sum(" registered " in line and "with the kubelet" in line
+                   for line in self.plugin.log.read_text(errors="replace").splitlines())
+
+    def _gpus_allocatable(self) -> bool:
+        node = self._api("GET", f"/api/v1/nodes/{self.node.name}")
+        return str(node["status"].get("allocatable", {}).get(GPU_RESOURCE)) == str(
+            self.node.gpus)
 
     def logs(self) -> Iterator[Path]:
         yield from self.dir.rglob("*.log")
+
+
+def device_plugin_binary() -> Path:
+    """The nodes' device plugin (tools/device-plugin), built by ``tools/build_images.sh``."""
+    return images_store() / "bin" / "device-plugin"
 
 
 def coredns_binary() -> Path:

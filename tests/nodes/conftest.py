@@ -32,6 +32,7 @@ from llm_operator_sandbox.nodes import (
     RealNodes,
     buildah,
     built_images,
+    device_plugin_binary,
     registry_binary,
     run,
 )
@@ -56,7 +57,7 @@ def real_nodes(tmp_path_factory: pytest.TempPathFactory
     if not binaries_present() or not (cache_dir() / "kubelet").exists():
         pytest.fail(f"the Kubernetes binaries are not in {cache_dir()}: run "
                     "`bash tools/setup.sh --cluster` (tools/test.sh does)")
-    if not registry_binary().exists():
+    if not registry_binary().exists() or not device_plugin_binary().exists():
         pytest.fail("no images or registry built: run `bash tools/setup.sh --nodes` "
                     "(tools/test.sh does)")
     workdir = tmp_path_factory.mktemp("real-nodes")

@@ -32,6 +32,7 @@ propagation docs/production/live-admission-cap.md quotes, measured in real conta
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from typing import Any
@@ -187,6 +188,11 @@ def test_tuned_in_a_job_served_and_capped_live_all_in_containers(
     # Not root: vLLM's process runs as the pods' user (spec.pod.runAsUser, default 1000), as
     # the kernel sees it.
     assert uid_of(nodes, vllm["containerID"]) == 1000
+    # The pod's one GPU (spec.gpus.count) was allocated by the kubelet from the device
+    # plugin's devices: the plugin's Allocate named it in the container's environment.
+    device = admin.run("exec", pod_name, "-n", namespace, "-c", "vllm", "--", "printenv",
+                       "NVIDIA_VISIBLE_DEVICES").stdout.strip()
+    assert re.fullmatch(r"gpu-[0-7]", device), device
     # The container's command is the rendered one, untouched: the live cap's wrapper, then
     # `vllm serve MODEL ...`.
     spec = next(c for c in pod["spec"]["containers"] if c["name"] == "vllm")

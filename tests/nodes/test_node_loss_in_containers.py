@@ -160,7 +160,9 @@ def test_a_stopped_kubelet_is_said_and_the_pod_survives_its_return(
     finally:
         if not nodes.kubelet.alive():
             returned = time.monotonic()
-            nodes.start_kubelet()
+            registered = nodes.plugin_registrations()
+            nodes.start_kubelet()  # waits for the device plugin's next registration too
+            assert nodes.plugin_registrations() == registered + 1
 
     def back() -> dict[str, Any] | None:
         svc = admin.get("llms", NAME, namespace)

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from llm_operator_sandbox.nodes import RealNodes
+from llm_operator_sandbox.nodes import GPU_RESOURCE, RealNodes
 from tests.cluster.conftest import ClusterKubectl
 from tests.cluster.test_control_plane import condition, tiny_service
 from tests.cluster.test_pod_failures import assert_missing_token_secret
@@ -62,6 +62,60 @@ def test_the_charts_operator_pod_runs_the_image_built_here(
     assert "Traceback" not in log, log[-3000:]
     sys.stderr.write(f"operator pod {name}: {status['containerID'][:25]}..., image "
                      f"{status['imageID']}\n")
+
+
+def test_the_kubelet_allocates_gpus_from_the_device_plugin(
+        admin: ClusterKubectl, installed: dict[str, Any], namespace: str, nodes: RealNodes,
+        operator_image: OperatorImage) -> None:
+    """The device plugin (tools/device-plugin, the kubelet's device-plugin API) registered 8
+    ``nvidia.com/gpu``: the node's capacity and allocatable come from the kubelet, not a
+    patched status. A pod asking for 2 on the GPU feature discovery label runs with 2
+    distinct devices named in its container (``NVIDIA_VISIBLE_DEVICES``, from the plugin's
+    Allocate, which the kubelet called), and while it holds them a pod asking for 7 is
+    not scheduled: the scheduler counts what the kubelet left allocatable."""
+    node = admin.get("nodes", nodes.node.name) or {}
+    assert node["status"]["capacity"].get(GPU_RESOURCE) == "8", node["status"]["capacity"]
+    assert node["status"]["allocatable"].get(GPU_RESOURCE) == "8", node["status"]
+    admin.apply_obj(nodes.registry.pull_secret("regcred"), namespace)
+
+    try:
+        line, said = two_then_seven(admin, namespace, nodes, operator_image.ref)
+    finally:  # bare pods: no LLMService deletes them with the namespace's teardown
+        admin.run("delete", "pod", "two-gpus", "seven-gpus", "-n", namespace, "--wait=false",
+                  check=False)
+    sys.stderr.write(f"devices allocated by the kubelet: {line}; 7 more: {said['message']}\n")
+
+
+def gpu_pod(name: str, gpus: int, image: str) -> dict[str, Any]:
+    """A pod on the GPU feature discovery label that prints the devices it was given."""
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {
+        "imagePullSecrets": [{"name": "regcred"}], "terminationGracePeriodSeconds": 1,
+        "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-L4"},
+        "containers": [{"name": "main", "image": image,
+                        "command": ["sh", "-c", "echo devices=$NVIDIA_VISIBLE_DEVICES; "
+                                    "exec sleep 600"],
+                        "resources": {"limits": {GPU_RESOURCE: str(gpus)}}}]}}
+
+
+def two_then_seven(admin: ClusterKubectl, namespace: str, nodes: RealNodes,
+                   image: str) -> tuple[str, dict[str, Any]]:
+    """A pod with 2 GPUs runs with 2 devices; then one asking for 7 is not scheduled."""
+    admin.apply_obj(gpu_pod("two-gpus", 2, image), namespace)
+    line = wait_for(lambda: next((ln for ln in admin.run(
+        "logs", "two-gpus", "-n", namespace, check=False).stdout.splitlines()
+        if ln.startswith("devices=")), None), 60, "the pod's devices in its log", interval=1)
+    devices = line.removeprefix("devices=").split(",")
+    assert len(set(devices)) == 2 and set(devices) <= {f"gpu-{i}" for i in range(8)}, line
+    assert (admin.get("pod", "two-gpus", namespace) or {})["spec"]["nodeName"] == nodes.node.name
+
+    admin.apply_obj(gpu_pod("seven-gpus", 7, image), namespace)
+
+    def unschedulable() -> dict[str, Any] | None:
+        c = condition(admin.get("pod", "seven-gpus", namespace), "PodScheduled")
+        return c if c.get("reason") == "Unschedulable" else None
+    said = wait_for(unschedulable, 60, "the scheduler to refuse the 7-GPU pod", interval=1)
+    assert f"Insufficient {GPU_RESOURCE}" in said.get("message", ""), said
+    return line, said
 
 
 def small_service(name: str) -> dict[str, Any]:

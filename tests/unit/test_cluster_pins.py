@@ -52,3 +52,11 @@ def test_the_lws_build_and_its_users_name_one_version() -> None:
     built = re.search(r"^VERSION=(v\S+)", script, re.M)
     assert built and built.group(1) == LWS_VERSION
     assert re.search(r'^SUM="h1:[A-Za-z0-9+/=]{44}"', script, re.M)
+
+
+def test_the_device_plugin_speaks_the_api_of_the_kubelet_built() -> None:
+    """tools/device-plugin builds against k8s.io/kubelet of the same minor as the kubelet
+    tools/cluster builds (the device-plugin API the nodes' kubelet serves)."""
+    text = (TOOLS.parent / "device-plugin" / "go.mod").read_text()
+    kubelet = re.search(r"^\s*k8s\.io/kubelet (v\S+)", text, re.M)
+    assert kubelet and kubelet.group(1) == "v0." + KUBERNETES_VERSION.split(".", 1)[1]
