@@ -28,7 +28,9 @@ if ! "${B[@]}" inspect --type image "$VLLM" >/dev/null 2>&1; then
   if [ -n "$lock" ]; then
     exec 9>>"$lock"
     echo "==> waiting for the vLLM lock $lock (no vLLM server beside the build)"
+    asked=$(date +%s)
     flock 9
+    got=$(date +%s)
   fi
   echo "==> $VLLM from .venv-vllm's packages on $BASE (about 6.7 GB, 4 min)"
   s=$(date +%s)
@@ -72,5 +74,10 @@ print("    vllm", vllm.__version__, "torch", torch.__version__, "(torch.compile 
   echo "    built in $(( $(date +%s) - s )) s"
 fi
 exec 9>&-  # the lock, if held
+# tools/test.sh's ledger of the lock's holders (as llm_operator.inpod.tuner.server writes it)
+if [ -n "${got:-}" ] && [ -n "${LLMOP_VLLM_LOCK_LEDGER:-}" ]; then
+  printf 'tools/build_vllm_image.sh\t%s\t%s\n' "$((got - asked))" "$(( $(date +%s) - got ))" \
+    >> "$LLMOP_VLLM_LOCK_LEDGER"
+fi
 echo "$VLLM" > "$CACHE/vllm.txt"
 echo "==> $VLLM"

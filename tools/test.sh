@@ -17,6 +17,9 @@ if [ "${1:-}" = "--unit" ]; then
   exec .venv/bin/python -m pytest -q -m unit "$@"
 fi
 logs="$(mktemp -d)"
+# Who held the machine-wide vLLM lock, and for how long (printed at the end): the two
+# lanes' critical path is mostly that lock.
+export LLMOP_VLLM_LOCK_LEDGER="$logs/vllm-lock.tsv"
 # The control plane (a Go build: 649 s on 2 cores with little else running, the first
 # time; cached in ~/.cache/llm-operator after) builds at low priority from the start,
 # beside the installs and the first pytest step (1,351 s there, 2026-11-28), not before
@@ -125,6 +128,15 @@ rc_a=0
 wait "$lane_a" || rc_a=$?
 printf '\n==> pytest, lane A: tests/prometheus tests/vllm, then tests/e2e\n'
 cat "$logs/lane-a.log"
+if [ -s "$LLMOP_VLLM_LOCK_LEDGER" ]; then
+  printf '\n==> the vLLM lock: seconds held (and waited for) by tier, then the 12 longest holds\n'
+  awk -F'\t' '{ split($1, p, "/"); t = (p[1] == "tests") ? p[2] : $1
+                held[t] += $3; waited[t] += $2; n[t]++ }
+    END { for (t in held) printf "    %-28s %6.0f s held, %6.0f s waited, %3d holds\n",
+          t, held[t], waited[t], n[t] }' "$LLMOP_VLLM_LOCK_LEDGER" | sort -k2 -nr
+  sort -t$'\t' -k3 -nr "$LLMOP_VLLM_LOCK_LEDGER" | head -12 |
+    awk -F'\t' '{ printf "    %6.0f s held, %6.0f s waited  %s\n", $3, $2, $1 }'
+fi
 printf '\n==> exit codes: unit/chart/integration %s; lane A %s; lane B %s\n' \
   "$rc_1" "$rc_a" "$rc_b"
 [ "$rc_1" -eq 0 ] && [ "$rc_a" -eq 0 ] && [ "$rc_b" -eq 0 ]

@@ -54,12 +54,16 @@ def vllm_lock(path: str | None = None, timeout_s: float = 3600.0) -> Iterator[No
     """Hold the machine-wide exclusive lock that serialises vLLM servers.
 
     ``path`` defaults to ``$LLMOP_VLLM_LOCK`` or ``/tmp/llmop-vllm.lock``; an empty
-    ``LLMOP_VLLM_LOCK`` disables locking. Waits at most ``timeout_s``.
+    ``LLMOP_VLLM_LOCK`` disables locking. Waits at most ``timeout_s``. With
+    ``LLMOP_VLLM_LOCK_LEDGER`` set (tools/test.sh sets it), each hold appends one line to
+    that file: the holder (the pytest test, else the command), seconds waited, seconds held.
     """
     lock_path = path if path is not None else os.environ.get("LLMOP_VLLM_LOCK", DEFAULT_LOCK)
     if not lock_path:
         yield
         return
+    asked = time.monotonic()
+    got: float | None = None
     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
     try:
         deadline = time.monotonic() + timeout_s
@@ -76,11 +80,24 @@ def vllm_lock(path: str | None = None, timeout_s: float = 3600.0) -> Iterator[No
                     raise TimeoutError(
                         f"vLLM lock {lock_path} not free after {timeout_s:.0f} s") from None
                 time.sleep(1.0)
+        got = time.monotonic()
         yield
     finally:
         with contextlib.suppress(OSError):
             fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
+        if got is not None:
+            _ledger(got - asked, time.monotonic() - got)
+
+
+def _ledger(waited_s: float, held_s: float) -> None:
+    """One line for ``$LLMOP_VLLM_LOCK_LEDGER``, if set: who held the lock, how long."""
+    ledger = os.environ.get("LLMOP_VLLM_LOCK_LEDGER")
+    if not ledger:
+        return
+    holder = os.environ.get("PYTEST_CURRENT_TEST") or " ".join(sys.argv[:2])
+    with contextlib.suppress(OSError), open(ledger, "a", encoding="utf-8") as f:
+        f.write(f"{holder.replace(chr(9), ' ')}\t{waited_s:.1f}\t{held_s:.1f}\n")
 
 
 def server_command(
