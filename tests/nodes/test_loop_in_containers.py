@@ -47,14 +47,12 @@ from llm_operator_sandbox.prometheus import PodMonitorDiscovery
 from tests.cluster.conftest import ClusterKubectl
 from tests.cluster.test_control_plane import condition
 from tests.nodes.conftest import (
-    OPERATOR_PODS,
     RELEASE_NAMESPACE,
     HeldLock,
     OperatorImage,
     VllmImage,
     operator_pod,
     pod_of,
-    ready,
 )
 from tests.nodes.test_real_containers import container_status
 from tests.nodes.test_vllm_in_containers import (
@@ -143,10 +141,7 @@ def test_tuned_in_a_job_served_and_capped_live_all_in_containers(
     admin.run("delete", "pod", old_operator, "-n", RELEASE_NAMESPACE, "--grace-period=0",
               "--force")
     killed = time.monotonic()
-    new_operator = wait_for(lambda: next((p for p in admin.items(
-        "pods", RELEASE_NAMESPACE, OPERATOR_PODS) if p["metadata"]["name"] != old_operator
-        and ready(p)), None), 120,
-        "the operator's next pod Ready", interval=1)
+    new_operator = operator_pod(admin, other_than=old_operator)
     sys.stderr.write(f"operator pod {old_operator} deleted; {new_operator['metadata']['name']}"
                      f" Ready {time.monotonic() - killed:.1f} s later\n")
     try:
