@@ -1,10 +1,12 @@
-"""The demo's binding-cap comparison, stored and rendered (issue 57 item 5).
+"""The demo's binding-cap comparisons, stored and rendered (issue 57 item 5).
 
 ``bash tools/demo.sh`` runs the comparison registered in
-``benchmarks/configs/demo_binding_cap.yaml`` (``llm_operator_sandbox.cap_effect``) and
-writes each run's record to ``/tmp/llmop-demo-plots/LABEL.json``; a run kept for the
-record is copied to ``benchmarks/data/demo_binding_cap/run_N.json``. This renders every
-stored run into the ``demo-binding-cap`` section of ``benchmarks/results/adaptation.md``:
+``benchmarks/configs/demo_binding_cap.yaml`` (``llm_operator_sandbox.cap_effect``),
+``bash tools/demo.sh --nodes`` the one in ``demo_binding_cap_nodes.yaml``; each writes a
+run's record to ``/tmp/llmop-demo-plots/LABEL.json``, and a run kept for the record is
+copied to ``benchmarks/data/demo_binding_cap[_nodes]/run_N.json``. This renders every
+stored run into the ``demo-binding-cap`` and ``demo-binding-cap-nodes`` sections of
+``benchmarks/results/adaptation.md``:
 
     .venv/bin/python -m benchmarks.demo_binding_cap --write-results
 """
@@ -17,17 +19,22 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from llm_operator_sandbox.cap_effect import METRICS
+from llm_operator_sandbox.cap_effect import CONFIG, METRICS, NODES_CONFIG
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "benchmarks" / "data" / "demo_binding_cap"
 PAGE = ROOT / "benchmarks" / "results" / "adaptation.md"
 SECTION = "demo-binding-cap"
+NODES_SECTION = "demo-binding-cap-nodes"
+# Each section: its stored runs and its registered config.
+SECTIONS = {SECTION: (DATA, CONFIG),
+            NODES_SECTION: (DATA.with_name("demo_binding_cap_nodes"), NODES_CONFIG)}
 
 
-def runs() -> list[tuple[str, dict[str, Any]]]:
-    """The stored runs, oldest first: (file name, record)."""
-    files = sorted(DATA.glob("run_*.json"), key=lambda p: int(p.stem.split("_")[1]))
+def runs(section: str = SECTION) -> list[tuple[str, dict[str, Any]]]:
+    """The stored runs of a section, oldest first: (file name, record)."""
+    files = sorted(SECTIONS[section][0].glob("run_*.json"),
+                   key=lambda p: int(p.stem.split("_")[1]))
     return [(p.name, json.loads(p.read_text())) for p in files]
 
 
@@ -38,9 +45,24 @@ def _cell(s: dict[str, Any], fmt: str) -> str:
 FORMATS = {label: fmt for label, _, fmt, _ in METRICS}  # as the demo prints them
 
 
-def render(stored: list[tuple[str, dict[str, Any]]]) -> str:
-    """The section's markdown (pure)."""
-    lines = [f"<!-- {SECTION}:begin -->",
+_NODES_INTRO = [
+    "## The demo on real nodes: the adapted cap against the tuned static cap", "",
+    "`bash tools/demo.sh --nodes`, step 5: the same comparison with the engine in a real "
+    "container, on a shorter load (32 clients, 32 requests of 128 + 128 tokens) 4 times, "
+    "interleaved (adapted, static, static, adapted). Registered before the first run in "
+    "`benchmarks/configs/demo_binding_cap_nodes.yaml`. Each cell: the mean [lowest, "
+    "highest] of an arm's 2 rounds. Stored: `benchmarks/data/demo_binding_cap_nodes/`.", "",
+    "**Measured in real containers here** (Kubernetes' kubelet, containerd and runc; vLLM's "
+    "CPU build in a container of the image built here, 1.5 CPUs; the wide-KV stand-in of "
+    "`demo/tiny-llama-nodes.yaml`, whose 1 GiB KV cache holds 4,096 tokens, 15 such "
+    "requests; the real control plane).", ""]
+
+
+def render(stored: list[tuple[str, dict[str, Any]]], section: str = SECTION) -> str:
+    """A section's markdown (pure)."""
+    if section == NODES_SECTION:
+        return _render(stored, section, _NODES_INTRO)
+    return _render(stored, section, [
              "## The demo: the adapted cap against the tuned static cap, on the same load", "",
              "`bash tools/demo.sh`, step 5: after the adaptation has moved the cap, the same "
              "load (32 clients, 128 requests of 128 + 128 tokens) 6 times, interleaved "
@@ -53,7 +75,11 @@ def render(stored: list[tuple[str, dict[str, Any]]]) -> str:
              "benchmarks.demo_binding_cap --write-results`.", "",
              "**Measured on the CPU engine** (vLLM's CPU build, the demo's tiny Llama with a "
              "4,096-token KV cache that holds 15 such requests, 2 cores; the real control "
-             "plane, the process kubelet).", ""]
+             "plane, the process kubelet).", ""])
+
+
+def _render(stored: list[tuple[str, dict[str, Any]]], section: str, intro: list[str]) -> str:
+    lines = [f"<!-- {section}:begin -->", *intro]
     for name, rec in stored:
         caps = rec["caps"]
         lines += [f"### `{name}` ({rec['label']}, {rec['time']}): cap {caps['adapted']} "
@@ -69,16 +95,17 @@ def render(stored: list[tuple[str, dict[str, Any]]]) -> str:
             f"{r['arm']} {r['preemptions']:.0f} preemptions, TTFT p95 {r['ttft_p95_ms']:,.0f} "
             f"ms, {r['goodput_rps']:.2f} req/s" for r in rec["rounds"])
         lines += ["", f"Rounds in order: {order}.", ""]
-    lines.append(f"<!-- {SECTION}:end -->")
+    lines.append(f"<!-- {section}:end -->")
     return "\n".join(lines)
 
 
 def write_results(page: Path = PAGE) -> None:
     text = page.read_text()
-    block = render(runs())
-    pattern = re.compile(rf"<!-- {SECTION}:begin -->.*?<!-- {SECTION}:end -->", re.S)
-    text = pattern.sub(lambda _: block, text) if pattern.search(text) else \
-        text.rstrip("\n") + "\n\n" + block + "\n"
+    for section in SECTIONS:
+        block = render(runs(section), section)
+        pattern = re.compile(rf"<!-- {section}:begin -->.*?<!-- {section}:end -->", re.S)
+        text = pattern.sub(lambda _, b=block: b, text) if pattern.search(text) else \
+            text.rstrip("\n") + "\n\n" + block + "\n"
     page.write_text(text)
 
 
@@ -87,8 +114,9 @@ def main(argv: list[str]) -> int:
         sys.stderr.write(__doc__ or "")
         return 2
     write_results()
-    sys.stdout.write(f"wrote the {SECTION} section of {PAGE.relative_to(ROOT)} from "
-                     f"{len(runs())} run(s)\n")
+    for section in SECTIONS:
+        sys.stdout.write(f"wrote the {section} section of {PAGE.relative_to(ROOT)} from "
+                         f"{len(runs(section))} run(s)\n")
     return 0
 
 

@@ -120,7 +120,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
               "short chats to long documents) on the real vLLM CPU engine, the load never "
               "pausing and restart time counted; three runs of one committed config.",
               (Config("adapt-live-1", ("adaptation", "adaptation-2", "adaptation-3"), CPU),),
-              ("client-keepalive", "demo-binding-cap")),
+              ("client-keepalive", "demo-binding-cap", "demo-binding-cap-nodes")),
     Benchmark("engine-features", "Chunked prefill and the prefix cache",
               "vLLM's chunked prefill on and off, and its prefix cache with the tuner's own "
               "load, measured on the CPU engine.",
@@ -260,6 +260,7 @@ NO_GOALS: dict[str, str] = {
     "client-ab": "an A/B of the operator's API client",
     "client-keepalive": "an A/B of the client's keep-alive",
     "demo-binding-cap": "the demo's adapted cap against the tuned static one, same load",
+    "demo-binding-cap-nodes": "the same on real nodes (the engine in a container)",
     "gpu-kernels": "PyTorch GEMMs on an H100 and an H200 against the model's efficiency factors",
     "gpu-kernels-moe": "routed experts on an H200 (PyTorch measured here, vLLM's fused MoE "
                        "measured by NVIDIA) against the model's HBM factor",

@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 CONFIG = Path(__file__).resolve().parents[2] / "benchmarks" / "configs" / "demo_binding_cap.yaml"
+NODES_CONFIG = CONFIG.with_name("demo_binding_cap_nodes.yaml")  # the demo on real nodes
 ADAPTED, STATIC = "adapted", "static"
 
 
@@ -146,14 +147,20 @@ def summarize(rounds: Sequence[Round]) -> list[Row]:
     return rows
 
 
+LOCAL_FIGURES = ("measured on the CPU engine (vLLM CPU build, the demo's tiny Llama, this "
+                 "machine's cores)")
+NODES_FIGURES = ("measured in real containers here, on the CPU engine (vLLM CPU build in a "
+                 "container of the image built here, 1.5 CPUs; the wide-KV stand-in)")
+
+
 def record(rounds: Sequence[Round], config: EffectConfig, adapted: int, static: int,
-           when: str) -> dict[str, Any]:
+           when: str, figures: str = LOCAL_FIGURES) -> dict[str, Any]:
     """What the demo writes beside its plots: the registered label, the caps, every
-    round as measured and the summary rows (a run's record for benchmarks/)."""
+    round as measured and the summary rows (a run's record for benchmarks/);
+    ``figures`` labels where they were measured."""
     return {
         "label": config.label, "time": when, "caps": {ADAPTED: adapted, STATIC: static},
-        "label_of_figures": "measured on the CPU engine (vLLM CPU build, the demo's tiny "
-                            "Llama, this machine's cores)",
+        "label_of_figures": figures,
         "rounds": [{**asdict(r), "preemptions_per_request": r.preemptions_per_request}
                    for r in rounds],
         "summary": [{"metric": row.metric, ADAPTED: asdict(row.adapted),

@@ -244,6 +244,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--emulated", action="store_true",
                    help="the EMULATED API server and node agent instead of the real control "
                         "plane (no Go build needed)")
+    p.add_argument("--nodes", action="store_true",
+                   help="the pods in REAL containers: Kubernetes' kubelet, containerd and "
+                        "runc on this machine, images built here (needs root and `bash "
+                        "tools/setup.sh --nodes`; `bash tools/demo.sh --nodes` does both)")
     p.add_argument("--keep", action="store_true",
                    help="keep the emulated server and the operator running until Ctrl-C")
     p.add_argument("--project-dir", help="folder with crds/, examples/ and demo/ (default: found)")
@@ -260,7 +264,8 @@ def _cmd_demo(args: Any) -> int:
         return 2
     from .loop_demo import run_loop_demo
 
-    return run_loop_demo(project, kubectl_binary(), keep=args.keep, emulated=args.emulated)
+    return run_loop_demo(project, kubectl_binary(), keep=args.keep, emulated=args.emulated,
+                         nodes=args.nodes)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -38,14 +38,22 @@ from .tiny_model import ensure_tiny_llama
 
 CRD_FILE = "llmservices.llmops.dev.yaml"
 EXAMPLE_FILE = "tiny-llama-local.yaml"
+# The manifest on real nodes: the wide-KV stand-in, the vLLM CPU image, a 1 GiB KV cache.
+NODES_EXAMPLE_FILE = "tiny-llama-nodes.yaml"
+# The wide-KV stand-in's dimensions (demo/tiny-llama-nodes.yaml says why).
+WIDE_KV_MODEL = {"heads": 128, "kv_heads": 128, "head_dim": 256}
+# The filled-in values' marker in that manifest.
+FILLED_IN = "filled-in-by-the-demo"
 MODEL_CACHE = Path(os.environ.get("LLMOP_TEST_MODELS", "/tmp/llmop-models"))
 # The CPU KV cache the agent gives each vLLM server: 4,096 tokens of the tiny Llama,
 # so 32 clients preempt and the adaptation has something to act on.
 KV_CACHE_BYTES = 2 * 1024 * 1024
-# Where the loop's API server comes from: the REAL control plane built from Kubernetes'
-# Go modules (:mod:`.cluster`, with the local kubelet) or the EMULATED one (:mod:`.emulator`,
-# with the node agent playing the controllers too).
-BACKENDS = ("cluster", "emulated")
+# Where the loop's API server comes from and what runs its pods: the REAL control plane
+# built from Kubernetes' Go modules with REAL nodes (:mod:`.nodes`: Kubernetes' kubelet,
+# containerd, runc; images built here), the same control plane with the local kubelet
+# (:mod:`.cluster`, pods as processes), or the EMULATED one (:mod:`.emulator`, with the
+# node agent playing the controllers too).
+BACKENDS = ("nodes", "cluster", "emulated")
 
 
 def default_vllm_python(project: Path) -> Path:
@@ -116,22 +124,42 @@ class LocalLoop:
         self.operator_kubeconfig = self.kubeconfig
         self.cluster: Any = None
         self.installed: Any = None
+        self.nodes: Any = None
+        self.hub: Any = None
+        self.vllm_ref = ""  # the vLLM CPU image in the registry (nodes)
         self.validate = "--validate=false"  # the emulator serves no OpenAPI
+        self.example_file = NODES_EXAMPLE_FILE if backend == "nodes" else EXAMPLE_FILE
 
     # --- parts -------------------------------------------------------------------------
     def example(self) -> dict[str, Any]:
-        """The example LLMService the loop applies (``demo/tiny-llama-local.yaml``)."""
-        doc: dict[str, Any] = yaml.safe_load((self.project / "demo" / EXAMPLE_FILE)
+        """The example LLMService the loop applies (``demo/tiny-llama-local.yaml``; on real
+        nodes ``demo/tiny-llama-nodes.yaml`` with its image and Hub endpoint filled in
+        once they are known)."""
+        doc: dict[str, Any] = yaml.safe_load((self.project / "demo" / self.example_file)
                                              .read_text())
+        if self.backend == "nodes" and self.vllm_ref and self.hub is not None:
+            doc["spec"]["image"] = self.vllm_ref
+            for var in doc["spec"]["pod"]["env"]:
+                if var["value"] == FILLED_IN:
+                    var["value"] = self.hub.endpoint
         return doc
+
+    def filled_in(self) -> list[str]:
+        """What the loop set in the example, to print beside its apply."""
+        if self.backend != "nodes":
+            return []
+        return [f"spec.image: {self.vllm_ref}", f"HF_ENDPOINT: {self.hub.endpoint}"]
 
     def start(self) -> LocalLoop:
         """Model, API server, CRDs, Prometheus with discovery, operator, node agent."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.model_name = self.example()["spec"]["model"]["name"]
         self.say(f"Generating the tiny model for {self.model_name} (cached in {MODEL_CACHE})")
-        self.model_dir = ensure_tiny_llama(MODEL_CACHE, self.vllm_python)
+        self.model_dir = ensure_tiny_llama(
+            MODEL_CACHE, self.vllm_python, **(WIDE_KV_MODEL if self.backend == "nodes" else {}))
         self._stack.callback(self._forget_parts)
+        if self.backend == "nodes":
+            return self._start_on_nodes()
         if self.backend == "cluster":
             return self._start_on_cluster()
         return self._start_emulated()
@@ -180,6 +208,74 @@ class LocalLoop:
         self._stack.callback(self.discovery.stop)
         self.start_operator()
         self._stack.callback(self.stop_operator)
+        return self
+
+    def _start_on_nodes(self) -> LocalLoop:
+        """The REAL control plane with a REAL node (:mod:`.nodes`): Kubernetes' kubelet,
+        containerd and runc, a CNI bridge, kube-proxy, CoreDNS, a device plugin with 8
+        stand-in GPUs, and a registry that requires a login, holding the operator's image
+        and the vLLM CPU image built here (``tools/build_images.sh``). The chart is
+        installed by helm from that registry: the operator runs in its pod."""
+        from .cluster import LocalCluster, helm_install, run_tool
+        from .hub import LocalHub, folder_files
+        from .nodes import NodeNetwork, RealNodes, built_images
+
+        assert self.model_dir is not None
+        if self.helm is None:
+            raise RuntimeError("the nodes backend installs the chart with helm: pass its "
+                               "path (python tools/install_helm.py installs one)")
+        images = built_images()
+        missing = [n for n in ("operator", "vllm") if n not in images]
+        if missing:
+            raise RuntimeError(f"no {' and no '.join(missing)} image built: run "
+                               "`bash tools/setup.sh --nodes` (tools/build_images.sh --vllm)")
+        ns = self.settings.namespace
+        self.validate = "--validate=strict"
+        net = self._stack.enter_context(NodeNetwork(roots=(self.workdir,)))
+        self.cluster = self._stack.enter_context(
+            LocalCluster(self.workdir / "cluster", host=net.gateway, out=self.say))
+        self.kubeconfig.write_text(self.cluster.admin_kubeconfig.read_text())
+        self.say(f"REAL Kubernetes control plane on {self.cluster.url} "
+                 f"(KUBECONFIG={self.kubeconfig}, the admin)")
+        self.nodes = self._stack.enter_context(
+            RealNodes(self.cluster, self.workdir / "nodes", out=self.say))
+        t0 = time.monotonic()
+        operator_ref = self.nodes.registry.push(images["operator"], "llm-operator")
+        self.vllm_ref = self.nodes.registry.push(images["vllm"], "vllm-cpu",
+                                                 compression="zstd")
+        self.say(f"pushed {operator_ref} and {self.vllm_ref} to the registry in "
+                 f"{time.monotonic() - t0:.0f} s")
+        self.hub = self._stack.enter_context(
+            LocalHub({self.model_name: folder_files(self.model_dir)}, host=self.cluster.host))
+        self.kubectl("apply", "--server-side", "-f", "-",
+                     stdin=yaml.safe_dump(podmonitor_crd()))
+        self.discovery = PodMonitorDiscovery(
+            self.kubeconfig, self.workdir / "prometheus", namespaces=[ns], interval_s=1.0,
+            scrape_interval=f"{self.settings.scrape_interval_seconds}s",
+            host=self.cluster.host).start()
+        self._stack.callback(self.discovery.stop)
+        assert self.discovery.prometheus is not None
+        release_ns = "llm-operator"
+        run_tool([self.kubectl_path, "create", "namespace", release_ns], self.kubeconfig)
+        for namespace in {ns, release_ns}:
+            self.kubectl("apply", "-n", namespace, "-f", "-",
+                         stdin=yaml.safe_dump(self.nodes.registry.pull_secret("regcred")))
+        registry, digest = self.nodes.registry.host, operator_ref.split("@")[1]
+        self.installed = helm_install(
+            self.cluster, self.helm, self.kubectl_path,
+            self.project / "charts" / "llm-operator", namespace=release_ns,
+            values={"image": {"registry": registry, "repository": "llm-operator",
+                              "digest": digest},
+                    "imagePullSecrets": [{"name": "regcred"}],
+                    "watchNamespaces": [ns],
+                    "admission": {"allowedImages": [f"{registry}/"]},
+                    "settings": {
+                        "hfEndpoint": self.hub.endpoint,
+                        "prometheusUrl": self.discovery.prometheus.url,
+                        "scrapeIntervalSeconds": self.settings.scrape_interval_seconds,
+                        "adaptationWindowSeconds": self.settings.adaptation_window_seconds}})
+        self.say(f"helm install {self.installed.release}: the operator runs in the chart's "
+                 f"pod from {operator_ref}")
         return self
 
     def _start_emulated(self) -> LocalLoop:
@@ -274,9 +370,12 @@ class LocalLoop:
         return (proc.stdout + proc.stderr).rstrip()
 
     def get(self, kind: str, name: str | None = None) -> dict[str, Any]:
-        """``kubectl get KIND [NAME] -o json`` ({} when absent)."""
-        args = ["get", kind, *([name] if name else []), "-n", self.settings.namespace,
-                "-o", "json"]
+        """``kubectl get KIND [NAME] -o json`` in the loop's namespace ({} when absent)."""
+        return self.get_in(self.settings.namespace, kind, name)
+
+    def get_in(self, namespace: str, kind: str, name: str | None = None) -> dict[str, Any]:
+        """``kubectl get KIND [NAME] -n NAMESPACE -o json`` ({} when absent)."""
+        args = ["get", kind, *([name] if name else []), "-n", namespace, "-o", "json"]
         out = self.kubectl(*args, check=False)
         try:
             doc: dict[str, Any] = json.loads(out)
@@ -290,7 +389,13 @@ class LocalLoop:
                             "-f", "-", stdin=yaml.safe_dump(obj))
 
     def pod_url(self, pod: dict[str, Any], port_name: str = "http") -> str | None:
-        """The local URL of a pod's port (from the agent's ports annotation)."""
+        """The URL of a pod's port: on real nodes its pod IP (the bridge routes it from
+        this machine) and the container's port; else from the agent's ports annotation."""
+        if self.backend == "nodes":
+            ip = (pod.get("status") or {}).get("podIP")
+            port = next((p["containerPort"] for c in pod["spec"].get("containers") or []
+                         for p in c.get("ports") or [] if p.get("name") == port_name), None)
+            return f"http://{ip}:{port}" if ip and port else None
         raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(
             "sandbox.llmops.dev/ports")
         if not raw:
@@ -375,6 +480,20 @@ def tuner_log_lines(loop: LocalLoop, seen: set[str]) -> list[str]:
     """New lines of the tuning pods' tuner logs (what ``kubectl logs`` would show), for
     the trials as they finish."""
     out = []
+    if loop.backend == "nodes":  # the kubelet keeps the logs: `kubectl logs`
+        for pod in loop.get("pods").get("items") or []:
+            labels = pod["metadata"].get("labels") or {}
+            if labels.get("llmops.dev/component") != "tuning":
+                continue
+            name = pod["metadata"]["name"]
+            text = loop.kubectl("logs", name, "-c", "tuner", "-n", loop.settings.namespace,
+                                check=False)
+            for line in text.splitlines():
+                key = f"{name}:{line}"
+                if key not in seen and any(w in line.lower() for w in TUNER_WORDS):
+                    seen.add(key)
+                    out.append(line.strip())
+        return out
     for log in sorted((loop.workdir / "agent" / "pods").glob("*tun*/containers/*/log")):
         with contextlib.suppress(OSError):
             for line in log.read_text(errors="replace").splitlines():

@@ -28,6 +28,10 @@ from llm_operator.inpod.engine.cap import METRIC_CAP
 
 from .cap_effect import (
     ADAPTED,
+    CONFIG,
+    LOCAL_FIGURES,
+    NODES_CONFIG,
+    NODES_FIGURES,
     STATIC,
     Round,
     Workload,
@@ -37,7 +41,6 @@ from .cap_effect import (
     summarize,
 )
 from .loop import (
-    EXAMPLE_FILE,
     LocalLoop,
     condition,
     default_vllm_python,
@@ -59,6 +62,19 @@ INTRO_CLUSTER = (
     "[bold]Local[/]: the kubelet, which runs each pod the scheduler binds to its nodes as "
     "local processes (it prints what it substitutes); there is no GPU."
 )
+INTRO_NODES = (
+    "[bold]Real[/]: the Kubernetes control plane (kube-apiserver, etcd, "
+    "kube-controller-manager, kube-scheduler v1.37.2), one node: Kubernetes' kubelet "
+    "v1.37.2 and kube-proxy (built from Go modules), containerd and runc (Debian's), a CNI "
+    "bridge, CoreDNS, and a registry that requires a login. The pods run in containers, "
+    "exactly as rendered, from images built on this machine: the operator's (the "
+    "chart's pod) and a vLLM CPU image. helm, kubectl, the tuner in the tuning Job, vLLM's "
+    "benchmark as the load, and Prometheus, which finds the pods only through the "
+    "rendered PodMonitor.\n"
+    "[bold]Stand-ins[/]: 8 GPUs a device plugin advertises (the scheduler and the kubelet "
+    "count them; nothing is behind them: vLLM runs on the CPUs), and a generated model "
+    "served by a local Hub endpoint."
+)
 INTRO = (
     "[bold]Emulated[/]: the Kubernetes API server (kmock, in this process: not a cluster) "
     "and the [bold]node agent[/] that plays the Deployment/Job controllers and the kubelet, "
@@ -67,9 +83,9 @@ INTRO = (
     "serving a tiny generated model), the tuner in the tuning Job, vLLM's benchmark as the "
     "load, and Prometheus, which finds the pods only through the rendered PodMonitor."
 )
-# The loads and the comparison: benchmarks/configs/demo_binding_cap.yaml (registered
-# before any run; cap_effect reads it).
-EFFECT = load_config()
+# The loads and the comparison: benchmarks/configs/demo_binding_cap.yaml, and
+# demo_binding_cap_nodes.yaml on real nodes (each registered before any run).
+EFFECTS = {"local": load_config(CONFIG), "nodes": load_config(NODES_CONFIG)}
 # Where the demo writes its two PNGs (outside the run's folder, which it removes).
 PLOTS_DIR = Path(tempfile.gettempdir()) / "llmop-demo-plots"
 
@@ -81,6 +97,7 @@ class LoopDemo:
         self.console = console
         self.loop = loop
         self.name = loop.example()["metadata"]["name"]
+        self.cfg = EFFECTS["nodes" if loop.backend == "nodes" else "local"]
 
     def show(self, *args: str) -> None:
         """Run kubectl and show the command and its output."""
@@ -118,7 +135,9 @@ class LoopDemo:
             f"GPUs per replica {plan.get('gpusPerReplica')}, TP {plan.get('tensorParallelSize')}, "
             f"max-model-len {plan.get('maxModelLen')}, KV capacity {plan.get('kvTokenCapacity')} "
             f"tokens, planned max-num-seqs {plan.get('maxNumSeqs')} (on the GPU the spec names; "
-            "here the node agent gives vLLM a 4,096-token CPU KV cache instead)")
+            + ("here vLLM's CPU build holds 4,096 tokens of this model in the 1 GiB "
+               "VLLM_CPU_KVCACHE_SPACE the manifest gives it)" if self.loop.backend == "nodes"
+               else "here the node agent gives vLLM a 4,096-token CPU KV cache instead)"))
 
     def tuning(self) -> dict[str, Any]:
         self.console.rule("2. Tuning Job (spec.tuning.placement: BeforeServing)")
@@ -182,15 +201,15 @@ class LoopDemo:
         self.console.rule("4. Load (vllm.benchmarks.serve) and online adaptation (mode Apply)")
         url = self.loop.pod_url(pod)
         assert url is not None and self.loop.model_dir is not None
-        light, heavy = EFFECT.light, EFFECT.heavy
+        light, heavy = self.cfg.light, self.cfg.heavy
         start = self.cap_in_force(url)
         self.console.print(
             f"The engine's cap before the load: {start}. One light round ({light.clients} "
             f"clients, {light.prompts} requests), then rounds of {heavy.clients} clients, "
             f"{heavy.prompts} requests of {heavy.input}+{heavy.output} tokens, until the "
-            f"engine reports a moved cap in force (at most {EFFECT.adapt_seconds:.0f} s)")
+            f"engine reports a moved cap in force (at most {self.cfg.adapt_seconds:.0f} s)")
         seen = _Adaptation(pod["metadata"]["name"])
-        deadline = time.monotonic() + EFFECT.adapt_seconds
+        deadline = time.monotonic() + self.cfg.adapt_seconds
         with self.console.status("Load runs; the operator reads Prometheus every "
                                  "spec.adaptation.intervalSeconds"):
             rounds = 0
@@ -242,7 +261,7 @@ class LoopDemo:
         ``maxMaxNumSeqs`` = the arm's cap: a cap outside its bounds moves into them at the
         next tick, live; ``spec.engine.maxNumSeqs`` would restart the pod), interleaved;
         the table of means and ranges. The bounds are removed at the end."""
-        self.console.rule(f"5. The effect of the adapted cap ({EFFECT.label})")
+        self.console.rule(f"5. The effect of the adapted cap ({self.cfg.label})")
         url = self.loop.pod_url(pod)
         assert url is not None and self.loop.model_dir is not None
         adapted = self.cap_in_force(url)
@@ -251,27 +270,27 @@ class LoopDemo:
                                f"{adapted} (started at {static}); nothing binds to compare")
             return []
         caps = {ADAPTED: adapted, STATIC: static}
-        w = EFFECT.load
+        w = self.cfg.load
         self.console.print(
             f"The same load ({w.clients} clients, {w.prompts} requests of {w.input}+{w.output} "
-            f"tokens) {len(EFFECT.order)} times, interleaved {', '.join(EFFECT.order)}: cap "
+            f"tokens) {len(self.cfg.order)} times, interleaved {', '.join(self.cfg.order)}: cap "
             f"{adapted} (adapted) against {static} (tuned, static), each held live by "
             "spec.adaptation.minMaxNumSeqs = maxMaxNumSeqs (no restart). Goodput counts "
-            f"requests meeting TTFT {EFFECT.ttft_ms} ms and TPOT {EFFECT.tpot_ms} ms.")
+            f"requests meeting TTFT {self.cfg.ttft_ms} ms and TPOT {self.cfg.tpot_ms} ms.")
         ns = self.loop.settings.namespace
         rounds: list[Round] = []
         try:
-            for i, arm in enumerate(EFFECT.order, 1):
+            for i, arm in enumerate(self.cfg.order, 1):
                 cap = caps[arm]
                 self.loop.kubectl("patch", "llms", self.name, "-n", ns, "--type=merge", "-p",
                                   json.dumps(_bounds(cap)))
                 if not self.wait(f"The engine reports cap {cap}",
-                                 partial(self.reports_cap, url, cap), EFFECT.cap_timeout_s):
+                                 partial(self.reports_cap, url, cap), self.cfg.cap_timeout_s):
                     self.console.print("[yellow]Comparison stopped: the cap did not arrive[/]")
                     break
                 before = engine_metric(url, VLLM_PREEMPTIONS)
-                load = _load(w, goodput=(f"ttft:{EFFECT.ttft_ms}", f"tpot:{EFFECT.tpot_ms}"))
-                with self.console.status(f"Round {i}/{len(EFFECT.order)}: {arm}, cap {cap}"):
+                load = _load(w, goodput=(f"ttft:{self.cfg.ttft_ms}", f"tpot:{self.cfg.tpot_ms}"))
+                with self.console.status(f"Round {i}/{len(self.cfg.order)}: {arm}, cap {cap}"):
                     run = LoadRun(self.loop.vllm_python, url, self.loop.model_name, load,
                                   tokenizer=str(self.loop.model_dir))
                     try:
@@ -293,7 +312,8 @@ class LoopDemo:
         if rows:
             table = Table(title=escape(
                 f"Cap {adapted} (adapted) vs {static} (tuned, static): mean [lowest, "
-                f"highest] of {len(rounds) // 2} rounds each, measured on the CPU engine"))
+                f"highest] of {len(rounds) // 2} rounds each, measured on the CPU engine"
+                + (" in real containers" if self.loop.backend == "nodes" else "")))
             for col in ("metric", "adapted", "static", "verdict"):
                 table.add_column(col)
             for row in rows:
@@ -301,10 +321,12 @@ class LoopDemo:
                               row.verdict)
             self.console.print(table)
             PLOTS_DIR.mkdir(parents=True, exist_ok=True)
-            path = PLOTS_DIR / f"{EFFECT.label}.json"
+            path = PLOTS_DIR / f"{self.cfg.label}.json"
             path.write_text(json.dumps(record(
-                rounds, EFFECT, adapted, static,
-                time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())), indent=1) + "\n")
+                rounds, self.cfg, adapted, static,
+                time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                NODES_FIGURES if self.loop.backend == "nodes" else LOCAL_FIGURES),
+                indent=1) + "\n")
             self.console.print(f"wrote [bold]{escape(str(path))}[/]", soft_wrap=True)
         self.console.print("The bounds are removed: the adaptation goes on from here.")
         return rounds
@@ -354,6 +376,38 @@ class LoopDemo:
         self.show("get", "llms", "-n", ns, "-o", "wide")
         self.show("get", "events", "-n", ns, "--field-selector",
                   "involvedObject.kind=LLMService")
+        if self.loop.backend == "nodes":
+            self.containers()
+
+    def containers(self) -> None:
+        """Each pod's containers: the image containerd resolved (by digest) and the
+        container's ID, whose scheme names the runtime (``containerd://``), as the
+        kubelet reports them in the pods' status."""
+        table = Table(title="The pods' containers, as the kubelet reports them")
+        for col in ("pod", "container", "image (registry digest)", "runtime://ID"):
+            table.add_column(col, overflow="fold")
+        runtimes, registries = set(), set()
+        for ns in (self.loop.settings.namespace, "llm-operator"):
+            for pod in self.loop.get_in(ns, "pods").get("items") or []:
+                status = pod.get("status") or {}
+                for s in (status.get("initContainerStatuses") or []) + (
+                        status.get("containerStatuses") or []):
+                    runtime, _, cid = (s.get("containerID") or "").partition("://")
+                    runtimes.add(runtime)
+                    image = s.get("imageID") or s.get("image", "")
+                    registry, _, repo = image.partition("/")
+                    registries.add(registry)
+                    table.add_row(pod["metadata"]["name"], s["name"], repo[:32],
+                                  f"{runtime}://{cid[:12]}")
+        self.console.print(table)
+        if runtimes == {"containerd"} and registries == {self.loop.nodes.registry.host}:
+            self.console.print(
+                f"Every container above ran under containerd (runc), started by Kubernetes' "
+                f"kubelet on node {self.loop.nodes.node.name}, from images built on this "
+                f"machine and pulled from the registry {self.loop.nodes.registry.host}.")
+        else:
+            self.console.print(f"[yellow]Runtimes seen: {sorted(runtimes)}; registries: "
+                               f"{sorted(registries)}[/]")
 
 
 class _Adaptation:
@@ -427,10 +481,14 @@ def helm_binary(project: Path) -> str | None:
 
 
 def run_loop_demo(project: Path, kubectl: str | None, console: Console | None = None, *,
-                  keep: bool = False, emulated: bool = False) -> int:
+                  keep: bool = False, emulated: bool = False, nodes: bool = False) -> int:
     """Run the loop demo with the checkout ``project`` and ``kubectl``; the exit code.
-    On the real control plane unless ``emulated``."""
+    On the real control plane unless ``emulated``; its pods in real containers on a real
+    node when ``nodes``, else as processes of the local kubelet."""
+    import os
+
     from .cluster import binaries_present, cache_dir
+    from .nodes import built_images, device_plugin_binary, registry_binary
 
     console = console or Console()
     vllm_python = default_vllm_python(project)
@@ -441,6 +499,16 @@ def run_loop_demo(project: Path, kubectl: str | None, console: Console | None = 
                        "--cluster builds them once)")
     if not emulated and helm is None:
         missing.append("helm (python tools/install_helm.py)")
+    if nodes:
+        if os.geteuid() != 0:
+            missing.append("root (containerd, the kubelet and iptables need it)")
+        if not (cache_dir() / "kubelet").exists():
+            missing.append(f"the kubelet in {cache_dir()} (bash tools/setup.sh --cluster)")
+        images = built_images()
+        if not (registry_binary().exists() and device_plugin_binary().exists()
+                and "operator" in images and "vllm" in images):
+            missing.append("the registry and the images built here (bash tools/setup.sh "
+                           "--nodes)")
     if missing:
         console.print("[red]error[/] the loop needs: " + "; ".join(missing) +
                       ". `bash tools/demo.sh` installs them; `llm-operator demo --tour` "
@@ -452,7 +520,7 @@ def run_loop_demo(project: Path, kubectl: str | None, console: Console | None = 
         raise SystemExit(128 + signum)  # unwinds the loop: every process it started stops
 
     signal.signal(signal.SIGTERM, terminate)
-    console.print(Panel(INTRO if emulated else INTRO_CLUSTER,
+    console.print(Panel(INTRO if emulated else INTRO_NODES if nodes else INTRO_CLUSTER,
                         title="llm-operator demo: the whole loop on one machine",
                         border_style="yellow"))
     started = time.monotonic()
@@ -465,11 +533,14 @@ def run_loop_demo(project: Path, kubectl: str | None, console: Console | None = 
             if _shown(text):
                 console.print(f"[dim]{escape(text)}[/]", highlight=False)
 
+        backend = "emulated" if emulated else "nodes" if nodes else "cluster"
         loop = LocalLoop(project, Path(tmp), kubectl, vllm_python=vllm_python, say=say,
-                         backend="emulated" if emulated else "cluster", helm=helm)
+                         backend=backend, helm=helm)
         with loop:
             demo = LoopDemo(console, loop)
-            console.print(f"[bold cyan]$ kubectl apply -f demo/{EXAMPLE_FILE}[/]")
+            console.print(f"[bold cyan]$ kubectl apply -f demo/{loop.example_file}[/]")
+            for line in loop.filled_in():
+                console.print(f"  (the demo fills in {line})", highlight=False, soft_wrap=True)
             console.print(loop.apply(loop.example()), markup=False)
             demo.plan()
             demo.tuning()
@@ -486,6 +557,7 @@ def run_loop_demo(project: Path, kubectl: str | None, console: Console | None = 
                                     "-o wide   # ... Ctrl-C to stop",
                                     title="Still running (" + (
                                         "emulated API server, local agent" if emulated else
+                                        "real control plane, real node" if nodes else
                                         "real control plane, local kubelet") + ")",
                                     border_style="yellow"))
                 try:
@@ -496,7 +568,13 @@ def run_loop_demo(project: Path, kubectl: str | None, console: Console | None = 
             console.rule("Stopping")
             loop.kubectl("delete", "llms", demo.name, "-n", loop.settings.namespace,
                          "--wait=false", check=False)
-    if emulated:
+    if nodes:
+        console.print(f"\nDone in {time.monotonic() - started:.0f} s. The control plane, the "
+                      "node (Kubernetes' kubelet, containerd, runc), helm, kubectl, vLLM, the "
+                      "tuner and Prometheus were real; the pods ran in containers from images "
+                      "built on this machine, on CPUs (the 8 GPUs were a device plugin's "
+                      "stand-ins).")
+    elif emulated:
         console.print(f"\nDone in {time.monotonic() - started:.0f} s. The API server and the "
                       "node agent were emulated (not a cluster); vLLM, the tuner, Prometheus "
                       "and kubectl were real.")

@@ -73,12 +73,17 @@ def make_tiny_llama(
     vocab: int = 1000,
     max_position: int = 4096,
     seed: int = 0,
+    head_dim: int = 0,
 ) -> Path:
     """Write a tiny ``LlamaForCausalLM`` (bf16 safetensors) and its tokenizer to ``outdir``.
 
     The tokenizer is a byte-level BPE of ``vocab`` entries (at least the 256 byte symbols
     plus the special tokens) trained on generated text; the model has random weights.
-    Returns the folder. Needs torch, transformers and tokenizers (the vLLM venv).
+    ``head_dim`` (0: ``hidden // heads``) sets each attention head's size apart from the
+    hidden size, as Gemma's and Qwen3's configs do: the real-nodes demo's stand-in uses it
+    for a large KV cache per token (what vLLM stores per token is 2 x layers x kv_heads x
+    head_dim values) on a model that stays small. Returns the folder. Needs torch,
+    transformers and tokenizers (the vLLM venv).
     """
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
@@ -130,11 +135,12 @@ def make_tiny_llama(
         eos_token_id=tok.token_to_id("</s>"),
         tie_word_embeddings=False,
         torch_dtype="bfloat16",
+        **({"head_dim": head_dim} if head_dim else {}),
     )
     model = LlamaForCausalLM(cfg).to(torch.bfloat16)
     model.save_pretrained(out, safe_serialization=True)
-    (out / MARKER).write_text(json.dumps(_key_args(hidden, layers, heads, kv_heads,
-                                                   intermediate, vocab, max_position, seed)))
+    key = _key_args(hidden, layers, heads, kv_heads, intermediate, vocab, max_position, seed)
+    (out / MARKER).write_text(json.dumps({**key, **({"head_dim": head_dim} if head_dim else {})}))
     return out
 
 
@@ -142,6 +148,24 @@ def _key_args(*values: Any) -> dict[str, Any]:
     names = ("hidden", "layers", "heads", "kv_heads", "intermediate", "vocab", "max_position",
              "seed")
     return dict(zip(names, values, strict=True))
+
+
+def model_args(**kwargs: int) -> dict[str, int]:
+    """The generator's arguments: its defaults updated by ``kwargs``. ``head_dim`` is kept
+    only where it is given (not 0), so the default model's folder stays the one every
+    cache already holds."""
+    defaults = {"hidden": 128, "layers": 2, "heads": 4, "kv_heads": 2, "intermediate": 256,
+                "vocab": 1000, "max_position": 4096, "seed": 0}
+    unknown = set(kwargs) - set(defaults) - {"head_dim"}
+    if unknown:
+        raise TypeError(f"unknown tiny-model arguments: {sorted(unknown)}")
+    return {**defaults, **{k: v for k, v in kwargs.items() if k != "head_dim" or v}}
+
+
+def model_folder(args: dict[str, int]) -> str:
+    """The cache folder's name for :func:`model_args`' result (a digest of them)."""
+    digest = hashlib.sha256(json.dumps(args, sort_keys=True).encode()).hexdigest()[:12]
+    return f"tiny-llama-{digest}"
 
 
 def ensure_tiny_llama(
@@ -155,14 +179,8 @@ def ensure_tiny_llama(
     Usable from the project's own venv (no torch needed here): it runs this file as a
     script in a subprocess.
     """
-    defaults = {"hidden": 128, "layers": 2, "heads": 4, "kv_heads": 2, "intermediate": 256,
-                "vocab": 1000, "max_position": 4096, "seed": 0}
-    unknown = set(kwargs) - set(defaults)
-    if unknown:
-        raise TypeError(f"unknown tiny-model arguments: {sorted(unknown)}")
-    args = {**defaults, **kwargs}
-    digest = hashlib.sha256(json.dumps(args, sort_keys=True).encode()).hexdigest()[:12]
-    out = Path(cache_root) / f"tiny-llama-{digest}"
+    args = model_args(**kwargs)
+    out = Path(cache_root) / model_folder(args)
     if (out / MARKER).exists() and (out / "model.safetensors").exists():
         return out
     # Generated beside it, then renamed into place: processes sharing the cache (the test
@@ -196,10 +214,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--vocab", type=int, default=1000)
     p.add_argument("--max-position", type=int, default=4096)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--head-dim", type=int, default=0, help="0: hidden // heads")
     a = p.parse_args(argv)
     make_tiny_llama(a.outdir, hidden=a.hidden, layers=a.layers, heads=a.heads,
                     kv_heads=a.kv_heads, intermediate=a.intermediate, vocab=a.vocab,
-                    max_position=a.max_position, seed=a.seed)
+                    max_position=a.max_position, seed=a.seed, head_dim=a.head_dim)
     sys.stdout.write(f"{a.outdir}\n")
     return 0
 

@@ -96,10 +96,11 @@ def test_the_results_page_holds_what_the_stored_runs_render_to() -> None:
     from benchmarks import demo_binding_cap as d
     from benchmarks.goals import blocks_of
 
-    stored = d.runs()
-    assert stored, "no stored run of the demo's comparison"
-    for _, rec in stored:
-        assert rec["label"] == load_config().label  # the registered config's label
-        assert [r["arm"] for r in rec["rounds"]] == list(load_config().order)
     page = d.PAGE.read_text()
-    assert blocks_of(page)[d.SECTION] == d.render(stored)
+    for section, (_, config) in d.SECTIONS.items():
+        stored = d.runs(section)
+        assert stored, f"no stored run of the demo's comparison {section}"
+        for _, rec in stored:
+            assert rec["label"] == load_config(config).label  # the registered config's label
+            assert [r["arm"] for r in rec["rounds"]] == list(load_config(config).order)
+        assert blocks_of(page)[section] == d.render(stored, section)
