@@ -44,6 +44,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Mark each test with the tier its folder names, so `-m unit` etc. select tiers."""
     for item in items:
         tier = Path(str(item.fspath)).relative_to(ROOT / "tests").parts[0]
-        if tier in {"unit", "chart", "integration", "prometheus", "vllm", "e2e", "aic",
-                    "nodes"}:
+        if tier in {"unit", "chart", "integration", "prometheus", "vllm", "aic", "nodes"}:
             item.add_marker(getattr(pytest.mark, tier))

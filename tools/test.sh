@@ -2,8 +2,8 @@
 # The test command: installs what the tests need, then lint, type check and every tier
 # (unit, chart, integration against the emulated API server, Prometheus, vLLM on the CPU).
 # Extra arguments go to pytest, e.g. `bash tools/test.sh -m unit` (which does not wait for
-# the control plane's build: only a selection with cluster or e2e tests does, and one with
-# cluster tests builds the tier's two controllers too).
+# the control plane's build: only a selection with cluster or nodes tests does, and one
+# with them builds the cluster tier's two controllers too).
 #
 #   bash tools/test.sh --unit   # the cheap loop: only the project venv, lint, unit tier
 set -euo pipefail
@@ -23,7 +23,7 @@ export LLMOP_VLLM_LOCK_LEDGER="$logs/vllm-lock.tsv"
 # The control plane (a Go build: 649 s on 2 cores with little else running, the first
 # time; cached in ~/.cache/llm-operator after) builds at low priority from the start,
 # beside the installs and the first pytest step (1,351 s there, 2026-11-28), not before
-# them: the cluster lane and lane A's e2e tier (the last in that lane) wait for it.
+# them: lane B (the cluster and nodes tiers) waits for it.
 # stop PID...: a background job and its children (lane A's pytest, the build's script).
 stop() { for p in "$@"; do pkill -P "$p" 2>/dev/null || true; kill "$p" 2>/dev/null || true; done; }
 ( rc=0; nice -n 15 bash tools/build_cluster.sh > "$logs/control-plane.log" 2>&1 || rc=$?
@@ -48,16 +48,16 @@ printf '\n==> import-linter (layering contracts in .importlinter)\n';  .venv/bin
 printf '\n==> hadolint\n';  .venv/bin/hadolint Dockerfile
 if [ $# -gt 0 ]; then  # pytest arguments given: one run with them
   # It waits for the control plane only when it selects a test that starts one (the
-  # cluster and e2e tiers), as pytest --collect-only lists them (about 10 s for every
+  # cluster and nodes tiers), as pytest --collect-only lists them (about 10 s for every
   # test); else the build stops with this script (`-m unit` waited up to 649 s for it).
   # A cluster or nodes test selected also needs the two Go-built controllers (built once,
   # then cached; the nodes tier serves the Prometheus Operator's CRDs), as the full run
   # builds them in lane B.
   selected="$(.venv/bin/python -m pytest --collect-only -q "$@" 2>/dev/null || true)"
-  if grep -qE '^tests/(cluster|e2e|nodes)/' <<<"$selected"; then
+  if grep -qE '^tests/(cluster|nodes)/' <<<"$selected"; then
     control_plane
   else
-    printf '\n==> the control plane is not waited for: no cluster or e2e test selected\n'
+    printf '\n==> the control plane is not waited for: no cluster or nodes test selected\n'
   fi
   if grep -qE '^tests/(cluster|nodes)/' <<<"$selected"; then
     bash tools/setup.sh --controllers
@@ -79,23 +79,28 @@ fi
 #      but beside vLLM servers on 2 cores those processes did not start within their
 #      timeouts (2026-11-27);
 #   2. two lanes at once: A, the tiers that run vLLM servers and time them (prometheus,
-#      vllm, then e2e, which needs the control plane: last, so that the build is done by
-#      then); B, the cluster tier (one control plane for the session) and aic, then the
-#      nodes tier (its own control plane, a real kubelet and containerd). A vLLM
-#      server in either lane takes the machine-wide lock (/tmp/llmop-vllm.lock): one at
-#      a time. Lane A's output follows lane B's.
+#      vllm), then the live cap on the oldest vLLM release it supports; B, the cluster
+#      tier (one control plane for the session) and aic, then the nodes tier (its own
+#      control plane, a real kubelet and containerd; it holds what was the e2e tier: the
+#      adaptation under load and a killed engine, in containers). A vLLM server in either
+#      lane takes the machine-wide lock (/tmp/llmop-vllm.lock): one at a time. Lane A's
+#      output follows lane B's.
 printf '\n==> pytest: tests/unit tests/chart tests/integration (4 workers)\n'
 rc_1=0
 .venv/bin/python -m pytest -ra --durations=15 --basetemp=/tmp/llmop-tests-b -n 4 \
   --dist loadfile tests/unit tests/chart tests/integration || rc_1=$?
-printf '\n==> pytest, lane A: tests/prometheus tests/vllm, then tests/e2e (log: %s/lane-a.log)\n' \
-  "$logs"
+# The live cap on the oldest vLLM release it supports (lane A's tiers run .venv-vllm's, the
+# newest with a CPU build): an environment hard-linked from .venv-vllm, then the release
+# test (tools/live_cap_matrix.sh; about 2 min, the environment cached after).
+OLDEST_LIVE_VLLM=$(PYTHONPATH=operator .venv/bin/python -c 'from llm_operator.knowledge.vllm_version import compat_table as t
+table = t(); print(table.releases[table.supported()[0]][1])')
+printf '\n==> pytest, lane A: tests/prometheus tests/vllm, then the live cap on vLLM %s (log: %s/lane-a.log)\n' \
+  "$OLDEST_LIVE_VLLM" "$logs"
 ( rc=0
   .venv/bin/python -m pytest -ra --durations=15 --basetemp=/tmp/llmop-tests-a \
     tests/prometheus tests/vllm || rc=$?
-  control_plane >/dev/null || { echo "the control plane did not build: no e2e tier"; exit 1; }
-  printf '\n==> pytest, lane A: tests/e2e\n'
-  .venv/bin/python -m pytest -ra --durations=15 --basetemp=/tmp/llmop-tests-e tests/e2e || rc=$?
+  printf '\n==> lane A: the live cap on vLLM %s (tools/live_cap_matrix.sh)\n' "$OLDEST_LIVE_VLLM"
+  bash tools/live_cap_matrix.sh --release-only "$OLDEST_LIVE_VLLM" || rc=1
   exit "$rc" ) > "$logs/lane-a.log" 2>&1 &
 lane_a=$!
 # lane A and the control plane's build stop with this script
@@ -117,16 +122,10 @@ nice -n 15 bash tools/setup.sh --nodes || rc_n=$?
 [ "$rc_n" -ne 0 ] || .venv/bin/python -m pytest -ra --durations=15 \
   --basetemp=/tmp/llmop-tests-n tests/nodes || rc_n=$?
 [ "$rc_n" -eq 0 ] || rc_b=$rc_n
-# The live cap on the oldest vLLM release it supports (lane A runs .venv-vllm's, the
-# newest with a CPU build): an environment hard-linked from .venv-vllm, then the release
-# test (tools/live_cap_matrix.sh; about 2 min, the environment cached after).
-OLDEST_LIVE_VLLM=$(PYTHONPATH=operator .venv/bin/python -c 'from llm_operator.knowledge.vllm_version import compat_table as t
-table = t(); print(table.releases[table.supported()[0]][1])')
-printf '\n==> lane B: the live cap on vLLM %s (tools/live_cap_matrix.sh)\n' "$OLDEST_LIVE_VLLM"
-bash tools/live_cap_matrix.sh --release-only "$OLDEST_LIVE_VLLM" || rc_b=1
 rc_a=0
 wait "$lane_a" || rc_a=$?
-printf '\n==> pytest, lane A: tests/prometheus tests/vllm, then tests/e2e\n'
+printf '\n==> pytest, lane A: tests/prometheus tests/vllm, then the live cap on vLLM %s\n' \
+  "$OLDEST_LIVE_VLLM"
 cat "$logs/lane-a.log"
 if [ -s "$LLMOP_VLLM_LOCK_LEDGER" ]; then
   printf '\n==> the vLLM lock: seconds held (and waited for) by tier, then the 12 longest holds\n'

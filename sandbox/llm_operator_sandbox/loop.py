@@ -1,17 +1,22 @@
-"""The whole loop on one machine: an EMULATED API server, the real operator, the LOCAL
-node agent running the pods it renders with the real vLLM CPU engine, and a real
-Prometheus finding them through the rendered PodMonitor. Never used against a cluster.
+"""The whole loop on one machine: an API server, the operator, pods running the real vLLM
+CPU engine, and a real Prometheus finding them through the rendered PodMonitor. Never
+used against a cluster.
 
-:class:`LocalLoop` starts and stops the parts (``llm-operator demo`` shows it; the e2e
-tier drives it). What is real and what is not:
+:class:`LocalLoop` starts and stops the parts (``llm-operator demo`` shows it), on one of
+three backends (:data:`BACKENDS`):
 
-- **emulated**: the Kubernetes API server (:mod:`.emulator`, in this process) and the
-  node agent (:mod:`.node_agent`: the Deployment and Job controllers and the kubelet,
-  running containers as local processes with the substitutions it prints);
-- **real**: ``kubectl``, the operator (``llm-operator run``, its own process), vLLM (CPU
-  build, serving a tiny generated model), the tuner in the tuning Job, vLLM's benchmark
-  as the load, and Prometheus (scraping the pods the rendered PodMonitor selects, see
-  :mod:`.podmonitor_sd`).
+- ``nodes``: the REAL control plane and a REAL node (Kubernetes' kubelet, containerd,
+  runc, a CNI bridge, kube-proxy, CoreDNS, a registry with a login); the operator runs in
+  the chart's pod and vLLM in containers, from images built here; nothing is substituted;
+- ``cluster``: the REAL control plane, the operator as a local process with the chart's
+  ServiceAccount token, and the LOCAL kubelet (:mod:`.kubelet`) running each pod's
+  containers as local processes, with the substitutions it prints;
+- ``emulated``: the EMULATED API server (:mod:`.emulator`, in this process) and the node
+  agent (:mod:`.node_agent`: the Deployment and Job controllers and the kubelet).
+
+Real in all three: ``kubectl``, the operator, vLLM (CPU build, serving a generated model),
+the tuner in the tuning Job, vLLM's benchmark as the load, and Prometheus (scraping the
+pods the rendered PodMonitor selects, see :mod:`.podmonitor_sd`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`llm-operator demo --tour` (the quick tour without an engine) runs to the end by itself
-and says that its API server is emulated. The default `demo` (the whole loop with vLLM)
-is the e2e tier's (tests/e2e)."""
+and says that its API server is emulated. The whole loop with vLLM (`demo`, `demo --nodes`) is
+run by hand (CONTRIBUTING.md); its parts are the nodes tier's (tests/nodes)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """The local node agent against the EMULATED API server (not a cluster), without vLLM:
 small Python servers stand in for the engine, so that what the agent does as the
 controllers and the kubelet (pods, probes, restarts, rollouts, delete, a container that
-cannot run) is checked in seconds. The real engine and tuner run in tests/e2e/.
+cannot run) is checked in seconds. The real engine and tuner run in real containers in
+tests/nodes/.
 """
 
 from __future__ import annotations

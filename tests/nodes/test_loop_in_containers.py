@@ -23,7 +23,8 @@ While the tuning pod runs, the operator's own pod is deleted at once (``--grace-
 --force``, as a node that dies takes it): the chart's Deployment starts another, which
 adopts the running Job (one Job UID, never a second). The chart's RBAC covers every call
 of the loop: no ``forbidden`` in the operator's log. (These steps ran on the process
-kubelet in the e2e tier before; the e2e tier keeps the adaptation under a real load.)
+kubelet in the e2e tier before; the adaptation under a real load is
+test_adaptation_in_containers.py.)
 
 The figures it prints (ConfigMap write -> engine's report -> ``capInForce``) are the
 propagation docs/production/live-admission-cap.md quotes, measured in real containers.

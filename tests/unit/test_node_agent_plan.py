@@ -3,7 +3,8 @@ objects: what process each rendered container becomes on this machine (argv, env
 volume directories), and that docs/production/node-agent.md shows every substitution.
 
 The agent itself (threads, processes, the EMULATED API server) is tested in
-tests/integration/test_node_agent.py and, with the real vLLM, in tests/e2e/.
+tests/integration/test_node_agent.py and, with the real vLLM, by `llm-operator demo
+--emulated`.
 """
 
 from __future__ import annotations

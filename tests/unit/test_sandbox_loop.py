@@ -1,5 +1,5 @@
-"""The loop's pure helpers (:mod:`llm_operator_sandbox.loop`): what the demo and the e2e
-tier read from pods and from the tuner's log."""
+"""The loop's pure helpers (:mod:`llm_operator_sandbox.loop`): what the demo reads from
+pods and from the tuner's log."""
 
 from __future__ import annotations
 
