@@ -143,10 +143,7 @@ class LocalLoop:
         doc: dict[str, Any] = yaml.safe_load((self.project / "demo" / self.example_file)
                                              .read_text())
         if self.backend == "nodes" and self.vllm_ref and self.hub is not None:
-            doc["spec"]["image"] = self.vllm_ref
-            for var in doc["spec"]["pod"]["env"]:
-                if var["value"] == FILLED_IN:
-                    var["value"] = self.hub.endpoint
+            fill_in(doc, self.vllm_ref, self.hub.endpoint)
         return doc
 
     def filled_in(self) -> list[str]:
@@ -415,6 +412,16 @@ class LocalLoop:
         return list(self.agent.pids()) if self.agent is not None else []
 
 
+def fill_in(doc: dict[str, Any], image: str, hub_endpoint: str) -> dict[str, Any]:
+    """``demo/tiny-llama-nodes.yaml`` as the demo applies it: ``spec.image`` and every env
+    value marked :data:`FILLED_IN` (``HF_ENDPOINT``) set; the rest as written."""
+    doc["spec"]["image"] = image
+    for var in doc["spec"]["pod"]["env"]:
+        if var["value"] == FILLED_IN:
+            var["value"] = hub_endpoint
+    return doc
+
+
 def condition(obj: dict[str, Any], ctype: str) -> dict[str, Any]:
     """A status condition of ``obj`` by type ({} when absent)."""
     for cond in (obj.get("status") or {}).get("conditions") or []:
@@ -483,27 +490,25 @@ TUNER_WORDS = ("trial", "best", "waiting for the vllm lock", "result")
 
 def tuner_log_lines(loop: LocalLoop, seen: set[str]) -> list[str]:
     """New lines of the tuning pods' tuner logs (what ``kubectl logs`` would show), for
-    the trials as they finish."""
+    the trials as they finish: from the kubelet through ``kubectl logs`` on real nodes,
+    else from the local kubelet's log files."""
+    if loop.backend == "nodes":
+        logs = {pod["metadata"]["name"]: loop.kubectl(
+                    "logs", pod["metadata"]["name"], "-c", "tuner", "-n",
+                    loop.settings.namespace, check=False)
+                for pod in loop.get("pods").get("items") or []
+                if (pod["metadata"].get("labels") or {}).get("llmops.dev/component")
+                == "tuning"}
+    else:
+        logs = {}
+        for log in sorted((loop.workdir / "agent" / "pods").glob("*tun*/containers/*/log")):
+            with contextlib.suppress(OSError):
+                logs[str(log)] = log.read_text(errors="replace")
     out = []
-    if loop.backend == "nodes":  # the kubelet keeps the logs: `kubectl logs`
-        for pod in loop.get("pods").get("items") or []:
-            labels = pod["metadata"].get("labels") or {}
-            if labels.get("llmops.dev/component") != "tuning":
-                continue
-            name = pod["metadata"]["name"]
-            text = loop.kubectl("logs", name, "-c", "tuner", "-n", loop.settings.namespace,
-                                check=False)
-            for line in text.splitlines():
-                key = f"{name}:{line}"
-                if key not in seen and any(w in line.lower() for w in TUNER_WORDS):
-                    seen.add(key)
-                    out.append(line.strip())
-        return out
-    for log in sorted((loop.workdir / "agent" / "pods").glob("*tun*/containers/*/log")):
-        with contextlib.suppress(OSError):
-            for line in log.read_text(errors="replace").splitlines():
-                key = f"{log}:{line}"
-                if key not in seen and any(w in line.lower() for w in TUNER_WORDS):
-                    seen.add(key)
-                    out.append(line.strip())
+    for source, text in logs.items():
+        for line in text.splitlines():
+            key = f"{source}:{line}"
+            if key not in seen and any(w in line.lower() for w in TUNER_WORDS):
+                seen.add(key)
+                out.append(line.strip())
     return out

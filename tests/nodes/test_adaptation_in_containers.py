@@ -21,7 +21,12 @@ from typing import Any
 import pytest
 import yaml
 
-from llm_operator_sandbox.loop import WIDE_KV_MODEL, default_vllm_python
+from llm_operator_sandbox.loop import (
+    NODES_EXAMPLE_FILE,
+    WIDE_KV_MODEL,
+    default_vllm_python,
+    fill_in,
+)
 from llm_operator_sandbox.prometheus import PodMonitorDiscovery
 from llm_operator_sandbox.tiny_model import ensure_tiny_llama
 from llm_operator_sandbox.vllm_load import Load, LoadRun
@@ -33,7 +38,7 @@ from tests.support.emulator import wait_for
 
 pytestmark = [pytest.mark.nodes]
 
-MANIFEST = ROOT / "demo" / "tiny-llama-nodes.yaml"
+MANIFEST = ROOT / "demo" / NODES_EXAMPLE_FILE
 # The first decision needs 4 scrapes of load in the window, the cap's arrival the kubelet's
 # next sync of the pod (its period, 1 min, plus jitter): measured figures print; the bound
 # leaves room for a slower machine.
@@ -43,11 +48,7 @@ MOVED_WITHIN_SECONDS = 420
 def demo_service(image: VllmImage, hub_endpoint: str) -> dict[str, Any]:
     """The demo's manifest as the demo applies it (its image and Hub filled in), tuning
     off: the plan's cap serves, and only the adaptation moves it."""
-    svc: dict[str, Any] = yaml.safe_load(MANIFEST.read_text())
-    svc["spec"]["image"] = image.ref
-    svc["spec"]["pod"]["env"] = [
-        {**e, "value": hub_endpoint} if e["name"] == "HF_ENDPOINT" else e
-        for e in svc["spec"]["pod"]["env"]]
+    svc = fill_in(yaml.safe_load(MANIFEST.read_text()), image.ref, hub_endpoint)
     svc["spec"]["tuning"] = {"mode": "Manual"}
     return svc
 

@@ -20,12 +20,13 @@ import pytest
 
 from tests.cluster.conftest import ClusterKubectl
 from tests.cluster.test_control_plane import condition
-from tests.nodes.conftest import HeldLock, VllmImage, pod_of
+from tests.nodes.conftest import DEMO_MODEL, HeldLock, VllmImage, pod_of
 from tests.nodes.test_real_containers import container_status
 from tests.nodes.test_vllm_in_containers import (
     READY_WITHIN_SECONDS,
     post,
     ready_or_explain,
+    task_pid,
     vllm_service,
 )
 from tests.support.emulator import wait_for
@@ -37,14 +38,6 @@ SERVER = f"llmops.dev/llmservice={NAME},llmops.dev/component=server"
 # The kubelet restarts a container after a back-off (10 s the first time); vLLM then
 # loads again on this 2-CPU node. Measured figures print; the bound leaves room.
 BACK_WITHIN_SECONDS = 600
-
-
-def task_pid(nodes: Any, container_id: str) -> int:
-    """The host PID of the container's first process (containerd's task)."""
-    cid = container_id.removeprefix("containerd://")
-    tasks = nodes.containerd.ctr("tasks", "ls").stdout.splitlines()[1:]
-    (pid,) = [line.split()[1] for line in tasks if line.split()[0] == cid]
-    return int(pid)
 
 
 @pytest.mark.timeout(1800)
@@ -85,7 +78,7 @@ def test_a_killed_engine_is_restarted_by_the_kubelet_and_ready_follows(
     assert [p["metadata"]["name"] for p in admin.items("pods", namespace, SERVER)] == [
         pod["metadata"]["name"]]
     answer = post(f"http://{pod['status']['podIP']}:8000/v1/completions",
-                  {"model": vllm_service(NAME, vllm_image, "")["spec"]["model"]["name"],
+                  {"model": DEMO_MODEL,
                    "prompt": "hello world", "max_tokens": 4})
     assert answer["choices"][0]["text"] is not None
     sys.stderr.write(f"killed: Ready=False after {down_after:.1f} s ({went_down.get('reason')}: "

@@ -68,12 +68,17 @@ ROOT_POD: dict[str, Any] = {
                              "securityContext": {"runAsUser": 0}}]}}
 
 
-def uid_of(nodes: Any, container_id: str) -> int:
-    """The real user id of the container's first process (containerd's task, /proc)."""
+def task_pid(nodes: Any, container_id: str) -> int:
+    """The host PID of the container's first process (containerd's task)."""
     cid = container_id.removeprefix("containerd://")
     tasks = nodes.containerd.ctr("tasks", "ls").stdout.splitlines()[1:]
     (pid,) = [line.split()[1] for line in tasks if line.split()[0] == cid]
-    status = Path(f"/proc/{pid}/status").read_text()
+    return int(pid)
+
+
+def uid_of(nodes: Any, container_id: str) -> int:
+    """The real user id of the container's first process (containerd's task, /proc)."""
+    status = Path(f"/proc/{task_pid(nodes, container_id)}/status").read_text()
     (uid_line,) = [line for line in status.splitlines() if line.startswith("Uid:")]
     return int(uid_line.split()[1])
 
