@@ -47,7 +47,7 @@ FORMATS = {label: fmt for label, _, fmt, _ in METRICS}  # as the demo prints the
 
 _NODES_INTRO = [
     "## The demo on real nodes: the adapted cap against the tuned static cap", "",
-    "`bash tools/demo.sh --nodes`, step 5: the same comparison with the engine in a real "
+    "`bash tools/demo.sh` (`--nodes` before 2026-12-06), step 5: the same comparison with the engine in a real "
     "container, on a shorter load (32 clients, 32 requests of 128 + 128 tokens) 4 times, "
     "interleaved (adapted, static, static, adapted). Registered before the first run in "
     "`benchmarks/configs/demo_binding_cap_nodes.yaml`. Each cell: the mean [lowest, "
@@ -64,7 +64,8 @@ def render(stored: list[tuple[str, dict[str, Any]]], section: str = SECTION) -> 
         return _render(stored, section, _NODES_INTRO)
     return _render(stored, section, [
              "## The demo: the adapted cap against the tuned static cap, on the same load", "",
-             "`bash tools/demo.sh`, step 5: after the adaptation has moved the cap, the same "
+             "`bash tools/demo.sh --processes` (`bash tools/demo.sh` before 2026-12-06), "
+             "step 5: after the adaptation has moved the cap, the same "
              "load (32 clients, 128 requests of 128 + 128 tokens) 6 times, interleaved "
              "(adapted, static, static, adapted, static, adapted), the cap held live by "
              "`spec.adaptation.minMaxNumSeqs` = `maxMaxNumSeqs` (no restart). Registered "

@@ -247,7 +247,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--nodes", action="store_true",
                    help="the pods in REAL containers: Kubernetes' kubelet, containerd and "
                         "runc on this machine, images built here (needs root and `bash "
-                        "tools/setup.sh --nodes`; `bash tools/demo.sh --nodes` does both)")
+                        "tools/setup.sh --nodes`; `bash tools/demo.sh` does both)")
     p.add_argument("--keep", action="store_true",
                    help="keep the emulated server and the operator running until Ctrl-C")
     p.add_argument("--project-dir", help="folder with crds/, examples/ and demo/ (default: found)")

@@ -1,4 +1,4 @@
-"""The demo on real nodes (``bash tools/demo.sh --nodes``): its manifest describes the
+"""The demo on real nodes (``bash tools/demo.sh``): its manifest describes the
 wide-KV stand-in the loop generates, 1 GiB of vLLM's CPU KV cache holds the same 4,096
 tokens as the local demo's, the loop fills in exactly what the manifest leaves open, and
 its registered comparison runs both arms equally and interleaved."""
@@ -130,3 +130,28 @@ def test_a_container_from_elsewhere_is_not_called_built_here() -> None:
     text = console.export_text()
     assert "Every container above" not in text
     assert "docker.io" in text
+
+
+def test_the_demo_without_root_says_how_to_run_it_before_installing_anything() -> None:
+    """The README's first command runs the pods in real containers: as a user who is not
+    root it stops at once, naming the two ways on, and installs nothing."""
+    import os
+    import shutil
+    import subprocess
+    import tempfile
+
+    if os.geteuid() != 0:
+        pytest.skip("the test runs the script as another user: needs root")
+    with tempfile.TemporaryDirectory(prefix="llmop-demo-sh-") as tmp:  # pytest's is 0700
+        copy = Path(tmp)
+        copy.chmod(0o755)
+        (copy / "tools").mkdir(mode=0o755)
+        shutil.copy(ROOT / "tools" / "demo.sh", copy / "tools" / "demo.sh")
+        proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                               "bash", str(copy / "tools" / "demo.sh")],
+                              capture_output=True, text=True, timeout=60, cwd="/")
+        assert proc.returncode == 2, proc.stderr
+        assert "need root" in proc.stderr
+        assert "sudo bash tools/demo.sh" in proc.stderr
+        assert "bash tools/demo.sh --processes" in proc.stderr
+        assert sorted(p.name for p in copy.iterdir()) == ["tools"]  # no .venv, nothing built
