@@ -47,8 +47,9 @@ FORMATS = {label: fmt for label, _, fmt, _ in METRICS}  # as the demo prints the
 
 _NODES_INTRO = [
     "## The demo on real nodes: the adapted cap against the tuned static cap", "",
-    "`bash tools/demo.sh` (`--nodes` before 2026-12-06), step 5: the same comparison with the engine in a real "
-    "container, on a shorter load (32 clients, 32 requests of 128 + 128 tokens) 4 times, "
+    "`bash tools/demo.sh` (`--nodes` before 2026-12-06), step 5: the same comparison with "
+    "the engine in a real container, on a shorter load (32 clients, 32 requests of "
+    "128 + 128 tokens) 4 times, "
     "interleaved (adapted, static, static, adapted). Registered before the first run in "
     "`benchmarks/configs/demo_binding_cap_nodes.yaml`. Each cell: the mean [lowest, "
     "highest] of an arm's 2 rounds. Stored: `benchmarks/data/demo_binding_cap_nodes/`.", "",
