@@ -103,65 +103,6 @@ def test_rbac_is_the_charts(admin: ClusterKubectl, installed: Installed) -> None
     assert not can("create", "clusterrolebindings.rbac.authorization.k8s.io")
 
 
-def test_the_loop_on_real_controllers(admin: ClusterKubectl, namespace: str,
-                                      operator: OperatorProcess, kubelet: LocalKubelet) -> None:
-    """apply -> the operator's Deployment -> the real ReplicaSet -> a pod the real
-    scheduler binds to a GPU node -> vLLM serving (local kubelet) -> Available; then
-    delete -> the garbage collector removes every object the service owned and the
-    kubelet stops the processes; the operator's log holds no Forbidden answer."""
-    svc = tiny_service()
-    admin.apply_obj(svc, namespace)
-    llms = wait_for(lambda: admin.get("llms", "tiny", namespace), 30, "the LLMService")
-    uid = llms["metadata"]["uid"]
-
-    dep = wait_for(lambda: admin.get("deployment", "tiny", namespace), 60,
-                   "the operator's Deployment")
-    assert owned_by(dep, uid)
-    by = managers(admin, "deployment", "tiny", namespace)
-    assert by["llm-operator"]["operation"] == "Apply", by
-
-    def replica_set() -> dict[str, Any] | None:
-        rs = [r for r in admin.items("replicasets", namespace)
-              if owned_by(r, dep["metadata"]["uid"])]
-        return rs[0] if rs else None
-    rs = wait_for(replica_set, 60, "a ReplicaSet made by the Deployment controller")
-
-    def bound_pod() -> dict[str, Any] | None:
-        pods = [p for p in admin.items("pods", namespace) if owned_by(p, rs["metadata"]["uid"])]
-        return pods[0] if pods and pods[0]["spec"].get("nodeName") else None
-    pod = wait_for(bound_pod, 60, "a server pod bound by the scheduler")
-    assert pod["spec"]["nodeName"].startswith("gpu-node-"), pod["spec"]["nodeName"]
-    limits = pod["spec"]["containers"][0]["resources"]["limits"]
-    assert limits.get("nvidia.com/gpu") == "1", limits
-
-    def available() -> dict[str, Any] | None:
-        obj = admin.get("llms", "tiny", namespace)
-        return obj if condition(obj, "Available").get("status") == "True" else None
-    wait_for(available, 400, "the LLMService Available (vLLM serving in the pod)",
-             interval=2)
-    dep = admin.get("deployment", "tiny", namespace)
-    assert dep is not None and dep["status"].get("availableReplicas") == 1
-
-    def owned_objects() -> set[tuple[str, str]]:
-        """Every object of the namespace with an owner (the service's children and theirs;
-        not the namespace's own kube-root-ca.crt)."""
-        return {(o["kind"], o["metadata"]["name"]) for o in admin.items(OWNED_KINDS, namespace)
-                if o["metadata"].get("ownerReferences")}
-    owned_before = owned_objects()
-    assert {("Deployment", "tiny"), ("ReplicaSet", rs["metadata"]["name"]),
-            ("Pod", pod["metadata"]["name"]), ("Service", "tiny")} <= owned_before
-    assert kubelet.pids(), "the kubelet runs no process for the serving pod"
-
-    admin.run("delete", "llms", "tiny", "-n", namespace, "--wait=true", timeout=120)
-
-    def all_gone() -> bool:
-        return not owned_objects()
-    wait_for(all_gone, 120, f"the garbage collector to remove {sorted(owned_before)}",
-             interval=1)
-    wait_for(lambda: not kubelet.pids(), 60, "the kubelet to stop every process")
-    assert forbidden_lines(operator.log()) == []
-
-
 def test_a_pod_no_node_can_take_reports_the_schedulers_message(
         admin: ClusterKubectl, namespace: str, operator: OperatorProcess) -> None:
     """A service asking for a GPU product no node carries stays Pending; the LLMService

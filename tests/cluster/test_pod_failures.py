@@ -134,34 +134,6 @@ def assert_missing_token_secret(cond: dict[str, Any], namespace: str) -> None:
                 "message"]
 
 
-def test_a_missing_token_secret_is_create_container_config_error(
-        admin: ClusterKubectl, namespace: str, operator: OperatorProcess) -> None:
-    """The kubelet cannot build the download container's env: its HF_TOKEN comes from a
-    Secret that does not exist (the local kubelet reads the Secret from the real API
-    server and answers as a kubelet does)."""
-    svc = tiny_service("token")
-    svc["spec"]["model"]["tokenSecretRef"] = {"name": "hf-token", "key": "token"}
-    cond = apply_until_false(admin, namespace, svc, "ContainersRunning", "missing Secret")
-    assert_missing_token_secret(cond, namespace)
-    assert len(warnings(admin, namespace, "token", "CreateContainerConfigError")) == 1
-    admin.run("delete", "llms", "token", "-n", namespace, "--wait=false", check=False)
-
-
-def test_an_image_that_cannot_be_pulled_is_image_pull_back_off(
-        admin: ClusterKubectl, namespace: str, operator: OperatorProcess) -> None:
-    """A registry under .invalid never resolves: the pull fails (the local kubelet's
-    stand-in for containerd) and backs off."""
-    image = "registry.invalid/vllm/vllm-openai:v0.10.1"
-    svc = tiny_service("pull")
-    svc["spec"]["image"] = image
-    cond = apply_until_false(admin, namespace, svc, "ContainersRunning", "image pull")
-    assert cond["reason"] == "ImagePullBackOff", cond
-    assert re.search(r", container download-model: (ErrImagePull: failed to pull and unpack "
-                     r"image|ImagePullBackOff: Back-off pulling image)", cond["message"]), cond
-    assert f"Fix: check that image {image} exists" in cond["message"]
-    admin.run("delete", "llms", "pull", "-n", namespace, "--wait=false", check=False)
-
-
 def test_two_replicas_on_a_read_write_once_claim_is_a_multi_attach(
         admin: ClusterKubectl, namespace: str, operator: OperatorProcess) -> None:
     """replicas: 2 on one ReadWriteOnce claim, on two nodes: the second pod stays in

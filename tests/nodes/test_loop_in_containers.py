@@ -5,7 +5,9 @@ Standard. One LLMService that tunes before serving and adapts live:
 1. the tuning Job runs in a container of the vLLM CPU image built here, the tuner copied
    from the operator's image by its init container (both pulled from the registry with
    the pod's secret); its result lands in ``status.tuning``;
-2. the Deployment rolls out onto the tuned cap: ``download-model`` fetches the model from
+2. the Deployment rolls out onto the tuned cap through the real controllers (the
+   operator's server-side apply, the Deployment controller's ReplicaSet, the scheduler's
+   binding with the planned GPU): ``download-model`` fetches the model from
    the Hub stand-in on the bridge, the server pod's ``copy-engine`` init container copies
    the scheduler class from the operator's image, vLLM loads it and runs as uid 1000, and
    a completion comes back through the Service's cluster IP (kube-proxy);
@@ -17,14 +19,15 @@ Standard. One LLMService that tunes before serving and adapts live:
    by hand), the engine reads and reports it, Prometheus scrapes the report, and the
    operator writes ``capInForce``: the same pod and container throughout, no restart;
 5. a spec change re-plans and re-renders the Deployment;
-6. delete: every child and pod goes, and Prometheus scrapes no pod of the namespace.
+6. delete: the garbage collector removes every child and pod (every object of the
+   namespace that has an owner), and Prometheus scrapes no pod of the namespace.
 
 While the tuning pod runs, the operator's own pod is deleted at once (``--grace-period 0
 --force``, as a node that dies takes it): the chart's Deployment starts another, which
 adopts the running Job (one Job UID, never a second). The chart's RBAC covers every call
 of the loop: no ``forbidden`` in the operator's log. (These steps ran on the process
-kubelet in the e2e tier before; the adaptation under a real load is
-test_adaptation_in_containers.py.)
+kubelet in the e2e tier before, the chain of controllers and the garbage collection in the
+cluster tier; the adaptation under a real load is test_adaptation_in_containers.py.)
 
 The figures it prints (ConfigMap write -> engine's report -> ``capInForce``) are the
 propagation docs/production/live-admission-cap.md quotes, measured in real containers.
@@ -46,7 +49,7 @@ from llm_operator.inpod.tuner.server import engine_metrics
 from llm_operator.rendering.admission import ADMISSION_CONFIG_MAP_SUFFIX, ADMISSION_KEY
 from llm_operator_sandbox.prometheus import PodMonitorDiscovery
 from tests.cluster.conftest import ClusterKubectl
-from tests.cluster.test_control_plane import condition
+from tests.cluster.test_control_plane import OWNED_KINDS, condition, managers, owned_by
 from tests.nodes.conftest import (
     RELEASE_NAMESPACE,
     HeldLock,
@@ -114,6 +117,8 @@ def test_tuned_in_a_job_served_and_capped_live_all_in_containers(
     vllm_ref = f"{nodes.registry.host}/vllm-cpu@{vllm_image.digest}"
     started = time.monotonic()
     admin.apply_obj(svc, namespace)
+    uid = wait_for(lambda: admin.get("llms", NAME, namespace), 30, "the LLMService")[
+        "metadata"]["uid"]
 
     # 1. The tuning Job, in a container: the tuner from the operator's image, run by the
     # vLLM image's Python, measuring servers it starts in its own pod.
@@ -177,6 +182,19 @@ def test_tuned_in_a_job_served_and_capped_live_all_in_containers(
     assert image_ids(pod)["copy-engine"] == operator_ref, image_ids(pod)
     assert image_ids(pod)["vllm"] == vllm_ref, image_ids(pod)
     assert pod["spec"]["nodeName"] == nodes.node.name
+    # The chain of real controllers: the operator's Deployment (server-side apply, field
+    # manager llm-operator, owned by the LLMService), the Deployment controller's
+    # ReplicaSet, its pod with the planned GPU; the Deployment counts it available.
+    dep = admin.get("deployment", NAME, namespace) or {}
+    assert owned_by(dep, uid), dep["metadata"].get("ownerReferences")
+    assert managers(admin, "deployment", NAME, namespace)["llm-operator"]["operation"] == "Apply"
+    (rs,) = [r for r in admin.items("replicasets", namespace)
+             if owned_by(r, dep["metadata"]["uid"]) and r["status"].get("replicas")]
+    assert owned_by(pod, rs["metadata"]["uid"]), pod["metadata"].get("ownerReferences")
+    assert dep["status"].get("availableReplicas") == 1, dep["status"]
+    limits = next(c for c in pod["spec"]["containers"] if c["name"] == "vllm")["resources"][
+        "limits"]
+    assert limits.get("nvidia.com/gpu") == "1", limits
     log = admin.run("logs", pod_name, "-n", namespace, "-c", "download-model").stdout
     assert "Downloaded llmops-demo/tiny-llama" in log, log
     assert any("/resolve/" in r and r.endswith("model.safetensors") for r in hub.requests), \
@@ -284,16 +302,26 @@ def test_tuned_in_a_job_served_and_capped_live_all_in_containers(
              "the Deployment rendered with --max-model-len 512", interval=1)
 
     # 6. Delete: every child and pod goes (the kubelet stops the containers), and Prometheus
-    # drops the pod's target (the PodMonitor went with the LLMService).
+    # drops the pod's target (the PodMonitor went with the LLMService). The garbage
+    # collector follows the owner references: every object of the namespace that has an
+    # owner (the service's children and theirs, the ReplicaSets among them) goes.
     kinds = ("deployments", "jobs", "pods", "podmonitors", "configmaps", "services")
     children = f"llmops.dev/llmservice={NAME}"
     present = {kind for kind in kinds if admin.items(kind, namespace, children)}
     assert {"deployments", "pods", "podmonitors", "configmaps", "services"} <= present, present
+
+    def owned_objects() -> set[tuple[str, str]]:
+        return {(o["kind"], o["metadata"]["name"]) for o in admin.items(OWNED_KINDS, namespace)
+                if o["metadata"].get("ownerReferences")}
+    owned_before = owned_objects()
+    assert {"Deployment", "ReplicaSet", "Pod", "Service"} <= {k for k, _ in owned_before}, \
+        owned_before
     admin.run("delete", "llms", NAME, "-n", namespace, "--wait=false")
     deleted = time.monotonic()
-    wait_for(lambda: not any(admin.items(kind, namespace, children) for kind in kinds),
-             GONE_WITHIN_SECONDS,
-             "every child and pod of the LLMService gone", interval=1)
+    wait_for(lambda: not any(admin.items(kind, namespace, children) for kind in kinds)
+             and not owned_objects(), GONE_WITHIN_SECONDS,
+             f"every child and pod of the LLMService gone (owned: {sorted(owned_before)})",
+             interval=1)
     gone = time.monotonic()
     wait_for(lambda: not [t for t in prometheus.prometheus.targets()  # type: ignore[union-attr]
                           if t["labels"].get("namespace") == namespace], 60,

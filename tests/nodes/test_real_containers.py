@@ -18,7 +18,7 @@ import pytest
 from llm_operator_sandbox.nodes import GPU_RESOURCE, RealNodes
 from tests.cluster.conftest import ClusterKubectl
 from tests.cluster.test_control_plane import condition, tiny_service
-from tests.cluster.test_pod_failures import assert_missing_token_secret
+from tests.cluster.test_pod_failures import assert_missing_token_secret, warnings
 from tests.support.emulator import wait_for
 
 from .conftest import RELEASE_NAMESPACE, OperatorImage, operator_pod, pod_of
@@ -194,6 +194,8 @@ def test_a_missing_token_secret_is_create_container_config_error(
     svc["spec"]["model"]["tokenSecretRef"] = {"name": "hf-token", "key": "token"}
     cond = apply_until_false(admin, namespace, svc, "ContainersRunning", "missing Secret")
     assert_missing_token_secret(cond, namespace)
+    # One Warning Event, though the kubelet fails the container again at each pod sync.
+    assert len(warnings(admin, namespace, "token", "CreateContainerConfigError")) == 1
 
 
 @contextmanager

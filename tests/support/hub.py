@@ -30,7 +30,9 @@ class _Hub:
     requests: list[str] = []
 
 
-def _repos() -> dict[str, dict[str, bytes | Path]]:
+def gpt_oss_repos() -> dict[str, dict[str, bytes | Path]]:
+    """gpt-oss-20b's config (and a weights index) under three names: public, gated (the
+    token :data:`TOKEN`), and without an index."""
     files: dict[str, bytes | Path] = {"config.json": json.dumps(GPT_OSS_20B).encode()}
     with_index = {**files, "model.safetensors.index.json": json.dumps(INDEX).encode()}
     return {"openai/gpt-oss-20b": with_index, "gated/gpt-oss-20b": with_index,
@@ -42,7 +44,7 @@ class LocalHub(Hub):
     ``with LocalHub() as hub:``; ``hub.endpoint`` is the HF_ENDPOINT."""
 
     def __init__(self) -> None:
-        super().__init__(_repos(), gated=frozenset(n for n, g in REPOS.items() if g),
+        super().__init__(gpt_oss_repos(), gated=frozenset(n for n, g in REPOS.items() if g),
                          token=TOKEN)
 
     def __enter__(self) -> LocalHub:
@@ -51,4 +53,4 @@ class LocalHub(Hub):
         return self
 
 
-__all__ = ["COMMIT", "GPT_OSS_20B", "INDEX", "REPOS", "TOKEN", "LocalHub"]
+__all__ = ["COMMIT", "GPT_OSS_20B", "INDEX", "REPOS", "TOKEN", "LocalHub", "gpt_oss_repos"]
