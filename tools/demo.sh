@@ -29,7 +29,8 @@ if [ "$(id -u)" != 0 ]; then
   exit 2
 fi
 
-# The control plane is a Go build (606-649 s on 2 cores the first time, then cached): it
+# The control plane is a Go build (606-649 s alone on 2 cores, 700-704 s beside the rest
+# here, the first time; then cached): it
 # runs at low priority in the background from the start, beside the installs and the image
 # builds (mostly downloads and disk), as tools/test.sh does, and the loop waits for it.
 t0=$(date +%s)

@@ -42,7 +42,7 @@ from llm_operator_sandbox.prometheus_operator import install_crds, operator_pres
 from llm_operator_sandbox.tiny_model import ensure_tiny_llama
 from tests.cluster.conftest import CHART, ClusterKubectl, helm_binary
 from tests.support.emulator import kubectl_binary, wait_for
-from tests.support.hub import REPOS, TOKEN, gpt_oss_repos
+from tests.support.hub import GATED, TOKEN, gpt_oss_repos
 
 RELEASE_NAMESPACE = "llm-operator"
 OPERATOR_PODS = "app.kubernetes.io/instance=llm-operator"  # the chart's pods
@@ -173,8 +173,7 @@ def hub(real_nodes: tuple[LocalCluster, RealNodes]) -> Iterator[LocalHub]:
     model = ensure_tiny_llama(MODEL_CACHE, python)
     wide = ensure_tiny_llama(MODEL_CACHE, python, **WIDE_KV_MODEL)
     with LocalHub({DEMO_MODEL: folder_files(model), WIDE_KV_NAME: folder_files(wide),
-                   **gpt_oss_repos()}, host=real_nodes[0].host,
-                  gated=frozenset(n for n, gated in REPOS.items() if gated),
+                   **gpt_oss_repos()}, host=real_nodes[0].host, gated=GATED,
                   token=TOKEN) as local:
         yield local
 

@@ -22,6 +22,7 @@ GPT_OSS_20B: dict[str, Any] = json.loads(
 INDEX = {"metadata": {"total_size": 13_761_300_000}, "weight_map": {}}
 TOKEN = "hf_test_token"
 REPOS = {"openai/gpt-oss-20b": False, "gated/gpt-oss-20b": True}  # name -> gated
+GATED = frozenset(name for name, gated in REPOS.items() if gated)  # need TOKEN
 
 
 class _Hub:
@@ -44,8 +45,7 @@ class LocalHub(Hub):
     ``with LocalHub() as hub:``; ``hub.endpoint`` is the HF_ENDPOINT."""
 
     def __init__(self) -> None:
-        super().__init__(gpt_oss_repos(), gated=frozenset(n for n, g in REPOS.items() if g),
-                         token=TOKEN)
+        super().__init__(gpt_oss_repos(), gated=GATED, token=TOKEN)
 
     def __enter__(self) -> LocalHub:
         _Hub.requests = self.requests
@@ -53,4 +53,5 @@ class LocalHub(Hub):
         return self
 
 
-__all__ = ["COMMIT", "GPT_OSS_20B", "INDEX", "REPOS", "TOKEN", "LocalHub", "gpt_oss_repos"]
+__all__ = ["COMMIT", "GATED", "GPT_OSS_20B", "INDEX", "REPOS", "TOKEN", "LocalHub",
+           "gpt_oss_repos"]
