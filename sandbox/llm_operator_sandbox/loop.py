@@ -391,8 +391,9 @@ class LocalLoop:
                             "-f", "-", stdin=yaml.safe_dump(obj))
 
     def pod_url(self, pod: dict[str, Any], port_name: str = "http") -> str | None:
-        """The URL of a pod's port: on real nodes its pod IP (the bridge routes it from
-        this machine) and the container's port; else from the agent's ports annotation."""
+        """The URL of a pod's port: on real nodes (Kubernetes' kubelet) its pod IP (the
+        bridge routes it from this machine) and the container's port; else from the ports
+        annotation the process kubelet (cluster) or the node agent (emulated) writes."""
         if self.backend == "nodes":
             ip = (pod.get("status") or {}).get("podIP")
             port = next((p["containerPort"] for c in pod["spec"].get("containers") or []
@@ -490,8 +491,9 @@ TUNER_WORDS = ("trial", "best", "waiting for the vllm lock", "result")
 
 def tuner_log_lines(loop: LocalLoop, seen: set[str]) -> list[str]:
     """New lines of the tuning pods' tuner logs (what ``kubectl logs`` would show), for
-    the trials as they finish: from the kubelet through ``kubectl logs`` on real nodes,
-    else from the local kubelet's log files."""
+    the trials as they finish: from Kubernetes' kubelet through ``kubectl logs`` on real
+    nodes, else from the log files of the process kubelet (cluster) or the node agent
+    (emulated)."""
     if loop.backend == "nodes":
         logs = {pod["metadata"]["name"]: loop.kubectl(
                     "logs", pod["metadata"]["name"], "-c", "tuner", "-n",

@@ -381,8 +381,8 @@ class LoopDemo:
 
     def containers(self) -> None:
         """Each pod's containers: the image containerd resolved (by digest) and the
-        container's ID, whose scheme names the runtime (``containerd://``), as the
-        kubelet reports them in the pods' status."""
+        container's ID, whose scheme names the runtime (``containerd://``), as
+        Kubernetes' kubelet on the real node reports them in the pods' status."""
         table = Table(title="The pods' containers, as the kubelet reports them")
         for col in ("pod", "container", "image (registry digest)", "runtime://ID"):
             table.add_column(col, overflow="fold")
