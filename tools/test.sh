@@ -88,7 +88,7 @@ fi
 printf '\n==> pytest: tests/unit tests/chart tests/integration (4 workers)\n'
 rc_1=0
 .venv/bin/python -m pytest -ra --durations=15 --basetemp=/tmp/llmop-tests-b -n 4 \
-  --dist loadfile tests/unit tests/chart tests/integration || rc_1=$?
+  --junitxml="$logs/junit-unit.xml" --dist loadfile tests/unit tests/chart tests/integration || rc_1=$?
 # The live cap on the oldest vLLM release it supports (lane A's tiers run .venv-vllm's, the
 # newest with a CPU build): an environment hard-linked from .venv-vllm, then the release
 # test (tools/live_cap_matrix.sh; about 2 min, the environment cached after).
@@ -98,7 +98,7 @@ printf '\n==> pytest, lane A: tests/prometheus tests/vllm, then the live cap on 
   "$OLDEST_LIVE_VLLM" "$logs"
 ( rc=0
   .venv/bin/python -m pytest -ra --durations=15 --basetemp=/tmp/llmop-tests-a \
-    tests/prometheus tests/vllm || rc=$?
+    --junitxml="$logs/junit-lane-a.xml" tests/prometheus tests/vllm || rc=$?
   printf '\n==> lane A: the live cap on vLLM %s (tools/live_cap_matrix.sh)\n' "$OLDEST_LIVE_VLLM"
   bash tools/live_cap_matrix.sh --release-only "$OLDEST_LIVE_VLLM" || rc=1
   exit "$rc" ) > "$logs/lane-a.log" 2>&1 &
@@ -113,14 +113,15 @@ rc_b=0
 control_plane || rc_b=$?
 [ "$rc_b" -ne 0 ] || nice -n 15 bash tools/setup.sh --controllers || rc_b=$?
 [ "$rc_b" -ne 0 ] || .venv/bin/python -m pytest -ra --durations=15 \
-  --basetemp=/tmp/llmop-tests-c tests/cluster tests/aic || rc_b=$?
+  --basetemp=/tmp/llmop-tests-c --junitxml="$logs/junit-cluster.xml" \
+  tests/cluster tests/aic || rc_b=$?
 # The nodes tier (pods in real containers) after it: its images and registry build here,
 # at low priority, off lane A's path (about 4 min the first time, then cached).
 printf '\n==> pytest, lane B: tests/nodes (real kubelet, containerd, images built here)\n'
 rc_n=0
 nice -n 15 bash tools/setup.sh --nodes || rc_n=$?
 [ "$rc_n" -ne 0 ] || .venv/bin/python -m pytest -ra --durations=15 \
-  --basetemp=/tmp/llmop-tests-n tests/nodes || rc_n=$?
+  --basetemp=/tmp/llmop-tests-n --junitxml="$logs/junit-nodes.xml" tests/nodes || rc_n=$?
 [ "$rc_n" -eq 0 ] || rc_b=$rc_n
 rc_a=0
 wait "$lane_a" || rc_a=$?
@@ -136,6 +137,8 @@ if [ -s "$LLMOP_VLLM_LOCK_LEDGER" ]; then
   sort -t$'\t' -k3 -nr "$LLMOP_VLLM_LOCK_LEDGER" | head -12 |
     awk -F'\t' '{ printf "    %6.0f s held, %6.0f s waited  %s\n", $3, $2, $1 }'
 fi
+# What failed, one line each with the start of its message: a log cut to its tail says it.
+.venv/bin/python tools/failures.py "$logs"/junit-*.xml || true
 printf '\n==> exit codes: unit/chart/integration %s; lane A %s; lane B %s\n' \
   "$rc_1" "$rc_a" "$rc_b"
 [ "$rc_1" -eq 0 ] && [ "$rc_a" -eq 0 ] && [ "$rc_b" -eq 0 ]
