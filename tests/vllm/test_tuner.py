@@ -72,6 +72,10 @@ IN_TOKENS, OUT_TOKENS, CLIENTS = 128, 256, 48
 # measured 40-60 s per run at 128 out, 2026-11-27); a prefill joins fewer than 1 in 48
 # of a request's steps, below the ITL p95.
 JOB_OUT_TOKENS = 48
+# The baseline, the verification of the sweep's best cap, and one more where that one
+# loses. With two, CI (2026-12-06) once ended on a cap outside 2-32, most likely vLLM's
+# defaults kept after the one verification lost (the log kept only the table's header).
+MAX_TRIALS = 3
 KV_ROOMY = 96 * 1024 * 1024  # 24,576 tokens: all 48 requests (18,432 tokens) fit
 KV_TIGHT = 16 * 1024 * 1024  # 4,096 tokens: 10 whole requests fit
 # On the CPU engine gpuMemoryUtilization sizes nothing and vLLM's default KV cache would
@@ -179,6 +183,22 @@ def _itl_regime(model_dir: Path, tmp_path: Path) -> tuple[float, float, float]:
             statistics.median(r["duration_s"] for r in runs))
 
 
+def _summary(result: TuningResult) -> str:
+    """The result in one line: each arm's cap, ITL p95 and goodput, the paired interval
+    against the defaults and the decision's sentence."""
+    def arm(score: Any) -> str:
+        if score is None:
+            return "none"
+        cap = score.settings.max_num_seqs
+        return (f"cap {cap if cap is not None else 'default'} ITL p95 "
+                f"{score.itl_p95_ms:.1f} ms goodput {score.goodput:.0f} tok/s")
+    vs = result.versus_defaults
+    interval = (f"{vs.low}-{vs.high}x over {vs.pairs} pairs" if vs is not None else "none")
+    return (f"{result.state} after {result.trials} trial(s): best {arm(result.best)}; "
+            f"defaults {arm(result.baseline)}; vs defaults {interval}; "
+            f"decision: {result.decision or result.reason}")
+
+
 def _factor(high: float, low: float) -> float:
     """How far the geometric-mean objective is from both measured sides."""
     return (high / low) ** 0.5 if low > 0 else 0.0
@@ -235,7 +255,7 @@ def test_rendered_job_runs_as_the_kubelet_would_and_finds_the_better_region(
     # leaves room for more pairs. CI ran out of a fixed 14 minutes at 4 pairs (88%
     # confidence, 2026-11-27, ITL p95 141 ms at 48 clients), short of the 90% a win needs.
     minutes = min(20, max(6, math.ceil((24 * run_s + 180) / 60)))
-    svc = parse_llmservice(_service(max_trials=2, minutes=minutes, itl_ms=itl_ms,
+    svc = parse_llmservice(_service(max_trials=MAX_TRIALS, minutes=minutes, itl_ms=itl_ms,
                                     shape=shape))
     plan = make_plan(svc.spec)
     fp = tuning_fingerprint(svc, plan)
@@ -305,11 +325,13 @@ def test_rendered_job_runs_as_the_kubelet_would_and_finds_the_better_region(
     message = term.read_text()
     assert len(message.encode()) <= TERMINATION_LIMIT
     result: TuningResult = parse_result(message)
-    # On a failure, the tuner's own table and result (a str message is not truncated).
-    why = proc.stdout[-4000:]
+    # On a failure, one line first (CI shows a failure's first line in its summary, the
+    # last thing it prints), then the tuner's own table (a str message is not truncated).
+    why = (f"{_summary(result)}; calibration: {'; '.join(measured)}; objective {itl_ms} ms"
+           f"\n{proc.stdout[-4000:]}")
     assert result.fingerprint == fp
     assert result.state in ("Succeeded", "Partial"), result.reason
-    assert 1 <= result.trials <= 2
+    assert 1 <= result.trials <= MAX_TRIALS
     assert result.baseline is not None and result.best is not None
     # The regime is real: with vLLM's default cap the batch of 48 misses the ITL objective...
     # (CI, 2026-12-05: calibrated while the other lane wrote the 6.7 GB vLLM image, run
@@ -327,9 +349,11 @@ def test_rendered_job_runs_as_the_kubelet_would_and_finds_the_better_region(
     # tok/s; mean output 1,012 tok/s); the tuner kept --max-num-seqs 12 by the SLO rule
     # (ITL p95 20.7 ms, median goodput 402 tok/s; goodput interval 0.38-100x, 5 pairs),
     # and a fixed 1.5x goodput ratio failed that decision.
-    # With two trials the second verifies the cap the concurrency sweep on the baseline
-    # server predicts: 6 on a quiet machine, 3 when other work shared the 2 cores (both
-    # seen here); any cap well below the 48 clients passes.
+    # The second trial verifies the cap the concurrency sweep on the baseline server
+    # predicts: 6 on a quiet machine, 3 when other work shared the 2 cores, 12 with the
+    # cluster tier beside it (all seen here); any cap well below the 48 clients passes.
+    # Where that one loses (the sweep's best is the largest cap its single probe saw meet
+    # the SLO, so it sits near the objective), the third verifies the next (MAX_TRIALS).
     cap = result.best.settings.max_num_seqs
     assert cap is not None and 2 <= cap <= 32, why
     assert result.best.goodput > result.baseline.goodput, why
