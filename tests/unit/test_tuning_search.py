@@ -11,6 +11,7 @@ runs out and treat noisy measurements with suspicion.
 from __future__ import annotations
 
 import json
+import math
 import random
 from dataclasses import dataclass, field
 
@@ -43,6 +44,7 @@ from llm_operator.inpod.tuner.search import (
     summarize,
     sweep_concurrencies,
 )
+from llm_operator.tuning.results import accepted_message
 
 WL = Workload(input_tokens=128, output_tokens=256, concurrency=48)
 SLO_ = SLO(ttft_ms=15000, itl_ms=100)
@@ -325,6 +327,33 @@ def test_time_budget_stops_before_a_trial_that_would_overrun() -> None:
     assert len(ev.started) == 1  # the next start (40 s + runs) would not fit
     assert not out.complete and "time budget" in out.stop_reason
     assert out.best is out.baseline
+
+
+def test_a_baseline_that_would_overrun_the_budget_stops_within_it() -> None:
+    """The demo's Job on real nodes (2026-12-06): a 180 s budget, a 65 s start and runs
+    of about 70 s; the baseline ran its 3 runs to 282 s and compared nothing. Now it stops
+    where its next run would overrun, says so, and keeps what it measured."""
+    full, _ = run(Surface())
+    run_s = max(m.duration_s for m in full.trials[0].runs)
+    budget_s = 40.0 + 1.5 * run_s  # the start and one run fit, a second does not
+    out, ev = run(Surface(), budget=Budget(max_trials=2, max_seconds=budget_s))
+    assert len(ev.started) == 1 and len(out.baseline.runs) == 1
+    assert ev.now() <= budget_s  # the Job's whole time, within the budget
+    assert out.best is out.baseline and not out.complete
+    assert "time budget" in out.stop_reason and "the baseline's run 2 of 3" in out.stop_reason
+    # How much a decision needs: a start, 3 runs, and another start and 3 runs to compare.
+    need_min = math.ceil((40.0 + 3 * run_s + 40.0 + 3 * run_s) / 60)
+    assert f"a comparison with vLLM's defaults needs about {need_min} min" in out.stop_reason
+    # What the LLMService says: nothing compared, and the field that buys a comparison.
+    message = accepted_message(result_from_outcome(out, {}, {}), {}, "job")
+    assert ("nothing was compared with them: raise spec.tuning.maxDurationMinutes"
+            in message), message
+    assert "the defaults were best" not in message
+    assert any("baseline cut short by the time budget after 1 of 3 runs" in n
+               for n in out.notes), out.notes
+    # The same search with room for its baseline measures all of it.
+    roomy, _ = run(Surface(), budget=Budget(max_trials=2, max_seconds=40.0 + 3.5 * run_s))
+    assert len(roomy.baseline.runs) == 3
 
 
 def test_a_config_that_cannot_start_is_recorded_and_the_search_goes_on() -> None:

@@ -77,6 +77,9 @@ def accepted_message(result: TuningResult, applied: Mapping[str, int], source: s
             evidence += f", {ratio}vLLM's defaults ({base.goodput:g} tok/s)"
     if applied:
         change = "running with " + ", ".join(f"{_flag(k)} {v}" for k, v in applied.items())
+    elif result.trials <= 1 and result.reason.startswith("time budget"):
+        change = ("settings unchanged: the time budget held only vLLM's defaults' runs, and "
+                  "nothing was compared with them: raise spec.tuning.maxDurationMinutes")
     elif base is not None and base.goodput <= 0 and (best is None or best.goodput <= 0):
         change = ("settings unchanged, but vLLM's defaults met the SLO"
                   f"{_slo_text(result.slo)} for no request {_where_unmet(base)} and no "

@@ -54,6 +54,9 @@ rules:
    reported is always a paired interval against them; one not confirmed gives way to the
    winner before it, and at last to the defaults. When the budget (trials, wall time)
    runs out or a stop is requested, the best result so far is kept and marked partial.
+   The baseline too stops within the budget: where its next run would overrun it, no
+   other configuration could be compared after it either, so it ends there (at least one
+   run), rather than spend the time the budget does not have on runs that decide nothing.
 
 Pinned settings are never varied: a pinned knob has no levels in :class:`~.space.Space`
 and is passed to every server as a fixed flag by the caller.
@@ -198,7 +201,7 @@ def search(
             complete = True
             run.stop_reason = "measured the given server only"
         else:
-            if space.max_num_seqs:
+            if space.max_num_seqs and not run.stop_reason:
                 run.search_mns(base)
             if not run.stop_reason and space.max_num_batched_tokens:
                 run.search_mnbt()

@@ -15,6 +15,7 @@ clock is the caller's.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterator, Sequence
 
 from .compare import Verdict, pairs_for, slo_verdict
@@ -75,6 +76,15 @@ class Trials:
             return 2 * self.opts.repeats * per_run  # both arms, no start
         start = max(t.startup_s for t in done) if self._starts_server(cfg) else 0.0
         return start + self.opts.repeats * per_run
+
+    def _comparison_s(self, base: Trial, run_s: float) -> float:
+        """About how long the baseline and one paired comparison with it take, from its
+        start and a run's seconds: ``repeats`` pairs on the running server with the live
+        cap, else another start and ``repeats`` runs (the sweep's probes not counted)."""
+        whole_base = base.startup_s + self.opts.repeats * run_s
+        if getattr(self.ev, "needs_start", None) is not None:
+            return whole_base + 2 * self.opts.repeats * run_s
+        return whole_base + base.startup_s + self.opts.repeats * run_s
 
     def incumbent_config(self) -> Config:
         inc = self.incumbent()
@@ -139,6 +149,20 @@ class Trials:
                     if i >= self.opts.repeats and (
                             (enough is not None and enough(trial))
                             or not self.time_left(trial.runs[-1].duration_s)):
+                        break
+                    if (i and phase == "baseline" and i < self.opts.repeats
+                            and not self.time_left(trial.runs[-1].duration_s)):
+                        # Another run would overrun the budget, so no other configuration
+                        # could be compared after it either: stop within the budget.
+                        run_s = trial.runs[-1].duration_s
+                        self.stop_reason = (
+                            f"time budget: {self.elapsed():.0f} s used, the baseline's run "
+                            f"{i + 1} of {self.opts.repeats} needs ~{run_s:.0f} s of "
+                            f"{self.budget.max_seconds:.0f} s; a comparison with vLLM's "
+                            f"defaults needs about "
+                            f"{math.ceil(self._comparison_s(trial, run_s) / 60)} min")
+                        self.notes.append(f"the baseline cut short by the time budget after "
+                                          f"{i} of {self.opts.repeats} runs")
                         break
                     trial.runs.append(session.measure(self.wl.concurrency))
                     trial.measured += 1
