@@ -3,8 +3,12 @@ kube-apiserver, kube-controller-manager and kube-scheduler v1.37.2, built from G
 by ``bash tools/setup.sh --cluster``), installed by ``helm install`` of the chart and run
 with the chart's ServiceAccount token, so RBAC, admission, the CRD's schema and CEL, the
 Deployment/ReplicaSet/Job controllers, the garbage collector and the scheduler are
-Kubernetes' own. Only the kubelet is local (:mod:`llm_operator_sandbox.kubelet`: pods run
-as local processes).
+Kubernetes' own. Most tests run with no kubelet at all: what they assert comes from the API
+server, admission, the controllers or the scheduler, and no Node exists while they run
+(checked before each one). The few that need registered nodes ask for the ``kubelet``
+fixture, or start their own, and are marked ``process_kubelet``: that kubelet is local
+(:mod:`llm_operator_sandbox.kubelet`: pods run as local processes). They run last, as the
+session's nodes stay registered once up. Pods in real containers: the ``nodes`` tier.
 
 One control plane for the whole session (it starts in about 10 s); each test gets its own
 namespace and operator process, and every wait is bounded.
@@ -114,12 +118,39 @@ def kubelet(cluster: LocalCluster, tiny_model: Path,
         yield running
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The cluster tests that use the session's process kubelet run last (a stable sort):
+    its three nodes stay registered once up, and the tests before them run with none."""
+    def uses_kubelet(item: pytest.Item) -> bool:
+        return (Path(str(item.fspath)).parent == Path(__file__).parent
+                and "kubelet" in getattr(item, "fixturenames", ()))
+    items.sort(key=uses_kubelet)
+    for item in items:
+        if uses_kubelet(item):
+            item.add_marker(pytest.mark.process_kubelet)
+
+
+@pytest.fixture(autouse=True)
+def _no_kubelet_unless_marked(request: pytest.FixtureRequest) -> None:
+    """A test not marked ``process_kubelet`` runs with no kubelet: no Node is registered
+    when it starts (a test that registers nodes removes them, or uses ``kubelet``)."""
+    if (request.node.get_closest_marker("process_kubelet")
+            or "cluster" not in request.fixturenames):
+        return
+    admin: ClusterKubectl = request.getfixturevalue("admin")
+    names = [n["metadata"]["name"] for n in admin.items("nodes")]
+    assert not names, (f"nodes {names} are registered before a test that runs with no "
+                       "kubelet: the test that registered them must delete them, or they "
+                       "belong to the session's `kubelet` fixture")
+
+
 @pytest.fixture(scope="session")
-def installed(cluster: LocalCluster, kubelet: LocalKubelet) -> Installed:
+def installed(cluster: LocalCluster) -> Installed:
     """``helm install`` of the chart (CRD, RBAC, ServiceAccount, PriorityClasses) with
-    ``replicaCount: 0``: no image can run here, so the operator runs as a local process
-    with the ServiceAccount's token instead of in the chart's pod. ``clusterWide``: each
-    test has a namespace of its own (the chart's default watches only its release's).
+    ``replicaCount: 0``: the operator runs as a local process with the ServiceAccount's
+    token instead of in the chart's pod (the chart's pod runs in the ``nodes`` tier).
+    ``clusterWide``: each test has a namespace of its own (the chart's default watches
+    only its release's).
     The chart's admission policies are on, as by default, their allow-lists widened by
     :data:`SESSION_ADMISSION` for the images and ServiceAccount other tests name."""
     return helm_install(cluster, helm_binary(), kubectl_binary(), CHART,

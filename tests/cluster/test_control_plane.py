@@ -104,7 +104,8 @@ def test_rbac_is_the_charts(admin: ClusterKubectl, installed: Installed) -> None
 
 
 def test_a_pod_no_node_can_take_reports_the_schedulers_message(
-        admin: ClusterKubectl, namespace: str, operator: OperatorProcess) -> None:
+        admin: ClusterKubectl, namespace: str, operator: OperatorProcess,
+        kubelet: LocalKubelet) -> None:
     """A service asking for a GPU product no node carries stays Pending; the LLMService
     says so with the real scheduler's own message."""
     svc = tiny_service("nowhere")

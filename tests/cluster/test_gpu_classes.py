@@ -24,6 +24,7 @@ from .test_control_plane import forbidden_lines, tiny_service
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
 
+@pytest.mark.process_kubelet  # one node of its own, registered by the process kubelet
 @pytest.mark.parametrize("class_name", ["gke", "eks"])
 def test_the_class_label_places_the_pod(class_name: str, cluster: LocalCluster,
                                         admin: ClusterKubectl, installed: Installed,

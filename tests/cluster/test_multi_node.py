@@ -74,6 +74,7 @@ def completion(port: int) -> dict[str, Any]:
         return dict(json.loads(r.read()))
 
 
+@pytest.mark.process_kubelet  # two nodes of its own, removed after
 def test_a_two_node_group_serves_recovers_and_is_removed(
         cluster: LocalCluster, admin: ClusterKubectl, installed: Installed, namespace: str,
         tiny_model: Path, tmp_path: Path) -> None:
@@ -91,14 +92,20 @@ def test_a_two_node_group_serves_recovers_and_is_removed(
     op = OperatorProcess(installed.kubeconfig, tmp_path / "operator.log", [],
                          env={**installed.env, "LLMOP_METRICS_PORT": "0"})
     t0 = time.monotonic()
-    with vllm_lock(), lws, kubelet:
-        op.start().wait_log("Initial authentication has finished", timeout=60)
-        try:
-            _serve_recover_delete(admin, namespace, kubelet, t0)
-            assert forbidden_lines(op.log()) == []
-        finally:
-            admin.run("delete", "llms", NAME, "-n", namespace, "--wait=false", check=False)
-            op.stop()
+    try:
+        with vllm_lock(), lws, kubelet:
+            op.start().wait_log("Initial authentication has finished", timeout=60)
+            try:
+                _serve_recover_delete(admin, namespace, kubelet, t0)
+                assert forbidden_lines(op.log()) == []
+            finally:
+                admin.run("delete", "llms", NAME, "-n", namespace, "--wait=false",
+                          check=False)
+                op.stop()
+    finally:
+        # The tests after it run with no node (tests/cluster/conftest.py checks).
+        admin.run("delete", "node", *(n.name for n in nodes), "--wait=true", timeout=60,
+                  check=False)
 
 
 def _group_pods(admin: ClusterKubectl, namespace: str) -> dict[str, dict[str, Any]]:

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from llm_operator_sandbox.kubelet import LocalKubelet
 from tests.support.emulator import OperatorProcess, wait_for
 
 from .conftest import ClusterKubectl
@@ -108,9 +109,11 @@ def test_an_exhausted_resource_quota_is_failed_create_with_its_figures(
 
 
 def test_a_missing_claim_is_unschedulable_with_the_claims_fix(
-        admin: ClusterKubectl, namespace: str, operator: OperatorProcess) -> None:
+        admin: ClusterKubectl, namespace: str, operator: OperatorProcess,
+        kubelet: LocalKubelet) -> None:
     """The REAL scheduler refuses a pod whose claim does not exist (the VolumeBinding
-    plugin); the LLMService quotes it and names the spec fields."""
+    plugin); the LLMService quotes it and names the spec fields. Registered nodes are
+    needed: with none, the scheduler says only that no node is available."""
     svc = tiny_service("nocache")
     svc["spec"]["cache"] = {"claimName": "hf-cache"}
     cond = apply_until_false(admin, namespace, svc, "PodsScheduled", "missing claim")
@@ -135,7 +138,8 @@ def assert_missing_token_secret(cond: dict[str, Any], namespace: str) -> None:
 
 
 def test_two_replicas_on_a_read_write_once_claim_is_a_multi_attach(
-        admin: ClusterKubectl, namespace: str, operator: OperatorProcess) -> None:
+        admin: ClusterKubectl, namespace: str, operator: OperatorProcess,
+        kubelet: LocalKubelet) -> None:
     """replicas: 2 on one ReadWriteOnce claim, on two nodes: the second pod stays in
     ContainerCreating with a Multi-Attach error (the attach-detach controller's Event,
     posted by the local kubelet's stand-in); the operator reads it from the pod's Events."""

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from llm_operator_sandbox.cluster import Installed
+from llm_operator_sandbox.kubelet import LocalKubelet
 from tests.support.emulator import OperatorProcess, wait_for
 
 from .conftest import ClusterKubectl
@@ -35,7 +36,7 @@ def filler(replicas: int) -> dict[str, Any]:
 
 def test_a_spare_tuning_job_waits_and_never_preempts_serving(
         admin: ClusterKubectl, namespace: str, installed: Installed,
-        operator: OperatorProcess) -> None:
+        operator: OperatorProcess, kubelet: LocalKubelet) -> None:
     admin.apply_obj(filler(2), namespace)
 
     def bound_fillers() -> list[dict[str, Any]] | None:

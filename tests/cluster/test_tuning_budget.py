@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from llm_operator_sandbox.cluster import Installed
+from llm_operator_sandbox.kubelet import LocalKubelet
 from tests.support.emulator import OperatorProcess, wait_for
 
 from .conftest import ClusterKubectl
@@ -32,7 +33,8 @@ def spare_service(name: str) -> dict[str, Any]:
 
 
 def test_a_second_tuning_job_waits_for_the_gpu_budget_and_starts_after(
-        admin: ClusterKubectl, namespace: str, installed: Installed, tmp_path: Path) -> None:
+        admin: ClusterKubectl, namespace: str, installed: Installed, tmp_path: Path,
+        kubelet: LocalKubelet) -> None:
     admin.apply_obj(filler(2), namespace)
     wait_for(lambda: len([p for p in admin.items("pods", namespace, "app=filler")
                           if p["spec"].get("nodeName")]) == 2, 60,
