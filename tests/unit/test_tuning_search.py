@@ -340,20 +340,28 @@ def test_a_baseline_that_would_overrun_the_budget_stops_within_it() -> None:
     assert len(ev.started) == 1 and len(out.baseline.runs) == 1
     assert ev.now() <= budget_s  # the Job's whole time, within the budget
     assert out.best is out.baseline and not out.complete
-    assert "time budget" in out.stop_reason and "the baseline's run 2 of 3" in out.stop_reason
-    # How much a decision needs: a start, 3 runs, and another start and 3 runs to compare.
-    need_min = math.ceil((40.0 + 3 * run_s + 40.0 + 3 * run_s) / 60)
+    assert "time budget" in out.stop_reason and "the baseline's run 2 of 5" in out.stop_reason
+    # How much a decision needs: a start and the baseline's runs (5 without the live cap:
+    # the pairs a decision needs), and another start and as many to pair with them.
+    need_min = math.ceil(2 * (40.0 + 5 * run_s) / 60)
     assert f"a comparison with vLLM's defaults needs about {need_min} min" in out.stop_reason
     # What the LLMService says: nothing compared, and the field that buys a comparison.
     message = accepted_message(result_from_outcome(out, {}, {}), {}, "job")
     assert ("nothing was compared with them: raise spec.tuning.maxDurationMinutes"
             in message), message
     assert "the defaults were best" not in message
-    assert any("baseline cut short by the time budget after 1 of 3 runs" in n
+    assert any("baseline cut short by the time budget after 1 of 5 runs" in n
                for n in out.notes), out.notes
-    # The same search with room for its baseline measures all of it.
+    # With room for three runs it measures them (more only where a run still fits).
     roomy, _ = run(Surface(), budget=Budget(max_trials=2, max_seconds=40.0 + 3.5 * run_s))
     assert len(roomy.baseline.runs) == 3
+    # With the live cap the baseline plans 3 runs, and a comparison is 3 pairs on its server.
+    live = FakeLiveEvaluator(Surface())
+    cut = search(live, kv_space(), WL, SLO_, Budget(2, budget_s), Options(), clock=live.now)
+    live_run_s = cut.baseline.runs[0].duration_s
+    assert "the baseline's run 2 of 3" in cut.stop_reason, cut.stop_reason
+    need_live = math.ceil((40.0 + 3 * live_run_s + 6 * live_run_s) / 60)
+    assert f"needs about {need_live} min" in cut.stop_reason, cut.stop_reason
 
 
 def test_a_config_that_cannot_start_is_recorded_and_the_search_goes_on() -> None:

@@ -77,14 +77,15 @@ class Trials:
         start = max(t.startup_s for t in done) if self._starts_server(cfg) else 0.0
         return start + self.opts.repeats * per_run
 
-    def _comparison_s(self, base: Trial, run_s: float) -> float:
-        """About how long the baseline and one paired comparison with it take, from its
-        start and a run's seconds: ``repeats`` pairs on the running server with the live
-        cap, else another start and ``repeats`` runs (the sweep's probes not counted)."""
-        whole_base = base.startup_s + self.opts.repeats * run_s
+    def _comparison_s(self, base: Trial, runs: int, run_s: float) -> float:
+        """About how long the baseline (its start and ``runs`` runs) and one paired
+        comparison with it take: ``repeats`` pairs on the running server with the live cap,
+        else another start and as many runs as the baseline's (the i-th runs of the two
+        servers are paired). The sweep's probes are not counted."""
+        whole_base = base.startup_s + runs * run_s
         if getattr(self.ev, "needs_start", None) is not None:
             return whole_base + 2 * self.opts.repeats * run_s
-        return whole_base + base.startup_s + self.opts.repeats * run_s
+        return 2 * whole_base
 
     def incumbent_config(self) -> Config:
         inc = self.incumbent()
@@ -157,12 +158,12 @@ class Trials:
                         run_s = trial.runs[-1].duration_s
                         self.stop_reason = (
                             f"time budget: {self.elapsed():.0f} s used, the baseline's run "
-                            f"{i + 1} of {self.opts.repeats} needs ~{run_s:.0f} s of "
+                            f"{i + 1} of {runs} needs ~{run_s:.0f} s of "
                             f"{self.budget.max_seconds:.0f} s; a comparison with vLLM's "
                             f"defaults needs about "
-                            f"{math.ceil(self._comparison_s(trial, run_s) / 60)} min")
+                            f"{math.ceil(self._comparison_s(trial, runs, run_s) / 60)} min")
                         self.notes.append(f"the baseline cut short by the time budget after "
-                                          f"{i} of {self.opts.repeats} runs")
+                                          f"{i} of {runs} runs")
                         break
                     trial.runs.append(session.measure(self.wl.concurrency))
                     trial.measured += 1
