@@ -15,7 +15,8 @@ WIDTH = 600  # characters of each message kept
 
 
 def failures(paths: list[str]) -> list[str]:
-    """``tier: test id: message`` for every failure and error in the files that exist."""
+    """``FAILURE|ERROR module::test: message`` for every failure and error in the files
+    that exist."""
     lines = []
     for path in paths:
         if not Path(path).is_file():

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..inpod.tuner.result import TABLE_COLUMNS, Score, TuningResult, slo_ms
+from ..inpod.tuner.space import TIME_BUDGET
 from .status import JSON
 
 
@@ -77,7 +78,7 @@ def accepted_message(result: TuningResult, applied: Mapping[str, int], source: s
             evidence += f", {ratio}vLLM's defaults ({base.goodput:g} tok/s)"
     if applied:
         change = "running with " + ", ".join(f"{_flag(k)} {v}" for k, v in applied.items())
-    elif result.trials <= 1 and result.reason.startswith("time budget"):
+    elif result.trials <= 1 and result.reason.startswith(TIME_BUDGET):
         change = ("settings unchanged: the time budget held only vLLM's defaults' runs, and "
                   "nothing was compared with them: raise spec.tuning.maxDurationMinutes")
     elif base is not None and base.goodput <= 0 and (best is None or best.goodput <= 0):

@@ -203,6 +203,10 @@ def ladder(lo: int, hi: int, base: Sequence[int] = DEFAULT_MNS_LADDER) -> tuple[
     return tuple(levels)
 
 
+# How a reason that the wall-time budget stopped the search begins (the operator reads it).
+TIME_BUDGET = "time budget"
+
+
 @dataclass(frozen=True)
 class Budget:
     """Bounds of one run: server starts (trials) and wall time."""

@@ -28,7 +28,7 @@ from .measure import (
     TrialFailed,
 )
 from .records import Trial, gain_only_where_missed
-from .space import SLO, Budget, Config, Options, Space, Workload
+from .space import SLO, TIME_BUDGET, Budget, Config, Options, Space, Workload
 
 
 class Trials:
@@ -77,6 +77,18 @@ class Trials:
         start = max(t.startup_s for t in done) if self._starts_server(cfg) else 0.0
         return start + self.opts.repeats * per_run
 
+    def _cut_baseline(self, base: Trial, runs: int) -> None:
+        """Stop the search where the baseline's next run would overrun the time budget,
+        saying what a comparison with vLLM's defaults would need."""
+        done, run_s = len(base.runs), base.runs[-1].duration_s
+        need_min = math.ceil(self._comparison_s(base, runs, run_s) / 60)
+        self.stop_reason = (
+            f"{TIME_BUDGET}: {self.elapsed():.0f} s used, the baseline's run {done + 1} of "
+            f"{runs} needs ~{run_s:.0f} s of {self.budget.max_seconds:.0f} s; a comparison "
+            f"with vLLM's defaults needs about {need_min} min")
+        self.notes.append(f"the baseline cut short by the time budget after {done} of "
+                          f"{runs} runs")
+
     def _comparison_s(self, base: Trial, runs: int, run_s: float) -> float:
         """About how long the baseline (its start and ``runs`` runs) and one paired
         comparison with it take: ``repeats`` pairs on the running server with the live cap,
@@ -105,7 +117,7 @@ class Trials:
         need = self._est_trial_s(cfg)
         if self.elapsed() + need > self.budget.max_seconds:
             self.stop_reason = (
-                f"time budget: {self.elapsed():.0f} s used, next trial needs "
+                f"{TIME_BUDGET}: {self.elapsed():.0f} s used, next trial needs "
                 f"~{need:.0f} s of {self.budget.max_seconds:.0f} s"
             )
             return False
@@ -147,23 +159,13 @@ class Trials:
                 session = self.ev.start(cfg)
                 trial.startup_s = session.startup_s
                 for i in range(runs):
+                    out_of_time = i > 0 and not self.time_left(trial.runs[-1].duration_s)
                     if i >= self.opts.repeats and (
-                            (enough is not None and enough(trial))
-                            or not self.time_left(trial.runs[-1].duration_s)):
+                            (enough is not None and enough(trial)) or out_of_time):
                         break
-                    if (i and phase == "baseline" and i < self.opts.repeats
-                            and not self.time_left(trial.runs[-1].duration_s)):
-                        # Another run would overrun the budget, so no other configuration
-                        # could be compared after it either: stop within the budget.
-                        run_s = trial.runs[-1].duration_s
-                        self.stop_reason = (
-                            f"time budget: {self.elapsed():.0f} s used, the baseline's run "
-                            f"{i + 1} of {runs} needs ~{run_s:.0f} s of "
-                            f"{self.budget.max_seconds:.0f} s; a comparison with vLLM's "
-                            f"defaults needs about "
-                            f"{math.ceil(self._comparison_s(trial, runs, run_s) / 60)} min")
-                        self.notes.append(f"the baseline cut short by the time budget after "
-                                          f"{i} of {runs} runs")
+                    if out_of_time and phase == "baseline":
+                        # Nothing could be compared after it either: stop within the budget.
+                        self._cut_baseline(trial, runs)
                         break
                     trial.runs.append(session.measure(self.wl.concurrency))
                     trial.measured += 1
