@@ -108,22 +108,6 @@ def test_an_exhausted_resource_quota_is_failed_create_with_its_figures(
     admin.run("delete", "llms", "quota", "-n", namespace, "--wait=false", check=False)
 
 
-def test_a_missing_claim_is_unschedulable_with_the_claims_fix(
-        admin: ClusterKubectl, namespace: str, operator: OperatorProcess,
-        kubelet: LocalKubelet) -> None:
-    """The REAL scheduler refuses a pod whose claim does not exist (the VolumeBinding
-    plugin); the LLMService quotes it and names the spec fields. Registered nodes are
-    needed: with none, the scheduler says only that no node is available."""
-    svc = tiny_service("nocache")
-    svc["spec"]["cache"] = {"claimName": "hf-cache"}
-    cond = apply_until_false(admin, namespace, svc, "PodsScheduled", "missing claim")
-    assert cond["reason"] == "Unschedulable"
-    assert 'persistentvolumeclaim "hf-cache" not found' in cond["message"], cond
-    assert (f"Fix: PersistentVolumeClaim {namespace}/hf-cache not found: create it, or fix "
-            "spec.cache.claimName") in cond["message"]
-    admin.run("delete", "llms", "nocache", "-n", namespace, "--wait=false", check=False)
-
-
 # --- the local kubelet's stand-ins (llm_operator_sandbox.kubelet_faults) ----------------
 
 def assert_missing_token_secret(cond: dict[str, Any], namespace: str) -> None:
