@@ -85,13 +85,14 @@ fi
 #      adaptation under load and a killed engine, in containers). A vLLM server in either
 #      lane takes the machine-wide lock (/tmp/llmop-vllm.lock): one at a time. Lane A's
 #      output follows lane B's.
-printf '\n==> pytest: tests/unit tests/chart tests/integration (4 workers)\n'
+printf '\n==> [%d s] pytest: tests/unit tests/chart tests/integration (4 workers)\n' "$SECONDS"
 rc_1=0
 .venv/bin/python -m pytest -ra --durations=15 --basetemp=/tmp/llmop-tests-b -n 4 \
   --junitxml="$logs/junit-unit.xml" --dist loadfile tests/unit tests/chart tests/integration || rc_1=$?
 # The live cap on the oldest vLLM release it supports (lane A's tiers run .venv-vllm's, the
 # newest with a CPU build): an environment hard-linked from .venv-vllm, then the release
 # test (tools/live_cap_matrix.sh; about 2 min, the environment cached after).
+lanes_start=$SECONDS
 OLDEST_LIVE_VLLM=$(PYTHONPATH=operator .venv/bin/python -c 'from llm_operator.knowledge.vllm_version import compat_table as t
 table = t(); print(table.releases[table.supported()[0]][1])')
 printf '\n==> pytest, lane A: tests/prometheus tests/vllm, then the live cap on vLLM %s (log: %s/lane-a.log)\n' \
@@ -99,32 +100,46 @@ printf '\n==> pytest, lane A: tests/prometheus tests/vllm, then the live cap on 
 ( rc=0
   .venv/bin/python -m pytest -ra --durations=15 --basetemp=/tmp/llmop-tests-a \
     --junitxml="$logs/junit-lane-a.xml" tests/prometheus tests/vllm || rc=$?
-  printf '\n==> lane A: the live cap on vLLM %s (tools/live_cap_matrix.sh)\n' "$OLDEST_LIVE_VLLM"
+  printf '\n==> [%d s] lane A: the live cap on vLLM %s (tools/live_cap_matrix.sh)\n' "$SECONDS" \
+    "$OLDEST_LIVE_VLLM"
   bash tools/live_cap_matrix.sh --release-only "$OLDEST_LIVE_VLLM" || rc=1
+  echo "$SECONDS" > "$logs/lane-a.end"
   exit "$rc" ) > "$logs/lane-a.log" 2>&1 &
 lane_a=$!
 # lane A and the control plane's build stop with this script
 trap 'stop "$lane_a" "$cp_build"' EXIT
-printf '\n==> pytest, lane B: tests/cluster tests/aic\n'
+printf '\n==> [%d s] pytest, lane B: tests/cluster tests/aic\n' "$SECONDS"
 rc_b=0
 # The cluster tier's two Go-built controllers (the Prometheus Operator, LeaderWorkerSet)
 # are built here, beside lane A and at low priority, not in setup: lane B has the time to
 # spare and lane A, the longest, starts without waiting for them.
 control_plane || rc_b=$?
 [ "$rc_b" -ne 0 ] || nice -n 15 bash tools/setup.sh --controllers || rc_b=$?
+# The nodes tier's Debian packages, images and registry (about 7-8 min on a new machine,
+# then cached) build beside the cluster tier, at low priority: that tier mostly waits on
+# the API server. Lane B ran them one after the other before (2026-12-07).
+( rc=0; nice -n 15 bash tools/setup.sh --nodes > "$logs/nodes-setup.log" 2>&1 || rc=$?
+  echo "$rc" > "$logs/nodes-setup.rc" ) &
+nodes_setup=$!
+trap 'stop "$lane_a" "$cp_build" "$nodes_setup"' EXIT
 [ "$rc_b" -ne 0 ] || .venv/bin/python -m pytest -ra --durations=15 \
   --basetemp=/tmp/llmop-tests-c --junitxml="$logs/junit-cluster.xml" \
   tests/cluster tests/aic || rc_b=$?
-# The nodes tier (pods in real containers) after it: its images and registry build here,
-# at low priority, off lane A's path (about 4 min the first time, then cached).
-printf '\n==> pytest, lane B: tests/nodes (real kubelet, containerd, images built here)\n'
-rc_n=0
-nice -n 15 bash tools/setup.sh --nodes || rc_n=$?
+# The nodes tier (pods in real containers) after it, once its setup is done.
+printf '\n==> [%d s] the nodes tier'"'"'s setup (tools/setup.sh --nodes, beside the cluster tier)\n' \
+  "$SECONDS"
+wait "$nodes_setup" || true
+cat "$logs/nodes-setup.log"
+rc_n=$(cat "$logs/nodes-setup.rc" 2>/dev/null || echo 1)
+printf '\n==> [%d s] pytest, lane B: tests/nodes (real kubelet, containerd, images built here)\n' \
+  "$SECONDS"
 [ "$rc_n" -ne 0 ] || .venv/bin/python -m pytest -ra --durations=15 \
   --basetemp=/tmp/llmop-tests-n --junitxml="$logs/junit-nodes.xml" tests/nodes || rc_n=$?
 [ "$rc_n" -eq 0 ] || rc_b=$rc_n
+lane_b_end=$SECONDS
 rc_a=0
 wait "$lane_a" || rc_a=$?
+lane_a_end=$(cat "$logs/lane-a.end" 2>/dev/null || echo "?")
 printf '\n==> pytest, lane A: tests/prometheus tests/vllm, then the live cap on vLLM %s\n' \
   "$OLDEST_LIVE_VLLM"
 cat "$logs/lane-a.log"
@@ -139,6 +154,8 @@ if [ -s "$LLMOP_VLLM_LOCK_LEDGER" ]; then
 fi
 # What failed, one line each with the start of its message: a log cut to its tail says it.
 .venv/bin/python tools/failures.py "$logs"/junit-*.xml || true
+printf '\n==> [%d s] lanes started at %d s; lane A ended at %s s, lane B at %d s\n' \
+  "$SECONDS" "$lanes_start" "$lane_a_end" "$lane_b_end"
 printf '\n==> exit codes: unit/chart/integration %s; lane A %s; lane B %s\n' \
   "$rc_1" "$rc_a" "$rc_b"
 [ "$rc_1" -eq 0 ] && [ "$rc_a" -eq 0 ] && [ "$rc_b" -eq 0 ]
