@@ -39,7 +39,7 @@ class Phases(Trials):
         # pairs the i-th runs of two servers: the baseline needs the runs a decision at
         # the stated confidence needs.
         runs = self.opts.repeats
-        if self.opts.can_restart and getattr(self.ev, "needs_start", None) is None:
+        if self.opts.can_restart and self.needs_start is None:
             runs = max(runs, min(pairs_for(self.opts.confidence), self.opts.max_pairs))
         self.base = self.run_trial(Config(), "baseline", plan, runs=runs)
         return self.base

@@ -95,7 +95,7 @@ class Trials:
         else another start and as many runs as the baseline's (the i-th runs of the two
         servers are paired). The sweep's probes are not counted."""
         whole_base = base.startup_s + runs * run_s
-        if getattr(self.ev, "needs_start", None) is not None:
+        if self.needs_start is not None:
             return whole_base + 2 * self.opts.repeats * run_s
         return 2 * whole_base
 
@@ -103,12 +103,17 @@ class Trials:
         inc = self.incumbent()
         return inc.config if inc is not None else Config()
 
+    @property
+    def needs_start(self) -> Callable[[Config], bool] | None:
+        """The evaluator's optional ``needs_start(config)``: an evaluator that sets a cap
+        on a running server (the live admission cap) says with it which configurations
+        still need a start; None for one that starts a server per trial."""
+        found: Callable[[Config], bool] | None = getattr(self.ev, "needs_start", None)
+        return found
+
     def _starts_server(self, cfg: Config | None) -> bool:
-        """Whether the next trial (``cfg``, when known) pays a server start: an evaluator
-        that sets a cap on a running server (the live admission cap) says so through an
-        optional ``needs_start(config)``; any other evaluator starts one per trial."""
-        needs_start = getattr(self.ev, "needs_start", None)
-        return cfg is None or needs_start is None or bool(needs_start(cfg))
+        """Whether the next trial (``cfg``, when known) pays a server start."""
+        return cfg is None or self.needs_start is None or bool(self.needs_start(cfg))
 
     def can_afford(self, cfg: Config | None = None) -> bool:
         if len(self.trials) >= self.budget.max_trials:
@@ -206,7 +211,7 @@ class Trials:
         """Whether both arms run on the server that is up now, so their measurements can
         alternate without a start: an evaluator with the live cap (``needs_start``) and
         the same max-num-batched-tokens."""
-        needs_start = getattr(self.ev, "needs_start", None)
+        needs_start = self.needs_start
         if needs_start is None:
             return False
         same = (self.space.effective(ref)[1] == self.space.effective(cand)[1]
