@@ -49,6 +49,7 @@ import shutil
 import signal
 import ssl
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -425,9 +426,20 @@ state = "{d / 'state'}"
         wait(lambda: self.ctr("version", check=False).returncode == 0, 30,
              "containerd's socket", self.component)
         # The pause image is loaded, not pulled, as node images preload it.
+        # Once here (2026-12-07) containerd answered the import "content digest ...: not
+        # found" on a fresh root, and the next session's node started: the archive is
+        # written again and imported once more before the node gives up.
         archive = d / "pause.tar"
-        run([*buildah(), "push", "--quiet", PAUSE_IMAGE, f"oci-archive:{archive}:{PAUSE_IMAGE}"])
-        self.ctr("images", "import", "--index-name", PAUSE_IMAGE, str(archive))
+        for attempt in (1, 2):
+            archive.unlink(missing_ok=True)
+            run([*buildah(), "push", "--quiet", PAUSE_IMAGE,
+                 f"oci-archive:{archive}:{PAUSE_IMAGE}"])
+            imported = self.ctr("images", "import", "--index-name", PAUSE_IMAGE, str(archive),
+                                check=attempt == 2)
+            if imported.returncode == 0:
+                break
+            sys.stderr.write("containerd refused the pause image "
+                             f"({imported.stderr.strip()[-300:]}); importing it again\n")
         return self
 
     def ctr(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
