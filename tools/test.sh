@@ -115,8 +115,8 @@ rc_b=0
 # spare and lane A, the longest, starts without waiting for them.
 control_plane || rc_b=$?
 [ "$rc_b" -ne 0 ] || nice -n 15 bash tools/setup.sh --controllers || rc_b=$?
-# The nodes tier's Debian packages, images and registry (about 7-8 min on a new machine,
-# then cached) build beside the cluster tier, at low priority: that tier mostly waits on
+# The nodes tier's Debian packages, images and registry (383-472 s in the demo's first
+# runs from empty caches, then cached) build beside the cluster tier, at low priority: that tier mostly waits on
 # the API server. Lane B ran them one after the other before (2026-12-07).
 ( rc=0; nice -n 15 bash tools/setup.sh --nodes > "$logs/nodes-setup.log" 2>&1 || rc=$?
   echo "$rc" > "$logs/nodes-setup.rc" ) &

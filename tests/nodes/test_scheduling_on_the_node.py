@@ -53,13 +53,13 @@ def spare_service(name: str, nodes: RealNodes) -> dict[str, Any]:
     return svc
 
 
-def filler(replicas: int, image: str) -> dict[str, Any]:
-    """Serving pods of another team that take all the node's GPUs each (priority 0, as
-    pods without a class have), running ``sleep`` in containers."""
+def filler(image: str) -> dict[str, Any]:
+    """Another team's serving pod that takes all the node's GPUs (priority 0, as pods
+    without a class have), running ``sleep`` in a container."""
     labels = {"app": "filler"}
     return {
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "filler"},
-        "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
+        "spec": {"replicas": 1, "selector": {"matchLabels": labels},
                  "template": {"metadata": {"labels": labels}, "spec": {
                      "imagePullSecrets": [{"name": "regcred"}],
                      "terminationGracePeriodSeconds": 1,
@@ -74,7 +74,7 @@ def filler(replicas: int, image: str) -> dict[str, Any]:
 def node_filled(admin: ClusterKubectl, namespace: str, image: str) -> Iterator[set[str]]:
     """The filler's pod bound and running, every GPU of the node taken; its pod's UID. The
     filler goes after (the namespace's teardown deletes LLMServices only)."""
-    admin.apply_obj(filler(1, image), namespace)
+    admin.apply_obj(filler(image), namespace)
 
     def running() -> list[dict[str, Any]] | None:
         pods = [p for p in admin.items("pods", namespace, "app=filler")
@@ -98,10 +98,10 @@ def placed_on(admin: ClusterKubectl, namespace: str, name: str, timeout: float,
         return wait_for(placed, timeout, what, interval=1)
     except AssertionError as e:
         pod = admin.get("pod", name, namespace) or {}
+        requests = [c.get("resources") for c in (pod.get("spec") or {}).get("containers") or []]
         described = admin.run("describe", "nodes", check=False).stdout
         raise AssertionError(f"{e}\nPodScheduled: {condition(pod, 'PodScheduled')}\n"
-                             f"requests: {[c.get('resources') for c in pod['spec']['containers']]}"
-                             f"\nnodes: {described[-2500:]}") from e
+                             f"requests: {requests}\nnodes: {described[-2500:]}") from e
 
 
 def operator_log(admin: ClusterKubectl) -> str:
