@@ -37,10 +37,12 @@ import os
 import statistics
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support import machine_load
 from tests.support.tiny_model import ensure_tiny_llama, tiny_shape
 
 from llm_operator.api.models import parse_llmservice
@@ -219,11 +221,35 @@ def _wider_model(high: float, low: float) -> dict[str, int] | None:
     return {**MID_MODEL, "hidden": hidden, "heads": hidden // 64, "intermediate": 3 * hidden}
 
 
-@pytest.mark.timeout(2100)  # at most 20 min of search; the rest is the calibration
-def test_rendered_job_runs_as_the_kubelet_would_and_finds_the_better_region(
-    models: Path, tmp_path: Path
-) -> None:
+@dataclass(frozen=True)
+class Attempt:
+    """One calibration and the rendered Job's run against the objective it set."""
+
+    result: TuningResult
+    itl_ms: float  # the objective
+    measured: str  # the calibration's figures and who else used the CPUs meanwhile
+    stdout: str  # the tuner's log: its trial table
+    fingerprint: str
+    work: Path  # the tuner's work folder
+
+    @property
+    def regime_held(self) -> bool:
+        """The defaults, measured by the Job, still missed the calibrated objective."""
+        return self.result.baseline is not None and self.result.baseline.itl_p95_ms > self.itl_ms
+
+    def why(self) -> str:
+        # One line first (CI shows a failure's first line in its summary, the last thing
+        # it prints), then the tuner's own table (a str message is not truncated).
+        return (f"{_summary(self.result)}; calibration: {self.measured}; objective "
+                f"{self.itl_ms} ms\n{self.stdout[-4000:]}")
+
+
+def _calibrate_and_tune(models: Path, tmp_path: Path) -> Attempt:
+    """Calibrate the objective on this machine now, render the tuning Job for it and run
+    the Job's containers as the kubelet would; what the operator would read back."""
     import kubernetes_validate
+
+    tmp_path.mkdir()
 
     # The regime, created rather than assumed: the objective between what a batch of 48
     # and a batch of 6 measure here now, the same factor from both; on a machine where
@@ -234,9 +260,11 @@ def test_rendered_job_runs_as_the_kubelet_would_and_finds_the_better_region(
         model_dir = ensure_tiny_llama(models, VLLM_PYTHON, **shape)
         folder = tmp_path / f"calibration-{shape['hidden']}"
         folder.mkdir()
+        before = machine_load.snapshot()
         high, low, run_s = _itl_regime(model_dir, folder)
         measured.append(f"hidden {shape['hidden']}: ITL p95 {high:.1f} ms at {CLIENTS} "
-                        f"clients, {low:.1f} ms at {LOW_CLIENTS}")
+                        f"clients, {low:.1f} ms at {LOW_CLIENTS} ("
+                        f"{machine_load.describe(before, machine_load.snapshot())})")
         return model_dir, high, low, run_s
 
     shape = MID_MODEL
@@ -314,10 +342,12 @@ def test_rendered_job_runs_as_the_kubelet_would_and_finds_the_better_region(
     env.update(PYTHONPATH=str(code_dir), LLMOP_TERMINATION_LOG=str(term), LLMOP_VLLM_LOCK=LOCK)
     assert main["command"][:1] == ["python3"]
     cmd = [str(VLLM_PYTHON), *main["command"][1:], *model_args]
+    before = machine_load.snapshot()
     proc = subprocess.run(
         cmd, env={"PATH": os.environ["PATH"], "HOME": str(tmp_path), **env},
         capture_output=True, text=True, timeout=minutes * 60 + 300, cwd=tmp_path,
     )
+    load = machine_load.describe(before, machine_load.snapshot())
     log_tail = proc.stderr[-3000:]
     assert proc.returncode == 0, f"tuner failed:\n{log_tail}\n{proc.stdout[-2000:]}"
 
@@ -325,22 +355,39 @@ def test_rendered_job_runs_as_the_kubelet_would_and_finds_the_better_region(
     message = term.read_text()
     assert len(message.encode()) <= TERMINATION_LIMIT
     result: TuningResult = parse_result(message)
-    # On a failure, one line first (CI shows a failure's first line in its summary, the
-    # last thing it prints), then the tuner's own table (a str message is not truncated).
-    why = (f"{_summary(result)}; calibration: {'; '.join(measured)}; objective {itl_ms} ms"
-           f"\n{proc.stdout[-4000:]}")
-    assert result.fingerprint == fp
+    measured.append(f"the Job: {load}")
+    return Attempt(result, itl_ms, "; ".join(measured), proc.stdout, fp, work)
+
+
+# At most 20 min of search per attempt (6 where a run at 48 clients takes under 8 s, as
+# here), a calibration before each, and a second attempt only where the first lost its
+# regime.
+@pytest.mark.timeout(3000)
+def test_rendered_job_runs_as_the_kubelet_would_and_finds_the_better_region(
+    models: Path, tmp_path: Path
+) -> None:
+    # The regime is real: with vLLM's default cap the batch of 48 misses the ITL objective
+    # in the Job as it did in the calibration. Where it does not, the machine's load
+    # changed between the two and nothing can be said about the search: calibrated and run
+    # once more, saying so. CI, 2026-12-05: calibrated while the other lane wrote the 6.7
+    # GB vLLM image, the defaults then measured 39.9 ms against an objective above that (the
+    # image's build and push take the vLLM lock since); 2026-12-07: calibrated at 86.0 ms
+    # (median of 3 runs at 48 clients) where the Job's baseline measured 30.0 ms, cause not
+    # known (each calibration and Job now says who else used the CPUs meanwhile).
+    attempt = _calibrate_and_tune(models, tmp_path / "attempt-1")
+    if not attempt.regime_held:
+        first = attempt.why().splitlines()[0]
+        print(f"the regime was gone in the Job; calibrating once more: {first}")  # noqa: T201
+        attempt = _calibrate_and_tune(models, tmp_path / "attempt-2")
+        assert attempt.regime_held, (
+            f"the machine changed between the calibration and the search twice; the "
+            f"second: {attempt.why()}\nthe first: {first}")
+    result, proc_stdout, work = attempt.result, attempt.stdout, attempt.work
+    why = attempt.why()
+    assert result.fingerprint == attempt.fingerprint
     assert result.state in ("Succeeded", "Partial"), result.reason
     assert 1 <= result.trials <= MAX_TRIALS
     assert result.baseline is not None and result.best is not None
-    # The regime is real: with vLLM's default cap the batch of 48 misses the ITL objective...
-    # (CI, 2026-12-05: calibrated while the other lane wrote the 6.7 GB vLLM image, run
-    # after it, the defaults measured 39.9 ms against an objective above that; the image
-    # build and push now take the vLLM lock, so no timed run shares the machine with them.)
-    assert result.baseline.itl_p95_ms > itl_ms, (
-        f"the machine changed between the calibration ({'; '.join(measured)}; objective "
-        f"{itl_ms} ms) and the search (the defaults' ITL p95 "
-        f"{result.baseline.itl_p95_ms:.1f} ms)\n{why}")
     # ...and the tuner lands on a cap that keeps steps fast, with more goodput than the
     # defaults measured the same way (medians of repeats). How much more is not fixed:
     # goodput counts requests, and the load on the 2 shared cores moves between the
@@ -371,14 +418,14 @@ def test_rendered_job_runs_as_the_kubelet_would_and_finds_the_better_region(
     else:
         assert vs.low is not None and vs.low > 1.05, why
     # A person can read the trial table in the pod log, and the full result file.
-    assert "max-num-seqs" in proc.stdout and "baseline" in proc.stdout
+    assert "max-num-seqs" in proc_stdout and "baseline" in proc_stdout
     assert (work / "result.json").exists()
     # Fewer server starts than trials: caps moved live on a running server.
     full = json.loads((work / "result.json").read_text())
     starts = sorted(p.name for p in work.glob("server-*.log"))
     assert any("swept live" in n for n in full["notes"]), full["notes"]
     assert 1 <= len(starts) < len(full["trials"]), (starts, len(full["trials"]))
-    print(proc.stdout)  # noqa: T201 - the table, for the test log
+    print(proc_stdout)  # noqa: T201 - the table, for the test log
     print(f"rendered Job: {len(full['trials'])} trials, {len(starts)} server "  # noqa: T201
           "start(s)")
 
