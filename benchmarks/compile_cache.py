@@ -1,0 +1,143 @@
+"""vLLM's compile cache on the real CPU engine: a server's start with an empty
+``VLLM_CACHE_ROOT`` and with one an earlier start of the same configuration filled (what
+a container the kubelet restarts in the same pod finds, now that the operator puts the
+cache on the model cache volume). Not a unit test.
+
+Fixed in ``benchmarks/configs/compile_cache.yaml`` before the run.
+
+    .venv/bin/python -m benchmarks.compile_cache --out benchmarks/data/compile_cache_1.json
+    .venv/bin/python -m benchmarks.compile_cache --write      # the section
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from benchmarks.cpu_engine_run import VLLM_PY, say, start
+from benchmarks.results_md import emit, markers
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "benchmarks" / "configs" / "compile_cache.yaml"
+OUT = ROOT / "benchmarks" / "data" / "compile_cache_1.json"
+WORK = Path("/tmp/llmop-compile-cache")
+SECTION = "compile-cache"
+SAVED = "saved AOT compiled function to"
+LOADED = "Directly load AOT compilation from path"
+INIT = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([0-9.]+) s")
+
+
+def order(repeats: int) -> list[str]:
+    """The arms in the order they run: empty first (it fills the shared directory), then
+    alternating."""
+    return [arm for _ in range(repeats) for arm in ("empty", "filled")]
+
+
+def run(config: Path, out: Path) -> None:
+    sys.path.insert(0, str(ROOT / "operator"))
+    from llm_operator.inpod.tuner.server import VLLMServer
+
+    cfg = yaml.safe_load(config.read_text())
+    model, doc = start(cfg, config, WORK, runs=[])
+    e = cfg["engine"]
+    filled = WORK / "cache-filled"
+    t0 = time.monotonic()
+    for i, arm in enumerate(order(cfg["repeats"])):
+        root = filled if i == 0 or arm == "filled" else WORK / f"cache-empty-{i}"
+        if arm == "empty":
+            assert not root.exists(), root
+        log = WORK / f"start-{i}-{arm}.log"
+        server = VLLMServer(model=str(model), python=str(VLLM_PY), log_path=log,
+                            flags=["--kv-cache-memory-bytes", str(e["kvCacheBytes"]),
+                                   "--max-model-len", str(e["maxModelLen"])],
+                            env={"VLLM_CACHE_ROOT": str(root)}, start_timeout_s=600)
+        load0 = os.getloadavg()
+        with server:
+            startup = server.startup_s
+        text = log.read_text(errors="replace")
+        init = INIT.search(text)
+        m = {"index": i, "arm": arm, "startup_s": round(startup, 2),
+             "initEngine_s": float(init.group(1)) if init else None,
+             "saved": SAVED in text, "loaded": LOADED in text, "loadavgBefore": list(load0)}
+        doc["runs"].append(m)
+        say(f"  start {i} ({arm} cache): /health after {startup:.1f} s; vLLM's init engine "
+            f"{m['initEngine_s']} s; saved {m['saved']}, loaded {m['loaded']}")
+        out.write_text(json.dumps(doc, indent=1) + "\n")
+    doc["wallSeconds"] = round(time.monotonic() - t0)
+    doc["partial"] = False
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+
+
+def summary(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    rows = {}
+    for arm in ("empty", "filled"):
+        runs = [m for m in doc["runs"] if m["arm"] == arm]
+        if runs:
+            starts = [m["startup_s"] for m in runs]
+            inits = [m["initEngine_s"] for m in runs if m["initEngine_s"] is not None]
+            rows[arm] = {"runs": len(runs), "starts": starts,
+                         "median": statistics.median(starts),
+                         "initMedian": statistics.median(inits) if inits else None,
+                         "asSaid": all(m["saved"] and not m["loaded"] if arm == "empty"
+                                       else m["loaded"] for m in runs)}
+    return rows
+
+
+def render(doc: dict[str, Any]) -> str:
+    cfg = doc["config"]
+    begin, end = markers(SECTION)
+    rows = summary(doc)
+    lines = [begin, f"## vLLM's compile cache and a server's start ({cfg['label']})", "",
+             f"**Measured on the vLLM CPU engine** ({doc['engine']}, {doc['cpus']} CPUs, "
+             f"{doc['started']}), config `{doc['configFile']}`, committed before the run. "
+             "Seconds from a server's start to `/health` answering 200, with "
+             "`VLLM_CACHE_ROOT` an empty directory and with the directory the first start "
+             "filled (the same model and flags), interleaved; each start checked against "
+             "vLLM's own log (an empty cache saves the compiled model, a filled one loads "
+             "it). The operator sets `VLLM_CACHE_ROOT` on the model cache volume, so a "
+             "container the kubelet restarts in the same pod starts with it filled. GPUs "
+             "compile other kernels (and capture CUDA graphs, which are not cached): the "
+             "seconds there differ, not measured here.", "",
+             "| cache | starts | seconds to /health, each | median | vLLM's init engine, "
+             "median s | as its log says |", "|---|---|---|---|---|---|"]
+    for arm, r in rows.items():
+        each = ", ".join(f"{s:.1f}" for s in r["starts"])
+        init = "-" if r["initMedian"] is None else f"{r['initMedian']:.1f}"
+        lines.append(f"| {arm} | {r['runs']} | {each} | {r['median']:.1f} | {init} | "
+                     f"{'yes' if r['asSaid'] else 'NO'} |")
+    goal = cfg["goals"]["filledOverEmptyAtMost"]
+    if "empty" in rows and "filled" in rows:
+        ratio = rows["filled"]["median"] / rows["empty"]["median"]
+        lines += ["", "| goal | figure | met |", "|---|---|---|",
+                  f"| a filled cache's median start at most {goal:.0%} of an empty one's | "
+                  f"{ratio:.0%} ({rows['filled']['median']:.1f} s against "
+                  f"{rows['empty']['median']:.1f} s) | {'met' if ratio <= goal else 'not met'} |"]
+    if doc.get("partial"):
+        lines += ["", "**Partial run** (stopped before the end)."]
+    lines.append(end)
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--config", type=Path, default=CONFIG)
+    ap.add_argument("--out", type=Path, default=None, help="run and store here")
+    ap.add_argument("--write", action="store_true", help="replace the section where it lives")
+    args = ap.parse_args(argv)
+    if args.out is not None:
+        run(args.config, args.out)
+        return 0
+    return emit(SECTION, render(json.loads(OUT.read_text())), write=args.write)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
