@@ -121,11 +121,14 @@ BENCHMARKS: tuple[Benchmark, ...] = (
               "pausing and restart time counted; three runs of one committed config.",
               (Config("adapt-live-1", ("adaptation", "adaptation-2", "adaptation-3"), CPU),),
               ("client-keepalive", "demo-binding-cap", "demo-binding-cap-nodes")),
-    Benchmark("engine-features", "Chunked prefill and the prefix cache",
-              "vLLM's chunked prefill on and off, and its prefix cache with the tuner's own "
-              "load, measured on the CPU engine.",
+    Benchmark("engine-features", "Chunked prefill, the prefix cache and the compile cache",
+              "vLLM's chunked prefill on and off, its prefix cache with the tuner's own "
+              "load, and a server's start with and without its compile cache, measured on "
+              "the CPU engine.",
               (Config("Prefix cache with the tuner's load (prefix-cache-1)", ("prefix-cache",),
-                      CPU),),
+                      CPU),
+               Config("A server's start with its compile cache (compile-cache-1)",
+                      ("compile-cache",), CPU)),
               ("chunked-prefill", "chunked-prefill-2")),
     Benchmark("gpu-kernels", "GPU kernels against the performance model",
               "PyTorch GEMMs at the shapes of vLLM's steps on an H100 and an H200 (the "

@@ -117,11 +117,35 @@ def test_the_vllm_containers_get_a_home_and_the_cache_they_can_write() -> None:
         assert env["HOME"] == "/tmp", c["name"]
         mount = next(m for m in c["volumeMounts"] if m["name"] == "model-cache")
         assert env["HF_HOME"] == mount["mountPath"] == "/var/cache/huggingface", c["name"]
+        # vLLM's compile cache outlives a container restart: on the cache volume, not in
+        # the writable layer (the download writes no compile cache: not set there).
+        if c["name"] == "vllm":
+            assert env["VLLM_CACHE_ROOT"] == "/var/cache/huggingface/vllm"
+        elif c["name"] == "download-model":
+            assert "VLLM_CACHE_ROOT" not in env
+
+
+def test_every_container_that_runs_vllm_keeps_its_compile_cache_on_the_cache_volume(
+) -> None:
+    """The served pod's vLLM, the tuner (its servers) and both pods of a two-node group:
+    VLLM_CACHE_ROOT under the model cache's mount, so a restarted container finds it."""
+    seen = set()
+    for kind, pod in every_pod(copy.deepcopy(HUB)):
+        for c in pod["containers"]:
+            env = {e["name"]: e.get("value") for e in c.get("env", [])}
+            mounts = {m["mountPath"]: m["name"] for m in c.get("volumeMounts", [])}
+            if "VLLM_CACHE_ROOT" in env:
+                assert env["VLLM_CACHE_ROOT"] == "/var/cache/huggingface/vllm", (kind, c["name"])
+                assert mounts.get("/var/cache/huggingface") == "model-cache", (kind, c["name"])
+                seen.add((kind, c["name"]))
+    assert {name for _, name in seen} >= {"vllm", "tuner"}, seen
+    assert len(seen) >= 3, seen  # a Deployment's, a Job's, a LeaderWorkerSet's
 
 
 def test_the_users_home_and_cache_win_and_are_not_given_twice() -> None:
     spec = {**HUB, "pod": {"env": [{"name": "HOME", "value": "/home/me"},
-                                   {"name": "HF_HOME", "value": "/data/hf"}]}}
+                                   {"name": "HF_HOME", "value": "/data/hf"},
+                                   {"name": "VLLM_CACHE_ROOT", "value": "/data/vllm"}]}}
     for _, pod in every_pod(spec):
         for c in (*pod.get("initContainers", []), *pod["containers"]):
             names = [e["name"] for e in c.get("env", [])]
@@ -129,6 +153,8 @@ def test_the_users_home_and_cache_win_and_are_not_given_twice() -> None:
             env = {e["name"]: e.get("value") for e in c.get("env", [])}
             if "HOME" in env:
                 assert env["HOME"] == "/home/me", c["name"]
+            if "VLLM_CACHE_ROOT" in env:
+                assert env["VLLM_CACHE_ROOT"] == "/data/vllm", c["name"]
 
 
 @pytest.mark.parametrize("uid", [0, 4242])

@@ -468,10 +468,13 @@ def test_hub_model_is_downloaded_online_then_served_offline() -> None:
     assert all(m["mountPath"] != MODEL_MOUNT_PATH for m in container["volumeMounts"])
     # No token; vLLM's usage statistics off; vLLM reads the cache the init container
     # filled, so a restart does not ask the hub again.
-    # HF_HOME is the cache's mount, HOME writable by the pods' user (not root).
+    # HF_HOME is the cache's mount, vLLM's compile cache on it too, HOME writable by the
+    # pods' user (not root).
     assert container["env"] == [{"name": "VLLM_NO_USAGE_STATS", "value": "1"},
                                 {"name": "DO_NOT_TRACK", "value": "1"},
                                 {"name": "HF_HOME", "value": "/var/cache/huggingface"},
+                                {"name": "VLLM_CACHE_ROOT",
+                                 "value": "/var/cache/huggingface/vllm"},
                                 {"name": "HOME", "value": "/tmp"},
                                 {"name": "HF_HUB_OFFLINE", "value": "1"}]
     # The download itself stays online, or it would skip its work.

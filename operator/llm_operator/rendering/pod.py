@@ -29,6 +29,15 @@ METRICS_PATH = "/metrics"
 # The model cache's mount, HF_HOME in every container that mounts it (not under /root: the
 # pods run as spec.pod.runAsUser, not root, unless that is 0).
 HF_CACHE_PATH = "/var/cache/huggingface"
+# vLLM's own cache (VLLM_CACHE_ROOT: torch.compile's compiled model, Inductor's and
+# Triton's kernels), on the model cache volume rather than in the container's writable
+# layer: a container the kubelet restarts in the same pod (a crash, an OOM kill, a failed
+# probe) finds what the first one compiled, and so does every pod that mounts the same
+# spec.cache.claimName. vLLM keys each entry by its configuration, torch's and its own
+# source, writes each file under a temporary name and renames it, and compiles again when
+# one does not load (vLLM 0.32's CPU build cannot load its compiled model: it compiles
+# again with the cached kernels; benchmarks/results/engine-features.md).
+VLLM_CACHE_PATH = f"{HF_CACHE_PATH}/vllm"
 # HOME of a non-root container (vllm-openai's HOME, /root, is root's only): the image's own
 # /tmp, writable by any user, where vLLM, Triton and torch.compile keep their caches.
 NONROOT_HOME = "/tmp"
@@ -132,7 +141,9 @@ def build_env(spec: LLMServiceSpec, *, downloaded: bool = False) -> list[dict[st
     ``HF_HUB_OFFLINE`` the user gives in ``spec.pod.env`` wins. Not where
     ``spec.engine.extraArgs`` has vLLM fetch what the download does not
     (:data:`HUB_FETCHING_FLAGS`), and never for the download itself, which would then
-    skip its work."""
+    skip its work. Those containers also keep vLLM's compile cache on the model cache
+    volume (``VLLM_CACHE_ROOT``, :data:`VLLM_CACHE_PATH`), unless ``spec.pod.env`` names
+    another."""
     errors = pod_spec_errors(spec)
     if errors:
         raise SpecErrors(errors)
@@ -151,6 +162,8 @@ def build_env(spec: LLMServiceSpec, *, downloaded: bool = False) -> list[dict[st
     # Where the model cache is mounted, and a writable HOME for a user the image does not
     # know; a value the user gives in spec.pod.env wins (their own cache layout or HOME).
     defaults = [("HF_HOME", HF_CACHE_PATH)]
+    if downloaded:  # the containers that run vLLM: its compile cache on the same volume
+        defaults.append(("VLLM_CACHE_ROOT", VLLM_CACHE_PATH))
     if spec.pod.run_as_user != 0:
         defaults.append(("HOME", NONROOT_HOME))
     env += [{"name": n, "value": v} for n, v in defaults if n not in user_env]
