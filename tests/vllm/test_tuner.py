@@ -49,6 +49,7 @@ from llm_operator.api.models import parse_llmservice
 from llm_operator.inpod.tuner.result import TERMINATION_LIMIT, TuningResult, parse_result
 from llm_operator.inpod.tuner.server import VLLMServer
 from llm_operator.planning import make_plan
+from llm_operator.rendering.pod import HF_CACHE_PATH, VLLM_CACHE_PATH
 from llm_operator.settings import Settings
 from llm_operator.tuning.fingerprint import tuning_fingerprint
 from llm_operator.tuning.job import (
@@ -321,7 +322,8 @@ def _calibrate_and_tune(models: Path, tmp_path: Path) -> Attempt:
     # 2. The tuner container (vLLM image): `python3` = the vLLM venv's Python; the model
     #    volume mounted at /mnt/models = the generated model folder; /opt/llmop = the
     #    folder the init container filled; terminationMessagePath = a temp file; the
-    #    container's own /tmp/llmop-tuning = a temp folder; and the machine-wide vLLM
+    #    container's own /tmp/llmop-tuning = a temp folder; the model cache volume (HF_HOME,
+    #    VLLM_CACHE_ROOT under it) = a temp folder; and the machine-wide vLLM
     #    lock switched back on (a pod is alone on its GPUs, this machine is shared).
     #    Every other argument and variable is used verbatim.
     term = tmp_path / "termination-log"
@@ -339,6 +341,9 @@ def _calibrate_and_tune(models: Path, tmp_path: Path) -> Attempt:
     model_args[j + 1] = str(code_dir)
     env = _env_list_to_dict(main["env"])
     assert env["PYTHONPATH"] == CODE_PATH and env["LLMOP_TERMINATION_LOG"] == TERMINATION_LOG
+    # The model cache volume (HF_HOME, and vLLM's compile cache on it) = a temp folder.
+    assert env["VLLM_CACHE_ROOT"] == VLLM_CACHE_PATH
+    env = {k: v.replace(HF_CACHE_PATH, str(tmp_path / "model-cache")) for k, v in env.items()}
     env.update(PYTHONPATH=str(code_dir), LLMOP_TERMINATION_LOG=str(term), LLMOP_VLLM_LOCK=LOCK)
     assert main["command"][:1] == ["python3"]
     cmd = [str(VLLM_PYTHON), *main["command"][1:], *model_args]
