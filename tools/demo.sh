@@ -35,19 +35,18 @@ fi
 # builds (mostly downloads and disk), as tools/test.sh does, and the loop waits for it.
 t0=$(date +%s)
 logs=$(mktemp -d /tmp/llmop-demo-setup.XXXXXX)
-( rc=0; nice -n 15 bash tools/build_cluster.sh > "$logs/control-plane.log" 2>&1 || rc=$?
-  echo "$rc" > "$logs/control-plane.rc" ) &
-cp_build=$!
-trap 'pkill -P "$cp_build" 2>/dev/null || true; kill "$cp_build" 2>/dev/null || true' EXIT
+source tools/background.sh
+trap bg_stop EXIT
+bg_start control-plane "$logs" bash tools/build_cluster.sh
 bash tools/setup.sh --demo --cluster-later
 t_installs=$(date +%s)
 bash tools/setup.sh --nodes
 t_images=$(date +%s)
 printf '\n==> the control plane (tools/build_cluster.sh, in the background since the start)\n'
-while [ ! -f "$logs/control-plane.rc" ]; do sleep 5; done
+while ! bg_done control-plane "$logs"; do sleep 5; done
 t_cp=$(date +%s)
-cat "$logs/control-plane.log"
-rc=$(cat "$logs/control-plane.rc")
+rc=0
+bg_wait control-plane "$logs" || rc=$?
 [ "$rc" = 0 ] || { echo "the control plane's build failed (above): exit $rc" >&2; exit "$rc"; }
 trap - EXIT
 printf '\n==> ready in %d s: installs %d s, node packages and images %d s, then %d s waiting' \

@@ -24,21 +24,18 @@ export LLMOP_VLLM_LOCK_LEDGER="$logs/vllm-lock.tsv"
 # time; cached in ~/.cache/llm-operator after) builds at low priority from the start,
 # beside the installs and the first pytest step (1,351 s there, 2026-11-28), not before
 # them: lane B (the cluster and nodes tiers) waits for it.
-# stop PID...: a background job and its children (lane A's pytest, the build's script).
-stop() { for p in "$@"; do pkill -P "$p" 2>/dev/null || true; kill "$p" 2>/dev/null || true; done; }
-( rc=0; nice -n 15 bash tools/build_cluster.sh > "$logs/control-plane.log" 2>&1 || rc=$?
-  echo "$rc" > "$logs/control-plane.rc" ) &
-cp_build=$!
-trap 'stop "$cp_build"' EXIT
+# The background jobs (bg_start, bg_wait; all stopped when this script exits).
+source tools/background.sh
+trap bg_stop EXIT
+bg_start control-plane "$logs" bash tools/build_cluster.sh
 control_plane() {  # wait for the build; its log; its exit status
-  while [ ! -f "$logs/control-plane.rc" ]; do sleep 5; done
+  while ! bg_done control-plane "$logs"; do sleep 5; done
   printf '\n==> the control plane (tools/build_cluster.sh, in the background)\n'
-  cat "$logs/control-plane.log"
-  return "$(cat "$logs/control-plane.rc")"
+  bg_wait control-plane "$logs"
 }
 # actionlint (a Go build, about 2 minutes the first time, then cached) starts beside the
 # installs; setup.sh's own call below waits for it (the build holds a lock) or reuses it.
-( nice -n 15 bash tools/build_actionlint.sh > "$logs/actionlint.log" 2>&1 || true ) &
+bg_start actionlint "$logs" bash tools/build_actionlint.sh
 bash tools/setup.sh --tests --cluster-later
 export PATH="$PWD/.cache/bin:$PWD/.venv/bin:$PATH"
 export HF_HUB_OFFLINE=1
@@ -106,8 +103,7 @@ printf '\n==> pytest, lane A: tests/prometheus tests/vllm, then the live cap on 
   echo "$SECONDS" > "$logs/lane-a.end"
   exit "$rc" ) > "$logs/lane-a.log" 2>&1 &
 lane_a=$!
-# lane A and the control plane's build stop with this script
-trap 'stop "$lane_a" "$cp_build"' EXIT
+bg_add "$lane_a"  # it stops with this script, as the builds do
 printf '\n==> [%d s] pytest, lane B: tests/cluster tests/aic\n' "$SECONDS"
 rc_b=0
 # The cluster tier's two Go-built controllers (the Prometheus Operator, LeaderWorkerSet)
@@ -118,19 +114,15 @@ control_plane || rc_b=$?
 # The nodes tier's Debian packages, images and registry (383-472 s in the demo's first
 # runs from empty caches, then cached) build beside the cluster tier, at low priority: that tier mostly waits on
 # the API server. Lane B ran them one after the other before (2026-12-07).
-( rc=0; nice -n 15 bash tools/setup.sh --nodes > "$logs/nodes-setup.log" 2>&1 || rc=$?
-  echo "$rc" > "$logs/nodes-setup.rc" ) &
-nodes_setup=$!
-trap 'stop "$lane_a" "$cp_build" "$nodes_setup"' EXIT
+bg_start nodes-setup "$logs" bash tools/setup.sh --nodes
 [ "$rc_b" -ne 0 ] || .venv/bin/python -m pytest -ra --durations=15 \
   --basetemp=/tmp/llmop-tests-c --junitxml="$logs/junit-cluster.xml" \
   tests/cluster tests/aic || rc_b=$?
 # The nodes tier (pods in real containers) after it, once its setup is done.
 printf '\n==> [%d s] the nodes tier'"'"'s setup (tools/setup.sh --nodes, beside the cluster tier)\n' \
   "$SECONDS"
-wait "$nodes_setup" || true
-cat "$logs/nodes-setup.log"
-rc_n=$(cat "$logs/nodes-setup.rc" 2>/dev/null || echo 1)
+rc_n=0
+bg_wait nodes-setup "$logs" || rc_n=$?
 printf '\n==> [%d s] pytest, lane B: tests/nodes (real kubelet, containerd, images built here)\n' \
   "$SECONDS"
 [ "$rc_n" -ne 0 ] || .venv/bin/python -m pytest -ra --durations=15 \
