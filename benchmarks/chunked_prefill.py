@@ -18,7 +18,6 @@ Everything is fixed in ``benchmarks/configs/chunked_prefill.yaml`` before the ru
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import subprocess
@@ -29,8 +28,9 @@ from typing import Any
 
 import yaml
 
+from benchmarks import cpu_engine_run
 from benchmarks.cpu_engine_run import VLLM_PY, say, start, vllm_env
-from benchmarks.results_md import emit, markers
+from benchmarks.results_md import markers
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "benchmarks" / "configs" / "chunked_prefill.yaml"
@@ -260,17 +260,8 @@ def render(doc: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--config", type=Path, default=CONFIG)
-    ap.add_argument("--out", type=Path, default=None, help="run and store here")
-    ap.add_argument("--data", type=Path, default=OUT, help="the stored run to render")
-    ap.add_argument("--write", action="store_true", help="replace the section where it lives")
-    args = ap.parse_args(argv)
-    if args.out is not None:
-        run(args.config, args.out)
-        return 0
-    doc = json.loads(args.data.read_text())
-    return emit(section_name(doc["config"]), render(doc), write=args.write)
+    return cpu_engine_run.main(argv, __doc__.split("\n")[0], CONFIG, OUT,
+                               lambda doc: section_name(doc["config"]), run, render)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ Fixed in ``benchmarks/configs/prefix_cache.yaml`` before the run.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import subprocess
@@ -21,8 +20,9 @@ from typing import Any
 
 import yaml
 
+from benchmarks import cpu_engine_run
 from benchmarks.cpu_engine_run import VLLM_PY, say, start, vllm_env
-from benchmarks.results_md import emit, markers
+from benchmarks.results_md import markers
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "benchmarks" / "configs" / "prefix_cache.yaml"
@@ -166,15 +166,7 @@ def render(doc: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--config", type=Path, default=CONFIG)
-    ap.add_argument("--out", type=Path, default=None, help="run and store here")
-    ap.add_argument("--write", action="store_true", help="replace the section where it lives")
-    args = ap.parse_args(argv)
-    if args.out is not None:
-        run(args.config, args.out)
-        return 0
-    return emit(SECTION, render(json.loads(OUT.read_text())), write=args.write)
+    return cpu_engine_run.main(argv, __doc__.split("\n")[0], CONFIG, OUT, SECTION, run, render)
 
 
 if __name__ == "__main__":
