@@ -112,8 +112,8 @@ rc_b=0
 control_plane || rc_b=$?
 [ "$rc_b" -ne 0 ] || nice -n 15 bash tools/setup.sh --controllers || rc_b=$?
 # The nodes tier's Debian packages, images and registry (383-472 s in the demo's first
-# runs from empty caches, then cached) build beside the cluster tier, at low priority: that tier mostly waits on
-# the API server. Lane B ran them one after the other before (2026-12-07).
+# runs from empty caches, then cached) build beside the cluster tier, at low priority:
+# that tier mostly waits on the API server. Lane B ran them one after the other before (2026-12-07).
 bg_start nodes-setup "$logs" bash tools/setup.sh --nodes
 [ "$rc_b" -ne 0 ] || .venv/bin/python -m pytest -ra --durations=15 \
   --basetemp=/tmp/llmop-tests-c --junitxml="$logs/junit-cluster.xml" \

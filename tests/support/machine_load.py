@@ -2,7 +2,8 @@
 
 A timed test on 2 shared cores can be slowed by the other lane's work; when its
 measurements disagree, the failure message should say who else was busy. A process's
-figure includes the children it waited for (a Go build's compilers); one that starts and
+figure includes the children it waited for (a Go build's compilers), so a parent that
+reaps a long-lived child in the window counts that child's whole life; one that starts and
 ends between two snapshots with its parent gone is not seen, the machine-wide figure
 counts it.
 """

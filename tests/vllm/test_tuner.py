@@ -60,6 +60,7 @@ from llm_operator.tuning.job import (
     WORK_DIR,
     build_tuning_job,
 )
+from llm_operator_sandbox.local_plan import rewrite_paths
 
 ROOT = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = Path(os.environ.get("LLMOP_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
@@ -343,7 +344,8 @@ def _calibrate_and_tune(models: Path, tmp_path: Path) -> Attempt:
     assert env["PYTHONPATH"] == CODE_PATH and env["LLMOP_TERMINATION_LOG"] == TERMINATION_LOG
     # The model cache volume (HF_HOME, and vLLM's compile cache on it) = a temp folder.
     assert env["VLLM_CACHE_ROOT"] == VLLM_CACHE_PATH
-    env = {k: v.replace(HF_CACHE_PATH, str(tmp_path / "model-cache")) for k, v in env.items()}
+    cache = [(HF_CACHE_PATH, str(tmp_path / "model-cache"))]
+    env = {k: rewrite_paths(v, cache) for k, v in env.items()}  # the process kubelet's rule
     env.update(PYTHONPATH=str(code_dir), LLMOP_TERMINATION_LOG=str(term), LLMOP_VLLM_LOCK=LOCK)
     assert main["command"][:1] == ["python3"]
     cmd = [str(VLLM_PYTHON), *main["command"][1:], *model_args]

@@ -33,10 +33,11 @@ HF_CACHE_PATH = "/var/cache/huggingface"
 # Triton's kernels), on the model cache volume rather than in the container's writable
 # layer: a container the kubelet restarts in the same pod (a crash, an OOM kill, a failed
 # probe) finds what the first one compiled, and so does every pod that mounts the same
-# spec.cache.claimName. vLLM keys each entry by its configuration, torch's and its own
-# source, writes each file under a temporary name and renames it, and compiles again when
-# one does not load (vLLM 0.32's CPU build cannot load its compiled model: it compiles
-# again with the cached kernels; benchmarks/results/engine-features.md).
+# spec.cache.claimName. vLLM keys each entry by its configuration, PyTorch's and the
+# model code's source, writes its compiled model under a temporary name and renames it
+# (vllm/compilation/decorators.py, 0.32), and compiles again when that does not load
+# (vLLM 0.32's CPU build cannot load it: it compiles again with the cached kernels;
+# benchmarks/results/engine-features.md).
 VLLM_CACHE_PATH = f"{HF_CACHE_PATH}/vllm"
 # HOME of a non-root container (vllm-openai's HOME, /root, is root's only): the image's own
 # /tmp, writable by any user, where vLLM, Triton and torch.compile keep their caches.
