@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from llm_operator.health.podfailures import creating, replica_failure
 from llm_operator.health.podscheduling import (
     PodScheduling,
@@ -161,9 +163,18 @@ def test_a_failed_mount_counts_after_the_grace_a_multi_attach_at_once() -> None:
     assert with_events(bound(10), mount, now=NOW)[0].problem is None
     late = with_events(bound(50), mount, now=NOW)[0].problem
     assert late is not None and late.reason == "FailedMount"
-    multi = {"qwen-abc": [event("FailedAttachVolume", 'Multi-Attach error for volume "pv"')]}
-    early = with_events(bound(1), multi, now=NOW)[0].problem
-    assert early is not None and early.reason == "FailedAttachVolume"
+    for said in ('Multi-Attach error for volume "pv" Volume is already used by pod(s) q-1',
+                 'Waiting for detach for volume "pv" Volume is already used by pod(s) q-1'):
+        multi = {"qwen-abc": [event("FailedAttachVolume", said)]}
+        early = with_events(bound(1), multi, now=NOW)[0].problem
+        assert early is not None and early.reason == "FailedAttachVolume", said
+    # Still detaching from a node whose pod is gone (a rollout): not said before the grace.
+    detaching = {"qwen-abc": [event("FailedAttachVolume", 'Waiting for detach for volume "pv" '
+                                    "Volume is already exclusively attached to one node, "
+                                    "waiting on detach before it can be attached to another "
+                                    "node")]}
+    assert with_events(bound(10), detaching, now=NOW)[0].problem is None
+    assert with_events(bound(50), detaching, now=NOW)[0].problem is not None
 
 
 def test_a_missing_claim_names_the_spec_fields() -> None:
@@ -178,18 +189,20 @@ def test_a_missing_claim_names_the_spec_fields() -> None:
     assert "spec.cache.claimName" in problem.fix
 
 
-def test_two_replicas_on_a_read_write_once_claim_is_a_multi_attach() -> None:
+@pytest.mark.parametrize("wording", ["Multi-Attach error", "Waiting for detach"])
+def test_two_replicas_on_a_read_write_once_claim_is_a_multi_attach(wording: str) -> None:
+    """The attach-detach controller's Event in either wording: Kubernetes 1.37's (read on
+    two real nodes here) and the earlier releases'."""
     pods = [PodScheduling.from_pod(p) for p in (creating_pod("qwen-a"), creating_pod("qwen-b"))]
     pods[0] = PodScheduling("qwen-a", False, volumes=pods[0].volumes)  # attached, running
-    said = ('Multi-Attach error for volume "pvc-0b1c" Volume is already used by pod(s) '
-            "qwen-a")
+    said = f'{wording} for volume "pvc-0b1c" Volume is already used by pod(s) qwen-a'
     found = with_events(pods, now=NOW, events={"qwen-b": [
         event("FailedMount", "Unable to attach or mount volumes: timed out", "2026-11-27T10:02Z"),
         event("FailedAttachVolume", said)]})
     conds, _ = crash_condition([], found, generation=1, now=NOW)
     cond = get_condition(conds, "ContainersRunning")
     assert cond is not None and cond["reason"] == "FailedAttachVolume"
-    assert "1 of 2 server pods cannot start; pod qwen-b: FailedAttachVolume: Multi-Attach" in (
+    assert f"1 of 2 server pods cannot start; pod qwen-b: FailedAttachVolume: {wording}" in (
         cond["message"])
     assert ("claim hf-cache is ReadWriteOnce and 2 replicas share it: use a ReadWriteMany "
             "class or 1 replica") in cond["message"]

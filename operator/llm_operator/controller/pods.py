@@ -20,7 +20,7 @@ the pod), on each of its events and every :data:`CREATING_RECHECK_SECONDS` by
 on the LLMService within that interval of the Event; a FailedMount only once the pod has
 been bound :data:`~llm_operator.health.podfailures.VOLUME_GRACE_SECONDS` (45 s: a volume still
 attaching on a healthy start shows one too), so at most about 65 s after it was bound,
-and a Multi-Attach error at once.
+and a volume that a pod on another node uses (Multi-Attach) at once.
 """
 
 from __future__ import annotations

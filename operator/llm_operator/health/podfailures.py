@@ -18,8 +18,11 @@ puts on the LLMService as a condition:
   ``ContainerCreating``/``PodInitializing``) and the kubelet posted ``FailedMount``
   Events (a missing Secret or claim);
 - reason ``FailedAttachVolume``: the same, with the attach-detach controller's
-  ``FailedAttachVolume`` Event, e.g. "Multi-Attach error": a ReadWriteOnce claim
-  already attached to another node, which two replicas sharing it on two nodes cause;
+  ``FailedAttachVolume`` Event, e.g. a ReadWriteOnce claim already attached to another
+  node and used by a pod there, which two replicas sharing it on two nodes cause
+  ("Waiting for detach for volume ... Volume is already used by pod(s) ..." from
+  Kubernetes 1.37, as its controller said it there; "Multi-Attach error for volume ..."
+  in earlier releases);
 - reason ``StartupProbeFailed``: the kubelet killed a container whose startup probe ran
   out (its ``Killing`` Event, "Container vllm failed startup probe, will be restarted",
   during the container's last run), so vLLM never finished loading within the budget
@@ -70,8 +73,17 @@ CREATING_REASONS = frozenset({"ContainerCreating", "PodInitializing"})
 VOLUME_EVENT_REASONS = (REASON_FAILED_ATTACH, REASON_FAILED_MOUNT)
 # A FailedMount or FailedAttachVolume often comes and goes while a volume attaches on a
 # healthy start (a CSI driver still attaching): reported only once the pod has been bound
-# this long without a container. A Multi-Attach error is never transient: at once.
+# this long without a container. A volume held by a pod on another node is said at once.
 VOLUME_GRACE_SECONDS = 45.0
+# The attach-detach controller's FailedAttachVolume for a ReadWriteOnce volume that pods
+# on other nodes use (pkg/controller/volume/attachdetach/reconciler): "Multi-Attach error
+# for volume V Volume is already used by pod(s) P" until Kubernetes renamed it "Waiting
+# for detach for volume V Volume is already used by pod(s) P" (the wording of v1.37.2,
+# read from its controller's Event on two real nodes here). Its other form, "...
+# exclusively attached to one node, waiting on detach ...", names no pod: the volume is
+# still detaching from a node whose pod is gone, which passes (a rollout to another node).
+_HELD_BY_PODS = re.compile(r"(Multi-Attach error|Waiting for detach) for volume .*"
+                           r"already used by pod\(s\)")
 
 _NOT_FOUND = re.compile(r'(secrets?|configmaps?|persistentvolumeclaims?) "([^"]+)" not found',
                         re.IGNORECASE)
@@ -327,8 +339,9 @@ def bound_time(pod: Mapping[str, Any]) -> float | None:
 
 
 def _multi_attach(event: Mapping[str, Any]) -> bool:
+    """A FailedAttachVolume for a volume that pods on another node use (either wording)."""
     return (event.get("reason") == REASON_FAILED_ATTACH
-            and "Multi-Attach" in str(event.get("message") or ""))
+            and bool(_HELD_BY_PODS.search(str(event.get("message") or ""))))
 
 
 def volume_problem(pod: str, volumes: PodVolumes, events: Sequence[Mapping[str, Any]],
@@ -347,7 +360,7 @@ def volume_problem(pod: str, volumes: PodVolumes, events: Sequence[Mapping[str, 
         message = " ".join(str(latest.get("message") or "").split())
         said = f"{reason}: {message}"
         claim = volumes.claims[0] if volumes.claims else None
-        if reason == REASON_FAILED_ATTACH and "Multi-Attach" in message and claim:
+        if reason == REASON_FAILED_ATTACH and _HELD_BY_PODS.search(message) and claim:
             fix = (f"claim {claim} is ReadWriteOnce and {sharing} replicas share it: use a "
                    "ReadWriteMany class or 1 replica (spec.replicas), or give spec.cache."
                    "claimName / spec.model.volume.claimName a claim per replica")
