@@ -22,9 +22,11 @@ What differs from a GPU cluster, and why:
   plugin sets it); the node carries the label NVIDIA's GPU feature discovery sets
   (``nvidia.com/gpu.product``), so the scheduler places GPU pods for real. No device is
   mounted into them. The plugin registers again when the kubelet restarts.
-- **One node per machine**: a second kubelet needs its own network and mount namespace
-  (the device-plugin socket path and iptables are per machine); the two-node
-  LeaderWorkerSet group stays on the process kubelet (docs/production/node-agent.md).
+- **Further nodes on the same machine** (:class:`JoinedNode`): each with its own bridge
+  and pod subnet, containerd, kubelet (in a mount namespace of its own, where its
+  device-plugin folder is its own), cgroup root and pod-log folder; one CoreDNS and one
+  kube-proxy serve every node's pods from the host, and the host routes between the
+  bridges. The nodes tier joins ``node-2`` for the tests that need a pod on a second node.
 - **The machine's state**: the kubelet sets ``vm.overcommit_memory``, ``kernel.panic``
   and ``kernel.panic_on_oops`` (unless ``protectKernelDefaults``), the bridge plugin
   ``net.ipv4.ip_forward``, kube-proxy and the kubelet add iptables chains, and both
@@ -35,8 +37,8 @@ What differs from a GPU cluster, and why:
   the bridge's gateway (the kubelet's ``clusterDNS``), as kube-proxy runs on the host
   here; a cluster runs it as a Deployment behind the ``kube-dns`` Service. Pods resolve
   ``NAME.NAMESPACE.svc.cluster.local`` to the Service's cluster IP either way.
-- **No traffic leaves the machine**: the bridge has no masquerade and no uplink; the API
-  server, the registry and every pod listen on loopback or on the bridge.
+- **No traffic leaves the machine**: the bridges have no masquerade and no uplink; the API
+  server, the registry and every pod listen on loopback or on a bridge.
 """
 
 from __future__ import annotations
@@ -63,9 +65,9 @@ import yaml
 
 from .cluster import SERVICE_CIDR, Component, LocalCluster, cache_root, free_port, kubeconfig
 
-BRIDGE = "llmop0"
 POD_SUBNET = "10.244.0.0/24"
 GATEWAY = "10.244.0.1"  # the bridge's address: the node IP, the API server's on this tier
+POD_CIDR = "10.244.0.0/16"  # every node's pod subnet: node N has 10.244.N.0/24 on llmopN
 CLUSTER_DOMAIN = "cluster.local"  # CoreDNS (on the gateway) answers for it
 CNI_BIN = Path("/usr/lib/cni")
 CONTAINERD = "/usr/bin/containerd"
@@ -78,6 +80,41 @@ PAUSE_IMAGE = "localhost/llmop/pause:3.10"
 GPU_RESOURCE = "nvidia.com/gpu"
 # runc, the shim, iptables and mount are found on PATH, where /usr/sbin may be missing.
 SBIN_PATH = {"PATH": os.environ.get("PATH", "") + ":/usr/local/sbin:/usr/sbin:/sbin"}
+
+
+@dataclass(frozen=True)
+class NodeAddress:
+    """Where node ``index``'s pods live: its bridge ``llmopN``, pod subnet 10.244.N.0/24
+    and gateway 10.244.N.1, the node's IP (node 0's is the API server's address too).
+    The host routes between the bridges, as a cluster's network routes between nodes."""
+
+    index: int = 0
+
+    @property
+    def bridge(self) -> str:
+        return f"llmop{self.index}"
+
+    @property
+    def subnet(self) -> str:
+        return f"10.244.{self.index}.0/24"
+
+    @property
+    def gateway(self) -> str:
+        return f"10.244.{self.index}.1"
+
+
+def add_bridge(net: NodeAddress) -> None:
+    run(["ip", "link", "del", net.bridge], check=False)
+    run(["ip", "link", "add", net.bridge, "type", "bridge"])
+    run(["ip", "addr", "add", f"{net.gateway}/{net.subnet.split('/')[1]}", "dev", net.bridge])
+    run(["ip", "link", "set", net.bridge, "up"])
+
+
+def remove_bridges() -> None:
+    """Every node's bridge (``llmop0``, ``llmop1``, ...)."""
+    for link in Path("/sys/class/net").iterdir():
+        if link.name.startswith("llmop") and link.name[5:].isdigit():
+            run(["ip", "link", "del", link.name], check=False)
 
 
 def images_store() -> Path:
@@ -190,18 +227,21 @@ def recover_interrupted_run(say: Callable[[str], None] | None = None) -> list[st
     roots = [Path(r) for r in saved.get("roots", [])]
     if say:
         say(f"putting back what an interrupted run left ({', '.join(map(str, roots))})")
+    tops = ["kubepods", *joined_cgroup_roots()]
     for hierarchy in CGROUP_ROOT.iterdir():
-        for procs in (hierarchy / "kubepods").rglob("cgroup.procs"):
-            with contextlib.suppress(OSError, ValueError):
-                for pid in procs.read_text().split():
-                    os.kill(int(pid), signal.SIGKILL)
+        for top in tops:
+            for procs in (hierarchy / top).rglob("cgroup.procs"):
+                with contextlib.suppress(OSError, ValueError):
+                    for pid in procs.read_text().split():
+                        os.kill(int(pid), signal.SIGKILL)
     for root in roots:
         run(["pkill", "-KILL", "-f", str(root)], check=False)
     time.sleep(1)
     for root in roots:
         unmount_under(root)
-    remove_cgroups()
-    run(["ip", "link", "del", BRIDGE], check=False)
+    for top in tops:
+        remove_cgroups(top)
+    remove_bridges()
     state = HostState(sysctls=saved["sysctls"], iptables=saved["iptables"],
                       absent_paths=[Path(p) for p in saved["absent_paths"]],
                       netns=set(saved["netns"]))
@@ -225,6 +265,16 @@ def unmount_under(root: Path) -> None:
             return
         for point in sorted(set(mounts), key=len, reverse=True):
             run(["umount", "-l", point], check=False)
+
+
+JOINED_CGROUP_PREFIX = "llmop-"  # a joined node's cgroupRoot: /llmop-NAME
+
+
+def joined_cgroup_roots() -> list[str]:
+    """The cgroup roots of joined nodes (:class:`JoinedNode`) present in any hierarchy."""
+    return sorted({d.name for h in CGROUP_ROOT.iterdir() if h.is_dir()
+                   for d in h.iterdir() if d.is_dir()
+                   and d.name.startswith(JOINED_CGROUP_PREFIX)})
 
 
 def remove_cgroups(name: str = "kubepods") -> None:
@@ -257,10 +307,7 @@ class NodeNetwork:
         recover_interrupted_run(print)
         self.state = HostState.record()
         save_state(self.state, self.roots)
-        run(["ip", "link", "del", BRIDGE], check=False)
-        run(["ip", "link", "add", BRIDGE, "type", "bridge"])
-        run(["ip", "addr", "add", f"{self.gateway}/{self.subnet.split('/')[1]}", "dev", BRIDGE])
-        run(["ip", "link", "set", BRIDGE, "up"])
+        add_bridge(NodeAddress(0))
         # Pod -> Service -> pod on the same bridge goes through kube-proxy's rules only
         # when bridged traffic meets iptables (kubeadm's preflight asks for the same).
         nf = Path("/proc/sys/net/bridge/bridge-nf-call-iptables")
@@ -269,7 +316,7 @@ class NodeNetwork:
         return self
 
     def stop(self) -> list[str]:
-        run(["ip", "link", "del", BRIDGE], check=False)
+        remove_bridges()
         failed = self.state.restore() if self.state else []
         STATE_FILE.unlink(missing_ok=True)
         return failed
@@ -361,9 +408,11 @@ class Containerd:
     ``workdir``. The registry is trusted through its CA (``certs.d``), never logged in
     to: credentials come from each pod's pull secret through the kubelet."""
 
-    def __init__(self, workdir: Path, registry: Registry) -> None:
+    def __init__(self, workdir: Path, registry: Registry, net: NodeAddress | None = None
+                 ) -> None:
         self.dir = Path(workdir)
         self.registry = registry
+        self.net = net or NodeAddress()
         self.socket = self.dir / "containerd.sock"
         self.component: Component | None = None
 
@@ -384,10 +433,11 @@ class Containerd:
             f'  ca = "{ca}"\n')
         (d / "net.d" / "10-llmop.conflist").write_text(json.dumps({
             "cniVersion": "0.4.0", "name": "llmop", "plugins": [
-                {"type": "bridge", "bridge": BRIDGE, "isGateway": True, "ipMasq": False,
-                 "hairpinMode": True,
+                {"type": "bridge", "bridge": self.net.bridge, "isGateway": True,
+                 "ipMasq": False, "hairpinMode": True,
                  "ipam": {"type": "host-local", "dataDir": str(d / "ipam"),
-                          "ranges": [[{"subnet": POD_SUBNET, "gateway": GATEWAY}]],
+                          "ranges": [[{"subnet": self.net.subnet,
+                                       "gateway": self.net.gateway}]],
                           "routes": [{"dst": "0.0.0.0/0"}]}},
                 {"type": "portmap", "capabilities": {"portMappings": True}}]}))
         cri = 'plugins."io.containerd.grpc.v1.cri"'
@@ -413,6 +463,8 @@ state = "{d / 'state'}"
       runtime_type = "io.containerd.runc.v2"
       [{cri}.containerd.runtimes.runc.options]
         SystemdCgroup = false
+        # runc's state per containerd: two nodes' containerds never share it
+        Root = "{d / 'runc'}"
   [{cri}.cni]
     bin_dir = "{CNI_BIN}"
     conf_dir = "{d / 'net.d'}"
@@ -506,6 +558,11 @@ class RealNodes:
         self.proxy: Component | None = None
         self.dns: Component | None = None
         self.plugin: Component | None = None
+
+    @property
+    def kubelet_root(self) -> Path:
+        """The kubelet's ``--root-dir`` (its pods' volumes, its ``plugins_registry``)."""
+        return self.dir / "kubelet" / "root"
 
     def say(self, text: str) -> None:
         if self.out:
@@ -636,45 +693,8 @@ class RealNodes:
              "CoreDNS ready (its kubernetes plugin synced)", self.dns)
 
     def _kubelet(self) -> None:
-        d = self.dir / "kubelet"
-        d.mkdir(parents=True, exist_ok=True)
-        pki = self.cluster.pki
-        name = self.node.name
-        client = pki.issue(f"kubelet-{name}", f"system:node:{name}", ("system:nodes",))
-        serving = pki.issue(f"kubelet-{name}-serving", name, server=True,
-                            hosts=(GATEWAY, name))
-        kc = d / "kubelet.kubeconfig"
-        kc.write_text(kubeconfig(self.cluster.url, self.cluster.ca.cert, f"system:node:{name}",
-                                 client=client))
-        port, healthz = free_port(), free_port()
-        config = {
-            "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
-            # cgroup v1 (this machine's hybrid layout) is deprecated, still served in 1.37.
-            "failCgroupV1": False, "cgroupDriver": "cgroupfs", "cgroupsPerQOS": True,
-            "enforceNodeAllocatable": ["pods"], "oomScoreAdj": 0, "failSwapOn": False,
-            "address": GATEWAY, "port": port, "readOnlyPort": 0,
-            "healthzBindAddress": "127.0.0.1", "healthzPort": healthz,
-            "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
-                               "x509": {"clientCAFile": str(self.cluster.ca.cert)}},
-            "authorization": {"mode": "Webhook"},
-            "tlsCertFile": str(serving.cert), "tlsPrivateKeyFile": str(serving.key),
-            "containerRuntimeEndpoint": f"unix://{self.containerd.socket}",
-            "clusterDomain": CLUSTER_DOMAIN, "clusterDNS": [GATEWAY],
-            "serializeImagePulls": False, "imageGCHighThresholdPercent": 100,
-            "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%",
-                             "imagefs.available": "1%", "nodefs.inodesFree": "1%"},
-            "nodeStatusUpdateFrequency": "5s", "syncFrequency": "10s",
-            "fileCheckFrequency": "5s", "maxPods": 30,
-        }
-        cfg = d / "config.yaml"
-        cfg.write_text(yaml.safe_dump(config))
-        labels = ",".join(f"{k}={v}" for k, v in self.node.labels.items())
-        self.kubelet = Component("kubelet", [
-            str(self.bin / "kubelet"), f"--config={cfg}", f"--kubeconfig={kc}",
-            f"--root-dir={d / 'root'}", f"--cert-dir={d / 'pki'}",
-            f"--hostname-override={name}", f"--node-ip={GATEWAY}",
-            f"--node-labels={labels}", "--v=1",
-        ], d / "kubelet.log", env=SBIN_PATH)
+        self.kubelet = kubelet_component(self.cluster, self.node, self.dir / "kubelet",
+                                         self.containerd)
         self.kubelet.start()
 
     def _proxy(self) -> None:
@@ -689,7 +709,7 @@ class RealNodes:
             "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
             "kind": "KubeProxyConfiguration", "mode": "iptables",
             "clientConnection": {"kubeconfig": str(kc)},
-            "hostnameOverride": self.node.name, "clusterCIDR": POD_SUBNET,
+            "hostnameOverride": self.node.name, "clusterCIDR": POD_CIDR,
             "bindAddress": "127.0.0.1",
             "healthzBindAddress": f"127.0.0.1:{free_port()}",
             "metricsBindAddress": f"127.0.0.1:{free_port()}",
@@ -719,9 +739,9 @@ class RealNodes:
                                     context=self.cluster._admin_ssl) as r:
             return json.loads(r.read())
 
-    def node_ready(self) -> bool:
+    def node_ready(self, name: str | None = None) -> bool:
         try:
-            node = self._api("GET", f"/api/v1/nodes/{self.node.name}")
+            node = self._api("GET", f"/api/v1/nodes/{name or self.node.name}")
         except (urllib.error.URLError, OSError):
             return False
         return any(c.get("type") == "Ready" and c.get("status") == "True"
@@ -748,12 +768,195 @@ class RealNodes:
                    for line in self.plugin.log.read_text(errors="replace").splitlines())
 
     def _gpus_allocatable(self) -> bool:
-        node = self._api("GET", f"/api/v1/nodes/{self.node.name}")
-        return str(node["status"].get("allocatable", {}).get(GPU_RESOURCE)) == str(
-            self.node.gpus)
+        return self.gpus_allocatable(self.node)
+
+    def gpus_allocatable(self, node: RealNodeSpec) -> bool:
+        got = self._api("GET", f"/api/v1/nodes/{node.name}")
+        return str(got["status"].get("allocatable", {}).get(GPU_RESOURCE)) == str(node.gpus)
 
     def logs(self) -> Iterator[Path]:
         yield from self.dir.rglob("*.log")
+
+
+def kubelet_component(cluster: LocalCluster, node: RealNodeSpec, d: Path,
+                      containerd: Containerd, *, cgroup_root: str | None = None,
+                      pod_logs: Path | None = None,
+                      wrapper: tuple[str, ...] = ()) -> Component:
+    """Kubernetes' kubelet for ``node``, its state under ``d``, on ``containerd``'s socket
+    and serving on its node's gateway (``containerd.net``); ``cgroup_root`` and
+    ``pod_logs`` (``podLogsDir``) where they are not the machine's; ``wrapper`` runs
+    before it (a joined node's own mount namespace)."""
+    d.mkdir(parents=True, exist_ok=True)
+    pki = cluster.pki
+    name = node.name
+    address = containerd.net.gateway
+    client = pki.issue(f"kubelet-{name}", f"system:node:{name}", ("system:nodes",))
+    serving = pki.issue(f"kubelet-{name}-serving", name, server=True, hosts=(address, name))
+    kc = d / "kubelet.kubeconfig"
+    kc.write_text(kubeconfig(cluster.url, cluster.ca.cert, f"system:node:{name}",
+                             client=client))
+    port, healthz = free_port(), free_port()
+    config: dict[str, Any] = {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+        # cgroup v1 (this machine's hybrid layout) is deprecated, still served in 1.37.
+        "failCgroupV1": False, "cgroupDriver": "cgroupfs", "cgroupsPerQOS": True,
+        "enforceNodeAllocatable": ["pods"], "oomScoreAdj": 0, "failSwapOn": False,
+        "address": address, "port": port, "readOnlyPort": 0,
+        "healthzBindAddress": "127.0.0.1", "healthzPort": healthz,
+        "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
+                           "x509": {"clientCAFile": str(cluster.ca.cert)}},
+        "authorization": {"mode": "Webhook"},
+        "tlsCertFile": str(serving.cert), "tlsPrivateKeyFile": str(serving.key),
+        "containerRuntimeEndpoint": f"unix://{containerd.socket}",
+        # CoreDNS listens on the first node's gateway; every node's pods reach it there.
+        "clusterDomain": CLUSTER_DOMAIN, "clusterDNS": [GATEWAY],
+        "serializeImagePulls": False, "imageGCHighThresholdPercent": 100,
+        "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%",
+                         "imagefs.available": "1%", "nodefs.inodesFree": "1%"},
+        "nodeStatusUpdateFrequency": "5s", "syncFrequency": "10s",
+        "fileCheckFrequency": "5s", "maxPods": 30,
+    }
+    if cgroup_root:
+        config["cgroupRoot"] = cgroup_root
+    if pod_logs:
+        config["podLogsDir"] = str(pod_logs)
+    cfg = d / "config.yaml"
+    cfg.write_text(yaml.safe_dump(config))
+    labels = ",".join(f"{k}={v}" for k, v in node.labels.items())
+    return Component("kubelet", [
+        *wrapper, str(cluster.bin / "kubelet"), f"--config={cfg}", f"--kubeconfig={kc}",
+        f"--root-dir={d / 'root'}", f"--cert-dir={d / 'pki'}",
+        f"--hostname-override={name}", f"--node-ip={address}",
+        f"--node-labels={labels}", "--v=1",
+    ], d / "kubelet.log", env=SBIN_PATH)
+
+
+# The kubelet's device-plugin folder: fixed, whatever --root-dir says, and emptied by a
+# kubelet when it starts (k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1.DevicePluginPath).
+DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
+
+
+class JoinedNode:
+    """A further real node on this machine, beside :class:`RealNodes`' first one, as a
+    second machine would join a cluster: its own bridge and pod subnet
+    (:class:`NodeAddress` ``index``), containerd (its own state, runc root and CNI
+    configuration), kubelet and device plugin; it pulls from the first node's registry,
+    its pods resolve names through the same CoreDNS and reach Services through the same
+    kube-proxy (both serve every bridge from the host).
+
+    What a kubelet keeps per machine is kept apart, so the two never touch each other's
+    pods:
+
+    - the device-plugin folder (:data:`DEVICE_PLUGIN_DIR`, fixed, emptied at start): the
+      kubelet runs in a mount namespace of its own (``unshare --mount``) where a folder of
+      this node's is bound over it; its device plugin registers there;
+    - the pods' mounts: the kubelet's root dir is made a shared mount before, so what the
+      kubelet mounts in its namespace (Secrets, projected tokens, emptyDirs) propagates to
+      the host, where containerd starts the containers;
+    - the ``kubepods`` cgroups: ``cgroupRoot`` is ``/llmop-NAME``, since a kubelet kills
+      the processes of pod cgroups it does not know under its own root;
+    - the pods' logs: ``podLogsDir`` is a folder of this node's, since a kubelet removes
+      the log folders of pods it does not know from its own (``/var/log/pods`` by
+      default); only the links in ``/var/log/containers`` stay shared (a kubelet removes
+      a link there only when what it points to is gone);
+    - the ports: its own kubelet and healthz ports, on its own node IP (the gateway).
+    """
+
+    def __init__(self, nodes: RealNodes, node: RealNodeSpec, index: int) -> None:
+        if index < 1:
+            raise ValueError("index 0 is the first node's (RealNodes)")
+        self.nodes = nodes
+        self.node = node
+        self.net = NodeAddress(index)
+        # Short: a unix socket's path holds 107 bytes, and the CSI driver's registration
+        # socket is under the kubelet's root dir (:mod:`.csi`).
+        self.dir = nodes.dir / node.name
+        self.containerd = Containerd(self.dir / "containerd", nodes.registry, self.net)
+        self.cgroup_root = f"{JOINED_CGROUP_PREFIX}{node.name}"
+        self.plugin_dir = self.dir / "device-plugins"
+        self.kubelet: Component | None = None
+        self.plugin: Component | None = None
+
+    def start(self, timeout: float = 120) -> JoinedNode:
+        t0 = time.monotonic()
+        try:
+            add_bridge(self.net)
+            self.containerd.start()
+            self._cgroups()
+            root = self.kubelet_root
+            root.mkdir(parents=True, exist_ok=True)
+            run(["mount", "--bind", str(root), str(root)])
+            run(["mount", "--make-rshared", str(root)])
+            self.plugin_dir.mkdir(parents=True, exist_ok=True)
+            DEVICE_PLUGIN_DIR.mkdir(parents=True, exist_ok=True)
+            wrapper = ("unshare", "--mount", "--propagation", "unchanged", "--",
+                       "/bin/sh", "-c", f'mount --bind "$0" {DEVICE_PLUGIN_DIR} && exec "$@"',
+                       str(self.plugin_dir))
+            self.kubelet = kubelet_component(self.nodes.cluster, self.node,
+                                             self.dir / "kubelet", self.containerd,
+                                             cgroup_root=f"/{self.cgroup_root}",
+                                             pod_logs=self.dir / "pod-logs",
+                                             wrapper=wrapper)
+            self.kubelet.start()
+            wait(self.node_ready, timeout, f"node {self.node.name} Ready", self.kubelet)
+            if self.node.gpus:
+                self.plugin = Component("device-plugin", [
+                    str(device_plugin_binary()), "-resource", GPU_RESOURCE,
+                    "-count", str(self.node.gpus), "-dir", str(self.plugin_dir)],
+                    self.dir / "device-plugin" / "device-plugin.log")
+                self.plugin.start()
+                wait(self._gpus_allocatable, 60,
+                     f"{GPU_RESOURCE} allocatable on {self.node.name}", self.plugin)
+        except BaseException:
+            self.stop()
+            raise
+        self.nodes.say(f"node {self.node.name} joined, Ready on {self.net.bridge} "
+                       f"({self.net.subnet}) in {time.monotonic() - t0:.1f} s")
+        return self
+
+    def __enter__(self) -> JoinedNode:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _cgroups(self) -> None:
+        """``/llmop-NAME`` in every v1 hierarchy; cpuset's with its parent's CPUs and
+        memory nodes (a new cpuset is empty)."""
+        for hierarchy in CGROUP_ROOT.iterdir():
+            if hierarchy.name == "unified" or not (hierarchy / "cgroup.procs").exists():
+                continue
+            top = hierarchy / self.cgroup_root
+            top.mkdir(exist_ok=True)
+            for key in ("cpuset.cpus", "cpuset.mems"):
+                if (hierarchy / key).exists() and not (top / key).read_text().strip():
+                    (top / key).write_text((hierarchy / key).read_text())
+
+    @property
+    def kubelet_root(self) -> Path:
+        """The kubelet's ``--root-dir``, a shared mount (see the class)."""
+        return self.dir / "kubelet" / "root"
+
+    def node_ready(self) -> bool:
+        return self.nodes.node_ready(self.node.name)
+
+    def _gpus_allocatable(self) -> bool:
+        return self.nodes.gpus_allocatable(self.node)
+
+    def stop(self) -> None:
+        """Stop the kubelet, its containers and containerd, put the machine back (mounts,
+        cgroups, the bridge) and delete the Node (the cluster forgets it, as after a
+        ``kubectl delete node`` of a machine taken away)."""
+        for comp in (self.plugin, self.kubelet):
+            if comp is not None:
+                comp.stop()
+        self.containerd.stop()
+        unmount_under(self.dir)
+        remove_cgroups(self.cgroup_root)
+        run(["ip", "link", "del", self.net.bridge], check=False)
+        with contextlib.suppress(urllib.error.URLError, OSError):
+            self.nodes._api("DELETE", f"/api/v1/nodes/{self.node.name}")
+        shutil.rmtree(self.containerd.dir / "root", ignore_errors=True)
 
 
 def device_plugin_binary() -> Path:
@@ -798,5 +1001,5 @@ def wait(probe: Callable[[], bool], timeout: float, what: str,
     raise RuntimeError(f"timed out after {timeout:.0f} s waiting for {what}{tail}")
 
 
-__all__ = ["GATEWAY", "SERVICE_CIDR", "HostState", "NodeNetwork", "RealNodeSpec",
-           "RealNodes", "Registry", "built_images", "registry_binary"]
+__all__ = ["GATEWAY", "SERVICE_CIDR", "HostState", "JoinedNode", "NodeAddress", "NodeNetwork",
+           "RealNodeSpec", "RealNodes", "Registry", "built_images", "registry_binary"]
