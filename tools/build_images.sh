@@ -12,8 +12,8 @@
 #                                         to operator/ builds a new image
 #   localhost/llmop/vllm-cpu:VERSION-HASH   with --vllm: tools/build_vllm_image.sh
 #
-# and the nodes' host binaries, each from its Go module: the registry, CoreDNS and the
-# device plugin (tools/device-plugin).
+# and the nodes' host binaries, each from its Go module: the registry, CoreDNS, the
+# device plugin (tools/device-plugin), and the CSI driver and attacher (tools/build_csi.sh).
 #
 # buildah builds them (chroot isolation, no daemon) into a store under the cache
 # ($LLMOP_CACHE, default ~/.cache/llm-operator/images), reused by later runs: a run with
@@ -71,6 +71,8 @@ if [ ! -x "$CACHE/bin/device-plugin-$PLUGIN_HASH" ]; then
   echo "    built in $(( $(date +%s) - s )) s"
 fi
 ln -sf "device-plugin-$PLUGIN_HASH" "$CACHE/bin/device-plugin"
+# The nodes' attachable volume: the CSI external-attacher and tools/csi-driver.
+bash tools/build_csi.sh
 have() { "${B[@]}" inspect --type image "$1" >/dev/null 2>&1; }
 t() { date +%s; }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Build the LeaderWorkerSet controller the cluster tier runs beside the control plane (the
-# two-node group of tests/cluster/test_multi_node.py), from its Go module on the module
+# Build the LeaderWorkerSet controller the nodes tier runs beside the control plane (the
+# two-node group of tests/nodes/test_multi_node_in_containers.py), from its Go module on the module
 # proxy, into $LLMOP_CACHE (default ~/.cache/llm-operator)/lws-VERSION/{bin,config};
 # reused after. Called at the start of the cluster lane of `bash tools/test.sh`, and by
 # `bash tools/setup.sh --lws`.
@@ -24,10 +24,7 @@ fi
 export GOFLAGS="${GOFLAGS:-} -buildvcs=false"
 start=$(date +%s)
 echo "==> Building the LeaderWorkerSet controller $VERSION into $OUT (first build on 2 cores: about 2 minutes)"
-info=$(cd / && go mod download -json "$MOD@$VERSION")
-src=$(printf '%s' "$info" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
-got=$(printf '%s' "$info" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Sum"])')
-[ "$got" = "$SUM" ] || { echo "$MOD@$VERSION: checksum $got, expected $SUM" >&2; exit 1; }
+src=$(bash "$(dirname "$0")/go_module_src.sh" "$MOD" "$VERSION" "$SUM")
 rm -rf "$OUT.tmp"; mkdir -p "$OUT.tmp/bin" "$OUT.tmp/config"
 work=$(mktemp -d)
 trap 'chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"' EXIT
