@@ -127,8 +127,11 @@ SUBSTITUTIONS: list[Substitution] = [
     Substitution("other `persistentVolumeClaim` volumes",
                  "an empty directory per pod; under the local kubelet, a ReadWriteOnce claim "
                  "is held by the node of its first pod, and a pod on another node stays in "
-                 "`ContainerCreating` with a `FailedAttachVolume` Multi-Attach Event",
-                 "the PVC's volume, attached by the attach-detach controller"),
+                 "`ContainerCreating` with a `FailedAttachVolume` Event in the words of "
+                 "Kubernetes before 1.37 (\"Multi-Attach error for volume ...\")",
+                 "the PVC's volume, attached by the attach-detach controller; a pod on "
+                 "another node gets its `FailedAttachVolume` (\"Waiting for detach for "
+                 "volume ... Volume is already used by pod(s) ...\" in 1.37)"),
     Substitution("an image under a `.invalid` registry host (RFC 2606: never resolves)",
                  "the pull fails: `ErrImagePull` with containerd's \"no such host\", then "
                  "`ImagePullBackOff`, and Events `Failed`/`BackOff`",

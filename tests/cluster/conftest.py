@@ -3,12 +3,11 @@ kube-apiserver, kube-controller-manager and kube-scheduler v1.37.2, built from G
 by ``bash tools/setup.sh --cluster``), installed by ``helm install`` of the chart and run
 with the chart's ServiceAccount token, so RBAC, admission, the CRD's schema and CEL, the
 Deployment/ReplicaSet/Job controllers, the garbage collector and the scheduler are
-Kubernetes' own. Most tests run with no kubelet at all: what they assert comes from the API
+Kubernetes' own. The tests run with no kubelet at all: what they assert comes from the API
 server, admission, the controllers or the scheduler, and no Node exists while they run
-(checked before each one). The few that need registered nodes ask for the ``kubelet``
-fixture, or start their own, and are marked ``process_kubelet``: that kubelet is local
-(:mod:`llm_operator_sandbox.kubelet`: pods run as local processes). They run last, as the
-session's nodes stay registered once up. Pods in real containers: the ``nodes`` tier.
+(checked before each one). Pods that run, in real containers on real nodes: the ``nodes``
+tier (the last two tests that needed a process kubelet here, the two-node group and the
+Multi-Attach error, moved there on 2026-12-07).
 
 One control plane for the whole session (it starts in about 10 s); each test gets its own
 namespace and operator process, and every wait is bounded.
@@ -34,9 +33,6 @@ from llm_operator_sandbox.cluster import (
     cache_dir,
     helm_install,
 )
-from llm_operator_sandbox.kubelet import LocalKubelet, gpu_nodes
-from llm_operator_sandbox.loop import default_vllm_python
-from llm_operator_sandbox.tiny_model import ensure_tiny_llama
 from tests.support.emulator import ROOT, Kubectl, OperatorProcess, kubectl_binary, wait_for
 
 CHART = ROOT / "charts" / "llm-operator"
@@ -101,47 +97,17 @@ def admin(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Cl
     return ClusterKubectl(cluster.admin_kubeconfig, tmp_path_factory.mktemp("kube-cache"))
 
 
-@pytest.fixture(scope="session")
-def tiny_model() -> Path:
-    return ensure_tiny_llama(MODEL_CACHE, default_vllm_python(ROOT))
-
-
-@pytest.fixture(scope="session")
-def kubelet(cluster: LocalCluster, tiny_model: Path,
-            tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKubelet]:
-    """Two GPU nodes (8 x L4 each, GPU feature discovery's label, the nvidia.com/gpu
-    taint) and one CPU node; their pods run as local processes."""
-    with LocalKubelet(cluster.admin_kubeconfig, gpu_nodes(), tmp_path_factory.mktemp("kubelet"),
-                      vllm_python=default_vllm_python(ROOT),
-                      models={TINY_MODEL_NAME: tiny_model},
-                      out=lambda line: sys.stderr.write(line + "\n")) as running:
-        yield running
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The cluster tests that use the session's process kubelet run last (a stable sort):
-    its three nodes stay registered once up, and the tests before them run with none."""
-    def uses_kubelet(item: pytest.Item) -> bool:
-        return (Path(str(item.fspath)).parent == Path(__file__).parent
-                and "kubelet" in getattr(item, "fixturenames", ()))
-    items.sort(key=uses_kubelet)
-    for item in items:
-        if uses_kubelet(item):
-            item.add_marker(pytest.mark.process_kubelet)
-
-
 @pytest.fixture(autouse=True)
-def _no_kubelet_unless_marked(request: pytest.FixtureRequest) -> None:
-    """A test not marked ``process_kubelet`` runs with no kubelet: no Node is registered
-    when it starts (a test that registers nodes removes them, or uses ``kubelet``)."""
-    if (request.node.get_closest_marker("process_kubelet")
-            or "cluster" not in request.fixturenames):
+def _no_kubelet(request: pytest.FixtureRequest) -> None:
+    """Every test of this tier runs with no kubelet: no Node is registered when it starts
+    (pods that must run are the ``nodes`` tier's)."""
+    if "cluster" not in request.fixturenames:
         return
     admin: ClusterKubectl = request.getfixturevalue("admin")
     names = [n["metadata"]["name"] for n in admin.items("nodes")]
-    assert not names, (f"nodes {names} are registered before a test that runs with no "
-                       "kubelet: the test that registered them must delete them, or they "
-                       "belong to the session's `kubelet` fixture")
+    assert not names, (f"nodes {names} are registered before a test of the cluster tier, "
+                       "which runs with no kubelet: the test that registered them must "
+                       "delete them")
 
 
 @pytest.fixture(scope="session")

@@ -10,14 +10,12 @@ controller's own words and the fix, the one Warning Event, and the time it took.
 
 from __future__ import annotations
 
-import re
 import sys
 import time
 from typing import Any
 
 import pytest
 
-from llm_operator_sandbox.kubelet import LocalKubelet
 from tests.support.emulator import OperatorProcess, wait_for
 
 from .conftest import ClusterKubectl
@@ -119,41 +117,3 @@ def assert_missing_token_secret(cond: dict[str, Any], namespace: str) -> None:
     assert (f"Fix: Secret {namespace}/hf-token not found: create it with `kubectl create "
             f"secret generic hf-token -n {namespace} --from-literal=token=...`") in cond[
                 "message"]
-
-
-def test_two_replicas_on_a_read_write_once_claim_is_a_multi_attach(
-        admin: ClusterKubectl, namespace: str, operator: OperatorProcess,
-        kubelet: LocalKubelet) -> None:
-    """replicas: 2 on one ReadWriteOnce claim, on two nodes: the second pod stays in
-    ContainerCreating with a Multi-Attach error (the attach-detach controller's Event,
-    posted by the local kubelet's stand-in); the operator reads it from the pod's Events."""
-    pv = f"hf-cache-{namespace}"
-    admin.apply_obj({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv},
-                     "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
-                              "storageClassName": "manual",
-                              "hostPath": {"path": f"/tmp/llmop-{pv}"},
-                              "claimRef": {"namespace": namespace, "name": "hf-cache"}}})
-    try:
-        admin.apply_obj({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                         "metadata": {"name": "hf-cache"},
-                         "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "manual",
-                                  "volumeName": pv,
-                                  "resources": {"requests": {"storage": "1Gi"}}}}, namespace)
-        svc = tiny_service("shared")
-        svc["spec"]["replicas"] = 2
-        svc["spec"]["cache"] = {"claimName": "hf-cache"}
-        svc["spec"]["scheduling"] = {"affinity": {"podAntiAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": [{
-                "labelSelector": {"matchLabels": {"llmops.dev/llmservice": "shared"}},
-                "topologyKey": "kubernetes.io/hostname"}]}}}
-        cond = apply_until_false(admin, namespace, svc, "ContainersRunning",
-                                 "Multi-Attach")
-        assert cond["reason"] == "FailedAttachVolume", cond
-        assert re.search(r"1 of 2 server pods cannot start; pod shared-\S+: FailedAttachVolume: "
-                         rf'Multi-Attach error for volume "{pv}" Volume is already used by '
-                         r"pod\(s\) shared-", cond["message"]), cond
-        assert ("Fix: claim hf-cache is ReadWriteOnce and 2 replicas share it: use a "
-                "ReadWriteMany class or 1 replica") in cond["message"]
-    finally:
-        admin.run("delete", "llms", "shared", "-n", namespace, "--wait=false", check=False)
-        admin.run("delete", "pv", pv, "--wait=false", check=False)

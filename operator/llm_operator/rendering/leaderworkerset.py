@@ -43,9 +43,9 @@ from .vllm_args import VLLM_COMMAND, build_vllm_args
 # arguments plus ``--distributed-executor-backend mp --nnodes N``
 # (planning.multi_node_flags), its rank, and the leader's address; the leader (rank 0)
 # serves the API, each worker runs ``--headless``. No Ray in the image, and the same
-# commands run on vLLM's CPU build, which refuses Ray (tests/cluster/test_multi_node.py
-# runs them through the real LWS controller and the local kubelet). Each node waits for
-# the others in torch.distributed's rendezvous.
+# commands run on vLLM's CPU build, which refuses Ray (tests/nodes/
+# test_multi_node_in_containers.py runs them through the real LWS controller on two real
+# nodes, in containers). Each node waits for the others in torch.distributed's rendezvous.
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 LWS_KIND = "LeaderWorkerSet"
 # The LeaderWorkerSet may not share the Service's name: LWS creates a headless Service
