@@ -30,8 +30,9 @@ containerd, kubelet, mount namespace and cgroup root on this machine) and remove
 ``node-1`` has 8 GPUs: in the group's test another team's pod holds 7 of them, so the
 group's two pods of one GPU each have to go to the two nodes, as on nodes of one GPU.
 
-What is local: the LWS manager, the CSI driver's services and the CSI external-attacher
-run as processes with the admin's kubeconfig (:mod:`llm_operator_sandbox.lws`,
+What is local: the LWS manager (the tier's, installed before the operator), the CSI
+driver's services and the CSI external-attacher run as processes with the admin's
+kubeconfig (:mod:`llm_operator_sandbox.lws`,
 :mod:`llm_operator_sandbox.csi`). Each test holds the machine's vLLM lock while its
 vLLM containers run (one vLLM at a time, here two containers of one engine).
 """
@@ -55,14 +56,14 @@ import pytest
 from llm_operator_sandbox.cluster import LocalCluster
 from llm_operator_sandbox.csi import LocalCSI, csi_present
 from llm_operator_sandbox.hub import LocalHub
-from llm_operator_sandbox.lws import LocalLWS, lws_present
+from llm_operator_sandbox.lws import LocalLWS
 from llm_operator_sandbox.nodes import GPU_RESOURCE, JoinedNode, RealNodes, RealNodeSpec
 from tests.cluster.conftest import ClusterKubectl
 from tests.cluster.test_control_plane import condition, owned_by
 from tests.nodes.conftest import DEMO_MODEL, HeldLock, OperatorImage, VllmImage
 from tests.nodes.test_real_containers import apply_until_false
 from tests.nodes.test_vllm_in_containers import task_pid, vllm_service
-from tests.support.emulator import kubectl_binary, wait_for
+from tests.support.emulator import wait_for
 
 pytestmark = [pytest.mark.nodes]
 
@@ -138,16 +139,11 @@ def test_a_two_node_group_serves_recovers_and_is_removed_in_containers(
         vllm_lock: HeldLock, real_nodes: tuple[LocalCluster, RealNodes],
         admin: ClusterKubectl, installed: dict[str, Any], namespace: str,
         operator_image: OperatorImage, vllm_image: VllmImage, hub: LocalHub,
-        node_2: JoinedNode, tmp_path: Path) -> None:
-    if not lws_present():
-        pytest.fail("the LeaderWorkerSet controller is not built: run "
-                    "`bash tools/setup.sh --controllers` (tools/test.sh does)")
-    cluster, nodes = real_nodes
+        node_2: JoinedNode, lws: LocalLWS) -> None:
+    _, nodes = real_nodes
     admin.apply_obj(nodes.registry.pull_secret("regcred"), namespace)
-    lws = LocalLWS(cluster.admin_kubeconfig, tmp_path / "lws", kubectl=kubectl_binary(),
-                   out=log)
     t0 = time.monotonic()
-    with lws, node_1_held(admin, namespace, operator_image.ref):
+    with node_1_held(admin, namespace, operator_image.ref):
         try:
             _serve_recover_delete(admin, namespace, vllm_image, hub, nodes, node_2, t0)
         finally:
