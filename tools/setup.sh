@@ -16,7 +16,7 @@
 #   bash tools/setup.sh --controllers # only the Prometheus Operator and the LeaderWorkerSet
 #                                 # controller (Go builds, cached outside) and the Inference
 #                                 # Extension's CRD (a Go module download) for the cluster
-#                                 # tier: tools/test.sh builds them at the start of its
+#                                 # and nodes tiers: tools/test.sh builds them at the start of its
 #                                 # cluster lane, beside the vLLM lane, not before it
 #   bash tools/setup.sh --nodes   # only what the real nodes need (the nodes tier, after
 #                                 # --cluster): containerd, runc, the CNI plugins, buildah,
@@ -80,7 +80,7 @@ if [ "${1:-}" = "--controllers" ]; then
   bash tools/build_prometheus_operator.sh
   step "The Gateway API Inference Extension's InferencePool CRD (cluster tier)"
   bash tools/fetch_inference_extension.sh
-  step "The LeaderWorkerSet controller (a replica over two nodes, cluster tier)"
+  step "The LeaderWorkerSet controller (a replica over two nodes, nodes tier)"
   exec bash tools/build_lws.sh
 fi
 

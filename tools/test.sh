@@ -106,8 +106,8 @@ lane_a=$!
 bg_add "$lane_a"  # it stops with this script, as the builds do
 printf '\n==> [%d s] pytest, lane B: tests/cluster tests/aic\n' "$SECONDS"
 rc_b=0
-# The cluster tier's two Go-built controllers (the Prometheus Operator, LeaderWorkerSet)
-# are built here, beside lane A and at low priority, not in setup: lane B has the time to
+# The two Go-built controllers (the Prometheus Operator, for both tiers; LeaderWorkerSet,
+# for the nodes tier's two-node group) are built here, beside lane A and at low priority, not in setup: lane B has the time to
 # spare and lane A, the longest, starts without waiting for them.
 control_plane || rc_b=$?
 [ "$rc_b" -ne 0 ] || nice -n 15 bash tools/setup.sh --controllers || rc_b=$?
