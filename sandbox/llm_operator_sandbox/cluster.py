@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -239,6 +239,15 @@ class LocalCluster:
 
     def logs(self) -> Path:
         return self.workdir / "logs"
+
+    def api(self, method: str, path: str, body: Any = None) -> Any:
+        """One JSON request to the API server as the admin (``path`` from ``/api`` or
+        ``/apis``); raises ``urllib.error.HTTPError`` on an error status."""
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(f"{self.url}{path}", data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10, context=self._admin_ssl) as r:
+            return json.loads(r.read())
 
     # ---------------------------------------------------------------- readiness
     def ready(self) -> bool:

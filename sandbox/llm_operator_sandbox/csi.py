@@ -29,9 +29,7 @@ Use::
 
 from __future__ import annotations
 
-import json
 import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
@@ -66,14 +64,6 @@ class LocalCSI:
         self.data_dir = self.dir / "volumes"
         self.components: list[Component] = []
 
-    def _api(self, method: str, path: str, body: Any = None) -> Any:
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(f"{self.cluster.url}{path}", data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=10,
-                                    context=self.cluster._admin_ssl) as r:
-            return json.loads(r.read())
-
     def start(self, timeout: float = 60) -> LocalCSI:
         """Start every part and wait for each node's kubelet to list the driver; stops
         what started when a part fails."""
@@ -90,7 +80,7 @@ class LocalCSI:
                                "`bash tools/setup.sh --nodes`")
         self.data_dir.mkdir(parents=True, exist_ok=True)
         try:
-            self._api("POST", "/apis/storage.k8s.io/v1/csidrivers", {
+            self.cluster.api("POST", "/apis/storage.k8s.io/v1/csidrivers", {
                 "apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver",
                 "metadata": {"name": DRIVER},
                 "spec": {"attachRequired": True, "podInfoOnMount": False,
@@ -130,7 +120,7 @@ class LocalCSI:
 
     def _registered(self, node: str) -> bool:
         try:
-            got = self._api("GET", f"/apis/storage.k8s.io/v1/csinodes/{node}")
+            got = self.cluster.api("GET", f"/apis/storage.k8s.io/v1/csinodes/{node}")
         except urllib.error.HTTPError:
             return False
         return any(d.get("name") == DRIVER for d in got["spec"].get("drivers") or [])
@@ -147,7 +137,7 @@ class LocalCSI:
 
     def attachments(self) -> list[dict[str, Any]]:
         """The cluster's VolumeAttachments of this driver."""
-        items = self._api("GET", "/apis/storage.k8s.io/v1/volumeattachments")["items"]
+        items = self.cluster.api("GET", "/apis/storage.k8s.io/v1/volumeattachments")["items"]
         return [a for a in items if a["spec"]["attacher"] == DRIVER]
 
     def stop(self) -> None:
@@ -155,7 +145,7 @@ class LocalCSI:
             comp.stop()
         self.components.clear()
         try:
-            self._api("DELETE", f"/apis/storage.k8s.io/v1/csidrivers/{DRIVER}")
+            self.cluster.api("DELETE", f"/apis/storage.k8s.io/v1/csidrivers/{DRIVER}")
         except (urllib.error.URLError, OSError):
             pass
 

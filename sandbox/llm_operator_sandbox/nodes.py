@@ -730,14 +730,8 @@ class RealNodes:
         out = run(["iptables-save", "-t", "nat"], check=False).stdout
         return "KUBE-SERVICES" in out and "default/kubernetes:https" in out
 
-    def _api(self, method: str, path: str, body: Any = None,
-             content_type: str = "application/json") -> Any:
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(f"{self.cluster.url}{path}", data=data, method=method,
-                                     headers={"Content-Type": content_type})
-        with urllib.request.urlopen(req, timeout=10,
-                                    context=self.cluster._admin_ssl) as r:
-            return json.loads(r.read())
+    def _api(self, method: str, path: str, body: Any = None) -> Any:
+        return self.cluster.api(method, path, body)
 
     def node_ready(self, name: str | None = None) -> bool:
         try:

@@ -39,13 +39,11 @@ vLLM containers run (one vLLM at a time, here two containers of one engine).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -62,7 +60,7 @@ from tests.cluster.conftest import ClusterKubectl
 from tests.cluster.test_control_plane import condition, owned_by
 from tests.nodes.conftest import DEMO_MODEL, HeldLock, OperatorImage, VllmImage
 from tests.nodes.test_real_containers import apply_until_false
-from tests.nodes.test_vllm_in_containers import task_pid, vllm_service
+from tests.nodes.test_vllm_in_containers import post, task_pid, vllm_service
 from tests.support.emulator import wait_for
 
 pytestmark = [pytest.mark.nodes]
@@ -175,12 +173,9 @@ def completion(admin: ClusterKubectl, namespace: str) -> dict[str, Any]:
     cluster sends it."""
     service = admin.get("services", NAME, namespace) or {}
     ip, port = service["spec"]["clusterIP"], service["spec"]["ports"][0]["port"]
-    body = json.dumps({"model": DEMO_MODEL, "prompt": "hello there", "max_tokens": 8,
-                       "temperature": 0}).encode()
-    req = urllib.request.Request(f"http://{ip}:{port}/v1/completions", data=body,
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=120) as r:  # noqa: S310 (cluster IP)
-        return dict(json.loads(r.read()))
+    return post(f"http://{ip}:{port}/v1/completions", {
+        "model": DEMO_MODEL, "prompt": "hello there", "max_tokens": 8, "temperature": 0},
+        timeout=120)
 
 
 def _serve_recover_delete(admin: ClusterKubectl, namespace: str, image: VllmImage,
