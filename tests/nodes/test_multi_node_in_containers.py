@@ -93,6 +93,10 @@ def two_node_service(image: VllmImage, hub_endpoint: str) -> dict[str, Any]:
                         "env": [{"name": "HF_ENDPOINT", "value": hub_endpoint},
                                 {"name": "VLLM_CPU_KVCACHE_SPACE", "value": "1"}]},
                 "workload": {"inputTokens": 64, "outputTokens": 16, "concurrency": 4},
+                # A 10 s drain (a grace period of 30 s, not 140): a failed worker's
+                # restarted engine ignores SIGTERM (below), so the group's recreation
+                # waits for the whole grace period; 8-token requests need no longer.
+                "rollout": {"drainSeconds": 10},
                 "tuning": {"mode": "Disabled"}, "adaptation": {"mode": "Disabled"}}}
 
 
@@ -248,8 +252,10 @@ def _serve_recover_delete(admin: ClusterKubectl, namespace: str, image: VllmImag
     # The new leader comes once the old group's pods are gone. On a real kubelet that
     # takes the worker's grace period: its restarted engine waits in torch's rendezvous
     # for the deleted leader and does not end on SIGTERM (measured here: killed at the
-    # 140 s grace's end), so the foreground deletion of the leader waits for it.
+    # 140 s grace's end with the default drain), so the foreground deletion of the
+    # leader waits for it.
     grace = int(worker["spec"].get("terminationGracePeriodSeconds") or 30)
+    assert grace == 30, f"spec.rollout.drainSeconds 10 rendered a grace period of {grace} s"
 
     def recreated() -> bool:
         lead = _group_pods(admin, namespace).get(f"{LWS}-0")
