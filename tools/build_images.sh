@@ -24,6 +24,14 @@
 # then, see tools/registry) and 3 s with a warm one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+with_vllm=0 without_csi=0
+for arg in "$@"; do
+  case "$arg" in
+    --vllm) with_vllm=1 ;;
+    --without-csi) without_csi=1 ;;
+    *) echo "usage: bash tools/build_images.sh [--vllm] [--without-csi]" >&2; exit 2 ;;
+  esac
+done
 CACHE="${LLMOP_CACHE:-$HOME/.cache/llm-operator}/images"
 mkdir -p "$CACHE"
 B=(buildah --root "$CACHE/storage" --runroot "$CACHE/run" --storage-driver overlay)
@@ -77,8 +85,10 @@ if [ ! -x "$CACHE/bin/device-plugin-$PLUGIN_HASH" ]; then
   echo "    built in $(( $(date +%s) - s )) s"
 fi
 ln -sf "device-plugin-$PLUGIN_HASH" "$CACHE/bin/device-plugin"
-# The nodes' attachable volume: the CSI external-attacher and tools/csi-driver.
-bash tools/build_csi.sh
+# The nodes' attachable volume: the CSI external-attacher and tools/csi-driver (the nodes
+# tier's Multi-Attach test). The demo mounts no such volume: --without-csi skips them
+# (the attacher's first build is 2-4 minutes of both cores, beside the control plane's).
+[ "$without_csi" = 1 ] || bash tools/build_csi.sh
 have() { "${B[@]}" inspect --type image "$1" >/dev/null 2>&1; }
 t() { date +%s; }
 
@@ -138,7 +148,7 @@ if ! have "$OPERATOR"; then
 fi
 printf '%s\n' "$BASE" "$PAUSE" "$OPERATOR" > "$CACHE/built.txt"
 # --vllm: the vLLM CPU image too (tools/build_vllm_image.sh, about 6 GB, 4 min)
-if [ "${1:-}" = "--vllm" ]; then
+if [ "$with_vllm" = 1 ]; then
   # CI (.ci/run sets LLMOP_LEAN_DISK=1): every Go binary the tests run is built and
   # cached by now (the control plane, the controllers, the registry, CoreDNS, the device
   # plugin, pause), and a new machine never builds again, so Go's build and module

@@ -40,7 +40,7 @@ trap bg_stop EXIT
 bg_start control-plane "$logs" bash tools/build_cluster.sh
 bash tools/setup.sh --demo --cluster-later
 t_installs=$(date +%s)
-bash tools/setup.sh --nodes
+bash tools/setup.sh --nodes --without-csi
 t_images=$(date +%s)
 printf '\n==> the control plane (tools/build_cluster.sh, in the background since the start)\n'
 while ! bg_done control-plane "$logs"; do sleep 5; done

@@ -23,7 +23,9 @@
 #                                 # mmdebstrap (Debian's packages), then tools/build_images.sh:
 #                                 # the registry (Go build) and the images built from this
 #                                 # repository, the vLLM CPU image from .venv-vllm (--engine)
-#                                 # among them (cached outside; about 8 min the first time)
+#                                 # among them (cached outside; about 8 min the first time),
+#                                 # and the CSI driver and attacher the nodes tier's
+#                                 # Multi-Attach test mounts (not with --without-csi: the demo)
 #   bash tools/setup.sh --aic     # only NVIDIA AIConfigurator 0.12.0 in .venv-aic (benchmarks
 #                                 # and the aic tier, which skips without it; about 850 MB and
 #                                 # 3 min, so not in --tests: the unit tier checks the stored
@@ -73,7 +75,8 @@ if [ "${1:-}" = "--nodes" ]; then
       "${missing[@]}"
   fi
   step "The images the real nodes run, and the registry (tools/build_images.sh --vllm)"
-  exec bash tools/build_images.sh --vllm
+  # --without-csi (the demo): no CSI driver and attacher, which only the nodes tier uses.
+  exec bash tools/build_images.sh --vllm ${2:+"$2"}
 fi
 if [ "${1:-}" = "--controllers" ]; then
   step "The Prometheus Operator (the chart beside kube-prometheus-stack, cluster tier)"
