@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the vLLM CPU image the real nodes run (about 6.7 GB), into the same buildah store
+# Build the vLLM CPU image the real nodes run (about 6.5 GB), into the same buildah store
 # as tools/build_images.sh (which calls this with --vllm, after building the base):
 #
 #   localhost/llmop/vllm-cpu:VERSION-HASH
@@ -10,7 +10,8 @@
 # .venv-vllm (`bash tools/setup.sh --engine`), copied onto the Debian Python base: the engine
 # the CPU tiers test is the one in the container. HASH is that venv's `pip freeze` and this
 # script, so a new vLLM or a change here builds a new image; otherwise it is reused (1 s).
-# Measured on this 2-core machine (2026-12-05): 239-258 s, beside other work.
+# Measured on this 2-core machine: 239-258 s beside other work (2026-12-05); 160 s alone
+# without Triton (2026-12-07).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CACHE="${LLMOP_CACHE:-$HOME/.cache/llm-operator}/images"
@@ -32,7 +33,7 @@ if ! "${B[@]}" inspect --type image "$VLLM" >/dev/null 2>&1; then
     flock 9
     got=$(date +%s)
   fi
-  echo "==> $VLLM from .venv-vllm's packages on $BASE (about 6.7 GB, 4 min)"
+  echo "==> $VLLM from .venv-vllm's packages on $BASE (about 6.5 GB, 3 min)"
   s=$(date +%s)
   site=$(.venv-vllm/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   shim=$(mktemp)
