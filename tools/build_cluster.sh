@@ -43,7 +43,7 @@ go mod download
 # One program, linked once, run under each component's name (tools/cluster/cmd/kube).
 go build -v -trimpath -ldflags "$LDFLAGS" -o "$OUT.tmp/kube" ./cmd/kube 2>&1 | progress kubernetes "$total"
 for b in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy; do
-  ln "$OUT.tmp/kube" "$OUT.tmp/$b"
+  ln -f "$OUT.tmp/kube" "$OUT.tmp/$b"
 done
 echo "==> Kubernetes built in $(( $(date +%s) - start )) s; etcd:"
 etcd_rc=0; wait "$etcd_pid" || etcd_rc=$?
