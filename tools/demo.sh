@@ -7,8 +7,8 @@
 # here, pushed to a local registry that requires a login; then `llm-operator demo --nodes`
 # installs the chart with helm and serves a generated model through the operator: plan,
 # tuning Job, rollout, load, adaptation, the adapted cap measured against the static one.
-# Needs root (containerd, the kubelet). The first run builds everything (25-26 min on
-# 2 cores, where the time goes: CONTRIBUTING.md); later runs about 16 min.
+# Needs root (containerd, the kubelet). The first run builds everything (21 min 51 s on
+# 2 cores, where the time goes: CONTRIBUTING.md); later runs about 14 min.
 #   bash tools/demo.sh --processes  the same loop with the pods as local processes (the
 #                                   project's own kubelet; no root, no container runtime)
 #   bash tools/demo.sh --emulated   the same loop on the EMULATED API server (no Go build)
@@ -29,7 +29,7 @@ if [ "$(id -u)" != 0 ]; then
   exit 2
 fi
 
-# The control plane is a Go build (606-649 s alone on 2 cores, 700-704 s beside the rest
+# The control plane is a Go build (606-649 s alone on 2 cores, 676-894 s beside the rest
 # here, the first time; then cached): it
 # runs at low priority in the background from the start, beside the installs and the image
 # builds (mostly downloads and disk), as tools/test.sh does, and the loop waits for it.
