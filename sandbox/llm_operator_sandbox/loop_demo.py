@@ -169,6 +169,9 @@ class LoopDemo:
         if tuning.get("table"):
             self.console.print(table)
         self.console.print(f"best {tuning.get('best')}; applied {tuning.get('applied')}")
+        if tuning.get("sweep"):  # how the trials were measured, and what it cost in starts
+            self.console.print(f"{tuning.get('trials')} trial(s), {tuning.get('serverStarts')} "
+                               f"vLLM start(s): {tuning['sweep']}", highlight=False)
         # The decision with its paired interval against vLLM's defaults (issue 32).
         self.console.print(f"Decision: {tuning.get('decision') or 'none recorded'}",
                            highlight=False)

@@ -158,6 +158,11 @@ def test_tuned_in_a_job_served_and_capped_live_all_in_containers(
     result = svc_now["status"]["tuning"]
     assert result["state"] == "Succeeded" and result["source"] == "job", result
     assert result["trials"] >= 1, result
+    # The image built here is a custom spec.image named by its digest (no release tag): the
+    # Job sweeps the caps live on one server, as the server pods run the live cap, rather
+    # than starting vLLM once per value (which it did for any spec.image before).
+    assert (result.get("sweep") or "").startswith("max-num-seqs swept live"), result
+    assert 1 <= result["serverStarts"] <= result["trials"], result
     assert jobs_seen == {job["metadata"]["uid"]}, jobs_seen  # adopted, never a second Job
     tuned_at = time.monotonic()
     (job_pod,) = job_pods.values()  # one run, one pod
@@ -279,8 +284,9 @@ def test_tuned_in_a_job_served_and_capped_live_all_in_containers(
                   {"model": "llmops-demo/tiny-llama", "prompt": "hi", "max_tokens": 4})
     assert answer["usage"]["completion_tokens"] == 4, answer
     sys.stderr.write(
-        f"tuned in a Job in {tuned_at - started:.0f} s ({result['trials']} trials, cap "
-        f"{tuned_cap}); served {served_at - tuned_at:.0f} s later\n")
+        f"tuned in a Job in {tuned_at - started:.0f} s ({result['trials']} trials, "
+        f"{result['serverStarts']} vLLM start(s), cap {tuned_cap}); served "
+        f"{served_at - tuned_at:.0f} s later\n")
     sys.stderr.write(
         f"live cap {start} -> {narrowed_to} in real containers: ConfigMap written "
         f"{written - narrowed:.1f} s after the patch; the kubelet's volume refresh reached "

@@ -35,6 +35,11 @@ def _trial(index: int, cfg: Config, phase: str, goodputs: tuple[float, ...],
                  measured=2 * len(against))
 
 
+# What a LiveCapEvaluator says of a run on one server (llm_operator.inpod.tuner.runner).
+LIVE_SWEEP = ("max-num-seqs swept live on one server per max-num-batched-tokens (runner "
+              "capacity 32, admission cap moved per trial)")
+
+
 def kv_constrained_result(fingerprint: str | None, *, best_max_num_seqs: int = 24,
                           best_batched_tokens: int | None = None,
                           defaults_best: bool = False, complete: bool = True) -> TuningResult:
@@ -59,7 +64,8 @@ def kv_constrained_result(fingerprint: str | None, *, best_max_num_seqs: int = 2
     outcome = Outcome(trials=trials, baseline=base, best=best, complete=complete,
                       stop_reason="converged" if complete else "budget: 3 of 3 trials",
                       predictions={16: 1140.0, 24: 1280.0, 32: 1100.0}, wall_s=291.0)
-    return result_from_outcome(outcome, SLO, WORKLOAD, fingerprint=fingerprint)
+    return result_from_outcome(outcome, SLO, WORKLOAD, fingerprint=fingerprint,
+                               server_starts=1, sweep=LIVE_SWEEP)
 
 
 def slo_unmet_result(fingerprint: str | None) -> TuningResult:

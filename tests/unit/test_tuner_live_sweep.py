@@ -26,6 +26,8 @@ from llm_operator.inpod.tuner import runner
 from llm_operator.inpod.tuner.bench import BenchTarget
 from llm_operator.inpod.tuner.main import build_parser
 from llm_operator.inpod.tuner.search import SLO, Config
+from llm_operator.inpod.tuner.server import ServerStartError
+from llm_operator.knowledge.vllm_version import LiveCapSupport, live_cap_verdict
 from llm_operator.tuning.job import CODE_PATH, COPY_SCRIPT
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,8 +74,24 @@ def test_the_default_image_sweeps_caps_live_on_the_copied_engine(tmp_path: Path)
     assert not list(pkg.rglob("__pycache__"))
 
 
+@pytest.mark.parametrize("image", [
+    # The demo's image: built here, its tag a version and a hash (not a release number).
+    "127.0.0.1:5000/llmop/vllm-cpu:0.32.0-0123456789ab",
+    "registry.example/vllm:custom",
+    "vllm/vllm-openai:v0.31.0",  # a release the live cap's table says works
+])
+def test_a_custom_image_sweeps_live_as_its_server_pods_run_the_cap(image: str) -> None:
+    """The Job follows the server pods' rule (the image's tag, read against the live
+    cap's table): an unknown version is tried live, the tuner falling back at run time."""
+    assert live_cap_verdict(image, "spec.image").support is not LiveCapSupport.UNSUPPORTED
+    body = copy.deepcopy(BODY)
+    body["spec"]["image"] = image
+    args = _args(_job(body))
+    assert args[args.index("--live-cap-engine") + 1] == CODE_PATH
+
+
 @pytest.mark.parametrize("change, why", [
-    ({"image": "registry.example/vllm:custom"}, "a custom image may lack the hook"),
+    ({"image": "vllm/vllm-openai:v0.28.0"}, "its vLLM has no hook (the table says so)"),
     ({"engine": {"maxNumSeqs": 32}}, "max-num-seqs is pinned: nothing to sweep"),
     ({"engine": {"extraArgs": ["--scheduler-cls", "my.Scheduler"]}}, "the user's scheduler"),
     ({"engine": {"extraArgs": ["--max-num-active-seqs=8"]}}, "the user's active cap"),
@@ -84,6 +102,9 @@ def test_one_start_per_value_where_the_live_sweep_is_not_safe(
     for key, value in change.items():
         body["spec"][key] = ({**body["spec"][key], **value} if isinstance(value, dict)
                              else value)
+    if "image" in change:  # the premise: the table says this release cannot take it
+        verdict = live_cap_verdict(change["image"], "spec.image")
+        assert verdict.support is LiveCapSupport.UNSUPPORTED, verdict.message
     assert "--live-cap-engine" not in _args(_job(body)), why
 
 
@@ -91,6 +112,10 @@ def test_one_start_per_value_where_the_live_sweep_is_not_safe(
 class _Engine(BaseHTTPRequestHandler):
     live: str | None = "1"  # llmop_admission_live as the engine module reports it
     cap_file: Path | None = None
+    # A start that fails: the log it writes, for servers with the scheduler class (live)
+    # or for every server (all).
+    fail_live: str | None = None
+    fail_all: str | None = None
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         lines = []
@@ -127,6 +152,12 @@ def engine() -> Iterator[tuple[type[_Engine], list[Any]]]:
 
         def start(self) -> FakeServer:
             started.append(self)
+            live = runner.ENGINE_SCHEDULER_CLS in self.flags
+            fail = handler.fail_all or (handler.fail_live if live else None)
+            if fail is not None:
+                self.log_path.parent.mkdir(parents=True, exist_ok=True)
+                self.log_path.write_text(fail)
+                raise ServerStartError("vLLM exited with code 1 while starting", fail)
             cap_file = self.env.get(runner.ENGINE_CAP_FILE_ENV)
             handler.cap_file = Path(cap_file) if cap_file else None
             return self
@@ -166,6 +197,18 @@ def test_a_live_engine_takes_every_cap_on_one_server(
     assert ev.fallback_reason is None and "swept live" in ev.notes[0]
 
 
+def _first_trial_falls_back(ev: runner.LiveCapEvaluator, started: list[Any]) -> Any:
+    """The first trial (cap 4) runs on a server of its own, without the scheduler class,
+    after the live server (returned) that could not take it."""
+    session = ev.start(Config(max_num_seqs=4))
+    assert isinstance(session, runner._ServerSession)
+    live_server, server_4 = started
+    assert runner.ENGINE_SCHEDULER_CLS in live_server.flags
+    assert runner.ENGINE_SCHEDULER_CLS not in server_4.flags
+    assert server_4.flags[-2:] == ["--max-num-seqs", "4"]
+    return live_server
+
+
 @pytest.mark.parametrize("live", ["0", None])
 def test_an_engine_without_the_hook_falls_back_to_one_start_per_value(
         engine: tuple[type[_Engine], list[Any]], tmp_path: Path, live: str | None) -> None:
@@ -175,12 +218,8 @@ def test_an_engine_without_the_hook_falls_back_to_one_start_per_value(
     handler, started = engine
     handler.live = live
     ev = _evaluator(tmp_path)
-    first = ev.start(Config(max_num_seqs=4))
-    assert isinstance(first, runner._ServerSession)
-    live_server, server_4 = started
-    assert live_server.stopped and runner.ENGINE_SCHEDULER_CLS in live_server.flags
-    assert runner.ENGINE_SCHEDULER_CLS not in server_4.flags
-    assert server_4.flags[-2:] == ["--max-num-seqs", "4"]
+    live_server = _first_trial_falls_back(ev, started)
+    assert live_server.stopped
     assert ev.needs_start(Config(max_num_seqs=8))  # one start per value now
     second = ev.start(Config(max_num_seqs=8))
     assert isinstance(second, runner._ServerSession)
@@ -192,3 +231,53 @@ def test_an_engine_without_the_hook_falls_back_to_one_start_per_value(
     assert ev.fallback_reason is not None and "llmop_admission_live" in ev.fallback_reason
     (note,) = ev.notes
     assert "not swept live" in note and "one server start per value" in note
+
+
+# A vLLM whose scheduler interface differs: the scheduler's own line, then vLLM's
+# (abridged; the same failure on the real engine: tests/vllm/test_live_cap_failure.py).
+INTERFACE_LOG = """(EngineCore pid=1) ERROR 12-07 10:00:01 [cap.py:49] llmop-live-cap: \
+AdmissionCapScheduler cannot start on this vLLM (TypeError("__init__() got an unexpected \
+keyword argument 'llmop_moved'")): start vLLM without --scheduler-cls
+(EngineCore pid=1) ERROR 12-07 10:00:01 [core.py:700] EngineCore failed to start.
+RuntimeError: Engine core initialization failed. See root cause above.
+"""
+# The scheduler's code not on PYTHONPATH: Python's own words, in vLLM's log.
+NOT_IMPORTABLE_LOG = """(EngineCore pid=1) ERROR 12-07 10:00:01 [core.py:700] ModuleNotFoundError: \
+No module named 'llm_operator'
+RuntimeError: Engine core initialization failed. See root cause above.
+"""
+
+
+@pytest.mark.parametrize("log_text, said", [
+    (INTERFACE_LOG, "llmop-live-cap: AdmissionCapScheduler cannot start on this vLLM"),
+    (NOT_IMPORTABLE_LOG, "ModuleNotFoundError: No module named 'llm_operator'"),
+])
+def test_a_server_the_scheduler_stops_at_start_falls_back_to_one_start_per_value(
+        engine: tuple[type[_Engine], list[Any]], tmp_path: Path, log_text: str,
+        said: str) -> None:
+    """A custom image whose vLLM the scheduler class does not fit (its tag says no
+    version) stops at start: the tuner says so and measures each value on a server of
+    its own, without the scheduler, rather than failing the trial."""
+    handler, started = engine
+    handler.fail_live = log_text
+    ev = _evaluator(tmp_path)
+    _first_trial_falls_back(ev, started)
+    assert ev.starts == 2
+    assert ev.fallback_reason is not None and said in ev.fallback_reason
+    (note,) = ev.notes
+    assert "not swept live" in note and said in note
+
+
+def test_a_start_that_fails_for_another_reason_fails_the_trial_once(
+        engine: tuple[type[_Engine], list[Any]], tmp_path: Path) -> None:
+    """A failure the scheduler did not cause (here vLLM's own refusal of the memory)
+    would fail without it too: the trial fails with vLLM's words, after one start."""
+    handler, started = engine
+    handler.fail_all = ("(EngineCore pid=1) ERROR [core.py:700] ValueError: To serve at "
+                        "least one request with the models's max seq len (1024), (0.03 GiB "
+                        "KV cache is needed, which is larger than the available KV cache "
+                        "memory (0.01 GiB)\n")
+    ev = _evaluator(tmp_path)
+    with pytest.raises(runner.TrialFailed, match="server did not start: ValueError"):
+        ev.start(Config(max_num_seqs=4))
+    assert len(started) == 1 and ev.fallback_reason is None

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from tests.support.tuning_results import (
+    LIVE_SWEEP,
     failed_tuner_result,
     kv_constrained_result,
     slo_missed_result,
@@ -164,6 +165,8 @@ def test_a_completed_job_is_accepted_with_its_evidence() -> None:
     assert t["baseline"]["goodput"] == result.baseline.goodput  # type: ignore[union-attr]
     assert "maxNumSeqs" not in t["baseline"]  # vLLM's default
     assert t["improvement"] == result.improvement and t["trials"] == 3
+    # How the trials were measured: what a user reading "3 trials" asks next.
+    assert t["serverStarts"] == 1 and t["sweep"] == LIVE_SWEEP
     assert t["startedAt"] == NOW and t["finishedAt"] == LATER and t["fingerprint"] == fp
     assert [row["phase"] for row in t["table"]] == ["baseline", "verify", "refine"]
     # The Deployment rolls onto it, and the result is cached under the fingerprint.

@@ -41,6 +41,7 @@ from llm_operator import rendering
 from llm_operator.health import status
 from llm_operator.health.podscheduling import PodScheduling
 from llm_operator.inpod.engine.cap import FAILURE_PREFIX, TERMINATION_LOG_ENV
+from llm_operator.inpod.tuner.runner import scheduler_failure
 from llm_operator.inpod.tuner.server import free_port, vllm_lock
 from llm_operator.rendering.admission import ENGINE_SCHEDULER_CLS
 from llm_operator.settings import Settings
@@ -147,3 +148,7 @@ def test_a_scheduler_vllm_rejects_writes_its_failure_then_the_engine_exits(
     assert FAILURE_PREFIX not in log.read_bytes()[-2048:].decode(errors="replace")
     fallback = operator_reads(message)
     assert "unexpected keyword argument" in fallback["message"], fallback
+    # The tuning Job's tuner reads the same failure from its server's whole log and
+    # sweeps the values with one start each instead (tests/unit/test_tuner_live_sweep.py).
+    said = scheduler_failure(log.read_text())
+    assert said is not None and said.startswith(f"{FAILURE_PREFIX} AdmissionCapScheduler"), said

@@ -432,6 +432,9 @@ def test_rendered_job_runs_as_the_kubelet_would_and_finds_the_better_region(
     starts = sorted(p.name for p in work.glob("server-*.log"))
     assert any("swept live" in n for n in full["notes"]), full["notes"]
     assert 1 <= len(starts) < len(full["trials"]), (starts, len(full["trials"]))
+    # What status.tuning then says of it (the compact result the operator reads).
+    assert result.server_starts == len(starts), (result.server_starts, starts)
+    assert (result.sweep or "").startswith("max-num-seqs swept live"), result.sweep
     print(proc_stdout)  # noqa: T201 - the table, for the test log
     print(f"rendered Job: {len(full['trials'])} trials, {len(starts)} server "  # noqa: T201
           "start(s)")

@@ -68,6 +68,11 @@ def test_one_server_start_measures_every_cap(tmp_path: Path) -> None:
         if run["metric_samples"]:
             assert run["running_max"] <= cap, (cap, run)
     assert any("swept live" in n for n in full["notes"])
+    # The compact result (the pod's termination message, which the operator copies into
+    # status.tuning) says so too: one start, and how the caps were measured.
+    said = json.loads((tmp_path / "termination-log").read_text())
+    assert said["serverStarts"] == 1 and said["trials"] == len(trials), said
+    assert said["sweep"].startswith("max-num-seqs swept live on one server"), said
     print(f"\ntuner, live caps: {len(trials)} trials, 1 server start, wall "  # noqa: T201
           f"{sum(t['wall_s'] for t in trials):.0f} s, startup "
           f"{max(t['startup_s'] for t in trials):.0f} s")

@@ -33,7 +33,8 @@ When a run is wanted (``spec.tuning.mode``):
     the run and its bookkeeping (``jobUid`` tells a Job already accounted for).
 ``tunable``
     the engine fields the run may move: only those the user left to ``auto``.
-``best``, ``baseline``, ``improvement``, ``trials``, ``wallSeconds``, ``table``
+``best``, ``baseline``, ``improvement``, ``trials``, ``serverStarts``, ``sweep``,
+``wallSeconds``, ``table``
     the evidence: the best configuration and vLLM's defaults measured the same way
     (goodput in output tokens/s within the SLO, spread over repeats, p95 latencies,
     preemptions), their ratio, and the trial table (one record per trial, with its
@@ -621,6 +622,8 @@ def _accept(svc: LLMService, cur: JSON, fingerprint: str, result: TuningResult, 
         "tunable": tunable,
         "complete": result.state == "Succeeded",
         "trials": result.trials,
+        "serverStarts": result.server_starts,
+        "sweep": result.sweep,
         "wallSeconds": result.wall_seconds,
         "best": score_summary(result.best),
         "baseline": score_summary(result.baseline),

@@ -6,8 +6,8 @@ GPUs a replica gets, so it runs in the vLLM image; it needs no custom image beca
 init container from the operator's image copies the tuner (``llm_operator.inpod.tuner``, which
 imports nothing of the operator) into a shared ``emptyDir`` that the tuner container puts
 on ``PYTHONPATH`` (the tuner imports only the standard library and what vLLM installs).
-With the default image the tuner sweeps max-num-seqs on one server per
-max-num-batched-tokens through the server pod's admission controller
+Where the image may run it (as for the server pods), the tuner sweeps max-num-seqs on one
+server per max-num-batched-tokens through the server pod's admission controller
 (``llm_operator.inpod.engine``, copied alongside; see :func:`sweeps_caps_live`).
 The result comes back as the container's termination message (compact JSON, read from
 the pod status by the operator, no extra RBAC); the full trial table is the pod's log.
@@ -21,11 +21,18 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from ..api.constants import ANNOTATION_FINGERPRINT, ANNOTATION_TUNING_ON_SPARE, TERMINATION_LOG
+from ..api.constants import (
+    ANNOTATION_FINGERPRINT,
+    ANNOTATION_TUNING_ON_SPARE,
+    DEFAULT_IMAGE,
+    TERMINATION_LOG,
+)
 from ..api.errors import SpecError
 from ..api.models import LLMService
+from ..health.status import live_cap_version
 from ..knowledge.catalog import ModelFacts
 from ..knowledge.extra_args import flag_set
+from ..knowledge.vllm_version import LiveCapSupport
 from ..planning import Plan
 from ..rendering.admission import LIVE_CAP_FLAGS
 from ..rendering.deployment import PROGRESS_MARGIN_SECONDS
@@ -136,25 +143,30 @@ def start_hint(svc: LLMService, plan: Plan, facts: ModelFacts | None = None) -> 
         return plan.max_num_seqs
 
 
-def sweeps_caps_live(svc: LLMService) -> bool:
+def sweeps_caps_live(svc: LLMService, default_image: str = DEFAULT_IMAGE) -> bool:
     """Whether the tuner sweeps max-num-seqs on one server per max-num-batched-tokens
     through the live admission cap (``--live-cap-engine``) instead of one server start per
-    value: max-num-seqs is searched (not pinned), the image is the operator's default
-    (its vLLM has ``--max-num-active-seqs``, the hook the engine module needs; a custom
-    ``spec.image`` may not, and an engine without the hook would fail or measure nothing),
-    and ``spec.engine.extraArgs`` sets no scheduler of the user's own. The tuner checks the
-    hook again at run time (``llmop_admission_live``) and falls back to one start per
-    value."""
+    value: max-num-seqs is searched (not pinned), ``spec.engine.extraArgs`` sets no
+    scheduler of the user's own, and the image may run the operator's scheduler class by
+    the rule the server pods follow (:func:`~llm_operator.health.status.live_cap_version`:
+    ``spec.image``, else ``default_image``; only a tag naming a vLLM the live cap does not
+    work on is refused, an unknown one is tried). The tuner checks the hook at run time
+    (``llmop_admission_live``; a start the scheduler class stops) and falls back to one
+    start per value, saying why in the result's notes."""
     spec = svc.spec
-    if isinstance(spec.engine.max_num_seqs, int) or spec.image:
+    if isinstance(spec.engine.max_num_seqs, int):
+        return False
+    if live_cap_version(spec, default_image).support is LiveCapSupport.UNSUPPORTED:
         return False
     return flag_set(spec.engine.extra_args, LIVE_CAP_FLAGS) is None
 
 
 def tuner_args(svc: LLMService, plan: Plan, fingerprint: str,
-               facts: ModelFacts | None = None) -> list[str]:
+               facts: ModelFacts | None = None, default_image: str = DEFAULT_IMAGE
+               ) -> list[str]:
     """The arguments of ``python3 -m llm_operator.inpod.tuner`` for ``svc`` (``facts``:
-    the model's config.json, where the plan was made from it)."""
+    the model's config.json, where the plan was made from it; ``default_image``: the
+    operator's, for a service without ``spec.image``)."""
     spec = svc.spec
     wl = spec.workload
     model, _ = model_source(spec)
@@ -181,7 +193,7 @@ def tuner_args(svc: LLMService, plan: Plan, fingerprint: str,
     ]  # fmt: skip
     if not isinstance(spec.engine.max_num_seqs, int):
         args += ["--hint-max-num-seqs", str(start_hint(svc, plan, facts))]
-    if sweeps_caps_live(svc):
+    if sweeps_caps_live(svc, default_image):
         # The init container copied llm_operator/inpod/engine next to the tuner.
         args += ["--live-cap-engine", CODE_PATH]
     args += [
@@ -267,7 +279,7 @@ def build_tuning_job(
         "image": image_for(svc, settings),
         "imagePullPolicy": "IfNotPresent",
         "command": ["python3", "-m", "llm_operator.inpod.tuner"],
-        "args": tuner_args(svc, plan, fingerprint, facts),
+        "args": tuner_args(svc, plan, fingerprint, facts, settings.default_image),
         "env": env,
         "resources": build_resources(spec, plan),
         "volumeMounts": [*build_volume_mounts(spec), {**code_mount, "readOnly": True}],

@@ -106,6 +106,10 @@ class TuningResult(_M):
     decision: str = ""
     predicted: Prediction | None = None  # the sweep's best cap (--url mode: unverified)
     trials: int = 0  # measured configurations (server starts unless swept live)
+    # The vLLM servers the run started (None: --url mode, none started) and how
+    # max-num-seqs was measured: swept live on one server, or why one start per value.
+    server_starts: int | None = Field(None, alias="serverStarts")
+    sweep: str | None = None
     wall_seconds: float = Field(0.0, alias="wallSeconds")
     slo: dict[str, float] = Field(default_factory=dict)
     workload: dict[str, int] = Field(default_factory=dict)
@@ -189,8 +193,10 @@ def interval_of(outcome: Outcome) -> Interval | None:
 
 
 def result_from_outcome(outcome: Outcome, slo: dict[str, float], workload: dict[str, int],
-                        fingerprint: str | None = None) -> TuningResult:
-    """The :class:`TuningResult` of a search outcome."""
+                        fingerprint: str | None = None, server_starts: int | None = None,
+                        sweep: str | None = None) -> TuningResult:
+    """The :class:`TuningResult` of a search outcome (``server_starts`` and ``sweep``: what
+    the evaluator says of the vLLM servers it started)."""
     if outcome.best is None or outcome.baseline is None or not outcome.baseline.ok:
         state: Literal["Succeeded", "Partial", "Failed"] = "Failed"
     elif outcome.complete:
@@ -210,6 +216,8 @@ def result_from_outcome(outcome: Outcome, slo: dict[str, float], workload: dict[
         decision=outcome.decision() if outcome.baseline is not None else "",
         predicted=Prediction(max_num_seqs=pb[0], goodput=round(pb[1], 1)) if pb else None,
         trials=len(outcome.trials),
+        server_starts=server_starts,
+        sweep=sweep,
         wall_seconds=round(outcome.wall_s, 1),
         slo=slo,
         workload=workload,

@@ -210,6 +210,22 @@ ENGINE_SCHEDULER_CLS = "llm_operator.inpod.engine.scheduler.AdmissionCapSchedule
 ENGINE_CAP_FILE_ENV = "LLMOP_ADMISSION_CAP_FILE"
 CAP_METRIC = "llmop_admission_cap"
 LIVE_METRIC = "llmop_admission_live"  # 1: the engine's vLLM has the hook (max_num_active_reqs)
+ENGINE_FAILURE_PREFIX = "llmop-live-cap:"  # the scheduler's own failure line in the log
+
+
+def scheduler_failure(log_text: str) -> str | None:
+    """Why the admission scheduler stopped a server at start, from its log: the
+    scheduler's own line (:data:`ENGINE_FAILURE_PREFIX`: vLLM's scheduler classes not as
+    it needs them), else an error line naming its package (its code not importable);
+    None when the log blames something else (the start would fail without it too)."""
+    lines = [ln.strip() for ln in log_text.splitlines() if ln.strip()]
+    for ln in lines:
+        if ENGINE_FAILURE_PREFIX in ln:
+            return ln[ln.index(ENGINE_FAILURE_PREFIX):][:300]
+    for ln in reversed(lines):
+        if "Error" in ln and "llm_operator" in ln:
+            return ln.split("] ", 1)[-1][:300]
+    return None
 
 
 class LiveCapUnavailable(Exception):
@@ -359,6 +375,14 @@ class LiveCapEvaluator:
         try:
             server.start()
         except ServerStartError as exc:
+            # An image of a vLLM the scheduler class does not fit (a custom spec.image
+            # whose version its tag does not say) stops at start: the values are still
+            # measured, one server start each, without the scheduler.
+            said = scheduler_failure(server.log_path.read_text(errors="replace")
+                                     if server.log_path and server.log_path.exists() else "")
+            if said is not None:
+                raise LiveCapUnavailable(
+                    f"the server did not start with the admission scheduler: {said}") from exc
             raise TrialFailed(f"server did not start: {start_error_line(exc)}") from exc
         try:
             live = engine_metrics(server.url).get(LIVE_METRIC)
