@@ -247,3 +247,31 @@ def test_a_digest_image_gets_its_release_from_the_engines_first_report(
                      progress=live_cap_progress({}, wrong, now))
     cond = st.get_condition(up.status_patch["conditions"], st.ConditionType.LIVE_CAP)
     assert cond is not None and "but its engines report vLLM 0.31.0" in cond["message"]
+
+
+@pytest.mark.parametrize("image, said", [
+    ("vllm/vllm-openai:v0.31.0", "runs vLLM 0.31.0 (its tag), which the live cap supports"),
+    (f"vllm/vllm-openai@{DIGEST}", "is unknown: it has no tag"),
+])
+def test_the_render_and_the_tick_say_cap_pending_in_the_same_words(image: str,
+                                                                     said: str) -> None:
+    """Before any engine reports its cap, the render (with_live_cap_version) and the
+    adaptation loop's tick both write LiveCap CapPending: one message whichever writes
+    last (the tick's shorter one replaced the render's, in a cluster run, 2026-12-07)."""
+    b = copy.deepcopy(body(mode="Apply"))
+    b["spec"]["image"] = image
+    rendered = st.get_condition(st.with_live_cap_version(
+        {"conditions": [{"type": "LiveCap", "status": "False",
+                         "reason": "VllmVersionUnsupported", "message": "0.30.0"}]},
+        make_svc({**LIVE, "image": image}).spec, 2, 1000.0)["conditions"],
+        st.ConditionType.LIVE_CAP)
+    now = 2000.0
+    svc, state, d = decision_for(b, None, now)  # no metrics: nothing decided, nothing written
+    up = plan_update(svc, d, None, state, now, policy=POLICY,
+                     progress=live_cap_progress({}, None, now))
+    ticked = st.get_condition(up.status_patch["conditions"], st.ConditionType.LIVE_CAP)
+    assert rendered is not None and ticked is not None
+    assert (rendered["reason"], ticked["reason"]) == ("CapPending", "CapPending")
+    assert ticked["message"] == rendered["message"], (ticked, rendered)
+    assert said in ticked["message"] and "No engine reports its admission cap yet" in \
+        ticked["message"]

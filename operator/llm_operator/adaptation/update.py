@@ -594,6 +594,8 @@ def _live_cap(
         default_image=default_image)
     pending = adaptation.get("capRequested") if "capRequested" in adaptation else (
         status.get("adaptation") or {}).get("capRequested")
+    version = st.live_cap_version(svc.spec, default_image)
+    said_version = False  # the message already says what the image's tag says
     if blocker is not None:
         cond = (False, str(blocker[0]), blocker[1])
     elif isinstance(pending, int):
@@ -604,14 +606,14 @@ def _live_cap(
         cond = (True, str(st.LiveCapReason.REPORTED),
                 f"The engines report the admission cap {progress.in_force} in force; changes "
                 f"go through {cfg} without a restart")
-    else:
-        cond = (True, str(st.LiveCapReason.PENDING),
-                "No engine reports its admission cap yet (llmop_admission_cap)")
-    version = st.live_cap_version(svc.spec, default_image)
+    else:  # as the render said it (with_live_cap_version), not another wording
+        cond = (True, str(st.LiveCapReason.PENDING), st.cap_pending_message(version))
+        said_version = True
     note = reported_version_note(version.version, reported)
     if reported:
         adaptation["engineVllmVersions"] = list(reported)
-    if cond[0] and version.support is LiveCapSupport.UNKNOWN:  # live on an unread version
+    if cond[0] and version.support is LiveCapSupport.UNKNOWN and not said_version:
+        # live on an unread version
         cond = (*cond[:2], f"{cond[2]}. {note or version.message}")
     elif note is not None:
         cond = (*cond[:2], f"{cond[2]}. {note}")

@@ -845,6 +845,13 @@ def _live_cap_blocker(spec: LLMServiceSpec, status: Mapping[str, Any] | None,
     return None
 
 
+def cap_pending_message(version: LiveCapVerdict) -> str:
+    """The ``LiveCap`` message (True, ``CapPending``) while no engine reports its cap yet:
+    what the image's tag says of the live cap, then that no report came. The render and
+    the adaptation loop both write it, in the same words, whichever comes last."""
+    return f"{version.message}. No engine reports its admission cap yet (llmop_admission_cap)"
+
+
 def with_live_cap_version(status: JSON, spec: LLMServiceSpec, generation: int | None,
                           now: float, *, default_image: str = DEFAULT_IMAGE,
                           adaptation_runs: bool = True) -> JSON:
@@ -871,11 +878,10 @@ def with_live_cap_version(status: JSON, spec: LLMServiceSpec, generation: int | 
     elif not asked:
         conds = [c for c in conditions if c.get("type") != str(ConditionType.LIVE_CAP)]
     else:
-        read = live_cap_version(spec, default_image)
         conds = set_condition(conditions, ConditionType.LIVE_CAP, True,
                               str(LiveCapReason.PENDING),
-                              f"{read.message}. No engine reports its admission cap yet "
-                              "(llmop_admission_cap)", generation=generation, now=now)
+                              cap_pending_message(live_cap_version(spec, default_image)),
+                              generation=generation, now=now)
     return {**status, "conditions": conds}
 
 
