@@ -7,8 +7,8 @@
 # here, pushed to a local registry that requires a login; then `llm-operator demo --nodes`
 # installs the chart with helm and serves a generated model through the operator: plan,
 # tuning Job, rollout, load, adaptation, the adapted cap measured against the static one.
-# Needs root (containerd, the kubelet). The first run builds everything (21 min 51-54 s on
-# 2 cores, where the time goes: CONTRIBUTING.md); later runs about 14 min.
+# Needs root (containerd, the kubelet). The first run builds everything (22-25 min on 2
+# cores, 3 runs; where the time goes: CONTRIBUTING.md); later runs about 14 min.
 #   bash tools/demo.sh --processes  the same loop with the pods as local processes (the
 #                                   project's own kubelet; no root, no container runtime)
 #   bash tools/demo.sh --emulated   the same loop on the EMULATED API server (no Go build)

@@ -380,8 +380,8 @@ class Registry:
         """Push a built image (buildah's store) as ``repository`` (with ``local``'s tag);
         returns the reference with its digest, ``HOST/REPO:TAG@sha256:...``.
         ``compression="zstd"`` for the vLLM image: measured here, 54 s on 2 cores and 3.1
-        GB in the registry for the 6.7 GB image, 67-75 s for the 6.5 GB one without
-        Triton (2026-12-07, 2 runs; bound by compression), where uncompressed layers
+        GB in the registry for the 6.7 GB image, 59-76 s for the 6.5 GB one without
+        Triton (2026-12-07, 5 runs; bound by compression), where uncompressed layers
         take the image's size (gzip not measured). The machine's disk is CI's too: it
         ran out there (2026-12-06)."""
         tag = local.rsplit(":", 1)[1]

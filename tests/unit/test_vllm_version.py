@@ -260,13 +260,14 @@ def test_the_render_and_the_tick_say_cap_pending_in_the_same_words(image: str,
     last (the tick's shorter one replaced the render's, in a cluster run, 2026-12-07)."""
     b = copy.deepcopy(body(mode="Apply"))
     b["spec"]["image"] = image
+    now = 2000.0
+    svc, state, d = decision_for(b, None, now)  # no metrics: nothing decided, nothing written
+    # The render after a move away from a release the live cap refuses (the cluster test's
+    # path): the stale condition is replaced by CapPending.
     rendered = st.get_condition(st.with_live_cap_version(
         {"conditions": [{"type": "LiveCap", "status": "False",
                          "reason": "VllmVersionUnsupported", "message": "0.30.0"}]},
-        make_svc({**LIVE, "image": image}).spec, 2, 1000.0)["conditions"],
-        st.ConditionType.LIVE_CAP)
-    now = 2000.0
-    svc, state, d = decision_for(b, None, now)  # no metrics: nothing decided, nothing written
+        svc.spec, 2, 1000.0)["conditions"], st.ConditionType.LIVE_CAP)
     up = plan_update(svc, d, None, state, now, policy=POLICY,
                      progress=live_cap_progress({}, None, now))
     ticked = st.get_condition(up.status_patch["conditions"], st.ConditionType.LIVE_CAP)

@@ -152,7 +152,11 @@ def sweeps_caps_live(svc: LLMService, default_image: str = DEFAULT_IMAGE) -> boo
     ``spec.image``, else ``default_image``; only a tag naming a vLLM the live cap does not
     work on is refused, an unknown one is tried). The tuner checks the hook at run time
     (``llmop_admission_live``; a start the scheduler class stops) and falls back to one
-    start per value, saying why in the result's notes."""
+    start per value, saying why in the result's notes. Not
+    :func:`~llm_operator.health.status.live_cap_blocker` as a whole: its other reasons
+    (``spec.adaptation.liveCap: false``, a serving pod's crash on the scheduler) are about
+    the server pods, not about what the Job's own servers can run (and a replica over
+    several nodes gets no Job)."""
     spec = svc.spec
     if isinstance(spec.engine.max_num_seqs, int):
         return False

@@ -262,6 +262,7 @@ def _run(args: argparse.Namespace, mns_levels: tuple[int, ...] | None,
         pinned_flags,
         served_model,
         split_args,
+        sweep_of,
         vllm_batch_defaults,
     )
     from .search import grid_search, search
@@ -396,13 +397,10 @@ def _run(args: argparse.Namespace, mns_levels: tuple[int, ...] | None,
             evaluator.close()
             notes += evaluator.notes  # swept live, or why not
     outcome.notes[:0] = notes
-    sweep = (evaluator.notes[0] if isinstance(evaluator, LiveCapEvaluator)
-             else "max-num-seqs measured with one server start per value"
-             if isinstance(evaluator, ServerEvaluator) and search_mns else None)
     result = result_from_outcome(
         outcome,
         server_starts=None if isinstance(evaluator, UrlEvaluator) else evaluator.starts,
-        sweep=sweep,
+        sweep=sweep_of(evaluator, search_mns),
         slo={"ttftMs": slo.ttft_ms, "itlP95Ms": slo.itl_ms},
         workload={"inputTokens": wl.input_tokens, "outputTokens": wl.output_tokens,
                   "concurrency": wl.concurrency,

@@ -404,3 +404,15 @@ class LiveCapEvaluator:
         if self._server is not None:
             self._server.stop()
             self._server = None
+
+
+def sweep_of(evaluator: UrlEvaluator | ServerEvaluator | LiveCapEvaluator,
+             searched: bool) -> str | None:
+    """How max-num-seqs was measured (the result's ``sweep``): the live evaluator's note
+    (swept live, or why not), one server start per value otherwise; None where it was
+    not searched or a server given by URL measured it."""
+    if isinstance(evaluator, LiveCapEvaluator):
+        return evaluator.notes[0]
+    if isinstance(evaluator, ServerEvaluator) and searched:
+        return "max-num-seqs measured with one server start per value"
+    return None
